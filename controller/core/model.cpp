@@ -1,0 +1,46 @@
+#include "controller/core/model.hpp"
+
+#include <tuple>
+
+namespace troupe::controller {
+
+bool operator==(const AutoscalingConfig& a, const AutoscalingConfig& b) {
+  auto tie = [](const AutoscalingConfig& x) {
+    return std::tie(x.min_replicas, x.max_replicas, x.initial_replicas, x.target_ongoing_requests,
+                    x.metrics_interval_s, x.look_back_period_s, x.smoothing_factor,
+                    x.upscale_smoothing_factor, x.downscale_smoothing_factor, x.upscale_delay_s,
+                    x.downscale_delay_s);
+  };
+  return tie(a) == tie(b);
+}
+
+bool operator==(const DeploymentConfig& a, const DeploymentConfig& b) {
+  auto tie = [](const DeploymentConfig& x) {
+    return std::tie(x.num_replicas, x.max_ongoing_requests, x.max_queued_requests, x.user_config,
+                    x.autoscaling_config, x.health_check_period_s, x.health_check_timeout_s,
+                    x.graceful_shutdown_wait_loop_s, x.graceful_shutdown_timeout_s, x.resources,
+                    x.max_replicas_per_node);
+  };
+  return tie(a) == tie(b);
+}
+
+bool operator==(const DeploymentSpec& a, const DeploymentSpec& b) {
+  auto tie = [](const DeploymentSpec& x) {
+    return std::tie(x.name, x.import_path, x.init_args, x.code_version, x.config);
+  };
+  return tie(a) == tie(b);
+}
+
+bool operator==(const ApplicationSpec& a, const ApplicationSpec& b) {
+  auto tie = [](const ApplicationSpec& x) {
+    return std::tie(x.name, x.route_prefix, x.ingress, x.deployments);
+  };
+  return tie(a) == tie(b);
+}
+
+bool operator==(const TargetState& a, const TargetState& b) {
+  return a.applications == b.applications && a.target_capacity == b.target_capacity &&
+         a.generation == b.generation;
+}
+
+}  // namespace troupe::controller

@@ -1,0 +1,97 @@
+// The controller's target state: what users declare. This is the hard state
+// that is checkpointed (write-ahead) and recovered; everything else the
+// controller knows (replicas, health) is soft state rebuilt from the nodes.
+//
+// Plain value types, no CAF: the reconciler, the checkpoint codec, the YAML
+// config loader and the tests all share them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/resources.hpp"
+
+namespace troupe::controller {
+
+// Ray Serve's autoscaling config; defaults are Ray Serve's.
+struct AutoscalingConfig {
+  uint32_t min_replicas = 1;
+  uint32_t max_replicas = 1;
+  std::optional<uint32_t> initial_replicas;
+  double target_ongoing_requests = 2.0;
+  double metrics_interval_s = 10.0;
+  double look_back_period_s = 30.0;
+  double smoothing_factor = 1.0;
+  std::optional<double> upscale_smoothing_factor;
+  std::optional<double> downscale_smoothing_factor;
+  double upscale_delay_s = 30.0;
+  double downscale_delay_s = 600.0;
+
+  friend bool operator==(const AutoscalingConfig&, const AutoscalingConfig&);
+  friend bool operator!=(const AutoscalingConfig& a, const AutoscalingConfig& b) { return !(a == b); }
+};
+
+// Per-deployment options; defaults are Ray Serve's where it has the field.
+struct DeploymentConfig {
+  uint32_t num_replicas = 1;
+  uint32_t max_ongoing_requests = 5;
+  int32_t max_queued_requests = -1;  // -1: no limit
+  // Opaque JSON text handed to the replica's reconfigure(); "" means none.
+  std::string user_config;
+  std::optional<AutoscalingConfig> autoscaling_config;
+  double health_check_period_s = 10.0;
+  double health_check_timeout_s = 30.0;
+  double graceful_shutdown_wait_loop_s = 2.0;
+  double graceful_shutdown_timeout_s = 20.0;
+  Resources resources;                 // needed by each replica
+  uint32_t max_replicas_per_node = 0;  // 0: no limit
+
+  friend bool operator==(const DeploymentConfig&, const DeploymentConfig&);
+  friend bool operator!=(const DeploymentConfig& a, const DeploymentConfig& b) { return !(a == b); }
+};
+
+// One deployment of an application: a C++ class run as N replicas.
+struct DeploymentSpec {
+  std::string name;
+  // "libtroupe_examples.so:Echo": shared library and registered class name.
+  std::string import_path;
+  // Opaque JSON text passed to the constructor.
+  std::string init_args;
+  // Changes of code_version, init_args, import_path or resources restart
+  // replicas; a change of user_config reconfigures them in place; a change of
+  // num_replicas or autoscaling_config only rescales. The code version is set
+  // by the user, or derived from the spec when empty.
+  std::string code_version;
+  DeploymentConfig config;
+
+  friend bool operator==(const DeploymentSpec&, const DeploymentSpec&);
+  friend bool operator!=(const DeploymentSpec& a, const DeploymentSpec& b) { return !(a == b); }
+};
+
+struct ApplicationSpec {
+  std::string name;
+  std::string route_prefix;  // starts with '/'; unique among applications
+  std::string ingress;       // name of the deployment that receives HTTP requests
+  std::vector<DeploymentSpec> deployments;
+
+  friend bool operator==(const ApplicationSpec&, const ApplicationSpec&);
+  friend bool operator!=(const ApplicationSpec& a, const ApplicationSpec& b) { return !(a == b); }
+};
+
+// Everything the controller must keep across a crash.
+struct TargetState {
+  std::map<std::string, ApplicationSpec> applications;  // by name
+  // Cluster-wide scale in percent (0-100) applied to every deployment's
+  // target and autoscaling bounds; absent means 100.
+  std::optional<double> target_capacity;
+  // Increases with every accepted change; lets a client detect lost updates.
+  uint64_t generation = 0;
+
+  friend bool operator==(const TargetState&, const TargetState&);
+  friend bool operator!=(const TargetState& a, const TargetState& b) { return !(a == b); }
+};
+
+}  // namespace troupe::controller
