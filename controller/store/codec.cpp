@@ -1,0 +1,373 @@
+#include "controller/store/codec.hpp"
+
+#include <capnp/message.h>
+#include <capnp/serialize-packed.h>
+#include <kj/exception.h>
+#include <kj/io.h>
+
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "schemas/target_state.capnp.h"
+
+namespace troupe::controller {
+namespace {
+
+// A model value that cannot come from a well-formed record: decoding stops
+// with this message. Thrown only inside decode_record() and caught there.
+struct Malformed {
+  std::string message;
+};
+
+kj::StringPtr text(const std::string& s) {
+  return kj::StringPtr(s.c_str(), s.size());
+}
+std::string str(capnp::Text::Reader t) {
+  return std::string(t.begin(), t.size());
+}
+
+// ---- model -> schema -------------------------------------------------------
+
+void write(const Resources& in, schema::Resources::Builder out) {
+  auto list = out.initAmounts(static_cast<unsigned>(in.amounts.size()));
+  unsigned i = 0;
+  for (const auto& [name, amount] : in.amounts) {
+    list[i].setName(text(name));
+    list[i].setAmount(amount);
+    ++i;
+  }
+}
+
+void write(const AutoscalingConfig& in, schema::AutoscalingConfig::Builder out) {
+  out.setMinReplicas(in.min_replicas);
+  out.setMaxReplicas(in.max_replicas);
+  if (in.initial_replicas) {
+    out.getInitialReplicas().setValue(*in.initial_replicas);
+  } else {
+    out.getInitialReplicas().setNone();
+  }
+  out.setTargetOngoingRequests(in.target_ongoing_requests);
+  out.setMetricsIntervalS(in.metrics_interval_s);
+  out.setLookBackPeriodS(in.look_back_period_s);
+  out.setSmoothingFactor(in.smoothing_factor);
+  if (in.upscale_smoothing_factor) {
+    out.getUpscaleSmoothingFactor().setValue(*in.upscale_smoothing_factor);
+  } else {
+    out.getUpscaleSmoothingFactor().setNone();
+  }
+  if (in.downscale_smoothing_factor) {
+    out.getDownscaleSmoothingFactor().setValue(*in.downscale_smoothing_factor);
+  } else {
+    out.getDownscaleSmoothingFactor().setNone();
+  }
+  out.setUpscaleDelayS(in.upscale_delay_s);
+  out.setDownscaleDelayS(in.downscale_delay_s);
+}
+
+void write(const DeploymentConfig& in, schema::DeploymentConfig::Builder out) {
+  out.setNumReplicas(in.num_replicas);
+  out.setMaxOngoingRequests(in.max_ongoing_requests);
+  out.setMaxQueuedRequests(in.max_queued_requests);
+  out.setUserConfig(text(in.user_config));
+  if (in.autoscaling_config) {
+    write(*in.autoscaling_config, out.getAutoscaling().initConfig());
+  } else {
+    out.getAutoscaling().setNone();
+  }
+  out.setHealthCheckPeriodS(in.health_check_period_s);
+  out.setHealthCheckTimeoutS(in.health_check_timeout_s);
+  out.setGracefulShutdownWaitLoopS(in.graceful_shutdown_wait_loop_s);
+  out.setGracefulShutdownTimeoutS(in.graceful_shutdown_timeout_s);
+  write(in.resources, out.initResources());
+  out.setMaxReplicasPerNode(in.max_replicas_per_node);
+}
+
+void write(const DeploymentSpec& in, schema::DeploymentSpec::Builder out) {
+  out.setName(text(in.name));
+  out.setImportPath(text(in.import_path));
+  out.setInitArgs(text(in.init_args));
+  out.setCodeVersion(text(in.code_version));
+  write(in.config, out.initConfig());
+}
+
+void write(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
+  out.setName(text(in.name));
+  out.setRoutePrefix(text(in.route_prefix));
+  out.setIngress(text(in.ingress));
+  auto list = out.initDeployments(static_cast<unsigned>(in.deployments.size()));
+  for (unsigned i = 0; i < in.deployments.size(); ++i) {
+    write(in.deployments[i], list[i]);
+  }
+}
+
+// Everything but the applications.
+void write_top_level(const TargetState& in, schema::TargetState::Builder out) {
+  if (in.target_capacity) {
+    out.getTargetCapacity().setValue(*in.target_capacity);
+  } else {
+    out.getTargetCapacity().setNone();
+  }
+  out.setGeneration(in.generation);
+}
+
+void write(const TargetState& in, schema::TargetState::Builder out) {
+  auto list = out.initApplications(static_cast<unsigned>(in.applications.size()));
+  unsigned i = 0;
+  for (const auto& entry : in.applications) {
+    write(entry.second, list[i++]);
+  }
+  write_top_level(in, out);
+}
+
+// ---- schema -> model -------------------------------------------------------
+// Unknown union members (written by a newer schema) are refused rather than
+// guessed at.
+
+Resources read(schema::Resources::Reader in) {
+  Resources out;
+  for (auto entry : in.getAmounts()) {
+    auto name = str(entry.getName());
+    if (!out.amounts.emplace(name, entry.getAmount()).second) {
+      throw Malformed{"resource '" + name + "' appears twice"};
+    }
+  }
+  return out;
+}
+
+// `Group` is a schema group `union { none @a :Void; value @b :T; }`.
+template <class Group>
+auto read_optional(typename Group::Reader u, const char* field)
+    -> std::optional<decltype(u.getValue())> {
+  switch (u.which()) {
+    case Group::NONE:
+      return std::nullopt;
+    case Group::VALUE:
+      return u.getValue();
+  }
+  throw Malformed{std::string(field) + " has an unknown union member " +
+                  std::to_string(static_cast<unsigned>(u.which()))};
+}
+
+AutoscalingConfig read(schema::AutoscalingConfig::Reader in) {
+  AutoscalingConfig out;
+  out.min_replicas = in.getMinReplicas();
+  out.max_replicas = in.getMaxReplicas();
+  out.initial_replicas = read_optional<schema::AutoscalingConfig::InitialReplicas>(
+      in.getInitialReplicas(), "initialReplicas");
+  out.target_ongoing_requests = in.getTargetOngoingRequests();
+  out.metrics_interval_s = in.getMetricsIntervalS();
+  out.look_back_period_s = in.getLookBackPeriodS();
+  out.smoothing_factor = in.getSmoothingFactor();
+  out.upscale_smoothing_factor = read_optional<schema::AutoscalingConfig::UpscaleSmoothingFactor>(
+      in.getUpscaleSmoothingFactor(), "upscaleSmoothingFactor");
+  out.downscale_smoothing_factor =
+      read_optional<schema::AutoscalingConfig::DownscaleSmoothingFactor>(
+          in.getDownscaleSmoothingFactor(), "downscaleSmoothingFactor");
+  out.upscale_delay_s = in.getUpscaleDelayS();
+  out.downscale_delay_s = in.getDownscaleDelayS();
+  return out;
+}
+
+DeploymentConfig read(schema::DeploymentConfig::Reader in) {
+  DeploymentConfig out;
+  out.num_replicas = in.getNumReplicas();
+  out.max_ongoing_requests = in.getMaxOngoingRequests();
+  out.max_queued_requests = in.getMaxQueuedRequests();
+  out.user_config = str(in.getUserConfig());
+  auto autoscaling = in.getAutoscaling();
+  switch (autoscaling.which()) {
+    case schema::DeploymentConfig::Autoscaling::NONE:
+      break;
+    case schema::DeploymentConfig::Autoscaling::CONFIG:
+      out.autoscaling_config = read(autoscaling.getConfig());
+      break;
+    default:
+      throw Malformed{"autoscaling has an unknown union member " +
+                      std::to_string(static_cast<unsigned>(autoscaling.which()))};
+  }
+  out.health_check_period_s = in.getHealthCheckPeriodS();
+  out.health_check_timeout_s = in.getHealthCheckTimeoutS();
+  out.graceful_shutdown_wait_loop_s = in.getGracefulShutdownWaitLoopS();
+  out.graceful_shutdown_timeout_s = in.getGracefulShutdownTimeoutS();
+  out.resources = read(in.getResources());
+  out.max_replicas_per_node = in.getMaxReplicasPerNode();
+  return out;
+}
+
+DeploymentSpec read(schema::DeploymentSpec::Reader in) {
+  DeploymentSpec out;
+  out.name = str(in.getName());
+  out.import_path = str(in.getImportPath());
+  out.init_args = str(in.getInitArgs());
+  out.code_version = str(in.getCodeVersion());
+  out.config = read(in.getConfig());
+  return out;
+}
+
+ApplicationSpec read(schema::ApplicationSpec::Reader in) {
+  ApplicationSpec out;
+  out.name = str(in.getName());
+  out.route_prefix = str(in.getRoutePrefix());
+  out.ingress = str(in.getIngress());
+  auto list = in.getDeployments();
+  out.deployments.reserve(list.size());
+  for (auto d : list) {
+    out.deployments.push_back(read(d));
+  }
+  return out;
+}
+
+TargetState read_top_level(schema::TargetState::Reader in) {
+  TargetState out;
+  out.target_capacity =
+      read_optional<schema::TargetState::TargetCapacity>(in.getTargetCapacity(), "targetCapacity");
+  out.generation = in.getGeneration();
+  return out;
+}
+
+TargetState read(schema::TargetState::Reader in) {
+  TargetState out = read_top_level(in);
+  for (auto a : in.getApplications()) {
+    auto app = read(a);
+    auto name = app.name;
+    if (!out.applications.emplace(name, std::move(app)).second) {
+      throw Malformed{"application '" + name + "' appears twice"};
+    }
+  }
+  return out;
+}
+
+// ---- envelope --------------------------------------------------------------
+
+const char* kind_name(RecordKind kind) {
+  switch (kind) {
+    case RecordKind::target_state:
+      return "target state";
+    case RecordKind::head:
+      return "checkpoint head";
+    case RecordKind::application:
+      return "application";
+  }
+  return "unknown";
+}
+
+std::string frame(RecordKind kind, capnp::MessageBuilder& message) {
+  kj::VectorOutputStream stream(4096);
+  capnp::writePackedMessage(stream, message);
+  auto body = stream.getArray();
+  std::string out;
+  out.reserve(kEnvelopeSize + body.size());
+  out.append(kCheckpointMagic, sizeof kCheckpointMagic);
+  out.push_back(static_cast<char>(kFormatVersion & 0xff));
+  out.push_back(static_cast<char>(kFormatVersion >> 8));
+  out.push_back(static_cast<char>(kind));
+  out.push_back('\0');
+  out.append(reinterpret_cast<const char*>(body.begin()), body.size());
+  return out;
+}
+
+// Checks the envelope, then runs `convert` on the message root inside one
+// exception boundary: every kj exception (bad pointers, truncation, limits),
+// std exception or Malformed becomes errc::corrupt.
+template <class Root, class Convert>
+auto decode_record(std::string_view bytes, RecordKind kind, Convert convert)
+    -> Result<decltype(convert(std::declval<typename Root::Reader>()))> {
+  const std::string what = kind_name(kind);
+  if (bytes.size() < kEnvelopeSize) {
+    return Status(errc::corrupt, what + " record is " + std::to_string(bytes.size()) +
+                                     " bytes, shorter than the " + std::to_string(kEnvelopeSize) +
+                                     "-byte header");
+  }
+  if (std::memcmp(bytes.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
+    return Status(errc::corrupt, what + " record does not start with the checkpoint magic 'TRCP'");
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  const unsigned version = b[4] | (b[5] << 8);
+  if (version > kFormatVersion) {
+    return Status(errc::version_mismatch,
+                  what + " record has checkpoint format version " + std::to_string(version) +
+                      ", newer than the " + std::to_string(kFormatVersion) +
+                      " this binary reads: it was written by a newer troupe; run that "
+                      "version (or newer) of the controller");
+  }
+  if (version == 0) {
+    return Status(errc::corrupt, what + " record has format version 0, which was never written");
+  }
+  if (b[6] != static_cast<unsigned char>(kind)) {
+    return Status(errc::corrupt,
+                  "expected a " + what + " record, found record kind " + std::to_string(b[6]));
+  }
+  if (b[7] != 0) {
+    return Status(errc::corrupt, what + " record has a non-zero reserved header byte");
+  }
+  auto body = kj::arrayPtr(b + kEnvelopeSize, bytes.size() - kEnvelopeSize);
+  try {
+    kj::ArrayInputStream stream(body);
+    std::optional<decltype(convert(std::declval<typename Root::Reader>()))> value;
+    {
+      // The reader's destructor reads any segments not yet touched, so it
+      // must also run inside the try block.
+      capnp::PackedMessageReader reader(stream);
+      value = convert(reader.getRoot<Root>());
+    }
+    auto rest = stream.tryGetReadBuffer().size();
+    if (rest != 0) {
+      return Status(errc::corrupt, what + " record has " + std::to_string(rest) +
+                                       " stray bytes after its message");
+    }
+    return std::move(*value);
+  } catch (const Malformed& e) {
+    return Status(errc::corrupt, what + " record is malformed: " + e.message);
+  } catch (const kj::Exception& e) {
+    return Status(errc::corrupt,
+                  what + " record cannot be decoded: " + std::string(e.getDescription().cStr()));
+  } catch (const std::exception& e) {
+    return Status(errc::corrupt, what + " record cannot be decoded: " + std::string(e.what()));
+  }
+}
+
+}  // namespace
+
+std::string encode_target_state(const TargetState& state) {
+  capnp::MallocMessageBuilder message;
+  write(state, message.initRoot<schema::TargetState>());
+  return frame(RecordKind::target_state, message);
+}
+
+Result<TargetState> decode_target_state(std::string_view bytes) {
+  return decode_record<schema::TargetState>(bytes, RecordKind::target_state,
+                                            [](schema::TargetState::Reader r) { return read(r); });
+}
+
+std::string encode_application(const ApplicationSpec& app) {
+  capnp::MallocMessageBuilder message;
+  write(app, message.initRoot<schema::ApplicationSpec>());
+  return frame(RecordKind::application, message);
+}
+
+Result<ApplicationSpec> decode_application(std::string_view bytes) {
+  return decode_record<schema::ApplicationSpec>(
+      bytes, RecordKind::application, [](schema::ApplicationSpec::Reader r) { return read(r); });
+}
+
+std::string encode_head(const TargetState& state, uint32_t application_count) {
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<schema::CheckpointHead>();
+  write_top_level(state, root.initState());
+  root.setApplicationCount(application_count);
+  return frame(RecordKind::head, message);
+}
+
+Result<CheckpointHead> decode_head(std::string_view bytes) {
+  return decode_record<schema::CheckpointHead>(
+      bytes, RecordKind::head, [](schema::CheckpointHead::Reader r) {
+        auto state = r.getState();
+        if (state.getApplications().size() != 0) {
+          throw Malformed{"the head holds applications; they belong under their own keys"};
+        }
+        return CheckpointHead{read_top_level(state), r.getApplicationCount()};
+      });
+}
+
+}  // namespace troupe::controller

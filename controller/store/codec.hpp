@@ -1,0 +1,63 @@
+// Bytes <-> TargetState for the controller's checkpoint, using the Cap'n Proto
+// schema in schemas/target_state.capnp.
+//
+// Every record is an 8-byte envelope followed by one packed Cap'n Proto
+// message:
+//
+//   offset 0  4 bytes  magic "TRCP"
+//   offset 4  2 bytes  format version, little endian (kFormatVersion)
+//   offset 6  1 byte   record kind (RecordKind)
+//   offset 7  1 byte   reserved, 0
+//   offset 8  ...      capnp::writePackedMessage() of the kind's root struct
+//
+// Adding schema fields does not change the format version: older records read
+// with the new schema see defaults for the missing fields. The version is
+// bumped only for changes older binaries must not read (see the schema's
+// evolution rules); decoders refuse a version newer than their own with
+// errc::version_mismatch, so an older controller never runs on data it would
+// misread or silently truncate when it writes back.
+//
+// Decoding never throws: malformed input of any kind is errc::corrupt with a
+// message saying what is wrong. Messages do not name a file; callers that
+// know where the bytes came from prefix that.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "controller/core/model.hpp"
+#include "runtime/status.hpp"
+
+namespace troupe::controller {
+
+inline constexpr char kCheckpointMagic[4] = {'T', 'R', 'C', 'P'};
+inline constexpr uint16_t kFormatVersion = 1;
+inline constexpr size_t kEnvelopeSize = 8;
+
+enum class RecordKind : uint8_t {
+  target_state = 1,  // schema TargetState: a whole TargetState
+  head = 2,          // schema CheckpointHead: TargetState minus applications
+  application = 3,   // schema ApplicationSpec
+};
+
+// A whole TargetState in one record (deterministic: equal states give equal
+// bytes).
+std::string encode_target_state(const TargetState& state);
+Result<TargetState> decode_target_state(std::string_view bytes);
+
+// One application in one record; the RocksDB store keeps one per key.
+std::string encode_application(const ApplicationSpec& app);
+Result<ApplicationSpec> decode_application(std::string_view bytes);
+
+// Everything in a TargetState except its applications, plus how many
+// application records belong with it.
+struct CheckpointHead {
+  TargetState state;  // applications is empty
+  uint32_t application_count = 0;
+};
+// Ignores state.applications; the count is given separately.
+std::string encode_head(const TargetState& state, uint32_t application_count);
+Result<CheckpointHead> decode_head(std::string_view bytes);
+
+}  // namespace troupe::controller

@@ -1,0 +1,112 @@
+# The controller's durable checkpoint: troupe::controller::TargetState and
+# everything it contains (controller/core/model.hpp), as written ahead to
+# RocksDB by controller/store/. A newer binary must read every checkpoint an
+# older one wrote, so this file only ever grows.
+#
+# Evolution rules (Cap'n Proto's own, made explicit here):
+#   1. Add a field only at the end of its struct, with the next unused
+#      ordinal (@N). Never renumber, remove, rename-with-new-meaning or change
+#      the type of an existing field; retire a field by leaving it in place
+#      and ignoring it (prefix its name with "obsolete").
+#   2. A field missing from an older checkpoint reads as its schema default,
+#      so every default below equals the C++ default in model.hpp. Keep them
+#      in sync: a new field's schema default must be the model default.
+#   3. Optional model fields are a named union whose FIRST member (lowest
+#      ordinal) is `none :Void`: an older checkpoint without the union reads
+#      as "absent", which is what std::nullopt means.
+#   4. Never change a struct ID or this file ID (all are explicit so renaming
+#      a struct is harmless). The tests keep an older, smaller copy of this
+#      schema (tests/store/target_state_v0.capnp) with the same IDs.
+#   5. A change an older binary cannot safely ignore (e.g. a field whose loss
+#      on a downgrade would change behaviour) bumps kFormatVersion in
+#      controller/store/codec.hpp instead, so older binaries refuse the data
+#      rather than silently dropping what they do not know.
+@0xc5910c645bfa5fc2;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::schema");
+
+# One named amount of Resources ("cpu" = 4, "mem" = 8 GiB in bytes).
+struct ResourceAmount @0xeff2a5bdee29facc {
+  name @0 :Text;
+  amount @1 :Float64;
+}
+
+# troupe::Resources; names are unique within one list.
+struct Resources @0xa3007cd29b5f67be {
+  amounts @0 :List(ResourceAmount);
+}
+
+struct AutoscalingConfig @0xc2d29b42b777561a {
+  minReplicas @0 :UInt32 = 1;
+  maxReplicas @1 :UInt32 = 1;
+  initialReplicas :union {
+    none @2 :Void;
+    value @3 :UInt32;
+  }
+  targetOngoingRequests @4 :Float64 = 2.0;
+  metricsIntervalS @5 :Float64 = 10.0;
+  lookBackPeriodS @6 :Float64 = 30.0;
+  smoothingFactor @7 :Float64 = 1.0;
+  upscaleSmoothingFactor :union {
+    none @8 :Void;
+    value @9 :Float64;
+  }
+  downscaleSmoothingFactor :union {
+    none @10 :Void;
+    value @11 :Float64;
+  }
+  upscaleDelayS @12 :Float64 = 30.0;
+  downscaleDelayS @13 :Float64 = 600.0;
+}
+
+struct DeploymentConfig @0xfc284f5555afc3f4 {
+  numReplicas @0 :UInt32 = 1;
+  maxOngoingRequests @1 :UInt32 = 5;
+  maxQueuedRequests @2 :Int32 = -1;  # -1: no limit
+  userConfig @3 :Text;  # opaque JSON text; "" means none
+  autoscaling :union {
+    none @4 :Void;
+    config @5 :AutoscalingConfig;
+  }
+  healthCheckPeriodS @6 :Float64 = 10.0;
+  healthCheckTimeoutS @7 :Float64 = 30.0;
+  gracefulShutdownWaitLoopS @8 :Float64 = 2.0;
+  gracefulShutdownTimeoutS @9 :Float64 = 20.0;
+  resources @10 :Resources;
+  maxReplicasPerNode @11 :UInt32 = 0;  # 0: no limit
+}
+
+struct DeploymentSpec @0x97f5d1d179ca4da8 {
+  name @0 :Text;
+  importPath @1 :Text;
+  initArgs @2 :Text;  # opaque JSON text
+  codeVersion @3 :Text;
+  config @4 :DeploymentConfig;
+}
+
+struct ApplicationSpec @0x8ac0080a07b65914 {
+  name @0 :Text;
+  routePrefix @1 :Text;
+  ingress @2 :Text;
+  deployments @3 :List(DeploymentSpec);
+}
+
+# The whole target state in one message (codec: encode_target_state).
+struct TargetState @0xd3e510a1aeff7cd6 {
+  applications @0 :List(ApplicationSpec);  # unique names
+  targetCapacity :union {
+    none @1 :Void;  # absent: 100 percent
+    value @2 :Float64;
+  }
+  generation @3 :UInt64;
+}
+
+# The RocksDB store keeps each application under its own key and everything
+# else in one head record: `state` with an empty application list, plus the
+# number of application keys the same atomic write left, so a lost or stray
+# key is detected on load.
+struct CheckpointHead @0xf5f25817edcf7b33 {
+  state @0 :TargetState;
+  applicationCount @1 :UInt32;
+}

@@ -1,0 +1,114 @@
+// Shared by the store tests: temporary directories and a TargetState that
+// sets every field of the model to a non-default value.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "controller/core/model.hpp"
+
+namespace troupe::controller::testing {
+
+// A fresh directory under /tmp (mkdtemp), removed with everything in it when
+// the test ends, so parallel ctest runs never share files.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = "/tmp/troupe-store-test-XXXXXX";
+    char* made = mkdtemp(pattern.data());
+    REQUIRE(made != nullptr);
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline AutoscalingConfig full_autoscaling() {
+  AutoscalingConfig a;
+  a.min_replicas = 2;
+  a.max_replicas = 17;
+  a.initial_replicas = 4;
+  a.target_ongoing_requests = 3.5;
+  a.metrics_interval_s = 2.25;
+  a.look_back_period_s = 12.5;
+  a.smoothing_factor = 0.75;
+  a.upscale_smoothing_factor = 1.5;
+  a.downscale_smoothing_factor = 0.25;
+  a.upscale_delay_s = 7.0;
+  a.downscale_delay_s = 123.0;
+  return a;
+}
+
+inline DeploymentSpec full_deployment(const std::string& name) {
+  DeploymentSpec d;
+  d.name = name;
+  d.import_path = "libtroupe_examples.so:" + name;
+  d.init_args = R"({"model": "m\u00e9t\u00e9o", "layers": [1, 2, 3], "text": "line\nbreak \"q\""})";
+  d.code_version = "v-" + name + "-42";
+  d.config.num_replicas = 3;
+  d.config.max_ongoing_requests = 9;
+  d.config.max_queued_requests = 250;
+  d.config.user_config = R"({"threshold": 0.5, "labels": ["a", "b"], "nested": {"k": null}})";
+  d.config.autoscaling_config = full_autoscaling();
+  d.config.health_check_period_s = 1.5;
+  d.config.health_check_timeout_s = 4.5;
+  d.config.graceful_shutdown_wait_loop_s = 0.5;
+  d.config.graceful_shutdown_timeout_s = 9.5;
+  d.config.resources.amounts = {{"cpu", 1.5}, {"gpu", 0.25}, {"mem", 2.0 * 1024 * 1024 * 1024}};
+  d.config.max_replicas_per_node = 2;
+  return d;
+}
+
+// Three applications: "shop" uses every field with every optional present;
+// "search" has optionals absent (autoscaling absent, empty JSON text, no
+// resources, autoscaling optionals absent in a second deployment);
+// "empty" has no deployments at all.
+inline TargetState full_state() {
+  TargetState s;
+  s.generation = 0x1234567890abcdefULL;
+  s.target_capacity = 62.5;
+
+  ApplicationSpec shop;
+  shop.name = "shop";
+  shop.route_prefix = "/shop";
+  shop.ingress = "frontend";
+  shop.deployments = {full_deployment("frontend"), full_deployment("cart")};
+  s.applications.emplace(shop.name, shop);
+
+  ApplicationSpec search;
+  search.name = "search";
+  search.route_prefix = "/";
+  search.ingress = "query";
+  DeploymentSpec plain;  // defaults everywhere except the name
+  plain.name = "query";
+  DeploymentSpec partial = full_deployment("rank");
+  partial.config.autoscaling_config->initial_replicas.reset();
+  partial.config.autoscaling_config->upscale_smoothing_factor.reset();
+  partial.config.autoscaling_config->downscale_smoothing_factor.reset();
+  partial.config.user_config.clear();
+  partial.config.resources.amounts.clear();
+  search.deployments = {plain, partial};
+  s.applications.emplace(search.name, search);
+
+  ApplicationSpec empty;
+  empty.name = "empty";
+  empty.route_prefix = "/empty";
+  s.applications.emplace(empty.name, empty);
+  return s;
+}
+
+}  // namespace troupe::controller::testing
