@@ -9,9 +9,11 @@ namespace troupe {
 namespace {
 
 bool valid_name(const std::string& name) {
-  if (name.empty() || !(name[0] >= 'a' && name[0] <= 'z')) return false;
+  if (name.empty() || !(name[0] >= 'a' && name[0] <= 'z'))
+    return false;
   for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+      return false;
   }
   return true;
 }
@@ -26,6 +28,7 @@ std::string format_amount(double value) {
     ++i;
   }
   std::ostringstream out;
+  out.precision(15);
   out << v << suffixes[i];
   return out.str();
 }
@@ -40,7 +43,8 @@ double Resources::get(const std::string& name) const {
 bool Resources::fits(const Resources& need) const {
   for (const auto& [name, amount] : need.amounts) {
     // A tiny epsilon keeps sums of fractional CPUs (0.1 * 10) from failing.
-    if (amount > get(name) + 1e-9) return false;
+    if (amount > get(name) + 1e-9)
+      return false;
   }
   return true;
 }
@@ -56,14 +60,16 @@ Resources Resources::minus(const Resources& other) const {
 
 Resources Resources::plus(const Resources& other) const {
   Resources out = *this;
-  for (const auto& [name, amount] : other.amounts) out.amounts[name] += amount;
+  for (const auto& [name, amount] : other.amounts)
+    out.amounts[name] += amount;
   return out;
 }
 
 std::string Resources::to_string() const {
   std::string out;
   for (const auto& [name, amount] : amounts) {
-    if (!out.empty()) out += ',';
+    if (!out.empty())
+      out += ',';
     out += name + '=' + format_amount(amount);
   }
   return out;
@@ -71,11 +77,13 @@ std::string Resources::to_string() const {
 
 Result<Resources> parse_resources(const std::string& text) {
   Resources out;
-  if (text.empty()) return out;
+  if (text.empty())
+    return out;
   std::size_t start = 0;
   while (start <= text.size()) {
     auto end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
+    if (end == std::string::npos)
+      end = text.size();
     std::string entry = text.substr(start, end - start);
     auto eq = entry.find('=');
     if (eq == std::string::npos) {
@@ -94,13 +102,27 @@ Result<Resources> parse_resources(const std::string& text) {
     double factor = 1;
     if (!amount.empty()) {
       switch (amount.back()) {
-        case 'K': case 'k': factor = 1024.0; break;
-        case 'M': case 'm': factor = 1024.0 * 1024; break;
-        case 'G': case 'g': factor = 1024.0 * 1024 * 1024; break;
-        case 'T': case 't': factor = 1024.0 * 1024 * 1024 * 1024; break;
-        default: break;
+        case 'K':
+        case 'k':
+          factor = 1024.0;
+          break;
+        case 'M':
+        case 'm':
+          factor = 1024.0 * 1024;
+          break;
+        case 'G':
+        case 'g':
+          factor = 1024.0 * 1024 * 1024;
+          break;
+        case 'T':
+        case 't':
+          factor = 1024.0 * 1024 * 1024 * 1024;
+          break;
+        default:
+          break;
       }
-      if (factor != 1) amount.pop_back();
+      if (factor != 1)
+        amount.pop_back();
     }
     char* parse_end = nullptr;
     double value = amount.empty() ? NAN : std::strtod(amount.c_str(), &parse_end);
@@ -112,7 +134,8 @@ Result<Resources> parse_resources(const std::string& text) {
     }
     out.amounts[name] = value * factor;
     start = end + 1;
-    if (end == text.size()) break;
+    if (end == text.size())
+      break;
   }
   return out;
 }

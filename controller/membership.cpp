@@ -1,0 +1,94 @@
+#include "controller/membership.hpp"
+
+#include <cstdio>
+
+namespace troupe::controller {
+
+const char* to_string(NodeState state) {
+  switch (state) {
+    case NodeState::alive:
+      return "ALIVE";
+    case NodeState::draining:
+      return "DRAINING";
+    case NodeState::dead:
+      return "DEAD";
+  }
+  return "UNKNOWN";
+}
+
+uint64_t Membership::register_node(NodeRecord node, double now) {
+  auto it = nodes_.find(node.id);
+  bool was_draining = it != nodes_.end() && it->second.drained;
+  node.drained = was_draining;
+  node.state = was_draining ? NodeState::draining : NodeState::alive;
+  node.reason = was_draining ? "drained by operator" : "registered";
+  node.registered_at = now;
+  node.last_heartbeat = now;
+  node.incarnation = next_incarnation_++;
+  uint64_t incarnation = node.incarnation;
+  nodes_[node.id] = std::move(node);
+  return incarnation;
+}
+
+Status Membership::heartbeat(const std::string& id, double now) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end())
+    return Status(errc::not_found, "node '" + id + "' is not registered");
+  if (it->second.state == NodeState::dead) {
+    return Status(errc::not_found, "node '" + id + "' was declared DEAD; register again");
+  }
+  it->second.last_heartbeat = now;
+  return Status::ok();
+}
+
+std::vector<NodeTransition> Membership::check(double now) {
+  std::vector<NodeTransition> out;
+  for (auto& [id, node] : nodes_) {
+    if (node.state == NodeState::dead)
+      continue;
+    double silent = now - node.last_heartbeat;
+    if (silent > node_timeout_s_) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "no heartbeat for %.1f s (timeout %.1f s)", silent,
+                    node_timeout_s_);
+      out.push_back({id, node.state, NodeState::dead, buf});
+      node.state = NodeState::dead;
+      node.reason = buf;
+    }
+  }
+  return out;
+}
+
+std::vector<NodeTransition> Membership::connection_lost(const std::string& id, uint64_t incarnation,
+                                                        double) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end() || it->second.incarnation != incarnation ||
+      it->second.state == NodeState::dead) {
+    return {};
+  }
+  NodeTransition t{id, it->second.state, NodeState::dead, "connection to the node agent lost"};
+  it->second.state = NodeState::dead;
+  it->second.reason = t.reason;
+  return {t};
+}
+
+Status Membership::drain(const std::string& id) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end())
+    return Status(errc::not_found, "no node named '" + id + "'");
+  if (it->second.state == NodeState::dead) {
+    return Status(errc::invalid_argument, "node '" + id + "' is DEAD and cannot be drained");
+  }
+  it->second.state = NodeState::draining;
+  it->second.drained = true;
+  it->second.reason = "drained by operator";
+  return Status::ok();
+}
+
+Status Membership::deregister(const std::string& id) {
+  if (nodes_.erase(id) == 0)
+    return Status(errc::not_found, "no node named '" + id + "'");
+  return Status::ok();
+}
+
+}  // namespace troupe::controller

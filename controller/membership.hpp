@@ -1,0 +1,75 @@
+// The controller's table of nodes and their liveness: plain C++ driven with an
+// explicit `now`, so tests step it without clocks or sleeps.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/resources.hpp"
+#include "runtime/status.hpp"
+
+namespace troupe::controller {
+
+enum class NodeState { alive, draining, dead };
+const char* to_string(NodeState state);
+
+struct NodeRecord {
+  std::string id;
+  std::string host;
+  uint16_t http_port = 0;
+  Resources resources;
+  int32_t pid = 0;
+  NodeState state = NodeState::alive;
+  double registered_at = 0;   // seconds on the controller's clock
+  double last_heartbeat = 0;  // idem
+  std::string reason;         // why the node is in its state
+  uint64_t incarnation = 0;   // bumped on every (re-)registration
+  bool drained = false;       // an operator asked to drain it; kept across reconnects
+};
+
+// A change of state the caller should log and react to.
+struct NodeTransition {
+  std::string id;
+  NodeState from;
+  NodeState to;
+  std::string reason;
+};
+
+class Membership {
+ public:
+  // `node_timeout_s`: a node that sent no heartbeat for longer is DEAD.
+  explicit Membership(double node_timeout_s) : node_timeout_s_(node_timeout_s) {}
+
+  // Adds a node or re-registers a known one (a restarted process, or one that
+  // was declared DEAD and came back). A DRAINING node stays DRAINING: drain is
+  // an operator's decision that outlives reconnects. Returns the incarnation.
+  uint64_t register_node(NodeRecord node, double now);
+
+  // Records a heartbeat. A node that is unknown or DEAD must register again:
+  // that is errc::not_found, and the agent reacts by re-registering.
+  Status heartbeat(const std::string& id, double now);
+
+  // Declares DEAD every node whose last heartbeat is older than the timeout.
+  std::vector<NodeTransition> check(double now);
+
+  // The connection to the node's agent dropped. `incarnation` guards against
+  // a late notice about an older connection after the node re-registered.
+  std::vector<NodeTransition> connection_lost(const std::string& id, uint64_t incarnation,
+                                              double now);
+
+  Status drain(const std::string& id);
+  // A node leaving on purpose (graceful shutdown) is removed from the table.
+  Status deregister(const std::string& id);
+
+  const std::map<std::string, NodeRecord>& nodes() const { return nodes_; }
+  double node_timeout_s() const { return node_timeout_s_; }
+
+ private:
+  double node_timeout_s_;
+  std::map<std::string, NodeRecord> nodes_;
+  uint64_t next_incarnation_ = 1;
+};
+
+}  // namespace troupe::controller

@@ -1,0 +1,33 @@
+// Leveled, per-component logging (spdlog) to stderr and, when a state
+// directory is given, to a rotating file under it. CAF's own logging is
+// compiled out in Debian's build, so connection and down events are logged by
+// the components themselves.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <spdlog/logger.h>
+
+#include "runtime/status.hpp"
+
+namespace troupe::log {
+
+struct Options {
+  std::string level = "info";  // trace, debug, info, warn, error, critical, off
+  std::string file;            // empty: stderr only
+  std::string process;         // prefixed to every line, e.g. the node id
+};
+
+// Configures the sinks shared by every component logger. Call once in main
+// before any actor starts; an invalid level or unwritable file is an error.
+Status init(const Options& options);
+
+// The logger of one component ("controller", "agent", "node", ...), created
+// on first use with the sinks configured by init().
+std::shared_ptr<spdlog::logger> get(const std::string& component);
+
+// Flushes and drops every logger; call at the end of main.
+void shutdown();
+
+}  // namespace troupe::log

@@ -1,0 +1,208 @@
+// troupe-node: one process per machine. Runs the node agent and, with
+// --head, the controller (published on --port).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "controller/controller_actor.hpp"
+#include "runtime/log.hpp"
+#include "runtime/node_agent.hpp"
+#include "runtime/node_options.hpp"
+#include "runtime/system_setup.hpp"
+
+namespace fs = std::filesystem;
+using namespace troupe;
+
+namespace {
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "troupe-node: error: %s\n", message.c_str());
+  return 2;
+}
+
+// Creates the state directory and checks that it is writable; resolves the
+// node id (given > stored in the state dir > "head" / generated) and stores it
+// so a restarted node keeps its identity.
+Status prepare_state(NodeOptions& o) {
+  if (!o.state_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(fs::path(o.state_dir) / "logs", ec);
+    if (ec) {
+      return Status(errc::io_error,
+                    "state dir '" + o.state_dir + "' cannot be created: " + ec.message());
+    }
+    auto probe = fs::path(o.state_dir) / ".write-test";
+    {
+      std::ofstream out(probe);
+      if (!out || !(out << "ok") || !out.flush()) {
+        return Status(errc::io_error, "state dir '" + o.state_dir + "' is not writable");
+      }
+    }
+    fs::remove(probe, ec);
+  }
+  auto id_file = o.state_dir.empty() ? fs::path() : fs::path(o.state_dir) / "node_id";
+  if (o.node_id.empty() && !id_file.empty() && fs::exists(id_file)) {
+    std::ifstream in(id_file);
+    std::getline(in, o.node_id);
+    if (auto st = validate_node_id(o.node_id); !st) {
+      return Status(errc::corrupt, "'" + id_file.string() + "': " + st.message());
+    }
+  }
+  if (o.node_id.empty()) {
+    if (o.head) {
+      o.node_id = "head";
+    } else {
+      std::random_device rd;
+      char buf[16];
+      std::snprintf(buf, sizeof(buf), "node-%06x", rd() & 0xffffff);
+      o.node_id = buf;
+    }
+  }
+  if (!id_file.empty()) {
+    std::ofstream out(id_file, std::ios::trunc);
+    if (!(out << o.node_id << '\n')) {
+      return Status(errc::io_error, "cannot write '" + id_file.string() + "'");
+    }
+  }
+  return Status::ok();
+}
+
+// CAF publishes with SO_REUSEPORT (needed to restart the head at once after a
+// crash), which would let two heads share a port. Binding a plain socket first
+// tells whether another process listens there.
+Status check_port_free(const std::string& bind, uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return Status(errc::io_error, std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (::inet_pton(AF_INET, bind.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return Status(errc::invalid_argument, "--bind '" + bind + "' is not an IPv4 address");
+  }
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return Status(errc::unavailable, "cannot listen on " + bind + ":" + std::to_string(port) +
+                                         ": " + std::strerror(err));
+  }
+  return Status::ok();
+}
+
+caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = parse_node_options(argc, argv);
+  if (!parsed)
+    return usage_error(parsed.status().message());
+  NodeOptions o = std::move(parsed.value());
+  if (o.show_help) {
+    std::fputs(o.help_text.c_str(), stdout);
+    return 0;
+  }
+  if (auto st = prepare_state(o); !st)
+    return usage_error(st.message());
+  if (o.head) {
+    if (auto st = check_port_free(o.bind, o.port); !st)
+      return usage_error(st.message());
+  }
+  log::Options log_options;
+  log_options.level = o.log_level;
+  log_options.process = o.node_id;
+  if (!o.state_dir.empty()) {
+    log_options.file = (fs::path(o.state_dir) / "logs" / "troupe-node.log").string();
+  }
+  if (auto st = log::init(log_options); !st)
+    return usage_error(st.message());
+  auto log = log::get("node");
+
+  // Every thread inherits this mask, so only the main loop below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  int exit_code = 0;
+  {
+    caf::actor_system_config cfg;
+    configure_actor_system(
+        cfg, TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
+    caf::actor_system sys{cfg};
+
+    caf::actor controller;
+    if (o.head) {
+      controller::ControllerOptions copts;
+      copts.node_timeout_s = o.node_timeout_s;
+      controller = controller::spawn_controller(sys, copts);
+      auto port = sys.middleman().publish(controller, o.port, o.bind.c_str(), true);
+      if (!port) {
+        caf::anon_send_exit(controller, caf::exit_reason::kill);
+        log::shutdown();
+        return usage_error("cannot listen on " + o.bind + ":" + std::to_string(o.port) + ": " +
+                           sys.render(port.error()));
+      }
+      log->info("controller listening on {}:{}", o.bind, *port);
+    }
+
+    AgentOptions aopts;
+    aopts.info.id = o.node_id;
+    aopts.info.host = o.bind;
+    aopts.info.http_port = o.http_port;
+    aopts.info.resources = o.resources.to_string();
+    aopts.info.pid = static_cast<int32_t>(::getpid());
+    aopts.local_controller = controller;
+    if (o.join)
+      aopts.controller_endpoint = *o.join;
+    aopts.heartbeat_interval_s = o.heartbeat_interval_s;
+    auto agent = spawn_node_agent(sys, aopts);
+    log->info("node {} started ({}; http port {}; resources {})", o.node_id,
+              o.head ? "head" : "worker joining " + o.join->to_string(), o.http_port,
+              o.resources.to_string());
+
+    int sig = 0;
+    while (sig != SIGINT && sig != SIGTERM) {
+      timespec wait{0, 200 * 1000 * 1000};
+      sig = sigtimedwait(&signals, nullptr, &wait);
+    }
+    log->info("received {}; shutting down (grace {:.1f} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+              o.shutdown_grace_s);
+    {
+      caf::scoped_actor self{sys};
+      self->request(agent, seconds(o.shutdown_grace_s), shutdown_atom::value)
+          .receive([](caf::ok_atom) {},
+                   [&](caf::error& err) {
+                     log->warn("graceful stop of the agent failed: {}", sys.render(err));
+                   });
+      self->send_exit(agent, caf::exit_reason::user_shutdown);
+      if (controller)
+        self->send_exit(controller, caf::exit_reason::user_shutdown);
+    }
+    if (controller)
+      sys.middleman().unpublish(controller, o.port);
+  }
+  log->info("stopped");
+  log::shutdown();
+  return exit_code;
+}

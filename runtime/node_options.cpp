@@ -1,0 +1,115 @@
+#include "runtime/node_options.hpp"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+namespace troupe {
+
+Resources detect_machine_resources() {
+  Resources r;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGESIZE);
+  r.amounts["cpu"] = cores > 0 ? static_cast<double>(cores) : 1.0;
+  if (pages > 0 && page_size > 0)
+    r.amounts["mem"] = static_cast<double>(pages) * page_size;
+  return r;
+}
+
+Result<NodeOptions> parse_node_options(int argc, const char* const* argv) {
+  NodeOptions o;
+  CLI::App app{"troupe-node: runs a node agent (and, with --head, the controller)", "troupe-node"};
+  std::string join;
+  std::string resources;
+  auto* head = app.add_flag("--head", o.head, "run the controller on this node");
+  auto* join_opt = app.add_option("--join", join, "HOST:PORT of the head node to join");
+  head->excludes(join_opt);
+  auto* port_opt = app.add_option("--port", o.port, "head: port the controller listens on")
+                       ->capture_default_str();
+  port_opt->excludes(join_opt);
+  app.add_option("--bind", o.bind, "address to listen on")->capture_default_str();
+  app.add_option("--state-dir", o.state_dir, "directory for logs, node id and checkpoints");
+  app.add_option("--node-id", o.node_id, "name of this node (default: kept in the state dir)");
+  app.add_option("--resources", resources, "capacity, e.g. cpu=4,mem=8G (default: detected)");
+  app.add_option("--http-port", o.http_port, "port of this node's HTTP proxy")
+      ->capture_default_str();
+  app.add_option("--node-timeout", o.node_timeout_s,
+                 "seconds without heartbeat before a node is DEAD")
+      ->capture_default_str();
+  app.add_option("--heartbeat-interval", o.heartbeat_interval_s,
+                 "seconds between a node's heartbeats")
+      ->capture_default_str();
+  app.add_option("--basp-heartbeat-interval", o.basp_heartbeat_interval_s,
+                 "seconds between CAF transport heartbeats")
+      ->capture_default_str();
+  app.add_option("--basp-connection-timeout", o.basp_connection_timeout_s,
+                 "seconds of silence before CAF drops a connection")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace", o.shutdown_grace_s,
+                 "seconds to stop gracefully on SIGTERM before forcing")
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    o.show_help = true;
+    o.help_text = app.help();
+    return o;
+  } catch (const CLI::ParseError& e) {
+    return Result<NodeOptions>(errc::invalid_argument, e.what());
+  }
+
+  auto invalid = [](std::string what) { return Result<NodeOptions>(errc::invalid_argument, what); };
+  if (!o.head && join.empty())
+    return invalid("give either --head or --join HOST:PORT");
+  if (!join.empty()) {
+    auto ep = parse_endpoint(join);
+    if (!ep)
+      return invalid("--join: " + ep.status().message());
+    o.join = *ep;
+  }
+  if (o.head && o.state_dir.empty())
+    return invalid("--head needs --state-dir DIR");
+  if (o.head && o.port == 0)
+    return invalid("--port 0 is not allowed: the head needs a known port");
+  if (o.http_port == 0)
+    return invalid("--http-port 0 is not allowed");
+  if (!o.node_id.empty()) {
+    auto st = validate_node_id(o.node_id);
+    if (!st)
+      return invalid("--node-id: " + st.message());
+  }
+  if (resources.empty()) {
+    o.resources = detect_machine_resources();
+  } else {
+    auto r = parse_resources(resources);
+    if (!r)
+      return invalid("--resources: " + r.status().message());
+    o.resources = *r;
+  }
+  auto positive = [&](const char* name, double v) -> Status {
+    if (!(v > 0) || v > 86400) {
+      return Status(errc::invalid_argument, std::string(name) + " " + std::to_string(v) +
+                                                " must be > 0 and <= 86400 seconds");
+    }
+    return Status::ok();
+  };
+  for (auto [name, value] : {std::pair<const char*, double>{"--node-timeout", o.node_timeout_s},
+                             {"--heartbeat-interval", o.heartbeat_interval_s},
+                             {"--basp-heartbeat-interval", o.basp_heartbeat_interval_s},
+                             {"--basp-connection-timeout", o.basp_connection_timeout_s},
+                             {"--shutdown-grace", o.shutdown_grace_s}}) {
+    auto st = positive(name, value);
+    if (!st)
+      return Result<NodeOptions>(st);
+  }
+  if (o.heartbeat_interval_s >= o.node_timeout_s) {
+    return invalid("--heartbeat-interval must be shorter than --node-timeout");
+  }
+  return o;
+}
+
+}  // namespace troupe

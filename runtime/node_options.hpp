@@ -1,0 +1,41 @@
+// Command line of troupe-node, parsed and validated before anything starts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "runtime/address.hpp"
+#include "runtime/resources.hpp"
+#include "runtime/status.hpp"
+
+namespace troupe {
+
+struct NodeOptions {
+  bool head = false;
+  std::optional<Endpoint> join;  // set for worker nodes
+  uint16_t port = 7300;          // head: where the controller is published
+  std::string bind = "127.0.0.1";
+  std::string state_dir;  // required for the head
+  std::string node_id;    // empty: from <state-dir>/node_id, else generated
+  Resources resources;    // default: this machine's cores and memory
+  uint16_t http_port = 8000;
+  double node_timeout_s = 5.0;
+  double heartbeat_interval_s = 1.0;
+  double basp_heartbeat_interval_s = 1.0;
+  double basp_connection_timeout_s = 5.0;
+  double shutdown_grace_s = 5.0;
+  std::string log_level = "info";
+
+  bool show_help = false;
+  std::string help_text;
+};
+
+// Parses argv (argv[0] is the program name). Errors are one line naming the
+// problem; the caller prints it and exits with code 2.
+Result<NodeOptions> parse_node_options(int argc, const char* const* argv);
+
+// cpu=<online cores>,mem=<physical memory>.
+Resources detect_machine_resources();
+
+}  // namespace troupe

@@ -1,0 +1,56 @@
+#include "runtime/wire.hpp"
+
+#include <caf/actor_system_config.hpp>
+#include <caf/message.hpp>
+#include <caf/sec.hpp>
+
+namespace troupe {
+
+void register_wire_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<NodeInfo>("troupe.NodeInfo");
+  cfg.add_message_type<NodeStatus>("troupe.NodeStatus");
+  cfg.add_message_type<std::vector<NodeStatus>>("troupe.NodeStatusList");
+  cfg.set("middleman.app-identifiers", std::vector<std::string>{kAppIdentifier});
+  cfg.add_error_category(kErrorCategory,
+                         [](uint8_t code, caf::atom_value, const caf::message& ctx) {
+                           std::string text = to_string(static_cast<errc>(code));
+                           if (ctx.match_elements<std::string>())
+                             text += ": " + ctx.get_as<std::string>(0);
+                           return text;
+                         });
+}
+
+caf::error to_caf_error(const Status& status) {
+  return caf::error(static_cast<uint8_t>(status.code()), kErrorCategory,
+                    caf::make_message(status.message()));
+}
+
+Status from_caf_error(const caf::error& err) {
+  if (!err)
+    return Status::ok();
+  std::string context;
+  if (err.context().match_elements<std::string>())
+    context = err.context().get_as<std::string>(0);
+  if (err.category() == kErrorCategory)
+    return Status(static_cast<errc>(err.code()), context);
+  if (err.category() == caf::atom("system")) {
+    auto code = static_cast<caf::sec>(err.code());
+    std::string what = caf::to_string(code);
+    if (!context.empty())
+      what += " (" + context + ")";
+    switch (code) {
+      case caf::sec::request_timeout:
+        return Status(errc::timeout, "no answer in time");
+      case caf::sec::cannot_connect_to_node:
+      case caf::sec::remote_linking_failed:
+      case caf::sec::request_receiver_down:
+      case caf::sec::no_route_to_receiving_node:
+        return Status(errc::unavailable, what);
+      default:
+        return Status(errc::internal, what);
+    }
+  }
+  return Status(errc::internal, caf::to_string(err));
+}
+
+}  // namespace troupe

@@ -1,0 +1,254 @@
+// A real cluster of troupe-node processes on loopback, driven through
+// troupectl exactly as an operator would.
+#include <signal.h>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "tests/support/process.hpp"
+
+using namespace troupe::testing;
+using nlohmann::json;
+
+namespace {
+
+// Short liveness settings keep the suite fast; the logic is the same.
+const std::vector<std::string> kFastLiveness = {"--node-timeout",
+                                                "2",
+                                                "--heartbeat-interval",
+                                                "0.2",
+                                                "--basp-heartbeat-interval",
+                                                "0.5",
+                                                "--basp-connection-timeout",
+                                                "3"};
+
+struct Cluster {
+  TempDir dir;
+  uint16_t port = free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  std::map<std::string, ChildProcess> nodes;
+
+  ChildProcess& start_head() {
+    std::vector<std::string> argv = {
+        bin("troupe-node"), "--head",     "--port",      std::to_string(port),
+        "--state-dir",      dir / "head", "--http-port", std::to_string(free_port())};
+    argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
+    nodes.erase("head");
+    return nodes.emplace("head", ChildProcess(argv, dir / "head.log")).first->second;
+  }
+
+  ChildProcess& start_worker(const std::string& id) {
+    std::vector<std::string> argv = {bin("troupe-node"),
+                                     "--join",
+                                     address,
+                                     "--node-id",
+                                     id,
+                                     "--state-dir",
+                                     dir / id,
+                                     "--http-port",
+                                     std::to_string(free_port())};
+    argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
+    nodes.erase(id);
+    return nodes.emplace(id, ChildProcess(argv, dir / (id + ".log"))).first->second;
+  }
+
+  // Node id -> state, as troupectl reports it; empty when the call failed.
+  std::map<std::string, std::string> states() {
+    auto r = run({bin("troupectl"), "--address", address, "--timeout", "2", "nodes", "--json"});
+    std::map<std::string, std::string> out;
+    if (r.exit_code != 0)
+      return out;
+    for (const auto& node : json::parse(r.out))
+      out[node.at("id")] = node.at("state");
+    return out;
+  }
+
+  bool wait_states(const std::map<std::string, std::string>& expected,
+                   std::chrono::milliseconds deadline) {
+    std::map<std::string, std::string> last;
+    bool ok = wait_until([&] { return (last = states()) == expected; }, deadline, 100ms);
+    if (!ok) {
+      std::string seen;
+      for (auto& [id, state] : last)
+        seen += id + "=" + state + " ";
+      MESSAGE("last seen states: " << seen);
+      for (auto& [id, proc] : nodes)
+        MESSAGE(id << " output:\n" << proc.output());
+    }
+    return ok;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a head and two workers form a cluster; dead nodes are seen and come back") {
+  Cluster c;
+  c.start_head();
+  c.start_worker("w1");
+  c.start_worker("w2");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+
+  // The JSON rows carry the documented fields.
+  auto r = run({bin("troupectl"), "--address", c.address, "nodes", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto rows = json::parse(r.out);
+  REQUIRE(rows.size() == 3);
+  for (const auto& row : rows) {
+    CHECK(row.contains("address"));
+    CHECK(row.at("resources").contains("cpu"));
+    CHECK(row.at("last_heartbeat_age_s").get<double>() >= 0);
+  }
+
+  // kill -9 a worker: DEAD within node-timeout (2 s) + 2 s.
+  c.nodes.at("w1").signal(SIGKILL);
+  CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "DEAD"}, {"w2", "ALIVE"}}, 4s));
+
+  // Restart it with the same node id: ALIVE again.
+  c.start_worker("w1");
+  CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+
+  // SIGTERM everything: each process exits 0 within 10 s.
+  for (auto& [id, proc] : c.nodes)
+    proc.signal(SIGTERM);
+  for (auto& [id, proc] : c.nodes) {
+    CAPTURE(id);
+    auto code = proc.wait_exit(10s);
+    REQUIRE(code.has_value());
+    CHECK(*code == 0);
+  }
+}
+
+TEST_CASE("a frozen worker is declared DEAD by heartbeat timeout and returns when resumed") {
+  Cluster c;
+  c.start_head();
+  c.start_worker("w1");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  c.nodes.at("w1").signal(SIGSTOP);
+  CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "DEAD"}}, 4s));
+  c.nodes.at("w1").signal(SIGCONT);
+  CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 15s));
+}
+
+TEST_CASE("workers re-register on their own when the head restarts with the same state dir") {
+  Cluster c;
+  c.start_head();
+  c.start_worker("w1");
+  c.start_worker("w2");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+  c.nodes.at("head").signal(SIGKILL);
+  REQUIRE(c.nodes.at("head").wait_exit(5s).has_value());
+  CHECK(c.states().empty());  // nobody answers while the head is down
+  c.start_head();
+  CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+}
+
+TEST_CASE("troupectl drain marks a node DRAINING, and it stays so across a reconnect") {
+  Cluster c;
+  c.start_head();
+  c.start_worker("w1");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  auto r = run({bin("troupectl"), "--address", c.address, "drain", "w1"});
+  CHECK(r.exit_code == 0);
+  CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "DRAINING"}}, 5s));
+  auto unknown = run({bin("troupectl"), "--address", c.address, "drain", "nope"});
+  CHECK(unknown.exit_code == 1);
+  CHECK(unknown.err.find("no node named 'nope'") != std::string::npos);
+  c.nodes.at("w1").signal(SIGKILL);
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "DEAD"}}, 4s));
+  c.start_worker("w1");
+  CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "DRAINING"}}, 20s));
+}
+
+TEST_CASE("troupectl names the address it cannot reach and exits non-zero within its timeout") {
+  auto port = std::to_string(free_port());
+  auto started = std::chrono::steady_clock::now();
+  auto r = run({bin("troupectl"), "--address", "127.0.0.1:" + port, "--timeout", "3", "nodes"});
+  auto took = std::chrono::steady_clock::now() - started;
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("cannot reach the controller at 127.0.0.1:" + port) != std::string::npos);
+  CHECK(took < 10s);  // bounded by --timeout, with room for a loaded machine
+
+  auto env = run({"/usr/bin/env", "TROUPE_ADDRESS=127.0.0.1:" + port, bin("troupectl"), "--timeout",
+                  "3", "nodes"});
+  CHECK(env.exit_code == 1);
+  CHECK(env.err.find("127.0.0.1:" + port) != std::string::npos);
+}
+
+TEST_CASE("a joining node that cannot reach the head keeps retrying and says where") {
+  TempDir dir;
+  auto port = std::to_string(free_port());
+  ChildProcess w({bin("troupe-node"), "--join", "127.0.0.1:" + port, "--node-id", "lonely",
+                  "--http-port", std::to_string(free_port())},
+                 dir / "w.log");
+  CHECK(wait_until(
+      [&] {
+        return w.output().find("cannot reach the controller at 127.0.0.1:" + port) !=
+               std::string::npos;
+      },
+      10s));
+  CHECK(w.running());
+  w.signal(SIGTERM);
+  auto code = w.wait_exit(10s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+}
+
+TEST_CASE("bad command lines are refused with one line naming the problem and exit code 2") {
+  TempDir dir;
+  auto file = dir / "file";
+  { std::ofstream(file) << "x"; }
+  struct Case {
+    std::vector<std::string> args;
+    std::string fragment;
+  };
+  std::vector<Case> cases = {
+      {{"--head", "--state-dir", dir / "s", "--bogus"}, "--bogus"},
+      {{"--state-dir", dir / "s"}, "give either --head or --join"},
+      {{"--join", "localhost"}, "address 'localhost' is not HOST:PORT"},
+      {{"--join", "localhost:99999"}, "port 99999 is outside 1-65535"},
+      {{"--head", "--state-dir", dir / "s", "--resources", "cpu=four"}, "resource 'cpu'"},
+      {{"--head", "--state-dir", dir / "s", "--node-id", "bad id"}, "node id 'bad id'"},
+      {{"--head"}, "--head needs --state-dir"},
+      {{"--head", "--state-dir", file + "/sub"}, "state dir '" + file + "/sub'"},
+      {{"--head", "--state-dir", dir / "s", "--node-timeout", "0"}, "--node-timeout"},
+      {{"--head", "--join", "127.0.0.1:1"}, "excludes"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {bin("troupe-node")};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto r = run(argv, 10s);
+    CAPTURE(c.fragment);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(c.fragment) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--address", "nohost", "nodes"}, {"nodes", "--bogus"}, {"frobnicate"}, {}}) {
+    std::vector<std::string> argv = {bin("troupectl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run(argv, 10s);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("a head refuses a port that is in use, and starts nothing") {
+  Cluster c;
+  c.start_head();
+  REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
+  TempDir other;
+  auto r = run({bin("troupe-node"), "--head", "--port", std::to_string(c.port), "--state-dir",
+                other / "s", "--http-port", std::to_string(free_port())},
+               10s);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("cannot listen on 127.0.0.1:" + std::to_string(c.port)) != std::string::npos);
+  // The running head is untouched.
+  CHECK(c.states() == std::map<std::string, std::string>{{"head", "ALIVE"}});
+}

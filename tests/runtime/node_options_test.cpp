@@ -1,0 +1,106 @@
+#include "runtime/node_options.hpp"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+using namespace troupe;
+
+namespace {
+
+Result<NodeOptions> parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "troupe-node");
+  return parse_node_options(static_cast<int>(args.size()), args.data());
+}
+
+}  // namespace
+
+TEST_CASE("a head with defaults") {
+  auto o = parse({"--head", "--state-dir", "/tmp/x"});
+  REQUIRE(o.has_value());
+  CHECK(o->head);
+  CHECK_FALSE(o->join.has_value());
+  CHECK(o->port == 7300);
+  CHECK(o->bind == "127.0.0.1");
+  CHECK(o->http_port == 8000);
+  CHECK(o->node_timeout_s == 5.0);
+  CHECK(o->resources.get("cpu") >= 1.0);
+  CHECK(o->resources.get("mem") > 0.0);
+}
+
+TEST_CASE("a worker with every option") {
+  auto o = parse({"--join",
+                  "10.0.0.1:7400",
+                  "--node-id",
+                  "w1",
+                  "--resources",
+                  "cpu=8,mem=16G",
+                  "--http-port",
+                  "8100",
+                  "--node-timeout",
+                  "3",
+                  "--heartbeat-interval",
+                  "0.5",
+                  "--basp-heartbeat-interval",
+                  "0.25",
+                  "--basp-connection-timeout",
+                  "4",
+                  "--shutdown-grace",
+                  "2",
+                  "--log-level",
+                  "debug",
+                  "--state-dir",
+                  "/tmp/w"});
+  REQUIRE(o.has_value());
+  CHECK_FALSE(o->head);
+  REQUIRE(o->join.has_value());
+  CHECK(o->join->host == "10.0.0.1");
+  CHECK(o->join->port == 7400);
+  CHECK(o->node_id == "w1");
+  CHECK(o->resources.get("cpu") == 8.0);
+  CHECK(o->resources.get("mem") == 16.0 * 1024 * 1024 * 1024);
+  CHECK(o->http_port == 8100);
+  CHECK(o->node_timeout_s == 3.0);
+  CHECK(o->heartbeat_interval_s == 0.5);
+  CHECK(o->basp_heartbeat_interval_s == 0.25);
+  CHECK(o->basp_connection_timeout_s == 4.0);
+  CHECK(o->shutdown_grace_s == 2.0);
+  CHECK(o->log_level == "debug");
+}
+
+TEST_CASE("--help is not an error") {
+  auto o = parse({"--help"});
+  REQUIRE(o.has_value());
+  CHECK(o->show_help);
+  CHECK(o->help_text.find("--join") != std::string::npos);
+}
+
+TEST_CASE("bad options are refused with a message naming them") {
+  struct Case {
+    std::vector<const char*> args;
+    const char* fragment;
+  };
+  std::vector<Case> cases = {
+      {{"--head", "--state-dir", "d", "--frob"}, "--frob"},
+      {{}, "give either --head or --join"},
+      {{"--head"}, "--head needs --state-dir"},
+      {{"--head", "--join", "h:1", "--state-dir", "d"}, "excludes"},
+      {{"--join", "h:1", "--port", "7300"}, "excludes"},
+      {{"--join", "nohost"}, "--join: address 'nohost'"},
+      {{"--join", "h:1", "--resources", "cpu"}, "--resources: resource entry 'cpu'"},
+      {{"--join", "h:1", "--node-id", "a b"}, "--node-id: node id 'a b'"},
+      {{"--join", "h:1", "--http-port", "0"}, "--http-port 0"},
+      {{"--join", "h:1", "--http-port", "70000"}, "--http-port"},
+      {{"--join", "h:1", "--node-timeout", "-1"}, "--node-timeout"},
+      {{"--join", "h:1", "--heartbeat-interval", "9"}, "shorter than --node-timeout"},
+      {{"--head", "--state-dir", "d", "--port", "0"}, "--port 0"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.fragment);
+    auto o = parse(c.args);
+    REQUIRE_FALSE(o.has_value());
+    CHECK(o.status().code() == errc::invalid_argument);
+    CAPTURE(o.status().message());
+    CHECK(o.status().message().find(c.fragment) != std::string::npos);
+  }
+}

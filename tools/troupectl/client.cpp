@@ -1,0 +1,83 @@
+#include "tools/troupectl/client.hpp"
+
+#include <chrono>
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+
+namespace troupe {
+
+namespace {
+
+caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+Status ControllerClient::describe(const caf::error& err) const {
+  auto status = from_caf_error(err);
+  if (status.code() == errc::timeout) {
+    return Status(errc::timeout, "the controller at " + endpoint_.to_string() +
+                                     " did not answer within " + std::to_string(timeout_s_) + " s");
+  }
+  return status;
+}
+
+Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const Endpoint& endpoint,
+                                                   double timeout_s) {
+  caf::scoped_actor self{sys};
+  caf::actor controller;
+  Status failure;
+  auto mm = sys.middleman().actor_handle();
+  self->request(mm, seconds(timeout_s), caf::connect_atom::value, endpoint.host, endpoint.port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (!ptr) {
+              failure =
+                  Status(errc::unavailable, "nothing is published at " + endpoint.to_string());
+            } else {
+              controller = caf::actor_cast<caf::actor>(ptr);
+            }
+          },
+          [&](caf::error& err) {
+            auto status = from_caf_error(err);
+            std::string why = status.code() == errc::timeout
+                                  ? "no answer within " + std::to_string(timeout_s) + " s"
+                                  : sys.render(err);
+            failure = Status(errc::unavailable,
+                             "cannot reach the controller at " + endpoint.to_string() + ": " + why);
+          });
+  if (!failure)
+    return failure;
+  self->request(controller, seconds(timeout_s), hello_atom::value, kProtocolVersion)
+      .receive([&](hello_atom, uint32_t, const std::string&) {},
+               [&](caf::error& err) {
+                 auto status = from_caf_error(err);
+                 failure = Status(status.code(), "the controller at " + endpoint.to_string() +
+                                                     " refused the handshake: " + status.message());
+               });
+  if (!failure)
+    return failure;
+  return ControllerClient(sys, controller, endpoint, timeout_s);
+}
+
+Result<std::vector<NodeStatus>> ControllerClient::nodes() {
+  caf::scoped_actor self{*sys_};
+  Result<std::vector<NodeStatus>> out(errc::internal, "no answer");
+  self->request(controller_, seconds(timeout_s_), nodes_atom::value)
+      .receive([&](std::vector<NodeStatus>& nodes) { out = std::move(nodes); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+Status ControllerClient::drain(const std::string& node_id) {
+  caf::scoped_actor self{*sys_};
+  Status out(errc::internal, "no answer");
+  self->request(controller_, seconds(timeout_s_), drain_atom::value, node_id)
+      .receive([&](caf::ok_atom) { out = Status::ok(); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+}  // namespace troupe
