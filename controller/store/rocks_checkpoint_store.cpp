@@ -86,11 +86,6 @@ Result<std::unique_ptr<RocksCheckpointStore>> RocksCheckpointStore::open(
       new RocksCheckpointStore(path, options, std::move(db).value()));
 }
 
-// After a failed synced write RocksDB keeps refusing writes (a "background
-// error" that DB::Resume() does not clear for WAL failures), so the database
-// is closed and opened again: recovery replays what the log really holds,
-// and the next save() rewrites every key (known_ is false), so whether or
-// not the failed write reached the disk, the result is exactly the new state.
 // What load() read is what the next save() may diff against — unless a write
 // failed since the database was opened: the log may then hold more than the
 // open database shows.
@@ -102,6 +97,11 @@ void RocksCheckpointStore::remember(std::map<std::string, std::string> stored) {
   known_ = true;
 }
 
+// After a failed synced write RocksDB keeps refusing writes (a "background
+// error" that DB::Resume() does not clear for WAL failures), so the database
+// is closed and opened again: recovery replays what the log really holds,
+// and the next save() rewrites every key (known_ is false), so whether or
+// not the failed write reached the disk, the result is exactly the new state.
 Status RocksCheckpointStore::reopen_after_failure() {
   if (!write_failed_) {
     return Status::ok();
@@ -208,6 +208,11 @@ Status RocksCheckpointStore::save(const TargetState& state) {
 // log write succeeded). It does not reopen: a failed sync may have left the
 // new batch in the log, and reopening would replay it.
 Result<std::optional<TargetState>> RocksCheckpointStore::load() {
+  if (!db_) {  // an earlier reopen failed; nothing else to read from
+    if (auto st = reopen_after_failure(); !st) {
+      return st;
+    }
+  }
   auto where = [this](const std::string& key) {
     return "checkpoint database " + path_ + ", key '" + key + "': ";
   };

@@ -51,16 +51,21 @@ class RocksCheckpointStore final : public CheckpointStore {
   RocksCheckpointStore& operator=(const RocksCheckpointStore&) = delete;
 
   // One synced WriteBatch. Returns errc::io_error (naming the path) when the
-  // write fails; then the caller must treat the change as not made — though
-  // after a failed sync it may still be on disk, so the next save() rewrites
-  // every key instead of trusting what it believes is stored.
+  // write fails; then the caller must treat the change as not made. It may
+  // still have reached the disk (a failed sync is not a failed write), so a
+  // restart could load it: that is the caller's "nothing may be assumed"
+  // either way. RocksDB refuses writes after a failed log write, so the next
+  // save() first closes and reopens the database (failing with the reason if
+  // it cannot), then rewrites every key instead of trusting what it believes
+  // is stored: the result is exactly the state passed.
   Status save(const TargetState& state) override;
 
   // Reads every key from one consistent snapshot. std::nullopt for a
   // database nothing was ever saved in. Any undecodable value, stray key,
   // missing head or application count that does not match is errc::corrupt
   // naming the path and the key; a record from a newer binary is
-  // errc::version_mismatch.
+  // errc::version_mismatch. After a failed save() it still returns the state
+  // before that save (what the open database holds).
   Result<std::optional<TargetState>> load() override;
 
   const std::string& path() const { return path_; }
