@@ -1,0 +1,746 @@
+#include "controller/core/deployment_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace troupe::controller {
+
+namespace {
+
+std::string seconds(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
+}
+
+bool active(const Replica& r) {
+  return !r.removed && r.state != ReplicaState::stopping;
+}
+
+}  // namespace
+
+uint32_t capacity_adjusted(uint32_t n, std::optional<double> target_capacity) {
+  if (!target_capacity || *target_capacity >= 100)
+    return n;
+  if (n == 0 || *target_capacity <= 0)
+    return 0;
+  double scaled = std::ceil(static_cast<double>(n) * *target_capacity / 100.0 - 1e-9);
+  return std::max<uint32_t>(1, static_cast<uint32_t>(scaled));
+}
+
+uint64_t parse_replica_seq(const std::string& id) {
+  auto pos = id.rfind('#');
+  if (pos == std::string::npos || pos + 1 >= id.size())
+    return 0;
+  uint64_t n = 0;
+  for (std::size_t i = pos + 1; i < id.size(); ++i) {
+    if (id[i] < '0' || id[i] > '9')
+      return 0;
+    n = n * 10 + static_cast<uint64_t>(id[i] - '0');
+  }
+  return n;
+}
+
+bool advance_stopping(Replica& r, TickContext& ctx) {
+  if (r.stopped || r.crashed || ctx.cluster.state(r.node_id) == NodeState::dead)
+    return true;
+  if (!r.kill_sent && ctx.now >= r.kill_at) {
+    Command c;
+    c.kind = CommandKind::kill;
+    c.replica_id = r.id;
+    c.node_id = r.node_id;
+    ctx.out.push_back(std::move(c));
+    r.kill_sent = true;
+  }
+  return false;
+}
+
+bool begin_stop(Replica& r, double grace_s, TickContext& ctx) {
+  const bool has_actor = !(r.state == ReplicaState::starting && !r.placed);
+  r.state = ReplicaState::stopping;
+  r.state_since = ctx.now;
+  r.check_outstanding = false;
+  r.migrating = false;
+  if (!has_actor)
+    return true;
+  Command c;
+  c.replica_id = r.id;
+  c.node_id = r.node_id;
+  if (grace_s > 0) {
+    c.kind = CommandKind::stop;
+    c.timeout_s = grace_s;
+    r.kill_at = ctx.now + grace_s;
+    r.kill_sent = false;
+  } else {
+    c.kind = CommandKind::kill;
+    r.kill_at = ctx.now;
+    r.kill_sent = true;
+  }
+  ctx.out.push_back(std::move(c));
+  return false;
+}
+
+DeploymentState::DeploymentState(DeploymentId id, std::shared_ptr<const DeploymentSpec> spec,
+                                 std::optional<double> target_capacity, const CoreOptions& options)
+    : id_(std::move(id)),
+      spec_(std::move(spec)),
+      target_version_(version_of(*spec_)),
+      target_capacity_(target_capacity),
+      options_(options) {
+  recompute_target();
+  status_ = {DeploymentStatus::updating, DeploymentTrigger::config_update_started, ""};
+}
+
+DeploymentState::~DeploymentState() = default;
+
+void DeploymentState::recompute_target() {
+  const DeploymentConfig& c = spec_->config;
+  if (deleting_) {
+    target_ = 0;
+  } else if (c.autoscaling_config) {
+    const AutoscalingConfig& a = *c.autoscaling_config;
+    uint32_t lo = capacity_adjusted(a.min_replicas, target_capacity_);
+    uint32_t hi = capacity_adjusted(a.max_replicas, target_capacity_);
+    uint32_t want = autoscaled_ ? *autoscaled_
+                                : capacity_adjusted(a.initial_replicas.value_or(a.min_replicas),
+                                                    target_capacity_);
+    target_ = std::clamp(want, lo, hi);
+  } else {
+    target_ = capacity_adjusted(c.num_replicas, target_capacity_);
+  }
+}
+
+void DeploymentState::set_status(DeploymentStatus s, DeploymentTrigger t, std::string message) {
+  status_.status = s;
+  status_.trigger = t;
+  status_.message = std::move(message);
+}
+
+ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
+                                   std::optional<double> target_capacity) {
+  ChangeKind kind = classify_change(*spec_, *spec);
+  const bool capacity_changed = target_capacity != target_capacity_;
+  const bool was_deleting = deleting_;
+  if (kind == ChangeKind::unchanged && !capacity_changed && !was_deleting)
+    return kind;
+
+  const uint32_t old_target = target_;
+  if (spec->config.max_ongoing_requests != spec_->config.max_ongoing_requests) {
+    running_dirty_ = true;
+  }
+  if (kind != ChangeKind::unchanged && kind != ChangeKind::scaled)
+    autoscaled_.reset();
+  spec_ = std::move(spec);
+  target_version_ = version_of(*spec_);
+  target_capacity_ = target_capacity;
+  deleting_ = false;
+  recompute_target();
+
+  start_failures_ = 0;
+  last_start_error_.clear();
+  backoff_s_ = 1.0;
+  retry_not_before_ = 0;
+
+  if (kind == ChangeKind::unchanged)
+    kind = ChangeKind::scaled;
+  if (kind == ChangeKind::scaled && !was_deleting) {
+    if (target_ != old_target) {
+      const bool up = target_ > old_target;
+      const DeploymentStatus s =
+          status_.status == DeploymentStatus::updating
+              ? DeploymentStatus::updating
+              : (up ? DeploymentStatus::upscaling : DeploymentStatus::downscaling);
+      set_status(s, DeploymentTrigger::config_update_started,
+                 std::string(up ? "Upscaling" : "Downscaling") + " from " +
+                     std::to_string(old_target) + " to " + std::to_string(target_) + " replicas.");
+    }
+  } else {
+    set_status(DeploymentStatus::updating, DeploymentTrigger::config_update_started, "");
+  }
+  return kind;
+}
+
+void DeploymentState::set_autoscaled_target(uint32_t n) {
+  if (!spec_->config.autoscaling_config || deleting_)
+    return;
+  const uint32_t old_target = target_;
+  autoscaled_ = n;
+  recompute_target();
+  if (target_ == old_target || status_.status == DeploymentStatus::updating)
+    return;
+  const bool up = target_ > old_target;
+  set_status(up ? DeploymentStatus::upscaling : DeploymentStatus::downscaling,
+             DeploymentTrigger::autoscaling,
+             std::string(up ? "Upscaling" : "Downscaling") + " from " + std::to_string(old_target) +
+                 " to " + std::to_string(target_) + " replicas.");
+}
+
+void DeploymentState::start_deleting() {
+  deleting_ = true;
+  target_ = 0;
+  set_status(DeploymentStatus::deleting, DeploymentTrigger::deleting, "Deleting.");
+}
+
+void DeploymentState::adopt(const HostedReplica& hosted, TickContext& ctx) {
+  auto owned = std::make_unique<Replica>();
+  Replica& r = *owned;
+  r.id = hosted.replica_id;
+  r.seq = parse_replica_seq(r.id);
+  r.owner = this;
+  r.placed = true;
+  r.node_id = hosted.node_id;
+  r.reserved = spec_->config.resources;
+  r.created_at = r.state_since = ctx.now;
+  ctx.cluster.reserve(r.node_id, r.reserved);
+  if (hosted.stopping) {
+    r.state = ReplicaState::stopping;
+    r.kill_at = ctx.now + spec_->config.graceful_shutdown_timeout_s;
+  } else {
+    r.state = ReplicaState::recovering;
+    Command c;
+    c.kind = CommandKind::recover;
+    c.replica_id = r.id;
+    c.node_id = r.node_id;
+    ctx.out.push_back(std::move(c));
+  }
+  ctx.directory[r.id] = &r;
+  replicas_.push_back(std::move(owned));
+}
+
+void DeploymentState::remove(Replica& r, TickContext& ctx) {
+  if (r.removed)
+    return;
+  if (r.state == ReplicaState::running)
+    running_dirty_ = true;
+  if (r.placed)
+    ctx.cluster.release(r.node_id, r.reserved);
+  ctx.directory.erase(r.id);
+  r.removed = true;
+}
+
+void DeploymentState::release_all(TickContext& ctx) {
+  for (auto& r : replicas_)
+    remove(*r, ctx);
+  replicas_.clear();
+}
+
+void DeploymentState::stop_replica(Replica& r, bool graceful, TickContext& ctx) {
+  if (r.state == ReplicaState::running)
+    running_dirty_ = true;
+  const double grace = graceful ? spec_->config.graceful_shutdown_timeout_s : 0.0;
+  if (begin_stop(r, grace, ctx))
+    remove(r, ctx);
+}
+
+void DeploymentState::on_became_running(Replica& r, TickContext& ctx) {
+  if (!r.reported_version.code.empty())
+    r.version = r.reported_version;
+  r.state = ReplicaState::running;
+  r.state_since = ctx.now;
+  r.consecutive_failures = 0;
+  r.check_outstanding = false;
+  r.health_result = -1;
+  const double j = options_.health_check_jitter;
+  r.next_check_at =
+      ctx.now + spec_->config.health_check_period_s * ctx.rng.uniform(1.0 - j, 1.0 + j);
+  running_dirty_ = true;
+  // One successful start of the target version stops the failure counting.
+  if (is_target(r))
+    start_failures_ = -1;
+}
+
+void DeploymentState::handle_startup_failure(Replica& r, const std::string& error,
+                                             TickContext& ctx) {
+  if (start_failures_ >= 0) {
+    ++start_failures_;
+    last_start_error_ = error;
+  }
+  failed_this_tick_ = true;
+  stop_replica(r, /*graceful=*/r.state != ReplicaState::starting, ctx);
+}
+
+void DeploymentState::handle_crash(Replica& r, TickContext& ctx) {
+  switch (r.state) {
+    case ReplicaState::starting:
+    case ReplicaState::updating:
+      if (start_failures_ >= 0) {
+        ++start_failures_;
+        last_start_error_ = "the replica actor died during initialization";
+      }
+      failed_this_tick_ = true;
+      break;
+    case ReplicaState::running:
+      if (is_target(r) && !deleting_) {
+        set_status(DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed,
+                   "Replica " + r.id +
+                       " crashed. This deployment is UNHEALTHY until the replica is replaced or "
+                       "a new deploy happens.");
+      }
+      break;
+    default:
+      break;
+  }
+  remove(r, ctx);
+}
+
+void DeploymentState::check_health(Replica& r, TickContext& ctx) {
+  const DeploymentConfig& c = spec_->config;
+  if (r.health_result != -1) {
+    if (r.check_outstanding) {
+      r.check_outstanding = false;
+      if (r.health_result == 1) {
+        r.consecutive_failures = 0;
+      } else {
+        ++r.consecutive_failures;
+      }
+    }
+    r.health_result = -1;
+  } else if (r.check_outstanding && ctx.now >= r.check_deadline) {
+    r.check_outstanding = false;
+    ++r.consecutive_failures;
+  }
+  if (r.consecutive_failures >= options_.health_check_failure_threshold) {
+    const bool target = is_target(r);
+    const uint32_t failures = r.consecutive_failures;
+    stop_replica(r, /*graceful=*/true, ctx);
+    if (target && !deleting_) {
+      set_status(DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed,
+                 "Replica " + r.id + " failed " + std::to_string(failures) +
+                     " health checks in a row. This deployment is UNHEALTHY until the replica "
+                     "is replaced or a new deploy happens.");
+    }
+    return;
+  }
+  if (!r.check_outstanding && ctx.now >= r.next_check_at) {
+    Command cmd;
+    cmd.kind = CommandKind::check_health;
+    cmd.replica_id = r.id;
+    cmd.node_id = r.node_id;
+    ctx.out.push_back(std::move(cmd));
+    r.check_outstanding = true;
+    r.check_deadline = ctx.now + c.health_check_timeout_s;
+    const double j = options_.health_check_jitter;
+    r.next_check_at = ctx.now + c.health_check_period_s * ctx.rng.uniform(1.0 - j, 1.0 + j);
+  }
+}
+
+uint32_t DeploymentState::start_failure_threshold() const {
+  return std::min<uint32_t>(options_.max_constructor_retry_count, 3 * target_);
+}
+
+void DeploymentState::update(TickContext& ctx) {
+  failed_this_tick_ = false;
+  const std::size_t n = replicas_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    Replica& r = *replicas_[i];
+    if (r.removed)
+      continue;
+    if (r.state == ReplicaState::stopping) {
+      if (advance_stopping(r, ctx))
+        remove(r, ctx);
+      continue;
+    }
+    if (r.crashed || (r.placed && ctx.cluster.state(r.node_id) == NodeState::dead)) {
+      handle_crash(r, ctx);
+      continue;
+    }
+    if (r.state == ReplicaState::running) {
+      check_health(r, ctx);
+      continue;
+    }
+    // STARTING, UPDATING, RECOVERING
+    if (r.startup == Replica::Startup::ready) {
+      r.startup = Replica::Startup::none;
+      on_became_running(r, ctx);
+    } else if (r.startup == Replica::Startup::failed) {
+      r.startup = Replica::Startup::none;
+      handle_startup_failure(r, r.error, ctx);
+    } else if (r.state == ReplicaState::recovering &&
+               ctx.now - r.state_since > options_.slow_startup_warning_s) {
+      // It never told us what it runs: replace it.
+      stop_replica(r, /*graceful=*/false, ctx);
+    }
+  }
+
+  // Replicas on DRAINING nodes keep serving until their replacement runs.
+  for (auto& rp : replicas_) {
+    Replica& r = *rp;
+    if (!active(r) || !r.placed)
+      continue;
+    if (r.state == ReplicaState::running || r.state == ReplicaState::updating) {
+      r.migrating = ctx.cluster.state(r.node_id) == NodeState::draining;
+    }
+  }
+
+  // Backoff after failures beyond the threshold: 1, 2, 4, ... s, capped.
+  const uint32_t threshold = start_failure_threshold();
+  if (failed_this_tick_ && threshold > 0 && start_failures_ >= threshold) {
+    last_wait_s_ = backoff_s_;
+    retry_not_before_ = ctx.now + backoff_s_ * ctx.rng.uniform(1.0, 1.0 + options_.backoff_jitter);
+    backoff_s_ = std::min(backoff_s_ * 2, options_.max_backoff_s);
+  }
+
+  if (!deleting_)
+    rolling_update(ctx);
+  scale(ctx);
+  place_pending(ctx);
+  stop_migrated(ctx);
+  check_status(ctx);
+
+  replicas_.erase(std::remove_if(replicas_.begin(), replicas_.end(),
+                                 [](const std::unique_ptr<Replica>& r) { return r->removed; }),
+                  replicas_.end());
+}
+
+void DeploymentState::rolling_update(TickContext& ctx) {
+  if (target_ == 0)
+    return;
+  int64_t old_active = 0;
+  int64_t old_stopping = 0;
+  int64_t new_running = 0;
+  for (const auto& rp : replicas_) {
+    const Replica& r = *rp;
+    if (r.removed || r.migrating)
+      continue;
+    const bool target = is_target(r);
+    switch (r.state) {
+      case ReplicaState::starting:
+      case ReplicaState::updating:
+        if (!target)
+          ++old_active;
+        break;
+      case ReplicaState::running:
+        if (target) {
+          ++new_running;
+        } else {
+          ++old_active;
+        }
+        break;
+      case ReplicaState::stopping:
+        if (!target)
+          ++old_stopping;
+        break;
+      case ReplicaState::recovering:
+        break;
+    }
+  }
+  if (old_active == 0)
+    return;
+  // A pending scale-down completes before the rollout proceeds.
+  if (static_cast<int64_t>(target_) < old_active + old_stopping)
+    return;
+  const int64_t pending = static_cast<int64_t>(target_) - new_running - old_active;
+  const int64_t rollout = std::max<int64_t>(target_ / 5, 1);
+  const int64_t max_changes = std::max<int64_t>(rollout - pending, 0);
+  int64_t changes = 0;
+  for (ReplicaState pass : {ReplicaState::starting, ReplicaState::running}) {
+    for (std::size_t i = 0, n = replicas_.size(); i < n && changes < max_changes; ++i) {
+      Replica& r = *replicas_[i];
+      if (r.removed || r.migrating || r.state != pass || is_target(r))
+        continue;
+      if (r.version.code != target_version_.code) {
+        ++changes;
+        // A replica still starting has no requests to finish: no grace period.
+        stop_replica(r, /*graceful=*/r.state == ReplicaState::running, ctx);
+      } else if (r.state == ReplicaState::running) {
+        ++changes;
+        running_dirty_ = true;
+        r.state = ReplicaState::updating;
+        r.state_since = ctx.now;
+        r.check_outstanding = false;
+        r.version = target_version_;
+        Command c;
+        c.kind = CommandKind::reconfigure;
+        c.replica_id = r.id;
+        c.node_id = r.node_id;
+        c.spec = spec_;
+        c.version = target_version_;
+        ctx.out.push_back(std::move(c));
+      }
+    }
+  }
+}
+
+void DeploymentState::scale(TickContext& ctx) {
+  int64_t current = 0;
+  int64_t stopping = 0;
+  int64_t migrating = 0;
+  for (const auto& rp : replicas_) {
+    const Replica& r = *rp;
+    if (r.removed)
+      continue;
+    if (r.state == ReplicaState::stopping) {
+      ++stopping;
+    } else if (r.migrating) {
+      ++migrating;
+    } else {
+      ++current;
+    }
+  }
+  // Replicas on draining nodes are replaced at most rollout_size at a time;
+  // the others still count as current until their turn.
+  const int64_t rollout = std::max<int64_t>(target_ / 5, 1);
+  current += std::max<int64_t>(migrating - rollout, 0);
+  const int64_t delta = static_cast<int64_t>(target_) - current;
+  if (delta > 0) {
+    const int64_t to_add = std::max<int64_t>(delta - stopping, 0);
+    if (to_add == 0)
+      return;
+    const uint32_t threshold = start_failure_threshold();
+    if (threshold > 0 && start_failures_ >= threshold && ctx.now < retry_not_before_)
+      return;
+    for (int64_t k = 0; k < to_add; ++k) {
+      auto owned = std::make_unique<Replica>();
+      Replica& r = *owned;
+      r.seq = ctx.next_replica_seq++;
+      r.id = id_.app + "#" + id_.name + "#" + std::to_string(r.seq);
+      r.owner = this;
+      r.state = ReplicaState::starting;
+      r.version = target_version_;
+      r.created_at = r.state_since = ctx.now;
+      ctx.directory[r.id] = &r;
+      replicas_.push_back(std::move(owned));
+    }
+    return;
+  }
+  if (delta == 0)
+    return;
+
+  // Downscale: not-yet-running replicas first (unplaced, then starting,
+  // recovering, updating), old versions before the target version, then
+  // replicas on the nodes with the most replicas of this deployment, newest
+  // first.
+  std::vector<Replica*> candidates;
+  std::map<std::string, uint32_t> per_node;
+  for (auto& rp : replicas_) {
+    Replica& r = *rp;
+    if (!active(r) || r.migrating)
+      continue;
+    candidates.push_back(&r);
+    if (r.placed)
+      ++per_node[r.node_id];
+  }
+  auto rank = [](const Replica& r) {
+    switch (r.state) {
+      case ReplicaState::starting:
+        return r.placed ? 1 : 0;
+      case ReplicaState::recovering:
+        return 2;
+      case ReplicaState::updating:
+        return 3;
+      default:
+        return 4;
+    }
+  };
+  for (int64_t k = 0; k < -delta && !candidates.empty(); ++k) {
+    auto better = [&](const Replica* a, const Replica* b) {
+      int ra = rank(*a);
+      int rb = rank(*b);
+      if (ra != rb)
+        return ra < rb;
+      bool ta = is_target(*a);
+      bool tb = is_target(*b);
+      if (ta != tb)
+        return !ta;
+      uint32_t na = a->placed ? per_node[a->node_id] : 0;
+      uint32_t nb = b->placed ? per_node[b->node_id] : 0;
+      if (na != nb)
+        return na > nb;
+      return a->seq > b->seq;
+    };
+    auto it = std::min_element(candidates.begin(), candidates.end(), better);
+    Replica& victim = **it;
+    candidates.erase(it);
+    if (victim.placed)
+      --per_node[victim.node_id];
+    stop_replica(victim, /*graceful=*/victim.state != ReplicaState::starting, ctx);
+  }
+}
+
+void DeploymentState::place_pending(TickContext& ctx) {
+  bool any = false;
+  for (const auto& rp : replicas_) {
+    if (!rp->removed && rp->state == ReplicaState::starting && !rp->placed) {
+      any = true;
+      break;
+    }
+  }
+  if (!any)
+    return;
+  std::map<std::string, uint32_t> per_node;
+  for (const auto& rp : replicas_) {
+    if (!rp->removed && rp->placed)
+      ++per_node[rp->node_id];
+  }
+  const DeploymentConfig& c = spec_->config;
+  for (auto& rp : replicas_) {
+    Replica& r = *rp;
+    if (r.removed || r.state != ReplicaState::starting || r.placed)
+      continue;
+    auto node = ctx.cluster.pick(c.resources, c.max_replicas_per_node, per_node, ctx.rng);
+    if (!node)
+      break;  // the others need the same: nothing fits them either
+    r.placed = true;
+    r.node_id = *node;
+    r.reserved = c.resources;
+    ctx.cluster.reserve(r.node_id, r.reserved);
+    ++per_node[r.node_id];
+    Command cmd;
+    cmd.kind = CommandKind::start;
+    cmd.replica_id = r.id;
+    cmd.node_id = r.node_id;
+    cmd.app = id_.app;
+    cmd.deployment = id_.name;
+    cmd.spec = spec_;
+    cmd.version = r.version;
+    ctx.out.push_back(std::move(cmd));
+  }
+}
+
+void DeploymentState::stop_migrated(TickContext& ctx) {
+  uint32_t running_ok = 0;
+  std::vector<Replica*> migrating;
+  for (auto& rp : replicas_) {
+    Replica& r = *rp;
+    if (!active(r))
+      continue;
+    if (r.migrating) {
+      migrating.push_back(&r);
+    } else if (r.state == ReplicaState::running) {
+      ++running_ok;
+    }
+  }
+  if (migrating.empty())
+    return;
+  const std::size_t keep = target_ > running_ok ? target_ - running_ok : 0;
+  // Oldest first.
+  for (std::size_t i = 0; i + keep < migrating.size(); ++i) {
+    stop_replica(*migrating[i], /*graceful=*/true, ctx);
+  }
+}
+
+void DeploymentState::check_status(TickContext& ctx) {
+  if (deleting_)
+    return;
+  uint32_t running_all = 0;
+  uint32_t running_target = 0;
+  uint32_t transitional = 0;
+  uint32_t migrating = 0;
+  uint32_t slow_allocation = 0;
+  uint32_t slow_init = 0;
+  for (const auto& rp : replicas_) {
+    const Replica& r = *rp;
+    if (r.removed)
+      continue;
+    if (r.migrating)
+      ++migrating;
+    if (r.state == ReplicaState::running) {
+      ++running_all;
+      if (is_target(r))
+        ++running_target;
+    } else {
+      ++transitional;
+      if (r.state == ReplicaState::starting &&
+          ctx.now - r.created_at > options_.slow_startup_warning_s) {
+        ++(r.placed ? slow_init : slow_allocation);
+      }
+    }
+  }
+  const uint32_t threshold = start_failure_threshold();
+  if (threshold > 0 && start_failures_ >= threshold) {
+    if (running_target > 0) {
+      start_failures_ = -1;
+    } else {
+      const DeploymentStatus s = status_.status == DeploymentStatus::healthy ||
+                                         status_.status == DeploymentStatus::unhealthy
+                                     ? DeploymentStatus::unhealthy
+                                     : DeploymentStatus::deploy_failed;
+      set_status(s, DeploymentTrigger::replica_startup_failed,
+                 "The deployment failed to start " + std::to_string(start_failures_) +
+                     " times in a row. This may be due to a problem with its constructor or "
+                     "reconfigure. Retrying after " +
+                     seconds(last_wait_s_) + " seconds. Error:\n" + last_start_error_);
+      return;
+    }
+  }
+  if (transitional == 0 && migrating == 0 && running_target == target_ &&
+      running_all == running_target) {
+    if (status_.status != DeploymentStatus::healthy) {
+      DeploymentTrigger t = DeploymentTrigger::config_update_completed;
+      if (status_.status == DeploymentStatus::upscaling)
+        t = DeploymentTrigger::upscale_completed;
+      if (status_.status == DeploymentStatus::downscaling) {
+        t = DeploymentTrigger::downscale_completed;
+      }
+      if (status_.status == DeploymentStatus::unhealthy)
+        t = DeploymentTrigger::health_recovered;
+      set_status(DeploymentStatus::healthy, t, "");
+    }
+    return;
+  }
+  if (status_.status == DeploymentStatus::unhealthy)
+    return;
+  if (slow_allocation > 0) {
+    status_.message =
+        "Deployment '" + id_.name + "' in application '" + id_.app + "' has " +
+        std::to_string(slow_allocation) + " replicas that have taken more than " +
+        seconds(options_.slow_startup_warning_s) +
+        "s to be scheduled. Resources required for each replica: " +
+        (spec_->config.resources.empty() ? std::string("none")
+                                         : spec_->config.resources.to_string()) +
+        (spec_->config.max_replicas_per_node
+             ? ", at most " + std::to_string(spec_->config.max_replicas_per_node) + " per node"
+             : std::string()) +
+        "; free resources: " + ctx.cluster.describe_free() + ".";
+  } else if (slow_init > 0) {
+    status_.message = "Deployment '" + id_.name + "' in application '" + id_.app + "' has " +
+                      std::to_string(slow_init) + " replicas that have taken more than " +
+                      seconds(options_.slow_startup_warning_s) +
+                      "s to initialize. This may be caused by a slow constructor or reconfigure.";
+  }
+}
+
+std::vector<ReplicaInfo> DeploymentState::replicas() const {
+  std::vector<ReplicaInfo> out;
+  for (const auto& rp : replicas_) {
+    const Replica& r = *rp;
+    if (r.removed)
+      continue;
+    out.push_back({r.id, r.state, r.state == ReplicaState::starting && !r.placed, r.migrating,
+                   r.node_id, r.version});
+  }
+  return out;
+}
+
+uint32_t DeploymentState::recovering_count() const {
+  uint32_t n = 0;
+  for (const auto& rp : replicas_) {
+    if (!rp->removed && rp->state == ReplicaState::recovering)
+      ++n;
+  }
+  return n;
+}
+
+std::vector<RunningReplicaInfo> DeploymentState::running_set() const {
+  std::vector<RunningReplicaInfo> out;
+  for (const auto& rp : replicas_) {
+    const Replica& r = *rp;
+    if (r.removed || r.state != ReplicaState::running)
+      continue;
+    out.push_back({r.id, r.node_id, spec_->config.max_ongoing_requests});
+  }
+  std::sort(out.begin(), out.end(), [](const RunningReplicaInfo& a, const RunningReplicaInfo& b) {
+    return a.replica_id < b.replica_id;
+  });
+  return out;
+}
+
+void DeploymentState::mark_published(uint64_t seq, std::vector<RunningReplicaInfo> set) {
+  published_seq_ = seq;
+  published_ = std::move(set);
+  running_dirty_ = false;
+}
+
+}  // namespace troupe::controller

@@ -1,0 +1,153 @@
+// The reconciler of one deployment: keeps its replicas equal to the target
+// (count and version) through scaling, rolling updates, health failures,
+// start failures, draining nodes and deletion. Plain C++: update() reads the
+// reported replica events and the clock, and appends Commands.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "controller/core/clock.hpp"
+#include "controller/core/commands.hpp"
+#include "controller/core/deployment_status.hpp"
+#include "controller/core/replica.hpp"
+#include "controller/core/scheduler.hpp"
+#include "controller/core/snapshot.hpp"
+#include "controller/core/version.hpp"
+
+namespace troupe::controller {
+
+// Replica id -> record, across all deployments (and orphans).
+using ReplicaDirectory = std::unordered_map<std::string, Replica*>;
+
+// What one update() of a deployment may touch besides the deployment itself.
+struct TickContext {
+  double now = 0;
+  Random& rng;
+  Cluster& cluster;
+  const CoreOptions& options;
+  ReplicaDirectory& directory;
+  std::vector<Command>& out;
+  uint64_t& next_replica_seq;
+};
+
+// Target replica count under a cluster-wide target_capacity (percent): absent
+// or >= 100 keeps n; 0 (or n == 0) gives 0; otherwise ceil(n * capacity / 100),
+// at least 1.
+uint32_t capacity_adjusted(uint32_t n, std::optional<double> target_capacity);
+
+// The numeric suffix of a replica id "<app>#<deployment>#<n>", or 0.
+uint64_t parse_replica_seq(const std::string& replica_id);
+
+// Advances a STOPPING replica: kill when the grace period is over; true once it
+// is gone (stopped, crashed, or its node is DEAD). Shared with orphans.
+bool advance_stopping(Replica& r, TickContext& ctx);
+
+// Puts `r` into STOPPING: a graceful stop with `grace_s`, or a kill when
+// grace_s <= 0. Returns true when the replica was never placed (no actor
+// exists): the caller removes it at once.
+bool begin_stop(Replica& r, double grace_s, TickContext& ctx);
+
+class DeploymentState {
+ public:
+  DeploymentState(DeploymentId id, std::shared_ptr<const DeploymentSpec> spec,
+                  std::optional<double> target_capacity, const CoreOptions& options);
+  ~DeploymentState();
+  DeploymentState(const DeploymentState&) = delete;
+  DeploymentState& operator=(const DeploymentState&) = delete;
+
+  // Applies a new target spec (already checkpointed by the caller) and returns
+  // what kind of change it was. Resets start-failure tracking and backoff
+  // unless the change is `unchanged`. Revives a deployment being deleted.
+  ChangeKind deploy(std::shared_ptr<const DeploymentSpec> spec,
+                    std::optional<double> target_capacity);
+
+  // Autoscaling hook: the desired replica count from a policy (not yet
+  // implemented). Clamped to the capacity-adjusted [min, max]; ignored without
+  // an autoscaling_config. Soft state: not checkpointed.
+  void set_autoscaled_target(uint32_t n);
+
+  // Stops every replica gracefully; finished() once all are gone.
+  void start_deleting();
+
+  // Adopts a replica reported by a node (recovery): RECOVERING, or STOPPING if
+  // the node says it is already shutting down. Emits `recover`.
+  void adopt(const HostedReplica& hosted, TickContext& ctx);
+
+  // One reconcile step.
+  void update(TickContext& ctx);
+
+  // Releases every replica from the directory and the cluster (destruction).
+  void release_all(TickContext& ctx);
+
+  const DeploymentId& id() const { return id_; }
+  const DeploymentSpec& spec() const { return *spec_; }
+  const std::shared_ptr<const DeploymentSpec>& spec_ptr() const { return spec_; }
+  const ReplicaVersion& target_version() const { return target_version_; }
+  uint32_t target_replicas() const { return target_; }
+  bool deleting() const { return deleting_; }
+  bool finished() const { return deleting_ && replicas_.empty(); }
+  const DeploymentStatusInfo& status() const { return status_; }
+  std::vector<ReplicaInfo> replicas() const;
+  // Replicas in RECOVERING state.
+  uint32_t recovering_count() const;
+  // Start failures counted so far; -1 once a replica started (counting stops).
+  int64_t start_failures() const { return start_failures_; }
+  // The next backoff wait (before jitter) after a failure beyond the threshold.
+  double backoff_s() const { return backoff_s_; }
+
+  // --- publication (used by the state manager)
+  // True when the RUNNING set (or max_ongoing_requests) changed since the
+  // last publish.
+  bool running_set_dirty() const { return running_dirty_; }
+  std::vector<RunningReplicaInfo> running_set() const;
+  void mark_published(uint64_t seq, std::vector<RunningReplicaInfo> set);
+  uint64_t published_seq() const { return published_seq_; }
+  const std::vector<RunningReplicaInfo>& published_set() const { return published_; }
+
+ private:
+  void recompute_target();
+  void set_status(DeploymentStatus s, DeploymentTrigger t, std::string message);
+  void on_became_running(Replica& r, TickContext& ctx);
+  void remove(Replica& r, TickContext& ctx);
+  void handle_startup_failure(Replica& r, const std::string& error, TickContext& ctx);
+  void handle_crash(Replica& r, TickContext& ctx);
+  void check_health(Replica& r, TickContext& ctx);
+  void stop_replica(Replica& r, bool graceful, TickContext& ctx);
+  void rolling_update(TickContext& ctx);
+  void scale(TickContext& ctx);
+  void place_pending(TickContext& ctx);
+  void stop_migrated(TickContext& ctx);
+  void check_status(TickContext& ctx);
+  uint32_t start_failure_threshold() const;
+  bool is_target(const Replica& r) const { return r.version == target_version_; }
+
+  DeploymentId id_;
+  std::shared_ptr<const DeploymentSpec> spec_;
+  ReplicaVersion target_version_;
+  std::optional<double> target_capacity_;
+  std::optional<uint32_t> autoscaled_;
+  uint32_t target_ = 0;
+  bool deleting_ = false;
+  const CoreOptions& options_;
+  DeploymentStatusInfo status_;
+
+  std::vector<std::unique_ptr<Replica>> replicas_;  // creation order
+
+  int64_t start_failures_ = 0;
+  std::string last_start_error_;
+  double backoff_s_ = 1.0;
+  double retry_not_before_ = 0;
+  double last_wait_s_ = 0;
+  bool failed_this_tick_ = false;
+
+  bool running_dirty_ = true;
+  uint64_t published_seq_ = 0;
+  std::vector<RunningReplicaInfo> published_;
+};
+
+}  // namespace troupe::controller

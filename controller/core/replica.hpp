@@ -1,0 +1,63 @@
+// The controller's record of one replica. Events from the shell only set the
+// "reported" fields; DeploymentState::update() turns them into transitions, so
+// that every transition happens at a tick, in a deterministic order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "controller/core/deployment_status.hpp"
+#include "controller/core/version.hpp"
+#include "runtime/resources.hpp"
+
+namespace troupe::controller {
+
+class DeploymentState;
+
+struct Replica {
+  std::string id;
+  uint64_t seq = 0;                  // creation order; larger is newer
+  DeploymentState* owner = nullptr;  // nullptr: an orphan being stopped
+  ReplicaState state = ReplicaState::starting;
+  // STARTING: false while pending allocation (no node fits), true once a
+  // start command was sent (pending initialization).
+  bool placed = false;
+  std::string node_id;
+  Resources reserved;      // what it holds on node_id while placed
+  ReplicaVersion version;  // what it runs (or will run once started/updated)
+  double created_at = 0;
+  double state_since = 0;
+  bool migrating = false;  // RUNNING on a DRAINING node, waiting for its replacement
+  bool removed = false;
+
+  // --- reported by events, consumed by the next update()
+  enum class Startup : uint8_t { none, ready, failed };
+  Startup startup = Startup::none;
+  ReplicaVersion reported_version;
+  std::string error;
+  bool crashed = false;
+  bool stopped = false;
+  int8_t health_result = -1;  // -1 none, 0 failed, 1 ok
+
+  // --- health checking (RUNNING)
+  bool check_outstanding = false;
+  double check_deadline = 0;
+  double next_check_at = 0;
+  uint32_t consecutive_failures = 0;
+
+  // --- stopping
+  double kill_at = 0;
+  bool kill_sent = false;
+};
+
+// A read-only view for status queries and tests.
+struct ReplicaInfo {
+  std::string id;
+  ReplicaState state = ReplicaState::starting;
+  bool pending_allocation = false;
+  bool migrating = false;
+  std::string node_id;
+  ReplicaVersion version;
+};
+
+}  // namespace troupe::controller

@@ -1,0 +1,577 @@
+#include "controller/core/state_manager.hpp"
+
+#include <algorithm>
+
+#include "controller/core/validate.hpp"
+
+namespace troupe::controller {
+
+namespace {
+
+std::string app_path(const std::string& app) {
+  return "applications[" + app + "]";
+}
+
+}  // namespace
+
+StateManager::StateManager(CheckpointStore& store, const Clock& clock, Random& rng,
+                           CoreOptions options)
+    : store_(store), clock_(clock), rng_(rng), options_(options) {}
+
+StateManager::~StateManager() = default;
+
+TickContext StateManager::context(std::vector<Command>& out) {
+  return TickContext{clock_.now_s(), rng_, cluster_, options_, directory_, out, next_replica_seq_};
+}
+
+Status StateManager::require_recovered() const {
+  if (recovered_)
+    return Status::ok();
+  return Status(errc::unavailable, "the controller has not recovered its checkpoint yet");
+}
+
+// ---------------------------------------------------------------- startup
+
+Status StateManager::recover(const std::vector<HostedReplica>& hosted) {
+  if (recovered_)
+    return Status(errc::internal, "recover() called twice");
+  auto loaded = store_.load();
+  if (!loaded)
+    return loaded.status();
+  if (loaded->has_value()) {
+    Status v = validate(**loaded);
+    if (!v) {
+      return Status(errc::corrupt, "the checkpoint holds an invalid target state: " + v.message());
+    }
+    target_ = std::move(**loaded);
+  }
+  recovered_ = true;
+  apply_target(nullptr);
+  adopt_replicas(hosted);
+  return Status::ok();
+}
+
+void StateManager::adopt_replicas(const std::vector<HostedReplica>& hosted) {
+  TickContext ctx = context(pending_commands_);
+  for (const auto& h : hosted) {
+    if (directory_.count(h.replica_id))
+      continue;
+    next_replica_seq_ = std::max(next_replica_seq_, parse_replica_seq(h.replica_id) + 1);
+    auto it = deployments_.find(DeploymentId{h.app, h.deployment});
+    if (it != deployments_.end() && !it->second->deleting()) {
+      it->second->adopt(h, ctx);
+      continue;
+    }
+    // An orphan: it belongs to no deployment we know. Stop it.
+    auto owned = std::make_unique<Replica>();
+    Replica& r = *owned;
+    r.id = h.replica_id;
+    r.seq = parse_replica_seq(r.id);
+    r.placed = true;
+    r.node_id = h.node_id;
+    r.created_at = ctx.now;
+    cluster_.reserve(r.node_id, r.reserved);
+    r.state = ReplicaState::running;
+    if (h.stopping) {
+      r.state = ReplicaState::stopping;
+      r.kill_at = ctx.now + options_.orphan_graceful_shutdown_timeout_s;
+    } else {
+      begin_stop(r, options_.orphan_graceful_shutdown_timeout_s, ctx);
+    }
+    directory_[r.id] = &r;
+    orphans_.push_back(std::move(owned));
+  }
+}
+
+// ---------------------------------------------------------------- write-ahead
+
+Status StateManager::commit(TargetState next) {
+  next.generation = target_.generation + 1;
+  if (Status v = validate(next); !v)
+    return v;
+  // Written ahead: if the store fails, memory is untouched and the caller
+  // gets the error.
+  if (Status s = store_.save(next); !s)
+    return s;
+  target_ = std::move(next);
+  return Status::ok();
+}
+
+void StateManager::apply_target(std::map<std::string, DeployResult>* results) {
+  for (const auto& [name, app] : target_.applications) {
+    AppState& state = apps_[name];
+    if (state.deleting || state.spec != app)
+      routes_dirty_ = true;
+    state.spec = app;
+    state.deleting = false;
+    DeployResult* result = results ? &(*results)[name] : nullptr;
+    for (const auto& d : app.deployments) {
+      DeploymentId id{name, d.name};
+      auto spec = std::make_shared<const DeploymentSpec>(d);
+      auto it = deployments_.find(id);
+      ChangeKind kind;
+      if (it == deployments_.end()) {
+        deployments_.emplace(id, std::make_unique<DeploymentState>(
+                                     id, std::move(spec), target_.target_capacity, options_));
+        removed_at_.erase(id);
+        kind = ChangeKind::created;
+      } else {
+        kind = it->second->deploy(std::move(spec), target_.target_capacity);
+      }
+      if (result)
+        result->deployments[d.name] = kind;
+    }
+    // Deployments dropped from the application.
+    for (auto& [id, dep] : deployments_) {
+      if (id.app != name || dep->deleting())
+        continue;
+      bool listed = std::any_of(app.deployments.begin(), app.deployments.end(),
+                                [&](const DeploymentSpec& d) { return d.name == id.name; });
+      if (!listed) {
+        dep->start_deleting();
+        if (result)
+          result->removed.push_back(id.name);
+      }
+    }
+  }
+  for (auto& [name, state] : apps_) {
+    if (state.deleting || target_.applications.count(name))
+      continue;
+    state.deleting = true;
+    routes_dirty_ = true;
+    for (auto& [id, dep] : deployments_) {
+      if (id.app == name && !dep->deleting())
+        dep->start_deleting();
+    }
+  }
+}
+
+Result<DeployResult> StateManager::deploy_application(const ApplicationSpec& app) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  if (Status v = validate(app); !v)
+    return v;
+  auto current = target_.applications.find(app.name);
+  if (current != target_.applications.end() && current->second == app) {
+    DeployResult r;
+    r.generation = target_.generation;
+    for (const auto& d : app.deployments)
+      r.deployments[d.name] = ChangeKind::unchanged;
+    return r;
+  }
+  TargetState next = target_;
+  next.applications[app.name] = app;
+  if (Status s = commit(std::move(next)); !s)
+    return s;
+  std::map<std::string, DeployResult> results;
+  apply_target(&results);
+  DeployResult r = std::move(results[app.name]);
+  r.changed = true;
+  r.generation = target_.generation;
+  return r;
+}
+
+Result<DeployResult> StateManager::deploy_deployment(
+    const std::string& app, const DeploymentSpec& spec,
+    const std::optional<std::string>& prev_version) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  auto it = target_.applications.find(app);
+  if (it == target_.applications.end()) {
+    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+  }
+  const auto& deps = it->second.deployments;
+  auto current = std::find_if(deps.begin(), deps.end(),
+                              [&](const DeploymentSpec& d) { return d.name == spec.name; });
+  const std::string path = app_path(app) + ".deployments[" + spec.name + "]";
+  if (prev_version) {
+    if (current == deps.end()) {
+      return Status(errc::conflict, path + ".prev_version: \"" + *prev_version +
+                                        "\" must equal the current version, but the "
+                                        "deployment does not exist");
+    }
+    const std::string now = effective_code_version(*current);
+    if (now != *prev_version) {
+      return Status(errc::conflict, path + ".prev_version: \"" + *prev_version +
+                                        "\" must equal the current version \"" + now + "\"");
+    }
+  }
+  if (current != deps.end() && *current == spec) {
+    DeployResult r;
+    r.generation = target_.generation;
+    r.deployments[spec.name] = ChangeKind::unchanged;
+    return r;
+  }
+  ApplicationSpec next_app = it->second;
+  auto slot = std::find_if(next_app.deployments.begin(), next_app.deployments.end(),
+                           [&](const DeploymentSpec& d) { return d.name == spec.name; });
+  if (slot == next_app.deployments.end()) {
+    next_app.deployments.push_back(spec);
+  } else {
+    *slot = spec;
+  }
+  auto result = deploy_application(next_app);
+  if (result) {
+    // Report only the deployment the caller named.
+    ChangeKind kind = result->deployments[spec.name];
+    result->deployments.clear();
+    result->deployments[spec.name] = kind;
+  }
+  return result;
+}
+
+Status StateManager::delete_application(const std::string& app) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  if (target_.applications.count(app) == 0) {
+    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+  }
+  TargetState next = target_;
+  next.applications.erase(app);
+  if (Status s = commit(std::move(next)); !s)
+    return s;
+  apply_target(nullptr);
+  return Status::ok();
+}
+
+Status StateManager::delete_deployment(const std::string& app, const std::string& deployment) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  auto it = target_.applications.find(app);
+  if (it == target_.applications.end()) {
+    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+  }
+  const std::string path = app_path(app) + ".deployments[" + deployment + "]";
+  ApplicationSpec next_app = it->second;
+  auto slot = std::find_if(next_app.deployments.begin(), next_app.deployments.end(),
+                           [&](const DeploymentSpec& d) { return d.name == deployment; });
+  if (slot == next_app.deployments.end()) {
+    return Status(errc::not_found, path + ": \"" + deployment + "\" is not a known deployment");
+  }
+  if (deployment == next_app.ingress) {
+    return Status(errc::invalid_argument,
+                  path + ": \"" + deployment +
+                      "\" is the ingress and cannot be deleted alone (delete the application)");
+  }
+  next_app.deployments.erase(slot);
+  TargetState next = target_;
+  next.applications[app] = std::move(next_app);
+  if (Status s = commit(std::move(next)); !s)
+    return s;
+  apply_target(nullptr);
+  return Status::ok();
+}
+
+Status StateManager::set_target_capacity(std::optional<double> capacity) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  if (capacity == target_.target_capacity)
+    return Status::ok();
+  TargetState next = target_;
+  next.target_capacity = capacity;
+  if (Status s = commit(std::move(next)); !s)
+    return s;
+  apply_target(nullptr);
+  return Status::ok();
+}
+
+Status StateManager::shutdown() {
+  if (Status s = require_recovered(); !s)
+    return s;
+  if (!target_.applications.empty()) {
+    TargetState next = target_;
+    next.applications.clear();
+    if (Status s = commit(std::move(next)); !s)
+      return s;
+  }
+  apply_target(nullptr);
+  return Status::ok();
+}
+
+Status StateManager::set_autoscaled_target(const DeploymentId& id, uint32_t replicas) {
+  auto it = deployments_.find(id);
+  if (it == deployments_.end() || it->second->deleting()) {
+    return Status(errc::not_found,
+                  app_path(id.app) + ".deployments[" + id.name + "]: not a known deployment");
+  }
+  if (!it->second->spec().config.autoscaling_config) {
+    return Status(errc::invalid_argument, app_path(id.app) + ".deployments[" + id.name +
+                                              "].autoscaling_config: none, so the replica count "
+                                              "cannot be autoscaled");
+  }
+  it->second->set_autoscaled_target(replicas);
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- environment
+
+void StateManager::set_nodes(const std::vector<NodeInfo>& nodes) {
+  cluster_.set_nodes(nodes);
+}
+
+Replica* StateManager::find(const std::string& replica_id) {
+  auto it = directory_.find(replica_id);
+  return it == directory_.end() ? nullptr : it->second;
+}
+
+bool StateManager::on_replica_ready(const std::string& replica_id, const ReplicaVersion& version) {
+  Replica* r = find(replica_id);
+  if (!r)
+    return false;
+  if (r->state == ReplicaState::starting || r->state == ReplicaState::updating ||
+      r->state == ReplicaState::recovering) {
+    r->startup = Replica::Startup::ready;
+    r->reported_version = version;
+  }
+  return true;
+}
+
+bool StateManager::on_replica_start_failed(const std::string& replica_id,
+                                           const std::string& error) {
+  Replica* r = find(replica_id);
+  if (!r)
+    return false;
+  if (r->state == ReplicaState::starting || r->state == ReplicaState::updating ||
+      r->state == ReplicaState::recovering) {
+    r->startup = Replica::Startup::failed;
+    r->error = error;
+  }
+  return true;
+}
+
+bool StateManager::on_health_check_result(const std::string& replica_id, bool ok) {
+  Replica* r = find(replica_id);
+  if (!r)
+    return false;
+  if (r->state == ReplicaState::running && r->check_outstanding)
+    r->health_result = ok ? 1 : 0;
+  return true;
+}
+
+bool StateManager::on_replica_stopped(const std::string& replica_id) {
+  Replica* r = find(replica_id);
+  if (!r)
+    return false;
+  r->stopped = true;
+  // A replica that exits while we did not ask it to has crashed.
+  if (r->state != ReplicaState::stopping)
+    r->crashed = true;
+  return true;
+}
+
+bool StateManager::on_replica_crashed(const std::string& replica_id) {
+  Replica* r = find(replica_id);
+  if (!r)
+    return false;
+  r->crashed = true;
+  return true;
+}
+
+std::vector<Command> StateManager::update() {
+  std::vector<Command> out = std::move(pending_commands_);
+  pending_commands_.clear();
+  if (!recovered_)
+    return out;
+  TickContext ctx = context(out);
+  for (auto it = deployments_.begin(); it != deployments_.end();) {
+    DeploymentState& dep = *it->second;
+    dep.update(ctx);
+    if (dep.finished()) {
+      dep.release_all(ctx);
+      removed_pending_.push_back(it->first);
+      it = deployments_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& r : orphans_) {
+    if (!r->removed && advance_stopping(*r, ctx)) {
+      cluster_.release(r->node_id, r->reserved);
+      directory_.erase(r->id);
+      r->removed = true;
+    }
+  }
+  orphans_.erase(std::remove_if(orphans_.begin(), orphans_.end(),
+                                [](const std::unique_ptr<Replica>& r) { return r->removed; }),
+                 orphans_.end());
+  for (auto it = apps_.begin(); it != apps_.end();) {
+    bool gone = it->second.deleting &&
+                std::none_of(deployments_.begin(), deployments_.end(),
+                             [&](const auto& d) { return d.first.app == it->first; });
+    it = gone ? apps_.erase(it) : std::next(it);
+  }
+  publish();
+  return out;
+}
+
+// ---------------------------------------------------------------- snapshots
+
+std::vector<Route> StateManager::current_routes() const {
+  std::vector<Route> routes;
+  for (const auto& [name, app] : apps_) {
+    if (app.deleting)
+      continue;
+    routes.push_back({app.spec.route_prefix, name, app.spec.ingress});
+  }
+  std::sort(routes.begin(), routes.end(),
+            [](const Route& a, const Route& b) { return a.prefix < b.prefix; });
+  return routes;
+}
+
+void StateManager::publish() {
+  const uint64_t next = snapshot_seq_ + 1;
+  bool changed = false;
+  if (routes_dirty_) {
+    routes_dirty_ = false;
+    std::vector<Route> routes = current_routes();
+    if (routes != routes_ || routes_seq_ == 0) {
+      routes_ = std::move(routes);
+      routes_seq_ = next;
+      changed = true;
+    }
+  }
+  for (const auto& id : removed_pending_) {
+    removed_at_[id] = next;
+    changed = true;
+  }
+  removed_pending_.clear();
+  for (auto& [id, dep] : deployments_) {
+    if (!dep->running_set_dirty())
+      continue;
+    // Never publish while replicas are still RECOVERING: subscribers keep the
+    // previous incarnation's view instead of an empty or partial set.
+    if (dep->recovering_count() > 0)
+      continue;
+    std::vector<RunningReplicaInfo> set = dep->running_set();
+    if (dep->published_seq() == 0 || set != dep->published_set()) {
+      dep->mark_published(next, std::move(set));
+      changed = true;
+    } else {
+      dep->mark_published(dep->published_seq(), std::move(set));
+    }
+  }
+  if (changed)
+    snapshot_seq_ = next;
+}
+
+std::optional<SnapshotDelta> StateManager::changes_since(const SnapshotId& last) const {
+  if (snapshot_seq_ == 0)
+    return std::nullopt;  // nothing published yet
+  const bool full =
+      last.epoch != options_.snapshot_epoch || last.seq == 0 || last.seq > snapshot_seq_;
+  if (!full && last.seq == snapshot_seq_)
+    return std::nullopt;
+  SnapshotDelta d;
+  d.id = snapshot_id();
+  d.full = full;
+  d.routes_changed = full || routes_seq_ > last.seq;
+  if (d.routes_changed)
+    d.routes = routes_;
+  for (const auto& [id, dep] : deployments_) {
+    if (dep->published_seq() == 0) {
+      if (full)
+        d.withheld.push_back(id);
+      continue;
+    }
+    if (full || dep->published_seq() > last.seq) {
+      d.deployments.push_back({id, dep->published_set()});
+    }
+  }
+  if (!full) {
+    for (const auto& [id, seq] : removed_at_) {
+      if (seq > last.seq && deployments_.count(id) == 0)
+        d.removed.push_back(id);
+    }
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------- queries
+
+std::vector<DeploymentId> StateManager::deployment_ids() const {
+  std::vector<DeploymentId> ids;
+  for (const auto& [id, dep] : deployments_)
+    ids.push_back(id);
+  return ids;
+}
+
+const DeploymentState* StateManager::deployment(const DeploymentId& id) const {
+  auto it = deployments_.find(id);
+  return it == deployments_.end() ? nullptr : it->second.get();
+}
+
+std::optional<DeploymentStatusInfo> StateManager::deployment_status(const DeploymentId& id) const {
+  const DeploymentState* d = deployment(id);
+  if (!d)
+    return std::nullopt;
+  return d->status();
+}
+
+std::optional<uint32_t> StateManager::target_replicas(const DeploymentId& id) const {
+  const DeploymentState* d = deployment(id);
+  if (!d)
+    return std::nullopt;
+  return d->target_replicas();
+}
+
+std::vector<ReplicaInfo> StateManager::replicas(const DeploymentId& id) const {
+  const DeploymentState* d = deployment(id);
+  if (!d)
+    return {};
+  return d->replicas();
+}
+
+std::vector<std::string> StateManager::orphans() const {
+  std::vector<std::string> ids;
+  for (const auto& r : orphans_)
+    ids.push_back(r->id);
+  return ids;
+}
+
+std::optional<ApplicationStatusInfo> StateManager::application_status(
+    const std::string& app) const {
+  auto it = apps_.find(app);
+  if (it == apps_.end())
+    return std::nullopt;
+  if (it->second.deleting)
+    return ApplicationStatusInfo{ApplicationStatus::deleting, "Deleting."};
+  std::optional<ApplicationStatusInfo> failed;
+  std::optional<ApplicationStatusInfo> unhealthy;
+  std::optional<ApplicationStatusInfo> deploying;
+  for (const auto& [id, dep] : deployments_) {
+    if (id.app != app || dep->deleting())
+      continue;
+    const DeploymentStatusInfo& s = dep->status();
+    const std::string prefix = "Deployment '" + id.name + "' is " + to_string(s.status) +
+                               (s.message.empty() ? "." : ": " + s.message);
+    switch (s.status) {
+      case DeploymentStatus::deploy_failed:
+        if (!failed)
+          failed = ApplicationStatusInfo{ApplicationStatus::deploy_failed, prefix};
+        break;
+      case DeploymentStatus::unhealthy:
+        if (!unhealthy)
+          unhealthy = ApplicationStatusInfo{ApplicationStatus::unhealthy, prefix};
+        break;
+      case DeploymentStatus::updating:
+        if (!deploying)
+          deploying = ApplicationStatusInfo{ApplicationStatus::deploying, prefix};
+        break;
+      default:
+        break;
+    }
+  }
+  if (failed)
+    return failed;
+  if (unhealthy)
+    return unhealthy;
+  if (deploying)
+    return deploying;
+  return ApplicationStatusInfo{ApplicationStatus::running, ""};
+}
+
+bool StateManager::is_shut_down() const {
+  return recovered_ && target_.applications.empty() && deployments_.empty() && orphans_.empty();
+}
+
+}  // namespace troupe::controller

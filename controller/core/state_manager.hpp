@@ -1,0 +1,188 @@
+// The controller's decision core: applications, their deployments, and the
+// replicas of those, as plain C++ (no actors, no threads, no clock reads other
+// than the injected Clock). The equivalent of Ray Serve's
+// DeploymentStateManager + ApplicationStateManager + scheduler.
+//
+// How the actor shell drives it (all calls on the actor's own thread):
+//
+//   startup:   StateManager core(store, clock, rng, options);
+//              core.set_nodes(view);
+//              gather the replicas every node hosts (list_replicas, with a
+//              timeout), then  Status s = core.recover(hosted);
+//              if (!s) -> stop the controller and log s (e.g. a corrupt
+//              checkpoint, naming the file). Never run without recover().
+//   user call: deploy_application / deploy_deployment / delete_* /
+//              set_target_capacity / shutdown. Each writes the new target
+//              state ahead (CheckpointStore::save, synced) and only then
+//              changes memory; reply to the client after it returns. On error
+//              nothing changed. Run update() right after a successful call.
+//   events:    on_replica_ready / on_replica_start_failed /
+//              on_health_check_result / on_replica_stopped /
+//              on_replica_crashed (a monitored replica went down) as they
+//              arrive; set_nodes when membership or a node's state changes;
+//              adopt_replicas when a node (re)registers with replicas.
+//              Events only record facts; the next update() acts on them.
+//   tick:      std::vector<Command> cmds = core.update(); execute each
+//              command asynchronously (start -> spawn on the node agent, ...)
+//              and feed the outcome back as an event. Call it periodically
+//              (e.g. every 100 ms) and after every state change.
+//   publish:   after update(), for every subscriber presenting last id X:
+//              if (auto d = core.changes_since(X)) push *d (adding actor
+//              handles for replica ids); nothing when X is current.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/core/checkpoint_store.hpp"
+#include "controller/core/clock.hpp"
+#include "controller/core/commands.hpp"
+#include "controller/core/deployment_state.hpp"
+#include "controller/core/deployment_status.hpp"
+#include "controller/core/model.hpp"
+#include "controller/core/replica.hpp"
+#include "controller/core/scheduler.hpp"
+#include "controller/core/snapshot.hpp"
+#include "runtime/status.hpp"
+
+namespace troupe::controller {
+
+// The answer to an accepted deploy call.
+struct DeployResult {
+  // False when the spec equals the current one: nothing was written (the call
+  // reports "unchanged" and is a no-op).
+  bool changed = false;
+  uint64_t generation = 0;  // of the target state after the call
+  // What happened to each deployment of the application.
+  std::map<std::string, ChangeKind> deployments;
+  std::vector<std::string> removed;  // deployments no longer in the spec
+};
+
+class StateManager {
+ public:
+  StateManager(CheckpointStore& store, const Clock& clock, Random& rng, CoreOptions options = {});
+  ~StateManager();
+  StateManager(const StateManager&) = delete;
+  StateManager& operator=(const StateManager&) = delete;
+
+  // --- startup -------------------------------------------------------------
+
+  // Loads the checkpoint and rebuilds the deployments it names, then adopts
+  // `hosted` (see adopt_replicas). An unreadable or corrupt checkpoint is
+  // returned as an error and the core stays empty and refuses user calls
+  // (errc::unavailable): the controller must stop, never start over it.
+  Status recover(const std::vector<HostedReplica>& hosted);
+
+  // Replicas a node reports hosting: those of known deployments become
+  // RECOVERING (asked for their version with a `recover` command; a wrong
+  // version joins the rolling update; no answer within slow_startup_warning_s
+  // replaces them), those of no known deployment are orphans and are stopped.
+  // Replicas already known are ignored.
+  void adopt_replicas(const std::vector<HostedReplica>& hosted);
+
+  // --- user calls (write-ahead) --------------------------------------------
+
+  // Creates or updates an application. Deployments no longer in the spec are
+  // deleted. Identical spec: DeployResult::changed == false, nothing written.
+  Result<DeployResult> deploy_application(const ApplicationSpec& app);
+
+  // Creates or updates one deployment of an existing application (also how a
+  // client scales: same spec, new num_replicas). With `prev_version`, the call
+  // fails with errc::conflict unless the deployment exists and its current
+  // effective_code_version equals it.
+  Result<DeployResult> deploy_deployment(const std::string& app, const DeploymentSpec& spec,
+                                         const std::optional<std::string>& prev_version = {});
+
+  Status delete_application(const std::string& app);
+  // The ingress deployment cannot be deleted on its own (delete the app).
+  Status delete_deployment(const std::string& app, const std::string& deployment);
+  // Percent in [0, 100]; nullopt means 100. See capacity_adjusted().
+  Status set_target_capacity(std::optional<double> capacity);
+  // Writes an empty target state, then stops everything. is_shut_down() once
+  // every replica is gone.
+  Status shutdown();
+
+  // Autoscaling hook (soft state, not checkpointed): errc::not_found for an
+  // unknown deployment, errc::invalid_argument without autoscaling_config.
+  Status set_autoscaled_target(const DeploymentId& id, uint32_t replicas);
+
+  // --- environment ---------------------------------------------------------
+
+  void set_nodes(const std::vector<NodeInfo>& nodes);
+
+  // Events. Each returns false when the replica is unknown (ignored).
+  // `version` is what the replica runs (echo of the start/reconfigure command,
+  // or its actual version when answering `recover`).
+  bool on_replica_ready(const std::string& replica_id, const ReplicaVersion& version);
+  bool on_replica_start_failed(const std::string& replica_id, const std::string& error);
+  bool on_health_check_result(const std::string& replica_id, bool ok);
+  bool on_replica_stopped(const std::string& replica_id);
+  bool on_replica_crashed(const std::string& replica_id);
+
+  // One reconcile tick over every deployment; returns the commands to send.
+  std::vector<Command> update();
+
+  // --- queries -------------------------------------------------------------
+
+  const TargetState& target_state() const { return target_; }
+  bool recovered() const { return recovered_; }
+  std::vector<DeploymentId> deployment_ids() const;
+  std::optional<DeploymentStatusInfo> deployment_status(const DeploymentId& id) const;
+  std::optional<ApplicationStatusInfo> application_status(const std::string& app) const;
+  std::vector<ReplicaInfo> replicas(const DeploymentId& id) const;
+  std::optional<uint32_t> target_replicas(const DeploymentId& id) const;
+  const DeploymentState* deployment(const DeploymentId& id) const;
+  // Orphan replicas still being stopped.
+  std::vector<std::string> orphans() const;
+  bool is_shut_down() const;
+
+  // --- snapshots -----------------------------------------------------------
+
+  SnapshotId snapshot_id() const { return {options_.snapshot_epoch, snapshot_seq_}; }
+  // What changed since `last`; nullopt when `last` is current.
+  std::optional<SnapshotDelta> changes_since(const SnapshotId& last) const;
+
+ private:
+  struct AppState {
+    ApplicationSpec spec;
+    bool deleting = false;
+  };
+
+  // Write-ahead: validate `next`, save it, and only then adopt it as target_.
+  Status commit(TargetState next);
+  // Brings apps_/deployments_ in line with target_ (after a commit or load).
+  void apply_target(std::map<std::string, DeployResult>* results);
+  Status require_recovered() const;
+  TickContext context(std::vector<Command>& out);
+  Replica* find(const std::string& replica_id);
+  void publish();
+  std::vector<Route> current_routes() const;
+
+  CheckpointStore& store_;
+  const Clock& clock_;
+  Random& rng_;
+  CoreOptions options_;
+
+  bool recovered_ = false;
+  TargetState target_;
+  std::map<std::string, AppState> apps_;
+  std::map<DeploymentId, std::unique_ptr<DeploymentState>> deployments_;
+  std::vector<std::unique_ptr<Replica>> orphans_;
+  ReplicaDirectory directory_;
+  Cluster cluster_;
+  uint64_t next_replica_seq_ = 1;
+  std::vector<Command> pending_commands_;  // emitted outside update()
+
+  uint64_t snapshot_seq_ = 0;
+  std::vector<Route> routes_;
+  uint64_t routes_seq_ = 0;
+  bool routes_dirty_ = true;
+  std::vector<DeploymentId> removed_pending_;    // deleted since the last publish
+  std::map<DeploymentId, uint64_t> removed_at_;  // tombstones
+};
+
+}  // namespace troupe::controller

@@ -1,0 +1,196 @@
+#include "controller/core/validate.hpp"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace troupe::controller {
+
+namespace {
+
+std::string fmt(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+std::string quote(const std::string& s) {
+  return "\"" + s + "\"";
+}
+
+class Problems {
+ public:
+  void add(const std::string& path, const std::string& value, const std::string& rule) {
+    items_.push_back(path + ": " + value + " " + rule);
+  }
+  Status status() const {
+    if (items_.empty())
+      return Status::ok();
+    std::string msg;
+    for (const auto& item : items_) {
+      if (!msg.empty())
+        msg += "; ";
+      msg += item;
+    }
+    return Status(errc::invalid_argument, msg);
+  }
+
+  // Finite, > 0 and <= kMaxTimeoutS.
+  void positive_seconds(const std::string& path, double v) {
+    if (!std::isfinite(v) || v <= 0) {
+      add(path, fmt(v), "must be > 0");
+    } else if (v > kMaxTimeoutS) {
+      add(path, fmt(v), "must be <= " + fmt(kMaxTimeoutS));
+    }
+  }
+  void nonnegative_seconds(const std::string& path, double v) {
+    if (!std::isfinite(v) || v < 0) {
+      add(path, fmt(v), "must be >= 0");
+    } else if (v > kMaxTimeoutS) {
+      add(path, fmt(v), "must be <= " + fmt(kMaxTimeoutS));
+    }
+  }
+  void positive(const std::string& path, double v) {
+    if (!std::isfinite(v) || v <= 0)
+      add(path, fmt(v), "must be > 0");
+  }
+  void replicas(const std::string& path, uint32_t v) {
+    if (v > kMaxReplicas)
+      add(path, std::to_string(v), "must be <= " + std::to_string(kMaxReplicas));
+  }
+
+ private:
+  std::vector<std::string> items_;
+};
+
+void check_autoscaling(Problems& p, const std::string& path, const AutoscalingConfig& a) {
+  p.replicas(path + ".min_replicas", a.min_replicas);
+  p.replicas(path + ".max_replicas", a.max_replicas);
+  if (a.max_replicas < 1)
+    p.add(path + ".max_replicas", std::to_string(a.max_replicas), "must be >= 1");
+  if (a.min_replicas > a.max_replicas) {
+    p.add(path + ".min_replicas", std::to_string(a.min_replicas),
+          "must be <= max_replicas (" + std::to_string(a.max_replicas) + ")");
+  }
+  if (a.initial_replicas &&
+      (*a.initial_replicas < a.min_replicas || *a.initial_replicas > a.max_replicas)) {
+    p.add(path + ".initial_replicas", std::to_string(*a.initial_replicas),
+          "must be within [min_replicas, max_replicas] = [" + std::to_string(a.min_replicas) +
+              ", " + std::to_string(a.max_replicas) + "]");
+  }
+  p.positive(path + ".target_ongoing_requests", a.target_ongoing_requests);
+  p.positive_seconds(path + ".metrics_interval_s", a.metrics_interval_s);
+  p.positive_seconds(path + ".look_back_period_s", a.look_back_period_s);
+  p.positive(path + ".smoothing_factor", a.smoothing_factor);
+  if (a.upscale_smoothing_factor) {
+    p.positive(path + ".upscale_smoothing_factor", *a.upscale_smoothing_factor);
+  }
+  if (a.downscale_smoothing_factor) {
+    p.positive(path + ".downscale_smoothing_factor", *a.downscale_smoothing_factor);
+  }
+  p.nonnegative_seconds(path + ".upscale_delay_s", a.upscale_delay_s);
+  p.nonnegative_seconds(path + ".downscale_delay_s", a.downscale_delay_s);
+}
+
+void check_deployment(Problems& p, const std::string& path, const DeploymentSpec& d) {
+  if (d.import_path.empty())
+    p.add(path + ".import_path", "\"\"", "must not be empty");
+  const DeploymentConfig& c = d.config;
+  const std::string cp = path;
+  p.replicas(cp + ".num_replicas", c.num_replicas);
+  if (c.max_ongoing_requests < 1 || c.max_ongoing_requests > kMaxOngoingRequests) {
+    p.add(cp + ".max_ongoing_requests", std::to_string(c.max_ongoing_requests),
+          "must be within [1, " + std::to_string(kMaxOngoingRequests) + "]");
+  }
+  if (c.max_queued_requests < -1) {
+    p.add(cp + ".max_queued_requests", std::to_string(c.max_queued_requests),
+          "must be >= -1 (-1: no limit)");
+  }
+  p.positive_seconds(cp + ".health_check_period_s", c.health_check_period_s);
+  p.positive_seconds(cp + ".health_check_timeout_s", c.health_check_timeout_s);
+  p.positive_seconds(cp + ".graceful_shutdown_wait_loop_s", c.graceful_shutdown_wait_loop_s);
+  p.positive_seconds(cp + ".graceful_shutdown_timeout_s", c.graceful_shutdown_timeout_s);
+  for (const auto& [name, amount] : c.resources.amounts) {
+    if (!std::isfinite(amount) || amount < 0) {
+      p.add(cp + ".resources." + name, fmt(amount), "must be a finite amount >= 0");
+    }
+  }
+  p.replicas(cp + ".max_replicas_per_node", c.max_replicas_per_node);
+  if (c.autoscaling_config)
+    check_autoscaling(p, cp + ".autoscaling_config", *c.autoscaling_config);
+}
+
+void check_app(Problems& p, const ApplicationSpec& app) {
+  const std::string path = "applications[" + app.name + "]";
+  if (!valid_name(app.name)) {
+    p.add(path + ".name", quote(app.name),
+          "must be 1-100 characters without '#', '/', spaces or control characters");
+  }
+  if (app.route_prefix.empty() || app.route_prefix[0] != '/') {
+    p.add(path + ".route_prefix", quote(app.route_prefix), "must start with '/'");
+  }
+  if (app.deployments.empty())
+    p.add(path + ".deployments", "[]", "must not be empty");
+  std::set<std::string> seen;
+  bool ingress_found = false;
+  for (const auto& d : app.deployments) {
+    const std::string dpath = path + ".deployments[" + d.name + "]";
+    if (!valid_name(d.name)) {
+      p.add(dpath + ".name", quote(d.name),
+            "must be 1-100 characters without '#', '/', spaces or control characters");
+    }
+    if (!seen.insert(d.name).second) {
+      p.add(dpath + ".name", quote(d.name), "must be unique within the application (duplicate)");
+    }
+    if (d.name == app.ingress)
+      ingress_found = true;
+    check_deployment(p, dpath, d);
+  }
+  if (!ingress_found) {
+    p.add(path + ".ingress", quote(app.ingress), "must name one of the application's deployments");
+  }
+}
+
+}  // namespace
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 100)
+    return false;
+  for (unsigned char c : name) {
+    if (c == '#' || c == '/' || c <= ' ' || c == 0x7f)
+      return false;
+  }
+  return true;
+}
+
+Status validate(const ApplicationSpec& app) {
+  Problems p;
+  check_app(p, app);
+  return p.status();
+}
+
+Status validate(const TargetState& state) {
+  Problems p;
+  std::map<std::string, std::string> prefixes;  // prefix -> app
+  for (const auto& [key, app] : state.applications) {
+    if (key != app.name) {
+      p.add("applications[" + key + "].name", quote(app.name), "must equal its key " + quote(key));
+    }
+    check_app(p, app);
+    auto [it, inserted] = prefixes.emplace(app.route_prefix, app.name);
+    if (!inserted) {
+      p.add("applications[" + app.name + "].route_prefix", quote(app.route_prefix),
+            "must be unique (already used by application " + quote(it->second) + ")");
+    }
+  }
+  if (state.target_capacity) {
+    double tc = *state.target_capacity;
+    if (!std::isfinite(tc) || tc < 0 || tc > 100) {
+      p.add("target_capacity", fmt(tc), "must be within [0, 100]");
+    }
+  }
+  return p.status();
+}
+
+}  // namespace troupe::controller

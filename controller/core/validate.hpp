@@ -1,0 +1,29 @@
+// Validation of user input: an application spec or a whole target state. The
+// state manager calls it before anything is written; a config loader can call
+// it too. Errors name the field, the value and the rule, e.g.
+//   applications[greeter].deployments[Hello].num_replicas: 200000 must be <= 100000
+// Several problems are joined with "; ". errc::invalid_argument on failure.
+#pragma once
+
+#include "controller/core/model.hpp"
+#include "runtime/status.hpp"
+
+namespace troupe::controller {
+
+// Limits beyond which a value is considered absurd.
+constexpr uint32_t kMaxReplicas = 100000;
+constexpr uint32_t kMaxOngoingRequests = 1000000;
+constexpr double kMaxTimeoutS = 86400.0;
+
+// Checks one application on its own (names, ingress, every deployment).
+Status validate(const ApplicationSpec& app);
+
+// Checks every application plus the cross-application rules: unique route
+// prefixes, target_capacity in [0, 100].
+Status validate(const TargetState& state);
+
+// True when `name` can name an application or deployment: non-empty, at most
+// 100 characters, no '#', '/', whitespace or control characters.
+bool valid_name(const std::string& name);
+
+}  // namespace troupe::controller

@@ -1,0 +1,79 @@
+#include "controller/core/version.hpp"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace troupe::controller {
+
+namespace {
+
+void fnv_mix(uint64_t& h, const std::string& s) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  // A separator byte so that ("ab","c") and ("a","bc") differ.
+  h ^= 0xff;
+  h *= 1099511628211ULL;
+}
+
+}  // namespace
+
+std::string code_identity(const DeploymentSpec& spec) {
+  uint64_t h = 14695981039346656037ULL;
+  fnv_mix(h, spec.code_version);
+  fnv_mix(h, spec.import_path);
+  fnv_mix(h, spec.init_args);
+  fnv_mix(h, spec.config.resources.to_string());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  if (spec.code_version.empty())
+    return hex;
+  return spec.code_version + "-" + hex;
+}
+
+ReplicaVersion version_of(const DeploymentSpec& spec) {
+  return {code_identity(spec), spec.config.user_config};
+}
+
+std::string effective_code_version(const DeploymentSpec& spec) {
+  return spec.code_version.empty() ? code_identity(spec) : spec.code_version;
+}
+
+const char* to_string(ChangeKind kind) {
+  switch (kind) {
+    case ChangeKind::unchanged:
+      return "unchanged";
+    case ChangeKind::scaled:
+      return "scaled";
+    case ChangeKind::config_only:
+      return "config_only";
+    case ChangeKind::reconfigure:
+      return "reconfigure";
+    case ChangeKind::restart:
+      return "restart";
+    case ChangeKind::created:
+      return "created";
+  }
+  return "?";
+}
+
+ChangeKind classify_change(const DeploymentSpec& from, const DeploymentSpec& to) {
+  if (from == to)
+    return ChangeKind::unchanged;
+  if (code_identity(from) != code_identity(to))
+    return ChangeKind::restart;
+  if (from.config.user_config != to.config.user_config)
+    return ChangeKind::reconfigure;
+  // Compare everything except the scaling fields.
+  DeploymentSpec a = from;
+  DeploymentSpec b = to;
+  a.config.num_replicas = b.config.num_replicas = 0;
+  a.config.autoscaling_config.reset();
+  b.config.autoscaling_config.reset();
+  if (a == b)
+    return ChangeKind::scaled;
+  return ChangeKind::config_only;
+}
+
+}  // namespace troupe::controller

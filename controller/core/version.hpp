@@ -1,0 +1,50 @@
+// Version semantics of a deployment: what a change of the spec does to the
+// replicas that already run.
+#pragma once
+
+#include <string>
+
+#include "controller/core/model.hpp"
+
+namespace troupe::controller {
+
+// What a replica runs. `code` covers everything whose change requires a new
+// process (code_version, import_path, init_args, resources); `user_config` is
+// applied in place by reconfigure(). A replica reports this pair when it is
+// ready, so that a recovering controller learns what it runs.
+struct ReplicaVersion {
+  std::string code;
+  std::string user_config;
+
+  friend bool operator==(const ReplicaVersion& a, const ReplicaVersion& b) {
+    return a.code == b.code && a.user_config == b.user_config;
+  }
+  friend bool operator!=(const ReplicaVersion& a, const ReplicaVersion& b) { return !(a == b); }
+};
+
+// "<code_version>-<16 hex digits>", the hex digits a stable hash (FNV-1a) of
+// code_version, import_path, init_args and resources; just the hex digits when
+// code_version is empty. Equal specs give equal strings on every platform.
+std::string code_identity(const DeploymentSpec& spec);
+
+ReplicaVersion version_of(const DeploymentSpec& spec);
+
+// The version a client names in prev_version: the user's code_version, or the
+// derived code identity when the user set none.
+std::string effective_code_version(const DeploymentSpec& spec);
+
+// How going from `from` to `to` affects running replicas.
+enum class ChangeKind {
+  unchanged,    // identical spec: a no-op
+  scaled,       // only num_replicas / autoscaling_config differ
+  config_only,  // controller-side options differ (health-check timing, limits, ...)
+  reconfigure,  // user_config differs: running replicas are reconfigured in place
+  restart,      // code version, import path, init args or resources differ
+  created,      // a new deployment (never returned by classify_change)
+};
+
+const char* to_string(ChangeKind kind);
+
+ChangeKind classify_change(const DeploymentSpec& from, const DeploymentSpec& to);
+
+}  // namespace troupe::controller

@@ -1,0 +1,579 @@
+// Behaviour of one deployment, driven tick by tick with fake replicas and a
+// fake clock (every tick is 1 s unless stated). Answers to a tick's commands
+// arrive at the next tick.
+#include <doctest/doctest.h>
+
+#include "controller/core/deployment_state.hpp"
+#include "tests/controller/fakes.hpp"
+
+using namespace troupe;
+using namespace troupe::controller;
+using namespace troupe::controller::testing;
+using V = std::vector<std::string>;
+
+namespace {
+
+void deploy(Harness& h, const DeploymentSpec& d) {
+  auto r = h.core->deploy_application(make_app("a", "/a", {d}));
+  REQUIRE(r.has_value());
+}
+
+DeploymentSpec scaled(DeploymentSpec d, uint32_t n) {
+  d.config.num_replicas = n;
+  return d;
+}
+
+void expect_status(Harness& h, DeploymentStatus s, DeploymentTrigger t,
+                   const std::string& app = "a", const std::string& dep = "D") {
+  auto st = h.status(app, dep);
+  CHECK(to_string(st.status) == std::string(to_string(s)));
+  CHECK(to_string(st.trigger) == std::string(to_string(t)));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- scaling
+
+TEST_CASE("scaling: create, scale up, scale down") {
+  Harness h;
+  auto d = make_deployment("D", 3);
+  deploy(h, d);
+  expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::deploying);
+
+  CHECK(h.tick() == V{"start a#D#1@n1", "start a#D#2@n2", "start a#D#3@n3"});
+  CHECK(h.count("a", "D", ReplicaState::starting) == 3);
+  CHECK(h.tick() == V{});
+  CHECK(h.count("a", "D", ReplicaState::running) == 3);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::running);
+
+  auto up = h.core->deploy_deployment("a", scaled(d, 5));
+  REQUIRE(up.has_value());
+  CHECK(up->deployments.at("D") == ChangeKind::scaled);
+  expect_status(h, DeploymentStatus::upscaling, DeploymentTrigger::config_update_started);
+  CHECK(h.status("a", "D").message == "Upscaling from 3 to 5 replicas.");
+  CHECK(h.tick() == V{"start a#D#4@n1", "start a#D#5@n2"});
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::upscale_completed);
+
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 2)).has_value());
+  expect_status(h, DeploymentStatus::downscaling, DeploymentTrigger::config_update_started);
+  CHECK(h.status("a", "D").message == "Downscaling from 5 to 2 replicas.");
+  // Nodes with the most replicas first (n1 and n2 hold two), newest first.
+  CHECK(h.tick() == V{"stop a#D#5 20", "stop a#D#4 20", "stop a#D#3 20"});
+  CHECK(h.count("a", "D", ReplicaState::stopping) == 3);
+  CHECK(h.count("a", "D", ReplicaState::running) == 2);
+  expect_status(h, DeploymentStatus::downscaling, DeploymentTrigger::config_update_started);
+  CHECK(h.tick() == V{});
+  CHECK(h.replicas("a", "D").size() == 2);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::downscale_completed);
+}
+
+TEST_CASE("scaling: downscale stops not-yet-running replicas first") {
+  Harness h;
+  auto d = make_deployment("D", 2);
+  deploy(h, d);
+  h.ticks(2);
+  h.cluster.hang_start.insert("D");
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 4)).has_value());
+  CHECK(h.tick() == V{"start a#D#3@n3", "start a#D#4@n1"});
+  CHECK(h.tick() == V{});
+  CHECK(h.count("a", "D", ReplicaState::starting) == 2);
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 2)).has_value());
+  // STARTING replicas have no requests to finish: killed without grace; the
+  // one on the node with more replicas of the deployment first.
+  CHECK(h.tick() == V{"kill a#D#4", "kill a#D#3"});
+  CHECK(h.tick() == V{});
+  CHECK(h.count("a", "D", ReplicaState::running) == 2);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::downscale_completed);
+}
+
+TEST_CASE("scaling: never exceeds the target counting STOPPING replicas") {
+  Harness h;
+  auto d = make_deployment("D", 2);
+  deploy(h, d);
+  h.ticks(2);
+  h.cluster.ignore_stop.insert("a#D#2");
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 1)).has_value());
+  CHECK(h.tick() == V{"stop a#D#2 20"});
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 2)).has_value());
+  // One running + one stopping = 2: no new replica until it is gone.
+  CHECK(h.tick() == V{});
+  CHECK(h.tick() == V{});
+  h.cluster.ignore_stop.clear();
+  h.cluster.execute(Command{CommandKind::kill, "a#D#2", "n2", "", "", nullptr, {}, 0});
+  CHECK(h.tick() == V{"start a#D#3@n2"});
+}
+
+TEST_CASE("deploy: the same spec twice is a no-op reporting unchanged") {
+  Harness h;
+  auto d = make_deployment("D", 2);
+  auto app = make_app("a", "/a", {d});
+  auto first = h.core->deploy_application(app);
+  REQUIRE(first.has_value());
+  CHECK(first->changed);
+  CHECK(first->deployments.at("D") == ChangeKind::created);
+  h.ticks(2);
+  const int saves = h.store->saves;
+  const auto generation = h.core->target_state().generation;
+  auto again = h.core->deploy_application(app);
+  REQUIRE(again.has_value());
+  CHECK_FALSE(again->changed);
+  CHECK(again->deployments.at("D") == ChangeKind::unchanged);
+  CHECK(again->generation == generation);
+  CHECK(h.store->saves == saves);
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  auto same = h.core->deploy_deployment("a", d);
+  REQUIRE(same.has_value());
+  CHECK_FALSE(same->changed);
+}
+
+TEST_CASE("deploy: prev_version rejects the call when the current version differs") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  deploy(h, d);
+  auto next = d;
+  next.code_version = "v2";
+  auto r = h.core->deploy_deployment("a", next, std::string("v0"));
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::conflict);
+  CHECK(r.status().message() ==
+        "applications[a].deployments[D].prev_version: \"v0\" must equal the current version "
+        "\"v1\"");
+  CHECK(h.core->target_state().applications.at("a").deployments[0].code_version == "v1");
+  auto ok = h.core->deploy_deployment("a", next, std::string("v1"));
+  REQUIRE(ok.has_value());
+  CHECK(ok->deployments.at("D") == ChangeKind::restart);
+}
+
+TEST_CASE("target capacity scales targets, rounding up, at least one") {
+  CHECK(capacity_adjusted(10, std::nullopt) == 10);
+  CHECK(capacity_adjusted(10, 100.0) == 10);
+  CHECK(capacity_adjusted(10, 50.0) == 5);
+  CHECK(capacity_adjusted(10, 25.0) == 3);
+  CHECK(capacity_adjusted(10, 1.0) == 1);
+  CHECK(capacity_adjusted(10, 0.0) == 0);
+  CHECK(capacity_adjusted(0, 50.0) == 0);
+
+  Harness h;
+  deploy(h, make_deployment("D", 4));
+  h.ticks(2);
+  REQUIRE(h.core->set_target_capacity(50.0).is_ok());
+  CHECK(h.core->target_replicas({"a", "D"}) == 2u);
+  CHECK(h.tick() == V{"stop a#D#4 20", "stop a#D#3 20"});
+  h.tick();
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::downscale_completed);
+  REQUIRE(h.core->set_target_capacity(std::nullopt).is_ok());
+  CHECK(h.core->target_replicas({"a", "D"}) == 4u);
+}
+
+TEST_CASE("autoscaling hook: a desired count is clamped to the bounds") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  AutoscalingConfig a;
+  a.min_replicas = 1;
+  a.max_replicas = 5;
+  a.initial_replicas = 2;
+  d.config.autoscaling_config = a;
+  deploy(h, d);
+  CHECK(h.core->target_replicas({"a", "D"}) == 2u);
+  h.ticks(2);
+  REQUIRE(h.core->set_autoscaled_target({"a", "D"}, 4).is_ok());
+  expect_status(h, DeploymentStatus::upscaling, DeploymentTrigger::autoscaling);
+  CHECK(h.tick() == V{"start a#D#3@n3", "start a#D#4@n1"});
+  h.tick();
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::upscale_completed);
+  REQUIRE(h.core->set_autoscaled_target({"a", "D"}, 50).is_ok());
+  CHECK(h.core->target_replicas({"a", "D"}) == 5u);
+  CHECK(h.core->set_autoscaled_target({"a", "X"}, 3).code() == errc::not_found);
+  Harness g;
+  deploy(g, make_deployment("D", 1));
+  CHECK(g.core->set_autoscaled_target({"a", "D"}, 3).code() == errc::invalid_argument);
+}
+
+// ---------------------------------------------------------------- scheduling
+
+TEST_CASE("scheduling: spread over ALIVE nodes within resources; pending allocation message") {
+  Harness h;
+  h.set_nodes({{"n1", NodeState::alive, *parse_resources("cpu=2")},
+               {"n2", NodeState::alive, *parse_resources("cpu=2")},
+               {"n3", NodeState::draining, *parse_resources("cpu=8")}});
+  auto d = make_deployment("D", 5);
+  d.config.resources = *parse_resources("cpu=1");
+  deploy(h, d);
+  CHECK(h.tick() == V{"start a#D#1@n1", "start a#D#2@n2", "start a#D#3@n1", "start a#D#4@n2"});
+  auto reps = h.replicas("a", "D");
+  REQUIRE(reps.size() == 5);
+  CHECK(reps[4].pending_allocation);
+  CHECK(reps[4].state == ReplicaState::starting);
+  h.ticks(30);  // t = 31: pending for 30 s, not more
+  CHECK(h.status("a", "D").message == "");
+  CHECK(h.tick() == V{});  // t = 32
+  CHECK(h.status("a", "D").message ==
+        "Deployment 'D' in application 'a' has 1 replicas that have taken more than 30s to be "
+        "scheduled. Resources required for each replica: cpu=1; free resources: n1: cpu=0; n2: "
+        "cpu=0.");
+  expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+  // Capacity arrives: the pending replica is placed.
+  auto nodes = h.nodes;
+  nodes.push_back({"n4", NodeState::alive, *parse_resources("cpu=4")});
+  h.set_nodes(nodes);
+  CHECK(h.tick() == V{"start a#D#5@n4"});
+  h.tick();
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+}
+
+TEST_CASE("scheduling: max_replicas_per_node") {
+  Harness h;
+  auto d = make_deployment("D", 4);
+  d.config.max_replicas_per_node = 1;
+  deploy(h, d);
+  CHECK(h.tick() == V{"start a#D#1@n1", "start a#D#2@n2", "start a#D#3@n3"});
+  CHECK(h.replicas("a", "D")[3].pending_allocation);
+  h.ticks(31);
+  CHECK(h.status("a", "D").message ==
+        "Deployment 'D' in application 'a' has 1 replicas that have taken more than 30s to be "
+        "scheduled. Resources required for each replica: none, at most 1 per node; free "
+        "resources: n1: cpu=100; n2: cpu=100; n3: cpu=100.");
+}
+
+TEST_CASE("scheduling: ties are broken by the injected random source") {
+  Harness h;
+  h.rng.pick = 2;
+  deploy(h, make_deployment("D", 1));
+  CHECK(h.tick() == V{"start a#D#1@n3"});
+}
+
+TEST_CASE("slow start: replicas initializing for more than 30 s") {
+  Harness h;
+  h.cluster.hang_start.insert("D");
+  deploy(h, make_deployment("D", 2));
+  h.ticks(31);
+  CHECK(h.status("a", "D").message == "");
+  h.tick();
+  CHECK(h.status("a", "D").message ==
+        "Deployment 'D' in application 'a' has 2 replicas that have taken more than 30s to "
+        "initialize. This may be caused by a slow constructor or reconfigure.");
+}
+
+// ---------------------------------------------------------------- health
+
+TEST_CASE("health: checks every period with jitter from the injected random source") {
+  for (double fraction : {0.0, 0.5, 1.0}) {
+    Harness h;
+    h.rng.fraction = fraction;
+    auto d = make_deployment("D", 1);
+    deploy(h, d);
+    h.tick(1.0);
+    h.tick(1.0);  // t = 2: RUNNING, first check due at 2 + 10 * uniform(0.9, 1.1)
+    const double due = 2 + 10 * (0.9 + 0.2 * fraction);
+    std::vector<double> checks;
+    for (int i = 0; i < 40; ++i) {
+      auto cmds = h.tick(0.5, true);
+      if (!cmds.empty()) {
+        CHECK(cmds == V{"check a#D#1"});
+        checks.push_back(h.clock.now_s());
+      }
+    }
+    REQUIRE(checks.size() >= 1);
+    CHECK(checks[0] == doctest::Approx(due));
+    if (checks.size() >= 2)
+      CHECK(checks[1] - checks[0] == doctest::Approx(due - 2));
+  }
+}
+
+TEST_CASE(
+    "health: failures below the threshold keep the replica; at the threshold it is replaced") {
+  Harness h;
+  deploy(h, make_deployment("D", 1));
+  h.ticks(2);  // t = 2: RUNNING; checks at 12, 22, 32, ...
+  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(20);             // t = 22: check; its failed answer arrives at 23
+  CHECK(h.tick() == V{});  // t = 23: two consecutive failures
+  h.cluster.unhealthy.clear();
+  h.ticks(10);  // t = 33: the check at 32 succeeded, counter reset
+  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(20);  // t = 53: failures at 43 and 53
+  CHECK(h.count("a", "D", ReplicaState::running) == 1);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  h.ticks(9);                             // t = 62: third check
+  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 63: third failure in a row
+  expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+  CHECK(h.status("a", "D").message ==
+        "Replica a#D#1 failed 3 health checks in a row. This deployment is UNHEALTHY until the "
+        "replica is replaced or a new deploy happens.");
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::unhealthy);
+  CHECK(h.tick() == V{"start a#D#2@n1"});  // gone: replaced
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::health_recovered);
+}
+
+TEST_CASE("health: no answer within health_check_timeout_s counts as a failure") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  d.config.health_check_timeout_s = 5;
+  deploy(h, d);
+  h.ticks(2);
+  h.cluster.silent.insert("a#D#1");
+  CHECK(h.tick(10, true) == V{"check a#D#1"});   // t = 12, deadline 17
+  CHECK(h.tick(4, true) == V{});                 // t = 16
+  CHECK(h.tick(1, true) == V{});                 // t = 17: failure 1, next check due at 22
+  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 22
+  CHECK(h.tick(5, true) == V{});                 // t = 27: failure 2
+  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 32
+  CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 37: failure 3
+}
+
+TEST_CASE("health: a crash marks the replica unhealthy at once and replaces it") {
+  Harness h;
+  deploy(h, make_deployment("D", 2));
+  h.ticks(2);
+  h.cluster.crash("a#D#1");
+  CHECK(h.tick() == V{"start a#D#3@n1"});
+  expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+  CHECK(h.status("a", "D").message ==
+        "Replica a#D#1 crashed. This deployment is UNHEALTHY until the replica is replaced or a "
+        "new deploy happens.");
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::health_recovered);
+}
+
+TEST_CASE("health: replicas on a node that died are replaced") {
+  Harness h;
+  deploy(h, make_deployment("D", 2));
+  h.ticks(2);
+  h.set_nodes({h.nodes[0], h.nodes[2]});  // n2 is gone
+  CHECK(h.tick() == V{"start a#D#3@n3"});
+  expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+}
+
+// ---------------------------------------------------------------- start failures
+
+TEST_CASE("start failures: DEPLOY_FAILED after 3 x target failures, then backoff 1, 2, 4 ... 64") {
+  Harness h;
+  h.rng.fraction = 0;  // no jitter
+  h.cluster.fail_start["D"] = "RuntimeError: cannot open model file";
+  deploy(h, make_deployment("D", 1));
+  std::vector<double> starts;
+  for (int i = 0; i < 210; ++i) {
+    for (const auto& op : h.tick()) {
+      if (op.rfind("start", 0) == 0)
+        starts.push_back(h.clock.now_s());
+    }
+    if (h.clock.now_s() == 5) {
+      expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+    }
+    if (h.clock.now_s() == 6) {
+      expect_status(h, DeploymentStatus::deploy_failed, DeploymentTrigger::replica_startup_failed);
+      CHECK(h.status("a", "D").message ==
+            "The deployment failed to start 3 times in a row. This may be due to a problem with "
+            "its constructor or reconfigure. Retrying after 1 seconds. Error:\n"
+            "RuntimeError: cannot open model file");
+      CHECK(h.core->application_status("a")->status == ApplicationStatus::deploy_failed);
+    }
+  }
+  // Failures at t = 2, 4, 6 (threshold reached), then waits of 1, 2, 4, ... 64, 64 s.
+  CHECK(starts == std::vector<double>{1, 3, 5, 7, 10, 15, 24, 41, 74, 139, 204});
+  expect_status(h, DeploymentStatus::deploy_failed, DeploymentTrigger::replica_startup_failed);
+  CHECK(h.core->deployment({"a", "D"})->start_failures() == 11);
+
+  // Fixing the code (a new deploy) resets the counting and the backoff.
+  h.cluster.fail_start.clear();
+  auto d = make_deployment("D", 1, "v2");
+  deploy(h, d);
+  CHECK(h.core->deployment({"a", "D"})->start_failures() == 0);
+  CHECK(h.core->deployment({"a", "D"})->backoff_s() == 1);
+  h.ticks(3);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+}
+
+TEST_CASE("start failures: backoff waits are jittered through the random source") {
+  Harness h;
+  h.rng.fraction = 1.0;  // wait x 1.1
+  h.cluster.fail_start["D"] = "boom";
+  deploy(h, make_deployment("D", 1));
+  std::vector<double> starts;
+  for (int i = 0; i < 50; ++i) {
+    for (const auto& op : h.tick(0.5)) {
+      if (op.rfind("start", 0) == 0)
+        starts.push_back(h.clock.now_s());
+    }
+  }
+  // Failures at 1, 2, 3; waits 1.1 (-> 4.1, next tick 4.5), 2.2 (fail 5 -> 7.2, tick 7.5),
+  // 4.4 (fail 8 -> 12.4, tick 12.5), 8.8 (fail 13 -> 21.8, tick 22).
+  CHECK(starts == std::vector<double>{0.5, 1.5, 2.5, 4.5, 7.5, 12.5, 22});
+}
+
+TEST_CASE("start failures: one success stops the counting (partial success)") {
+  Harness h;
+  h.cluster.fail_start["D"] = "flaky";
+  h.cluster.succeed_ids.insert("a#D#3");
+  deploy(h, make_deployment("D", 3));
+  CHECK(h.tick() == V{"start a#D#1@n1", "start a#D#2@n2", "start a#D#3@n3"});
+  CHECK(h.tick() == V{"kill a#D#1", "kill a#D#2"});
+  CHECK(h.core->deployment({"a", "D"})->start_failures() == -1);
+  h.ticks(60);  // keeps failing: retried without backoff, never DEPLOY_FAILED
+  expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+  CHECK(h.cluster.starts > 40);
+  CHECK(h.count("a", "D", ReplicaState::running) == 1);
+  h.cluster.fail_start.clear();
+  h.ticks(3);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  CHECK(h.count("a", "D", ReplicaState::running) == 3);
+}
+
+// ---------------------------------------------------------------- graceful stop
+
+TEST_CASE("graceful stop: killed at graceful_shutdown_timeout_s, STOPPING until confirmed") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  d.config.graceful_shutdown_timeout_s = 5;
+  deploy(h, d);
+  h.ticks(2);
+  h.cluster.ignore_stop.insert("a#D#1");
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 0)).has_value());
+  CHECK(h.tick() == V{"stop a#D#1 5"});  // t = 3
+  for (int i = 0; i < 4; ++i) {
+    CHECK(h.tick() == V{});  // t = 4 .. 7
+    CHECK(h.count("a", "D", ReplicaState::stopping) == 1);
+  }
+  CHECK(h.tick() == V{"kill a#D#1"});  // t = 8
+  CHECK(h.count("a", "D", ReplicaState::stopping) == 1);
+  CHECK(h.tick() == V{});  // t = 9: confirmed gone
+  CHECK(h.replicas("a", "D").empty());
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::downscale_completed);
+}
+
+// ---------------------------------------------------------------- rolling update
+
+TEST_CASE("rolling update: a code change with 10 replicas moves 2 at a time") {
+  Harness h;
+  auto d = make_deployment("D", 10);
+  deploy(h, d);
+  h.ticks(2);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  auto v2 = d;
+  v2.code_version = "v2";
+  auto r = h.core->deploy_application(make_app("a", "/a", {v2}));
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::restart);
+  expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+
+  std::vector<V> expected = {{"stop a#D#1 20", "stop a#D#2 20"},
+                             {"start a#D#11", "start a#D#12"},
+                             {"stop a#D#3 20", "stop a#D#4 20"},
+                             {"start a#D#13", "start a#D#14"},
+                             {"stop a#D#5 20", "stop a#D#6 20"},
+                             {"start a#D#15", "start a#D#16"},
+                             {"stop a#D#7 20", "stop a#D#8 20"},
+                             {"start a#D#17", "start a#D#18"},
+                             {"stop a#D#9 20", "stop a#D#10 20"},
+                             {"start a#D#19", "start a#D#20"},
+                             {}};
+  for (const auto& want : expected) {
+    CHECK(without_nodes(h.tick()) == want);
+    const auto alive = h.cluster.alive_not_stopping("a", "D");
+    CHECK(alive <= 10);
+    CHECK(alive >= 8);
+    if (!want.empty()) {
+      expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+    }
+  }
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  for (const auto& rep : h.replicas("a", "D"))
+    CHECK(rep.version == version_of(v2));
+}
+
+TEST_CASE("rolling update: a user_config change reconfigures in place, 2 at a time") {
+  Harness h;
+  auto d = make_deployment("D", 10);
+  deploy(h, d);
+  h.ticks(2);
+  const int starts = h.cluster.starts;
+  auto v2 = d;
+  v2.config.user_config = "{\"threshold\": 0.7}";
+  auto r = h.core->deploy_application(make_app("a", "/a", {v2}));
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::reconfigure);
+  CHECK(h.tick() == V{"reconfigure a#D#1", "reconfigure a#D#2"});
+  CHECK(h.count("a", "D", ReplicaState::updating) == 2);
+  CHECK(h.tick() == V{"reconfigure a#D#3", "reconfigure a#D#4"});
+  CHECK(h.tick() == V{"reconfigure a#D#5", "reconfigure a#D#6"});
+  CHECK(h.tick() == V{"reconfigure a#D#7", "reconfigure a#D#8"});
+  CHECK(h.tick() == V{"reconfigure a#D#9", "reconfigure a#D#10"});
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  CHECK(h.cluster.starts == starts);  // nothing restarted
+  for (const auto& rep : h.replicas("a", "D"))
+    CHECK(rep.version.user_config == v2.config.user_config);
+}
+
+TEST_CASE("rolling update: a pending scale-down completes before the rollout proceeds") {
+  Harness h;
+  auto d = make_deployment("D", 10);
+  deploy(h, d);
+  h.ticks(2);
+  auto v2 = make_deployment("D", 5, "v2");
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {v2})).has_value());
+  auto first = h.tick();
+  CHECK(first.size() == 5);
+  for (const auto& op : first)
+    CHECK(op.rfind("stop", 0) == 0);
+  // Then one at a time (rollout_size = max(20% of 5, 1) = 1).
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#1 20"});
+  CHECK(without_nodes(h.tick()) == V{"start a#D#11"});
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#2 20"});
+}
+
+TEST_CASE("rolling update: replicas still STARTING with an old version are killed without grace") {
+  Harness h;
+  h.cluster.hang_start.insert("D");
+  auto d = make_deployment("D", 2);
+  deploy(h, d);
+  h.tick();
+  h.cluster.hang_start.clear();
+  REQUIRE(
+      h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2, "v2")})).has_value());
+  // rollout_size is 1 for 2 replicas.
+  CHECK(h.tick() == V{"kill a#D#1"});
+  CHECK(without_nodes(h.tick()) == V{"start a#D#3"});
+}
+
+// ---------------------------------------------------------------- draining
+
+TEST_CASE("draining: a replica on a DRAINING node is replaced first, then stopped") {
+  Harness h;
+  deploy(h, make_deployment("D", 3));
+  h.ticks(2);
+  auto nodes = h.nodes;
+  nodes[2].state = NodeState::draining;
+  h.set_nodes(nodes);
+  CHECK(h.tick() == V{"start a#D#4@n1"});
+  CHECK(h.count("a", "D", ReplicaState::running) == 3);  // no capacity dip
+  CHECK(h.replicas("a", "D")[2].migrating);
+  CHECK(h.tick() == V{"stop a#D#3 20"});  // its replacement runs
+  CHECK(h.count("a", "D", ReplicaState::running) == 3);
+  CHECK(h.tick() == V{});
+  CHECK(h.replicas("a", "D").size() == 3);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+}
+
+TEST_CASE("draining: several replicas on a draining node move rollout_size at a time") {
+  Harness h;
+  deploy(h, make_deployment("D", 6));  // two per node; rollout_size = 1
+  h.ticks(2);
+  auto nodes = h.nodes;
+  nodes[0].state = NodeState::draining;  // n1 holds a#D#1 and a#D#4
+  h.set_nodes(nodes);
+  CHECK(h.tick() == V{"start a#D#7@n2"});
+  CHECK(h.tick() == V{"stop a#D#1 20"});
+  CHECK(h.tick() == V{"start a#D#8@n3"});
+  CHECK(h.tick() == V{"stop a#D#4 20"});
+  CHECK(h.tick() == V{});
+  CHECK(h.count("a", "D", ReplicaState::running) == 6);
+  for (const auto& r : h.replicas("a", "D"))
+    CHECK(r.node_id != "n1");
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+}

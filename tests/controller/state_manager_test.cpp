@@ -1,0 +1,281 @@
+// The state manager: deletion and shutdown, write-ahead checkpoints,
+// recovery after a controller crash, and versioned snapshots.
+#include <doctest/doctest.h>
+
+#include "tests/controller/fakes.hpp"
+
+using namespace troupe;
+using namespace troupe::controller;
+using namespace troupe::controller::testing;
+using V = std::vector<std::string>;
+
+namespace {
+
+ApplicationSpec two_deployments() {
+  return make_app("a", "/a", {make_deployment("D", 2), make_deployment("E", 1)});
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- delete
+
+TEST_CASE("delete: a deployment is stopped gracefully and removed once all replicas are gone") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  h.ticks(2);
+  CHECK(h.core->delete_deployment("a", "D").code() == errc::invalid_argument);  // the ingress
+  REQUIRE(h.core->delete_deployment("a", "E").is_ok());
+  CHECK(h.status("a", "E").status == DeploymentStatus::deleting);
+  CHECK(h.status("a", "E").trigger == DeploymentTrigger::deleting);
+  CHECK(h.tick() == V{"stop a#E#3 20"});
+  CHECK(h.core->deployment_status({"a", "E"}).has_value());
+  CHECK(h.tick() == V{});
+  CHECK_FALSE(h.core->deployment_status({"a", "E"}).has_value());
+  CHECK(h.core->target_state().applications.at("a").deployments.size() == 1);
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::running);
+}
+
+TEST_CASE("delete: an application and everything in it") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  h.ticks(2);
+  REQUIRE(h.core->delete_application("a").is_ok());
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::deleting);
+  // One replica per node: newest first.
+  CHECK(h.tick() == V{"stop a#D#2 20", "stop a#D#1 20", "stop a#E#3 20"});
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::deleting);
+  CHECK(h.tick() == V{});
+  CHECK_FALSE(h.core->application_status("a").has_value());
+  CHECK(h.core->deployment_ids().empty());
+  CHECK(h.cluster.actors.empty());
+}
+
+TEST_CASE("delete: dropping a deployment from the application spec deletes it") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  h.ticks(2);
+  auto r = h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)}));
+  REQUIRE(r.has_value());
+  CHECK(r->removed == V{"E"});
+  CHECK(h.tick() == V{"stop a#E#3 20"});
+  h.tick();
+  CHECK(h.core->deployment_ids().size() == 1);
+}
+
+TEST_CASE("shutdown: writes an empty target, stops everything") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  REQUIRE(h.core->deploy_application(make_app("b", "/b", {make_deployment("F", 1)})).has_value());
+  h.ticks(2);
+  REQUIRE(h.core->shutdown().is_ok());
+  CHECK(h.store->saved->applications.empty());
+  CHECK_FALSE(h.core->is_shut_down());
+  CHECK(h.tick().size() == 4);
+  CHECK(h.tick() == V{});
+  CHECK(h.core->is_shut_down());
+  CHECK(h.cluster.actors.empty());
+}
+
+// ---------------------------------------------------------------- checkpoint
+
+TEST_CASE("checkpoint: the target state is saved before it is applied") {
+  Harness h;
+  int observed = 0;
+  h.store->on_save = [&](const TargetState& next) {
+    ++observed;
+    // At save time memory still holds the previous state.
+    CHECK(h.core->target_state().generation + 1 == next.generation);
+    CHECK(h.core->deployment_ids().size() == (observed == 1 ? 0u : 2u));
+  };
+  auto r = h.core->deploy_application(two_deployments());
+  REQUIRE(r.has_value());
+  CHECK(observed == 1);
+  CHECK(h.store->saved == h.core->target_state());
+  CHECK(h.core->deployment_ids().size() == 2);
+  REQUIRE(h.core->delete_deployment("a", "E").is_ok());
+  CHECK(observed == 2);
+  CHECK(h.store->saved == h.core->target_state());
+}
+
+TEST_CASE("checkpoint: a failed write changes nothing") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  h.ticks(2);
+  const TargetState before = h.core->target_state();
+  auto failing = std::make_unique<FailingStore>();
+  FailingStore* store = failing.get();
+  failing->saved = before;
+  h.replace_store(std::move(failing));  // controller restart over the same checkpoint
+  h.ticks(3);
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+
+  auto v2 = two_deployments();
+  v2.deployments[0].code_version = "v2";
+  auto r = h.core->deploy_application(v2);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::io_error);
+  CHECK(r.status().message() == "write /var/lib/troupe/checkpoint: No space left on device");
+  CHECK(h.core->delete_application("a").code() == errc::io_error);
+  CHECK(h.core->delete_deployment("a", "E").code() == errc::io_error);
+  CHECK(h.core->set_target_capacity(10.0).code() == errc::io_error);
+  CHECK(h.core->shutdown().code() == errc::io_error);
+  CHECK(store->attempts == 5);
+  CHECK(h.core->target_state() == before);
+  CHECK(h.tick() == V{});  // nothing to do: no rollout, no stop
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::running);
+}
+
+TEST_CASE("checkpoint: an accepted change survives a controller crash") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  REQUIRE(h.core->set_target_capacity(50.0).is_ok());
+  const TargetState accepted = h.core->target_state();
+  h.restart();  // crash before even one tick
+  CHECK(h.core->target_state() == accepted);
+  CHECK(h.core->target_replicas({"a", "D"}) == 1u);
+  CHECK(h.tick() == V{"start a#D#1@n1", "start a#E#2@n2"});
+}
+
+// ---------------------------------------------------------------- recovery
+
+TEST_CASE("recovery: live, dead, wrong-version and orphan replicas") {
+  Harness h;
+  auto d = make_deployment("D", 3);
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d})).has_value());
+  h.ticks(2);
+  auto before = h.core->changes_since({});
+  REQUIRE(before);
+
+  // The controller dies. Meanwhile: an orphan of a deleted application is on
+  // n1, and replica 3 runs an older code version than the checkpoint says.
+  h.cluster.actors["old#Gone#77"] = FakeActor{"old#Gone#77", "old", "Gone", "n1", {}, false};
+  auto old = make_deployment("D", 3, "v0");
+  h.cluster.actors["a#D#3"].version = version_of(old);
+  auto hosted = h.cluster.hosted();
+  h.cluster.actors.erase("a#D#2");  // listed, but dead by the time we ask it
+
+  h.core = std::make_unique<StateManager>(*h.store, h.clock, h.rng, h.options);
+  h.core->set_nodes(h.nodes);
+  REQUIRE(h.core->recover(hosted).is_ok());
+  CHECK(h.tick() == V{"recover a#D#1", "recover a#D#2", "recover a#D#3", "stop old#Gone#77 20"});
+  CHECK(h.count("a", "D", ReplicaState::recovering) == 3);
+  CHECK(h.core->orphans() == V{"old#Gone#77"});
+  // Nothing is published for D while its replicas are RECOVERING.
+  auto snap = h.core->changes_since({});
+  REQUIRE(snap);
+  CHECK(snap->full);
+  CHECK(snap->deployments.empty());
+  REQUIRE(snap->withheld.size() == 1);
+  CHECK(snap->withheld[0] == DeploymentId{"a", "D"});
+  // A subscriber presenting an id of the previous incarnation (here: a seq
+  // beyond the current one) also gets a full snapshot that withholds D.
+  auto again = h.core->changes_since(before->id);
+  REQUIRE(again);
+  CHECK(again->full);
+  CHECK(again->withheld.size() == 1);
+
+  // 1 answers, 2 is dead (replaced), 3 reports v0 (joins the rolling update).
+  CHECK(h.tick() == V{"start a#D#78@n2"});
+  CHECK(h.core->orphans().empty());
+  auto reps = h.replicas("a", "D");
+  REQUIRE(reps.size() == 3);
+  CHECK(reps[1].id == "a#D#3");
+  CHECK(reps[1].state == ReplicaState::running);
+  CHECK(reps[1].version == version_of(old));
+  snap = h.core->changes_since({});
+  REQUIRE(snap->deployments.size() == 1);
+  CHECK(snap->deployments[0].replicas.size() == 2);
+
+  CHECK(h.tick() == V{"stop a#D#3 20"});  // 78 runs: the old-version one goes
+  CHECK(h.tick() == V{"start a#D#79@n3"});
+  CHECK(h.tick() == V{});
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+  for (const auto& r : h.replicas("a", "D"))
+    CHECK(r.version == version_of(d));
+  CHECK(h.cluster.actors.size() == 3);
+}
+
+TEST_CASE("recovery: replicas that never answer are replaced after the slow-start threshold") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 1)})).has_value());
+  h.ticks(2);
+  auto hosted = h.cluster.hosted();
+  h.core = std::make_unique<StateManager>(*h.store, h.clock, h.rng, h.options);
+  h.core->set_nodes(h.nodes);
+  REQUIRE(h.core->recover(hosted).is_ok());
+  h.core->update();  // the recover command is lost
+  h.ticks(30);
+  CHECK(h.count("a", "D", ReplicaState::recovering) == 1);
+  CHECK(h.tick() == V{"kill a#D#1"});
+  CHECK(h.tick() == V{"start a#D#2@n1"});
+}
+
+TEST_CASE("recovery: a corrupt checkpoint stops the controller with an error naming the file") {
+  FakeClock clock;
+  FakeRandom rng;
+  CorruptStore store;
+  StateManager core(store, clock, rng);
+  Status s = core.recover({});
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.code() == errc::corrupt);
+  CHECK(s.message() ==
+        "/var/lib/troupe/checkpoint: cannot decode the target state (bad segment size)");
+  CHECK_FALSE(core.recovered());
+  auto r = core.deploy_application(make_app("a", "/a", {make_deployment("D", 1)}));
+  CHECK(r.status().code() == errc::unavailable);
+  CHECK(core.update().empty());
+}
+
+// ---------------------------------------------------------------- snapshots
+
+TEST_CASE("snapshots: numbered, and a subscriber gets only newer state") {
+  Harness h;
+  CHECK_FALSE(h.core->changes_since({}).has_value());  // nothing published yet
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
+  h.tick();
+  auto s1 = h.core->changes_since({});
+  REQUIRE(s1);
+  CHECK(s1->id.seq == 1);
+  CHECK(s1->full);
+  CHECK(s1->routes == std::vector<Route>{{"/a", "a", "D"}});
+  REQUIRE(s1->deployments.size() == 1);
+  CHECK(s1->deployments[0].replicas.empty());
+  CHECK_FALSE(h.core->changes_since(s1->id).has_value());  // current: nothing
+
+  h.tick();  // replicas run
+  auto s2 = h.core->changes_since(s1->id);
+  REQUIRE(s2);
+  CHECK(s2->id.seq == 2);
+  CHECK_FALSE(s2->full);
+  CHECK_FALSE(s2->routes_changed);
+  REQUIRE(s2->deployments.size() == 1);
+  CHECK(s2->deployments[0].replicas ==
+        std::vector<RunningReplicaInfo>{{"a#D#1", "n1", 5}, {"a#D#2", "n2", 5}});
+  h.ticks(5);
+  CHECK(h.core->snapshot_id().seq == 2);  // steady state publishes nothing
+
+  // A second application: only its route and deployment are new.
+  REQUIRE(h.core->deploy_application(make_app("b", "/b", {make_deployment("E", 1)})).has_value());
+  h.tick();
+  auto s3 = h.core->changes_since(s2->id);
+  REQUIRE(s3);
+  CHECK(s3->routes_changed);
+  CHECK(s3->routes.size() == 2);
+  REQUIRE(s3->deployments.size() == 1);
+  CHECK(s3->deployments[0].id == DeploymentId{"b", "E"});
+
+  // Deleting removes the route at once and the deployment when it is gone.
+  REQUIRE(h.core->delete_application("b").is_ok());
+  h.ticks(3);
+  auto s4 = h.core->changes_since(s3->id);
+  REQUIRE(s4);
+  CHECK(s4->routes == std::vector<Route>{{"/a", "a", "D"}});
+  CHECK(s4->removed == std::vector<DeploymentId>{{"b", "E"}});
+
+  // An id from another controller incarnation gets everything.
+  auto other = h.core->changes_since({99, 3});
+  REQUIRE(other);
+  CHECK(other->full);
+  CHECK(other->deployments.size() == 1);
+}

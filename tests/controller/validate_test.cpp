@@ -1,0 +1,169 @@
+// Bad input is rejected with the field, the value and the rule; version
+// semantics decide restart / reconfigure / rescale.
+#include <doctest/doctest.h>
+
+#include "controller/core/validate.hpp"
+#include "controller/core/version.hpp"
+#include "tests/controller/fakes.hpp"
+
+using namespace troupe;
+using namespace troupe::controller;
+using namespace troupe::controller::testing;
+
+namespace {
+
+ApplicationSpec greeter() {
+  return make_app("greeter", "/greet", {make_deployment("Hello", 2)});
+}
+
+std::string error_of(const ApplicationSpec& app) {
+  Status s = validate(app);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.code() == errc::invalid_argument);
+  return s.message();
+}
+
+}  // namespace
+
+TEST_CASE("validate: a well-formed application passes") {
+  CHECK(validate(greeter()).is_ok());
+}
+
+TEST_CASE("validate: absurd replica count names field, value and rule") {
+  auto app = greeter();
+  app.deployments[0].config.num_replicas = static_cast<uint32_t>(-1);
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].num_replicas: 4294967295 must be <= 100000");
+}
+
+TEST_CASE("validate: zero and negative timeouts") {
+  auto app = greeter();
+  app.deployments[0].config.health_check_period_s = 0;
+  app.deployments[0].config.graceful_shutdown_timeout_s = -5;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].health_check_period_s: 0 must be > 0; "
+        "applications[greeter].deployments[Hello].graceful_shutdown_timeout_s: -5 must be > 0");
+}
+
+TEST_CASE("validate: min_replicas > max_replicas") {
+  auto app = greeter();
+  AutoscalingConfig a;
+  a.min_replicas = 5;
+  a.max_replicas = 2;
+  app.deployments[0].config.autoscaling_config = a;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].autoscaling_config.min_replicas: 5 must be <= "
+        "max_replicas (2)");
+}
+
+TEST_CASE("validate: other numeric rules") {
+  auto app = greeter();
+  auto& c = app.deployments[0].config;
+  c.max_ongoing_requests = 0;
+  c.max_queued_requests = -2;
+  c.resources.amounts["cpu"] = -1;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].max_ongoing_requests: 0 must be within [1, "
+        "1000000]; applications[greeter].deployments[Hello].max_queued_requests: -2 must be >= -1 "
+        "(-1: no limit); applications[greeter].deployments[Hello].resources.cpu: -1 must be a "
+        "finite amount >= 0");
+}
+
+TEST_CASE("validate: duplicate deployment names and unknown ingress") {
+  auto app = greeter();
+  app.deployments.push_back(make_deployment("Hello", 1));
+  app.ingress = "Missing";
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].name: \"Hello\" must be unique within the "
+        "application (duplicate); applications[greeter].ingress: \"Missing\" must name one of the "
+        "application's deployments");
+}
+
+TEST_CASE("validate: route prefix must start with / and be unique across applications") {
+  auto app = greeter();
+  app.route_prefix = "greet";
+  CHECK(error_of(app) == "applications[greeter].route_prefix: \"greet\" must start with '/'");
+
+  TargetState state;
+  state.applications["a"] = make_app("a", "/x", {make_deployment("D", 1)});
+  state.applications["b"] = make_app("b", "/x", {make_deployment("D", 1)});
+  Status s = validate(state);
+  CHECK(s.message() ==
+        "applications[b].route_prefix: \"/x\" must be unique (already used by application \"a\")");
+}
+
+TEST_CASE("validate: names and target capacity") {
+  auto app = greeter();
+  app.name = "bad name";
+  CHECK(error_of(app).find("applications[bad name].name: \"bad name\" must be 1-100 characters") ==
+        0);
+  TargetState state;
+  state.target_capacity = 150;
+  CHECK(validate(state).message() == "target_capacity: 150 must be within [0, 100]");
+}
+
+TEST_CASE("validate: the manager rejects bad input and writes nothing") {
+  Harness h;
+  auto app = greeter();
+  app.deployments[0].config.health_check_timeout_s = 0;
+  auto r = h.core->deploy_application(app);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().message() ==
+        "applications[greeter].deployments[Hello].health_check_timeout_s: 0 must be > 0");
+  CHECK(h.store->saves == 0);
+  CHECK(h.core->target_state().applications.empty());
+
+  // Collision with an existing application's route prefix.
+  REQUIRE(h.core->deploy_application(greeter()).has_value());
+  auto other = make_app("other", "/greet", {make_deployment("X", 1)});
+  auto r2 = h.core->deploy_application(other);
+  REQUIRE_FALSE(r2.has_value());
+  CHECK(r2.status().message() ==
+        "applications[other].route_prefix: \"/greet\" must be unique (already used by application "
+        "\"greeter\")");
+  CHECK(h.store->saves == 1);
+  CHECK(h.core->target_state().applications.size() == 1);
+
+  // Unknown names.
+  CHECK(h.core->delete_application("nope").code() == errc::not_found);
+  CHECK(h.core->delete_application("nope").message() ==
+        "applications[nope]: \"nope\" is not a known application");
+  CHECK(h.core->delete_deployment("greeter", "Nope").message() ==
+        "applications[greeter].deployments[Nope]: \"Nope\" is not a known deployment");
+  CHECK(h.core->deploy_deployment("nope", make_deployment("X", 1)).status().code() ==
+        errc::not_found);
+  CHECK(h.core->set_target_capacity(-1).message() == "target_capacity: -1 must be within [0, 100]");
+  CHECK(h.store->saves == 1);
+}
+
+TEST_CASE("version: what a change of the spec does to running replicas") {
+  auto a = make_deployment("D", 3);
+  auto b = a;
+  CHECK(classify_change(a, b) == ChangeKind::unchanged);
+  b.config.num_replicas = 7;
+  CHECK(classify_change(a, b) == ChangeKind::scaled);
+  b.config.autoscaling_config = AutoscalingConfig{};
+  CHECK(classify_change(a, b) == ChangeKind::scaled);
+  b = a;
+  b.config.user_config = "{\"greeting\":\"hi\"}";
+  CHECK(classify_change(a, b) == ChangeKind::reconfigure);
+  b = a;
+  b.config.health_check_period_s = 3;
+  CHECK(classify_change(a, b) == ChangeKind::config_only);
+  b = a;
+  b.code_version = "v2";
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  b = a;
+  b.init_args = "{\"x\":1}";
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  b = a;
+  b.config.resources.amounts["cpu"] = 1;
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  // The code identity is stable and names the user's version.
+  CHECK(code_identity(a) == code_identity(make_deployment("D", 9)));
+  CHECK(code_identity(a).rfind("v1-", 0) == 0);
+  CHECK(effective_code_version(a) == "v1");
+  a.code_version.clear();
+  CHECK(effective_code_version(a) == code_identity(a));
+  CHECK(effective_code_version(a).size() == 16);
+}
