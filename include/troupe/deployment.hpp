@@ -1,45 +1,59 @@
 // The C++ API for writing a troupe deployment.
 //
-// A deployment is a class derived from troupe::Deployment, constructed from
-// its init args, compiled into a shared library and registered with
-// TROUPE_DEPLOYMENT(ClassName). A config names it as
-// `import_path: libmy_models.so:ClassName`.
+// A deployment is a class derived from troupe::Deployment, compiled into a
+// shared library and registered with TROUPE_DEPLOYMENT(ClassName). A config
+// names it as `import_path: libmy_models.so:ClassName`; the library is looked
+// up only in the node's plugin directories.
 //
 //   #include <troupe/deployment.hpp>
 //
 //   class Hello : public troupe::Deployment {
 //    public:
-//     explicit Hello(const troupe::Json& args) {}
+//     Hello(const troupe::Json& args, const troupe::ReplicaContext& ctx) : ctx_(ctx) {}
 //     void reconfigure(const troupe::Json& user_config) override {
 //       std::lock_guard<std::mutex> lock(mutex_);
 //       greeting_ = user_config.value("greeting", "hello");
 //     }
 //     troupe::Response handle(const troupe::Request& request) override {
 //       std::lock_guard<std::mutex> lock(mutex_);
-//       return troupe::Response::text(greeting_ + "\n");
+//       return troupe::Response::text(greeting_ + " from " + ctx_.replica_id + "\n");
 //     }
 //    private:
+//     troupe::ReplicaContext ctx_;
 //     std::mutex mutex_;
 //     std::string greeting_ = "hello";
 //   };
 //   TROUPE_DEPLOYMENT(Hello)
 //
+// Construction: the class is built with `(const Json& init_args, const
+// ReplicaContext& ctx)` when it has that constructor, else with `(const Json&
+// init_args)`. init_args are the application's `args` from the config (null
+// when there are none).
+//
 // Threading: the constructor, reconfigure() and check_health() run on the
-// replica's control thread; handle() runs on the replica's request threads,
-// up to max_ongoing_requests of them at once, possibly while reconfigure() or
-// check_health() runs. Guard shared state accordingly. User code never runs on
-// the threads of the controller, the proxy or the node agent, so it may block.
+// replica's control thread, one at a time; handle() runs on the replica's
+// request threads, up to max_ongoing_requests of them at once, possibly while
+// reconfigure() or check_health() runs. Guard shared state accordingly (a
+// mutex or atomics). User code never runs on the threads of the controller,
+// the proxy or the node agent, so it may block.
 //
 // Errors: an exception from the constructor is a start failure whose message
-// reaches the deployment's status; from check_health() it marks the replica
-// unhealthy; from handle() it becomes a 500 response carrying the message,
-// and the replica lives on.
+// reaches the deployment's status; so is one from the first reconfigure()
+// (later ones fail the replica the same way, as Ray Serve does); from
+// check_health() it marks the replica unhealthy; from handle() it becomes a
+// 500 response carrying the message, and the replica lives on.
+//
+// Self-contained: everything here is inline, so a plugin needs no symbol from
+// the host executable and can be linked with -Wl,--no-undefined. A plugin and
+// the node must be built with the same compiler ABI and nlohmann_json, since
+// Json and std::string objects cross the boundary.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -54,6 +68,53 @@ constexpr uint32_t kDeploymentAbiVersion = 1;
 using Json = nlohmann::json;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
+namespace detail {
+
+inline char ascii_lower(char c) {
+  return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c;
+}
+
+inline bool ascii_iequals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size())
+    return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (ascii_lower(a[i]) != ascii_lower(b[i]))
+      return false;
+  }
+  return true;
+}
+
+inline int hex_value(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+// Form decoding: "%41" -> 'A', '+' -> ' '. A '%' not followed by two hex
+// digits is kept as is rather than rejected: a query is user input.
+inline std::string form_decode(const std::string& in, std::size_t begin, std::size_t end) {
+  std::string out;
+  out.reserve(end - begin);
+  for (std::size_t i = begin; i < end; ++i) {
+    char c = in[i];
+    if (c == '+') {
+      out.push_back(' ');
+    } else if (c == '%' && i + 2 < end && hex_value(in[i + 1]) >= 0 && hex_value(in[i + 2]) >= 0) {
+      out.push_back(char(hex_value(in[i + 1]) * 16 + hex_value(in[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // after the application's route prefix; starts with '/'
@@ -61,10 +122,37 @@ struct Request {
   Headers headers;
   std::string body;
 
-  // First header of that name (case-insensitive), or "".
-  std::string header(const std::string& name) const;
-  // Percent-decoded value of a query parameter, or `fallback`.
-  std::string query_param(const std::string& name, const std::string& fallback = "") const;
+  // Value of the first header of that name, compared case-insensitively
+  // (ASCII), or "" when there is none.
+  std::string header(const std::string& name) const {
+    for (const auto& [key, value] : headers) {
+      if (detail::ascii_iequals(key, name))
+        return value;
+    }
+    return "";
+  }
+
+  // Value of the first query parameter whose decoded name is `name`, decoded
+  // ('%XX' escapes, '+' as space), or `fallback` when the parameter is absent.
+  // A parameter without '=' ("?verbose") has the value "".
+  std::string query_param(const std::string& name, const std::string& fallback = "") const {
+    std::size_t pos = 0;
+    while (pos <= query.size()) {
+      std::size_t end = query.find('&', pos);
+      if (end == std::string::npos)
+        end = query.size();
+      if (end > pos) {
+        std::size_t eq = query.find('=', pos);
+        if (eq == std::string::npos || eq > end)
+          eq = end;
+        if (detail::form_decode(query, pos, eq) == name) {
+          return eq < end ? detail::form_decode(query, eq + 1, end) : std::string();
+        }
+      }
+      pos = end + 1;
+    }
+    return fallback;
+  }
 };
 
 struct Response {
@@ -72,8 +160,34 @@ struct Response {
   Headers headers;
   std::string body;
 
-  static Response text(std::string body, int status = 200);
-  static Response json(const Json& value, int status = 200);
+  // `body` as "text/plain; charset=utf-8".
+  static Response text(std::string body, int status = 200) {
+    Response response;
+    response.status = status;
+    response.headers.emplace_back("Content-Type", "text/plain; charset=utf-8");
+    response.body = std::move(body);
+    return response;
+  }
+
+  // `value` serialized compactly as "application/json". Invalid UTF-8 in
+  // strings is replaced by U+FFFD instead of throwing.
+  static Response json(const Json& value, int status = 200) {
+    Response response;
+    response.status = status;
+    response.headers.emplace_back("Content-Type", "application/json");
+    response.body = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return response;
+  }
+};
+
+// Where a replica runs, passed to constructors that take it. Values are
+// fixed for the replica's lifetime; a new version means a new replica.
+struct ReplicaContext {
+  std::string app;         // application name, e.g. "greeter"
+  std::string deployment;  // deployment name, e.g. "Hello"
+  std::string replica_id;  // unique within the cluster, e.g. "greeter#Hello#a1b2c3"
+  std::string node_id;     // the node the replica runs on
+  std::string version;     // the deployment's code version
 };
 
 class Deployment {
@@ -91,11 +205,14 @@ class Deployment {
   virtual Response handle(const Request& request) = 0;
 };
 
-// What TROUPE_DEPLOYMENT exports for each class.
+// What TROUPE_DEPLOYMENT exports for each class. Layout is part of the ABI;
+// abi_version stays the first member forever, so a loader can read it before
+// trusting anything else.
 struct DeploymentFactory {
   uint32_t abi_version;
   const char* class_name;
-  std::unique_ptr<Deployment> (*create)(const Json& init_args);
+  // Throws whatever the constructor throws.
+  std::unique_ptr<Deployment> (*create)(const Json& init_args, const ReplicaContext& ctx);
 };
 
 // Name of the exported symbol for a class: "troupe_deployment_<Class>".
@@ -103,15 +220,36 @@ inline std::string deployment_symbol(const std::string& class_name) {
   return "troupe_deployment_" + class_name;
 }
 
+namespace detail {
+
+// Builds T with (init_args, ctx) when it has that constructor, else with
+// (init_args); used by TROUPE_DEPLOYMENT.
+template <class T>
+std::unique_ptr<Deployment> construct_deployment(const Json& init_args, const ReplicaContext& ctx) {
+  static_assert(std::is_base_of<Deployment, T>::value,
+                "TROUPE_DEPLOYMENT: the class must derive from troupe::Deployment");
+  if constexpr (std::is_constructible<T, const Json&, const ReplicaContext&>::value) {
+    return std::unique_ptr<Deployment>(new T(init_args, ctx));
+  } else {
+    static_assert(std::is_constructible<T, const Json&>::value,
+                  "TROUPE_DEPLOYMENT: the class needs a constructor taking "
+                  "(const troupe::Json&, const troupe::ReplicaContext&) or (const troupe::Json&)");
+    (void)ctx;
+    return std::unique_ptr<Deployment>(new T(init_args));
+  }
+}
+
+}  // namespace detail
+
 }  // namespace troupe
 
-#define TROUPE_DEPLOYMENT(CLASS)                                                    \
-  extern "C" __attribute__((visibility("default"))) const ::troupe::DeploymentFactory* \
-      troupe_deployment_##CLASS() {                                                \
-    static const ::troupe::DeploymentFactory factory{                              \
-        ::troupe::kDeploymentAbiVersion, #CLASS,                                   \
-        [](const ::troupe::Json& args) -> std::unique_ptr<::troupe::Deployment> {  \
-          return std::unique_ptr<::troupe::Deployment>(new CLASS(args));           \
-        }};                                                                         \
-    return &factory;                                                               \
+// Exports `extern "C" const troupe::DeploymentFactory* troupe_deployment_CLASS()`.
+// Use once per class, at global scope, in the library's source; CLASS must be
+// an unqualified name (bring a namespaced class in with `using`).
+#define TROUPE_DEPLOYMENT(CLASS)                                                                  \
+  extern "C" __attribute__((visibility("default")))                                               \
+  const ::troupe::DeploymentFactory* troupe_deployment_##CLASS() {                                \
+    static const ::troupe::DeploymentFactory factory{                                             \
+        ::troupe::kDeploymentAbiVersion, #CLASS, &::troupe::detail::construct_deployment<CLASS>}; \
+    return &factory;                                                                              \
   }

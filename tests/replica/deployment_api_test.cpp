@@ -1,0 +1,117 @@
+// The inline helpers of <troupe/deployment.hpp> and TROUPE_DEPLOYMENT's
+// choice of constructor, exercised in-process (no library loading).
+#include <troupe/deployment.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace {
+
+// Only (init_args): built with the init args, the context is dropped.
+class ArgsOnly : public troupe::Deployment {
+ public:
+  explicit ArgsOnly(const troupe::Json& args) : name_(args.value("name", "")) {}
+  troupe::Response handle(const troupe::Request&) override { return troupe::Response::text(name_); }
+
+ private:
+  std::string name_;
+};
+
+// Both constructors: the one with the context wins.
+class WithContext : public troupe::Deployment {
+ public:
+  explicit WithContext(const troupe::Json&) : which_("args only") {}
+  WithContext(const troupe::Json& args, const troupe::ReplicaContext& ctx)
+      : which_(args.value("name", "") + "@" + ctx.replica_id + "/" + ctx.node_id) {}
+  troupe::Response handle(const troupe::Request&) override {
+    return troupe::Response::text(which_);
+  }
+
+ private:
+  std::string which_;
+};
+
+}  // namespace
+
+TROUPE_DEPLOYMENT(ArgsOnly)
+TROUPE_DEPLOYMENT(WithContext)
+
+namespace troupe {
+namespace {
+
+ReplicaContext test_context() {
+  return {"app", "Dep", "app#Dep#r1", "node-1", "v1"};
+}
+
+TEST_CASE("TROUPE_DEPLOYMENT exports a factory with the current ABI and class name") {
+  const DeploymentFactory* factory = troupe_deployment_ArgsOnly();
+  REQUIRE(factory != nullptr);
+  CHECK(factory->abi_version == kDeploymentAbiVersion);
+  CHECK(std::string(factory->class_name) == "ArgsOnly");
+  CHECK(troupe_deployment_ArgsOnly() == factory);  // one static factory
+  CHECK(deployment_symbol("ArgsOnly") == "troupe_deployment_ArgsOnly");
+}
+
+TEST_CASE("TROUPE_DEPLOYMENT uses (init_args) when that is the only constructor") {
+  auto d = troupe_deployment_ArgsOnly()->create(Json{{"name", "a"}}, test_context());
+  CHECK(d->handle(Request{}).body == "a");
+}
+
+TEST_CASE("TROUPE_DEPLOYMENT prefers (init_args, ctx) when it exists") {
+  auto d = troupe_deployment_WithContext()->create(Json{{"name", "w"}}, test_context());
+  CHECK(d->handle(Request{}).body == "w@app#Dep#r1/node-1");
+}
+
+TEST_CASE("Request::header matches names case-insensitively, first one wins") {
+  Request request;
+  request.headers = {{"Content-Type", "text/plain"}, {"X-Token", "one"}, {"x-token", "two"}};
+  CHECK(request.header("content-type") == "text/plain");
+  CHECK(request.header("CONTENT-TYPE") == "text/plain");
+  CHECK(request.header("x-TOKEN") == "one");
+  CHECK(request.header("Accept") == "");
+  CHECK(request.header("Content-Typ") == "");
+}
+
+TEST_CASE("Request::query_param decodes percent escapes and '+'") {
+  Request request;
+  request.query = "ms=10&name=J%C3%BCrgen+Smith&a%20b=c%2Bd&flag&empty=&bad=%zz%4&ms=20";
+  CHECK(request.query_param("ms") == "10");  // first occurrence
+  CHECK(request.query_param("name") == "J\xC3\xBCrgen Smith");
+  CHECK(request.query_param("a b") == "c+d");  // names are decoded too
+  CHECK(request.query_param("flag", "x") == "");
+  CHECK(request.query_param("empty", "x") == "");
+  CHECK(request.query_param("bad") == "%zz%4");  // malformed escapes kept as is
+  CHECK(request.query_param("missing") == "");
+  CHECK(request.query_param("missing", "fallback") == "fallback");
+  CHECK(request.query_param("m") == "");  // no prefix match
+
+  Request empty;
+  CHECK(empty.query_param("ms", "5") == "5");
+  Request odd;
+  odd.query = "&&x=1&";
+  CHECK(odd.query_param("x") == "1");
+  CHECK(odd.query_param("", "none") == "none");
+}
+
+TEST_CASE("Response::text and Response::json set body, status and Content-Type") {
+  Response text = Response::text("hi\n");
+  CHECK(text.status == 200);
+  CHECK(text.body == "hi\n");
+  REQUIRE(text.headers.size() == 1);
+  CHECK(text.headers[0] ==
+        std::make_pair(std::string("Content-Type"), std::string("text/plain; charset=utf-8")));
+
+  Response json = Response::json({{"a", 1}, {"b", "x"}}, 201);
+  CHECK(json.status == 201);
+  CHECK(json.body == R"({"a":1,"b":"x"})");
+  REQUIRE(json.headers.size() == 1);
+  CHECK(json.headers[0] ==
+        std::make_pair(std::string("Content-Type"), std::string("application/json")));
+
+  // Invalid UTF-8 does not throw.
+  CHECK(Response::json(Json("\xff")).body == "\"\xEF\xBF\xBD\"");
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,165 @@
+// Every example deployment, loaded from the built libtroupe_examples.so the
+// way a replica loads it, with exact outputs.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plugin_test_util.hpp"
+
+namespace troupe {
+namespace {
+
+using testing::example_context;
+using testing::kPluginDir;
+
+// One loader for the whole binary: libraries stay loaded anyway.
+PluginLoader& loader() {
+  static PluginLoader instance({kPluginDir});
+  return instance;
+}
+
+std::unique_ptr<Deployment> make(const std::string& class_name, const Json& args = Json()) {
+  const DeploymentFactory* factory =
+      testing::require_factory(loader(), "libtroupe_examples.so:" + class_name);
+  CHECK(std::string(factory->class_name) == class_name);
+  return factory->create(args, example_context());
+}
+
+Request get(std::string path = "/", std::string query = "") {
+  Request request;
+  request.method = "GET";
+  request.path = std::move(path);
+  request.query = std::move(query);
+  return request;
+}
+
+Json json_of(const Response& response) {
+  REQUIRE(response.headers.size() == 1);
+  CHECK(response.headers[0].first == "Content-Type");
+  CHECK(response.headers[0].second == "application/json");
+  return Json::parse(response.body);
+}
+
+TEST_CASE("Echo returns the request and the replica as JSON") {
+  auto echo = make("Echo");
+  Request request;
+  request.method = "POST";
+  request.path = "/a/b";
+  request.query = "x=1&y=%20";
+  request.headers = {{"Host", "localhost"}, {"X-Tag", "a"}, {"X-Tag", "b"}};
+  request.body = "payload";
+  Response response = echo->handle(request);
+  CHECK(response.status == 200);
+  CHECK(json_of(response) == Json{{"method", "POST"},
+                                  {"path", "/a/b"},
+                                  {"query", "x=1&y=%20"},
+                                  {"headers", {{"Host", "localhost"}, {"X-Tag", "a, b"}}},
+                                  {"body", "payload"},
+                                  {"replica_id", "app#Dep#r1"},
+                                  {"node_id", "node-1"}});
+}
+
+TEST_CASE("Hello greets with user_config.greeting and changes it on reconfigure") {
+  auto hello = make("Hello");
+  const Json before = json_of(hello->handle(get()));
+  CHECK(before == Json{{"greeting", "hello"},
+                       {"replica_id", "app#Dep#r1"},
+                       {"node_id", "node-1"},
+                       {"version", "v7"}});
+
+  hello->reconfigure(Json{{"greeting", "hi"}});
+  CHECK(json_of(hello->handle(get()))["greeting"] == "hi");
+  hello->reconfigure(Json{{"greeting", "bonjour"}});
+  CHECK(json_of(hello->handle(get()))["greeting"] == "bonjour");
+  hello->reconfigure(Json::object());  // no greeting: back to the default
+  CHECK(json_of(hello->handle(get()))["greeting"] == "hello");
+
+  CHECK_THROWS_WITH_AS(hello->reconfigure(Json{{"greeting", 3}}),
+                       "Hello: user_config.greeting must be a string, got 3",
+                       std::invalid_argument);
+}
+
+TEST_CASE("Counter counts the requests of its replica, also concurrent ones") {
+  auto counter = make("Counter");
+  CHECK(json_of(counter->handle(get())) ==
+        Json{{"count", 1}, {"replica_id", "app#Dep#r1"}, {"node_id", "node-1"}});
+  CHECK(json_of(counter->handle(get()))["count"] == 2);
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i)
+        counter->handle(get());
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  CHECK(json_of(counter->handle(get()))["count"] == 403);
+
+  auto other = make("Counter");  // another replica starts at 1
+  CHECK(json_of(other->handle(get()))["count"] == 1);
+}
+
+TEST_CASE("Sleep sleeps ?ms=N, else user_config.ms") {
+  auto sleep = make("Sleep");
+  CHECK(json_of(sleep->handle(get("/", "ms=5"))) ==
+        Json{{"slept_ms", 5}, {"replica_id", "app#Dep#r1"}});
+  sleep->reconfigure(Json{{"ms", 3}});
+  CHECK(json_of(sleep->handle(get()))["slept_ms"] == 3);
+  CHECK(json_of(sleep->handle(get("/", "ms=0")))["slept_ms"] == 0);
+
+  Response bad = sleep->handle(get("/", "ms=-1"));
+  CHECK(bad.status == 400);
+  CHECK(json_of(bad)["error"] == "ms must be an integer in [0, 3600000], got '-1'");
+  CHECK(sleep->handle(get("/", "ms=99999999")).status == 400);
+  CHECK_THROWS_AS(sleep->reconfigure(Json{{"ms", "x"}}), std::invalid_argument);
+}
+
+TEST_CASE("Burn reports the requested CPU time") {
+  auto burn = make("Burn");
+  CHECK(json_of(burn->handle(get("/", "ms=2"))) == Json{{"burned_ms", 2}});
+  CHECK(json_of(burn->handle(get("/", "ms=0"))) == Json{{"burned_ms", 0}});
+  CHECK(burn->handle(get("/", "ms=abc")).status == 400);
+}
+
+TEST_CASE("FailInit's constructor throws its message") {
+  CHECK_THROWS_WITH_AS(make("FailInit"), "FailInit always fails to start", std::runtime_error);
+  CHECK_THROWS_WITH_AS(make("FailInit", Json{{"message", "no GPU here"}}), "no GPU here",
+                       std::runtime_error);
+}
+
+TEST_CASE("FlakyHealth passes exactly N health checks, then fails") {
+  SUBCASE("default N = 3") {
+    auto flaky = make("FlakyHealth");
+    for (int i = 0; i < 3; ++i)
+      CHECK_NOTHROW(flaky->check_health());
+    CHECK_THROWS_WITH_AS(flaky->check_health(), "unhealthy after 3 checks", std::runtime_error);
+    CHECK_THROWS_WITH_AS(flaky->check_health(), "unhealthy after 3 checks", std::runtime_error);
+    CHECK(json_of(flaky->handle(get())) ==
+          Json{{"checks", 5}, {"healthy_checks", 3}, {"replica_id", "app#Dep#r1"}});
+  }
+  SUBCASE("N from init args") {
+    auto flaky = make("FlakyHealth", Json{{"healthy_checks", 1}});
+    CHECK_NOTHROW(flaky->check_health());
+    CHECK_THROWS_WITH(flaky->check_health(), "unhealthy after 1 checks");
+  }
+  SUBCASE("N from user_config overrides init args") {
+    auto flaky = make("FlakyHealth", Json{{"healthy_checks", 1}});
+    flaky->reconfigure(Json{{"healthy_checks", 2}});
+    CHECK_NOTHROW(flaky->check_health());
+    CHECK_NOTHROW(flaky->check_health());
+    CHECK_THROWS_WITH(flaky->check_health(), "unhealthy after 2 checks");
+  }
+  SUBCASE("N = 0 fails at once") {
+    auto flaky = make("FlakyHealth");
+    flaky->reconfigure(Json{{"healthy_checks", 0}});
+    CHECK_THROWS_WITH(flaky->check_health(), "unhealthy after 0 checks");
+  }
+}
+
+}  // namespace
+}  // namespace troupe
