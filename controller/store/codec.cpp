@@ -1,9 +1,9 @@
 #include "controller/store/codec.hpp"
 
 #include <capnp/message.h>
-#include <capnp/serialize-packed.h>
+#include <capnp/serialize.h>
+#include <kj/array.h>
 #include <kj/exception.h>
-#include <kj/io.h>
 
 #include <cstring>
 #include <exception>
@@ -253,9 +253,8 @@ const char* kind_name(RecordKind kind) {
 }
 
 std::string frame(RecordKind kind, capnp::MessageBuilder& message) {
-  kj::VectorOutputStream stream(4096);
-  capnp::writePackedMessage(stream, message);
-  auto body = stream.getArray();
+  auto words = capnp::messageToFlatArray(message);
+  auto body = words.asBytes();
   std::string out;
   out.reserve(kEnvelopeSize + body.size());
   out.append(kCheckpointMagic, sizeof kCheckpointMagic);
@@ -301,22 +300,31 @@ auto decode_record(std::string_view bytes, RecordKind kind, Convert convert)
   if (b[7] != 0) {
     return Status(errc::corrupt, what + " record has a non-zero reserved header byte");
   }
-  auto body = kj::arrayPtr(b + kEnvelopeSize, bytes.size() - kEnvelopeSize);
+  const size_t body_size = bytes.size() - kEnvelopeSize;
+  if (body_size % sizeof(capnp::word) != 0) {
+    return Status(errc::corrupt, what + " record body of " + std::to_string(body_size) +
+                                     " bytes is not a whole number of 8-byte words");
+  }
   try {
-    kj::ArrayInputStream stream(body);
-    std::optional<decltype(convert(std::declval<typename Root::Reader>()))> value;
-    {
-      // The reader's destructor reads any segments not yet touched, so it
-      // must also run inside the try block.
-      capnp::PackedMessageReader reader(stream);
-      value = convert(reader.getRoot<Root>());
-    }
-    auto rest = stream.tryGetReadBuffer().size();
+    // Copied: RocksDB values are not word-aligned, Cap'n Proto needs that.
+    auto words = kj::heapArray<capnp::word>(body_size / sizeof(capnp::word));
+    std::memcpy(words.begin(), b + kEnvelopeSize, body_size);
+    // A well-formed record is traversed once, so it never reads more words
+    // than it has. Limiting the traversal to (twice) its size bounds what
+    // garbage can make us allocate: Cap'n Proto counts each element of a
+    // list of empty structs as a word read, so a few bytes cannot claim
+    // millions of list elements (the default limit is 8M words per record).
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = 2 * words.size() + 64;
+    capnp::FlatArrayMessageReader reader(words, options);
+    auto value = convert(reader.getRoot<Root>());
+    const auto rest = static_cast<size_t>(words.end() - reader.getEnd());
     if (rest != 0) {
-      return Status(errc::corrupt, what + " record has " + std::to_string(rest) +
+      return Status(errc::corrupt, what + " record has " +
+                                       std::to_string(rest * sizeof(capnp::word)) +
                                        " stray bytes after its message");
     }
-    return std::move(*value);
+    return value;
   } catch (const Malformed& e) {
     return Status(errc::corrupt, what + " record is malformed: " + e.message);
   } catch (const kj::Exception& e) {

@@ -125,7 +125,11 @@ Status RocksCheckpointStore::reopen_after_failure() {
 // Layout choice: only the applications whose encoded record differs from
 // what is stored are written, plus deletions and the head. The common change
 // touches one application, so a save of a 1,000-deployment state writes a
-// few KB instead of the whole state. Comparing encoded bytes (not model
+// few KB instead of the whole state (tools/bench/checkpoint_write: p50
+// ~0.4 ms against ~1.3 ms for one whole-state value, whose 0.65 MB writes
+// also fill a memtable every ~100 saves and stall a save ~10 ms on each
+// flush). Encoding every application to compare costs ~0.2 ms per save at
+// 1,000 deployments. Comparing encoded bytes (not model
 // equality) means "what is durable differs", and it also rewrites records
 // loaded from an older schema once. When what is stored is unknown (fresh
 // open without load(), or after a failed write, whose effect is uncertain:

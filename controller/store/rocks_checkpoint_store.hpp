@@ -8,7 +8,7 @@
 // Every save() is one WriteBatch (head + the application keys that changed +
 // deletions), so a crash leaves either the old or the new state, never a mix.
 // Why per-application keys: the common change touches one application, and
-// with 1,000 deployments a whole-state value is ~0.5 MB; writing only the
+// with 1,000 deployments a whole-state value is ~0.65 MB; writing only the
 // changed application keeps each synced write small (WAL bytes, memtable
 // churn, flushes) while load() stays a single ordered scan. See save().
 //

@@ -173,10 +173,14 @@ TEST_CASE("every truncation of a valid encoding is corrupt, never a crash") {
   }
   auto r = decode_target_state(bytes.substr(0, 5));
   CHECK(contains(r.status().message(), "shorter than the 8-byte header"));
-  auto longer = decode_target_state(bytes + "xyz");
+  auto odd = decode_target_state(bytes + "xyz");
+  REQUIRE_FALSE(odd.has_value());
+  CHECK(odd.status().code() == errc::corrupt);
+  CHECK(contains(odd.status().message(), "is not a whole number of 8-byte words"));
+  auto longer = decode_target_state(bytes + std::string(16, 'x'));
   REQUIRE_FALSE(longer.has_value());
   CHECK(longer.status().code() == errc::corrupt);
-  CHECK(contains(longer.status().message(), "3 stray bytes"));
+  CHECK(contains(longer.status().message(), "16 stray bytes after its message"));
 }
 
 TEST_CASE("garbage bytes are corrupt with a message, never a crash") {
@@ -189,11 +193,12 @@ TEST_CASE("garbage bytes are corrupt with a message, never a crash") {
   const auto valid = encode_target_state(full_state());
   const std::string header = valid.substr(0, kEnvelopeSize);
   for (int i = 0; i < 2000; ++i) {
-    std::string body(static_cast<size_t>(i % 300), '\0');
+    // Mostly whole words, so the Cap'n Proto reader itself sees the garbage.
+    std::string body(static_cast<size_t>(i % 2 == 0 ? (i % 64) * 8 : i % 300), '\0');
     for (auto& c : body) {
       c = static_cast<char>(byte(rng));
     }
-    // Behind a valid header, so the Cap'n Proto reader itself sees garbage.
+    // Behind a valid header, so the envelope checks pass.
     auto r = decode_target_state(header + body);
     if (!r.has_value()) {  // garbage may happen to be a well-formed message
       CHECK(r.status().code() == errc::corrupt);
@@ -235,4 +240,28 @@ TEST_CASE("a record of another kind or with reserved bits set is refused") {
   auto bytes = encode_target_state(TargetState{});
   bytes[7] = 1;
   CHECK(contains(decode_target_state(bytes).status().message(), "reserved"));
+}
+
+TEST_CASE("a few bytes claiming a million list elements are refused, not allocated") {
+  // A hand-made application record: root ApplicationSpec (no data, four
+  // pointers) whose deployments list claims 1,000,000 empty structs in zero
+  // words. Under the default Cap'n Proto limit (8M words) the decoder would
+  // build a million DeploymentSpecs from 56 bytes; the codec's size-bound
+  // traversal limit refuses the record instead.
+  const uint32_t count = 1'000'000;
+  const uint64_t words[] = {
+      0x0000000600000000ULL,              // segment table: 1 segment of 6 words
+      0x0004000000000000ULL,              // root: struct, 0 data words, 4 pointers
+      0,                                  // name: null
+      0,                                  // routePrefix: null
+      0,                                  // ingress: null
+      0x0000000700000001ULL,              // deployments: inline-composite list, 0 words
+      static_cast<uint64_t>(count) << 2,  // list tag: `count` structs of 0 words each
+  };
+  std::string bytes = encode_application(ApplicationSpec{}).substr(0, kEnvelopeSize);
+  bytes.append(reinterpret_cast<const char*>(words), sizeof words);  // little endian host
+  auto r = decode_application(bytes);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::corrupt);
+  CHECK_MESSAGE(contains(r.status().message(), "traversal limit"), r.status().message());
 }

@@ -4,10 +4,9 @@
 #include <capnp/dynamic.h>
 #include <capnp/message.h>
 #include <capnp/schema-parser.h>
-#include <capnp/serialize-packed.h>
+#include <capnp/serialize.h>
 #include <doctest/doctest.h>
 #include <kj/filesystem.h>
-#include <kj/io.h>
 #include <rocksdb/db.h>
 
 #include <memory>
@@ -43,11 +42,10 @@ capnp::DynamicStruct::Builder child(capnp::DynamicStruct::Builder s, const char*
   return s.get(field).as<capnp::DynamicStruct>();
 }
 
-// The codec's envelope (codec.hpp), format version 1, around a packed message.
+// The codec's envelope (codec.hpp), format version 1, around the message.
 std::string frame(RecordKind kind, capnp::MessageBuilder& message) {
-  kj::VectorOutputStream stream;
-  capnp::writePackedMessage(stream, message);
-  auto body = stream.getArray();
+  auto words = capnp::messageToFlatArray(message);
+  auto body = words.asBytes();
   std::string out(kCheckpointMagic, sizeof kCheckpointMagic);
   out += std::string{'\x01', '\x00', static_cast<char>(kind), '\x00'};
   out.append(reinterpret_cast<const char*>(body.begin()), body.size());
