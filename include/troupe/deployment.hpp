@@ -9,12 +9,12 @@
 //
 //   class Hello : public troupe::Deployment {
 //    public:
-//     Hello(const troupe::Json& args, const troupe::ReplicaContext& ctx) : ctx_(ctx) {}
+//     Hello(const troupe::Json& /*args*/, const troupe::ReplicaContext& ctx) : ctx_(ctx) {}
 //     void reconfigure(const troupe::Json& user_config) override {
 //       std::lock_guard<std::mutex> lock(mutex_);
 //       greeting_ = user_config.value("greeting", "hello");
 //     }
-//     troupe::Response handle(const troupe::Request& request) override {
+//     troupe::Response handle(const troupe::Request& /*request*/) override {
 //       std::lock_guard<std::mutex> lock(mutex_);
 //       return troupe::Response::text(greeting_ + " from " + ctx_.replica_id + "\n");
 //     }
@@ -27,8 +27,8 @@
 //
 // Construction: the class is built with `(const Json& init_args, const
 // ReplicaContext& ctx)` when it has that constructor, else with `(const Json&
-// init_args)`. init_args are the application's `args` from the config (null
-// when there are none).
+// init_args)`. init_args are the application's `args` from the config (an
+// empty object when there are none).
 //
 // Threading: the constructor, reconfigure() and check_health() run on the
 // replica's control thread, one at a time; handle() runs on the replica's
@@ -37,11 +37,12 @@
 // mutex or atomics). User code never runs on the threads of the controller,
 // the proxy or the node agent, so it may block.
 //
-// Errors: an exception from the constructor is a start failure whose message
-// reaches the deployment's status; so is one from the first reconfigure()
-// (later ones fail the replica the same way, as Ray Serve does); from
-// check_health() it marks the replica unhealthy; from handle() it becomes a
-// 500 response carrying the message, and the replica lives on.
+// Errors: an exception from the constructor, or from the reconfigure() that
+// follows it, is a start failure whose message reaches the deployment's
+// status; from a later reconfigure() it fails that update and the error is
+// reported to the controller; from check_health() it marks the replica
+// unhealthy; from handle() it becomes a 500 response carrying the message,
+// and the replica lives on.
 //
 // Self-contained: everything here is inline, so a plugin needs no symbol from
 // the host executable and can be linked with -Wl,--no-undefined. A plugin and
