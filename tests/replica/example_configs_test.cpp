@@ -1,0 +1,53 @@
+// The ready configs in examples/ name deployments that exist: every
+// import_path resolves and its class is the app's (ingress) deployment.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <yaml-cpp/yaml.h>
+
+#include "plugin_test_util.hpp"
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
+  PluginLoader loader({testing::kPluginDir});
+  std::set<std::string> route_prefixes;
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(TROUPE_TEST_EXAMPLES_DIR)) {
+    if (entry.path().extension() != ".yaml")
+      continue;
+    ++files;
+    CAPTURE(entry.path().string());
+    const YAML::Node config = YAML::LoadFile(entry.path().string());
+    CHECK(config["http_options"]["port"].as<int>() == 8000);
+    const YAML::Node apps = config["applications"];
+    REQUIRE(apps.size() == 1);
+    const YAML::Node app = apps[0];
+    const std::string import_path = app["import_path"].as<std::string>();
+    CAPTURE(import_path);
+    CHECK(route_prefixes.insert(app["route_prefix"].as<std::string>()).second);
+
+    auto parsed = parse_import_path(import_path);
+    REQUIRE(parsed);
+    CHECK(parsed->library == "libtroupe_examples.so");
+    const DeploymentFactory* factory = testing::require_factory(loader, import_path);
+    CHECK(std::string(factory->class_name) == parsed->class_name);
+    REQUIRE(app["deployments"].size() == 1);
+    const YAML::Node deployment = app["deployments"][0];
+    CHECK(deployment["name"].as<std::string>() == parsed->class_name);
+    CHECK(deployment["num_replicas"].as<int>() >= 1);
+    CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
+  }
+  CHECK(files == 7);
+  CHECK(route_prefixes ==
+        std::set<std::string>{"/burn", "/counter", "/echo", "/fail", "/flaky", "/greet", "/sleep"});
+}
+
+}  // namespace
+}  // namespace troupe
