@@ -43,8 +43,16 @@ uint64_t parse_replica_seq(const std::string& id) {
   return n;
 }
 
+NodeState node_state(Replica& r, const Cluster& cluster) {
+  if (r.node_epoch != cluster.epoch()) {
+    r.node_state = cluster.state(r.node_id);
+    r.node_epoch = cluster.epoch();
+  }
+  return r.node_state;
+}
+
 bool advance_stopping(Replica& r, TickContext& ctx) {
-  if (r.stopped || r.crashed || ctx.cluster.state(r.node_id) == NodeState::dead)
+  if (r.stopped || r.crashed || node_state(r, ctx.cluster) == NodeState::dead)
     return true;
   if (!r.kill_sent && ctx.now >= r.kill_at) {
     Command c;
@@ -342,7 +350,7 @@ void DeploymentState::update(TickContext& ctx) {
         remove(r, ctx);
       continue;
     }
-    if (r.crashed || (r.placed && ctx.cluster.state(r.node_id) == NodeState::dead)) {
+    if (r.crashed || (r.placed && node_state(r, ctx.cluster) == NodeState::dead)) {
       handle_crash(r, ctx);
       continue;
     }
@@ -370,7 +378,7 @@ void DeploymentState::update(TickContext& ctx) {
     if (!active(r) || !r.placed)
       continue;
     if (r.state == ReplicaState::running || r.state == ReplicaState::updating) {
-      r.migrating = ctx.cluster.state(r.node_id) == NodeState::draining;
+      r.migrating = node_state(r, ctx.cluster) == NodeState::draining;
     }
   }
 
@@ -642,8 +650,8 @@ void DeploymentState::check_status(TickContext& ctx) {
         ++running_target;
     } else {
       ++transitional;
-      if (r.state == ReplicaState::starting &&
-          ctx.now - r.created_at > options_.slow_startup_warning_s) {
+      if ((r.state == ReplicaState::starting || r.state == ReplicaState::updating) &&
+          ctx.now - r.state_since > options_.slow_startup_warning_s) {
         ++(r.placed ? slow_init : slow_allocation);
       }
     }

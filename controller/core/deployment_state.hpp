@@ -43,6 +43,9 @@ uint32_t capacity_adjusted(uint32_t n, std::optional<double> target_capacity);
 // The numeric suffix of a replica id "<app>#<deployment>#<n>", or 0.
 uint64_t parse_replica_seq(const std::string& replica_id);
 
+// The state of the node `r` lives on (cached per Cluster::epoch()).
+NodeState node_state(Replica& r, const Cluster& cluster);
+
 // Advances a STOPPING replica: kill when the grace period is over; true once it
 // is gone (stopped, crashed, or its node is DEAD). Shared with orphans.
 bool advance_stopping(Replica& r, TickContext& ctx);

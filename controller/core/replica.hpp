@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "controller/core/commands.hpp"
 #include "controller/core/deployment_status.hpp"
 #include "controller/core/version.hpp"
 #include "runtime/resources.hpp"
@@ -28,6 +29,10 @@ struct Replica {
   double created_at = 0;
   double state_since = 0;
   bool migrating = false;  // RUNNING on a DRAINING node, waiting for its replacement
+  // State of node_id as of Cluster::epoch() == node_epoch (a cache: the node
+  // view changes rarely, replicas are visited every tick).
+  uint64_t node_epoch = 0;
+  NodeState node_state = NodeState::alive;
   bool removed = false;
 
   // --- reported by events, consumed by the next update()

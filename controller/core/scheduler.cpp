@@ -3,6 +3,7 @@
 namespace troupe::controller {
 
 void Cluster::set_nodes(const std::vector<NodeInfo>& nodes) {
+  ++epoch_;
   std::map<std::string, Node> next;
   for (const auto& info : nodes) {
     Node node;

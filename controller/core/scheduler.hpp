@@ -31,6 +31,9 @@ class Cluster {
   // DEAD when unknown.
   NodeState state(const std::string& node_id) const;
 
+  // Changes with every set_nodes(): lets callers cache state() per replica.
+  uint64_t epoch() const { return epoch_; }
+
   void reserve(const std::string& node_id, const Resources& need);
   void release(const std::string& node_id, const Resources& need);
 
@@ -51,6 +54,7 @@ class Cluster {
 
  private:
   std::map<std::string, Node> nodes_;
+  uint64_t epoch_ = 1;
   // Usage reserved on nodes that are not (or no longer) in the view, so that
   // a node that comes back gets the right numbers.
   std::map<std::string, Node> unknown_;

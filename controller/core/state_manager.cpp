@@ -20,6 +20,14 @@ StateManager::StateManager(CheckpointStore& store, const Clock& clock, Random& r
 
 StateManager::~StateManager() = default;
 
+StateManager::DeploymentMap::iterator StateManager::first_of(const std::string& app) {
+  return deployments_.lower_bound(DeploymentId{app, ""});
+}
+
+StateManager::DeploymentMap::const_iterator StateManager::first_of(const std::string& app) const {
+  return deployments_.lower_bound(DeploymentId{app, ""});
+}
+
 TickContext StateManager::context(std::vector<Command>& out) {
   return TickContext{clock_.now_s(), rng_, cluster_, options_, directory_, out, next_replica_seq_};
 }
@@ -122,8 +130,10 @@ void StateManager::apply_target(std::map<std::string, DeployResult>* results) {
         result->deployments[d.name] = kind;
     }
     // Deployments dropped from the application.
-    for (auto& [id, dep] : deployments_) {
-      if (id.app != name || dep->deleting())
+    for (auto it = first_of(name); it != deployments_.end() && it->first.app == name; ++it) {
+      const DeploymentId& id = it->first;
+      DeploymentState* dep = it->second.get();
+      if (dep->deleting())
         continue;
       bool listed = std::any_of(app.deployments.begin(), app.deployments.end(),
                                 [&](const DeploymentSpec& d) { return d.name == id.name; });
@@ -139,9 +149,9 @@ void StateManager::apply_target(std::map<std::string, DeployResult>* results) {
       continue;
     state.deleting = true;
     routes_dirty_ = true;
-    for (auto& [id, dep] : deployments_) {
-      if (id.app == name && !dep->deleting())
-        dep->start_deleting();
+    for (auto it = first_of(name); it != deployments_.end() && it->first.app == name; ++it) {
+      if (!it->second->deleting())
+        it->second->start_deleting();
     }
   }
 }
@@ -395,9 +405,9 @@ std::vector<Command> StateManager::update() {
                                 [](const std::unique_ptr<Replica>& r) { return r->removed; }),
                  orphans_.end());
   for (auto it = apps_.begin(); it != apps_.end();) {
-    bool gone = it->second.deleting &&
-                std::none_of(deployments_.begin(), deployments_.end(),
-                             [&](const auto& d) { return d.first.app == it->first; });
+    auto first = first_of(it->first);
+    bool gone =
+        it->second.deleting && (first == deployments_.end() || first->first.app != it->first);
     it = gone ? apps_.erase(it) : std::next(it);
   }
   publish();
@@ -538,8 +548,10 @@ std::optional<ApplicationStatusInfo> StateManager::application_status(
   std::optional<ApplicationStatusInfo> failed;
   std::optional<ApplicationStatusInfo> unhealthy;
   std::optional<ApplicationStatusInfo> deploying;
-  for (const auto& [id, dep] : deployments_) {
-    if (id.app != app || dep->deleting())
+  for (auto d = first_of(app); d != deployments_.end() && d->first.app == app; ++d) {
+    const DeploymentId& id = d->first;
+    const DeploymentState* dep = d->second.get();
+    if (dep->deleting())
       continue;
     const DeploymentStatusInfo& s = dep->status();
     const std::string prefix = "Deployment '" + id.name + "' is " + to_string(s.status) +

@@ -152,6 +152,11 @@ class StateManager {
     bool deleting = false;
   };
 
+  using DeploymentMap = std::map<DeploymentId, std::unique_ptr<DeploymentState>>;
+  // The first deployment of `app` (deployments are ordered by app, then name).
+  DeploymentMap::iterator first_of(const std::string& app);
+  DeploymentMap::const_iterator first_of(const std::string& app) const;
+
   // Write-ahead: validate `next`, save it, and only then adopt it as target_.
   Status commit(TargetState next);
   // Brings apps_/deployments_ in line with target_ (after a commit or load).
@@ -170,7 +175,7 @@ class StateManager {
   bool recovered_ = false;
   TargetState target_;
   std::map<std::string, AppState> apps_;
-  std::map<DeploymentId, std::unique_ptr<DeploymentState>> deployments_;
+  DeploymentMap deployments_;
   std::vector<std::unique_ptr<Replica>> orphans_;
   ReplicaDirectory directory_;
   Cluster cluster_;

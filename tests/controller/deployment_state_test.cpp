@@ -577,3 +577,34 @@ TEST_CASE("draining: several replicas on a draining node move rollout_size at a 
     CHECK(r.node_id != "n1");
   expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
 }
+
+TEST_CASE("health: the failure threshold is configurable") {
+  Harness h;
+  h.options.health_check_failure_threshold = 1;
+  h.restart();
+  deploy(h, make_deployment("D", 1));
+  h.ticks(2);  // RUNNING at t = 2, first check at 12
+  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(10);
+  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 13: the first failure is enough
+}
+
+TEST_CASE("slow start: a reconfigure that does not answer for more than 30 s") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  deploy(h, d);
+  h.ticks(2);
+  auto v2 = d;
+  v2.config.user_config = "{}";
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {v2})).has_value());
+  // Swallow the answer to the reconfigure.
+  h.clock.advance(1);
+  h.cluster.deliver(*h.core);
+  auto cmds = h.core->update();
+  CHECK(ops(cmds) == V{"reconfigure a#D#1"});
+  h.ticks(31);
+  CHECK(h.count("a", "D", ReplicaState::updating) == 1);
+  CHECK(h.status("a", "D").message ==
+        "Deployment 'D' in application 'a' has 1 replicas that have taken more than 30s to "
+        "initialize. This may be caused by a slow constructor or reconfigure.");
+}

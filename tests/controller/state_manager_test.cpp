@@ -279,3 +279,22 @@ TEST_CASE("snapshots: numbered, and a subscriber gets only newer state") {
   CHECK(other->full);
   CHECK(other->deployments.size() == 1);
 }
+
+TEST_CASE("snapshots: a max_ongoing_requests change is published without restarting replicas") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d})).has_value());
+  h.ticks(2);
+  auto s = h.core->changes_since({});
+  REQUIRE(s);
+  d.config.max_ongoing_requests = 9;
+  auto r = h.core->deploy_deployment("a", d);
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::config_only);
+  CHECK(h.tick() == V{});
+  auto delta = h.core->changes_since(s->id);
+  REQUIRE(delta);
+  REQUIRE(delta->deployments.size() == 1);
+  CHECK(delta->deployments[0].replicas == std::vector<RunningReplicaInfo>{{"a#D#1", "n1", 9}});
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+}
