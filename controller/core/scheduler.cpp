@@ -31,11 +31,27 @@ NodeState Cluster::state(const std::string& node_id) const {
   return it == nodes_.end() ? NodeState::dead : it->second.info.state;
 }
 
+namespace {
+
+// Adds `sign * need` to the node's usage and refreshes its free amounts for
+// the touched names only (no allocation once a name is known).
+void adjust(Cluster::Node& node, const Resources& need, double sign) {
+  for (const auto& [name, amount] : need.amounts) {
+    double& used = node.used.amounts[name];
+    used += sign * amount;
+    if (used < 1e-12)
+      used = 0;
+    double left = node.info.capacity.get(name) - used;
+    node.free.amounts[name] = left > 0 ? left : 0.0;
+  }
+}
+
+}  // namespace
+
 void Cluster::reserve(const std::string& node_id, const Resources& need) {
   auto it = nodes_.find(node_id);
   Node& node = it != nodes_.end() ? it->second : unknown_[node_id];
-  node.used = node.used.plus(need);
-  node.free = node.info.capacity.minus(node.used);
+  adjust(node, need, +1);
   ++node.replicas;
 }
 
@@ -49,8 +65,7 @@ void Cluster::release(const std::string& node_id, const Resources& need) {
   }
   if (node == nullptr)
     return;
-  node->used = node->used.minus(need);
-  node->free = node->info.capacity.minus(node->used);
+  adjust(*node, need, -1);
   if (node->replicas > 0)
     --node->replicas;
   if (it == nodes_.end() && node->replicas == 0)
@@ -63,21 +78,25 @@ std::optional<std::string> Cluster::pick(const Resources& need, uint32_t max_per
   std::vector<const std::string*> best;
   uint32_t best_dep = 0;
   uint32_t best_total = 0;
+  // Both maps are ordered by node id: walk them together instead of looking
+  // each node up (this loop runs once per replica placed).
+  auto pit = per_node.begin();
   for (const auto& [id, node] : nodes_) {
+    while (pit != per_node.end() && pit->first < id)
+      ++pit;
+    const uint32_t dep = (pit != per_node.end() && pit->first == id) ? pit->second : 0;
     if (node.info.state != NodeState::alive)
       continue;
-    auto pit = per_node.find(id);
-    uint32_t dep = pit == per_node.end() ? 0 : pit->second;
     if (max_per_node != 0 && dep >= max_per_node)
+      continue;
+    if (!best.empty() && (dep > best_dep || (dep == best_dep && node.replicas > best_total)))
       continue;
     if (!node.free.fits(need))
       continue;
-    if (best.empty() || dep < best_dep || (dep == best_dep && node.replicas < best_total)) {
+    if (best.empty() || dep < best_dep || node.replicas < best_total) {
       best.clear();
       best_dep = dep;
       best_total = node.replicas;
-    } else if (dep != best_dep || node.replicas != best_total) {
-      continue;
     }
     best.push_back(&id);
   }
