@@ -102,6 +102,12 @@ struct CoreOptions {
   // presenting an id of a previous incarnation gets a full snapshot. The shell
   // should pass a value unlikely to repeat (e.g. a random 64-bit number).
   uint64_t snapshot_epoch = 1;
+  // Makes replica ids unique across controller incarnations:
+  // "<app>#<deployment>#<tag>-<n>" ("<app>#<deployment>#<n>" when empty). A
+  // restarted controller may not hear from every node before it starts new
+  // replicas, so the shell must pass a tag unique per incarnation (e.g. six
+  // random letters, or the snapshot epoch in hex).
+  std::string replica_id_tag;
 };
 
 }  // namespace troupe::controller

@@ -31,7 +31,7 @@ uint32_t capacity_adjusted(uint32_t n, std::optional<double> target_capacity) {
 }
 
 uint64_t parse_replica_seq(const std::string& id) {
-  auto pos = id.rfind('#');
+  auto pos = id.find_last_of("#-");
   if (pos == std::string::npos || pos + 1 >= id.size())
     return 0;
   uint64_t n = 0;
@@ -290,6 +290,17 @@ void DeploymentState::handle_crash(Replica& r, TickContext& ctx) {
     default:
       break;
   }
+  // A "down" notice may come from a lost connection while the actor still
+  // runs on its node: ask the node to make sure it is gone (idempotent there).
+  // Nothing waits for the answer. Not needed when the node itself is dead or
+  // the replica reported its own exit.
+  if (r.placed && !r.stopped && node_state(r, ctx.cluster) != NodeState::dead) {
+    Command c;
+    c.kind = CommandKind::kill;
+    c.replica_id = r.id;
+    c.node_id = r.node_id;
+    ctx.out.push_back(std::move(c));
+  }
   remove(r, ctx);
 }
 
@@ -503,7 +514,9 @@ void DeploymentState::scale(TickContext& ctx) {
       auto owned = std::make_unique<Replica>();
       Replica& r = *owned;
       r.seq = ctx.next_replica_seq++;
-      r.id = id_.app + "#" + id_.name + "#" + std::to_string(r.seq);
+      r.id = id_.app + "#" + id_.name + "#" +
+             (options_.replica_id_tag.empty() ? "" : options_.replica_id_tag + "-") +
+             std::to_string(r.seq);
       r.owner = this;
       r.state = ReplicaState::starting;
       r.version = target_version_;

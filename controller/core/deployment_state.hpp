@@ -40,7 +40,7 @@ struct TickContext {
 // at least 1.
 uint32_t capacity_adjusted(uint32_t n, std::optional<double> target_capacity);
 
-// The numeric suffix of a replica id "<app>#<deployment>#<n>", or 0.
+// The numeric suffix of a replica id "<app>#<deployment>#[<tag>-]<n>", or 0.
 uint64_t parse_replica_seq(const std::string& replica_id);
 
 // The state of the node `r` lives on (cached per Cluster::epoch()).

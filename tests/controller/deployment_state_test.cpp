@@ -331,7 +331,8 @@ TEST_CASE("health: a crash marks the replica unhealthy at once and replaces it")
   deploy(h, make_deployment("D", 2));
   h.ticks(2);
   h.cluster.crash("a#D#1");
-  CHECK(h.tick() == V{"start a#D#3@n1"});
+  // The crashed replica is replaced at once; a kill makes sure it is gone.
+  CHECK(h.tick() == V{"kill a#D#1", "start a#D#3@n1"});
   expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
   CHECK(h.status("a", "D").message ==
         "Replica a#D#1 crashed. This deployment is UNHEALTHY until the replica is replaced or a "
@@ -583,10 +584,10 @@ TEST_CASE("health: the failure threshold is configurable") {
   h.options.health_check_failure_threshold = 1;
   h.restart();
   deploy(h, make_deployment("D", 1));
-  h.ticks(2);  // RUNNING at t = 2, first check at 12
-  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(2);  // RUNNING at t = 2 (this incarnation tags its ids "r1"), first check at 12
+  h.cluster.unhealthy.insert("a#D#r1-1");
   h.ticks(10);
-  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 13: the first failure is enough
+  CHECK(h.tick() == V{"stop a#D#r1-1 20"});  // t = 13: the first failure is enough
 }
 
 TEST_CASE("slow start: a reconfigure that does not answer for more than 30 s") {

@@ -333,8 +333,12 @@ struct Harness {
     last.clear();
   }
 
-  // A controller crash: queued answers are lost, replicas keep running.
+  int restarts = 0;
+
+  // A controller crash: queued answers are lost, replicas keep running. The
+  // new incarnation names its replicas "<app>#<deployment>#r<restarts>-<n>".
   void restart() {
+    options.replica_id_tag = "r" + std::to_string(++restarts);
     core.reset();
     cluster.drop_pending();
     start();

@@ -134,7 +134,7 @@ TEST_CASE("checkpoint: an accepted change survives a controller crash") {
   h.restart();  // crash before even one tick
   CHECK(h.core->target_state() == accepted);
   CHECK(h.core->target_replicas({"a", "D"}) == 1u);
-  CHECK(h.tick() == V{"start a#D#1@n1", "start a#E#2@n2"});
+  CHECK(h.tick() == V{"start a#D#r1-1@n1", "start a#E#r1-2@n2"});
 }
 
 // ---------------------------------------------------------------- recovery
@@ -155,6 +155,7 @@ TEST_CASE("recovery: live, dead, wrong-version and orphan replicas") {
   auto hosted = h.cluster.hosted();
   h.cluster.actors.erase("a#D#2");  // listed, but dead by the time we ask it
 
+  h.options.replica_id_tag = "r1";
   h.core = std::make_unique<StateManager>(*h.store, h.clock, h.rng, h.options);
   h.core->set_nodes(h.nodes);
   REQUIRE(h.core->recover(hosted).is_ok());
@@ -176,7 +177,7 @@ TEST_CASE("recovery: live, dead, wrong-version and orphan replicas") {
   CHECK(again->withheld.size() == 1);
 
   // 1 answers, 2 is dead (replaced), 3 reports v0 (joins the rolling update).
-  CHECK(h.tick() == V{"start a#D#78@n2"});
+  CHECK(h.tick() == V{"kill a#D#2", "start a#D#r1-78@n2"});
   CHECK(h.core->orphans().empty());
   auto reps = h.replicas("a", "D");
   REQUIRE(reps.size() == 3);
@@ -188,7 +189,7 @@ TEST_CASE("recovery: live, dead, wrong-version and orphan replicas") {
   CHECK(snap->deployments[0].replicas.size() == 2);
 
   CHECK(h.tick() == V{"stop a#D#3 20"});  // 78 runs: the old-version one goes
-  CHECK(h.tick() == V{"start a#D#79@n3"});
+  CHECK(h.tick() == V{"start a#D#r1-79@n3"});
   CHECK(h.tick() == V{});
   CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
   for (const auto& r : h.replicas("a", "D"))
@@ -296,5 +297,73 @@ TEST_CASE("snapshots: a max_ongoing_requests change is published without restart
   REQUIRE(delta);
   REQUIRE(delta->deployments.size() == 1);
   CHECK(delta->deployments[0].replicas == std::vector<RunningReplicaInfo>{{"a#D#1", "n1", 9}});
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+}
+
+TEST_CASE("recovery: a replica already shutting down is adopted as STOPPING and killed on time") {
+  Harness h;
+  auto d = make_deployment("D", 2);
+  d.config.graceful_shutdown_timeout_s = 4;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d})).has_value());
+  h.ticks(2);
+  h.cluster.ignore_stop.insert("a#D#2");
+  REQUIRE(h.core
+              ->deploy_deployment("a",
+                                  [&] {
+                                    auto one = d;
+                                    one.config.num_replicas = 1;
+                                    return one;
+                                  }())
+              .has_value());
+  CHECK(h.tick() == V{"stop a#D#2 4"});   // t = 3
+  h.restart();                            // the kill timer is lost with the controller
+  CHECK(h.tick() == V{"recover a#D#1"});  // t = 4; a#D#2 is STOPPING, not recovering
+  CHECK(h.count("a", "D", ReplicaState::stopping) == 1);
+  CHECK(h.tick() == V{});
+  CHECK(h.tick() == V{});
+  CHECK(h.tick() == V{"kill a#D#2"});  // t = 7: 4 s after adoption at t = 3
+  CHECK(h.tick() == V{});
+  CHECK(h.replicas("a", "D").size() == 1);
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+}
+
+TEST_CASE("recovery: replicas reported later by a re-registering node are adopted") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
+  h.ticks(2);
+  // A node that was unreachable during recovery hosts a#D#2.
+  auto all = h.cluster.hosted();
+  std::vector<HostedReplica> first = {all[0]};
+  h.options.replica_id_tag = "x";  // this incarnation's ids cannot collide with a#D#2
+  h.core = std::make_unique<StateManager>(*h.store, h.clock, h.rng, h.options);
+  h.core->set_nodes(h.nodes);
+  REQUIRE(h.core->recover(first).is_ok());
+  CHECK(h.tick() == V{"recover a#D#1", "start a#D#x-2@n2"});
+  h.core->adopt_replicas(all);  // a#D#1 is known: ignored
+  // One too many: the adopted one, not yet running, is stopped first.
+  CHECK(h.tick() == V{"recover a#D#2", "stop a#D#2 20"});
+  CHECK(h.tick() == V{});
+  CHECK(h.replicas("a", "D").size() == 2);
+}
+
+TEST_CASE("delete: redeploying an application that is being deleted revives it") {
+  Harness h;
+  auto app = make_app("a", "/a", {make_deployment("D", 2)});
+  REQUIRE(h.core->deploy_application(app).has_value());
+  h.ticks(2);
+  h.cluster.ignore_stop.insert("a#D#1");
+  h.cluster.ignore_stop.insert("a#D#2");
+  REQUIRE(h.core->delete_application("a").is_ok());
+  CHECK(h.tick() == V{"stop a#D#2 20", "stop a#D#1 20"});
+  auto r = h.core->deploy_application(app);
+  REQUIRE(r.has_value());
+  CHECK(r->changed);
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::deploying);
+  CHECK(h.status("a", "D").status == DeploymentStatus::updating);
+  CHECK(h.tick() == V{});  // both slots are held by STOPPING replicas
+  h.cluster.ignore_stop.clear();
+  h.ticks(19);  // grace period over at t = 23
+  CHECK(h.tick() == V{"start a#D#3@n1", "start a#D#4@n2"});
+  h.tick();
   CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
 }
