@@ -29,8 +29,10 @@ enum class CommandKind {
   // on_replica_ready(id, version) or on_replica_start_failed(id, error).
   reconfigure,
   // Ask the replica for its health. Answer: on_health_check_result(id, ok,
-  // error). No answer within health_check_timeout_s counts as a failure; the
-  // shell need not time it out itself.
+  // check_seq), echoing `check_seq` so that a late answer to an earlier,
+  // timed-out check is not taken for this one. No answer within
+  // health_check_timeout_s counts as a failure; the shell need not time it
+  // out itself.
   check_health,
   // Adopted after a controller restart: ask the replica what it runs. Answer:
   // on_replica_ready(id, version) or on_replica_crashed(id).
@@ -55,6 +57,7 @@ struct Command {
   std::shared_ptr<const DeploymentSpec> spec;
   ReplicaVersion version;  // start / reconfigure: what the replica will run
   double timeout_s = 0;    // stop: graceful shutdown timeout
+  uint64_t check_seq = 0;  // check_health: echo it in on_health_check_result
 };
 
 enum class NodeState { alive, draining, dead };

@@ -335,6 +335,7 @@ void DeploymentState::check_health(Replica& r, TickContext& ctx) {
   if (!r.check_outstanding && ctx.now >= r.next_check_at) {
     Command cmd;
     cmd.kind = CommandKind::check_health;
+    cmd.check_seq = ++r.check_seq;
     cmd.replica_id = r.id;
     cmd.node_id = r.node_id;
     ctx.out.push_back(std::move(cmd));

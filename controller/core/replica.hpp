@@ -46,6 +46,7 @@ struct Replica {
 
   // --- health checking (RUNNING)
   bool check_outstanding = false;
+  uint64_t check_seq = 0;  // of the last check sent
   double check_deadline = 0;
   double next_check_at = 0;
   uint32_t consecutive_failures = 0;

@@ -119,7 +119,9 @@ class StateManager {
   // or its actual version when answering `recover`).
   bool on_replica_ready(const std::string& replica_id, const ReplicaVersion& version);
   bool on_replica_start_failed(const std::string& replica_id, const std::string& error);
-  bool on_health_check_result(const std::string& replica_id, bool ok);
+  // `check_seq` echoes Command::check_seq; an answer to an older check is
+  // ignored. 0 accepts the answer for whatever check is outstanding.
+  bool on_health_check_result(const std::string& replica_id, bool ok, uint64_t check_seq = 0);
   bool on_replica_stopped(const std::string& replica_id);
   bool on_replica_crashed(const std::string& replica_id);
 

@@ -609,3 +609,21 @@ TEST_CASE("slow start: a reconfigure that does not answer for more than 30 s") {
         "Deployment 'D' in application 'a' has 1 replicas that have taken more than 30s to "
         "initialize. This may be caused by a slow constructor or reconfigure.");
 }
+
+TEST_CASE("health: a late answer to a timed-out check is not taken for the next one") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  d.config.health_check_timeout_s = 5;
+  d.config.health_check_period_s = 5;
+  deploy(h, d);
+  h.ticks(2);  // RUNNING at t = 2; checks due every 5 s
+  h.cluster.late_health.insert("a#D#1");
+  CHECK(h.tick(5, true) == V{"check a#D#1"});  // t = 7, seq 1, deadline 12
+  CHECK(h.tick(5, true) == V{"check a#D#1"});  // t = 12: failure 1, seq 2 sent
+  REQUIRE(h.cluster.late_answers.size() == 2);
+  // The answer to check 1 arrives now (ok): it must not count for check 2.
+  h.cluster.late_answers[0](*h.core);
+  CHECK(h.tick(5, true) == V{"check a#D#1"});  // t = 17: failure 2
+  h.cluster.late_answers.clear();
+  CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 22: failure 3
+}

@@ -123,6 +123,8 @@ class FakeCluster {
   std::set<std::string> slow_ready;               // replicas whose start never answers
   std::set<std::string> succeed_ids;              // replicas that start despite fail_start
   std::set<std::string> fail_codes;               // code versions whose constructor fails
+  std::set<std::string> late_health;              // replicas answering checks only on release
+  std::vector<std::function<void(StateManager&)>> late_answers;
   int starts = 0;
 
   void execute(const std::vector<Command>& cmds) {
@@ -161,7 +163,13 @@ class FakeCluster {
         if (!actors.count(id) || silent.count(id))
           break;
         bool ok = !unhealthy.count(id);
-        queue([id, ok](StateManager& m) { m.on_health_check_result(id, ok); });
+        uint64_t seq = c.check_seq;
+        if (late_health.count(id)) {
+          late_answers.push_back(
+              [id, ok, seq](StateManager& m) { m.on_health_check_result(id, ok, seq); });
+          break;
+        }
+        queue([id, ok, seq](StateManager& m) { m.on_health_check_result(id, ok, seq); });
         break;
       }
       case CommandKind::recover: {

@@ -44,6 +44,7 @@ struct Event {
   enum Kind { ready, stopped, healthy } kind;
   std::string id;
   ReplicaVersion version;
+  uint64_t check_seq = 0;
 };
 
 struct Stats {
@@ -98,7 +99,7 @@ struct Bench {
           core.on_replica_stopped(e.id);
           break;
         case Event::healthy:
-          core.on_health_check_result(e.id, true);
+          core.on_health_check_result(e.id, true, e.check_seq);
           break;
       }
     }
@@ -117,7 +118,7 @@ struct Bench {
           events.push_back({Event::stopped, std::move(c.replica_id), {}});
           break;
         case CommandKind::check_health:
-          events.push_back({Event::healthy, std::move(c.replica_id), {}});
+          events.push_back({Event::healthy, std::move(c.replica_id), {}, c.check_seq});
           break;
       }
     }
