@@ -5,7 +5,9 @@
 //
 // How the actor shell drives it (all calls on the actor's own thread):
 //
-//   startup:   StateManager core(store, clock, rng, options);
+//   startup:   StateManager core(store, clock, rng, options);  with
+//              options.snapshot_epoch and options.replica_id_tag unique per
+//              controller incarnation (see CoreOptions);
 //              core.set_nodes(view);
 //              gather the replicas every node hosts (list_replicas, with a
 //              timeout), then  Status s = core.recover(hosted);
@@ -17,7 +19,8 @@
 //              changes memory; reply to the client after it returns. On error
 //              nothing changed. Run update() right after a successful call.
 //   events:    on_replica_ready / on_replica_start_failed /
-//              on_health_check_result / on_replica_stopped /
+//              on_health_check_result (echo Command::check_seq) /
+//              on_replica_stopped /
 //              on_replica_crashed (a monitored replica went down) as they
 //              arrive; set_nodes when membership or a node's state changes;
 //              adopt_replicas when a node (re)registers with replicas.
