@@ -1,5 +1,6 @@
 // Property: random (seeded, reproducible) sequences of deploys, scales,
-// crashes, health failures, deletions and controller restarts always converge
+// crashes, health failures, deletions, target-capacity changes, draining nodes,
+// versions that fail to start and controller restarts always converge
 // to the target, and no deployment ever has more than target + rollout_size
 // replicas alive (not stopping) after any tick.
 #include <doctest/doctest.h>
@@ -56,7 +57,8 @@ void check_bound(Harness& h, uint64_t seed, int step) {
   }
 }
 
-void run(uint64_t seed) {
+// Returns how many replicas run at the end (to show the runs are not vacuous).
+std::size_t run(uint64_t seed) {
   World w(seed);
   SeededRandom core_rng(seed);
   Harness h;
@@ -107,7 +109,10 @@ void run(uint64_t seed) {
       }
     } else if (action < 38) {  // the controller crashes and restarts
       h.restart();
-    } else if (action < 40) {  // a node drains, or comes back
+    } else if (action < 42) {  // the cluster-wide target capacity changes
+      const std::optional<double> choices[] = {std::nullopt, 0.0, 30.0, 50.0, 100.0};
+      REQUIRE(h.core->set_target_capacity(choices[w.pick(5)]).is_ok());
+    } else if (action < 44) {  // a node drains, or comes back
       auto nodes = h.nodes;
       auto& n = nodes[w.pick(static_cast<uint32_t>(nodes.size()))];
       n.state = n.state == NodeState::alive ? NodeState::draining : NodeState::alive;
@@ -120,6 +125,7 @@ void run(uint64_t seed) {
   // Quiesce: no more faults, broken versions replaced, all nodes alive.
   h.cluster.unhealthy.clear();
   h.set_nodes(make_nodes(4, "cpu=6"));
+  REQUIRE(h.core->set_target_capacity(std::nullopt).is_ok());
   for (auto& [name, app] : w.apps) {
     bool fixed = false;
     for (auto& d : app.deployments) {
@@ -160,11 +166,15 @@ void run(uint64_t seed) {
   // Nothing else is left running: no orphans, no replicas of deleted apps.
   CHECK(h.cluster.actors.size() == expected_actors);
   CHECK(h.core->orphans().empty());
+  return expected_actors;
 }
 
 }  // namespace
 
 TEST_CASE("property: random operations converge within target + rollout_size") {
+  std::size_t replicas = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed)
-    run(seed);
+    replicas += run(seed);
+  MESSAGE("replicas running after the 40 runs: " << replicas);
+  CHECK(replicas > 100);
 }
