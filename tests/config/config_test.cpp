@@ -1,7 +1,758 @@
+// The config file of `troupectl deploy`: every example parses, exact values
+// and defaults, multi-deployment applications, round trips through to_yaml,
+// and one test per kind of bad input with its exact one-line message.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "controller/core/validate.hpp"
 #include "tools/troupectl/config.hpp"
 
-TEST_CASE("config: placeholder") {
-  CHECK(true);
+using namespace troupe;
+using namespace troupe::config;
+using troupe::controller::ApplicationSpec;
+using troupe::controller::AutoscalingConfig;
+using troupe::controller::DeploymentConfig;
+using troupe::controller::DeploymentSpec;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kFile = "deploy.yaml";
+
+DeployConfig parse_ok(const std::string& yaml) {
+  auto r = parse_config(yaml, kFile);
+  INFO(r.status().to_string());
+  REQUIRE(r.has_value());
+  return *r;
+}
+
+std::string error_of(const std::string& yaml) {
+  auto r = parse_config(yaml, kFile);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::invalid_argument);
+  const std::string message = r.status().message();
+  CHECK(message.find('\n') == std::string::npos);  // one line
+  return message;
+}
+
+// One application whose single listed deployment is completed by `fields`
+// (each line indented by 8 spaces). The first of them is on line 7, so a
+// field's key is at 7:9 and its value at column 9 + len(key) + 2.
+std::string with_fields(const std::string& fields) {
+  return "applications:\n"
+         "  - name: greeter\n"
+         "    route_prefix: /greet\n"
+         "    import_path: libtroupe_examples.so:Hello\n"
+         "    deployments:\n"
+         "      - name: Hello\n" +
+         fields;
+}
+
+const ApplicationSpec& only_app(const DeployConfig& c) {
+  REQUIRE(c.state.applications.size() == 1);
+  return c.state.applications.begin()->second;
+}
+
+// The deployment of that name; fails the test when there is none.
+const DeploymentSpec& deployment(const ApplicationSpec& app, const std::string& name) {
+  for (const auto& d : app.deployments) {
+    if (d.name == name)
+      return d;
+  }
+  FAIL("no deployment " << name);
+  throw 0;  // not reached
+}
+
+void check_round_trip(const DeployConfig& c) {
+  const std::string yaml = to_yaml(c);
+  INFO(yaml);
+  auto again = parse_config(yaml, "printed.yaml");
+  INFO(again.status().to_string());
+  REQUIRE(again.has_value());
+  CHECK(*again == c);
+  CHECK(to_yaml(*again) == yaml);  // printing is a fixpoint
+}
+
+// The sample of the config reference (docs/config.md), without num_replicas:
+// it has an autoscaling_config, and the two exclude each other.
+const char* const kFullSample =
+    R"(http_options: {host: 127.0.0.1, port: 8000, request_timeout_s: 30}
+target_capacity: 100        # optional, 0-100
+applications:
+  - name: greeter
+    route_prefix: /greet
+    import_path: libtroupe_examples.so:Hello
+    args: {}
+    deployments:
+      - name: Hello
+        max_ongoing_requests: 5
+        max_queued_requests: 100
+        user_config: {greeting: hi}
+        health_check_period_s: 10
+        health_check_timeout_s: 30
+        graceful_shutdown_wait_loop_s: 2
+        graceful_shutdown_timeout_s: 20
+        resources: {cpu: 1}
+        max_replicas_per_node: 2
+        autoscaling_config: {min_replicas: 1, max_replicas: 10, target_ongoing_requests: 2}
+)";
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Good input.
+
+TEST_CASE("config: every examples/*.yaml parses, passes validate and round-trips") {
+  std::set<std::string> seen;
+  for (const auto& entry : fs::directory_iterator(fs::path(TROUPE_SOURCE_DIR) / "examples")) {
+    if (entry.path().extension() != ".yaml")
+      continue;
+    CAPTURE(entry.path().string());
+    auto r = load_config_file(entry.path().string());
+    INFO(r.status().to_string());
+    REQUIRE(r.has_value());
+    CHECK(r->http.host == "127.0.0.1");
+    CHECK(r->http.port == 8000);
+    CHECK(r->http.request_timeout_s == 30.0);
+    CHECK(r->state.generation == 0);
+    CHECK_FALSE(r->state.target_capacity.has_value());
+    const ApplicationSpec& app = only_app(*r);
+    REQUIRE(app.deployments.size() == 1);
+    CHECK(app.deployments[0].name == app.ingress);
+    CHECK(app.deployments[0].import_path == "libtroupe_examples.so:" + app.ingress);
+    CHECK(app.deployments[0].config.max_ongoing_requests == 5);
+    CHECK(controller::validate(r->state).is_ok());
+    check_round_trip(*r);
+    seen.insert(entry.path().filename().string());
+  }
+  CHECK(seen.size() >= 7);
+  CHECK(seen.count("hello.yaml") == 1);
+}
+
+TEST_CASE("config: examples/hello.yaml gives exactly its declared state") {
+  auto r = load_config_file(std::string(TROUPE_SOURCE_DIR) + "/examples/hello.yaml");
+  REQUIRE(r.has_value());
+  const ApplicationSpec& app = only_app(*r);
+  ApplicationSpec want;
+  want.name = "greeter";
+  want.route_prefix = "/greet";
+  want.ingress = "Hello";
+  DeploymentSpec hello;
+  hello.name = "Hello";
+  hello.import_path = "libtroupe_examples.so:Hello";
+  hello.init_args = "{}";
+  hello.config.num_replicas = 3;
+  hello.config.max_ongoing_requests = 5;
+  hello.config.user_config = R"({"greeting":"hi"})";
+  want.deployments = {hello};
+  CHECK(app == want);
+  CHECK(r->state.applications.begin()->first == "greeter");
+}
+
+TEST_CASE("config: the full sample parses with exact values") {
+  DeployConfig c = parse_ok(kFullSample);
+  CHECK(c.http.host == "127.0.0.1");
+  CHECK(c.http.port == 8000);
+  CHECK(c.http.request_timeout_s == 30.0);
+  CHECK(c.http.keep_alive_timeout_s == 5.0);
+  CHECK(c.state.target_capacity == 100.0);
+  CHECK(c.state.generation == 0);
+  const ApplicationSpec& app = only_app(c);
+  CHECK(app.name == "greeter");
+  CHECK(app.route_prefix == "/greet");
+  CHECK(app.ingress == "Hello");
+  REQUIRE(app.deployments.size() == 1);
+  const DeploymentSpec& d = app.deployments[0];
+  CHECK(d.name == "Hello");
+  CHECK(d.import_path == "libtroupe_examples.so:Hello");
+  CHECK(d.init_args == "{}");
+  CHECK(d.code_version == "");
+  const DeploymentConfig& k = d.config;
+  CHECK(k.num_replicas == 1);  // unused with autoscaling; the default
+  CHECK(k.max_ongoing_requests == 5);
+  CHECK(k.max_queued_requests == 100);
+  CHECK(k.user_config == R"({"greeting":"hi"})");
+  CHECK(k.health_check_period_s == 10.0);
+  CHECK(k.health_check_timeout_s == 30.0);
+  CHECK(k.graceful_shutdown_wait_loop_s == 2.0);
+  CHECK(k.graceful_shutdown_timeout_s == 20.0);
+  CHECK(k.resources.amounts == std::map<std::string, double>{{"cpu", 1.0}});
+  CHECK(k.max_replicas_per_node == 2);
+  AutoscalingConfig a;
+  a.min_replicas = 1;
+  a.max_replicas = 10;
+  a.target_ongoing_requests = 2.0;
+  CHECK(k.autoscaling_config == a);
+}
+
+TEST_CASE("config: fields left out take Ray Serve's defaults") {
+  DeployConfig c = parse_ok("applications:\n  - import_path: libx.so:Api\n");
+  CHECK(c.http == HttpOptions{});
+  CHECK(c.http.host == "127.0.0.1");
+  CHECK(c.http.port == 8000);
+  CHECK_FALSE(c.http.request_timeout_s.has_value());
+  CHECK(c.http.keep_alive_timeout_s == 5.0);
+  CHECK_FALSE(c.state.target_capacity.has_value());
+  const ApplicationSpec& app = only_app(c);
+  CHECK(app.name == "default");
+  CHECK(app.route_prefix == "/");
+  CHECK(app.ingress == "Api");
+  REQUIRE(app.deployments.size() == 1);
+  const DeploymentSpec& d = app.deployments[0];
+  CHECK(d.name == "Api");
+  CHECK(d.import_path == "libx.so:Api");
+  CHECK(d.init_args == "");  // no args: the replica gets an empty object
+  CHECK(d.code_version == "");
+  CHECK(d.config == DeploymentConfig{});
+  CHECK(d.config.num_replicas == 1);
+  CHECK(d.config.max_ongoing_requests == 5);
+  CHECK(d.config.max_queued_requests == -1);
+  CHECK(d.config.health_check_period_s == 10.0);
+  CHECK(d.config.health_check_timeout_s == 30.0);
+  CHECK(d.config.graceful_shutdown_wait_loop_s == 2.0);
+  CHECK(d.config.graceful_shutdown_timeout_s == 20.0);
+  CHECK(d.config.max_replicas_per_node == 0);
+  CHECK(d.config.resources.empty());
+  CHECK(d.config.user_config == "");
+  CHECK_FALSE(d.config.autoscaling_config.has_value());
+}
+
+TEST_CASE("config: an empty autoscaling_config is Ray Serve's default autoscaling") {
+  DeployConfig c = parse_ok(with_fields("        autoscaling_config: {}\n"));
+  const auto& a = only_app(c).deployments[0].config.autoscaling_config;
+  REQUIRE(a.has_value());
+  CHECK(*a == AutoscalingConfig{});
+  CHECK(a->min_replicas == 1);
+  CHECK(a->max_replicas == 1);
+  CHECK_FALSE(a->initial_replicas.has_value());
+  CHECK(a->target_ongoing_requests == 2.0);
+  CHECK(a->metrics_interval_s == 10.0);
+  CHECK(a->look_back_period_s == 30.0);
+  CHECK(a->smoothing_factor == 1.0);
+  CHECK(a->upscale_delay_s == 30.0);
+  CHECK(a->downscale_delay_s == 600.0);
+}
+
+TEST_CASE("config: null means absent for optional fields") {
+  DeployConfig c = parse_ok(
+      "http_options: {request_timeout_s: null}\n"
+      "target_capacity: ~\n" +
+      with_fields("        user_config: null\n"
+                  "        args:\n"
+                  "        autoscaling_config: null\n"
+                  "        num_replicas: 2\n"));
+  CHECK_FALSE(c.http.request_timeout_s.has_value());
+  CHECK_FALSE(c.state.target_capacity.has_value());
+  const DeploymentSpec& d = only_app(c).deployments[0];
+  CHECK(d.config.user_config == "");
+  CHECK(d.init_args == "");
+  CHECK_FALSE(d.config.autoscaling_config.has_value());
+  CHECK(d.config.num_replicas == 2);
+}
+
+TEST_CASE("config: a multi-deployment application") {
+  DeployConfig c = parse_ok(R"(applications:
+  - name: shop
+    route_prefix: /shop
+    import_path: libshop.so:Frontend
+    args: {catalog: main}
+    deployments:
+      - name: Ranker
+        num_replicas: 4
+      - name: Frontend
+        num_replicas: 2
+        version: v7
+      - name: Embedder
+        import_path: libml.so:SentenceEmbedder
+        args: {model: mini, dims: 384}
+        resources: {cpu: 2, gpu: 1, mem: 512M}
+)");
+  const ApplicationSpec& app = only_app(c);
+  CHECK(app.ingress == "Frontend");
+  REQUIRE(app.deployments.size() == 3);
+  // Listed order is kept.
+  const DeploymentSpec& ranker = app.deployments[0];
+  CHECK(ranker.name == "Ranker");
+  CHECK(ranker.import_path == "libshop.so:Ranker");  // same library, named class
+  CHECK(ranker.init_args == "");                     // args are the ingress's
+  CHECK(ranker.config.num_replicas == 4);
+  const DeploymentSpec& frontend = app.deployments[1];
+  CHECK(frontend.name == "Frontend");
+  CHECK(frontend.import_path == "libshop.so:Frontend");
+  CHECK(frontend.init_args == R"({"catalog":"main"})");
+  CHECK(frontend.code_version == "v7");
+  CHECK(frontend.config.num_replicas == 2);
+  const DeploymentSpec& embedder = app.deployments[2];
+  CHECK(embedder.import_path == "libml.so:SentenceEmbedder");
+  CHECK(embedder.init_args == R"({"dims":384,"model":"mini"})");
+  CHECK(embedder.config.resources.amounts ==
+        std::map<std::string, double>{{"cpu", 2.0}, {"gpu", 1.0}, {"mem", 512.0 * 1024 * 1024}});
+  check_round_trip(c);
+}
+
+TEST_CASE("config: an ingress that is not listed runs with defaults, first") {
+  DeployConfig c = parse_ok(R"(applications:
+  - name: shop
+    route_prefix: /shop
+    import_path: libshop.so:Frontend
+    args: {a: 1}
+    deployments:
+      - name: Ranker
+        num_replicas: 4
+)");
+  const ApplicationSpec& app = only_app(c);
+  REQUIRE(app.deployments.size() == 2);
+  CHECK(app.deployments[0].name == "Frontend");
+  CHECK(app.deployments[0].import_path == "libshop.so:Frontend");
+  CHECK(app.deployments[0].init_args == R"({"a":1})");
+  CHECK(app.deployments[0].config == DeploymentConfig{});
+  CHECK(app.deployments[1].name == "Ranker");
+  check_round_trip(c);
+}
+
+TEST_CASE("config: args of the ingress may sit on its deployment instead") {
+  DeployConfig c = parse_ok(with_fields("        args: {greeting: yo}\n"));
+  CHECK(only_app(c).deployments[0].init_args == R"({"greeting":"yo"})");
+  // Printed back at the application, where Ray Serve has them.
+  CHECK(to_yaml(c).find("    args: {greeting: yo}\n") != std::string::npos);
+  check_round_trip(c);
+}
+
+TEST_CASE("config: user_config and args become JSON with YAML 1.2 scalar types") {
+  DeployConfig c = parse_ok(with_fields(R"(        user_config:
+          int: 42
+          neg: -7
+          hex: 0x1F
+          float: 2.5
+          exp: 1e3
+          yes_is_text: yes
+          t: true
+          n: ~
+          quoted_number: "42"
+          single: 'true'
+          tagged: !!str 3.0
+          text: hello world
+          list: [1, two, {three: 3}]
+          empty_map: {}
+          empty_list: []
+          7: numeric key
+)"));
+  CHECK(only_app(c).deployments[0].config.user_config ==
+        R"({"7":"numeric key","empty_list":[],"empty_map":{},"exp":1000.0,"float":2.5,)"
+        R"("hex":31,"int":42,"list":[1,"two",{"three":3}],"n":null,"neg":-7,)"
+        R"("quoted_number":"42","single":"true","t":true,"tagged":"3.0","text":"hello world",)"
+        R"("yes_is_text":"yes"})");
+  DeployConfig scalar = parse_ok(with_fields("        user_config: 5\n"));
+  CHECK(only_app(scalar).deployments[0].config.user_config == "5");
+  check_round_trip(c);
+  check_round_trip(scalar);
+}
+
+TEST_CASE("config: resources as numbers or with K/M/G/T suffixes") {
+  DeployConfig c =
+      parse_ok(with_fields("        resources: {cpu: 0.5, mem: 2G, disk: '1536', cache: 4k}\n"));
+  CHECK(only_app(c).deployments[0].config.resources.amounts ==
+        std::map<std::string, double>{
+            {"cpu", 0.5}, {"mem", 2.0 * 1024 * 1024 * 1024}, {"disk", 1536.0}, {"cache", 4096.0}});
+  CHECK(to_yaml(c).find("resources: {cache: 4K, cpu: 0.5, disk: 1536, mem: 2G}") !=
+        std::string::npos);
+  check_round_trip(c);
+}
+
+TEST_CASE("config: to_yaml prints only what differs from the defaults") {
+  DeployConfig c = parse_ok(R"(http_options: {port: 9000}
+applications:
+  - name: greeter
+    route_prefix: /greet
+    import_path: libtroupe_examples.so:Hello
+    deployments:
+      - name: Hello
+        num_replicas: 1
+        max_ongoing_requests: 5
+        health_check_period_s: 2.5
+        autoscaling_config: null
+)");
+  CHECK(to_yaml(c) ==
+        "http_options: {port: 9000}\n"
+        "applications:\n"
+        "  - name: greeter\n"
+        "    route_prefix: /greet\n"
+        "    import_path: libtroupe_examples.so:Hello\n"
+        "    deployments:\n"
+        "      - name: Hello\n"
+        "        num_replicas: 1\n"
+        "        health_check_period_s: 2.5\n");
+  CHECK(to_yaml(DeployConfig{}) == "applications: []\n");
+  CHECK(parse_ok("applications: []\n") == DeployConfig{});
+}
+
+TEST_CASE("config: round trip of a rich config") {
+  DeployConfig c = parse_ok(
+      R"(http_options: {host: 0.0.0.0, port: 8080, request_timeout_s: 12.5, keep_alive_timeout_s: 60}
+target_capacity: 37.5
+applications:
+  - name: shop
+    route_prefix: /shop
+    import_path: libshop.so:Frontend
+    args: {catalog: main, pages: [1, 2, 3], ratio: 0.1, big: 12345678901234567890, none: null}
+    deployments:
+      - name: Frontend
+        version: "1.0"
+        num_replicas: 0
+        max_ongoing_requests: 100
+        max_queued_requests: 0
+        user_config: {text: "line one\nline two", unicode: "é ☃", looks_like: ["123", "true", "null", "", "-1.5", "off"], colon: "a: b", nested: {deep: [[1], [2.25]]}}
+        health_check_period_s: 0.1
+        health_check_timeout_s: 86400
+        graceful_shutdown_wait_loop_s: 0.333
+        graceful_shutdown_timeout_s: 1e-3
+        resources: {cpu: 0.25, mem: 1536M, gpu: 1}
+        max_replicas_per_node: 3
+      - name: Ranker
+        args: {k: 10}
+        user_config: "just text"
+        autoscaling_config:
+          min_replicas: 0
+          max_replicas: 50
+          initial_replicas: 5
+          target_ongoing_requests: 1.5
+          metrics_interval_s: 1
+          look_back_period_s: 5
+          smoothing_factor: 0.5
+          upscale_smoothing_factor: 2
+          downscale_smoothing_factor: 0.25
+          upscale_delay_s: 0
+          downscale_delay_s: 120
+      - name: Embedder
+        import_path: libml.so:Embedder
+        user_config: []
+  - name: "123"
+    route_prefix: /
+    import_path: "libnum.so:N"
+    deployments:
+      - name: "N"
+        version: "true"
+)");
+  REQUIRE(c.state.applications.size() == 2);
+  const ApplicationSpec& shop = c.state.applications.at("shop");
+  CHECK(deployment(shop, "Frontend").code_version == "1.0");
+  CHECK(deployment(shop, "Frontend").config.num_replicas == 0);
+  CHECK(deployment(shop, "Ranker").config.user_config == R"("just text")");
+  CHECK(deployment(shop, "Embedder").config.user_config == "[]");
+  CHECK(c.state.applications.at("123").deployments[0].code_version == "true");
+  check_round_trip(c);
+}
+
+TEST_CASE("config: round trip of a state built in code") {
+  DeployConfig c;
+  c.http.request_timeout_s = 1.0 / 3;
+  c.http.keep_alive_timeout_s = 0.1 + 0.2;  // not a short decimal
+  c.state.target_capacity = 0.0;
+  ApplicationSpec app;
+  app.name = "calc";
+  app.route_prefix = "/calc";
+  app.ingress = "Calc";
+  DeploymentSpec d;
+  d.name = "Calc";
+  d.import_path = "libcalc.so:Calc";
+  d.init_args = R"({"pi":3.141592653589793})";
+  d.code_version = "null";
+  d.config.user_config = R"({"x":1e+300,"y":-0.0})";
+  d.config.health_check_timeout_s = 2.0 / 3;
+  d.config.resources.amounts = {{"cpu", 1.0 / 7}, {"mem", 3.0 * 1024 * 1024 * 1024 * 1024}};
+  AutoscalingConfig a;
+  a.max_replicas = 3;
+  a.upscale_delay_s = 1e-9;
+  d.config.autoscaling_config = a;
+  DeploymentSpec helper = d;
+  helper.name = "Helper";
+  helper.import_path = "libcalc.so:Helper";
+  helper.init_args = "";
+  helper.code_version = "";
+  helper.config = DeploymentConfig{};
+  helper.config.num_replicas = 7;
+  app.deployments = {helper, d};
+  c.state.applications.emplace(app.name, app);
+  REQUIRE(controller::validate(c.state).is_ok());
+  check_round_trip(c);
+}
+
+TEST_CASE("config: load_config_file names an unreadable path") {
+  auto r = load_config_file("/nonexistent/troupe/deploy.yaml");
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::io_error);
+  CHECK(r.status().message() ==
+        "cannot read config file '/nonexistent/troupe/deploy.yaml': No such file or directory");
+  auto dir = load_config_file(TROUPE_SOURCE_DIR);
+  REQUIRE_FALSE(dir.has_value());
+  CHECK(dir.status().message() ==
+        "cannot read config file '" + std::string(TROUPE_SOURCE_DIR) + "': it is a directory");
+}
+
+TEST_CASE("config: load_config_file prefixes errors with the path") {
+  const fs::path path = fs::temp_directory_path() / "troupe_config_test_bad.yaml";
+  {
+    std::ofstream out(path);
+    out << "applications:\n  - import_path: nocolon\n";
+  }
+  auto r = load_config_file(path.string());
+  fs::remove(path);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().message() ==
+        path.string() +
+            ":2:18: import_path 'nocolon' has no ':'; expected '<library>:<ClassName>', e.g. "
+            "'libfoo.so:Hello'");
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: one test per kind, each naming the problem and where it is.
+
+TEST_CASE("config error: YAML syntax error with line and column") {
+  CHECK(error_of("applications:\n  - name: [a, b\n    route_prefix: /x\n") ==
+        "deploy.yaml:3:17: YAML syntax error: end of sequence flow not found");
+  CHECK(error_of("applications:\n\t- name: a\n") ==
+        "deploy.yaml:2:2: YAML syntax error: illegal block entry");
+}
+
+TEST_CASE("config error: an empty file") {
+  CHECK(error_of("") == "deploy.yaml is empty: expected a mapping with 'applications'");
+  CHECK(error_of("# nothing but a comment\n\n") ==
+        "deploy.yaml is empty: expected a mapping with 'applications'");
+}
+
+TEST_CASE("config error: not a mapping, no applications, two documents") {
+  CHECK(error_of("- a\n- b\n") ==
+        "deploy.yaml:1:1: expected a mapping with 'applications' at the top level, got a "
+        "sequence");
+  CHECK(error_of("http_options: {port: 80}\n") ==
+        "deploy.yaml:1:1: missing field 'applications' at the top level (use 'applications: "
+        "[]' to declare none)");
+  CHECK(error_of("applications: {name: x}\n") ==
+        "deploy.yaml:1:15: applications: expected a sequence of applications, got a mapping");
+  CHECK(error_of("applications: []\n---\napplications: []\n") ==
+        "deploy.yaml:3:1: a second YAML document ('---'): expected exactly one");
+}
+
+TEST_CASE("config error: unknown field, with the nearest valid name") {
+  CHECK(error_of(with_fields("        num_replica: 3\n")) ==
+        "deploy.yaml:7:9: unknown field 'num_replica' in deployment 'Hello'; did you mean "
+        "'num_replicas'?");
+  CHECK(error_of("aplications: []\n") ==
+        "deploy.yaml:1:1: unknown field 'aplications' at the top level; did you mean "
+        "'applications'?");
+  CHECK(error_of("http_options: {prot: 80}\napplications: []\n") ==
+        "deploy.yaml:1:16: unknown field 'prot' in http_options; did you mean 'port'?");
+  CHECK(error_of("applications:\n  - name: a\n    route_prefx: /a\n") ==
+        "deploy.yaml:3:5: unknown field 'route_prefx' in application 'a'; did you mean "
+        "'route_prefix'?");
+  CHECK(error_of(with_fields("        autoscaling_config: {max_replica: 3}\n")) ==
+        "deploy.yaml:7:30: unknown field 'max_replica' in autoscaling_config of deployment "
+        "'Hello'; did you mean 'max_replicas'?");
+  // Ray Serve spellings that troupe names differently.
+  CHECK(error_of(with_fields("        code_version: v2\n")) ==
+        "deploy.yaml:7:9: unknown field 'code_version' in deployment 'Hello'; did you mean "
+        "'version'?");
+  CHECK(error_of(with_fields("        max_concurrent_queries: 5\n")) ==
+        "deploy.yaml:7:9: unknown field 'max_concurrent_queries' in deployment 'Hello'; did "
+        "you mean 'max_ongoing_requests'?");
+}
+
+TEST_CASE("config error: unknown field far from any valid one lists the valid ones") {
+  CHECK(error_of("applications:\n  - name: a\n    runtime_env: {}\n") ==
+        "deploy.yaml:3:5: unknown field 'runtime_env' in application 'a'; valid fields: name, "
+        "route_prefix, import_path, args, deployments");
+}
+
+TEST_CASE("config error: a field given twice") {
+  CHECK(error_of(with_fields("        num_replicas: 3\n        num_replicas: 4\n")) ==
+        "deploy.yaml:8:9: duplicate field 'num_replicas' in deployment 'Hello' (first at line "
+        "7, column 9)");
+  CHECK(error_of(with_fields("        user_config: {a: 1, a: 2}\n")) ==
+        "deploy.yaml:7:29: user_config: duplicate key 'a' (first at line 7, column 23)");
+}
+
+TEST_CASE("config error: wrong type") {
+  CHECK(error_of(with_fields("        num_replicas: three\n")) ==
+        "deploy.yaml:7:23: num_replicas: expected a non-negative integer, got 'three'");
+  CHECK(error_of(with_fields("        num_replicas: 2.5\n")) ==
+        "deploy.yaml:7:23: num_replicas: expected a non-negative integer, got '2.5'");
+  CHECK(error_of(with_fields("        health_check_period_s: [1]\n")) ==
+        "deploy.yaml:7:32: health_check_period_s: expected a number of seconds, got a "
+        "sequence");
+  CHECK(error_of(with_fields("        max_ongoing_requests:\n")) ==
+        "deploy.yaml:7:9: max_ongoing_requests: expected a positive integer, got null");
+  CHECK(error_of(with_fields("        version: {major: 1}\n")) ==
+        "deploy.yaml:7:18: version: expected a string, got a mapping");
+  CHECK(error_of(with_fields("        args: [1, 2]\n")) ==
+        "deploy.yaml:7:15: args: expected a mapping, got a sequence");
+  CHECK(error_of(with_fields("        autoscaling_config: 3\n")) ==
+        "deploy.yaml:7:29: autoscaling_config: expected a mapping, got '3'");
+  CHECK(error_of("http_options: {port: http}\napplications: []\n") ==
+        "deploy.yaml:1:22: port: expected a port number (1-65535), got 'http'");
+  CHECK(error_of("target_capacity: full\napplications: []\n") ==
+        "deploy.yaml:1:18: target_capacity: expected a number from 0 to 100, got 'full'");
+  CHECK(error_of("applications:\n  - just-a-string\n") ==
+        "deploy.yaml:2:5: applications[0]: expected a mapping, got 'just-a-string'");
+  CHECK(error_of(with_fields("        resources: {cpu: lots}\n")) ==
+        "deploy.yaml:7:26: resources: resource 'cpu' has amount 'lots'; expected a "
+        "non-negative number with optional K/M/G/T");
+  CHECK(error_of(with_fields("        resources: {CPU: 1}\n")) ==
+        "deploy.yaml:7:21: resources: resource name 'CPU' must match [a-z][a-z0-9_]*");
+  CHECK(error_of(with_fields("        user_config: {limit: .inf}\n")) ==
+        "deploy.yaml:7:30: user_config: .inf cannot be represented in JSON");
+}
+
+TEST_CASE("config error: negative values") {
+  CHECK(error_of(with_fields("        num_replicas: -1\n")) ==
+        "deploy.yaml:7:23: num_replicas: -1 must be >= 0");
+  CHECK(error_of(with_fields("        max_queued_requests: -2\n")) ==
+        "deploy.yaml:7:30: max_queued_requests: -2 must be >= -1");
+  CHECK(error_of(with_fields("        graceful_shutdown_timeout_s: -5\n")) ==
+        "deploy.yaml:7:38: graceful_shutdown_timeout_s: -5 must be > 0");
+  CHECK(error_of(with_fields("        autoscaling_config: {upscale_delay_s: -1}\n")) ==
+        "deploy.yaml:7:47: upscale_delay_s: -1 must be >= 0");
+  CHECK(error_of(with_fields("        resources: {mem: -1G}\n")) ==
+        "deploy.yaml:7:26: resources: resource 'mem' has amount '-1G'; expected a "
+        "non-negative number with optional K/M/G/T");
+}
+
+TEST_CASE("config error: zero timeouts") {
+  CHECK(error_of(with_fields("        health_check_timeout_s: 0\n")) ==
+        "deploy.yaml:7:33: health_check_timeout_s: 0 must be > 0");
+  CHECK(error_of("http_options: {request_timeout_s: 0}\napplications: []\n") ==
+        "deploy.yaml:1:35: request_timeout_s: 0 must be > 0");
+  CHECK(error_of(with_fields("        autoscaling_config: {metrics_interval_s: 0.0}\n")) ==
+        "deploy.yaml:7:50: metrics_interval_s: 0.0 must be > 0");
+}
+
+TEST_CASE("config error: min_replicas above max_replicas") {
+  CHECK(error_of(with_fields("        autoscaling_config: {min_replicas: 5, max_replicas: 2}\n")) ==
+        "deploy.yaml:7:44: min_replicas (5) must be <= max_replicas (2)");
+  CHECK(error_of(
+            with_fields("        autoscaling_config: {max_replicas: 4, initial_replicas: 9}\n")) ==
+        "deploy.yaml:7:65: initial_replicas (9) must be within [min_replicas, max_replicas] = "
+        "[1, 4]");
+  CHECK(error_of(with_fields("        autoscaling_config: {max_replicas: 0}\n")) ==
+        "deploy.yaml:7:44: max_replicas: 0 must be >= 1");
+}
+
+TEST_CASE("config error: target_capacity outside 0-100") {
+  CHECK(error_of("target_capacity: 150\napplications: []\n") ==
+        "deploy.yaml:1:18: target_capacity: 150 must be <= 100");
+  CHECK(error_of("target_capacity: -0.5\napplications: []\n") ==
+        "deploy.yaml:1:18: target_capacity: -0.5 must be >= 0");
+}
+
+TEST_CASE("config error: absurd values, with the controller's limits") {
+  CHECK(error_of(with_fields("        num_replicas: 200000\n")) ==
+        "deploy.yaml:7:23: num_replicas: 200000 must be <= 100000");
+  CHECK(error_of(with_fields("        num_replicas: 99999999999999999999999\n")) ==
+        "deploy.yaml:7:23: num_replicas: 99999999999999999999999 must be <= 100000");
+  CHECK(error_of(with_fields("        max_ongoing_requests: 0\n")) ==
+        "deploy.yaml:7:31: max_ongoing_requests: 0 must be >= 1");
+  CHECK(error_of(with_fields("        health_check_period_s: 1e6\n")) ==
+        "deploy.yaml:7:32: health_check_period_s: 1e6 must be <= 86400");
+  CHECK(error_of("http_options: {port: 70000}\napplications: []\n") ==
+        "deploy.yaml:1:22: port: 70000 must be <= 65535");
+}
+
+TEST_CASE("config error: duplicate application names") {
+  CHECK(error_of(R"(applications:
+  - name: a
+    route_prefix: /a
+    import_path: liba.so:A
+  - name: a
+    route_prefix: /b
+    import_path: liba.so:A
+)") == "deploy.yaml:5:5: duplicate application name 'a' (first at line 2, column 5)");
+}
+
+TEST_CASE("config error: duplicate deployment names") {
+  CHECK(error_of(with_fields("        num_replicas: 2\n"
+                             "      - name: Hello\n")) ==
+        "deploy.yaml:8:9: duplicate deployment name 'Hello' in application 'greeter' (first at "
+        "line 6, column 9)");
+}
+
+TEST_CASE("config error: invalid names") {
+  CHECK(error_of("applications:\n  - name: my app\n    import_path: liba.so:A\n") ==
+        "deploy.yaml:2:11: application name 'my app' must be 1-100 characters without '#', "
+        "'/', spaces or control characters");
+  CHECK(error_of(with_fields("      - name: a/b\n")) ==
+        "deploy.yaml:7:15: deployment name 'a/b' must be 1-100 characters without '#', '/', "
+        "spaces or control characters");
+  CHECK(error_of(with_fields("      - num_replicas: 2\n")) ==
+        "deploy.yaml:7:9: missing field 'name' in deployments[1] of application 'greeter'");
+}
+
+TEST_CASE("config error: route_prefix must start with '/'") {
+  CHECK(
+      error_of("applications:\n  - name: a\n    route_prefix: greet\n    import_path: l.so:A\n") ==
+      "deploy.yaml:3:19: route_prefix 'greet' of application 'a' must start with '/'");
+}
+
+TEST_CASE("config error: two applications with the same route_prefix") {
+  CHECK(error_of(R"(applications:
+  - name: a
+    route_prefix: /api
+    import_path: liba.so:A
+  - name: b
+    route_prefix: /api
+    import_path: libb.so:B
+)") == "deploy.yaml:6:19: route_prefix '/api' of application 'b' is already used by "
+       "application 'a'");
+  // Both left out: both get Ray Serve's default "/".
+  CHECK(error_of("applications:\n  - {name: a, import_path: l.so:A}\n"
+                 "  - {name: b, import_path: l.so:B}\n") ==
+        "deploy.yaml:3:5: route_prefix '/' of application 'b' is already used by application "
+        "'a'");
+}
+
+TEST_CASE("config error: import_path not of the form lib:Class") {
+  CHECK(error_of("applications:\n  - name: a\n    import_path: libhello.so\n") ==
+        "deploy.yaml:3:18: import_path 'libhello.so' has no ':'; expected "
+        "'<library>:<ClassName>', e.g. 'libfoo.so:Hello'");
+  CHECK(error_of("applications:\n  - name: a\n    import_path: libhello.so:ns::Hello\n") ==
+        "deploy.yaml:3:18: import_path 'libhello.so:ns::Hello': class name 'ns::Hello' is not a C "
+        "identifier (letters, digits and '_', not starting with a digit)");
+  CHECK(error_of("applications:\n  - name: a\n    route_prefix: /a\n") ==
+        "deploy.yaml:2:5: missing field 'import_path' in application 'a'");
+  CHECK(error_of(with_fields("      - name: my-model\n")) ==
+        "deploy.yaml:7:15: deployment 'my-model' has no import_path and its name is no class "
+        "name (import_path 'libtroupe_examples.so:my-model': class name 'my-model' is not a C "
+        "identifier (letters, digits and '_', not starting with a digit)); give an "
+        "import_path");
+  CHECK(error_of(with_fields("        import_path: libother.so:Hello\n")) ==
+        "deploy.yaml:7:22: import_path of ingress deployment 'Hello' must be the application's "
+        "('libtroupe_examples.so:Hello') or be left out");
+}
+
+TEST_CASE("config error: num_replicas together with autoscaling_config") {
+  // The sample as first drafted, with both.
+  std::string sample = kFullSample;
+  sample.replace(sample.find("        max_ongoing_requests"), 0, "        num_replicas: 3\n");
+  CHECK(error_of(sample) ==
+        "deploy.yaml:10:23: num_replicas and autoscaling_config of deployment 'Hello' are "
+        "mutually exclusive: give a fixed num_replicas or autoscaling_config, not both");
+  CHECK(error_of(with_fields("        num_replicas: auto\n")) ==
+        "deploy.yaml:7:23: num_replicas: 'auto' is not supported; give an autoscaling_config "
+        "instead");
+}
+
+TEST_CASE("config error: args of the ingress given twice") {
+  CHECK(error_of(R"(applications:
+  - name: greeter
+    import_path: libtroupe_examples.so:Hello
+    args: {a: 1}
+    deployments:
+      - name: Hello
+        args: {a: 2}
+)") == "deploy.yaml:7:15: args of ingress deployment 'Hello' are given twice: here and at "
+       "line 4, column 11 in the application; keep one");
 }
