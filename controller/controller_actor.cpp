@@ -1,11 +1,17 @@
 #include "controller/controller_actor.hpp"
 
 #include <chrono>
+#include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
+#include "controller/core/state_manager.hpp"
 #include "controller/membership.hpp"
+#include "controller/store/codec.hpp"
+#include "controller/store/rocks_checkpoint_store.hpp"
 #include "runtime/address.hpp"
 #include "runtime/log.hpp"
 #include "runtime/wire.hpp"
@@ -14,19 +20,52 @@ namespace troupe::controller {
 
 namespace {
 
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
+caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
 }
+
+class SteadyClock final : public Clock {
+ public:
+  double now_s() const override {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+  }
+};
 
 struct AgentRef {
   std::string node_id;
   uint64_t incarnation = 0;
 };
 
+struct ReplicaRef {
+  caf::actor handle;
+  std::string node_id;
+  bool stopping = false;  // a stop or kill was sent: its down is a stop, not a crash
+};
+
 struct ControllerState {
+  ControllerOptions options;
   Membership membership{5.0};
+  SteadyClock clock;
+  std::unique_ptr<SeededRandom> rng;
+  std::shared_ptr<CheckpointStore> store;
+  std::unique_ptr<StateManager> core;
+  bool recovering = true;
+  std::vector<HostedReplica> hosted_during_recovery;
   std::unordered_map<caf::actor_addr, AgentRef> agents;  // monitored agent -> node
+  std::unordered_map<std::string, caf::actor> agent_of;  // node id -> agent
+  std::unordered_map<std::string, ReplicaRef> replicas;  // replica id -> handle
+  std::unordered_map<caf::actor_addr, std::string> replica_of;
+  // Latest ongoing-requests report per replica (for autoscaling and status).
+  std::unordered_map<std::string, double> ongoing;
+  // Pushed a snapshot whenever the published view changes.
+  struct Subscriber {
+    caf::actor handle;
+    SnapshotId last;
+  };
+  std::unordered_map<caf::actor_addr, Subscriber> subscribers;
+  // Last logged status per deployment ("app/name"), to log transitions.
+  std::unordered_map<std::string, DeploymentStatus> last_status;
   std::shared_ptr<spdlog::logger> log = troupe::log::get("controller");
   static inline const char* name = "troupe.controller";
 };
@@ -51,22 +90,388 @@ NodeStatus to_wire(const NodeRecord& n, double now) {
   return s;
 }
 
-caf::behavior controller(controller_actor* self, ControllerOptions options) {
-  auto interval = std::chrono::duration_cast<caf::timespan>(
-      std::chrono::duration<double>(options.check_interval_s));
-  self->state.membership = Membership(options.node_timeout_s);
+void push_nodes(ControllerState& st) {
+  std::vector<controller::NodeInfo> view;
+  for (const auto& [id, n] : st.membership.nodes())
+    view.push_back({id, n.state, n.resources});
+  st.core->set_nodes(view);
+}
+
+void remember_replica(controller_actor* self, const std::string& id, const std::string& node,
+                      const caf::actor& handle) {
+  auto& st = self->state;
+  auto& ref = st.replicas[id];
+  if (ref.handle && ref.handle != handle)
+    st.replica_of.erase(ref.handle.address());
+  ref.handle = handle;
+  ref.node_id = node;
+  st.replica_of[handle.address()] = id;
+  self->monitor(handle);
+}
+
+void forget_replica(ControllerState& st, const std::string& id) {
+  auto it = st.replicas.find(id);
+  if (it == st.replicas.end())
+    return;
+  if (it->second.handle)
+    st.replica_of.erase(it->second.handle.address());
+  st.replicas.erase(it);
+  st.ongoing.erase(id);
+}
+
+ReplicaSpec wire_spec(const Command& cmd) {
+  ReplicaSpec spec;
+  spec.replica_id = cmd.replica_id;
+  spec.app = cmd.app;
+  spec.deployment = cmd.deployment;
+  spec.import_path = cmd.spec->import_path;
+  spec.init_args = cmd.spec->init_args;
+  spec.code_version = cmd.version.code;
+  spec.user_config = cmd.version.user_config;
+  spec.max_ongoing_requests = cmd.spec->config.max_ongoing_requests;
+  spec.metrics_interval_s = cmd.spec->config.autoscaling_config
+                                ? cmd.spec->config.autoscaling_config->metrics_interval_s
+                                : 10.0;
+  return spec;
+}
+
+void reconcile(controller_actor* self);
+
+// The replica's outcome arrived: feed it to the core and act on it.
+template <class F>
+void feed(controller_actor* self, F&& event) {
+  event(*self->state.core);
+  reconcile(self);
+}
+
+void initialize_replica(controller_actor* self, const std::string& id, ReplicaVersion version) {
+  auto& st = self->state;
+  auto it = st.replicas.find(id);
+  if (it == st.replicas.end())
+    return;
+  // Constructors may be slow; the core's slow-start logic watches the time.
+  self->request(it->second.handle, caf::infinite, initialize_atom::value)
+      .then(
+          [=](const ReplicaMetadata&) {
+            feed(self, [&](StateManager& core) { core.on_replica_ready(id, version); });
+          },
+          [=](caf::error& err) {
+            auto status = from_caf_error(err);
+            feed(self,
+                 [&](StateManager& core) { core.on_replica_start_failed(id, status.message()); });
+          });
+}
+
+void execute(controller_actor* self, const Command& cmd) {
+  auto& st = self->state;
+  auto timeout = seconds(st.options.request_timeout_s);
+  auto agent_it = st.agent_of.find(cmd.node_id);
+  caf::actor agent = agent_it == st.agent_of.end() ? caf::actor{} : agent_it->second;
+  auto replica_it = st.replicas.find(cmd.replica_id);
+  caf::actor replica = replica_it == st.replicas.end() ? caf::actor{} : replica_it->second.handle;
+  std::string id = cmd.replica_id;
+  switch (cmd.kind) {
+    case CommandKind::start: {
+      if (!agent) {
+        st.core->on_replica_start_failed(id, "node " + cmd.node_id + " has no agent connected");
+        return;
+      }
+      auto version = cmd.version;
+      auto node = cmd.node_id;
+      self->request(agent, timeout, spawn_replica_atom::value, wire_spec(cmd))
+          .then(
+              [=](const caf::actor& handle) {
+                remember_replica(self, id, node, handle);
+                initialize_replica(self, id, version);
+              },
+              [=](caf::error& err) {
+                auto status = from_caf_error(err);
+                feed(self, [&](StateManager& core) {
+                  core.on_replica_start_failed(id,
+                                               "spawn on " + node + " failed: " + status.message());
+                });
+              });
+      return;
+    }
+    case CommandKind::reconfigure: {
+      if (!replica) {
+        st.core->on_replica_crashed(id);
+        return;
+      }
+      auto version = cmd.version;
+      self->request(replica, caf::infinite, reconfigure_atom::value, cmd.version.user_config)
+          .then(
+              [=](const ReplicaMetadata&) {
+                feed(self, [&](StateManager& core) { core.on_replica_ready(id, version); });
+              },
+              [=](caf::error& err) {
+                auto status = from_caf_error(err);
+                feed(self, [&](StateManager& core) {
+                  core.on_replica_start_failed(id, status.message());
+                });
+              });
+      return;
+    }
+    case CommandKind::check_health: {
+      if (!replica) {
+        st.core->on_replica_crashed(id);
+        return;
+      }
+      // The core times checks out itself (health_check_timeout_s); this bound
+      // only keeps the request from living forever.
+      self->request(replica, seconds(600), health_atom::value)
+          .then([=](caf::ok_atom) { self->state.core->on_health_check_result(id, true); },
+                [=](caf::error& err) {
+                  self->state.log->info("health check of {} failed: {}", id,
+                                        from_caf_error(err).message());
+                  self->state.core->on_health_check_result(id, false);
+                });
+      return;
+    }
+    case CommandKind::recover: {
+      if (!replica) {
+        st.core->on_replica_crashed(id);
+        return;
+      }
+      self->request(replica, timeout, version_atom::value)
+          .then(
+              [=](const ReplicaMetadata& m) {
+                feed(self, [&](StateManager& core) {
+                  core.on_replica_ready(id, ReplicaVersion{m.code_version, m.user_config});
+                });
+              },
+              [=](caf::error&) {
+                feed(self, [&](StateManager& core) { core.on_replica_crashed(id); });
+              });
+      return;
+    }
+    case CommandKind::stop:
+    case CommandKind::kill: {
+      if (replica_it != st.replicas.end())
+        replica_it->second.stopping = true;
+      if (!replica) {
+        // Never spawned, or already gone.
+        forget_replica(st, id);
+        st.core->on_replica_stopped(id);
+        return;
+      }
+      if (!agent) {
+        // Its node is gone; so is the replica once the connection is.
+        self->send_exit(replica, caf::exit_reason::kill);
+        return;
+      }
+      if (cmd.kind == CommandKind::stop) {
+        self->request(agent, timeout, stop_atom::value, id, cmd.timeout_s)
+            .then([](caf::ok_atom) {},
+                  [=](caf::error&) { self->send_exit(replica, caf::exit_reason::kill); });
+      } else {
+        self->request(agent, timeout, kill_replica_atom::value, id)
+            .then([](caf::ok_atom) {},
+                  [=](caf::error&) { self->send_exit(replica, caf::exit_reason::kill); });
+      }
+      return;
+    }
+  }
+}
+
+RoutingSnapshot to_wire(const ControllerState& st, const SnapshotDelta& d) {
+  RoutingSnapshot out;
+  out.epoch = d.id.epoch;
+  out.seq = d.id.seq;
+  out.full = d.full;
+  out.routes_changed = d.routes_changed;
+  for (const auto& r : d.routes)
+    out.routes.push_back({r.prefix, r.app, r.ingress});
+  for (const auto& dep : d.deployments) {
+    DeploymentEndpoints e{dep.id.app, dep.id.name, {}};
+    for (const auto& r : dep.replicas) {
+      auto it = st.replicas.find(r.replica_id);
+      if (it == st.replicas.end() || !it->second.handle)
+        continue;
+      e.replicas.push_back({r.replica_id, r.node_id, r.max_ongoing_requests, it->second.handle});
+    }
+    out.deployments.push_back(std::move(e));
+  }
+  for (const auto& id : d.removed)
+    out.removed.emplace_back(id.app, id.name);
+  for (const auto& id : d.withheld)
+    out.withheld.emplace_back(id.app, id.name);
+  return out;
+}
+
+void publish(controller_actor* self) {
+  auto& st = self->state;
+  for (auto& [addr, sub] : st.subscribers) {
+    if (auto delta = st.core->changes_since(sub.last)) {
+      self->send(sub.handle, snapshot_atom::value, to_wire(st, *delta));
+      sub.last = delta->id;
+    }
+  }
+}
+
+// Logs every change of a deployment's status: the operator's event trail.
+void log_status_changes(ControllerState& st) {
+  std::unordered_map<std::string, DeploymentStatus> now;
+  for (const auto& id : st.core->deployment_ids()) {
+    auto info = st.core->deployment_status(id);
+    if (!info)
+      continue;
+    auto key = id.to_string();
+    now[key] = info->status;
+    auto it = st.last_status.find(key);
+    if (it != st.last_status.end() && it->second == info->status)
+      continue;
+    auto level = info->status == DeploymentStatus::unhealthy ||
+                         info->status == DeploymentStatus::deploy_failed
+                     ? spdlog::level::warn
+                     : spdlog::level::info;
+    st.log->log(level, "deployment {}: {} -> {} ({}){}{}", key,
+                it == st.last_status.end() ? "NEW" : to_string(it->second), to_string(info->status),
+                to_string(info->trigger), info->message.empty() ? "" : ": ", info->message);
+  }
+  st.last_status = std::move(now);
+}
+
+void reconcile(controller_actor* self) {
+  auto& st = self->state;
+  if (st.recovering)
+    return;
+  auto commands = st.core->update();
+  for (const auto& cmd : commands)
+    execute(self, cmd);
+  log_status_changes(st);
+  publish(self);
+}
+
+void finish_recovery(controller_actor* self) {
+  auto& st = self->state;
+  if (!st.recovering)
+    return;
+  push_nodes(st);
+  auto status = st.core->recover(st.hosted_during_recovery);
+  if (!status) {
+    st.log->critical("cannot recover: {}", status.to_string());
+    self->quit(to_caf_error(status));
+    return;
+  }
+  st.log->info("recovered {} applications; adopted {} replicas",
+               st.core->target_state().applications.size(), st.hosted_during_recovery.size());
+  st.hosted_during_recovery.clear();
+  st.recovering = false;
+  reconcile(self);
+}
+
+nlohmann::json status_json(const ControllerState& st) {
+  using nlohmann::json;
+  json apps = json::object();
+  if (!st.core)
+    return json{{"applications", apps}};
+  for (const auto& [name, app] : st.core->target_state().applications) {
+    json a;
+    a["route_prefix"] = app.route_prefix;
+    a["ingress"] = app.ingress;
+    if (auto s = st.core->application_status(name)) {
+      a["status"] = to_string(s->status);
+      a["message"] = s->message;
+    }
+    json deps = json::object();
+    for (const auto& spec : app.deployments) {
+      DeploymentId id{name, spec.name};
+      json d;
+      if (auto s = st.core->deployment_status(id)) {
+        d["status"] = to_string(s->status);
+        d["trigger"] = to_string(s->trigger);
+        d["message"] = s->message;
+      }
+      if (auto t = st.core->target_replicas(id))
+        d["target_replicas"] = *t;
+      json rows = json::array();
+      for (const auto& r : st.core->replicas(id)) {
+        rows.push_back({{"id", r.id},
+                        {"node", r.node_id},
+                        {"state", to_string(r.state)},
+                        {"version", r.version.code},
+                        {"pending_allocation", r.pending_allocation}});
+      }
+      d["replicas"] = std::move(rows);
+      deps[spec.name] = std::move(d);
+    }
+    a["deployments"] = std::move(deps);
+    apps[name] = std::move(a);
+  }
+  return json{{"applications", apps}, {"recovering", st.recovering}};
+}
+
+Status require_ready(const ControllerState& st) {
+  if (st.recovering) {
+    return Status(errc::unavailable,
+                  "the controller is recovering its state after a restart; retry in a few seconds");
+  }
+  return Status::ok();
+}
+
+caf::behavior controller(controller_actor* self, ControllerOptions options,
+                         std::shared_ptr<CheckpointStore> store) {
+  auto& st = self->state;
+  st.options = options;
+  st.membership = Membership(options.node_timeout_s);
+  std::random_device rd;
+  uint64_t seed = (uint64_t{rd()} << 32) | rd();
+  st.rng = std::make_unique<SeededRandom>(seed);
+  st.store = std::move(store);
+  CoreOptions core_options;
+  core_options.snapshot_epoch = seed | 1;
+  st.core = std::make_unique<StateManager>(*st.store, st.clock, *st.rng, core_options);
+  auto tick = seconds(options.tick_interval_s);
+
+  // Nothing to recover: reconcile at once. Otherwise give nodes a window to
+  // re-register and report the replicas they host.
+  auto saved = st.store->load();
+  bool empty = saved.has_value() && !saved->has_value();
+  if (empty) {
+    finish_recovery(self);
+  } else {
+    st.log->info("checkpoint found; collecting hosted replicas for {:.1f} s before reconciling",
+                 options.recovery_window_s);
+    self->delayed_send(self, seconds(options.recovery_window_s), recover_atom::value);
+  }
+
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
+    if (auto it = st.replica_of.find(dm.source); it != st.replica_of.end()) {
+      auto id = it->second;
+      bool stopping = st.replicas[id].stopping;
+      forget_replica(st, id);
+      if (st.recovering)
+        return;
+      if (stopping) {
+        st.core->on_replica_stopped(id);
+      } else {
+        st.log->warn("replica {} went down: {}", id, self->home_system().render(dm.reason));
+        st.core->on_replica_crashed(id);
+      }
+      reconcile(self);
+      return;
+    }
+    if (st.subscribers.erase(dm.source) > 0)
+      return;
     auto it = st.agents.find(dm.source);
     if (it == st.agents.end())
       return;
-    st.log->warn("lost the node agent of {}: {}", it->second.node_id, caf::to_string(dm.reason));
-    log_transitions(
-        st, st.membership.connection_lost(it->second.node_id, it->second.incarnation, now_s()));
+    st.log->warn("lost the node agent of {}: {}", it->second.node_id,
+                 self->home_system().render(dm.reason));
+    auto ts =
+        st.membership.connection_lost(it->second.node_id, it->second.incarnation, st.clock.now_s());
+    log_transitions(st, ts);
+    st.agent_of.erase(it->second.node_id);
     st.agents.erase(it);
+    if (!ts.empty() && !st.recovering) {
+      push_nodes(st);
+      reconcile(self);
+    }
   });
-  self->delayed_send(self, interval, tick_atom::value);
-  self->state.log->info("controller started (node timeout {:.1f} s)", options.node_timeout_s);
+  self->delayed_send(self, tick, tick_atom::value);
+  st.log->info("controller started (node timeout {:.1f} s)", options.node_timeout_s);
   return {
       [=](hello_atom, uint32_t version) -> caf::result<hello_atom, uint32_t, std::string> {
         if (version != kProtocolVersion) {
@@ -77,7 +482,8 @@ caf::behavior controller(controller_actor* self, ControllerOptions options) {
         }
         return {hello_atom::value, kProtocolVersion, std::string("controller")};
       },
-      [=](register_atom, const NodeInfo& info, const caf::actor& agent) -> caf::result<uint64_t> {
+      [=](register_atom, const troupe::NodeInfo& info, const caf::actor& agent,
+          const std::vector<HostedReplicaInfo>& hosted) -> caf::result<uint64_t> {
         auto& st = self->state;
         if (info.protocol_version != kProtocolVersion) {
           st.log->error("refused node {} (pid {}): protocol version {}, controller speaks {}",
@@ -101,8 +507,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options) {
         rec.resources = *resources;
         rec.pid = info.pid;
         bool known = st.membership.nodes().count(info.id) > 0;
-        uint64_t incarnation = st.membership.register_node(std::move(rec), now_s());
-        // Forget any older connection of this node; monitor the new agent.
+        uint64_t incarnation = st.membership.register_node(std::move(rec), st.clock.now_s());
         for (auto it = st.agents.begin(); it != st.agents.end();) {
           if (it->second.node_id == info.id && it->first != agent.address()) {
             it = st.agents.erase(it);
@@ -111,16 +516,37 @@ caf::behavior controller(controller_actor* self, ControllerOptions options) {
           }
         }
         st.agents[agent.address()] = AgentRef{info.id, incarnation};
+        st.agent_of[info.id] = agent;
         self->monitor(agent);
-        st.log->info("node {} {} (pid {}, {}:{}, {})", info.id,
+        st.log->info("node {} {} (pid {}, {}:{}, {}, {} replicas)", info.id,
                      known ? "re-registered" : "registered", info.pid, info.host, info.http_port,
-                     info.resources);
+                     info.resources, hosted.size());
+        std::vector<HostedReplica> adopt;
+        for (const auto& h : hosted) {
+          if (!h.handle)
+            continue;
+          if (st.replicas.count(h.replica_id) && st.replicas[h.replica_id].handle == h.handle) {
+            continue;  // already known
+          }
+          remember_replica(self, h.replica_id, info.id, h.handle);
+          st.replicas[h.replica_id].stopping = h.stopping;
+          adopt.push_back({h.replica_id, h.app, h.deployment, info.id, h.stopping});
+        }
+        if (st.recovering) {
+          for (auto& a : adopt)
+            st.hosted_during_recovery.push_back(std::move(a));
+        } else {
+          push_nodes(st);
+          if (!adopt.empty())
+            st.core->adopt_replicas(adopt);
+          reconcile(self);
+        }
         return incarnation;
       },
       [=](heartbeat_atom, const std::string& id) -> caf::result<caf::ok_atom> {
-        auto st = self->state.membership.heartbeat(id, now_s());
-        if (!st)
-          return to_caf_error(st);
+        auto status = self->state.membership.heartbeat(id, self->state.clock.now_s());
+        if (!status)
+          return to_caf_error(status);
         return caf::ok_atom::value;
       },
       [=](deregister_atom, const std::string& id) -> caf::result<caf::ok_atom> {
@@ -136,34 +562,133 @@ caf::behavior controller(controller_actor* self, ControllerOptions options) {
             ++it;
           }
         }
+        st.agent_of.erase(id);
         st.log->info("node {} left the cluster", id);
+        if (!st.recovering) {
+          push_nodes(st);
+          reconcile(self);
+        }
         return caf::ok_atom::value;
       },
       [=](nodes_atom) {
-        double now = now_s();
+        double now = self->state.clock.now_s();
         std::vector<NodeStatus> out;
-        for (const auto& [id, node] : self->state.membership.nodes())
+        for (const auto& [id, node] : self->state.membership.nodes()) {
           out.push_back(to_wire(node, now));
+        }
         return out;
       },
       [=](drain_atom, const std::string& id) -> caf::result<caf::ok_atom> {
-        auto status = self->state.membership.drain(id);
+        auto& st = self->state;
+        auto status = st.membership.drain(id);
         if (!status)
           return to_caf_error(status);
-        self->state.log->warn("node {} is DRAINING (operator request)", id);
+        st.log->warn("node {} is DRAINING (operator request)", id);
+        if (!st.recovering) {
+          push_nodes(st);
+          reconcile(self);
+        }
         return caf::ok_atom::value;
       },
+      [=](deploy_atom, const std::string& encoded) -> caf::result<bool, uint64_t> {
+        auto& st = self->state;
+        if (auto s = require_ready(st); !s)
+          return to_caf_error(s);
+        auto app = decode_application(encoded);
+        if (!app)
+          return to_caf_error(app.status());
+        auto result = st.core->deploy_application(*app);
+        if (!result) {
+          st.log->warn("deploy of {} refused: {}", app->name, result.status().to_string());
+          return to_caf_error(result.status());
+        }
+        st.log->info("deploy of {}: {} (generation {})", app->name,
+                     result->changed ? "accepted" : "unchanged", result->generation);
+        reconcile(self);
+        return {result->changed, result->generation};
+      },
+      [=](delete_atom, const std::string& app) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (auto s = require_ready(st); !s)
+          return to_caf_error(s);
+        auto status = st.core->delete_application(app);
+        if (!status)
+          return to_caf_error(status);
+        st.log->info("application {} is being deleted", app);
+        reconcile(self);
+        return caf::ok_atom::value;
+      },
+      [=](status_atom) { return status_json(self->state).dump(); },
+      [=](snapshot_atom, uint64_t epoch, uint64_t seq) -> caf::result<RoutingSnapshot> {
+        auto& st = self->state;
+        if (auto s = require_ready(st); !s)
+          return to_caf_error(s);
+        SnapshotId last{epoch, seq};
+        auto delta = st.core->changes_since(last);
+        if (!delta) {
+          RoutingSnapshot same;
+          same.epoch = epoch;
+          same.seq = seq;
+          return same;
+        }
+        return to_wire(st, *delta);
+      },
+      [=](subscribe_atom, const caf::actor& subscriber, uint64_t epoch, uint64_t seq) {
+        // The first push (or nothing, when the subscriber is current) follows
+        // at once; later ones whenever the published view changes.
+        auto& st = self->state;
+        if (!subscriber)
+          return;
+        self->monitor(subscriber);
+        st.subscribers[subscriber.address()] = {subscriber, SnapshotId{epoch, seq}};
+        if (!st.recovering)
+          publish(self);
+      },
+      [=](metrics_atom, const std::string&, const std::string& replica, double ongoing) {
+        self->state.ongoing[replica] = ongoing;
+      },
+      [=](kill_replica_atom, const std::string& id) -> caf::result<caf::ok_atom> {
+        // Chaos primitive: the replica dies as if it crashed (not a stop).
+        auto& st = self->state;
+        auto it = st.replicas.find(id);
+        if (it == st.replicas.end()) {
+          return to_caf_error(Status(errc::not_found, "no replica '" + id + "'"));
+        }
+        st.log->warn("killing replica {} on operator request", id);
+        self->send_exit(it->second.handle, caf::exit_reason::kill);
+        return caf::ok_atom::value;
+      },
+      [=](recover_atom) { finish_recovery(self); },
       [=](tick_atom) {
-        log_transitions(self->state, self->state.membership.check(now_s()));
-        self->delayed_send(self, interval, tick_atom::value);
+        auto& st = self->state;
+        auto ts = st.membership.check(st.clock.now_s());
+        log_transitions(st, ts);
+        if (!st.recovering) {
+          if (!ts.empty())
+            push_nodes(st);
+          reconcile(self);
+        }
+        self->delayed_send(self, tick, tick_atom::value);
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_controller(caf::actor_system& sys, const ControllerOptions& options) {
-  return sys.spawn(controller, options);
+Result<std::unique_ptr<CheckpointStore>> open_checkpoint(const std::string& state_dir) {
+  auto path = state_dir + "/checkpoint";
+  auto store = RocksCheckpointStore::open(path);
+  if (!store)
+    return store.status();
+  auto loaded = (*store)->load();
+  if (!loaded)
+    return loaded.status();
+  return std::unique_ptr<CheckpointStore>(std::move(store.value()));
+}
+
+caf::actor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
+                            std::shared_ptr<CheckpointStore> store) {
+  return sys.spawn(controller, options, std::move(store));
 }
 
 }  // namespace troupe::controller

@@ -1,29 +1,55 @@
 // The controller actor: the thin shell around the controller's plain-C++
-// logic. Messages in -> logic -> messages out. It runs on the head node and
-// is published there for node agents and troupectl.
+// logic (controller/core: the reconciler; controller/membership: nodes).
+// Messages in -> logic -> messages out; one core update() per tick and after
+// every state change. It runs on the head node and is published there for
+// node agents and troupectl.
 //
-// Interface (all requests answer with an error of category "troupe" on
-// failure, see runtime/wire.hpp):
+// Interface (failures answer with an error of category "troupe", see
+// runtime/wire.hpp):
 //   (hello, uint32 version)              -> (hello, uint32 version, string role)
-//   (register, NodeInfo, actor agent)    -> (uint64 incarnation)
+//   (register, NodeInfo, actor agent, vector<HostedReplicaInfo>)
+//                                        -> (uint64 incarnation)
 //   (heartbeat, string node_id)          -> (ok)
 //   (deregister, string node_id)         -> (ok)
 //   (nodes)                              -> (vector<NodeStatus>)
 //   (drain, string node_id)              -> (ok)
+//   (deploy, string application)         -> (bool changed, uint64 generation)
+//        the application is a Cap'n Proto record (encode_application)
+//   (delete, string app)                 -> (ok)
+//   (status)                             -> (string json)   see docs/architecture.md
+//   (metrics, string node, string replica, double ongoing)   from node agents
 #pragma once
+
+#include <memory>
+#include <string>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "runtime/status.hpp"
+
 namespace troupe::controller {
+
+class CheckpointStore;
 
 struct ControllerOptions {
   double node_timeout_s = 5.0;
-  // How often liveness is checked; a node is declared DEAD at most this long
-  // after its timeout expired.
-  double check_interval_s = 0.25;
+  // How often liveness is checked and the reconciler ticks.
+  double tick_interval_s = 0.1;
+  // After a restart with a non-empty checkpoint, how long the controller
+  // collects the replicas that re-registering nodes report before it
+  // reconciles (starting replicas any earlier would duplicate live ones).
+  double recovery_window_s = 3.0;
+  // Requests to agents and replicas that should answer at once.
+  double request_timeout_s = 5.0;
 };
 
-caf::actor spawn_controller(caf::actor_system& sys, const ControllerOptions& options);
+// Opens the checkpoint under `state_dir` and checks that it can be read. A
+// corrupt or unreadable checkpoint is an error naming the file: the
+// controller must not start over it.
+Result<std::unique_ptr<CheckpointStore>> open_checkpoint(const std::string& state_dir);
+
+caf::actor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
+                            std::shared_ptr<CheckpointStore> store);
 
 }  // namespace troupe::controller

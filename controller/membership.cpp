@@ -4,18 +4,6 @@
 
 namespace troupe::controller {
 
-const char* to_string(NodeState state) {
-  switch (state) {
-    case NodeState::alive:
-      return "ALIVE";
-    case NodeState::draining:
-      return "DRAINING";
-    case NodeState::dead:
-      return "DEAD";
-  }
-  return "UNKNOWN";
-}
-
 uint64_t Membership::register_node(NodeRecord node, double now) {
   auto it = nodes_.find(node.id);
   bool was_draining = it != nodes_.end() && it->second.drained;

@@ -7,13 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "controller/core/commands.hpp"  // NodeState, shared with the reconciler
 #include "runtime/resources.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe::controller {
-
-enum class NodeState { alive, draining, dead };
-const char* to_string(NodeState state);
 
 struct NodeRecord {
   std::string id;

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <random>
+#include <unordered_map>
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "replica/replica_actor.hpp"
 #include "runtime/log.hpp"
 
 namespace troupe {
@@ -18,6 +21,12 @@ caf::timespan seconds(double s) {
   return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
 }
 
+struct Hosted {
+  ReplicaSpec spec;
+  caf::actor handle;
+  bool stopping = false;
+};
+
 struct AgentState {
   caf::actor controller;
   bool registered = false;
@@ -25,7 +34,9 @@ struct AgentState {
   bool stopping = false;
   double backoff_s = 0;
   uint64_t incarnation = 0;
-  // Answered once the node has deregistered, or the controller is gone.
+  std::map<std::string, Hosted> replicas;  // by replica id
+  std::unordered_map<caf::actor_addr, std::string> replica_ids;
+  // Answered once every replica is gone and the node has deregistered.
   std::optional<caf::response_promise> shutdown_promise;
   std::minstd_rand rng{std::random_device{}()};
   std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
@@ -33,6 +44,15 @@ struct AgentState {
 };
 
 using agent_actor = caf::stateful_actor<AgentState>;
+
+std::vector<HostedReplicaInfo> hosted_list(const AgentState& st) {
+  std::vector<HostedReplicaInfo> out;
+  for (const auto& [id, h] : st.replicas) {
+    out.push_back({id, h.spec.app, h.spec.deployment, h.spec.code_version, h.spec.user_config,
+                   h.stopping, h.handle});
+  }
+  return out;
+}
 
 void schedule_reconnect(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
@@ -49,14 +69,16 @@ void send_register(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   auto controller = st.controller;
   self->request(controller, seconds(o.request_timeout_s), register_atom::value, o.info,
-                caf::actor_cast<caf::actor>(self))
+                caf::actor_cast<caf::actor>(self), hosted_list(st))
       .then(
           [=](uint64_t incarnation) {
             auto& st = self->state;
             if (st.controller != controller)
               return;  // superseded by a reconnect
-            if (!st.registered)
-              st.log->info("registered with the controller as {}", o.info.id);
+            if (!st.registered) {
+              st.log->info("registered with the controller as {} ({} replicas hosted)", o.info.id,
+                           st.replicas.size());
+            }
             st.registered = true;
             st.backoff_s = 0;
             st.incarnation = incarnation;
@@ -82,7 +104,7 @@ void adopt_controller(agent_actor* self, const AgentOptions& o, caf::actor contr
 
 void connect(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
-  if (st.stopping || st.connecting)
+  if (st.stopping || st.connecting || st.controller)
     return;
   if (o.local_controller) {
     adopt_controller(self, o, o.local_controller);
@@ -114,22 +136,70 @@ void connect(agent_actor* self, const AgentOptions& o) {
           });
 }
 
+void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
+  auto& st = self->state;
+  if (!st.stopping || !st.shutdown_promise || !st.replicas.empty())
+    return;
+  auto finish = [=] {
+    auto& st = self->state;
+    if (st.shutdown_promise)
+      st.shutdown_promise->deliver(caf::ok_atom::value);
+    st.shutdown_promise.reset();
+  };
+  if (!st.registered || !st.controller) {
+    finish();
+    return;
+  }
+  self->request(st.controller, seconds(o.request_timeout_s), deregister_atom::value, o.info.id)
+      .then(
+          [=](caf::ok_atom) {
+            self->state.log->info("deregistered from the controller");
+            finish();
+          },
+          [=](caf::error& err) {
+            self->state.log->warn("deregistration failed: {}", from_caf_error(err).to_string());
+            finish();
+          });
+}
+
+void stop_replica(agent_actor* self, Hosted& h, double timeout_s) {
+  if (!h.stopping) {
+    h.stopping = true;
+    self->send(h.handle, stop_atom::value, timeout_s);
+  }
+  // Enforce the timeout here too, so a stop survives a controller crash.
+  self->delayed_send(self, seconds(timeout_s + 0.5), kill_replica_atom::value, h.spec.replica_id,
+                     false);
+}
+
 caf::behavior agent(agent_actor* self, AgentOptions o) {
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
+    if (auto it = st.replica_ids.find(dm.source); it != st.replica_ids.end()) {
+      auto id = it->second;
+      st.replica_ids.erase(it);
+      auto hit = st.replicas.find(id);
+      bool expected = hit != st.replicas.end() && hit->second.stopping;
+      if (expected) {
+        st.log->info("replica {} exited", id);
+      } else {
+        st.log->warn("replica {} exited unexpectedly: {}", id,
+                     self->home_system().render(dm.reason));
+      }
+      st.replicas.erase(id);
+      maybe_finish_shutdown(self, o);
+      return;
+    }
     if (!st.controller || dm.source != st.controller.address())
       return;
+    st.controller = nullptr;
+    st.registered = false;
     if (st.stopping) {
-      if (st.shutdown_promise)
-        st.shutdown_promise->deliver(caf::ok_atom::value);
-      st.shutdown_promise.reset();
-      st.controller = nullptr;
+      maybe_finish_shutdown(self, o);
       return;
     }
     st.log->warn("connection to the controller lost ({}); reconnecting",
                  self->home_system().render(dm.reason));
-    st.controller = nullptr;
-    st.registered = false;
     schedule_reconnect(self, o);
   });
   connect(self, o);
@@ -161,33 +231,70 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
                     }
                   });
       },
-      [=](shutdown_atom) -> caf::result<caf::ok_atom> {
+      [=](spawn_replica_atom, const ReplicaSpec& spec) -> caf::result<caf::actor> {
+        auto& st = self->state;
+        if (st.stopping) {
+          return to_caf_error(Status(errc::unavailable, "node " + o.info.id + " is shutting down"));
+        }
+        if (auto it = st.replicas.find(spec.replica_id); it != st.replicas.end()) {
+          return it->second.handle;  // a retried request: same replica
+        }
+        replica::ReplicaOptions ropts;
+        ropts.spec = spec;
+        ropts.node_id = o.info.id;
+        ropts.loader = o.loader;
+        ropts.metrics_sink = caf::actor_cast<caf::actor>(self);
+        auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
+        self->monitor(handle);
+        st.replica_ids[handle.address()] = spec.replica_id;
+        st.replicas[spec.replica_id] = Hosted{spec, handle, false};
+        st.log->info("spawned replica {} of {}/{} ({})", spec.replica_id, spec.app, spec.deployment,
+                     spec.import_path);
+        return handle;
+      },
+      [=](list_replicas_atom) { return hosted_list(self->state); },
+      [=](stop_atom, const std::string& id, double timeout_s) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        auto it = st.replicas.find(id);
+        if (it == st.replicas.end()) {
+          return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
+        }
+        stop_replica(self, it->second, timeout_s);
+        return caf::ok_atom::value;
+      },
+      [=](kill_replica_atom, const std::string& id) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        auto it = st.replicas.find(id);
+        if (it == st.replicas.end()) {
+          return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
+        }
+        st.log->warn("killing replica {}", id);
+        self->send_exit(it->second.handle, caf::exit_reason::kill);
+        return caf::ok_atom::value;
+      },
+      [=](kill_replica_atom, const std::string& id, bool) {
+        // The graceful-stop deadline of a replica passed.
+        auto& st = self->state;
+        auto it = st.replicas.find(id);
+        if (it == st.replicas.end())
+          return;
+        st.log->warn("replica {} did not stop within its graceful timeout; killing it", id);
+        self->send_exit(it->second.handle, caf::exit_reason::kill);
+      },
+      [=](metrics_atom, const std::string& replica_id, double ongoing) {
+        auto& st = self->state;
+        if (st.registered && st.controller) {
+          self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing);
+        }
+      },
+      [=](shutdown_atom, double grace_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         st.stopping = true;
         auto rp = self->make_response_promise<caf::ok_atom>();
-        if (!st.registered || !st.controller) {
-          rp.deliver(caf::ok_atom::value);
-          return rp;
-        }
         st.shutdown_promise = rp;
-        auto finish = [=] {
-          auto& st = self->state;
-          if (st.shutdown_promise)
-            st.shutdown_promise->deliver(caf::ok_atom::value);
-          st.shutdown_promise.reset();
-        };
-        self->request(st.controller, seconds(o.request_timeout_s), deregister_atom::value,
-                      o.info.id)
-            .then(
-                [=](caf::ok_atom) {
-                  self->state.log->info("deregistered from the controller");
-                  finish();
-                },
-                [=](caf::error& err) {
-                  self->state.log->warn("deregistration failed: {}",
-                                        from_caf_error(err).to_string());
-                  finish();
-                });
+        for (auto& [id, h] : st.replicas)
+          stop_replica(self, h, grace_s * 0.8);
+        maybe_finish_shutdown(self, o);
         return rp;
       },
   };

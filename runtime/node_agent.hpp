@@ -1,20 +1,33 @@
 // The node agent: one per troupe-node process. It registers the node with the
-// controller (sending its own handle), heartbeats, and reconnects with
-// exponential backoff whenever the controller goes away. Later it also
+// controller (sending its own handle and the replicas it hosts), heartbeats,
+// reconnects with exponential backoff whenever the controller goes away, and
 // spawns, lists and stops the replicas of its node.
 //
 // Interface:
-//   (shutdown) -> (ok)   deregisters (bounded by the request timeout), then
-//                        answers; the caller then stops the actor.
+//   (spawnrep, ReplicaSpec)            -> (actor)  spawns the replica (not yet
+//                                         initialized); idempotent per id
+//   (listrep)                          -> (vector<HostedReplicaInfo>)
+//   (stop, string replica_id, double timeout_s) -> (ok)  graceful stop; the
+//                                         agent kills it after the timeout,
+//                                         even if the controller is gone
+//   (killrep, string replica_id)       -> (ok)  terminate at once
+//   (shutdown, double grace_s)         -> (ok)  stops every replica
+//                                         gracefully, then deregisters
+//   (metrics, string replica_id, double) from replicas: forwarded to the
+//                                         controller with the node id
 #pragma once
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <memory>
+
 #include "runtime/address.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe {
+
+class PluginLoader;
 
 struct AgentOptions {
   NodeInfo info;
@@ -26,6 +39,8 @@ struct AgentOptions {
   double request_timeout_s = 2.0;
   double initial_backoff_s = 0.1;
   double max_backoff_s = 5.0;
+  // Resolves import paths for the replicas of this node.
+  std::shared_ptr<PluginLoader> loader;
 };
 
 caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,6 +19,8 @@
 #include <caf/io/all.hpp>
 
 #include "controller/controller_actor.hpp"
+#include "controller/core/checkpoint_store.hpp"
+#include "replica/plugin/plugin_loader.hpp"
 #include "runtime/log.hpp"
 #include "runtime/node_agent.hpp"
 #include "runtime/node_options.hpp"
@@ -113,7 +116,7 @@ caf::timespan seconds(double s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto parsed = parse_node_options(argc, argv);
+  auto parsed = parse_node_options(argc, argv, TROUPE_DEFAULT_PLUGIN_DIR);
   if (!parsed)
     return usage_error(parsed.status().message());
   NodeOptions o = std::move(parsed.value());
@@ -126,6 +129,16 @@ int main(int argc, char** argv) {
   if (o.head) {
     if (auto st = check_port_free(o.bind, o.port); !st)
       return usage_error(st.message());
+  }
+  // A corrupt or unreadable checkpoint stops the head before anything runs.
+  std::shared_ptr<controller::CheckpointStore> checkpoint;
+  if (o.head) {
+    auto opened = controller::open_checkpoint(o.state_dir);
+    if (!opened) {
+      std::fprintf(stderr, "troupe-node: error: %s\n", opened.status().message().c_str());
+      return 1;
+    }
+    checkpoint = std::move(opened.value());
   }
   log::Options log_options;
   log_options.level = o.log_level;
@@ -155,7 +168,8 @@ int main(int argc, char** argv) {
     if (o.head) {
       controller::ControllerOptions copts;
       copts.node_timeout_s = o.node_timeout_s;
-      controller = controller::spawn_controller(sys, copts);
+      copts.recovery_window_s = o.recovery_window_s;
+      controller = controller::spawn_controller(sys, copts, checkpoint);
       auto port = sys.middleman().publish(controller, o.port, o.bind.c_str(), true);
       if (!port) {
         caf::anon_send_exit(controller, caf::exit_reason::kill);
@@ -176,6 +190,7 @@ int main(int argc, char** argv) {
     if (o.join)
       aopts.controller_endpoint = *o.join;
     aopts.heartbeat_interval_s = o.heartbeat_interval_s;
+    aopts.loader = std::make_shared<PluginLoader>(o.plugin_path);
     auto agent = spawn_node_agent(sys, aopts);
     log->info("node {} started ({}; http port {}; resources {})", o.node_id,
               o.head ? "head" : "worker joining " + o.join->to_string(), o.http_port,
@@ -188,9 +203,18 @@ int main(int argc, char** argv) {
     }
     log->info("received {}; shutting down (grace {:.1f} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
               o.shutdown_grace_s);
+    // User code blocked in a handler would keep ~actor_system waiting for its
+    // thread forever; past the grace period the process exits regardless.
+    std::thread([grace = o.shutdown_grace_s, log] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(grace + 5));
+      log->error("shutdown did not complete within {:.1f} s; exiting now", grace + 5);
+      log->flush();
+      std::_Exit(0);
+    }).detach();
     {
       caf::scoped_actor self{sys};
-      self->request(agent, seconds(o.shutdown_grace_s), shutdown_atom::value)
+      self->request(agent, seconds(o.shutdown_grace_s + 3), shutdown_atom::value,
+                    o.shutdown_grace_s)
           .receive([](caf::ok_atom) {},
                    [&](caf::error& err) {
                      log->warn("graceful stop of the agent failed: {}", sys.render(err));

@@ -17,7 +17,8 @@ Resources detect_machine_resources() {
   return r;
 }
 
-Result<NodeOptions> parse_node_options(int argc, const char* const* argv) {
+Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
+                                       const std::string& default_plugin_dir) {
   NodeOptions o;
   CLI::App app{"troupe-node: runs a node agent (and, with --head, the controller)", "troupe-node"};
   std::string join;
@@ -50,6 +51,13 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv) {
                  "seconds to stop gracefully on SIGTERM before forcing")
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  std::string plugin_path;
+  app.add_option("--plugin-path", plugin_path,
+                 "colon-separated directories of deployment libraries (default: " +
+                     (default_plugin_dir.empty() ? std::string("none") : default_plugin_dir) + ")");
+  app.add_option("--recovery-window", o.recovery_window_s,
+                 "head: seconds to wait for nodes to report their replicas after a restart")
       ->capture_default_str();
 
   try {
@@ -105,6 +113,20 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv) {
     auto st = positive(name, value);
     if (!st)
       return Result<NodeOptions>(st);
+  }
+  if (plugin_path.empty())
+    plugin_path = default_plugin_dir;
+  std::size_t start = 0;
+  while (start < plugin_path.size()) {
+    auto end = plugin_path.find(':', start);
+    if (end == std::string::npos)
+      end = plugin_path.size();
+    if (end > start)
+      o.plugin_path.push_back(plugin_path.substr(start, end - start));
+    start = end + 1;
+  }
+  if (!(o.recovery_window_s >= 0) || o.recovery_window_s > 600) {
+    return invalid("--recovery-window must be between 0 and 600 seconds");
   }
   if (o.heartbeat_interval_s >= o.node_timeout_s) {
     return invalid("--heartbeat-interval must be shorter than --node-timeout");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/address.hpp"
 #include "runtime/resources.hpp"
@@ -26,6 +27,10 @@ struct NodeOptions {
   double basp_connection_timeout_s = 5.0;
   double shutdown_grace_s = 5.0;
   std::string log_level = "info";
+  // Directories where import_path libraries are looked up.
+  std::vector<std::string> plugin_path;
+  // Head: seconds to collect re-registering nodes' replicas after a restart.
+  double recovery_window_s = 3.0;
 
   bool show_help = false;
   std::string help_text;
@@ -33,7 +38,9 @@ struct NodeOptions {
 
 // Parses argv (argv[0] is the program name). Errors are one line naming the
 // problem; the caller prints it and exits with code 2.
-Result<NodeOptions> parse_node_options(int argc, const char* const* argv);
+// `default_plugin_dir` is used when --plugin-path is not given.
+Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
+                                       const std::string& default_plugin_dir = "");
 
 // cpu=<online cores>,mem=<physical memory>.
 Resources detect_machine_resources();

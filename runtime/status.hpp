@@ -23,6 +23,7 @@ enum class errc {
   permission_denied,  // the caller's role may not do this
   timeout,            // no answer within the deadline
   internal,           // a bug: an invariant did not hold
+  overloaded,         // a replica refused work at its max_ongoing_requests: try another
 };
 
 const char* to_string(errc code);

@@ -10,6 +10,16 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<NodeInfo>("troupe.NodeInfo");
   cfg.add_message_type<NodeStatus>("troupe.NodeStatus");
   cfg.add_message_type<std::vector<NodeStatus>>("troupe.NodeStatusList");
+  cfg.add_message_type<ReplicaSpec>("troupe.ReplicaSpec");
+  cfg.add_message_type<ReplicaMetadata>("troupe.ReplicaMetadata");
+  cfg.add_message_type<HostedReplicaInfo>("troupe.HostedReplicaInfo");
+  cfg.add_message_type<std::vector<HostedReplicaInfo>>("troupe.HostedReplicaList");
+  cfg.add_message_type<HttpRequest>("troupe.HttpRequest");
+  cfg.add_message_type<HttpResponse>("troupe.HttpResponse");
+  cfg.add_message_type<RouteEntry>("troupe.RouteEntry");
+  cfg.add_message_type<ReplicaEndpoint>("troupe.ReplicaEndpoint");
+  cfg.add_message_type<DeploymentEndpoints>("troupe.DeploymentEndpoints");
+  cfg.add_message_type<RoutingSnapshot>("troupe.RoutingSnapshot");
   cfg.set("middleman.app-identifiers", std::vector<std::string>{kAppIdentifier});
   cfg.add_error_category(kErrorCategory,
                          [](uint8_t code, caf::atom_value, const caf::message& ctx) {

@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <caf/actor.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
@@ -38,6 +40,26 @@ using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+// Replica lifecycle (controller -> node agent -> replica) and data path.
+using spawn_replica_atom = caf::atom_constant<caf::atom("spawnrep")>;
+using list_replicas_atom = caf::atom_constant<caf::atom("listrep")>;
+using kill_replica_atom = caf::atom_constant<caf::atom("killrep")>;
+using initialize_atom = caf::atom_constant<caf::atom("init")>;
+using reconfigure_atom = caf::atom_constant<caf::atom("reconfig")>;
+using health_atom = caf::atom_constant<caf::atom("health")>;
+using version_atom = caf::atom_constant<caf::atom("version")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using handle_atom = caf::atom_constant<caf::atom("handle")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
+// Operator calls (troupectl -> controller).
+using deploy_atom = caf::atom_constant<caf::atom("deploy")>;
+using delete_atom = caf::atom_constant<caf::atom("delete")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using recover_atom = caf::atom_constant<caf::atom("recover")>;
+// Route table and replica sets, pulled or pushed to subscribers (proxies).
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 
 // -- wire types --------------------------------------------------------------
 
@@ -72,6 +94,144 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeStatus& x) {
   return f(caf::meta::type_name("troupe.NodeStatus"), x.id, x.address, x.state, x.resources,
            x.last_heartbeat_age_ms, x.reason, x.pid);
+}
+
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// Everything a node agent needs to run one replica.
+struct ReplicaSpec {
+  std::string replica_id;
+  std::string app;
+  std::string deployment;
+  std::string import_path;  // "libfoo.so:ClassName"
+  std::string init_args;    // JSON text
+  std::string code_version;
+  std::string user_config;  // JSON text; "" means none
+  uint32_t max_ongoing_requests = 5;
+  double metrics_interval_s = 10.0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaSpec& x) {
+  return f(caf::meta::type_name("troupe.ReplicaSpec"), x.replica_id, x.app, x.deployment,
+           x.import_path, x.init_args, x.code_version, x.user_config, x.max_ongoing_requests,
+           x.metrics_interval_s);
+}
+
+// What an initialized replica reports about itself.
+struct ReplicaMetadata {
+  std::string replica_id;
+  std::string node_id;
+  int32_t pid = 0;
+  std::string code_version;
+  std::string user_config;
+  double start_time = 0;  // seconds since the Unix epoch
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaMetadata& x) {
+  return f(caf::meta::type_name("troupe.ReplicaMetadata"), x.replica_id, x.node_id, x.pid,
+           x.code_version, x.user_config, x.start_time);
+}
+
+// A replica a node agent hosts, as listed for a (recovering) controller.
+struct HostedReplicaInfo {
+  std::string replica_id;
+  std::string app;
+  std::string deployment;
+  std::string code_version;
+  std::string user_config;
+  bool stopping = false;
+  caf::actor handle;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HostedReplicaInfo& x) {
+  return f(caf::meta::type_name("troupe.HostedReplicaInfo"), x.replica_id, x.app, x.deployment,
+           x.code_version, x.user_config, x.stopping, x.handle);
+}
+
+// An HTTP request as a replica sees it: the path is relative to the
+// application's route prefix.
+struct HttpRequest {
+  std::string method;
+  std::string path;
+  std::string query;
+  HeaderList headers;
+  std::string body;
+  std::string request_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HttpRequest& x) {
+  return f(caf::meta::type_name("troupe.HttpRequest"), x.method, x.path, x.query, x.headers, x.body,
+           x.request_id);
+}
+
+struct HttpResponse {
+  int32_t status = 200;
+  HeaderList headers;
+  std::string body;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HttpResponse& x) {
+  return f(caf::meta::type_name("troupe.HttpResponse"), x.status, x.headers, x.body);
+}
+
+struct RouteEntry {
+  std::string prefix;
+  std::string app;
+  std::string ingress;  // deployment that receives the application's requests
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RouteEntry& x) {
+  return f(caf::meta::type_name("troupe.RouteEntry"), x.prefix, x.app, x.ingress);
+}
+
+struct ReplicaEndpoint {
+  std::string replica_id;
+  std::string node_id;
+  uint32_t max_ongoing_requests = 0;
+  caf::actor handle;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaEndpoint& x) {
+  return f(caf::meta::type_name("troupe.ReplicaEndpoint"), x.replica_id, x.node_id,
+           x.max_ongoing_requests, x.handle);
+}
+
+struct DeploymentEndpoints {
+  std::string app;
+  std::string deployment;
+  std::vector<ReplicaEndpoint> replicas;  // RUNNING ones, sorted by id
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DeploymentEndpoints& x) {
+  return f(caf::meta::type_name("troupe.DeploymentEndpoints"), x.app, x.deployment, x.replicas);
+}
+
+// A versioned view of the data path: see controller/core/snapshot.hpp for
+// how a subscriber applies it (full replacement or delta; `withheld`
+// deployments are recovering and keep their previous replica set).
+struct RoutingSnapshot {
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  bool full = false;
+  bool routes_changed = false;
+  std::vector<RouteEntry> routes;
+  std::vector<DeploymentEndpoints> deployments;
+  HeaderList removed;   // (app, deployment) pairs
+  HeaderList withheld;  // (app, deployment) pairs
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
+  return f(caf::meta::type_name("troupe.RoutingSnapshot"), x.epoch, x.seq, x.full, x.routes_changed,
+           x.routes, x.deployments, x.removed, x.withheld);
 }
 
 // Registers every type above with CAF, and sets the app identifier. Call once

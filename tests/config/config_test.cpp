@@ -9,6 +9,8 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "controller/core/validate.hpp"
 #include "tools/troupectl/config.hpp"
 
@@ -18,6 +20,7 @@ using troupe::controller::ApplicationSpec;
 using troupe::controller::AutoscalingConfig;
 using troupe::controller::DeploymentConfig;
 using troupe::controller::DeploymentSpec;
+using Json = nlohmann::json;
 
 namespace {
 
@@ -354,6 +357,31 @@ TEST_CASE("config: user_config and args become JSON with YAML 1.2 scalar types")
   check_round_trip(scalar);
 }
 
+TEST_CASE("config: anchors and aliases share values between deployments") {
+  DeployConfig c =
+      parse_ok(with_fields("        user_config: &common {region: eu, retries: 3}\n"
+                           "      - name: Other\n"
+                           "        user_config: *common\n"));
+  const ApplicationSpec& app = only_app(c);
+  CHECK(deployment(app, "Hello").config.user_config == R"({"region":"eu","retries":3})");
+  CHECK(deployment(app, "Other").config.user_config == R"({"region":"eu","retries":3})");
+}
+
+TEST_CASE("config error: aliases that expand beyond a million values") {
+  std::string yaml =
+      with_fields("        user_config:\n          l0: &l0 [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]\n");
+  for (int i = 1; i <= 6; ++i) {
+    std::string prev = "*l" + std::to_string(i - 1);
+    yaml += "          l" + std::to_string(i) + ": &l" + std::to_string(i) + " [" + prev;
+    for (int k = 1; k < 10; ++k)
+      yaml += ", " + prev;
+    yaml += "]\n";
+  }
+  const std::string message = error_of(yaml);
+  CHECK(message.find(": user_config: more than 1000000 values in args and user_config (aliases "
+                     "expanding?)") != std::string::npos);
+}
+
 TEST_CASE("config: resources as numbers or with K/M/G/T suffixes") {
   DeployConfig c =
       parse_ok(with_fields("        resources: {cpu: 0.5, mem: 2G, disk: '1536', cache: 4k}\n"));
@@ -477,6 +505,15 @@ TEST_CASE("config: round trip of a state built in code") {
   helper.code_version = "";
   helper.config = DeploymentConfig{};
   helper.config.num_replicas = 7;
+  helper.config.user_config =
+      Json::object({{"strings",
+                     {" lead", "trail ", "#hash", "- dash", "key: val", "[x", "'q'", "\"dq\"",
+                      "a\tb", "\x01", "", "~", "0o17", "0x1F", ".inf", "1e3", "NULL", "yes"}},
+                    {"", 0},
+                    {"null", nullptr},
+                    {"max", 18446744073709551615ULL},
+                    {"min", -9223372036854775807LL - 1}})
+          .dump();
   app.deployments = {helper, d};
   c.state.applications.emplace(app.name, app);
   REQUIRE(controller::validate(c.state).is_ok());

@@ -9,81 +9,10 @@
 #include <fstream>
 #include <map>
 
-#include "tests/support/process.hpp"
+#include "tests/support/cluster.hpp"
 
 using namespace troupe::testing;
 using nlohmann::json;
-
-namespace {
-
-// Short liveness settings keep the suite fast; the logic is the same.
-const std::vector<std::string> kFastLiveness = {"--node-timeout",
-                                                "2",
-                                                "--heartbeat-interval",
-                                                "0.2",
-                                                "--basp-heartbeat-interval",
-                                                "0.5",
-                                                "--basp-connection-timeout",
-                                                "3"};
-
-struct Cluster {
-  TempDir dir;
-  uint16_t port = free_port();
-  std::string address = "127.0.0.1:" + std::to_string(port);
-  std::map<std::string, ChildProcess> nodes;
-
-  ChildProcess& start_head() {
-    std::vector<std::string> argv = {
-        bin("troupe-node"), "--head",     "--port",      std::to_string(port),
-        "--state-dir",      dir / "head", "--http-port", std::to_string(free_port())};
-    argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
-    nodes.erase("head");
-    return nodes.emplace("head", ChildProcess(argv, dir / "head.log")).first->second;
-  }
-
-  ChildProcess& start_worker(const std::string& id) {
-    std::vector<std::string> argv = {bin("troupe-node"),
-                                     "--join",
-                                     address,
-                                     "--node-id",
-                                     id,
-                                     "--state-dir",
-                                     dir / id,
-                                     "--http-port",
-                                     std::to_string(free_port())};
-    argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
-    nodes.erase(id);
-    return nodes.emplace(id, ChildProcess(argv, dir / (id + ".log"))).first->second;
-  }
-
-  // Node id -> state, as troupectl reports it; empty when the call failed.
-  std::map<std::string, std::string> states() {
-    auto r = run({bin("troupectl"), "--address", address, "--timeout", "2", "nodes", "--json"});
-    std::map<std::string, std::string> out;
-    if (r.exit_code != 0)
-      return out;
-    for (const auto& node : json::parse(r.out))
-      out[node.at("id")] = node.at("state");
-    return out;
-  }
-
-  bool wait_states(const std::map<std::string, std::string>& expected,
-                   std::chrono::milliseconds deadline) {
-    std::map<std::string, std::string> last;
-    bool ok = wait_until([&] { return (last = states()) == expected; }, deadline, 100ms);
-    if (!ok) {
-      std::string seen;
-      for (auto& [id, state] : last)
-        seen += id + "=" + state + " ";
-      MESSAGE("last seen states: " << seen);
-      for (auto& [id, proc] : nodes)
-        MESSAGE(id << " output:\n" << proc.output());
-    }
-    return ok;
-  }
-};
-
-}  // namespace
 
 TEST_CASE("a head and two workers form a cluster; dead nodes are seen and come back") {
   Cluster c;

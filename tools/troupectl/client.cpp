@@ -1,9 +1,12 @@
 #include "tools/troupectl/client.hpp"
 
 #include <chrono>
+#include <functional>
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+
+#include "controller/store/codec.hpp"
 
 namespace troupe {
 
@@ -78,6 +81,65 @@ Status ControllerClient::drain(const std::string& node_id) {
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+template <class T, class... Ts>
+static Result<T> ask(caf::actor_system& sys, const caf::actor& dest, double timeout_s,
+                     const std::function<Status(const caf::error&)>& describe, Ts&&... xs) {
+  caf::scoped_actor self{sys};
+  Result<T> out(errc::internal, "no answer");
+  self->request(dest, seconds(timeout_s), std::forward<Ts>(xs)...)
+      .receive([&](T& value) { out = std::move(value); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+Result<ControllerClient::DeployReply> ControllerClient::deploy(
+    const controller::ApplicationSpec& app) {
+  caf::scoped_actor self{*sys_};
+  Result<DeployReply> out(errc::internal, "no answer");
+  self->request(controller_, seconds(timeout_s_), deploy_atom::value,
+                controller::encode_application(app))
+      .receive(
+          [&](bool changed, uint64_t generation) {
+            out = DeployReply{changed, generation};
+          },
+          [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+Status ControllerClient::delete_application(const std::string& app) {
+  caf::scoped_actor self{*sys_};
+  Status out(errc::internal, "no answer");
+  self->request(controller_, seconds(timeout_s_), delete_atom::value, app)
+      .receive([&](caf::ok_atom) { out = Status::ok(); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+Status ControllerClient::kill_replica(const std::string& replica_id) {
+  caf::scoped_actor self{*sys_};
+  Status out(errc::internal, "no answer");
+  self->request(controller_, seconds(timeout_s_), kill_replica_atom::value, replica_id)
+      .receive([&](caf::ok_atom) { out = Status::ok(); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+Result<std::string> ControllerClient::status_json() {
+  return ask<std::string>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      status_atom::value);
+}
+
+Result<RoutingSnapshot> ControllerClient::snapshot(uint64_t epoch, uint64_t seq) {
+  return ask<RoutingSnapshot>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      snapshot_atom::value, epoch, seq);
 }
 
 }  // namespace troupe

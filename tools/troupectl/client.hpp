@@ -10,6 +10,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "controller/core/model.hpp"
 #include "runtime/address.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
@@ -24,6 +25,22 @@ class ControllerClient {
 
   Result<std::vector<NodeStatus>> nodes();
   Status drain(const std::string& node_id);
+
+  struct DeployReply {
+    bool changed = false;
+    uint64_t generation = 0;
+  };
+  Result<DeployReply> deploy(const controller::ApplicationSpec& app);
+  Status delete_application(const std::string& app);
+  // Sends an exit (kill) to the replica, as a crash would.
+  Status kill_replica(const std::string& replica_id);
+  // The status document (see docs/architecture.md), as JSON text.
+  Result<std::string> status_json();
+  // The route table and running replicas; epoch/seq of the last snapshot held
+  // (0/0: everything).
+  Result<RoutingSnapshot> snapshot(uint64_t epoch = 0, uint64_t seq = 0);
+
+  const caf::actor& controller() const { return controller_; }
 
  private:
   ControllerClient(caf::actor_system& sys, caf::actor controller, Endpoint endpoint,

@@ -90,6 +90,10 @@ const std::map<std::string, std::string> kRenamed = {
 };
 
 constexpr int kMaxJsonDepth = 64;
+// Values in all args and user_config of one file together. Aliases share
+// nodes in YAML but are copied into JSON, so a few lines of nested aliases
+// could otherwise expand to billions of values.
+constexpr size_t kMaxJsonValues = 1000000;
 
 // ---------------------------------------------------------------------------
 // Text helpers.
@@ -358,6 +362,7 @@ class Parser {
   std::string file_;
   Status error_;
   DeployConfig config_;
+  size_t json_values_ = 0;
 };
 
 bool Parser::read_fields(const YAML::Node& map, const std::vector<std::string>& valid,
@@ -515,6 +520,10 @@ bool Parser::to_json(const YAML::Node& node, const std::string& label, int depth
   if (depth > kMaxJsonDepth) {
     return fail(node.Mark(),
                 label + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+  if (++json_values_ > kMaxJsonValues) {
+    return fail(node.Mark(), label + ": more than " + std::to_string(kMaxJsonValues) +
+                                 " values in args and user_config (aliases expanding?)");
   }
   switch (node.Type()) {
     case YAML::NodeType::Null:
@@ -1064,7 +1073,18 @@ std::string format_amount(double value) {
 
 void emit_autoscaling(YAML::Emitter& out, const AutoscalingConfig& a) {
   const AutoscalingConfig d;
-  out << YAML::Key << "autoscaling_config" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  // On one line when short, as Ray Serve's examples write it.
+  const int fields =
+      (a.min_replicas != d.min_replicas) + (a.max_replicas != d.max_replicas) +
+      a.initial_replicas.has_value() + (a.target_ongoing_requests != d.target_ongoing_requests) +
+      (a.metrics_interval_s != d.metrics_interval_s) +
+      (a.look_back_period_s != d.look_back_period_s) + (a.smoothing_factor != d.smoothing_factor) +
+      a.upscale_smoothing_factor.has_value() + a.downscale_smoothing_factor.has_value() +
+      (a.upscale_delay_s != d.upscale_delay_s) + (a.downscale_delay_s != d.downscale_delay_s);
+  out << YAML::Key << "autoscaling_config" << YAML::Value;
+  if (fields <= 3)
+    out << YAML::Flow;
+  out << YAML::BeginMap;
   if (a.min_replicas != d.min_replicas)
     out << YAML::Key << "min_replicas" << YAML::Value << std::to_string(a.min_replicas);
   if (a.max_replicas != d.max_replicas)
@@ -1204,6 +1224,7 @@ Result<DeployConfig> load_config_file(const std::string& path) {
 
 std::string to_yaml(const DeployConfig& config) {
   YAML::Emitter out;
+  out.SetNullFormat(YAML::LowerNull);  // JSON's spelling
   out << YAML::BeginMap;
   const HttpOptions d;
   const HttpOptions& h = config.http;

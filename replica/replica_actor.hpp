@@ -1,0 +1,48 @@
+// A replica: one running instance of a user's deployment class.
+//
+// The replica actor (scheduled, never blocks) owns admission and lifecycle;
+// user code runs only on the replica's own detached actors — one control
+// thread (constructor, reconfigure, check_health) and max_ongoing_requests
+// request threads — so a slow or blocking handler never delays the
+// controller, the proxy, node heartbeats or another replica's health check,
+// and a long request never delays this replica's own health check.
+//
+// Interface:
+//   (init)                    -> (ReplicaMetadata)     runs the constructor and
+//                                reconfigure(user_config); idempotent
+//   (reconfig, string config) -> (ReplicaMetadata)     in place, no restart
+//   (health)                  -> (ok)                  error: unhealthy
+//   (version)                 -> (ReplicaMetadata)     what it runs now
+//   (handle, HttpRequest)     -> (HttpResponse)        errc::overloaded at
+//                                max_ongoing_requests, errc::unavailable
+//                                before init or while stopping
+//   (stop, double timeout_s)  -> (ok)                  stop accepting, finish
+//                                in-flight requests (at most timeout_s), exit
+// Every metrics_interval_s it sends (metrics, string replica_id, double
+// average ongoing requests over the interval) to its metrics sink.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "runtime/wire.hpp"
+
+namespace troupe {
+class PluginLoader;
+}
+
+namespace troupe::replica {
+
+struct ReplicaOptions {
+  ReplicaSpec spec;
+  std::string node_id;
+  std::shared_ptr<PluginLoader> loader;
+  caf::actor metrics_sink;  // the node agent; may be empty
+};
+
+caf::actor spawn_replica(caf::actor_system& sys, ReplicaOptions options);
+
+}  // namespace troupe::replica
