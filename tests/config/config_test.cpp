@@ -259,6 +259,24 @@ TEST_CASE("config: null means absent for optional fields") {
   CHECK(d.config.num_replicas == 2);
 }
 
+TEST_CASE("config: an empty deployments list is the ingress with defaults") {
+  DeployConfig listed =
+      parse_ok("applications:\n  - import_path: libx.so:Api\n    deployments: []\n");
+  DeployConfig omitted = parse_ok("applications:\n  - import_path: libx.so:Api\n");
+  CHECK(listed == omitted);
+}
+
+TEST_CASE("config: quoted numbers are numbers in typed fields, strings in user_config") {
+  DeployConfig c =
+      parse_ok(with_fields("        num_replicas: \"4\"\n"
+                           "        health_check_period_s: '2.5'\n"
+                           "        user_config: {n: \"4\"}\n"));
+  const DeploymentSpec& d = only_app(c).deployments[0];
+  CHECK(d.config.num_replicas == 4);
+  CHECK(d.config.health_check_period_s == 2.5);
+  CHECK(d.config.user_config == R"({"n":"4"})");
+}
+
 TEST_CASE("config: a multi-deployment application") {
   DeployConfig c = parse_ok(R"(applications:
   - name: shop
@@ -596,6 +614,10 @@ TEST_CASE("config error: unknown field, with the nearest valid name") {
   CHECK(error_of(with_fields("        code_version: v2\n")) ==
         "deploy.yaml:7:9: unknown field 'code_version' in deployment 'Hello'; did you mean "
         "'version'?");
+  CHECK(error_of(with_fields("        autoscaling_config:\n"
+                             "          target_num_ongoing_requests_per_replica: 3\n")) ==
+        "deploy.yaml:8:11: unknown field 'target_num_ongoing_requests_per_replica' in "
+        "autoscaling_config of deployment 'Hello'; did you mean 'target_ongoing_requests'?");
   CHECK(error_of(with_fields("        max_concurrent_queries: 5\n")) ==
         "deploy.yaml:7:9: unknown field 'max_concurrent_queries' in deployment 'Hello'; did "
         "you mean 'max_ongoing_requests'?");
