@@ -1,6 +1,7 @@
 #include "controller/controller_actor.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
@@ -219,12 +220,13 @@ void execute(controller_actor* self, const Command& cmd) {
       }
       // The core times checks out itself (health_check_timeout_s); this bound
       // only keeps the request from living forever.
+      auto seq = cmd.check_seq;
       self->request(replica, seconds(600), health_atom::value)
-          .then([=](caf::ok_atom) { self->state.core->on_health_check_result(id, true); },
+          .then([=](caf::ok_atom) { self->state.core->on_health_check_result(id, true, seq); },
                 [=](caf::error& err) {
                   self->state.log->info("health check of {} failed: {}", id,
                                         from_caf_error(err).message());
-                  self->state.core->on_health_check_result(id, false);
+                  self->state.core->on_health_check_result(id, false, seq);
                 });
       return;
     }
@@ -421,6 +423,11 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
   st.store = std::move(store);
   CoreOptions core_options;
   core_options.snapshot_epoch = seed | 1;
+  // Replica ids stay unique across controller incarnations: a restarted
+  // controller must not reuse an id a not-yet-reported replica still holds.
+  char tag[16];
+  std::snprintf(tag, sizeof(tag), "%06x", static_cast<unsigned>(seed >> 40) & 0xffffff);
+  core_options.replica_id_tag = tag;
   st.core = std::make_unique<StateManager>(*st.store, st.clock, *st.rng, core_options);
   auto tick = seconds(options.tick_interval_s);
 
