@@ -230,6 +230,46 @@ Result<DeployResult> StateManager::deploy_deployment(
   return result;
 }
 
+Result<std::map<std::string, DeployResult>> StateManager::apply(const TargetState& declared,
+                                                                bool* changed) {
+  if (changed)
+    *changed = false;
+  if (Status s = require_recovered(); !s)
+    return s;
+  for (const auto& [name, app] : declared.applications) {
+    if (name != app.name) {
+      return Status(errc::invalid_argument,
+                    app_path(name) + ": keyed as \"" + name + "\" but named \"" + app.name + "\"");
+    }
+    if (Status v = validate(app); !v)
+      return v;
+  }
+  std::map<std::string, DeployResult> results;
+  if (declared.applications == target_.applications &&
+      declared.target_capacity == target_.target_capacity) {
+    for (const auto& [name, app] : declared.applications) {
+      DeployResult& r = results[name];
+      r.generation = target_.generation;
+      for (const auto& d : app.deployments)
+        r.deployments[d.name] = ChangeKind::unchanged;
+    }
+    return results;
+  }
+  TargetState next = target_;
+  next.applications = declared.applications;
+  next.target_capacity = declared.target_capacity;
+  if (Status s = commit(std::move(next)); !s)
+    return s;
+  apply_target(&results);
+  for (auto& [name, r] : results) {
+    r.changed = true;
+    r.generation = target_.generation;
+  }
+  if (changed)
+    *changed = true;
+  return results;
+}
+
 Status StateManager::delete_application(const std::string& app) {
   if (Status s = require_recovered(); !s)
     return s;

@@ -100,6 +100,14 @@ class StateManager {
   Result<DeployResult> deploy_deployment(const std::string& app, const DeploymentSpec& spec,
                                          const std::optional<std::string>& prev_version = {});
 
+  // Declarative: makes the set of applications (and target_capacity) exactly
+  // `declared`, deleting applications absent from it, in ONE write-ahead
+  // commit, so a crash leaves either all of it or none. An identical
+  // declaration is a no-op (changed == false). Per-application results are
+  // keyed by application name; deleted applications are listed in `removed`.
+  Result<std::map<std::string, DeployResult>> apply(const TargetState& declared,
+                                                    bool* changed = nullptr);
+
   Status delete_application(const std::string& app);
   // The ingress deployment cannot be deleted on its own (delete the app).
   Status delete_deployment(const std::string& app, const std::string& deployment);

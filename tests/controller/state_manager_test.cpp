@@ -367,3 +367,47 @@ TEST_CASE("delete: redeploying an application that is being deleted revives it")
   h.tick();
   CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
 }
+
+TEST_CASE("apply: a declared set of applications is written in one commit, absent ones deleted") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
+  REQUIRE(h.core->deploy_application(make_app("b", "/b", {make_deployment("D", 1)})).has_value());
+  h.ticks(3);
+  const int saves_before = h.store->saves;
+
+  TargetState declared;
+  declared.applications["b"] = make_app("b", "/b", {make_deployment("D", 3)});
+  declared.applications["c"] = make_app("c", "/c", {make_deployment("D", 1)});
+  bool changed = false;
+  auto r = h.core->apply(declared, &changed);
+  REQUIRE(r.has_value());
+  CHECK(changed);
+  CHECK(h.store->saves == saves_before + 1);  // one write for the whole declaration
+  CHECK(h.store->saved->applications.count("a") == 0);
+  CHECK(h.store->saved->applications.at("b") == declared.applications.at("b"));
+  CHECK(h.store->saved->applications.at("c") == declared.applications.at("c"));
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::deleting);
+
+  // The same declaration again is a no-op: nothing written.
+  auto again = h.core->apply(declared, &changed);
+  REQUIRE(again.has_value());
+  CHECK_FALSE(changed);
+  CHECK(h.store->saves == saves_before + 1);
+}
+
+TEST_CASE("apply: one invalid application rejects the whole declaration") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
+  const TargetState before = h.core->target_state();
+  const int saves_before = h.store->saves;
+  TargetState declared;
+  declared.applications["a"] = make_app("a", "/a", {make_deployment("D", 5)});
+  declared.applications["b"] =
+      make_app("b", "/a", {make_deployment("D", 1)});  // collides with a's prefix
+  auto r = h.core->apply(declared);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::invalid_argument);
+  CHECK(r.status().message().find("/a") != std::string::npos);
+  CHECK(h.core->target_state() == before);
+  CHECK(h.store->saves == saves_before);
+}
