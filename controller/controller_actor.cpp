@@ -285,7 +285,13 @@ RoutingSnapshot to_wire(const ControllerState& st, const SnapshotDelta& d) {
   for (const auto& r : d.routes)
     out.routes.push_back({r.prefix, r.app, r.ingress});
   for (const auto& dep : d.deployments) {
-    DeploymentEndpoints e{dep.id.app, dep.id.name, {}};
+    DeploymentEndpoints e{dep.id.app, dep.id.name, {}, -1};
+    auto app_it = st.core->target_state().applications.find(dep.id.app);
+    if (app_it != st.core->target_state().applications.end()) {
+      for (const auto& spec : app_it->second.deployments) {
+        if (spec.name == dep.id.name) e.max_queued_requests = spec.config.max_queued_requests;
+      }
+    }
     for (const auto& r : dep.replicas) {
       auto it = st.replicas.find(r.replica_id);
       if (it == st.replicas.end() || !it->second.handle)

@@ -82,6 +82,9 @@ void send_register(agent_actor* self, const AgentOptions& o) {
             st.registered = true;
             st.backoff_s = 0;
             st.incarnation = incarnation;
+            if (o.proxy) {
+              self->send(controller, subscribe_atom::value, o.proxy, uint64_t{0}, uint64_t{0});
+            }
           },
           [=](caf::error& err) {
             auto& st = self->state;

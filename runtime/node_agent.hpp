@@ -41,6 +41,10 @@ struct AgentOptions {
   double max_backoff_s = 5.0;
   // Resolves import paths for the replicas of this node.
   std::shared_ptr<PluginLoader> loader;
+  // This node's HTTP proxy (may be empty). The agent subscribes it to the
+  // controller's snapshots every time the node registers, so the proxy gets a
+  // full snapshot after every controller restart.
+  caf::actor proxy;
 };
 
 caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options);

@@ -207,11 +207,13 @@ struct DeploymentEndpoints {
   std::string app;
   std::string deployment;
   std::vector<ReplicaEndpoint> replicas;  // RUNNING ones, sorted by id
+  int32_t max_queued_requests = -1;       // per router; -1: no limit
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeploymentEndpoints& x) {
-  return f(caf::meta::type_name("troupe.DeploymentEndpoints"), x.app, x.deployment, x.replicas);
+  return f(caf::meta::type_name("troupe.DeploymentEndpoints"), x.app, x.deployment, x.replicas,
+           x.max_queued_requests);
 }
 
 // A versioned view of the data path: see controller/core/snapshot.hpp for
@@ -226,6 +228,7 @@ struct RoutingSnapshot {
   std::vector<DeploymentEndpoints> deployments;
   HeaderList removed;   // (app, deployment) pairs
   HeaderList withheld;  // (app, deployment) pairs
+  double request_timeout_s = 0;  // from the deployed http_options; 0: none
 };
 
 template <class Inspector>
