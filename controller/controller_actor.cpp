@@ -1,5 +1,6 @@
 #include "controller/controller_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -42,6 +43,7 @@ struct ReplicaRef {
   caf::actor handle;
   std::string node_id;
   bool stopping = false;  // a stop or kill was sent: its down is a stop, not a crash
+  double started_at = 0;  // Unix seconds when it became ready; 0: not yet
 };
 
 struct ControllerState {
@@ -63,7 +65,15 @@ struct ControllerState {
   struct Subscriber {
     caf::actor handle;
     SnapshotId last;
+    std::string node_id;
   };
+  // From the deployed http_options; pushed to proxies with every snapshot.
+  // Kept in memory only: after a controller restart it applies again with
+  // the next deploy.
+  double request_timeout_s = 0;
+  // `troupectl shutdown --nodes`: stop the node processes once every replica
+  // is gone.
+  bool stop_nodes_when_empty = false;
   std::unordered_map<caf::actor_addr, Subscriber> subscribers;
   // Last logged status per deployment ("app/name"), to log transitions.
   std::unordered_map<std::string, DeploymentStatus> last_status;
@@ -153,7 +163,10 @@ void initialize_replica(controller_actor* self, const std::string& id, ReplicaVe
   // Constructors may be slow; the core's slow-start logic watches the time.
   self->request(it->second.handle, caf::infinite, initialize_atom::value)
       .then(
-          [=](const ReplicaMetadata&) {
+          [=](const ReplicaMetadata& m) {
+            auto it = self->state.replicas.find(id);
+            if (it != self->state.replicas.end())
+              it->second.started_at = m.start_time;
             feed(self, [&](StateManager& core) { core.on_replica_ready(id, version); });
           },
           [=](caf::error& err) {
@@ -238,6 +251,9 @@ void execute(controller_actor* self, const Command& cmd) {
       self->request(replica, timeout, version_atom::value)
           .then(
               [=](const ReplicaMetadata& m) {
+                auto it = self->state.replicas.find(id);
+                if (it != self->state.replicas.end())
+                  it->second.started_at = m.start_time;
                 feed(self, [&](StateManager& core) {
                   core.on_replica_ready(id, ReplicaVersion{m.code_version, m.user_config});
                 });
@@ -282,6 +298,7 @@ RoutingSnapshot to_wire(const ControllerState& st, const SnapshotDelta& d) {
   out.seq = d.id.seq;
   out.full = d.full;
   out.routes_changed = d.routes_changed;
+  out.request_timeout_s = st.request_timeout_s;
   for (const auto& r : d.routes)
     out.routes.push_back({r.prefix, r.app, r.ingress});
   for (const auto& dep : d.deployments) {
@@ -289,7 +306,8 @@ RoutingSnapshot to_wire(const ControllerState& st, const SnapshotDelta& d) {
     auto app_it = st.core->target_state().applications.find(dep.id.app);
     if (app_it != st.core->target_state().applications.end()) {
       for (const auto& spec : app_it->second.deployments) {
-        if (spec.name == dep.id.name) e.max_queued_requests = spec.config.max_queued_requests;
+        if (spec.name == dep.id.name)
+          e.max_queued_requests = spec.config.max_queued_requests;
       }
     }
     for (const auto& r : dep.replicas) {
@@ -395,11 +413,14 @@ nlohmann::json status_json(const ControllerState& st) {
         d["target_replicas"] = *t;
       json rows = json::array();
       for (const auto& r : st.core->replicas(id)) {
+        auto ref = st.replicas.find(r.id);
+        double started = ref == st.replicas.end() ? 0 : ref->second.started_at;
         rows.push_back({{"id", r.id},
                         {"node", r.node_id},
                         {"state", to_string(r.state)},
                         {"version", r.version.code},
-                        {"pending_allocation", r.pending_allocation}});
+                        {"pending_allocation", r.pending_allocation},
+                        {"started", started}});
       }
       d["replicas"] = std::move(rows);
       deps[spec.name] = std::move(d);
@@ -646,16 +667,105 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         }
         return to_wire(st, *delta);
       },
-      [=](subscribe_atom, const caf::actor& subscriber, uint64_t epoch, uint64_t seq) {
+      [=](subscribe_atom, const caf::actor& subscriber, uint64_t epoch, uint64_t seq,
+          const std::string& node_id) {
         // The first push (or nothing, when the subscriber is current) follows
         // at once; later ones whenever the published view changes.
         auto& st = self->state;
         if (!subscriber)
           return;
         self->monitor(subscriber);
-        st.subscribers[subscriber.address()] = {subscriber, SnapshotId{epoch, seq}};
+        st.subscribers[subscriber.address()] = {subscriber, SnapshotId{epoch, seq}, node_id};
         if (!st.recovering)
           publish(self);
+      },
+      [=](apply_atom, const std::string& encoded,
+          double request_timeout_s) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (auto s = require_ready(st); !s)
+          return to_caf_error(s);
+        auto declared = decode_target_state(encoded);
+        if (!declared)
+          return to_caf_error(declared.status());
+        bool changed = false;
+        auto results = st.core->apply(*declared, &changed);
+        if (!results) {
+          st.log->warn("deploy refused: {}", results.status().to_string());
+          return to_caf_error(results.status());
+        }
+        nlohmann::json out;
+        out["changed"] = changed;
+        out["generation"] = st.core->target_state().generation;
+        nlohmann::json apps = nlohmann::json::object();
+        for (const auto& [name, r] : *results) {
+          nlohmann::json deps = nlohmann::json::object();
+          for (const auto& [dep, kind] : r.deployments)
+            deps[dep] = to_string(kind);
+          apps[name] = {{"deployments", deps}, {"removed", r.removed}};
+        }
+        out["applications"] = apps;
+        st.log->info("deploy of {} applications: {} (generation {})", declared->applications.size(),
+                     changed ? "accepted" : "unchanged", st.core->target_state().generation);
+        if (request_timeout_s != st.request_timeout_s) {
+          st.request_timeout_s = request_timeout_s;
+          for (auto& [addr, sub] : st.subscribers)
+            sub.last = SnapshotId{};  // push in full
+        }
+        reconcile(self);
+        return out.dump();
+      },
+      [=](config_atom) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (auto s = require_ready(st); !s)
+          return to_caf_error(s);
+        return encode_target_state(st.core->target_state());
+      },
+      [=](shutdown_atom, bool nodes) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (auto s = require_ready(st); !s)
+          return to_caf_error(s);
+        auto status = st.core->shutdown();
+        if (!status)
+          return to_caf_error(status);
+        st.log->warn("shutdown requested: deleting every application{}",
+                     nodes ? ", then stopping every node" : "");
+        st.stop_nodes_when_empty = nodes;
+        reconcile(self);
+        return caf::ok_atom::value;
+      },
+      [=](kill_atom, const std::string& kind, const std::string& id) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        auto not_found = [&](const std::string& what) {
+          return to_caf_error(Status(errc::not_found, "no " + what + " '" + id + "'"));
+        };
+        if (kind == "replica") {
+          auto it = st.replicas.find(id);
+          if (it == st.replicas.end())
+            return not_found("replica");
+          st.log->warn("killing replica {} on operator request", id);
+          self->send_exit(it->second.handle, caf::exit_reason::kill);
+        } else if (kind == "agent") {
+          auto it = st.agent_of.find(id);
+          if (it == st.agent_of.end())
+            return not_found("node agent of node");
+          st.log->warn("killing the node agent of {} on operator request", id);
+          self->send_exit(it->second, caf::exit_reason::kill);
+        } else if (kind == "proxy") {
+          auto it = std::find_if(st.subscribers.begin(), st.subscribers.end(),
+                                 [&](const auto& kv) { return kv.second.node_id == id; });
+          if (it == st.subscribers.end())
+            return not_found("proxy on node");
+          st.log->warn("killing the proxy of {} on operator request", id);
+          self->send_exit(it->second.handle, caf::exit_reason::kill);
+        } else if (kind == "controller") {
+          st.log->warn("controller killed on operator request");
+          self->quit(caf::exit_reason::kill);
+        } else {
+          return to_caf_error(Status(
+              errc::invalid_argument,
+              "kill: unknown kind '" + kind + "'; expected replica, proxy, agent or controller"));
+        }
+        return caf::ok_atom::value;
       },
       [=](metrics_atom, const std::string&, const std::string& replica, double ongoing) {
         self->state.ongoing[replica] = ongoing;
@@ -680,6 +790,12 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
           if (!ts.empty())
             push_nodes(st);
           reconcile(self);
+          if (st.stop_nodes_when_empty && st.core->is_shut_down()) {
+            st.stop_nodes_when_empty = false;
+            st.log->warn("every replica is gone; stopping {} nodes", st.agent_of.size());
+            for (auto& [node, agent] : st.agent_of)
+              self->send(agent, stop_node_atom::value);
+          }
         }
         self->delayed_send(self, tick, tick_atom::value);
       },

@@ -15,7 +15,16 @@
 //   (drain, string node_id)              -> (ok)
 //   (deploy, string application)         -> (bool changed, uint64 generation)
 //        the application is a Cap'n Proto record (encode_application)
+//   (apply, string target_state, double request_timeout_s)
+//                                        -> (string json)  declarative: exactly
+//        these applications (a Cap'n Proto TargetState record), one commit
+//   (config)                             -> (string target_state record)
 //   (delete, string app)                 -> (ok)
+//   (shutdown)                           -> (ok)  deletes every application
+//   (shutdown, bool nodes)               -> (ok)  ... and, once every replica
+//        is gone, asks every node agent to stop its node process
+//   (kill, string kind, string id)       -> (ok)  kind: replica, agent, proxy,
+//        controller — an exit(kill) to that actor, the chaos primitive
 //   (status)                             -> (string json)   see docs/architecture.md
 //   (metrics, string node, string replica, double ongoing)   from node agents
 #pragma once

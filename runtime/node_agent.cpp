@@ -1,5 +1,8 @@
 #include "runtime/node_agent.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -83,7 +86,8 @@ void send_register(agent_actor* self, const AgentOptions& o) {
             st.backoff_s = 0;
             st.incarnation = incarnation;
             if (o.proxy) {
-              self->send(controller, subscribe_atom::value, o.proxy, uint64_t{0}, uint64_t{0});
+              self->send(controller, subscribe_atom::value, o.proxy, uint64_t{0}, uint64_t{0},
+                         o.info.id);
             }
           },
           [=](caf::error& err) {
@@ -289,6 +293,11 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
         if (st.registered && st.controller) {
           self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing);
         }
+      },
+      [=](stop_node_atom) {
+        // `troupectl shutdown --nodes`: the same path as SIGTERM.
+        self->state.log->warn("the controller asks this node to stop");
+        ::kill(::getpid(), SIGTERM);
       },
       [=](shutdown_atom, double grace_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;

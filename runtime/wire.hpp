@@ -57,6 +57,10 @@ using deploy_atom = caf::atom_constant<caf::atom("deploy")>;
 using delete_atom = caf::atom_constant<caf::atom("delete")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using recover_atom = caf::atom_constant<caf::atom("recover")>;
+using apply_atom = caf::atom_constant<caf::atom("apply")>;
+using config_atom = caf::atom_constant<caf::atom("config")>;
+using kill_atom = caf::atom_constant<caf::atom("kill")>;
+using stop_node_atom = caf::atom_constant<caf::atom("stopnode")>;
 // Route table and replica sets, pulled or pushed to subscribers (proxies).
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;

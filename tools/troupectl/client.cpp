@@ -130,6 +130,43 @@ Status ControllerClient::kill_replica(const std::string& replica_id) {
   return out;
 }
 
+Result<std::string> ControllerClient::apply(const controller::TargetState& state,
+                                            double request_timeout_s) {
+  return ask<std::string>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      apply_atom::value, controller::encode_target_state(state), request_timeout_s);
+}
+
+Result<controller::TargetState> ControllerClient::config() {
+  auto bytes = ask<std::string>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      config_atom::value);
+  if (!bytes)
+    return bytes.status();
+  return controller::decode_target_state(*bytes);
+}
+
+Status ControllerClient::shutdown(bool nodes) {
+  caf::scoped_actor self{*sys_};
+  Status out(errc::internal, "no answer");
+  self->request(controller_, seconds(timeout_s_), shutdown_atom::value, nodes)
+      .receive([&](caf::ok_atom) { out = Status::ok(); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+Status ControllerClient::kill(const std::string& kind, const std::string& id) {
+  caf::scoped_actor self{*sys_};
+  Status out(errc::internal, "no answer");
+  self->request(controller_, seconds(timeout_s_), kill_atom::value, kind, id)
+      .receive([&](caf::ok_atom) { out = Status::ok(); },
+               [&](caf::error& err) {
+                 // Killing the controller: it may die before it answers.
+                 out = kind == "controller" ? Status::ok() : describe(err);
+               });
+  return out;
+}
+
 Result<std::string> ControllerClient::status_json() {
   return ask<std::string>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },

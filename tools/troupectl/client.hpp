@@ -32,6 +32,14 @@ class ControllerClient {
   };
   Result<DeployReply> deploy(const controller::ApplicationSpec& app);
   Status delete_application(const std::string& app);
+  // Declarative deploy of a whole TargetState; the answer is the
+  // controller's JSON summary ({"changed", "generation", "applications"}).
+  Result<std::string> apply(const controller::TargetState& state, double request_timeout_s);
+  // The declared target state.
+  Result<controller::TargetState> config();
+  Status shutdown(bool nodes);
+  // kind: replica, proxy, agent or controller.
+  Status kill(const std::string& kind, const std::string& id);
   // Sends an exit (kill) to the replica, as a crash would.
   Status kill_replica(const std::string& replica_id);
   // The status document (see docs/architecture.md), as JSON text.

@@ -1,9 +1,13 @@
 // troupectl: the operator's client. Talks to the controller with CAF actor
 // messages (never HTTP). Exit codes: 0 success, 1 failed operation, 2 bad usage.
+// The --json outputs are a stable interface, documented in docs/troupectl.md.
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
+#include <map>
 #include <optional>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
@@ -13,8 +17,10 @@
 #include "runtime/resources.hpp"
 #include "runtime/system_setup.hpp"
 #include "tools/troupectl/client.hpp"
+#include "tools/troupectl/config.hpp"
 
 using namespace troupe;
+using nlohmann::json;
 
 namespace {
 
@@ -23,8 +29,8 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
-nlohmann::json resources_json(const std::string& text) {
-  nlohmann::json out = nlohmann::json::object();
+json resources_json(const std::string& text) {
+  json out = json::object();
   if (auto r = parse_resources(text)) {
     for (const auto& [name, amount] : r->amounts)
       out[name] = amount;
@@ -32,9 +38,9 @@ nlohmann::json resources_json(const std::string& text) {
   return out;
 }
 
-void print_nodes(const std::vector<NodeStatus>& nodes, bool json) {
-  if (json) {
-    auto out = nlohmann::json::array();
+void print_nodes(const std::vector<NodeStatus>& nodes, bool as_json) {
+  if (as_json) {
+    auto out = json::array();
     for (const auto& n : nodes) {
       out.push_back({{"id", n.id},
                      {"address", n.address},
@@ -57,6 +63,106 @@ void print_nodes(const std::vector<NodeStatus>& nodes, bool json) {
   }
 }
 
+std::string format_time(double unix_s) {
+  if (unix_s <= 0)
+    return "-";
+  std::time_t t = static_cast<std::time_t>(unix_s);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+size_t running_count(const json& dep) {
+  size_t n = 0;
+  for (const auto& r : dep.value("replicas", json::array())) {
+    if (r.value("state", "") == "RUNNING")
+      ++n;
+  }
+  return n;
+}
+
+void print_status(const json& status, bool replicas) {
+  const auto& apps = status.at("applications");
+  if (apps.empty()) {
+    std::printf("no applications\n");
+    return;
+  }
+  for (const auto& [name, app] : apps.items()) {
+    std::printf("%s  %s  %s\n", name.c_str(), app.value("status", "?").c_str(),
+                app.value("route_prefix", "").c_str());
+    if (!app.value("message", "").empty())
+      std::printf("  %s\n", app.value("message", "").c_str());
+    for (const auto& [dname, dep] : app.at("deployments").items()) {
+      std::printf("  %-20s %-13s %zu/%d running", dname.c_str(), dep.value("status", "?").c_str(),
+                  running_count(dep), dep.value("target_replicas", 0));
+      if (!dep.value("trigger", "").empty())
+        std::printf("  (%s)", dep.value("trigger", "").c_str());
+      std::printf("\n");
+      if (!dep.value("message", "").empty())
+        std::printf("    %s\n", dep.value("message", "").c_str());
+      if (!replicas)
+        continue;
+      for (const auto& r : dep.value("replicas", json::array())) {
+        std::printf("    %-34s %-10s %-11s %-26s %s\n", r.value("id", "").c_str(),
+                    r.value("node", "").c_str(), r.value("state", "").c_str(),
+                    r.value("version", "").c_str(), format_time(r.value("started", 0.0)).c_str());
+      }
+    }
+  }
+}
+
+// Polls the status until every declared application is RUNNING (0) or one
+// failed (1), printing each deployment's progress when it changes.
+int wait_for(ControllerClient& client, const controller::TargetState& declared, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::map<std::string, std::string> last_line;
+  while (true) {
+    auto text = client.status_json();
+    if (!text)
+      return fail(1, text.status().message());
+    auto status = json::parse(*text);
+    bool all_running = true;
+    for (const auto& [name, spec] : declared.applications) {
+      auto apps = status.at("applications");
+      if (!apps.contains(name)) {
+        all_running = false;
+        continue;
+      }
+      const auto& app = apps.at(name);
+      for (const auto& [dname, dep] : app.at("deployments").items()) {
+        char line[512];
+        std::snprintf(line, sizeof(line), "%s/%s: %s, %zu/%d running%s%s", name.c_str(),
+                      dname.c_str(), dep.value("status", "?").c_str(), running_count(dep),
+                      dep.value("target_replicas", 0), dep.value("message", "").empty() ? "" : ": ",
+                      dep.value("message", "").c_str());
+        auto key = name + "/" + dname;
+        if (last_line[key] != line) {
+          std::printf("%s\n", line);
+          std::fflush(stdout);
+          last_line[key] = line;
+        }
+        if (dep.value("status", "") == "DEPLOY_FAILED") {
+          return fail(1, "deployment " + key + " failed: " + dep.value("message", ""));
+        }
+      }
+      if (app.value("status", "") == "DEPLOY_FAILED") {
+        return fail(1, "application " + name + " failed: " + app.value("message", ""));
+      }
+      if (app.value("status", "") != "RUNNING")
+        all_running = false;
+    }
+    if (all_running) {
+      std::printf("all applications are RUNNING\n");
+      return 0;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return fail(1,
+                  "not every application was RUNNING within " + std::to_string(timeout_s) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // poll interval
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,12 +177,45 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   auto* nodes_cmd = app.add_subcommand("nodes", "list the nodes of the cluster");
-  bool json = false;
-  nodes_cmd->add_flag("--json", json, "print a JSON array");
+  bool json_out = false;
+  nodes_cmd->add_flag("--json", json_out, "print a JSON array");
 
-  auto* drain_cmd = app.add_subcommand("drain", "mark a node DRAINING");
+  auto* drain_cmd = app.add_subcommand("drain", "mark a node DRAINING (its replicas move away)");
   std::string drain_node;
   drain_cmd->add_option("NODE", drain_node, "node id")->required();
+
+  auto* deploy_cmd = app.add_subcommand(
+      "deploy", "declare the applications of a YAML config (others are deleted)");
+  std::string deploy_file;
+  bool wait = false;
+  double wait_timeout_s = 300;
+  deploy_cmd->add_option("FILE", deploy_file, "YAML config")->required();
+  deploy_cmd->add_flag("--wait", wait, "show progress until every application is RUNNING");
+  deploy_cmd->add_option("--wait-timeout", wait_timeout_s, "seconds --wait waits at most")
+      ->capture_default_str();
+
+  auto* status_cmd = app.add_subcommand("status", "applications, deployments and replicas");
+  std::string status_app;
+  status_cmd->add_option("APP", status_app, "only this application");
+  status_cmd->add_flag("--json", json_out, "print JSON (see docs/troupectl.md)");
+
+  auto* config_cmd = app.add_subcommand("config", "print the declared config as YAML");
+
+  auto* delete_cmd = app.add_subcommand("delete", "delete an application");
+  std::string delete_app;
+  delete_cmd->add_option("APP", delete_app, "application name")->required();
+
+  auto* shutdown_cmd = app.add_subcommand("shutdown", "delete every application");
+  bool shutdown_nodes = false;
+  shutdown_cmd->add_flag("--nodes", shutdown_nodes, "then stop every node process too");
+
+  auto* kill_cmd = app.add_subcommand("kill", "send an exit (kill) to an actor: chaos testing");
+  std::string kill_kind;
+  std::string kill_id;
+  kill_cmd->add_option("KIND", kill_kind, "replica, proxy, agent or controller")
+      ->required()
+      ->check(CLI::IsMember({"replica", "proxy", "agent", "controller"}));
+  kill_cmd->add_option("ID", kill_id, "replica id, or node id for proxy/agent");
 
   try {
     app.parse(argc, argv);
@@ -91,6 +230,19 @@ int main(int argc, char** argv) {
     return fail(2, "--address: " + endpoint.status().message());
   if (!(timeout_s > 0))
     return fail(2, "--timeout must be > 0 seconds");
+  if (*kill_cmd && kill_kind != "controller" && kill_id.empty()) {
+    return fail(2, "kill " + kill_kind + " needs an ID");
+  }
+
+  // Validate a config before contacting anyone: bad input never reaches the
+  // cluster.
+  std::optional<config::DeployConfig> declared;
+  if (*deploy_cmd) {
+    auto loaded = config::load_config_file(deploy_file);
+    if (!loaded)
+      return fail(1, loaded.status().message());
+    declared = std::move(loaded.value());
+  }
 
   caf::actor_system_config cfg;
   configure_actor_system(cfg, TransportOptions{});
@@ -103,7 +255,7 @@ int main(int argc, char** argv) {
     auto nodes = client->nodes();
     if (!nodes)
       return fail(1, nodes.status().message());
-    print_nodes(*nodes, json);
+    print_nodes(*nodes, json_out);
     return 0;
   }
   if (*drain_cmd) {
@@ -111,6 +263,77 @@ int main(int argc, char** argv) {
     if (!st)
       return fail(1, st.message());
     std::printf("node %s is DRAINING\n", drain_node.c_str());
+    return 0;
+  }
+  if (*deploy_cmd) {
+    auto result = client->apply(declared->state, declared->http.request_timeout_s.value_or(0.0));
+    if (!result)
+      return fail(1, result.status().message());
+    auto summary = json::parse(*result);
+    if (!summary.value("changed", false)) {
+      std::printf("unchanged: the cluster already runs this config (generation %llu)\n",
+                  static_cast<unsigned long long>(summary.value("generation", 0ULL)));
+    } else {
+      std::printf("accepted (generation %llu)\n",
+                  static_cast<unsigned long long>(summary.value("generation", 0ULL)));
+      for (const auto& [name, app] : summary.at("applications").items()) {
+        for (const auto& [dep, kind] : app.at("deployments").items()) {
+          std::printf("  %s/%s: %s\n", name.c_str(), dep.c_str(), kind.get<std::string>().c_str());
+        }
+      }
+    }
+    if (!wait)
+      return 0;
+    return wait_for(*client, declared->state, wait_timeout_s);
+  }
+  if (*status_cmd) {
+    auto text = client->status_json();
+    if (!text)
+      return fail(1, text.status().message());
+    auto status = json::parse(*text);
+    if (!status_app.empty()) {
+      if (!status["applications"].contains(status_app)) {
+        return fail(1, "no application named '" + status_app + "'");
+      }
+      status["applications"] = json{{status_app, status["applications"][status_app]}};
+    }
+    if (json_out) {
+      std::cout << status.dump(2) << "\n";
+    } else {
+      print_status(status, true);
+    }
+    return 0;
+  }
+  if (*config_cmd) {
+    auto state = client->config();
+    if (!state)
+      return fail(1, state.status().message());
+    config::DeployConfig out;
+    out.state = std::move(state.value());
+    out.state.generation = 0;
+    std::cout << config::to_yaml(out);
+    return 0;
+  }
+  if (*delete_cmd) {
+    auto st = client->delete_application(delete_app);
+    if (!st)
+      return fail(1, st.message());
+    std::printf("application %s is being deleted\n", delete_app.c_str());
+    return 0;
+  }
+  if (*shutdown_cmd) {
+    auto st = client->shutdown(shutdown_nodes);
+    if (!st)
+      return fail(1, st.message());
+    std::printf("every application is being deleted%s\n",
+                shutdown_nodes ? "; the nodes stop once their replicas are gone" : "");
+    return 0;
+  }
+  if (*kill_cmd) {
+    auto st = client->kill(kill_kind, kill_id);
+    if (!st)
+      return fail(1, st.message());
+    std::printf("sent kill to %s %s\n", kill_kind.c_str(), kill_id.c_str());
     return 0;
   }
   return fail(2, "no command given");
