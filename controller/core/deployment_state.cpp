@@ -97,6 +97,10 @@ DeploymentState::DeploymentState(DeploymentId id, std::shared_ptr<const Deployme
       target_version_(version_of(*spec_)),
       target_capacity_(target_capacity),
       options_(options) {
+  if (const auto& a = spec_->config.autoscaling_config) {
+    policy_.emplace(*a);
+    metrics_.set_look_back_s(a->look_back_period_s);
+  }
   recompute_target();
   status_ = {DeploymentStatus::updating, DeploymentTrigger::config_update_started, ""};
 }
@@ -135,15 +139,36 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
     return kind;
 
   const uint32_t old_target = target_;
+  const bool had_autoscaling = spec_->config.autoscaling_config.has_value();
   if (spec->config.max_ongoing_requests != spec_->config.max_ongoing_requests) {
     running_dirty_ = true;
   }
-  if (kind != ChangeKind::unchanged && kind != ChangeKind::scaled)
-    autoscaled_.reset();
   spec_ = std::move(spec);
   target_version_ = version_of(*spec_);
   target_capacity_ = target_capacity;
   deleting_ = false;
+  if (const auto& a = spec_->config.autoscaling_config) {
+    // A redeploy (new code, new config, new capacity) keeps the count the load
+    // asked for, within the new bounds, so a rollout under load does not drop
+    // capacity. Switching autoscaling on starts at initial_replicas, else at
+    // the current count (Ray Serve's rule); a revived deployment starts over.
+    if (was_deleting || (!had_autoscaling && a->initial_replicas)) {
+      autoscaled_.reset();
+    } else if (!had_autoscaling) {
+      autoscaled_ = old_target;
+    }
+    if (policy_) {
+      policy_->reset(*a);
+    } else {
+      policy_.emplace(*a);
+    }
+    metrics_.set_look_back_s(a->look_back_period_s);
+  } else {
+    autoscaled_.reset();
+    policy_.reset();
+    metrics_.clear();
+    last_decision_.reset();
+  }
   recompute_target();
 
   start_failures_ = 0;
@@ -170,11 +195,12 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
   return kind;
 }
 
-void DeploymentState::set_autoscaled_target(uint32_t n) {
+void DeploymentState::set_autoscaled_target(uint32_t n, const std::string& reason) {
   if (!spec_->config.autoscaling_config || deleting_)
     return;
   const uint32_t old_target = target_;
   autoscaled_ = n;
+  autoscale_decided_ = true;
   recompute_target();
   if (target_ == old_target || status_.status == DeploymentStatus::updating)
     return;
@@ -182,7 +208,45 @@ void DeploymentState::set_autoscaled_target(uint32_t n) {
   set_status(up ? DeploymentStatus::upscaling : DeploymentStatus::downscaling,
              DeploymentTrigger::autoscaling,
              std::string(up ? "Upscaling" : "Downscaling") + " from " + std::to_string(old_target) +
-                 " to " + std::to_string(target_) + " replicas.");
+                 " to " + std::to_string(target_) + " replicas" +
+                 (reason.empty() ? "." : ": " + reason + "."));
+}
+
+void DeploymentState::record_replica_metrics(const std::string& replica_id, double ongoing,
+                                             double now) {
+  if (policy_)
+    metrics_.record_replica(replica_id, ongoing, now);
+}
+
+void DeploymentState::record_handle_metrics(const std::string& reporter_id,
+                                            double queued_and_inflight, double now) {
+  if (policy_)
+    metrics_.record_handle(reporter_id, queued_and_inflight, now);
+}
+
+void DeploymentState::autoscale(TickContext& ctx) {
+  if (!policy_ || deleting_)
+    return;
+  metrics_.prune(ctx.now, [&](const std::string& replica_id) {
+    auto it = ctx.directory.find(replica_id);
+    return it != ctx.directory.end() && it->second->owner == this &&
+           it->second->state == ReplicaState::running;
+  });
+  const AutoscalingConfig& a = *spec_->config.autoscaling_config;
+  AutoscalingInput in;
+  in.now = ctx.now;
+  in.total_ongoing = metrics_.total(ctx.now);
+  for (const auto& rp : replicas_) {
+    if (!rp->removed && rp->state == ReplicaState::running)
+      ++in.running;
+  }
+  in.current = target_;
+  in.lower = capacity_adjusted(a.min_replicas, target_capacity_);
+  in.upper = capacity_adjusted(a.max_replicas, target_capacity_);
+  last_decision_ = policy_->decide(in);
+  const AutoscalingDecision& d = *last_decision_;
+  if (d.apply && d.proposed != target_)
+    set_autoscaled_target(d.proposed, describe(a, in, d));
 }
 
 void DeploymentState::start_deleting() {
@@ -215,6 +279,15 @@ void DeploymentState::adopt(const HostedReplica& hosted, TickContext& ctx) {
   }
   ctx.directory[r.id] = &r;
   replicas_.push_back(std::move(owned));
+  if (spec_->config.autoscaling_config && !autoscale_decided_ && !hosted.stopping) {
+    uint32_t adopted = 0;
+    for (const auto& rp : replicas_)
+      adopted += active(*rp) ? 1 : 0;
+    if (adopted > target_) {
+      autoscaled_ = adopted;
+      recompute_target();
+    }
+  }
 }
 
 void DeploymentState::remove(Replica& r, TickContext& ctx) {
@@ -402,6 +475,7 @@ void DeploymentState::update(TickContext& ctx) {
     backoff_s_ = std::min(backoff_s_ * 2, options_.max_backoff_s);
   }
 
+  autoscale(ctx);
   if (!deleting_)
     rolling_update(ctx);
   scale(ctx);

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "controller/core/autoscaling.hpp"
 #include "controller/core/clock.hpp"
 #include "controller/core/commands.hpp"
 #include "controller/core/deployment_status.hpp"
@@ -69,16 +70,34 @@ class DeploymentState {
   ChangeKind deploy(std::shared_ptr<const DeploymentSpec> spec,
                     std::optional<double> target_capacity);
 
-  // Autoscaling hook: the desired replica count from a policy (not yet
-  // implemented). Clamped to the capacity-adjusted [min, max]; ignored without
-  // an autoscaling_config. Soft state: not checkpointed.
-  void set_autoscaled_target(uint32_t n);
+  // Sets the autoscaled replica count, clamped to the capacity-adjusted
+  // [min, max]; ignored without an autoscaling_config. Soft state: not
+  // checkpointed. `reason` ends the status message ("Upscaling from 3 to 6
+  // replicas: <reason>."). The policy run by update() moves on from this
+  // count; a manual call is an override the policy may undo.
+  void set_autoscaled_target(uint32_t n, const std::string& reason = "");
+
+  // Ongoing-request reports (see OngoingRequestMetrics), taken at `now`.
+  // Ignored without an autoscaling_config. The caller checks that the replica
+  // belongs to this deployment and is RUNNING.
+  void record_replica_metrics(const std::string& replica_id, double ongoing, double now);
+  void record_handle_metrics(const std::string& reporter_id, double queued_and_inflight,
+                             double now);
+  const OngoingRequestMetrics& metrics() const { return metrics_; }
+  // The last decision of the autoscaling policy (nullopt before the first
+  // evaluation or without an autoscaling_config).
+  const std::optional<AutoscalingDecision>& last_decision() const { return last_decision_; }
 
   // Stops every replica gracefully; finished() once all are gone.
   void start_deleting();
 
   // Adopts a replica reported by a node (recovery): RECOVERING, or STOPPING if
-  // the node says it is already shutting down. Emits `recover`.
+  // the node says it is already shutting down. Emits `recover`. With an
+  // autoscaling_config, and before the policy decided anything in this
+  // incarnation, the target rises to the replicas adopted (within the bounds):
+  // the autoscaled count is not checkpointed, and a restarted controller must
+  // not stop the capacity its predecessor scaled up to. The policy scales it
+  // down again after downscale_delay_s when the load does not need it.
   void adopt(const HostedReplica& hosted, TickContext& ctx);
 
   // One reconcile step.
@@ -114,6 +133,9 @@ class DeploymentState {
 
  private:
   void recompute_target();
+  // Runs the autoscaling policy on the metrics (part of update(), after the
+  // replica events and before scaling).
+  void autoscale(TickContext& ctx);
   void set_status(DeploymentStatus s, DeploymentTrigger t, std::string message);
   void on_became_running(Replica& r, TickContext& ctx);
   void remove(Replica& r, TickContext& ctx);
@@ -134,6 +156,12 @@ class DeploymentState {
   ReplicaVersion target_version_;
   std::optional<double> target_capacity_;
   std::optional<uint32_t> autoscaled_;
+  // Set once the policy (or the hook) decided in this controller incarnation:
+  // until then replicas adopted at recovery raise the target (see adopt()).
+  bool autoscale_decided_ = false;
+  std::optional<AutoscalingPolicy> policy_;
+  OngoingRequestMetrics metrics_;
+  std::optional<AutoscalingDecision> last_decision_;
   uint32_t target_ = 0;
   bool deleting_ = false;
   const CoreOptions& options_;

@@ -353,6 +353,21 @@ Status StateManager::set_autoscaled_target(const DeploymentId& id, uint32_t repl
   return Status::ok();
 }
 
+void StateManager::record_replica_metrics(const std::string& replica_id, double ongoing) {
+  Replica* r = find(replica_id);
+  if (!r || !r->owner || r->state != ReplicaState::running)
+    return;
+  r->owner->record_replica_metrics(replica_id, ongoing, clock_.now_s());
+}
+
+void StateManager::record_handle_metrics(const std::string& reporter_id, const DeploymentId& id,
+                                         double queued_and_inflight) {
+  auto it = deployments_.find(id);
+  if (it == deployments_.end() || it->second->deleting())
+    return;
+  it->second->record_handle_metrics(reporter_id, queued_and_inflight, clock_.now_s());
+}
+
 // ---------------------------------------------------------------- environment
 
 void StateManager::set_nodes(const std::vector<NodeInfo>& nodes) {

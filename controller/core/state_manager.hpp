@@ -117,7 +117,32 @@ class StateManager {
   // every replica is gone.
   Status shutdown();
 
-  // Autoscaling hook (soft state, not checkpointed): errc::not_found for an
+  // --- autoscaling (soft state, not checkpointed) --------------------------
+  //
+  // update() runs Ray Serve's request-based policy (controller/core/
+  // autoscaling.hpp) for every deployment with an autoscaling_config and moves
+  // its target; the status becomes UPSCALING / DOWNSCALING with trigger
+  // AUTOSCALING and a message with the numbers behind the decision. The shell
+  // feeds the reports below as they arrive; each is O(log n), timestamped with
+  // the core's clock, and never fails.
+
+  // A replica's report, sent every autoscaling_config.metrics_interval_s:
+  // the requests it runs plus those queued at it. Ignored for an unknown
+  // replica, one that is not RUNNING, or one of a deployment without an
+  // autoscaling_config.
+  void record_replica_metrics(const std::string& replica_id, double ongoing);
+  // A handle's or proxy's report for deployment `id`, sent every
+  // metrics_interval_s while it has sent requests to it within
+  // look_back_period_s: the requests it queues for the deployment plus those
+  // it has in flight there. `reporter_id` is stable per handle (e.g.
+  // "<node>/proxy"). The only signal while the deployment has no running
+  // replica: a report > 0 then starts one at once (scale from zero). Ignored
+  // for an unknown deployment or one without an autoscaling_config.
+  void record_handle_metrics(const std::string& reporter_id, const DeploymentId& id,
+                             double queued_and_inflight);
+
+  // Manual override of the autoscaled count (clamped to the bounds); the
+  // policy moves on from it at the next update(). errc::not_found for an
   // unknown deployment, errc::invalid_argument without autoscaling_config.
   Status set_autoscaled_target(const DeploymentId& id, uint32_t replicas);
 
