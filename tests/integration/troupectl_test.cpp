@@ -1,0 +1,213 @@
+// troupectl against a real cluster, run exactly as an operator runs it.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
+
+#include "tests/support/cluster.hpp"
+
+using namespace troupe::testing;
+using nlohmann::json;
+
+namespace {
+
+struct Ctl {
+  Cluster cluster;
+
+  Ctl() {
+    cluster.start_head();
+    cluster.start_worker("w1");
+    REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  }
+
+  RunResult ctl(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
+    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, timeout);
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    auto path = cluster.dir / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  json status() {
+    auto r = ctl({"status", "--json"});
+    REQUIRE(r.exit_code == 0);
+    return json::parse(r.out);
+  }
+
+  // What must not change when a bad deploy is refused: applications and
+  // their replicas.
+  std::set<std::string> fingerprint() {
+    std::set<std::string> out;
+    auto s = status();
+    for (const auto& [name, app] : s.at("applications").items()) {
+      for (const auto& [dname, dep] : app.at("deployments").items()) {
+        for (const auto& r : dep.at("replicas")) {
+          out.insert(name + "/" + dname + "/" + r.at("id").get<std::string>() + "/" +
+                     r.at("state").get<std::string>());
+        }
+      }
+    }
+    return out;
+  }
+};
+
+const char* kGreeter = R"(applications:
+  - name: greeter
+    route_prefix: /greet
+    import_path: libtroupe_examples.so:Hello
+    deployments:
+      - name: Hello
+        num_replicas: 2
+        user_config: {greeting: hi}
+)";
+
+}  // namespace
+
+TEST_CASE("deploy --wait, status --json, config round trip, delete") {
+  Ctl c;
+  auto r = c.ctl({"deploy", std::string(TROUPE_SOURCE_DIR) + "/examples/hello.yaml", "--wait"});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("greeter/Hello: HEALTHY, 3/3 running") != std::string::npos);
+  CHECK(r.out.find("all applications are RUNNING") != std::string::npos);
+
+  // The documented shape of status --json.
+  auto s = c.status();
+  const auto& app = s.at("applications").at("greeter");
+  CHECK(app.at("status") == "RUNNING");
+  CHECK(app.contains("message"));
+  CHECK(app.at("route_prefix") == "/greet");
+  const auto& dep = app.at("deployments").at("Hello");
+  CHECK(dep.at("status") == "HEALTHY");
+  CHECK(dep.contains("message"));
+  REQUIRE(dep.at("replicas").size() == 3);
+  for (const auto& row : dep.at("replicas")) {
+    for (auto key : {"id", "node", "state", "version"})
+      CHECK(row.contains(key));
+  }
+
+  // config -> deploy is a no-op: nothing restarts.
+  auto before = c.fingerprint();
+  auto config = c.ctl({"config"});
+  REQUIRE(config.exit_code == 0);
+  auto file = c.write("roundtrip.yaml", config.out);
+  auto again = c.ctl({"deploy", file});
+  CHECK(again.exit_code == 0);
+  CHECK(again.out.find("unchanged") != std::string::npos);
+  CHECK(c.fingerprint() == before);
+
+  // Human-readable status names the replicas.
+  auto table = c.ctl({"status", "greeter"});
+  CHECK(table.exit_code == 0);
+  CHECK(table.out.find("greeter  RUNNING  /greet") != std::string::npos);
+
+  auto del = c.ctl({"delete", "greeter"});
+  CHECK(del.exit_code == 0);
+  CHECK(wait_until([&] { return c.status().at("applications").empty(); }, 20s, 100ms));
+  auto missing = c.ctl({"delete", "greeter"});
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.err.find("\"greeter\" is not a known application") != std::string::npos);
+}
+
+TEST_CASE("every kind of bad config is refused with a message naming it; nothing changes") {
+  Ctl c;
+  auto ok = c.ctl({"deploy", c.write("good.yaml", kGreeter), "--wait"});
+  REQUIRE(ok.exit_code == 0);
+  auto before = c.fingerprint();
+  REQUIRE(before.size() == 2);
+
+  struct Case {
+    const char* name;
+    std::string yaml;
+    std::string fragment;
+  };
+  std::vector<Case> cases = {
+      {"syntax", "applications: [\n  - name: x\n", "syntax.yaml:2:3: YAML syntax error"},
+      {"unknown", std::string(kGreeter) + "        num_replica: 3\n",
+       "unknown field 'num_replica' in deployment 'Hello'; did you mean 'num_replicas'?"},
+      {"type", std::string(kGreeter) + "        max_ongoing_requests: lots\n",
+       "max_ongoing_requests: expected"},
+      {"range", std::string(kGreeter) + "        health_check_timeout_s: -1\n",
+       "health_check_timeout_s"},
+      {"dup_app", std::string(kGreeter) + R"(  - name: greeter
+    route_prefix: /other
+    import_path: libtroupe_examples.so:Echo
+)",
+       "greeter"},
+      {"dup_dep", std::string(kGreeter) + "      - name: Hello\n", "Hello"},
+      {"prefix", R"(applications:
+  - name: bad
+    route_prefix: nope
+    import_path: libtroupe_examples.so:Echo
+)",
+       "route_prefix"},
+      {"same_prefix", std::string(kGreeter) + R"(  - name: other
+    route_prefix: /greet
+    import_path: libtroupe_examples.so:Echo
+)",
+       "route_prefix '/greet' of application 'other' is already used by application 'greeter'"},
+      {"empty", "", "is empty"},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.name);
+    auto file = c.write(std::string(k.name) + ".yaml", k.yaml);
+    auto r = c.ctl({"deploy", file});
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(k.fragment) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(c.fingerprint() == before);
+  }
+
+  // A library that no node has: accepted, then DEPLOY_FAILED with the
+  // loader's message; the running application is untouched.
+  auto missing = c.write("missing.yaml", std::string(kGreeter) + R"(  - name: ghost
+    route_prefix: /ghost
+    import_path: libnot_there.so:Ghost
+)");
+  auto r = c.ctl({"deploy", missing, "--wait", "--wait-timeout", "60"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("library 'libnot_there.so' not found in plugin path") != std::string::npos);
+  auto after = c.fingerprint();
+  CHECK(after == before);
+}
+
+TEST_CASE("kill replica through troupectl; shutdown --nodes stops every node process") {
+  Ctl c;
+  REQUIRE(c.ctl({"deploy", c.write("good.yaml", kGreeter), "--wait"}).exit_code == 0);
+  auto dep = c.status()["applications"]["greeter"]["deployments"]["Hello"];
+  auto victim = dep["replicas"][0]["id"].get<std::string>();
+  auto k = c.ctl({"kill", "replica", victim});
+  CHECK(k.exit_code == 0);
+  CHECK(wait_until(
+      [&] {
+        auto d = c.status()["applications"]["greeter"]["deployments"]["Hello"];
+        if (d.value("status", "") != "HEALTHY" || d["replicas"].size() != 2)
+          return false;
+        for (const auto& r : d["replicas"]) {
+          if (r["id"] == victim)
+            return false;
+        }
+        return true;
+      },
+      20s, 100ms));
+  auto bad_kind = c.ctl({"kill", "thing", "x"});
+  CHECK(bad_kind.exit_code == 2);
+  auto unknown = c.ctl({"kill", "replica", "no-such-replica"});
+  CHECK(unknown.exit_code == 1);
+  CHECK(unknown.err.find("no replica 'no-such-replica'") != std::string::npos);
+
+  auto s = c.ctl({"shutdown", "--nodes"});
+  CHECK(s.exit_code == 0);
+  for (auto& [id, proc] : c.cluster.nodes) {
+    CAPTURE(id);
+    auto code = proc.wait_exit(20s);
+    REQUIRE(code.has_value());
+    CHECK(*code == 0);
+  }
+}
