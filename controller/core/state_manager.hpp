@@ -25,6 +25,14 @@
 //              arrive; set_nodes when membership or a node's state changes;
 //              adopt_replicas when a node (re)registers with replicas.
 //              Events only record facts; the next update() acts on them.
+//   metrics:   for deployments with an autoscaling_config,
+//              record_replica_metrics (each replica's running + queued
+//              requests) and record_handle_metrics (each proxy's or handle's
+//              queued + in-flight requests for a deployment) as the reports
+//              arrive, every autoscaling_config.metrics_interval_s; a proxy
+//              queueing a request for a deployment with no running replica
+//              should report at once (that report starts the first replica).
+//              The next update() decides on them.
 //   tick:      std::vector<Command> cmds = core.update(); execute each
 //              command asynchronously (start -> spawn on the node agent, ...)
 //              and feed the outcome back as an event. Call it periodically

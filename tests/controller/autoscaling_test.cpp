@@ -3,7 +3,9 @@
 // tick; answers to a tick's commands arrive at the next tick).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "controller/core/autoscaling.hpp"
 #include "tests/controller/fakes.hpp"
@@ -704,4 +706,77 @@ TEST_CASE("autoscaling: a restarted controller keeps the replicas its predecesso
   CHECK(cmds.size() == 6);
   CHECK(running(h) == 6);
   CHECK(h.cluster.alive_not_stopping("a", "D") == 6);
+}
+
+TEST_CASE("autoscaling property: random loads, crashes, capacity changes and restarts") {
+  // Invariants after every tick: the target stays within the capacity-adjusted
+  // bounds, replicas alive (not stopping) never exceed target + rollout_size,
+  // and once the load and faults stop, the deployment converges to what the
+  // last load wants.
+  int autoscaled_changes = 0;  // shows the runs are not vacuous
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    INFO("seed " << seed);
+    std::mt19937_64 gen(seed);
+    auto pick = [&](uint32_t n) { return static_cast<uint32_t>(gen() % n); };
+    Harness h;
+    AutoscalingConfig a = bounded(pick(3), 3 + pick(8));
+    a.metrics_interval_s = 1 + pick(3);
+    a.look_back_period_s = 1 + pick(10);
+    a.upscale_delay_s = pick(5);
+    a.downscale_delay_s = pick(20);
+    if (pick(2))
+      a.upscale_smoothing_factor = 0.5;
+    if (pick(2))
+      a.downscale_smoothing_factor = 0.7;
+    DeploymentSpec d = autoscaled(a);
+    d.config.graceful_shutdown_timeout_s = 2;
+    d.config.health_check_period_s = 2;
+    d.config.health_check_timeout_s = 1;
+    deploy(h, d);
+    Load load{h, 0.0, a.metrics_interval_s};
+    std::optional<double> capacity;
+    uint32_t last_target = *h.core->target_replicas(kD);
+    for (int step = 0; step < 300; ++step) {
+      const uint32_t action = pick(100);
+      if (action < 10) {
+        load.total = pick(40);
+      } else if (action < 14) {
+        load.handles["proxy-" + std::to_string(pick(2))] = pick(10);
+      } else if (action < 17 && !h.cluster.actors.empty()) {
+        auto it = h.cluster.actors.begin();
+        std::advance(it, pick(static_cast<uint32_t>(h.cluster.actors.size())));
+        h.cluster.crash(it->first);
+      } else if (action < 19) {
+        const std::optional<double> choices[] = {std::nullopt, 0.0, 40.0, 100.0};
+        capacity = choices[pick(4)];
+        REQUIRE(h.core->set_target_capacity(capacity).is_ok());
+      } else if (action < 20) {
+        h.restart();
+      }
+      load.tick();
+      INFO("step " << step);
+      const uint32_t target = *h.core->target_replicas(kD);
+      CHECK(target >= capacity_adjusted(a.min_replicas, capacity));
+      CHECK(target <= capacity_adjusted(a.max_replicas, capacity));
+      CHECK(h.cluster.alive_not_stopping("a", "D") <= target + std::max<uint32_t>(target / 5, 1));
+      if (target != last_target && h.status("a", "D").trigger == DeploymentTrigger::autoscaling) {
+        ++autoscaled_changes;
+      }
+      last_target = target;
+    }
+    // Quiet: full capacity, a steady load of 10 (which a proxy also reports,
+    // so that a deployment at zero starts again).
+    REQUIRE(h.core->set_target_capacity(std::nullopt).is_ok());
+    load.handles.clear();
+    load.handles["proxy-0"] = 10;
+    load.total = 10;
+    load.until(h.clock.now_s() + 200);
+    const uint32_t want = std::clamp<uint32_t>(5, a.min_replicas, a.max_replicas);
+    CHECK(h.core->target_replicas(kD) == want);
+    CHECK(running(h) == want);
+    CHECK(h.cluster.alive_not_stopping("a", "D") == want);
+    CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+  }
+  MESSAGE("target changes by the autoscaler in the 20 runs: " << autoscaled_changes);
+  CHECK(autoscaled_changes > 50);
 }
