@@ -157,8 +157,11 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
     } else if (!had_autoscaling) {
       autoscaled_ = old_target;
     }
+    // A pending decision survives changes that leave the policy's inputs
+    // alone (new code, a num_replicas that autoscaling ignores).
     if (policy_) {
-      policy_->reset(*a);
+      if (policy_->config() != *a || capacity_changed || was_deleting)
+        policy_->reset(*a);
     } else {
       policy_.emplace(*a);
     }
@@ -245,8 +248,12 @@ void DeploymentState::autoscale(TickContext& ctx) {
   in.upper = capacity_adjusted(a.max_replicas, target_capacity_);
   last_decision_ = policy_->decide(in);
   const AutoscalingDecision& d = *last_decision_;
-  if (d.apply && d.proposed != target_)
-    set_autoscaled_target(d.proposed, describe(a, in, d));
+  if (d.apply && d.proposed != target_) {
+    std::string reason = describe(a, in, d);
+    if (target_capacity_ && *target_capacity_ < 100)
+      reason += " (target_capacity " + seconds(*target_capacity_) + "%)";
+    set_autoscaled_target(d.proposed, reason);
+  }
 }
 
 void DeploymentState::start_deleting() {

@@ -616,7 +616,8 @@ TEST_CASE("autoscaling: target_capacity scales the bounds the policy moves withi
   CHECK(load.tick() == V{"start a#D#3"});  // max 6 at 50 %: 3
   CHECK(h.status("a", "D").message ==
         "Upscaling from 2 to 3 replicas: 24.0 ongoing requests over 2 running replicas at a "
-        "target of 2 per replica want 12; smoothing factor 1 gives 12, bounds [1, 3] give 3.");
+        "target of 2 per replica want 12; smoothing factor 1 gives 12, bounds [1, 3] give 3 "
+        "(target_capacity 50%).");
   CHECK(load.until(20) == V{});
   CHECK(h.core->target_replicas(kD) == 3u);
   // Back to 100 %: the load takes it to 6.
@@ -779,4 +780,29 @@ TEST_CASE("autoscaling property: random loads, crashes, capacity changes and res
   }
   MESSAGE("target changes by the autoscaler in the 20 runs: " << autoscaled_changes);
   CHECK(autoscaled_changes > 50);
+}
+
+TEST_CASE("autoscaling: a new autoscaling_config restarts the delay, other changes do not") {
+  Harness h;
+  AutoscalingConfig a = bounded(1, 10);
+  a.initial_replicas = 2;
+  a.metrics_interval_s = 1;
+  a.look_back_period_s = 0.5;
+  DeploymentSpec d = autoscaled(a);
+  deploy(h, d);
+  Load load{h, 2.0, 1.0};
+  load.until(10);
+  load.total = 20.0;  // wants 10 from 11 on: due at 41
+  load.until(20);
+  CHECK(last_decision(h).since == 11);
+  d.config.num_replicas = 9;  // ignored: the pending decision stays
+  deploy(h, d);
+  load.until(21);
+  CHECK(last_decision(h).since == 11);
+  a.upscale_delay_s = 40;  // a new config starts over: due at 22 + 40
+  deploy(h, autoscaled(a));
+  CHECK(load.until(61) == V{});
+  CHECK(last_decision(h).since == 22);
+  CHECK(load.tick().size() == 8);
+  CHECK(h.core->target_replicas(kD) == 10u);
 }
