@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <set>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -55,6 +58,10 @@ struct ControllerState {
   std::unique_ptr<StateManager> core;
   bool recovering = true;
   std::vector<HostedReplica> hosted_during_recovery;
+  // Nodes that were alive before the restart; recovery ends early once all
+  // of them registered again.
+  std::set<std::string> expected_nodes;
+  std::string written_nodes;                             // last content of <state_dir>/nodes
   std::unordered_map<caf::actor_addr, AgentRef> agents;  // monitored agent -> node
   std::unordered_map<std::string, caf::actor> agent_of;  // node id -> agent
   std::unordered_map<std::string, ReplicaRef> replicas;  // replica id -> handle
@@ -101,7 +108,10 @@ NodeStatus to_wire(const NodeRecord& n, double now) {
   return s;
 }
 
+void save_live_nodes(ControllerState& st);
+
 void push_nodes(ControllerState& st) {
+  save_live_nodes(st);
   std::vector<controller::NodeInfo> view;
   for (const auto& [id, n] : st.membership.nodes())
     view.push_back({id, n.state, n.resources});
@@ -369,6 +379,65 @@ void reconcile(controller_actor* self) {
   publish(self);
 }
 
+std::string nodes_file(const ControllerState& st) {
+  return st.options.state_dir.empty() ? std::string() : st.options.state_dir + "/nodes";
+}
+
+// Keeps <state_dir>/nodes equal to the set of live nodes (written only when
+// it changes; replaced atomically with a rename).
+void save_live_nodes(ControllerState& st) {
+  auto path = nodes_file(st);
+  if (path.empty() || st.recovering)
+    return;
+  std::string content;
+  for (const auto& [id, n] : st.membership.nodes()) {
+    if (n.state != NodeState::dead)
+      content += id + "\n";
+  }
+  if (content == st.written_nodes)
+    return;
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << content;
+    if (!out.flush()) {
+      st.log->warn("cannot write {}: the next controller restart waits its full recovery window",
+                   path);
+      return;
+    }
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) == 0)
+    st.written_nodes = content;
+}
+
+void load_expected_nodes(ControllerState& st) {
+  auto path = nodes_file(st);
+  if (path.empty())
+    return;
+  std::ifstream in(path);
+  std::string id;
+  while (std::getline(in, id)) {
+    if (!id.empty())
+      st.expected_nodes.insert(id);
+  }
+}
+
+void finish_recovery(controller_actor* self);
+
+// During recovery: once every node that was alive before has registered
+// again, there is nothing more to wait for.
+void maybe_end_recovery_early(controller_actor* self) {
+  auto& st = self->state;
+  if (!st.recovering || st.expected_nodes.empty())
+    return;
+  for (const auto& id : st.expected_nodes) {
+    auto it = st.membership.nodes().find(id);
+    if (it == st.membership.nodes().end() || it->second.state == NodeState::dead)
+      return;
+  }
+  st.log->info("every node known before the restart has registered again");
+  finish_recovery(self);
+}
+
 void finish_recovery(controller_actor* self) {
   auto& st = self->state;
   if (!st.recovering)
@@ -384,6 +453,8 @@ void finish_recovery(controller_actor* self) {
                st.core->target_state().applications.size(), st.hosted_during_recovery.size());
   st.hosted_during_recovery.clear();
   st.recovering = false;
+  st.expected_nodes.clear();
+  save_live_nodes(st);
   reconcile(self);
 }
 
@@ -465,8 +536,10 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
   if (empty) {
     finish_recovery(self);
   } else {
-    st.log->info("checkpoint found; collecting hosted replicas for {:.1f} s before reconciling",
-                 options.recovery_window_s);
+    load_expected_nodes(st);
+    st.log->info(
+        "checkpoint found; collecting hosted replicas from {} known nodes for at most {:.1f} s",
+        st.expected_nodes.size(), options.recovery_window_s);
     self->delayed_send(self, seconds(options.recovery_window_s), recover_atom::value);
   }
 
@@ -569,6 +642,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         if (st.recovering) {
           for (auto& a : adopt)
             st.hosted_during_recovery.push_back(std::move(a));
+          maybe_end_recovery_early(self);
         } else {
           push_nodes(st);
           if (!adopt.empty())
@@ -768,7 +842,22 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         return caf::ok_atom::value;
       },
       [=](metrics_atom, const std::string&, const std::string& replica, double ongoing) {
-        self->state.ongoing[replica] = ongoing;
+        auto& st = self->state;
+        st.ongoing[replica] = ongoing;
+        if (!st.recovering)
+          st.core->record_replica_metrics(replica, ongoing);
+      },
+      [=](metrics_atom, const std::string& reporter, const std::string& app,
+          const std::string& deployment, double queued_and_inflight) {
+        // A proxy's (or handle's) view of one deployment: the only signal
+        // when it has no replica (scale from zero).
+        auto& st = self->state;
+        if (st.recovering)
+          return;
+        st.core->record_handle_metrics(reporter, DeploymentId{app, deployment},
+                                       queued_and_inflight);
+        if (queued_and_inflight > 0 && st.core->replicas(DeploymentId{app, deployment}).empty())
+          reconcile(self);  // cold start now, not at the next tick
       },
       [=](kill_replica_atom, const std::string& id) -> caf::result<caf::ok_atom> {
         // Chaos primitive: the replica dies as if it crashed (not a stop).

@@ -51,6 +51,11 @@ struct ControllerOptions {
   double recovery_window_s = 3.0;
   // Requests to agents and replicas that should answer at once.
   double request_timeout_s = 5.0;
+  // Where the ids of the live nodes are kept (file "nodes"), so that a
+  // restarted controller ends its recovery window as soon as every one of
+  // them has registered again. Empty: no such file; the window always runs
+  // in full.
+  std::string state_dir;
 };
 
 // Opens the checkpoint under `state_dir` and checks that it can be read. A

@@ -113,8 +113,20 @@ void connect(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   if (st.stopping || st.connecting || st.controller)
     return;
-  if (o.local_controller) {
-    adopt_controller(self, o, o.local_controller);
+  if (o.local_supervisor) {
+    st.connecting = true;
+    self->request(o.local_supervisor, seconds(o.request_timeout_s), caf::get_atom::value)
+        .then(
+            [=](const caf::actor& controller) {
+              self->state.connecting = false;
+              adopt_controller(self, o, controller);
+            },
+            [=](caf::error& err) {
+              self->state.connecting = false;
+              self->state.log->warn("no controller on this head yet: {}; retrying",
+                                    from_caf_error(err).message());
+              schedule_reconnect(self, o);
+            });
     return;
   }
   st.connecting = true;

@@ -31,9 +31,10 @@ class PluginLoader;
 
 struct AgentOptions {
   NodeInfo info;
-  // Exactly one of: the controller in this process (head node), or the
-  // endpoint where it is published (worker node).
-  caf::actor local_controller;
+  // Exactly one of: the head's controller supervisor in this process (asked
+  // for the current controller with `get`), or the endpoint where the
+  // controller is published (worker node).
+  caf::actor local_supervisor;
   Endpoint controller_endpoint;
   double heartbeat_interval_s = 1.0;
   double request_timeout_s = 2.0;

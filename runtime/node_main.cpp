@@ -21,6 +21,7 @@
 #include "controller/controller_actor.hpp"
 #include "controller/core/checkpoint_store.hpp"
 #include "replica/plugin/plugin_loader.hpp"
+#include "runtime/head_supervisor.hpp"
 #include "runtime/log.hpp"
 #include "runtime/node_agent.hpp"
 #include "runtime/node_options.hpp"
@@ -164,29 +165,32 @@ int main(int argc, char** argv) {
         cfg, TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
     caf::actor_system sys{cfg};
 
-    caf::actor controller;
+    // The head's controller runs under a supervisor that restarts it over
+    // the checkpoint if it dies.
+    caf::actor supervisor;
     if (o.head) {
-      controller::ControllerOptions copts;
-      copts.node_timeout_s = o.node_timeout_s;
-      copts.recovery_window_s = o.recovery_window_s;
-      controller = controller::spawn_controller(sys, copts, checkpoint);
-      auto port = sys.middleman().publish(controller, o.port, o.bind.c_str(), true);
-      if (!port) {
-        caf::anon_send_exit(controller, caf::exit_reason::kill);
+      SupervisorOptions sopts;
+      sopts.controller.node_timeout_s = o.node_timeout_s;
+      sopts.controller.recovery_window_s = o.recovery_window_s;
+      sopts.controller.state_dir = o.state_dir;
+      sopts.store = checkpoint;
+      sopts.bind = o.bind;
+      sopts.port = o.port;
+      auto started_supervisor = start_head_supervisor(sys, sopts);
+      if (!started_supervisor) {
         log::shutdown();
-        return usage_error("cannot listen on " + o.bind + ":" + std::to_string(o.port) + ": " +
-                           sys.render(port.error()));
+        return usage_error(started_supervisor.status().message());
       }
-      log->info("controller listening on {}:{}", o.bind, *port);
+      supervisor = *started_supervisor;
+      log->info("controller listening on {}:{}", o.bind, o.port);
     }
-
     AgentOptions aopts;
     aopts.info.id = o.node_id;
     aopts.info.host = o.bind;
     aopts.info.http_port = o.http_port;
     aopts.info.resources = o.resources.to_string();
     aopts.info.pid = static_cast<int32_t>(::getpid());
-    aopts.local_controller = controller;
+    aopts.local_supervisor = supervisor;
     if (o.join)
       aopts.controller_endpoint = *o.join;
     aopts.heartbeat_interval_s = o.heartbeat_interval_s;
@@ -220,11 +224,14 @@ int main(int argc, char** argv) {
                      log->warn("graceful stop of the agent failed: {}", sys.render(err));
                    });
       self->send_exit(agent, caf::exit_reason::user_shutdown);
-      if (controller)
-        self->send_exit(controller, caf::exit_reason::user_shutdown);
+      if (supervisor) {
+        self->request(supervisor, std::chrono::seconds(2), shutdown_atom::value)
+            .receive([](caf::ok_atom) {}, [](caf::error&) {});
+        self->send_exit(supervisor, caf::exit_reason::user_shutdown);
+      }
     }
-    if (controller)
-      sys.middleman().unpublish(controller, o.port);
+    if (supervisor)
+      sys.middleman().close(o.port);
   }
   log->info("stopped");
   log::shutdown();

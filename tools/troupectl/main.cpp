@@ -82,6 +82,10 @@ size_t running_count(const json& dep) {
 }
 
 void print_status(const json& status, bool replicas) {
+  if (status.value("recovering", false)) {
+    std::printf("the controller is recovering its state after a restart; retry in a moment\n");
+    return;
+  }
   const auto& apps = status.at("applications");
   if (apps.empty()) {
     std::printf("no applications\n");

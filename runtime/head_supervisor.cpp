@@ -1,0 +1,125 @@
+#include "runtime/head_supervisor.hpp"
+
+#include <chrono>
+#include <functional>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "runtime/log.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe {
+
+namespace {
+
+using publish_retry_atom = caf::atom_constant<caf::atom("republish")>;
+
+struct SupervisorState {
+  SupervisorOptions options;
+  caf::actor controller;
+  bool stopping = false;
+  int restarts = 0;
+  std::shared_ptr<std::function<void(int)>> publish;
+  std::shared_ptr<spdlog::logger> log = troupe::log::get("supervisor");
+  static inline const char* name = "troupe.supervisor";
+};
+
+using supervisor_actor = caf::stateful_actor<SupervisorState>;
+
+void start_controller(supervisor_actor* self) {
+  auto& st = self->state;
+  auto old = st.controller;
+  st.controller =
+      controller::spawn_controller(self->home_system(), st.options.controller, st.options.store);
+  self->monitor(st.controller);
+  auto mm = self->home_system().middleman().actor_handle();
+  // The port closes asynchronously in the middleman: retry the publish for
+  // a few seconds.
+  auto publish = std::make_shared<std::function<void(int)>>();
+  *publish = [=](int attempt) {
+    auto& st = self->state;
+    self->request(mm, std::chrono::seconds(10), caf::publish_atom::value, st.options.port,
+                  caf::actor_cast<caf::strong_actor_ptr>(st.controller), std::set<std::string>{},
+                  st.options.bind, true)
+        .then(
+            [=](uint16_t port) {
+              self->state.log->warn("controller restarted (restart #{}) and published on {}:{}",
+                                    self->state.restarts, self->state.options.bind, port);
+            },
+            [=](caf::error& err) {
+              if (attempt < 100) {
+                self->delayed_send(self, std::chrono::milliseconds(20), publish_retry_atom::value,
+                                   attempt + 1);
+                return;
+              }
+              self->state.log->critical("cannot publish the restarted controller on port {}: {}",
+                                        self->state.options.port, self->home_system().render(err));
+            });
+  };
+  self->state.publish = publish;
+  if (old) {
+    // Free the port from the dead controller, then publish the new one (the
+    // middleman handles both in the order sent).
+    self->send(mm, caf::close_atom::value, st.options.port);
+    (*publish)(0);
+  }
+}
+
+caf::behavior supervisor(supervisor_actor* self, SupervisorOptions options,
+                         caf::actor first_controller) {
+  auto& st = self->state;
+  st.options = std::move(options);
+  st.controller = first_controller;
+  self->monitor(first_controller);
+  self->set_down_handler([=](const caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source != st.controller.address())
+      return;
+    if (st.stopping || dm.reason == caf::exit_reason::user_shutdown) {
+      st.log->info("controller stopped");
+      st.controller = nullptr;
+      return;
+    }
+    ++st.restarts;
+    st.log->error("controller died ({}); starting a new one over the checkpoint",
+                  self->home_system().render(dm.reason));
+    start_controller(self);
+  });
+  return {
+      [=](caf::get_atom) -> caf::result<caf::actor> {
+        auto& st = self->state;
+        if (!st.controller) {
+          return to_caf_error(Status(errc::unavailable, "no controller is running"));
+        }
+        return st.controller;
+      },
+      [=](publish_retry_atom, int attempt) {
+        if (self->state.publish)
+          (*self->state.publish)(attempt);
+      },
+      [=](shutdown_atom) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        st.stopping = true;
+        if (st.controller)
+          self->send_exit(st.controller, caf::exit_reason::user_shutdown);
+        return caf::ok_atom::value;
+      },
+  };
+}
+
+}  // namespace
+
+Result<caf::actor> start_head_supervisor(caf::actor_system& sys, const SupervisorOptions& options) {
+  auto controller = controller::spawn_controller(sys, options.controller, options.store);
+  auto port = sys.middleman().publish(controller, options.port, options.bind.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(controller, caf::exit_reason::kill);
+    return Status(errc::unavailable, "cannot listen on " + options.bind + ":" +
+                                         std::to_string(options.port) + ": " +
+                                         sys.render(port.error()));
+  }
+  return sys.spawn(supervisor, options, controller);
+}
+
+}  // namespace troupe
