@@ -702,9 +702,17 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         auto& st = self->state;
         if (auto s = require_ready(st); !s)
           return to_caf_error(s);
+        if (auto s = check_config_size(encoded.size(), st.options.limits); !s)
+          return to_caf_error(s);
         auto app = decode_application(encoded);
         if (!app)
           return to_caf_error(app.status());
+        {
+          TargetState next = st.core->target_state();
+          next.applications[app->name] = *app;
+          if (auto s = check_limits(next, st.options.limits); !s)
+            return to_caf_error(s);
+        }
         auto result = st.core->deploy_application(*app);
         if (!result) {
           st.log->warn("deploy of {} refused: {}", app->name, result.status().to_string());
@@ -758,9 +766,13 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         auto& st = self->state;
         if (auto s = require_ready(st); !s)
           return to_caf_error(s);
+        if (auto s = check_config_size(encoded.size(), st.options.limits); !s)
+          return to_caf_error(s);
         auto declared = decode_target_state(encoded);
         if (!declared)
           return to_caf_error(declared.status());
+        if (auto s = check_limits(*declared, st.options.limits); !s)
+          return to_caf_error(s);
         bool changed = false;
         auto results = st.core->apply(*declared, &changed);
         if (!results) {

@@ -35,6 +35,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "controller/core/limits.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe::controller {
@@ -56,6 +57,8 @@ struct ControllerOptions {
   // them has registered again. Empty: no such file; the window always runs
   // in full.
   std::string state_dir;
+  // Caps on what one config may ask for (replicas, size).
+  Limits limits;
 };
 
 // Opens the checkpoint under `state_dir` and checks that it can be read. A

@@ -173,6 +173,9 @@ int main(int argc, char** argv) {
       sopts.controller.node_timeout_s = o.node_timeout_s;
       sopts.controller.recovery_window_s = o.recovery_window_s;
       sopts.controller.state_dir = o.state_dir;
+      sopts.controller.limits.max_replicas_per_deployment = o.max_replicas_per_deployment;
+      sopts.controller.limits.max_replicas_total = o.max_replicas_total;
+      sopts.controller.limits.max_config_bytes = o.max_config_bytes;
       sopts.store = checkpoint;
       sopts.bind = o.bind;
       sopts.port = o.port;

@@ -56,6 +56,18 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   app.add_option("--plugin-path", plugin_path,
                  "colon-separated directories of deployment libraries (default: " +
                      (default_plugin_dir.empty() ? std::string("none") : default_plugin_dir) + ")");
+  app.add_option("--max-replicas-per-deployment", o.max_replicas_per_deployment,
+                 "head: the most replicas one deployment may ask for")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--max-replicas-total", o.max_replicas_total,
+                 "head: the most replicas all deployments together may ask for")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+  app.add_option("--max-config-bytes", o.max_config_bytes,
+                 "head: the largest encoded config accepted")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
   app.add_option("--recovery-window", o.recovery_window_s,
                  "head: seconds to wait for nodes to report their replicas after a restart")
       ->capture_default_str();

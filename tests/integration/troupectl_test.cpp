@@ -211,3 +211,50 @@ TEST_CASE("kill replica through troupectl; shutdown --nodes stops every node pro
     CHECK(*code == 0);
   }
 }
+
+TEST_CASE("limits: a config over the cluster's replica caps is refused, naming the cap") {
+  Cluster cluster;
+  cluster.start_head({"--max-replicas-per-deployment", "5", "--max-replicas-total", "8"});
+  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+  auto write = [&](const std::string& name, const std::string& text) {
+    auto path = cluster.dir / name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  auto ctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, 60s);
+  };
+  auto big = ctl({"deploy", write("big.yaml", R"(applications:
+  - name: big
+    route_prefix: /big
+    import_path: libtroupe_examples.so:Echo
+    deployments:
+      - name: Echo
+        num_replicas: 6
+)")});
+  CHECK(big.exit_code == 1);
+  CHECK(big.err.find("asks for 6 replicas; the cluster allows at most 5 per deployment") !=
+        std::string::npos);
+  auto many = ctl({"deploy", write("many.yaml", R"(applications:
+  - name: a
+    route_prefix: /a
+    import_path: libtroupe_examples.so:Echo
+    deployments:
+      - name: Echo
+        num_replicas: 5
+  - name: b
+    route_prefix: /b
+    import_path: libtroupe_examples.so:Echo
+    deployments:
+      - name: Echo
+        num_replicas: 4
+)")});
+  CHECK(many.exit_code == 1);
+  CHECK(many.err.find("asks for 9 replicas in all; the cluster allows at most 8") !=
+        std::string::npos);
+  auto status = ctl({"status", "--json"});
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out).at("applications").empty());
+}
