@@ -150,6 +150,11 @@ int main(int argc, char** argv) {
   if (auto st = log::init(log_options); !st)
     return usage_error(st.message());
   auto log = log::get("node");
+  if (o.insecure && !is_loopback(o.bind)) {
+    log->warn("INSECURE: listening on {} without TLS: anyone who reaches this node can deploy "
+              "code and kill actors",
+              o.bind);
+  }
 
   // Every thread inherits this mask, so only the main loop below sees them.
   sigset_t signals;

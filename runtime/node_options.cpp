@@ -6,6 +6,10 @@
 
 namespace troupe {
 
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 Resources detect_machine_resources() {
   Resources r;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -56,6 +60,9 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   app.add_option("--plugin-path", plugin_path,
                  "colon-separated directories of deployment libraries (default: " +
                      (default_plugin_dir.empty() ? std::string("none") : default_plugin_dir) + ")");
+  app.add_flag("--insecure", o.insecure,
+               "allow a non-loopback --bind without TLS (anyone who reaches the port could "
+               "deploy code)");
   app.add_option("--max-replicas-per-deployment", o.max_replicas_per_deployment,
                  "head: the most replicas one deployment may ask for")
       ->capture_default_str()
@@ -139,6 +146,11 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   }
   if (!(o.recovery_window_s >= 0) || o.recovery_window_s > 600) {
     return invalid("--recovery-window must be between 0 and 600 seconds");
+  }
+  if (!is_loopback(o.bind) && !o.insecure) {
+    return invalid("--bind " + o.bind +
+                   " is not a loopback address: without TLS anyone who reaches it could deploy "
+                   "code or kill actors; give --insecure to accept that");
   }
   if (o.heartbeat_interval_s >= o.node_timeout_s) {
     return invalid("--heartbeat-interval must be shorter than --node-timeout");

@@ -46,6 +46,9 @@ struct NodeOptions {
 Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                                        const std::string& default_plugin_dir = "");
 
+// 127.0.0.0/8, ::1 and localhost.
+bool is_loopback(const std::string& host);
+
 // cpu=<online cores>,mem=<physical memory>.
 Resources detect_machine_resources();
 

@@ -181,3 +181,24 @@ TEST_CASE("a head refuses a port that is in use, and starts nothing") {
   // The running head is untouched.
   CHECK(c.states() == std::map<std::string, std::string>{{"head", "ALIVE"}});
 }
+
+TEST_CASE("a node on a non-loopback address without TLS needs --insecure, and then warns") {
+  TempDir dir;
+  auto refused = run({bin("troupe-node"), "--head", "--state-dir", dir / "a", "--bind", "0.0.0.0",
+                      "--port", std::to_string(free_port()), "--http-port",
+                      std::to_string(free_port())},
+                     10s);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("is not a loopback address") != std::string::npos);
+  // Allowed with --insecure, with a warning at start. (0.0.0.0 is still only
+  // reached over loopback by this test.)
+  ChildProcess node({bin("troupe-node"), "--head", "--state-dir", dir / "b", "--bind", "0.0.0.0",
+                     "--insecure", "--port", std::to_string(free_port()), "--http-port",
+                     std::to_string(free_port())},
+                    dir / "b.log");
+  CHECK(wait_until([&] { return node.output().find("INSECURE: listening on 0.0.0.0") !=
+                                std::string::npos; },
+                   10s));
+  node.signal(SIGTERM);
+  CHECK(node.wait_exit(10s) == std::optional<int>(0));
+}

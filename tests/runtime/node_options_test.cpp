@@ -104,3 +104,18 @@ TEST_CASE("bad options are refused with a message naming them") {
     CHECK(o.status().message().find(c.fragment) != std::string::npos);
   }
 }
+
+TEST_CASE("a non-loopback bind without TLS is refused unless --insecure") {
+  auto refused = parse({"--join", "h:1", "--bind", "0.0.0.0"});
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.status().message().find("--bind 0.0.0.0 is not a loopback address") !=
+        std::string::npos);
+  CHECK(refused.status().message().find("--insecure") != std::string::npos);
+  auto allowed = parse({"--join", "h:1", "--bind", "0.0.0.0", "--insecure"});
+  REQUIRE(allowed.has_value());
+  CHECK(allowed->insecure);
+  CHECK(parse({"--join", "h:1", "--bind", "127.0.0.2"}).has_value());
+  CHECK(parse({"--join", "h:1", "--bind", "localhost"}).has_value());
+  CHECK(is_loopback("::1"));
+  CHECK_FALSE(is_loopback("10.0.0.1"));
+}
