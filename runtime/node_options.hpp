@@ -31,6 +31,8 @@ struct NodeOptions {
   std::vector<std::string> plugin_path;
   // Head: seconds to collect re-registering nodes' replicas after a restart.
   double recovery_window_s = 3.0;
+  // Accept a non-loopback --bind without TLS (logged as a warning).
+  bool insecure = false;
   // Head: caps on what one config may ask for.
   uint32_t max_replicas_per_deployment = 1000;
   uint64_t max_replicas_total = 10000;
