@@ -1,0 +1,236 @@
+#include "tools/chaos/cluster.hpp"
+
+#include <signal.h>
+
+#include <sstream>
+
+namespace chaos {
+
+namespace {
+
+std::string fmt(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec& spec,
+                 uint32_t seed, std::string run_dir)
+    : bin_dir_(std::move(bin_dir)),
+      plugin_dir_(std::move(plugin_dir)),
+      spec_(spec),
+      run_dir_(std::move(run_dir)) {
+  port_ = free_port(seed);
+  address_ = "127.0.0.1:" + std::to_string(port_);
+  std::vector<std::string> liveness = {"--node-timeout",
+                                       fmt(spec_.node_timeout_s),
+                                       "--heartbeat-interval",
+                                       fmt(spec_.heartbeat_interval_s),
+                                       "--basp-heartbeat-interval",
+                                       fmt(spec_.basp_heartbeat_interval_s),
+                                       "--basp-connection-timeout",
+                                       fmt(spec_.basp_connection_timeout_s),
+                                       "--shutdown-grace",
+                                       fmt(spec_.shutdown_grace_s),
+                                       "--plugin-path",
+                                       plugin_dir_};
+  auto add = [&](const std::string& id, std::vector<std::string> argv) {
+    Node n;
+    n.id = id;
+    n.http_port = free_port(seed);
+    argv.insert(argv.end(), {"--node-id", id, "--state-dir", run_dir_ + "/" + id, "--http-port",
+                             std::to_string(n.http_port)});
+    argv.insert(argv.end(), liveness.begin(), liveness.end());
+    argv.insert(argv.end(), spec_.extra_args.begin(), spec_.extra_args.end());
+    n.argv = std::move(argv);
+    n.log_path = run_dir_ + "/" + id + ".log";
+    nodes_.emplace(id, std::move(n));
+  };
+  add("head", {bin_dir_ + "/troupe-node", "--head", "--port", std::to_string(port_),
+               "--recovery-window", fmt(spec_.recovery_window_s)});
+  for (int i = 1; i <= spec_.workers; ++i)
+    add("w" + std::to_string(i), {bin_dir_ + "/troupe-node", "--join", address_});
+}
+
+Cluster::~Cluster() {
+  // Children die with their Child objects (SIGCONT + SIGKILL); nothing else.
+}
+
+std::vector<std::string> Cluster::node_ids() const {
+  std::vector<std::string> out;
+  for (const auto& [id, n] : nodes_)
+    out.push_back(id);
+  return out;
+}
+
+void Cluster::spawn(Node& n) {
+  n.process = Child(n.argv, n.log_path);
+  n.frozen = false;
+  ++n.starts;
+}
+
+bool Cluster::start(std::chrono::milliseconds deadline, std::string* error) {
+  spawn(nodes_.at("head"));
+  for (auto& [id, n] : nodes_) {
+    if (id != "head")
+      spawn(n);
+  }
+  std::string last;
+  bool ok = wait_until(
+      [&] {
+        for (auto& [id, n] : nodes_) {
+          if (!n.process.running()) {
+            last = "node " + id + " exited with " +
+                   std::to_string(n.process.exit_code().value_or(-1)) + " (log " + n.log_path + ")";
+            return true;
+          }
+        }
+        auto nodes = nodes_json(2, &last);
+        if (!nodes)
+          return false;
+        size_t alive = 0;
+        for (const auto& row : *nodes) {
+          if (row.value("state", "") == "ALIVE" && nodes_.count(row.value("id", "")))
+            ++alive;
+        }
+        last = std::to_string(alive) + " of " + std::to_string(nodes_.size()) + " nodes ALIVE";
+        return alive == nodes_.size();
+      },
+      deadline, 100ms);
+  for (auto& [id, n] : nodes_) {
+    if (!n.process.running())
+      ok = false;
+  }
+  if (!ok && error)
+    *error = "cluster did not come up: " + last;
+  return ok;
+}
+
+RunResult Cluster::ctl(const std::vector<std::string>& args, double timeout_s) const {
+  std::vector<std::string> argv = {bin_dir_ + "/troupectl", "--address", address_, "--timeout",
+                                   fmt(timeout_s)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  // troupectl bounds itself by --timeout per step; the outer bound is a
+  // safety net against a hung client.
+  auto bound = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 3000) + 5000);
+  return run(argv, bound);
+}
+
+namespace {
+
+std::optional<nlohmann::json> parse_answer(const RunResult& r, std::string* error) {
+  if (r.exit_code != 0) {
+    if (error) {
+      std::string err = r.err;
+      while (!err.empty() && (err.back() == '\n' || err.back() == '\r'))
+        err.pop_back();
+      *error = r.exit_code < 0 ? "troupectl timed out" : err;
+    }
+    return std::nullopt;
+  }
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    if (error)
+      *error = std::string("unparsable troupectl output: ") + e.what();
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::optional<nlohmann::json> Cluster::status_json(double timeout_s, std::string* error) const {
+  return parse_answer(ctl({"status", "--json"}, timeout_s), error);
+}
+
+std::optional<nlohmann::json> Cluster::nodes_json(double timeout_s, std::string* error) const {
+  return parse_answer(ctl({"nodes", "--json"}, timeout_s), error);
+}
+
+void Cluster::kill9(const std::string& id) {
+  auto& n = nodes_.at(id);
+  n.process.signal(SIGKILL);
+  n.process.wait_exit(5s);
+  n.frozen = false;
+}
+
+void Cluster::restart(const std::string& id) {
+  auto& n = nodes_.at(id);
+  if (n.process.running())
+    kill9(id);
+  spawn(n);
+}
+
+void Cluster::sigstop(const std::string& id) {
+  auto& n = nodes_.at(id);
+  n.process.signal(SIGSTOP);
+  n.frozen = true;
+}
+
+void Cluster::sigcont(const std::string& id) {
+  auto& n = nodes_.at(id);
+  n.process.signal(SIGCONT);
+  n.frozen = false;
+}
+
+ShutdownResult Cluster::shutdown(std::chrono::milliseconds graceful_deadline) {
+  ShutdownResult out;
+  for (auto& [id, n] : nodes_) {
+    if (n.frozen)
+      sigcont(id);
+  }
+  auto r = ctl({"shutdown", "--nodes"}, 10);
+  out.shutdown_command_ok = r.exit_code == 0;
+  if (!out.shutdown_command_ok)
+    out.shutdown_error = r.exit_code < 0 ? "troupectl timed out" : r.err;
+  auto all_stopped = [&] {
+    for (auto& [id, n] : nodes_) {
+      if (n.process.running())
+        return false;
+    }
+    return true;
+  };
+  if (out.shutdown_command_ok)
+    wait_until(all_stopped, graceful_deadline, 50ms);
+  for (auto& [id, n] : nodes_) {
+    if (n.process.running()) {
+      out.needed_sigterm.push_back(id);
+      n.process.signal(SIGTERM);
+    }
+  }
+  auto grace =
+      std::chrono::milliseconds(static_cast<int64_t>(spec_.shutdown_grace_s * 1000) + 5000);
+  wait_until(all_stopped, grace, 50ms);
+  for (auto& [id, n] : nodes_) {
+    if (n.process.running()) {
+      out.needed_sigkill.push_back(id);
+      n.process.signal(SIGKILL);
+      n.process.wait_exit(5s);
+    }
+    out.exit_codes[id] = n.process.exit_code().value_or(-1);
+  }
+  // Anything else that carries the run directory in its command line (a
+  // node restarted by someone else, a stray troupectl) is a leftover.
+  wait_until([&] { return processes_mentioning(run_dir_).empty(); }, 2s, 50ms);
+  for (pid_t pid : processes_mentioning(run_dir_)) {
+    out.leftover_pids.push_back(pid);
+    ::kill(pid, SIGCONT);
+    ::kill(pid, SIGKILL);
+  }
+  return out;
+}
+
+std::string Cluster::logs_tail(size_t bytes_per_node) const {
+  std::string out;
+  for (const auto& [id, n] : nodes_) {
+    std::string log = slurp(n.log_path);
+    if (log.size() > bytes_per_node)
+      log = "..." + log.substr(log.size() - bytes_per_node);
+    out += "----- " + id + " (" + n.log_path + ") -----\n" + log + "\n";
+  }
+  return out;
+}
+
+}  // namespace chaos

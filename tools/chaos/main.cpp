@@ -1,0 +1,699 @@
+// chaos: runs a scenario of scripted faults under load against a cluster it
+// starts itself, and reports whether the cluster kept its promises.
+//
+//   chaos --scenario FILE [--bin-dir DIR] [--plugin-dir DIR] [--seed N]
+//         [--json] [--json-file PATH] [--poll-ms N] [--no-load] [--keep]
+//
+// Exit codes: 0 every invariant holds and every goal of the scenario is met;
+// 1 a violation, a missed goal, or a run that could not be set up; 2 bad
+// usage or a bad scenario file; 130 interrupted.
+#include <limits.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <queue>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
+
+#include "tools/chaos/cluster.hpp"
+#include "tools/chaos/http_client.hpp"
+#include "tools/chaos/load.hpp"
+#include "tools/chaos/monitor.hpp"
+#include "tools/chaos/process.hpp"
+#include "tools/chaos/report.hpp"
+#include "tools/chaos/scenario.hpp"
+
+namespace chaos {
+namespace {
+
+const char* kUsage = R"(chaos: scripted faults under load against a troupe cluster it starts itself
+
+usage: chaos --scenario FILE [options]
+
+  --scenario FILE     scenario YAML (tools/chaos/scenarios/*.yaml; schema in docs/reliability.md)
+  --bin-dir DIR       where troupe-node and troupectl are (default: this program's directory)
+  --plugin-dir DIR    deployment libraries for the nodes (default: BIN_DIR/../plugins)
+  --seed N            seed of every random choice (default: the scenario's seed)
+  --json              print the report as JSON instead of text
+  --json-file PATH    also write the JSON report to PATH
+  --poll-ms N         interval of status/nodes polls and proxy probes (default 100)
+  --no-load           run the faults without the HTTP load (no proxy needed)
+  --keep              keep the run directory (node logs, state) after the run
+
+exit: 0 all invariants hold and all goals are met; 1 otherwise; 2 bad usage; 130 interrupted
+)";
+
+struct Options {
+  std::string scenario;
+  std::string bin_dir;
+  std::string plugin_dir;
+  std::optional<uint32_t> seed;
+  bool json = false;
+  std::string json_file;
+  int poll_ms = 100;
+  bool no_load = false;
+  bool keep = false;
+};
+
+std::string self_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Clock::time_point at(Clock::time_point t0, double s) {
+  return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f s", s);
+  return buf;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
+    s.pop_back();
+  return s;
+}
+
+// A step of the fault schedule.
+struct Step {
+  double t_s;
+  size_t spec;  // index into scenario.faults
+  enum Phase { fire, restart, resume } phase;
+  size_t event;  // restart/resume: index of the FaultEvent they end
+  bool operator>(const Step& o) const { return t_s > o.t_s; }
+};
+
+class Runner {
+ public:
+  Runner(Options opts, Scenario scenario, std::string command) : opts_(std::move(opts)), rng_(0) {
+    run_.scenario = std::move(scenario);
+    run_.scenario_path = opts_.scenario;
+    run_.command = std::move(command);
+    run_.seed = opts_.seed.value_or(run_.scenario.seed);
+    run_.poll_ms = opts_.poll_ms;
+    rng_.seed(run_.seed);
+  }
+
+  RunData& go() {
+    auto wall_start = Clock::now();
+    run_.started_utc = utc_now();
+    if (opts_.keep)
+      dir_.keep();
+    const auto& sc = run_.scenario;
+    cluster_ = std::make_unique<Cluster>(opts_.bin_dir, opts_.plugin_dir, sc.cluster, run_.seed,
+                                         dir_.path());
+    for (const auto& id : cluster_->node_ids())
+      run_.http_ports[id] = cluster_->node(id).http_port;
+    run_.load_enabled = sc.has_load && !opts_.no_load;
+    if (opts_.keep)
+      run_.notes.push_back("run directory kept: " + dir_.path());
+    try {
+      body();
+    } catch (const std::exception& e) {
+      run_.setup_error = std::string("unexpected error: ") + e.what();
+    }
+    if (monitor_) {
+      monitor_->stop();
+      run_.observations = monitor_->observations();
+    }
+    if (load_) {
+      load_->stop();
+      run_.load = load_->result();
+    }
+    run_.shutdown = cluster_->shutdown(30s);
+    run_.invariants.push_back({"no troupe process left behind", run_.shutdown.leftover_pids.empty(),
+                               run_.shutdown.leftover_pids.empty()
+                                   ? "every node process started by the run has exited"
+                                   : std::to_string(run_.shutdown.leftover_pids.size()) +
+                                         " processes still ran after the shutdown (killed now)"});
+    run_.interrupted = g_interrupted.load();
+    run_.wall_s = since(wall_start);
+    analyze(run_);
+    if (!run_.ok && !opts_.keep) {
+      // A failing run keeps the node logs for the post-mortem.
+      dir_.keep();
+      run_.notes.push_back("run failed: node logs kept in " + dir_.path());
+    }
+    return run_;
+  }
+
+ private:
+  void body() {
+    const auto& sc = run_.scenario;
+    std::string error;
+    if (!cluster_->start(30s, &error)) {
+      run_.setup_error = error;
+      return;
+    }
+    // Deploy exactly the scenario's config, and wait until it runs.
+    std::string deploy_file = dir_ / "deploy.yaml";
+    {
+      YAML::Emitter em;
+      em << sc.deploy;
+      std::ofstream(deploy_file) << em.c_str() << "\n";
+    }
+    auto dep = cluster_->ctl({"deploy", deploy_file, "--wait", "--wait-timeout", "60"}, 10);
+    if (dep.exit_code != 0) {
+      run_.setup_error = "deploy failed: " + trim(dep.err.empty() ? dep.out : dep.err);
+      return;
+    }
+    auto acked = cluster_->status_json(5, &error);
+    if (!acked) {
+      run_.setup_error = "status after deploy failed: " + error;
+      return;
+    }
+    acknowledged_ = *acked;
+    for (const auto& app : sc.deploy["applications"])
+      declared_apps_.insert(app["name"] ? app["name"].as<std::string>() : "default");
+
+    // Load, monitor and faults share t0.
+    t0_ = Clock::now();
+    std::map<std::string, uint16_t> load_ports;
+    if (run_.load_enabled) {
+      auto via = sc.load.via;
+      if (via.empty())
+        via = cluster_->node_ids();
+      for (const auto& id : via) {
+        if (!cluster_->has_node(id))
+          throw std::runtime_error("load.via names unknown node '" + id + "'");
+        load_ports[id] = cluster_->node(id).http_port;
+      }
+    }
+    monitor_ = std::make_unique<Monitor>(
+        *cluster_, run_.load_enabled ? run_.http_ports : std::map<std::string, uint16_t>{},
+        run_.load_enabled ? sc.load.paths.front() : "", t0_,
+        std::chrono::milliseconds(opts_.poll_ms));
+    monitor_->start();
+    if (run_.load_enabled) {
+      load_ = std::make_unique<LoadGenerator>(sc.load, load_ports, t0_);
+      load_->start();
+    }
+
+    run_schedule();
+    if (g_interrupted.load())
+      return;
+
+    // Convergence after the last fault.
+    double after = run_.last_fault_s.value_or(0);
+    auto deadline =
+        std::chrono::milliseconds(static_cast<int64_t>(sc.convergence_deadline_s * 1000));
+    auto converged = monitor_->await(
+        after, [&](const Observation& o) { return o.healthy() && nodes_as_expected(o, nullptr); },
+        deadline);
+    if (converged) {
+      run_.converged_at_s = converged->end_s;
+    } else {
+      auto last = monitor_->observe();
+      std::string why = last.unhealthy_reason();
+      nodes_as_expected(last, &why);
+      run_.convergence_detail =
+          "within " + std::to_string(sc.convergence_deadline_s) + " s; last seen: " + why;
+    }
+    run_.invariants.push_back(
+        {"converged after the faults (apps RUNNING, deployments HEALTHY at target, nodes as "
+         "expected)",
+         converged.has_value(),
+         converged ? "after " + seconds(*run_.converged_at_s - after) : run_.convergence_detail});
+
+    // The load runs its full duration.
+    if (load_) {
+      sleep_until(at(t0_, sc.load.duration_s));
+      load_->stop();
+    }
+    monitor_->stop();
+    final_checks();
+  }
+
+  // Which node states the run expects at the end: DRAINING for drained
+  // nodes, DEAD for killed nodes that were not restarted, ALIVE otherwise;
+  // every node's pid must be the process the run started.
+  bool nodes_as_expected(const Observation& o, std::string* why) {
+    if (!o.nodes_ok)
+      return false;
+    for (const auto& id : cluster_->node_ids()) {
+      std::string want = "ALIVE";
+      if (drained_.count(id))
+        want = "DRAINING";
+      if (dead_.count(id))
+        want = "DEAD";
+      auto it = o.node_state.find(id);
+      std::string have = it == o.node_state.end() ? "missing" : it->second;
+      if (have != want) {
+        if (why)
+          *why += "; node " + id + " is " + have + ", expected " + want;
+        return false;
+      }
+    }
+    if (o.node_state.size() != cluster_->node_ids().size()) {
+      if (why)
+        *why += "; nodes --json lists unknown nodes";
+      return false;
+    }
+    return true;
+  }
+
+  void run_schedule() {
+    const auto& sc = run_.scenario;
+    std::priority_queue<Step, std::vector<Step>, std::greater<Step>> steps;
+    for (size_t i = 0; i < sc.faults.size(); ++i) {
+      const auto& f = sc.faults[i];
+      if (f.every_s <= 0) {
+        steps.push({f.start_s, i, Step::fire, 0});
+        continue;
+      }
+      for (double t = f.start_s; t <= f.stop_s + 1e-9; t += f.every_s)
+        steps.push({t, i, Step::fire, 0});
+    }
+    while (!steps.empty() && !g_interrupted.load()) {
+      Step s = steps.top();
+      steps.pop();
+      sleep_until(at(t0_, s.t_s));
+      if (g_interrupted.load())
+        return;
+      const auto& spec = sc.faults[s.spec];
+      if (s.phase == Step::restart) {
+        auto& ev = run_.faults[s.event];
+        ev.end_s = since(t0_);
+        cluster_->restart(ev.node);
+        down_.erase(ev.node);
+        run_.last_fault_s = ev.end_s;
+        continue;
+      }
+      if (s.phase == Step::resume) {
+        auto& ev = run_.faults[s.event];
+        ev.end_s = since(t0_);
+        cluster_->sigcont(ev.node);
+        down_.erase(ev.node);
+        run_.last_fault_s = ev.end_s;
+        continue;
+      }
+      FaultEvent ev = inject(spec);
+      run_.last_fault_s = ev.t_s;
+      run_.faults.push_back(ev);
+      size_t index = run_.faults.size() - 1;
+      if (!ev.ok)
+        continue;
+      if (spec.kind == FaultKind::kill9_node && spec.restart_after_s >= 0)
+        steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::restart, index});
+      if (spec.kind == FaultKind::sigstop_node)
+        steps.push({ev.t_s + spec.duration_s, s.spec, Step::resume, index});
+    }
+  }
+
+  // A node for a node fault: named, or picked at random among the nodes
+  // that are up (neither killed nor frozen).
+  std::optional<std::string> pick_node(const std::string& which) {
+    if (which != "random" && which != "random_worker") {
+      if (!cluster_->has_node(which))
+        return std::nullopt;
+      return which;
+    }
+    std::vector<std::string> candidates;
+    for (const auto& id : cluster_->node_ids()) {
+      if (down_.count(id) || dead_.count(id))
+        continue;
+      if (which == "random_worker" && id == "head")
+        continue;
+      candidates.push_back(id);
+    }
+    if (candidates.empty())
+      return std::nullopt;
+    std::uniform_int_distribution<size_t> pick(0, candidates.size() - 1);
+    return candidates[pick(rng_)];
+  }
+
+  FaultEvent inject(const FaultSpec& spec) {
+    FaultEvent ev;
+    ev.kind = spec.kind;
+    ev.max_recovery_s = spec.max_recovery_s;
+    auto command = [&](const std::vector<std::string>& args) {
+      ev.t_s = since(t0_);
+      auto r = cluster_->ctl(args, 2);
+      ev.ok = r.exit_code == 0;
+      if (!ev.ok)
+        ev.message = r.exit_code < 0 ? "troupectl timed out" : trim(r.err);
+    };
+    if (spec.kind == FaultKind::kill_replica) {
+      std::string error;
+      ev.t_s = since(t0_);
+      auto status = cluster_->status_json(2, &error);
+      if (!status) {
+        ev.message = "no status to pick a replica from: " + error;
+        return ev;
+      }
+      std::vector<std::pair<std::string, std::string>> candidates;  // id, node
+      for (const auto& [app, a] : (*status)["applications"].items()) {
+        if (!spec.app.empty() && app != spec.app)
+          continue;
+        for (const auto& [dname, d] : a["deployments"].items()) {
+          if (!spec.deployment.empty() && dname != spec.deployment)
+            continue;
+          for (const auto& r : d["replicas"]) {
+            if (r.value("state", "") == "RUNNING")
+              candidates.emplace_back(r.value("id", ""), r.value("node", ""));
+          }
+        }
+      }
+      if (candidates.empty()) {
+        ev.message = "no RUNNING replica to kill";
+        return ev;
+      }
+      std::sort(candidates.begin(), candidates.end());
+      std::uniform_int_distribution<size_t> pick(0, candidates.size() - 1);
+      auto [id, node] = candidates[pick(rng_)];
+      ev.victim = id;
+      ev.node = node;
+      command({"kill", "replica", id});
+      return ev;
+    }
+    if (spec.kind == FaultKind::kill_controller) {
+      ev.node = "head";
+      command({"kill", "controller"});
+      return ev;
+    }
+    auto node = pick_node(spec.node);
+    ev.t_s = since(t0_);
+    if (!node) {
+      ev.message = "no node '" + spec.node + "' to hit";
+      return ev;
+    }
+    ev.node = *node;
+    switch (spec.kind) {
+      case FaultKind::kill_proxy:
+        command({"kill", "proxy", *node});
+        break;
+      case FaultKind::kill_agent:
+        command({"kill", "agent", *node});
+        break;
+      case FaultKind::drain_node:
+        command({"drain", *node});
+        if (ev.ok)
+          drained_.insert(*node);
+        break;
+      case FaultKind::kill9_node:
+        ev.t_s = since(t0_);
+        cluster_->kill9(*node);
+        ev.ok = true;
+        down_.insert(*node);
+        if (spec.restart_after_s < 0)
+          dead_.insert(*node);
+        break;
+      case FaultKind::sigstop_node:
+        ev.t_s = since(t0_);
+        cluster_->sigstop(*node);
+        ev.ok = true;
+        down_.insert(*node);
+        break;
+      default:
+        break;
+    }
+    return ev;
+  }
+
+  // The invariants checked once the load has stopped.
+  void final_checks() {
+    auto final = monitor_->observe();
+    const auto& sc = run_.scenario;
+
+    // Exact replica counts, no duplicates, none on a node that cannot hold
+    // them.
+    {
+      Check c{"every deployment has exactly its target of replicas, all RUNNING, no id twice", true,
+              ""};
+      if (!final.status_ok) {
+        c.ok = false;
+        c.detail = "status failed: " + final.status_error;
+      }
+      for (const auto& [name, d] : final.deployments) {
+        if (d.running != d.target || d.total != d.target) {
+          c.ok = false;
+          c.detail += name + ": " + std::to_string(d.running) + " RUNNING of " +
+                      std::to_string(d.total) + " listed, target " + std::to_string(d.target) +
+                      "; ";
+        }
+      }
+      for (const auto& id : final.duplicate_ids) {
+        c.ok = false;
+        c.detail += "replica " + id + " listed twice; ";
+      }
+      for (const auto& [node, count] : final.replicas_per_node) {
+        auto it = final.node_state.find(node);
+        if (count > 0 && (it == final.node_state.end() || it->second != "ALIVE")) {
+          c.ok = false;
+          c.detail += std::to_string(count) + " replicas on node " + node + " (" +
+                      (it == final.node_state.end() ? "unknown" : it->second) + "); ";
+        }
+      }
+      if (c.ok)
+        c.detail = std::to_string(final.replica_ids.size()) + " replicas in " +
+                   std::to_string(final.deployments.size()) + " deployments";
+      run_.invariants.push_back(c);
+    }
+
+    // Every acknowledged deploy is present: the applications, routes,
+    // deployments and targets the controller reported after the deploy.
+    {
+      Check c{"every acknowledged deploy is present", final.status_ok, ""};
+      if (!final.status_ok)
+        c.detail = "status failed: " + final.status_error;
+      for (const auto& app : declared_apps_) {
+        if (!acknowledged_["applications"].contains(app)) {
+          c.ok = false;
+          c.detail += "declared application " + app + " was never reported; ";
+        }
+      }
+      for (const auto& [app, a] : acknowledged_["applications"].items()) {
+        if (!final.app_status.count(app)) {
+          c.ok = false;
+          c.detail += "application " + app + " is gone; ";
+          continue;
+        }
+        if (final.app_route[app] != a.value("route_prefix", "")) {
+          c.ok = false;
+          c.detail += app + " route changed to " + final.app_route[app] + "; ";
+        }
+        for (const auto& [dname, d] : a["deployments"].items()) {
+          auto it = final.deployments.find(app + "/" + dname);
+          if (it == final.deployments.end()) {
+            c.ok = false;
+            c.detail += "deployment " + app + "/" + dname + " is gone; ";
+          } else if (it->second.target != d.value("target_replicas", int64_t{0})) {
+            c.ok = false;
+            c.detail += app + "/" + dname + " target is " + std::to_string(it->second.target) +
+                        ", acknowledged " + std::to_string(d.value("target_replicas", int64_t{0})) +
+                        "; ";
+          }
+        }
+      }
+      for (const auto& [app, st] : final.app_status) {
+        if (!acknowledged_["applications"].contains(app)) {
+          c.ok = false;
+          c.detail += "unknown application " + app + "; ";
+        }
+      }
+      if (c.ok)
+        c.detail = std::to_string(declared_apps_.size()) + " applications as acknowledged";
+      run_.invariants.push_back(c);
+    }
+
+    // The node processes are the ones the run started (no stray node).
+    {
+      Check c{"every node listed is a process this run started", final.nodes_ok, ""};
+      if (!final.nodes_ok)
+        c.detail = "nodes failed: " + final.nodes_error;
+      for (const auto& [id, pid] : final.node_pid) {
+        if (!cluster_->has_node(id)) {
+          c.ok = false;
+          c.detail += "unknown node " + id + "; ";
+          continue;
+        }
+        auto& n = cluster_->node(id);
+        if (final.node_state[id] != "DEAD" && pid != 0 && pid != n.process.pid()) {
+          c.ok = false;
+          c.detail += id + " reports pid " + std::to_string(pid) + ", started " +
+                      std::to_string(n.process.pid()) + "; ";
+        }
+      }
+      run_.invariants.push_back(c);
+    }
+
+    // After convergence, every live node's proxy serves, and only replicas
+    // the controller knows answer (an orphan replica serving would show up
+    // here with an id absent from status).
+    if (run_.load_enabled) {
+      Check serve{"every live node's proxy serves after convergence", true, ""};
+      Check known{"answers come only from replicas the controller lists", true, ""};
+      int with_id = 0;
+      for (const auto& [id, port] : run_.http_ports) {
+        if (dead_.count(id))
+          continue;
+        int ok = 0, tries = 0;
+        for (const auto& path : sc.load.paths) {
+          HttpClient client("127.0.0.1", port);
+          for (int i = 0; i < 10; ++i) {
+            ++tries;
+            auto r = client.get(path, 2000ms);
+            if (r.status < 200 || r.status >= 300)
+              continue;
+            ++ok;
+            auto body = nlohmann::json::parse(r.body, nullptr, false);
+            if (body.is_object() && body.contains("replica_id") && body["replica_id"].is_string()) {
+              ++with_id;
+              auto rid = body["replica_id"].get<std::string>();
+              if (!final.replica_ids.count(rid)) {
+                known.ok = false;
+                known.detail += rid + " answered via " + id + "; ";
+              }
+            }
+          }
+        }
+        if (ok != tries) {
+          serve.ok = false;
+          serve.detail += id + ": " + std::to_string(ok) + " of " + std::to_string(tries) + " ok; ";
+        }
+      }
+      if (serve.ok)
+        serve.detail = "10 requests per path through every live node, all 2xx";
+      if (known.ok)
+        known.detail = std::to_string(with_id) + " answers carried a replica_id, all known";
+      run_.invariants.push_back(serve);
+      run_.invariants.push_back(known);
+    }
+  }
+
+  Options opts_;
+  RunData run_;
+  std::mt19937 rng_;
+  TempDir dir_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Monitor> monitor_;
+  std::unique_ptr<LoadGenerator> load_;
+  Clock::time_point t0_;
+  nlohmann::json acknowledged_;
+  std::set<std::string> declared_apps_;
+  std::set<std::string> drained_;
+  std::set<std::string> dead_;  // killed for good
+  std::set<std::string> down_;  // killed or frozen right now
+};
+
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "chaos: error: %s\n%s", what.c_str(), kUsage);
+  return 2;
+}
+
+int main_impl(int argc, char** argv) {
+  Options opts;
+  std::string command;
+  for (int i = 0; i < argc; ++i)
+    command += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name) -> std::optional<std::string> {
+      if (i + 1 >= argc)
+        return std::nullopt;
+      (void)name;
+      return std::string(argv[++i]);
+    };
+    std::optional<std::string> v;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--json") {
+      opts.json = true;
+    } else if (a == "--no-load") {
+      opts.no_load = true;
+    } else if (a == "--keep") {
+      opts.keep = true;
+    } else if (a == "--scenario" || a == "--bin-dir" || a == "--plugin-dir" || a == "--seed" ||
+               a == "--json-file" || a == "--poll-ms") {
+      v = value(a.c_str());
+      if (!v)
+        return usage_error(a + " needs a value");
+      if (a == "--scenario")
+        opts.scenario = *v;
+      else if (a == "--bin-dir")
+        opts.bin_dir = *v;
+      else if (a == "--plugin-dir")
+        opts.plugin_dir = *v;
+      else if (a == "--json-file")
+        opts.json_file = *v;
+      else {
+        char* end = nullptr;
+        unsigned long n = std::strtoul(v->c_str(), &end, 10);
+        if (v->empty() || *end != '\0' || n > 0xffffffffUL)
+          return usage_error(a + " needs a non-negative integer");
+        if (a == "--seed")
+          opts.seed = static_cast<uint32_t>(n);
+        else if (n < 10 || n > 10000)
+          return usage_error("--poll-ms must be within 10-10000");
+        else
+          opts.poll_ms = static_cast<int>(n);
+      }
+    } else {
+      return usage_error("unknown argument '" + a + "'");
+    }
+  }
+  if (opts.scenario.empty())
+    return usage_error("--scenario FILE is required");
+  if (opts.bin_dir.empty())
+    opts.bin_dir = self_dir();
+  if (opts.plugin_dir.empty())
+    opts.plugin_dir = opts.bin_dir + "/../plugins";
+  for (const char* b : {"troupe-node", "troupectl"}) {
+    if (::access((opts.bin_dir + "/" + b).c_str(), X_OK) != 0)
+      return usage_error(opts.bin_dir + "/" + b + " is not an executable (see --bin-dir)");
+  }
+  Scenario scenario;
+  try {
+    scenario = load_scenario(opts.scenario);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chaos: error: %s\n", e.what());
+    return 2;
+  }
+  install_signal_handlers();
+  Runner runner(opts, std::move(scenario), command);
+  auto& run = runner.go();
+  auto j = to_json(run);
+  if (!opts.json_file.empty())
+    std::ofstream(opts.json_file) << j.dump(2) << "\n";
+  if (opts.json)
+    std::cout << j.dump(2) << std::endl;
+  else
+    std::cout << to_text(run) << std::flush;
+  if (run.interrupted)
+    return 130;
+  return run.ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace chaos
+
+int main(int argc, char** argv) {
+  return chaos::main_impl(argc, argv);
+}

@@ -1,0 +1,543 @@
+#include "tools/chaos/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+namespace chaos {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const Observation* first_obs(const std::vector<Observation>& obs, double after_s, double before_s,
+                             const std::function<bool(const Observation&)>& pred) {
+  for (const auto& o : obs) {
+    if (o.start_s >= after_s && o.start_s < before_s && pred(o))
+      return &o;
+  }
+  return nullptr;
+}
+
+std::string state_of(const Observation& o, const std::string& node) {
+  auto it = o.node_state.find(node);
+  return it == o.node_state.end() ? "" : it->second;
+}
+
+bool probe(const Observation& o, const std::string& node, bool load_enabled) {
+  if (!load_enabled)
+    return true;
+  auto it = o.probe_ok.find(node);
+  return it != o.probe_ok.end() && it->second;
+}
+
+double percentile(std::vector<float> v, double p) {
+  if (v.empty())
+    return std::nan("");
+  size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
+  k = std::min(k, v.size() - 1);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+std::string fixed(double v, int digits = 3) {
+  if (std::isnan(v))
+    return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+json opt(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+std::string fault_label(const FaultEvent& f) {
+  std::string s = to_string(f.kind);
+  if (!f.node.empty())
+    s += "(" + f.node + ")";
+  return s;
+}
+
+}  // namespace
+
+void analyze(RunData& run) {
+  const auto& obs = run.observations;
+  const auto& goals = run.scenario.goals;
+
+  // Recovery per fault.
+  for (size_t i = 0; i < run.faults.size(); ++i) {
+    auto& f = run.faults[i];
+    double next_t = i + 1 < run.faults.size() ? run.faults[i + 1].t_s : kInf;
+    double ref = f.reference();
+    std::function<bool(const Observation&)> cond;
+    switch (f.kind) {
+      case FaultKind::kill_replica:
+        cond = [&](const Observation& o) { return o.healthy() && !o.replica_ids.count(f.victim); };
+        break;
+      case FaultKind::kill_controller:
+        cond = [&](const Observation& o) { return o.healthy(); };
+        break;
+      case FaultKind::kill_proxy:
+        cond = [&](const Observation& o) {
+          return o.healthy() && probe(o, f.node, run.load_enabled);
+        };
+        break;
+      case FaultKind::kill_agent:
+        cond = [&](const Observation& o) { return o.healthy() && state_of(o, f.node) == "ALIVE"; };
+        break;
+      case FaultKind::kill9_node:
+        if (f.end_s >= 0) {
+          cond = [&](const Observation& o) {
+            return o.healthy() && state_of(o, f.node) == "ALIVE" &&
+                   probe(o, f.node, run.load_enabled);
+          };
+        } else {
+          cond = [&](const Observation& o) { return o.healthy() && state_of(o, f.node) == "DEAD"; };
+        }
+        break;
+      case FaultKind::sigstop_node:
+        cond = [&](const Observation& o) {
+          return o.healthy() && state_of(o, f.node) == "ALIVE" &&
+                 probe(o, f.node, run.load_enabled);
+        };
+        break;
+      case FaultKind::drain_node:
+        cond = [&](const Observation& o) {
+          auto it = o.replicas_per_node.find(f.node);
+          return o.healthy() && state_of(o, f.node) == "DRAINING" &&
+                 (it == o.replicas_per_node.end() || it->second == 0);
+        };
+        break;
+    }
+    if (!f.ok) {
+      f.note = "the fault was not injected: " + f.message;
+      continue;
+    }
+    if (const auto* o = first_obs(obs, ref, kInf, cond))
+      f.recovery_s = o->end_s - ref;
+    // What the first poll after the fault saw: evidence that the fault took
+    // effect (a recovery measured without ever seeing it is suspect).
+    if (const auto* o = first_obs(obs, ref, kInf, [](const Observation&) { return true; })) {
+      if (cond(*o))
+        f.seen = "no effect seen by the first poll after it";
+      else
+        f.seen = o->healthy() ? "first poll after it: healthy but condition not yet met"
+                              : "first poll after it: " + o->unhealthy_reason();
+    }
+    bool stops =
+        f.kind == FaultKind::sigstop_node || (f.kind == FaultKind::kill9_node && f.end_s < 0);
+    if (stops) {
+      double until = f.end_s >= 0 ? f.end_s : kInf;
+      if (const auto* o = first_obs(obs, f.t_s, until, [&](const Observation& x) {
+            return state_of(x, f.node) == "DEAD";
+          }))
+        f.dead_detection_s = o->end_s - f.t_s;
+      if (f.kind == FaultKind::sigstop_node) {
+        if (const auto* o = first_obs(obs, f.t_s, until, [&](const Observation& x) {
+              return x.healthy() && state_of(x, f.node) == "DEAD";
+            }))
+          f.replacement_s = o->end_s - f.t_s;
+      }
+    }
+    auto limit = f.max_recovery_s ? f.max_recovery_s : goals.max_recovery_s;
+    if (limit) {
+      double gap = next_t - ref;
+      if (f.recovery_s && *f.recovery_s <= *limit) {
+        f.met = true;
+      } else if (gap < *limit && (!f.recovery_s || ref + *f.recovery_s > next_t)) {
+        f.superseded = true;
+        f.note = "the next fault came " + fixed(gap, 2) + " s later, before recovery";
+      } else {
+        f.met = false;
+      }
+    }
+    if (!f.recovery_s && f.note.empty())
+      f.note = "never healthy again while observed";
+  }
+
+  // Failed requests: in flight at a node fault, sent while a node was down or
+  // frozen, or unexplained.
+  struct Interval {
+    std::string node;
+    double from, to;
+  };
+  std::vector<Interval> unavailable;
+  std::vector<std::pair<std::string, double>> hits;  // node faults: node, time
+  std::set<std::string> faulted_nodes;
+  for (const auto& f : run.faults) {
+    if (!f.ok || !node_scoped(f.kind))
+      continue;
+    faulted_nodes.insert(f.node);
+    hits.emplace_back(f.node, f.t_s);
+    if (f.kind == FaultKind::sigstop_node)
+      unavailable.push_back({f.node, f.t_s, f.end_s >= 0 ? f.end_s : kInf});
+    if (f.kind == FaultKind::kill9_node) {
+      double to = kInf;
+      if (f.end_s >= 0) {
+        const auto* o = first_obs(obs, f.end_s, kInf, [&](const Observation& x) {
+          return state_of(x, f.node) == "ALIVE" && probe(x, f.node, run.load_enabled);
+        });
+        to = o ? o->end_s : kInf;
+      }
+      unavailable.push_back({f.node, f.t_s, to});
+    }
+  }
+  for (const auto& r : run.load.failures) {
+    if (!faulted_nodes.count(r.node))
+      ++run.failures_via_unfaulted;
+    bool in_flight = false;
+    for (const auto& [node, t] : hits) {
+      if (node == r.node && r.start_s <= t && r.end_s >= t - 0.05)
+        in_flight = true;
+    }
+    bool down = false;
+    for (const auto& iv : unavailable) {
+      if (iv.node == r.node && r.start_s <= iv.to && r.end_s >= iv.from)
+        down = true;
+    }
+    if (in_flight)
+      ++run.failures_in_flight;
+    else if (down)
+      ++run.failures_node_unavailable;
+    else
+      ++run.failures_unexplained;
+  }
+  // Failures beyond the recorded ones cannot be classified: count them as
+  // unexplained rather than lose them.
+  run.failures_unexplained += run.load.failures_not_recorded;
+
+  // Goals.
+  run.goals.clear();
+  if (goals.min_success_ratio) {
+    GoalResult g{"min_success_ratio", *goals.min_success_ratio, std::nullopt, false, ""};
+    int64_t total = run.load.ok + run.load.failed;
+    if (total > 0) {
+      g.measured = static_cast<double>(run.load.ok) / static_cast<double>(total);
+      g.met = *g.measured >= *goals.min_success_ratio;
+      g.detail = std::to_string(run.load.ok) + " of " + std::to_string(total) + " succeeded";
+    } else {
+      g.detail = "no request was made";
+    }
+    run.goals.push_back(g);
+  }
+  if (goals.max_recovery_s ||
+      std::any_of(run.faults.begin(), run.faults.end(),
+                  [](const FaultEvent& f) { return f.max_recovery_s.has_value(); })) {
+    GoalResult g{"max_recovery_s", goals.max_recovery_s.value_or(0), std::nullopt, true, ""};
+    int judged = 0, failed = 0, superseded = 0;
+    for (const auto& f : run.faults) {
+      if (f.superseded)
+        ++superseded;
+      if (!f.met)
+        continue;
+      ++judged;
+      if (!*f.met)
+        ++failed;
+      if (f.recovery_s)
+        g.measured = std::max(g.measured.value_or(0), *f.recovery_s);
+      else
+        g.measured = kInf;
+    }
+    g.met = failed == 0 && judged > 0;
+    g.detail = std::to_string(judged - failed) + " of " + std::to_string(judged) +
+               " judged faults recovered in time; " + std::to_string(superseded) +
+               " superseded by the next fault (not judged)";
+    if (judged == 0)
+      g.detail += "; no fault could be judged";
+    run.goals.push_back(g);
+  }
+  if (goals.max_final_recovery_s) {
+    GoalResult g{"max_final_recovery_s", *goals.max_final_recovery_s, std::nullopt, false, ""};
+    if (run.converged_at_s && run.last_fault_s) {
+      g.measured = *run.converged_at_s - *run.last_fault_s;
+      g.met = *g.measured <= g.target;
+    } else {
+      g.detail = run.last_fault_s ? "never converged" : "no fault was injected";
+    }
+    run.goals.push_back(g);
+  }
+  auto per_fault_goal = [&](const char* name, std::optional<double> target,
+                            std::optional<double> FaultEvent::*field, FaultKind kind) {
+    if (!target)
+      return;
+    GoalResult g{name, *target, std::nullopt, true, ""};
+    int counted = 0;
+    for (const auto& f : run.faults) {
+      if (!f.ok || f.kind != kind)
+        continue;
+      if (kind == FaultKind::kill9_node && f.end_s >= 0)
+        continue;
+      ++counted;
+      auto v = f.*field;
+      g.measured = std::max(g.measured.value_or(0), v.value_or(kInf));
+      if (!v || *v > *target)
+        g.met = false;
+    }
+    if (counted == 0) {
+      g.met = false;
+      g.detail = std::string("no ") + to_string(kind) + " fault to measure";
+    }
+    run.goals.push_back(g);
+  };
+  per_fault_goal("max_dead_detection_s", goals.max_dead_detection_s, &FaultEvent::dead_detection_s,
+                 FaultKind::sigstop_node);
+  per_fault_goal("max_replacement_s", goals.max_replacement_s, &FaultEvent::replacement_s,
+                 FaultKind::sigstop_node);
+  if (goals.max_failures_via_unfaulted_nodes) {
+    GoalResult g{"max_failures_via_unfaulted_nodes",
+                 static_cast<double>(*goals.max_failures_via_unfaulted_nodes),
+                 static_cast<double>(run.failures_via_unfaulted), false, ""};
+    g.met =
+        run.failures_via_unfaulted <= *goals.max_failures_via_unfaulted_nodes && run.load.ok > 0;
+    run.goals.push_back(g);
+  }
+  if (goals.max_unexplained_failures) {
+    GoalResult g{"max_unexplained_failures", static_cast<double>(*goals.max_unexplained_failures),
+                 static_cast<double>(run.failures_unexplained), false, ""};
+    g.met = run.failures_unexplained <= *goals.max_unexplained_failures && run.load.ok > 0;
+    run.goals.push_back(g);
+  }
+
+  run.ok = run.setup_error.empty() && !run.interrupted;
+  for (const auto& c : run.invariants)
+    run.ok = run.ok && c.ok;
+  for (const auto& g : run.goals)
+    run.ok = run.ok && g.met;
+}
+
+json to_json(const RunData& run) {
+  json j;
+  j["scenario"] = run.scenario.name;
+  j["scenario_file"] = run.scenario_path;
+  j["command"] = run.command;
+  j["seed"] = run.seed;
+  j["started_utc"] = run.started_utc;
+  j["wall_s"] = run.wall_s;
+  j["ok"] = run.ok;
+  j["setup_error"] = run.setup_error;
+  j["interrupted"] = run.interrupted;
+  j["poll_interval_ms"] = run.poll_ms;
+  j["nodes"] = json::object();
+  for (const auto& [id, port] : run.http_ports)
+    j["nodes"][id] = {{"http_port", port}};
+
+  json load;
+  load["enabled"] = run.load_enabled;
+  load["ok"] = run.load.ok;
+  load["failed"] = run.load.failed;
+  int64_t total = run.load.ok + run.load.failed;
+  load["success_ratio"] = total ? json(static_cast<double>(run.load.ok) / total) : json(nullptr);
+  load["late_sends"] = run.load.late_sends;
+  load["per_node"] = json::object();
+  for (const auto& [node, s] : run.load.per_node)
+    load["per_node"][node] = {{"ok", s.ok}, {"failed", s.failed}};
+  std::map<std::string, int64_t> codes;
+  std::vector<float> all;
+  json seconds = json::array();
+  for (size_t i = 0; i < run.load.seconds.size(); ++i) {
+    const auto& b = run.load.seconds[i];
+    json row{{"t", i}, {"ok", b.ok}, {"failures", b.failures}};
+    double p50 = percentile(b.latencies_ms, 0.5), p99 = percentile(b.latencies_ms, 0.99);
+    row["p50_ms"] = std::isnan(p50) ? json(nullptr) : json(p50);
+    row["p99_ms"] = std::isnan(p99) ? json(nullptr) : json(p99);
+    json fired = json::array();
+    for (const auto& f : run.faults) {
+      if (f.t_s >= static_cast<double>(i) && f.t_s < static_cast<double>(i + 1))
+        fired.push_back(fault_label(f));
+    }
+    row["faults"] = fired;
+    seconds.push_back(row);
+    for (const auto& [c, n] : b.failures)
+      codes[c] += n;
+    all.insert(all.end(), b.latencies_ms.begin(), b.latencies_ms.end());
+  }
+  load["failures_by_code"] = codes;
+  double p50 = percentile(all, 0.5), p99 = percentile(all, 0.99);
+  load["p50_ms"] = std::isnan(p50) ? json(nullptr) : json(p50);
+  load["p99_ms"] = std::isnan(p99) ? json(nullptr) : json(p99);
+  load["failure_classes"] = {{"in_flight_at_node_fault", run.failures_in_flight},
+                             {"node_down_or_frozen", run.failures_node_unavailable},
+                             {"unexplained", run.failures_unexplained},
+                             {"via_unfaulted_nodes", run.failures_via_unfaulted}};
+  load["seconds"] = seconds;
+  j["load"] = load;
+
+  json faults = json::array();
+  for (const auto& f : run.faults) {
+    json row{{"action", to_string(f.kind)},
+             {"t_s", f.t_s},
+             {"node", f.node},
+             {"victim", f.victim},
+             {"injected", f.ok},
+             {"recovery_s", opt(f.recovery_s)},
+             {"superseded", f.superseded},
+             {"met", f.met ? json(*f.met) : json(nullptr)},
+             {"note", f.note},
+             {"seen", f.seen}};
+    if (f.end_s >= 0)
+      row["end_s"] = f.end_s;
+    if (f.dead_detection_s || f.kind == FaultKind::sigstop_node)
+      row["dead_detection_s"] = opt(f.dead_detection_s);
+    if (f.kind == FaultKind::sigstop_node)
+      row["replacement_s"] = opt(f.replacement_s);
+    if (!f.ok)
+      row["error"] = f.message;
+    faults.push_back(row);
+  }
+  j["faults"] = faults;
+  j["convergence"] = {{"last_fault_s", opt(run.last_fault_s)},
+                      {"converged_at_s", opt(run.converged_at_s)},
+                      {"final_recovery_s", run.converged_at_s && run.last_fault_s
+                                               ? json(*run.converged_at_s - *run.last_fault_s)
+                                               : json(nullptr)},
+                      {"detail", run.convergence_detail}};
+  json inv = json::array();
+  for (const auto& c : run.invariants)
+    inv.push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
+  j["invariants"] = inv;
+  json goals = json::array();
+  for (const auto& g : run.goals) {
+    goals.push_back(
+        {{"name", g.name},
+         {"target", g.target},
+         {"measured", g.measured && std::isfinite(*g.measured) ? json(*g.measured) : json(nullptr)},
+         {"met", g.met},
+         {"detail", g.detail}});
+  }
+  j["goals"] = goals;
+  j["shutdown"] = {{"command_ok", run.shutdown.shutdown_command_ok},
+                   {"error", run.shutdown.shutdown_error},
+                   {"exit_codes", run.shutdown.exit_codes},
+                   {"needed_sigterm", run.shutdown.needed_sigterm},
+                   {"needed_sigkill", run.shutdown.needed_sigkill},
+                   {"leftover_pids", run.shutdown.leftover_pids}};
+  j["notes"] = run.notes;
+  return j;
+}
+
+std::string to_text(const RunData& run) {
+  std::ostringstream out;
+  out << "chaos scenario " << run.scenario.name << " (" << run.scenario_path << ")\n";
+  out << "command: " << run.command << "\n";
+  out << "seed: " << run.seed << "   started: " << run.started_utc
+      << "   wall: " << fixed(run.wall_s, 1) << " s   status poll every " << run.poll_ms << " ms\n";
+  if (!run.setup_error.empty())
+    out << "SETUP FAILED: " << run.setup_error << "\n";
+  if (run.interrupted)
+    out << "INTERRUPTED\n";
+
+  out << "\nper second (by the second a request was sent):\n";
+  out << "     t      ok  failed  p50 ms  p99 ms  failures by code / faults\n";
+  std::map<std::string, int64_t> codes;
+  std::vector<float> all;
+  for (size_t i = 0; i < run.load.seconds.size(); ++i) {
+    const auto& b = run.load.seconds[i];
+    int64_t failed = 0;
+    std::string what;
+    for (const auto& [c, n] : b.failures) {
+      failed += n;
+      codes[c] += n;
+      what += c + ":" + std::to_string(n) + " ";
+    }
+    for (const auto& f : run.faults) {
+      if (f.t_s >= static_cast<double>(i) && f.t_s < static_cast<double>(i + 1))
+        what += "<" + fault_label(f) + "> ";
+    }
+    char line[160];
+    std::snprintf(line, sizeof(line), "%6zu %7lld %7lld %7s %7s  ", i, static_cast<long long>(b.ok),
+                  static_cast<long long>(failed), fixed(percentile(b.latencies_ms, 0.5), 1).c_str(),
+                  fixed(percentile(b.latencies_ms, 0.99), 1).c_str());
+    out << line << what << "\n";
+    all.insert(all.end(), b.latencies_ms.begin(), b.latencies_ms.end());
+  }
+  int64_t total = run.load.ok + run.load.failed;
+  out << "\nrequests: " << total << ", ok " << run.load.ok << ", failed " << run.load.failed;
+  if (total)
+    out << ", success ratio " << fixed(static_cast<double>(run.load.ok) / total, 5);
+  out << ", p50 " << fixed(percentile(all, 0.5), 1) << " ms, p99 "
+      << fixed(percentile(all, 0.99), 1) << " ms\n";
+  if (!codes.empty()) {
+    out << "failures by code:";
+    for (const auto& [c, n] : codes)
+      out << " " << c << "=" << n;
+    out << "\n";
+  }
+  out << "failure classes: in flight at a node fault " << run.failures_in_flight
+      << ", node down or frozen " << run.failures_node_unavailable << ", unexplained "
+      << run.failures_unexplained << "; via never-faulted nodes " << run.failures_via_unfaulted
+      << "\n";
+  for (const auto& [node, s] : run.load.per_node)
+    out << "  via " << node << ": ok " << s.ok << ", failed " << s.failed << "\n";
+  if (run.load.late_sends)
+    out << "open-loop sends more than 100 ms late: " << run.load.late_sends << "\n";
+
+  out << "\nfaults (" << run.faults.size() << "):\n";
+  for (const auto& f : run.faults) {
+    char head[96];
+    std::snprintf(head, sizeof(head), "  t=%7.2f  %-16s %-6s ", f.t_s, to_string(f.kind),
+                  f.node.c_str());
+    out << head;
+    if (!f.victim.empty())
+      out << f.victim << " ";
+    if (f.end_s >= 0)
+      out << "(until " << fixed(f.end_s, 2) << ") ";
+    out << "recovery " << (f.recovery_s ? fixed(*f.recovery_s, 3) + " s" : "-");
+    if (f.dead_detection_s)
+      out << ", DEAD after " << fixed(*f.dead_detection_s, 3) << " s";
+    if (f.replacement_s)
+      out << ", replaced after " << fixed(*f.replacement_s, 3) << " s";
+    if (f.met)
+      out << (*f.met ? "  [met]" : "  [MISSED]");
+    if (f.superseded)
+      out << "  [superseded]";
+    if (!f.note.empty())
+      out << "  (" << f.note << ")";
+    out << "\n";
+    if (!f.seen.empty())
+      out << "               " << f.seen << "\n";
+  }
+  out << "\nconvergence: ";
+  if (run.converged_at_s && run.last_fault_s)
+    out << "healthy " << fixed(*run.converged_at_s - *run.last_fault_s, 3)
+        << " s after the last fault (t=" << fixed(*run.last_fault_s, 2) << ")\n";
+  else
+    out << "NOT converged " << run.convergence_detail << "\n";
+
+  out << "\ninvariants:\n";
+  for (const auto& c : run.invariants)
+    out << "  [" << (c.ok ? "ok" : "VIOLATED") << "] " << c.name
+        << (c.detail.empty() ? "" : ": " + c.detail) << "\n";
+  out << "\ngoals:\n";
+  if (run.goals.empty())
+    out << "  (none)\n";
+  for (const auto& g : run.goals) {
+    out << "  [" << (g.met ? "met" : "MISSED") << "] " << g.name << " " << fixed(g.target, 4)
+        << ": measured "
+        << (g.measured ? (std::isfinite(*g.measured) ? fixed(*g.measured, 4) : "never") : "-");
+    if (!g.detail.empty())
+      out << " (" << g.detail << ")";
+    out << "\n";
+  }
+  out << "\nshutdown: "
+      << (run.shutdown.shutdown_command_ok
+              ? "shutdown --nodes ok"
+              : "shutdown --nodes failed: " + run.shutdown.shutdown_error);
+  for (const auto& [id, code] : run.shutdown.exit_codes)
+    out << ", " << id << " exit " << code;
+  if (!run.shutdown.needed_sigterm.empty())
+    out << "; SIGTERM needed for " << run.shutdown.needed_sigterm.size();
+  if (!run.shutdown.needed_sigkill.empty())
+    out << "; SIGKILL needed for " << run.shutdown.needed_sigkill.size();
+  out << "\n";
+  for (const auto& n : run.notes)
+    out << "note: " << n << "\n";
+  out << "\nRESULT: " << (run.ok ? "PASS" : "FAIL") << "\n";
+  return out.str();
+}
+
+}  // namespace chaos

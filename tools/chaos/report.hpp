@@ -1,0 +1,94 @@
+// What a chaos run measured, the analysis of it (recovery per fault,
+// classification of failed requests, invariants, goals), and its rendering as
+// text or JSON.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/chaos/cluster.hpp"
+#include "tools/chaos/load.hpp"
+#include "tools/chaos/monitor.hpp"
+#include "tools/chaos/scenario.hpp"
+
+namespace chaos {
+
+// One injected fault, as it happened.
+struct FaultEvent {
+  FaultKind kind = FaultKind::kill_replica;
+  double t_s = 0;       // when the fault was injected (relative to t0)
+  std::string node;     // node faults; the victim's node for kill_replica
+  std::string victim;   // kill_replica: the replica id
+  bool ok = false;      // the command succeeded
+  std::string message;  // the command's error when !ok
+  double end_s = -1;    // sigstop: SIGCONT; kill9 with restart: restart
+  std::optional<double> max_recovery_s;
+
+  // Filled by the analysis.
+  std::optional<double> recovery_s;        // from `reference()` to healthy
+  std::optional<double> dead_detection_s;  // sigstop / kill9: until DEAD
+  std::optional<double> replacement_s;     // sigstop: until at target elsewhere
+  bool superseded = false;  // the next fault came before recovery and before the limit
+  std::optional<bool> met;  // against max_recovery_s, when judged
+  std::string note;
+  std::string seen;  // what the first poll after the fault saw
+
+  double reference() const { return end_s >= 0 ? end_s : t_s; }
+};
+
+struct Check {
+  std::string name;
+  bool ok = false;
+  std::string detail;
+};
+
+struct GoalResult {
+  std::string name;
+  double target = 0;
+  std::optional<double> measured;
+  bool met = false;
+  std::string detail;
+};
+
+struct RunData {
+  Scenario scenario;
+  std::string scenario_path;
+  std::string command;  // the command line that produced the run
+  uint32_t seed = 0;
+  std::string started_utc;
+  double wall_s = 0;
+  std::string setup_error;  // the run could not start (cluster, deploy)
+  bool interrupted = false;
+  bool load_enabled = false;
+
+  std::map<std::string, uint16_t> http_ports;
+  std::vector<FaultEvent> faults;
+  LoadResult load;
+  std::vector<Observation> observations;
+  std::optional<double> last_fault_s;    // the last fault event (incl. SIGCONT, restart)
+  std::optional<double> converged_at_s;  // first healthy observation after it
+  std::string convergence_detail;
+  std::vector<Check> invariants;
+  ShutdownResult shutdown;
+  std::vector<std::string> notes;
+  int poll_ms = 0;
+
+  // Filled by analyze().
+  int64_t failures_in_flight = 0;
+  int64_t failures_node_unavailable = 0;
+  int64_t failures_unexplained = 0;
+  int64_t failures_via_unfaulted = 0;
+  std::vector<GoalResult> goals;
+  bool ok = false;
+};
+
+// Recovery per fault, failure classes, goals and the verdict.
+void analyze(RunData& run);
+
+nlohmann::json to_json(const RunData& run);
+std::string to_text(const RunData& run);
+
+}  // namespace chaos

@@ -1,0 +1,228 @@
+#include "tools/chaos/scenario.hpp"
+
+#include <set>
+#include <stdexcept>
+
+namespace chaos {
+
+const char* to_string(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kill_replica:
+      return "kill_replica";
+    case FaultKind::kill_proxy:
+      return "kill_proxy";
+    case FaultKind::kill_agent:
+      return "kill_agent";
+    case FaultKind::kill_controller:
+      return "kill_controller";
+    case FaultKind::kill9_node:
+      return "kill9_node";
+    case FaultKind::sigstop_node:
+      return "sigstop_node";
+    case FaultKind::drain_node:
+      return "drain_node";
+  }
+  return "?";
+}
+
+bool node_scoped(FaultKind kind) {
+  return kind == FaultKind::kill_proxy || kind == FaultKind::kill_agent ||
+         kind == FaultKind::kill9_node || kind == FaultKind::sigstop_node;
+}
+
+namespace {
+
+struct Reader {
+  std::string file;
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const {
+    auto mark = at.Mark();
+    std::string where = file;
+    if (mark.line >= 0)
+      where += ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+    throw std::runtime_error(where + ": " + what);
+  }
+
+  void only(const YAML::Node& map, const std::set<std::string>& known,
+            const std::string& what) const {
+    if (!map.IsMap())
+      fail(map, what + " must be a mapping");
+    for (const auto& kv : map) {
+      auto key = kv.first.as<std::string>();
+      if (!known.count(key))
+        fail(kv.first, "unknown field '" + key + "' in " + what);
+    }
+  }
+
+  template <class T>
+  T get(const YAML::Node& map, const std::string& key, T fallback) const {
+    auto node = map[key];
+    if (!node)
+      return fallback;
+    try {
+      return node.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(node, key + ": wrong type");
+    }
+  }
+
+  double positive(const YAML::Node& map, const std::string& key, double fallback) const {
+    double v = get<double>(map, key, fallback);
+    if (!(v > 0))
+      fail(map[key] ? map[key] : map, key + " must be > 0");
+    return v;
+  }
+
+  std::optional<double> opt_double(const YAML::Node& map, const std::string& key) const {
+    if (!map[key])
+      return std::nullopt;
+    return get<double>(map, key, 0);
+  }
+  std::optional<int64_t> opt_int(const YAML::Node& map, const std::string& key) const {
+    if (!map[key])
+      return std::nullopt;
+    return get<int64_t>(map, key, 0);
+  }
+};
+
+FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
+  static const std::pair<const char*, FaultKind> kinds[] = {
+      {"kill_replica", FaultKind::kill_replica}, {"kill_proxy", FaultKind::kill_proxy},
+      {"kill_agent", FaultKind::kill_agent},     {"kill_controller", FaultKind::kill_controller},
+      {"kill9_node", FaultKind::kill9_node},     {"sigstop_node", FaultKind::sigstop_node},
+      {"drain_node", FaultKind::drain_node},
+  };
+  if (!node)
+    r.fail(node, "a fault needs an action");
+  auto name = node.as<std::string>();
+  for (const auto& [text, kind] : kinds) {
+    if (name == text)
+      return kind;
+  }
+  r.fail(node, "unknown action '" + name +
+                   "' (kill_replica, kill_proxy, kill_agent, kill_controller, kill9_node, "
+                   "sigstop_node, drain_node)");
+}
+
+}  // namespace
+
+Scenario load_scenario(const std::string& path) {
+  Reader r{path};
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  r.only(root,
+         {"name", "description", "seed", "long", "cluster", "deploy", "load", "faults",
+          "convergence_deadline_s", "goals"},
+         "scenario");
+  Scenario s;
+  s.name = r.get<std::string>(root, "name", "");
+  if (s.name.empty())
+    r.fail(root, "a scenario needs a name");
+  s.description = r.get<std::string>(root, "description", "");
+  s.seed = r.get<uint32_t>(root, "seed", 1);
+  s.long_running = r.get<bool>(root, "long", false);
+  s.convergence_deadline_s = r.positive(root, "convergence_deadline_s", 30);
+
+  if (auto c = root["cluster"]) {
+    r.only(c,
+           {"workers", "node_timeout_s", "heartbeat_interval_s", "basp_heartbeat_interval_s",
+            "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "extra_args"},
+           "cluster");
+    auto& k = s.cluster;
+    k.workers = r.get<int>(c, "workers", k.workers);
+    if (k.workers < 0 || k.workers > 16)
+      r.fail(c, "workers must be within 0-16");
+    k.node_timeout_s = r.positive(c, "node_timeout_s", k.node_timeout_s);
+    k.heartbeat_interval_s = r.positive(c, "heartbeat_interval_s", k.heartbeat_interval_s);
+    k.basp_heartbeat_interval_s =
+        r.positive(c, "basp_heartbeat_interval_s", k.basp_heartbeat_interval_s);
+    k.basp_connection_timeout_s =
+        r.positive(c, "basp_connection_timeout_s", k.basp_connection_timeout_s);
+    k.recovery_window_s = r.positive(c, "recovery_window_s", k.recovery_window_s);
+    k.shutdown_grace_s = r.positive(c, "shutdown_grace_s", k.shutdown_grace_s);
+    k.extra_args = r.get<std::vector<std::string>>(c, "extra_args", {});
+  }
+
+  s.deploy = root["deploy"];
+  if (!s.deploy || !s.deploy.IsMap() || !s.deploy["applications"])
+    r.fail(root, "a scenario needs `deploy:`, a troupectl deploy config with applications");
+
+  if (auto l = root["load"]) {
+    r.only(l, {"concurrency", "rate", "clients", "duration_s", "paths", "via", "request_timeout_s"},
+           "load");
+    s.has_load = true;
+    auto& ld = s.load;
+    ld.concurrency = r.get<int>(l, "concurrency", 0);
+    ld.rate = r.get<double>(l, "rate", 0);
+    ld.clients = r.get<int>(l, "clients", 0);
+    if ((ld.concurrency > 0) == (ld.rate > 0))
+      r.fail(l, "load needs exactly one of concurrency (> 0) and rate (> 0)");
+    if (ld.concurrency > 512 || ld.rate > 20000 || ld.clients < 0 || ld.clients > 512)
+      r.fail(l, "load is bounded: concurrency and clients at most 512, rate at most 20000");
+    ld.duration_s = r.positive(l, "duration_s", ld.duration_s);
+    if (ld.duration_s > 3600)
+      r.fail(l, "duration_s is at most 3600");
+    ld.paths = r.get<std::vector<std::string>>(l, "paths", {});
+    if (ld.paths.empty())
+      r.fail(l, "load needs paths (e.g. [/echo/chaos])");
+    for (const auto& p : ld.paths) {
+      if (p.empty() || p[0] != '/')
+        r.fail(l["paths"], "paths start with /");
+    }
+    ld.via = r.get<std::vector<std::string>>(l, "via", {});
+    ld.request_timeout_s = r.positive(l, "request_timeout_s", ld.request_timeout_s);
+  }
+
+  if (auto f = root["faults"]) {
+    if (!f.IsSequence())
+      r.fail(f, "faults must be a list");
+    for (const auto& item : f) {
+      r.only(item,
+             {"action", "at_s", "start_s", "every_s", "stop_s", "node", "app", "deployment",
+              "restart_after_s", "duration_s", "max_recovery_s"},
+             "fault");
+      FaultSpec spec;
+      spec.kind = parse_kind(r, item["action"]);
+      if (item["at_s"] && item["start_s"])
+        r.fail(item, "give at_s (once) or start_s/every_s/stop_s (repeated), not both");
+      spec.start_s = r.get<double>(item, item["at_s"] ? "at_s" : "start_s", 0);
+      spec.every_s = r.get<double>(item, "every_s", 0);
+      spec.stop_s = r.get<double>(item, "stop_s", spec.start_s);
+      if (spec.start_s < 0 || spec.every_s < 0 || spec.stop_s < spec.start_s)
+        r.fail(item, "need 0 <= start_s <= stop_s and every_s >= 0");
+      if (spec.every_s > 0 && spec.every_s < 0.05)
+        r.fail(item, "every_s is at least 0.05");
+      spec.node = r.get<std::string>(item, "node", "random_worker");
+      spec.app = r.get<std::string>(item, "app", "");
+      spec.deployment = r.get<std::string>(item, "deployment", "");
+      spec.restart_after_s = r.get<double>(item, "restart_after_s", -1);
+      spec.duration_s = r.positive(item, "duration_s", spec.duration_s);
+      spec.max_recovery_s = r.opt_double(item, "max_recovery_s");
+      if (s.has_load && spec.start_s > s.load.duration_s)
+        r.fail(item, "the fault starts after the load ends");
+      s.faults.push_back(spec);
+    }
+  }
+
+  if (auto g = root["goals"]) {
+    r.only(g,
+           {"min_success_ratio", "max_recovery_s", "max_final_recovery_s", "max_dead_detection_s",
+            "max_replacement_s", "max_failures_via_unfaulted_nodes", "max_unexplained_failures"},
+           "goals");
+    auto& go = s.goals;
+    go.min_success_ratio = r.opt_double(g, "min_success_ratio");
+    go.max_recovery_s = r.opt_double(g, "max_recovery_s");
+    go.max_final_recovery_s = r.opt_double(g, "max_final_recovery_s");
+    go.max_dead_detection_s = r.opt_double(g, "max_dead_detection_s");
+    go.max_replacement_s = r.opt_double(g, "max_replacement_s");
+    go.max_failures_via_unfaulted_nodes = r.opt_int(g, "max_failures_via_unfaulted_nodes");
+    go.max_unexplained_failures = r.opt_int(g, "max_unexplained_failures");
+  }
+  return s;
+}
+
+}  // namespace chaos

@@ -1,0 +1,107 @@
+// A chaos scenario: the cluster to start, what to deploy, the load to run
+// through the proxies, the faults to inject while it runs, and the goals the
+// run must meet. Loaded from YAML (tools/chaos/scenarios/*.yaml; the schema
+// is in docs/reliability.md and in `chaos --help`).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace chaos {
+
+struct ClusterSpec {
+  int workers = 2;  // besides the head
+  double node_timeout_s = 2;
+  double heartbeat_interval_s = 0.2;
+  double basp_heartbeat_interval_s = 0.5;
+  double basp_connection_timeout_s = 3;
+  double recovery_window_s = 1.5;
+  double shutdown_grace_s = 5;
+  std::vector<std::string> extra_args;  // appended to every node's command line
+};
+
+struct LoadSpec {
+  // Exactly one of the two: closed loop (`concurrency` clients, each sends
+  // its next request when the previous one is answered) or open loop (`rate`
+  // requests per second, sent on a fixed schedule by a pool of clients).
+  int concurrency = 0;
+  double rate = 0;
+  int clients = 0;  // open loop: size of the pool (default: rate / 20, at least 4)
+  double duration_s = 30;
+  std::vector<std::string> paths;  // requests cycle through them
+  // Nodes whose proxies take the load (ids; empty: every node). Clients are
+  // spread evenly and each stays on its node.
+  std::vector<std::string> via;
+  double request_timeout_s = 10;
+};
+
+enum class FaultKind {
+  kill_replica,     // troupectl kill replica <random replica>
+  kill_proxy,       // troupectl kill proxy NODE
+  kill_agent,       // troupectl kill agent NODE
+  kill_controller,  // troupectl kill controller
+  kill9_node,       // SIGKILL the node process; restart it after restart_after_s
+  sigstop_node,     // SIGSTOP the node process for duration_s, then SIGCONT
+  drain_node,       // troupectl drain NODE
+};
+
+const char* to_string(FaultKind kind);
+// Whether the fault hits one node's process (its proxy can fail requests).
+bool node_scoped(FaultKind kind);
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::kill_replica;
+  double start_s = 0;           // seconds after the load started
+  double every_s = 0;           // 0: once
+  double stop_s = -1;           // last possible firing (repeating faults)
+  std::string node;             // node faults: an id, `random`, `random_worker` or `head`
+  std::string app;              // kill_replica: only replicas of this application (empty: any)
+  std::string deployment;       // kill_replica: only replicas of this deployment (empty: any)
+  double restart_after_s = -1;  // kill9_node: < 0 never restarts
+  double duration_s = 5;        // sigstop_node
+  std::optional<double> max_recovery_s;  // overrides goals.max_recovery_s
+};
+
+struct Goals {
+  std::optional<double> min_success_ratio;
+  // Per fault: from the fault (for kill9_node with restart: from the restart;
+  // for sigstop_node: from SIGCONT) until the cluster is healthy again.
+  std::optional<double> max_recovery_s;
+  // From the last fault until the cluster is healthy.
+  std::optional<double> max_final_recovery_s;
+  // sigstop_node / kill9_node without restart: from the fault until the node
+  // is DEAD in `troupectl nodes`.
+  std::optional<double> max_dead_detection_s;
+  // sigstop_node: from SIGSTOP until the deployments are back at target on
+  // the other nodes while the node is still frozen.
+  std::optional<double> max_replacement_s;
+  // Failed requests sent through nodes that no node fault ever targeted.
+  std::optional<int64_t> max_failures_via_unfaulted_nodes;
+  // Failed requests that were neither in flight on a process when it was
+  // hit nor sent to a node while it was down or frozen.
+  std::optional<int64_t> max_unexplained_failures;
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  uint32_t seed = 1;
+  ClusterSpec cluster;
+  YAML::Node deploy;  // a `troupectl deploy` file, verbatim
+  bool has_load = false;
+  LoadSpec load;
+  std::vector<FaultSpec> faults;
+  double convergence_deadline_s = 30;
+  Goals goals;
+  bool long_running = false;  // documented, not run in the test suite
+};
+
+// Loads and checks a scenario; throws std::runtime_error naming the file,
+// line and field on a bad one.
+Scenario load_scenario(const std::string& path);
+
+}  // namespace chaos
