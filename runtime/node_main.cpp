@@ -20,6 +20,7 @@
 
 #include "controller/controller_actor.hpp"
 #include "controller/core/checkpoint_store.hpp"
+#include "proxy/proxy.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/head_supervisor.hpp"
 #include "runtime/log.hpp"
@@ -170,6 +171,23 @@ int main(int argc, char** argv) {
         cfg, TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
     caf::actor_system sys{cfg};
 
+    // The HTTP proxy listens first: a port in use stops the node before any
+    // actor runs.
+    proxy::ProxyOptions popts;
+    popts.node_id = o.node_id;
+    popts.server.bind = o.bind;
+    popts.server.port = o.http_port;
+    popts.server.io_threads = o.proxy_io_threads;
+    popts.server.body_limit = o.proxy_body_limit;
+    popts.server.idle_timeout_s = o.proxy_idle_timeout_s;
+    popts.request_timeout_s = o.proxy_request_timeout_s;
+    auto started = proxy::Proxy::start(sys, popts);
+    if (!started) {
+      log::shutdown();
+      return usage_error(started.status().message());
+    }
+    auto http_proxy = std::move(started.value());
+
     // The head's controller runs under a supervisor that restarts it over
     // the checkpoint if it dies.
     caf::actor supervisor;
@@ -186,6 +204,7 @@ int main(int argc, char** argv) {
       sopts.port = o.port;
       auto started_supervisor = start_head_supervisor(sys, sopts);
       if (!started_supervisor) {
+        http_proxy->stop();
         log::shutdown();
         return usage_error(started_supervisor.status().message());
       }
@@ -203,6 +222,7 @@ int main(int argc, char** argv) {
       aopts.controller_endpoint = *o.join;
     aopts.heartbeat_interval_s = o.heartbeat_interval_s;
     aopts.loader = std::make_shared<PluginLoader>(o.plugin_path);
+    aopts.proxy = http_proxy->actor();
     auto agent = spawn_node_agent(sys, aopts);
     log->info("node {} started ({}; http port {}; resources {})", o.node_id,
               o.head ? "head" : "worker joining " + o.join->to_string(), o.http_port,
@@ -238,6 +258,7 @@ int main(int argc, char** argv) {
         self->send_exit(supervisor, caf::exit_reason::user_shutdown);
       }
     }
+    http_proxy->stop();
     if (supervisor)
       sys.middleman().close(o.port);
   }

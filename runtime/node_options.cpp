@@ -39,6 +39,17 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   app.add_option("--resources", resources, "capacity, e.g. cpu=4,mem=8G (default: detected)");
   app.add_option("--http-port", o.http_port, "port of this node's HTTP proxy")
       ->capture_default_str();
+  app.add_option("--proxy-body-limit", o.proxy_body_limit,
+                 "bytes: larger request bodies are answered 413")
+      ->capture_default_str();
+  app.add_option("--request-timeout", o.proxy_request_timeout_s,
+                 "seconds before the proxy answers 504, unless http_options set one (0: none)")
+      ->capture_default_str();
+  app.add_option("--proxy-io-threads", o.proxy_io_threads, "event-loop threads of the HTTP proxy")
+      ->capture_default_str();
+  app.add_option("--proxy-idle-timeout", o.proxy_idle_timeout_s,
+                 "seconds an idle or slow HTTP client may hold a connection")
+      ->capture_default_str();
   app.add_option("--node-timeout", o.node_timeout_s,
                  "seconds without heartbeat before a node is DEAD")
       ->capture_default_str();
@@ -133,6 +144,14 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
     if (!st)
       return Result<NodeOptions>(st);
   }
+  if (!(o.proxy_request_timeout_s >= 0) || o.proxy_request_timeout_s > 86400)
+    return invalid("--request-timeout must be between 0 and 86400 seconds");
+  if (o.proxy_io_threads < 1 || o.proxy_io_threads > 64)
+    return invalid("--proxy-io-threads must be between 1 and 64");
+  if (o.proxy_body_limit < 1)
+    return invalid("--proxy-body-limit must be at least 1 byte");
+  if (auto st = positive("--proxy-idle-timeout", o.proxy_idle_timeout_s); !st)
+    return Result<NodeOptions>(st);
   if (plugin_path.empty())
     plugin_path = default_plugin_dir;
   std::size_t start = 0;

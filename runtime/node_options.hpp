@@ -21,6 +21,13 @@ struct NodeOptions {
   std::string node_id;    // empty: from <state-dir>/node_id, else generated
   Resources resources;    // default: this machine's cores and memory
   uint16_t http_port = 8000;
+  // HTTP proxy: largest accepted request body (413 beyond), default request
+  // timeout when the deployed http_options give none (0: none), event-loop
+  // threads, and how long an idle or slow client may keep a connection.
+  uint64_t proxy_body_limit = 16u << 20;
+  double proxy_request_timeout_s = 0;
+  uint32_t proxy_io_threads = 1;
+  double proxy_idle_timeout_s = 60;
   double node_timeout_s = 5.0;
   double heartbeat_interval_s = 1.0;
   double basp_heartbeat_interval_s = 1.0;

@@ -1,0 +1,101 @@
+// The proxy's HTTP/1.1 server (Boost.Beast): keep-alive, limits on header and
+// body size, and timeouts for slow or idle clients. It parses requests and
+// writes responses; what to answer is the Handler's business.
+//
+// Threads: `io_threads` event loops, each with its own io_context; a
+// connection lives on one of them for its whole life, and its Exchange must be
+// answered on that thread (post to exchange.io() from elsewhere).
+//
+// Answers of its own, with "Connection: close": 400 for a malformed request,
+// 431 when the header block is over header_limit, 413 when the body is over
+// body_limit. A client that sends nothing for idle_timeout_s between requests,
+// or takes longer than that to send one request, is disconnected.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "runtime/status.hpp"
+
+namespace troupe::proxy {
+
+namespace asio = boost::asio;
+using Request = boost::beast::http::request<boost::beast::http::string_body>;
+using Response = boost::beast::http::response<boost::beast::http::string_body>;
+
+struct ServerOptions {
+  std::string bind = "127.0.0.1";
+  uint16_t port = 8000;  // 0: any free port (tests)
+  size_t io_threads = 1;
+  uint64_t body_limit = 16u << 20;
+  uint32_t header_limit = 16u << 10;
+  double idle_timeout_s = 60;
+};
+
+// One request of a connection. The connection reads its next request only
+// after respond(), so there is at most one Exchange per connection at a time.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual Request& request() = 0;
+  // Sends the answer (Content-Length and keep-alive are set here). Call once,
+  // on io(); a connection that closed meanwhile drops the answer.
+  virtual void respond(Response&& response) = 0;
+  virtual size_t thread() const = 0;
+  virtual asio::io_context& io() = 0;
+};
+using ExchangePtr = std::shared_ptr<Exchange>;
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  // Runs on the exchange's io thread; must not block.
+  virtual void on_request(ExchangePtr exchange) = 0;
+  // Answers the server sends on its own (400/413/431), for metrics.
+  virtual void on_rejected(int /*status*/) {}
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServerOptions options, Handler& handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens; the error names the address and the reason.
+  Status listen();
+  // Starts the event loops (after listen()).
+  void run();
+  // Stops accepting, stops the event loops and joins their threads. Open
+  // connections are dropped when the server is destroyed.
+  void stop();
+
+  uint16_t port() const { return port_; }
+  size_t threads() const { return ios_.size(); }
+  asio::io_context& io(size_t i) { return *ios_[i]; }
+  const ServerOptions& options() const { return options_; }
+  Handler& handler() { return handler_; }
+
+ private:
+  void accept();
+
+  ServerOptions options_;
+  Handler& handler_;
+  std::vector<std::unique_ptr<asio::io_context>> ios_;
+  std::vector<std::shared_ptr<void>> guards_;
+  std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
+  std::vector<std::thread> threads_;
+  size_t next_ = 0;
+  uint16_t port_ = 0;
+  bool running_ = false;
+};
+
+}  // namespace troupe::proxy

@@ -1,0 +1,110 @@
+#include "proxy/metrics.hpp"
+
+#include <cstdio>
+
+namespace troupe::proxy {
+
+namespace {
+
+// Label values escape backslash, double quote and newline.
+std::string escape(const std::string& in) {
+  std::string out;
+  out.reserve(in.size());
+  for (char c : in) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+void Metrics::observe(const std::string& app, int status, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{app, status}];
+  auto& h = latency_[app];
+  size_t i = 0;
+  while (i < kBuckets.size() && seconds > kBuckets[i])
+    ++i;
+  if (i < kBuckets.size())
+    ++h.buckets[i];
+  ++h.count;
+  h.sum += seconds;
+}
+
+void Metrics::retried(const std::string& app) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++retries_[app];
+}
+
+uint64_t Metrics::count(const std::string& app, int status) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = requests_.find({app, status});
+  return it == requests_.end() ? 0 : it->second;
+}
+
+std::string Metrics::render(const std::vector<Router::DeploymentView>& deployments) const {
+  std::string out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  out += "# HELP troupe_proxy_requests_total HTTP requests answered, by application and status.\n";
+  out += "# TYPE troupe_proxy_requests_total counter\n";
+  for (const auto& [key, n] : requests_) {
+    out += "troupe_proxy_requests_total{application=\"" + escape(key.first) + "\",code=\"" +
+           std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
+  }
+  out += "# HELP troupe_proxy_request_duration_seconds Time from a parsed request to its answer.\n";
+  out += "# TYPE troupe_proxy_request_duration_seconds histogram\n";
+  for (const auto& [app, h] : latency_) {
+    std::string label = "application=\"" + escape(app) + "\"";
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kBuckets.size(); ++i) {
+      cumulative += h.buckets[i];
+      out += "troupe_proxy_request_duration_seconds_bucket{" + label + ",le=\"" +
+             number(kBuckets[i]) + "\"} " + std::to_string(cumulative) + "\n";
+    }
+    out += "troupe_proxy_request_duration_seconds_bucket{" + label + ",le=\"+Inf\"} " +
+           std::to_string(h.count) + "\n";
+    out += "troupe_proxy_request_duration_seconds_sum{" + label + "} " + number(h.sum) + "\n";
+    out += "troupe_proxy_request_duration_seconds_count{" + label + "} " + std::to_string(h.count) +
+           "\n";
+  }
+  out += "# HELP troupe_proxy_requests_in_flight Requests received and not yet answered.\n";
+  out += "# TYPE troupe_proxy_requests_in_flight gauge\n";
+  out += "troupe_proxy_requests_in_flight " + std::to_string(in_flight()) + "\n";
+  out += "# HELP troupe_proxy_retries_total Requests sent again to another replica.\n";
+  out += "# TYPE troupe_proxy_retries_total counter\n";
+  for (const auto& [app, n] : retries_) {
+    out += "troupe_proxy_retries_total{application=\"" + escape(app) + "\"} " + std::to_string(n) +
+           "\n";
+  }
+  out += "# HELP troupe_proxy_queue_length Requests waiting for a replica, by deployment.\n";
+  out += "# TYPE troupe_proxy_queue_length gauge\n";
+  for (const auto& d : deployments) {
+    out += "troupe_proxy_queue_length{application=\"" + escape(d.app) + "\",deployment=\"" +
+           escape(d.deployment) + "\"} " + std::to_string(d.queued) + "\n";
+  }
+  out += "# HELP troupe_proxy_replica_in_flight Requests this proxy has in flight, by replica.\n";
+  out += "# TYPE troupe_proxy_replica_in_flight gauge\n";
+  for (const auto& d : deployments) {
+    for (const auto& r : d.replicas) {
+      out += "troupe_proxy_replica_in_flight{application=\"" + escape(d.app) + "\",deployment=\"" +
+             escape(d.deployment) + "\",replica=\"" + escape(r.replica_id) + "\"} " +
+             std::to_string(r.in_flight) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace troupe::proxy

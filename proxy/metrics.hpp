@@ -1,0 +1,52 @@
+// The proxy's counters, rendered in the Prometheus text format (version
+// 0.0.4) for /-/metrics. Thread-safe; one instance per proxy.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "proxy/router.hpp"
+
+namespace troupe::proxy {
+
+class Metrics {
+ public:
+  // Upper bounds of the latency histogram, in seconds (+Inf is implicit).
+  static constexpr std::array<double, 14> kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+  // A finished request: `app` is "" for requests that matched no application
+  // (404s, malformed requests, /-/ endpoints).
+  void observe(const std::string& app, int status, double seconds);
+  void retried(const std::string& app);
+  void request_started() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  void request_finished() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+
+  // Requests counted for (app, status); for tests.
+  uint64_t count(const std::string& app, int status) const;
+
+  // The exposition text; queue lengths and per-replica in-flight counts come
+  // from the router's view.
+  std::string render(const std::vector<Router::DeploymentView>& deployments) const;
+
+ private:
+  struct Histogram {
+    std::array<uint64_t, kBuckets.size()> buckets{};  // not cumulative
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, Histogram> latency_;
+  std::map<std::string, uint64_t> retries_;
+  std::atomic<int64_t> in_flight_{0};
+};
+
+}  // namespace troupe::proxy

@@ -1,0 +1,674 @@
+#include "proxy/proxy.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/status.hpp>
+#include <caf/actor_companion.hpp>
+#include <caf/all.hpp>
+#include <caf/scoped_execution_unit.hpp>
+#include <nlohmann/json.hpp>
+
+#include "proxy/metrics.hpp"
+#include "proxy/router.hpp"
+#include "runtime/log.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::proxy {
+
+namespace http = boost::beast::http;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+struct Worker;
+
+// One request on its way through the data path. Lives on its worker's io
+// thread: every member is touched only there.
+struct Call : std::enable_shared_from_this<Call> {
+  ExchangePtr exchange;
+  Worker* worker = nullptr;
+  const Route* route = nullptr;
+  std::shared_ptr<const RouteTable> routes;  // keeps `route` alive
+  HttpRequest request;
+  std::vector<std::string> tried;  // replica ids that refused or died
+  SlotPtr slot;
+  uint32_t attempt = 0;  // answers of an earlier attempt are ignored
+  uint32_t sends = 0;
+  size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
+  Clock::time_point start;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::unique_ptr<asio::steady_timer> timer;
+  uint64_t ticket = 0;
+  bool queued = false;
+  bool done = false;
+};
+using CallPtr = std::shared_ptr<Call>;
+
+caf::timespan to_timespan(Clock::duration d) {
+  return std::chrono::duration_cast<caf::timespan>(d);
+}
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+// Everything the proxy shares between its io threads and its actor.
+struct Proxy::Core : public Handler {
+  caf::actor_system* sys = nullptr;
+  ProxyOptions options;
+  Router router;
+  Metrics metrics;
+  std::unique_ptr<HttpServer> server;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::shared_ptr<spdlog::logger> log = troupe::log::get("proxy");
+  std::atomic<double> snapshot_timeout_s{0};
+  std::string id_prefix;
+
+  mutable std::mutex actor_mutex;
+  caf::actor actor;       // the current proxy actor
+  caf::actor keeper;      // restarts it
+  caf::actor controller;  // last one that pushed a snapshot
+  bool stopped = false;
+
+  explicit Core(ProxyOptions o) : options(std::move(o)), router(RouterOptions{options.node_id}) {}
+
+  void on_request(ExchangePtr exchange) override;
+  void on_rejected(int status) override { metrics.observe("", status, 0); }
+
+  void run(std::vector<std::function<void()>>& ready) {
+    for (auto& f : ready)
+      f();
+  }
+  void replica_down(const caf::actor_addr& addr);
+  // (metrics, reporter, app, deployment, queued + in flight) to the
+  // controller, for autoscaling.
+  void report_load(const std::string& app, const std::string& deployment, double value) {
+    caf::actor to;
+    {
+      std::lock_guard<std::mutex> lock(actor_mutex);
+      to = controller;
+    }
+    if (to)
+      caf::anon_send(to, metrics_atom::value, reporter_id(), app, deployment, value);
+  }
+  std::string reporter_id() const { return options.node_id + "/proxy"; }
+  double request_timeout_s() const {
+    double t = snapshot_timeout_s.load(std::memory_order_relaxed);
+    return t > 0 ? t : options.request_timeout_s;
+  }
+};
+
+namespace {
+
+// Per io thread: the companion actor that sends requests to replicas and
+// receives their answers on this thread, and the calls in flight here.
+struct Worker {
+  Proxy::Core* core = nullptr;
+  size_t index = 0;
+  asio::io_context* io = nullptr;
+  caf::actor companion_handle;
+  caf::actor_companion* companion = nullptr;
+  std::unique_ptr<caf::scoped_execution_unit> unit;
+  std::vector<Call*> active;
+  uint64_t next_id = 0;
+
+  void track(Call* c) {
+    c->active_index = active.size();
+    active.push_back(c);
+  }
+  void untrack(Call* c) {
+    if (c->active_index == SIZE_MAX)
+      return;
+    Call* last = active.back();
+    active[c->active_index] = last;
+    last->active_index = c->active_index;
+    active.pop_back();
+    c->active_index = SIZE_MAX;
+  }
+};
+
+Response json_error(http::status status, const std::string& message, const std::string& id) {
+  Response r{status, 11};
+  r.set(http::field::content_type, "application/json");
+  r.body() = json{{"error", message}, {"request_id", id}}.dump();
+  return r;
+}
+
+std::string_view target_of(Call& c) {
+  auto t = c.exchange->request().target();
+  return {t.data(), t.size()};
+}
+
+void finish(const CallPtr& c, Response&& r) {
+  if (c->done)
+    return;
+  c->done = true;
+  auto* core = c->worker->core;
+  if (c->timer)
+    c->timer->cancel();
+  if (c->queued)
+    core->router.cancel(c->route->key, c->ticket);
+  int status = r.result_int();
+  double elapsed = std::chrono::duration<double>(Clock::now() - c->start).count();
+  core->metrics.observe(c->route->app, status, elapsed);
+  core->metrics.request_finished();
+  if (status >= 500) {
+    core->log->warn("request {} {} {} -> {} after {:.1f} ms ({} attempts)", c->request.request_id,
+                    c->request.method, target_of(*c), status, elapsed * 1000, c->sends);
+  } else if (core->log->should_log(spdlog::level::debug)) {
+    core->log->debug("request {} {} {} -> {} in {:.2f} ms", c->request.request_id,
+                     c->request.method, target_of(*c), status, elapsed * 1000);
+  }
+  r.set("X-Request-Id", c->request.request_id);
+  auto ex = std::move(c->exchange);
+  ex->respond(std::move(r));
+}
+
+void release(const CallPtr& c, Outcome outcome) {
+  if (!c->slot)
+    return;
+  auto slot = std::move(c->slot);
+  auto ready = c->worker->core->router.release(slot, outcome);
+  c->worker->core->run(ready);
+}
+
+void dispatch(const CallPtr& c);
+
+void on_answer(const CallPtr& c, HttpResponse& answer) {
+  c->worker->untrack(c.get());
+  release(c, Outcome::answered);
+  if (answer.status < 100 || answer.status > 999) {
+    finish(c, json_error(http::status::bad_gateway,
+                         "replica answered with invalid status " + std::to_string(answer.status),
+                         c->request.request_id));
+    return;
+  }
+  Response r{static_cast<http::status>(answer.status), 11};
+  for (auto& [name, value] : answer.headers) {
+    auto field = http::string_to_field(name);
+    if (field == http::field::content_length || field == http::field::transfer_encoding ||
+        field == http::field::connection || boost::beast::iequals(name, "X-Request-Id"))
+      continue;
+    r.insert(name, value);
+  }
+  r.body() = std::move(answer.body);
+  finish(c, std::move(r));
+}
+
+void retry(const CallPtr& c, const std::string& why) {
+  auto* core = c->worker->core;
+  if (c->slot)
+    c->tried.push_back(c->slot->replica_id);
+  if (c->sends >= core->options.max_attempts) {
+    auto r = json_error(http::status::service_unavailable,
+                        "no replica of " + c->route->app + "/" + c->route->deployment +
+                            " could take the request after " + std::to_string(c->sends) +
+                            " attempts; last: " + why,
+                        c->request.request_id);
+    r.set(http::field::retry_after, "1");
+    finish(c, std::move(r));
+    return;
+  }
+  core->metrics.retried(c->route->app);
+  core->log->info("request {}: retrying on another replica ({})", c->request.request_id, why);
+  dispatch(c);
+}
+
+void on_error(const CallPtr& c, const caf::error& err) {
+  c->worker->untrack(c.get());
+  auto status = from_caf_error(err);
+  if (err == caf::sec::request_timeout) {
+    release(c, Outcome::abandoned);
+    finish(c,
+           json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
+    return;
+  }
+  if (err.category() == kErrorCategory &&
+      (status.code() == errc::overloaded || status.code() == errc::unavailable)) {
+    std::string why = status.message();
+    if (c->slot)
+      c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::refused);
+    retry(c, why);
+    return;
+  }
+  if (err == caf::sec::request_receiver_down || err == caf::exit_reason::kill ||
+      err.category() == caf::atom("exit")) {
+    std::string why = "replica " + (c->slot ? c->slot->replica_id : std::string()) + " is gone";
+    if (c->slot)
+      c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::died);
+    retry(c, why);
+    return;
+  }
+  release(c, Outcome::answered);
+  finish(c, json_error(http::status::bad_gateway, "replica failed: " + status.message(),
+                       c->request.request_id));
+}
+
+// The client already got its answer (504); the replica finished only now, so
+// only now does its slot become free.
+void late_answer(const CallPtr& c, Outcome outcome) {
+  c->worker->untrack(c.get());
+  release(c, outcome);
+}
+
+void send(const CallPtr& c, SlotPtr slot) {
+  auto* w = c->worker;
+  c->slot = std::move(slot);
+  c->queued = false;
+  uint32_t attempt = ++c->attempt;
+  ++c->sends;
+  // The client gets its 504 from the call's timer at the deadline; the
+  // replica slot stays taken until the replica answers (it still works on the
+  // request), bounded by max_request_time_s.
+  auto budget = seconds(w->core->options.max_request_time_s);
+  w->track(c.get());
+  // What mixin::requester does (actor_companion has no request()): a request
+  // id, a timeout, and a response handler with an error branch.
+  auto* self = w->companion;
+  auto id = self->new_request_id(caf::message_priority::normal);
+  self->add_multiplexed_response_handler(id.response_id(),
+                                         caf::behavior{
+                                             [c, attempt](HttpResponse& answer) {
+                                               if (attempt != c->attempt)
+                                                 return;  // superseded: retried after a down
+                                               if (c->done)
+                                                 return late_answer(c, Outcome::answered);
+                                               on_answer(c, answer);
+                                             },
+                                             [c, attempt](caf::error& err) {
+                                               if (attempt != c->attempt)
+                                                 return;
+                                               if (c->done)
+                                                 return late_answer(c, Outcome::abandoned);
+                                               on_error(c, err);
+                                             },
+                                         });
+  c->slot->handle->enqueue(self->ctrl(), id, caf::make_message(handle_atom::value, c->request),
+                           self->context());
+  self->request_response_timeout(caf::duration{to_timespan(budget)}, id);
+}
+
+void resumed(const CallPtr& c, SlotPtr slot) {
+  if (c->done) {
+    if (slot) {
+      auto ready = c->worker->core->router.release(slot, Outcome::abandoned);
+      c->worker->core->run(ready);
+    }
+    return;
+  }
+  c->queued = false;
+  if (!slot) {
+    auto r = json_error(http::status::service_unavailable,
+                        "application " + c->route->app + " is no longer deployed",
+                        c->request.request_id);
+    r.set(http::field::retry_after, "1");
+    finish(c, std::move(r));
+    return;
+  }
+  send(c, std::move(slot));
+}
+
+void dispatch(const CallPtr& c) {
+  auto* w = c->worker;
+  auto* core = w->core;
+  auto admission = core->router.admit(c->route->key, c->tried, [c](SlotPtr slot) {
+    // Runs where the slot was freed: continue on the call's own thread.
+    auto* io = c->worker->io;
+    asio::post(*io, [c, slot = std::move(slot)]() mutable { resumed(c, std::move(slot)); });
+  });
+  switch (admission.kind) {
+    case Router::Admit::assigned:
+      send(c, std::move(admission.slot));
+      return;
+    case Router::Admit::queued:
+      c->queued = true;
+      c->ticket = admission.ticket;
+      if (admission.no_replicas) {
+        // The only signal that starts a deployment scaled to zero: report at
+        // once, not at the next periodic report.
+        core->report_load(c->route->app, c->route->deployment,
+                          static_cast<double>(admission.queued));
+      }
+      return;
+    case Router::Admit::queue_full: {
+      auto r =
+          json_error(http::status::service_unavailable,
+                     "too many requests queued for " + c->route->app + "/" + c->route->deployment,
+                     c->request.request_id);
+      r.set(http::field::retry_after, "1");
+      finish(c, std::move(r));
+      return;
+    }
+    case Router::Admit::no_deployment: {
+      auto r = json_error(
+          http::status::service_unavailable,
+          "application " + c->route->app + " has no running deployment " + c->route->deployment,
+          c->request.request_id);
+      r.set(http::field::retry_after, "1");
+      finish(c, std::move(r));
+      return;
+    }
+  }
+}
+
+void on_timeout(const CallPtr& c) {
+  if (c->done)
+    return;
+  finish(c, json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
+}
+
+bool valid_request_id(boost::beast::string_view id) {
+  if (id.empty() || id.size() > 128)
+    return false;
+  for (char ch : id) {
+    if (ch <= 0x20 || ch >= 0x7f)
+      return false;
+  }
+  return true;
+}
+
+json routes_json(const Router& router) {
+  json routes = json::array();
+  for (const auto& r : router.routes()->routes()) {
+    routes.push_back({{"prefix", r.prefix}, {"application", r.app}, {"deployment", r.deployment}});
+  }
+  json deployments = json::array();
+  for (const auto& d : router.deployments()) {
+    json replicas = json::array();
+    for (const auto& r : d.replicas) {
+      replicas.push_back({{"id", r.replica_id},
+                          {"node", r.node_id},
+                          {"local", r.local},
+                          {"in_flight", r.in_flight},
+                          {"max_ongoing_requests", r.max_ongoing}});
+    }
+    deployments.push_back({{"application", d.app},
+                           {"deployment", d.deployment},
+                           {"max_queued_requests", d.max_queued},
+                           {"queued", d.queued},
+                           {"replicas", replicas}});
+  }
+  return {{"epoch", router.epoch()},
+          {"seq", router.seq()},
+          {"routes", routes},
+          {"deployments", deployments}};
+}
+
+}  // namespace
+
+void Proxy::Core::on_request(ExchangePtr exchange) {
+  auto start = Clock::now();
+  metrics.request_started();
+  auto* w = workers[exchange->thread()].get();
+  auto& req = exchange->request();
+  boost::beast::string_view target = req.target();
+  auto qpos = target.find('?');
+  boost::beast::string_view path = target.substr(0, qpos);
+  std::string id;
+  if (auto it = req.find("X-Request-Id"); it != req.end() && valid_request_id(it->value())) {
+    id = std::string(it->value());
+  } else {
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "%s%02zx%012llx", id_prefix.c_str(), w->index,
+                  static_cast<unsigned long long>(++w->next_id));
+    id = buf;
+  }
+  auto answer_local = [&](Response&& r) {
+    metrics.observe("", r.result_int(),
+                    std::chrono::duration<double>(Clock::now() - start).count());
+    metrics.request_finished();
+    r.set("X-Request-Id", id);
+    exchange->respond(std::move(r));
+  };
+  if (path.size() >= 3 && path.substr(0, 3) == "/-/") {
+    Response r{http::status::ok, 11};
+    if (path == "/-/healthz") {
+      bool ok = router.has_routes();
+      r.result(ok ? http::status::ok : http::status::service_unavailable);
+      r.set(http::field::content_type, "text/plain");
+      r.body() = ok ? "success" : "no route table yet";
+    } else if (path == "/-/routes") {
+      r.set(http::field::content_type, "application/json");
+      r.body() = routes_json(router).dump();
+    } else if (path == "/-/metrics") {
+      r.set(http::field::content_type, "text/plain; version=0.0.4");
+      r.body() = metrics.render(router.deployments());
+    } else {
+      answer_local(json_error(http::status::not_found, "no such endpoint", id));
+      return;
+    }
+    answer_local(std::move(r));
+    return;
+  }
+  auto table = router.routes();
+  auto match = table->match(std::string_view(path.data(), path.size()));
+  if (!match.route) {
+    answer_local(json_error(http::status::not_found,
+                            "no application serves path '" + std::string(path) + "'", id));
+    return;
+  }
+  auto c = std::make_shared<Call>();
+  c->exchange = std::move(exchange);
+  c->worker = w;
+  c->route = match.route;
+  c->routes = std::move(table);
+  c->start = start;
+  auto& hr = c->request;
+  hr.method = std::string(req.method_string());
+  hr.path = std::string(match.rest);
+  if (qpos != boost::beast::string_view::npos)
+    hr.query = std::string(target.substr(qpos + 1));
+  hr.headers.reserve(std::distance(req.begin(), req.end()));
+  for (const auto& f : req)
+    hr.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  hr.body = std::move(req.body());
+  hr.request_id = std::move(id);
+  double timeout = request_timeout_s();
+  if (timeout > 0) {
+    c->deadline = start + seconds(timeout);
+    c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
+    c->timer->async_wait([c](const boost::system::error_code& ec) {
+      if (!ec)
+        on_timeout(c);
+    });
+  }
+  dispatch(c);
+}
+
+void Proxy::Core::replica_down(const caf::actor_addr& addr) {
+  router.mark_dead(addr);
+  for (auto& w : workers) {
+    asio::post(*w->io, [w = w.get(), addr] {
+      // Requests in flight there fail over now, not at their timeout (a
+      // remote replica's node may be gone and never answer).
+      std::vector<CallPtr> victims;
+      for (Call* c : w->active) {
+        if (c->slot && c->slot->handle && c->slot->handle.address() == addr)
+          victims.push_back(c->shared_from_this());
+      }
+      for (auto& c : victims) {
+        w->untrack(c.get());
+        if (c->done) {
+          ++c->attempt;  // its answer will not come
+          release(c, Outcome::died);
+          continue;
+        }
+        std::string why = "replica " + c->slot->replica_id + " died";
+        c->tried.push_back(c->slot->replica_id);
+        release(c, Outcome::died);
+        retry(c, why);
+      }
+    });
+  }
+}
+
+namespace {
+
+using core_ptr = std::shared_ptr<Proxy::Core>;
+
+constexpr auto kReportInterval = std::chrono::seconds(1);
+
+// The proxy actor: applies snapshots, monitors replicas, answers health.
+caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
+  self->set_down_handler([core](caf::down_msg& dm) { core->replica_down(dm.source); });
+  // A restarted proxy: watch the replicas it already knows, and ask the last
+  // controller for what changed since the snapshot it holds.
+  for (const auto& h : core->router.handles())
+    self->monitor(h);
+  caf::actor controller;
+  {
+    std::lock_guard<std::mutex> lock(core->actor_mutex);
+    controller = core->controller;
+  }
+  if (controller) {
+    self->send(controller, subscribe_atom::value, caf::actor_cast<caf::actor>(self),
+               core->router.epoch(), core->router.seq(), core->options.node_id);
+  }
+  self->delayed_send(self, kReportInterval, tick_atom::value);
+  return {
+      [=](snapshot_atom, const RoutingSnapshot& snap) {
+        if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
+          std::lock_guard<std::mutex> lock(core->actor_mutex);
+          core->controller = sender;
+        }
+        bool first = !core->router.has_routes();
+        auto applied = core->router.apply(snap);
+        core->snapshot_timeout_s.store(snap.request_timeout_s, std::memory_order_relaxed);
+        for (const auto& h : applied.added)
+          self->monitor(h);
+        core->run(applied.ready);
+        auto level = first || snap.full ? spdlog::level::info : spdlog::level::debug;
+        core->log->log(level, "route table {}.{} ({}; {} routes, {} deployments changed)",
+                       snap.epoch, snap.seq, snap.full ? "full" : "delta",
+                       core->router.routes()->routes().size(), snap.deployments.size());
+      },
+      [](health_atom) { return caf::ok_atom::value; },
+      [=](tick_atom) {
+        // Every deployment's queued + in-flight requests as this proxy sees
+        // them (the controller averages each reporter's samples).
+        for (const auto& d : core->router.deployments()) {
+          double load = static_cast<double>(d.queued);
+          for (const auto& r : d.replicas)
+            load += r.in_flight;
+          core->report_load(d.app, d.deployment, load);
+        }
+        self->delayed_send(self, kReportInterval, tick_atom::value);
+      },
+  };
+}
+
+// Restarts the proxy actor when it dies of anything but a shutdown.
+caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
+  self->set_down_handler([=](caf::down_msg& dm) {
+    std::lock_guard<std::mutex> lock(core->actor_mutex);
+    if (core->stopped || dm.source != core->actor.address())
+      return;
+    if (dm.reason == caf::exit_reason::user_shutdown)
+      return;
+    core->log->error("proxy actor died ({}); restarting it", self->home_system().render(dm.reason));
+    core->actor = self->spawn(proxy_actor, core);
+    self->monitor(core->actor);
+  });
+  return {
+      [=](caf::actor& proxy) { self->monitor(proxy); },
+  };
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions options) {
+  auto core = std::make_shared<Core>(std::move(options));
+  core->sys = &sys;
+  {
+    std::random_device rd;
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%06x", rd() & 0xffffff);
+    core->id_prefix = buf;
+  }
+  core->server = std::make_unique<HttpServer>(core->options.server, *core);
+  if (auto st = core->server->listen(); !st)
+    return st;
+  for (size_t i = 0; i < core->server->threads(); ++i) {
+    auto w = std::make_unique<Worker>();
+    w->core = core.get();
+    w->index = i;
+    w->io = &core->server->io(i);
+    w->unit = std::make_unique<caf::scoped_execution_unit>(&sys);
+    w->companion_handle = sys.spawn<caf::actor_companion>();
+    w->companion = static_cast<caf::actor_companion*>(
+        caf::actor_cast<caf::abstract_actor*>(w->companion_handle));
+    w->companion->context(w->unit.get());
+    // Without a behavior the companion would terminate after its first
+    // answer; it receives nothing but answers and timeouts.
+    w->companion->become(caf::behavior{[](caf::ok_atom) {}});
+    w->companion->set_default_handler(caf::drop);
+    Worker* raw = w.get();
+    w->companion->on_enqueue([raw](caf::mailbox_element_ptr m) {
+      asio::post(*raw->io, [raw, m = std::shared_ptr<caf::mailbox_element>(std::move(m))] {
+        raw->companion->activate(raw->unit.get(), *m);
+      });
+    });
+    core->workers.push_back(std::move(w));
+  }
+  core->actor = sys.spawn(proxy_actor, core);
+  core->keeper = sys.spawn(keeper_actor, core);
+  caf::anon_send(core->keeper, core->actor);
+  core->server->run();
+  core->log->info("proxy listening on {}:{} ({} io threads)", core->options.server.bind,
+                  core->server->port(), core->server->threads());
+  return std::unique_ptr<Proxy>(new Proxy(core));
+}
+
+caf::actor Proxy::actor() const {
+  std::lock_guard<std::mutex> lock(core_->actor_mutex);
+  return core_->actor;
+}
+
+uint16_t Proxy::port() const {
+  return core_->server->port();
+}
+
+void Proxy::stop() {
+  auto& core = *core_;
+  {
+    std::lock_guard<std::mutex> lock(core.actor_mutex);
+    if (core.stopped)
+      return;
+    core.stopped = true;
+  }
+  core.server->stop();
+  // No io thread runs now: the companions can be taken down from here. Their
+  // pending answers (and the calls they hold) go with them.
+  for (auto& w : core.workers) {
+    w->companion->on_enqueue(nullptr);
+    w->companion->cleanup(caf::exit_reason::user_shutdown, w->unit.get());
+  }
+  caf::anon_send_exit(core.keeper, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(core.actor, caf::exit_reason::user_shutdown);
+  // Queued calls hold exchanges: drop them before the io_contexts go.
+  core.router.clear();
+  core.server.reset();
+  for (auto& w : core.workers) {
+    w->active.clear();
+    w->companion = nullptr;
+    w->companion_handle = nullptr;
+  }
+}
+
+Proxy::~Proxy() {
+  stop();
+}
+
+}  // namespace troupe::proxy

@@ -1,0 +1,72 @@
+// The HTTP proxy of a troupe-node: an HTTP server (http_server.hpp) whose
+// requests are routed (router.hpp) to replicas, and an actor that receives
+// the controller's snapshots.
+//
+// Data path, per request: parsed on an io thread; route, replica choice and
+// in-flight accounting without any actor hop (the router is shared under a
+// mutex); one CAF request to the replica, sent and answered on the same io
+// thread through an actor_companion whose mailbox is the io thread's event
+// loop (so the reply costs no scheduler hop either).
+//
+// The proxy actor (give actor() to AgentOptions::proxy):
+//   (snapshot, RoutingSnapshot)  from the controller: applied to the router;
+//                                replicas in it are monitored, and a down
+//                                replica is never chosen again and its
+//                                in-flight requests are retried elsewhere
+//   (health)              -> (ok)
+// If the proxy actor dies it is restarted; the new one subscribes to the last
+// controller it heard from, presenting the last snapshot id it holds.
+//
+// Answers: 404 (no route, JSON body), 400/413/431 (see http_server.hpp), 503
+// with Retry-After (queue full, no replica took the request after
+// max_attempts, or the deployment is gone), 504 (request timeout), 502 (a
+// transport failure other than the above). /-/healthz, /-/routes, /-/metrics.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "proxy/http_server.hpp"
+#include "runtime/status.hpp"
+
+namespace troupe::proxy {
+
+struct ProxyOptions {
+  std::string node_id;
+  ServerOptions server;
+  // Used when the controller's snapshot carries none (request_timeout_s 0);
+  // 0: no timeout.
+  double request_timeout_s = 0;
+  // Attempts per request (first try included) when replicas refuse or die.
+  uint32_t max_attempts = 5;
+  // Bound of a CAF request when no request timeout applies; answered with 504.
+  double max_request_time_s = 3600;
+};
+
+class Proxy {
+ public:
+  // Listens on options.server.bind:port and starts serving (503 on
+  // /-/healthz until the first snapshot). The error names the address.
+  static Result<std::unique_ptr<Proxy>> start(caf::actor_system& sys, ProxyOptions options);
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  // The proxy actor (the current one: it changes when it is restarted).
+  caf::actor actor() const;
+  uint16_t port() const;
+  // Stops serving, drops open connections and stops the actors. Call before
+  // the actor system ends. Idempotent.
+  void stop();
+
+  struct Core;
+
+ private:
+  explicit Proxy(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace troupe::proxy

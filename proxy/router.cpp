@@ -1,0 +1,377 @@
+#include "proxy/router.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace troupe::proxy {
+
+// --- route table -------------------------------------------------------------
+
+RouteTable::RouteTable(std::vector<Route> routes) : by_prefix_(std::move(routes)) {
+  for (auto& r : by_prefix_)
+    r.key = deployment_key(r.app, r.deployment);
+  std::sort(by_prefix_.begin(), by_prefix_.end(),
+            [](const Route& a, const Route& b) { return a.prefix < b.prefix; });
+  for (const auto& r : by_prefix_)
+    by_length_.push_back(&r);
+  std::stable_sort(by_length_.begin(), by_length_.end(), [](const Route* a, const Route* b) {
+    return a->prefix.size() > b->prefix.size();
+  });
+}
+
+RouteTable::Match RouteTable::match(std::string_view path) const {
+  static constexpr std::string_view kRoot = "/";
+  for (const Route* r : by_length_) {
+    std::string_view prefix = r->prefix;
+    if (prefix.empty() || prefix == kRoot)
+      return {r, path.empty() ? kRoot : path};
+    if (prefix.back() == '/') {
+      // "/api/" matches "/api/..." and keeps the slash in the rest.
+      if (path.substr(0, prefix.size()) == prefix)
+        return {r, path.substr(prefix.size() - 1)};
+      if (path == prefix.substr(0, prefix.size() - 1))
+        return {r, kRoot};
+      continue;
+    }
+    if (path.size() < prefix.size() || path.substr(0, prefix.size()) != prefix)
+      continue;
+    if (path.size() == prefix.size())
+      return {r, kRoot};
+    if (path[prefix.size()] == '/')
+      return {r, path.substr(prefix.size())};
+  }
+  return {};
+}
+
+std::string deployment_key(std::string_view app, std::string_view deployment) {
+  std::string key;
+  key.reserve(app.size() + deployment.size() + 1);
+  key.append(app);
+  key.push_back('\0');
+  key.append(deployment);
+  return key;
+}
+
+// --- router ------------------------------------------------------------------
+
+Router::Router(RouterOptions options) : options_(std::move(options)), rng_(options_.seed | 1) {}
+
+uint64_t Router::next_random() {
+  // xorshift64*: cheap, and deterministic for a given seed (tests).
+  rng_ ^= rng_ >> 12;
+  rng_ ^= rng_ << 25;
+  rng_ ^= rng_ >> 27;
+  return rng_ * 2685821657736338717ULL;
+}
+
+Router::Deployment* Router::find(const std::string& key) {
+  auto it = deployments_.find(key);
+  return it == deployments_.end() ? nullptr : it->second.get();
+}
+
+SlotPtr Router::choose(Deployment& d, const std::vector<std::string>& exclude) {
+  auto excluded = [&](const ReplicaSlot& s) {
+    return !exclude.empty() &&
+           std::find(exclude.begin(), exclude.end(), s.replica_id) != exclude.end();
+  };
+  // Power of two choices within one group (local or remote replicas), without
+  // allocating: count the candidates, then pick the k-th.
+  auto pick = [&](bool local, bool allow_excluded) -> SlotPtr {
+    auto eligible = [&](const ReplicaSlot& s) {
+      return s.local == local && has_room(s) && (allow_excluded || !excluded(s));
+    };
+    size_t n = 0;
+    for (const auto& s : d.replicas)
+      n += eligible(*s) ? 1 : 0;
+    if (n == 0)
+      return nullptr;
+    auto nth = [&](size_t k) -> const SlotPtr& {
+      for (const auto& s : d.replicas) {
+        if (eligible(*s) && k-- == 0)
+          return s;
+      }
+      return d.replicas.front();  // unreachable: k < n
+    };
+    if (n == 1)
+      return nth(0);
+    size_t i = next_random() % n;
+    size_t j = next_random() % (n - 1);
+    if (j >= i)
+      ++j;
+    const SlotPtr& a = nth(i);
+    const SlotPtr& b = nth(j);
+    return b->in_flight < a->in_flight ? b : a;
+  };
+  // The best local and the best remote candidate; the less loaded wins, the
+  // local one when equally loaded. Replicas this request already tried are
+  // used only as a last resort.
+  for (bool allow_excluded : {false, true}) {
+    if (allow_excluded && exclude.empty())
+      break;
+    auto local = pick(true, allow_excluded);
+    auto remote = pick(false, allow_excluded);
+    if (local && (!remote || local->in_flight <= remote->in_flight))
+      return local;
+    if (remote)
+      return remote;
+  }
+  return nullptr;
+}
+
+void Router::drain(Deployment& d, std::vector<std::function<void()>>& ready) {
+  while (!d.queue.empty()) {
+    auto slot = choose(d, d.queue.front().exclude);
+    if (!slot)
+      return;
+    ++slot->in_flight;
+    ready.push_back([w = std::move(d.queue.front().waiter), slot]() mutable { w(slot); });
+    d.queue.pop_front();
+  }
+}
+
+void Router::drop(Deployment& d, std::vector<std::function<void()>>& ready) {
+  for (auto& q : d.queue)
+    ready.push_back([w = std::move(q.waiter)]() mutable { w(nullptr); });
+  d.queue.clear();
+  for (auto& s : d.replicas) {
+    s->owner = nullptr;
+    s->dead = true;
+    if (s->handle)
+      by_address_.erase(s->handle.address());
+  }
+  d.replicas.clear();
+}
+
+void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
+                          std::vector<caf::actor>& added) {
+  std::vector<SlotPtr> next;
+  next.reserve(endpoints.size());
+  for (const auto& ep : endpoints) {
+    auto it = std::find_if(d.replicas.begin(), d.replicas.end(),
+                           [&](const SlotPtr& s) { return s->replica_id == ep.replica_id; });
+    SlotPtr slot;
+    if (it != d.replicas.end()) {
+      slot = *it;
+      d.replicas.erase(it);
+      if (slot->handle != ep.handle) {
+        if (slot->handle)
+          by_address_.erase(slot->handle.address());
+        slot->handle = ep.handle;
+        if (ep.handle) {
+          by_address_[ep.handle.address()] = slot;
+          added.push_back(ep.handle);
+        }
+      }
+    } else {
+      slot = std::make_shared<ReplicaSlot>();
+      slot->replica_id = ep.replica_id;
+      slot->node_id = ep.node_id;
+      slot->handle = ep.handle;
+      slot->local = !options_.local_node.empty() && ep.node_id == options_.local_node;
+      if (ep.handle) {
+        by_address_[ep.handle.address()] = slot;
+        added.push_back(ep.handle);
+      }
+    }
+    slot->max_ongoing = std::max<uint32_t>(1, ep.max_ongoing_requests);
+    slot->owner = &d;
+    next.push_back(std::move(slot));
+  }
+  // Replicas that left the set: in-flight requests still release them.
+  for (auto& s : d.replicas) {
+    s->owner = nullptr;
+    s->dead = true;
+    if (s->handle)
+      by_address_.erase(s->handle.address());
+  }
+  d.replicas = std::move(next);
+}
+
+Router::Applied Router::apply(const RoutingSnapshot& snap) {
+  Applied out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto update = [&](const DeploymentEndpoints& e) {
+    auto key = deployment_key(e.app, e.deployment);
+    auto& slot = deployments_[key];
+    if (!slot) {
+      slot = std::make_unique<Deployment>();
+      slot->app = e.app;
+      slot->name = e.deployment;
+    }
+    slot->max_queued = e.max_queued_requests;
+    set_replicas(*slot, e.replicas, out.added);
+    drain(*slot, out.ready);
+  };
+  auto erase = [&](const std::string& key) {
+    auto it = deployments_.find(key);
+    if (it == deployments_.end())
+      return;
+    drop(*it->second, out.ready);
+    deployments_.erase(it);
+  };
+  if (snap.full) {
+    std::unordered_set<std::string> keep;
+    for (const auto& [app, dep] : snap.withheld)
+      keep.insert(deployment_key(app, dep));
+    for (const auto& e : snap.deployments)
+      keep.insert(deployment_key(e.app, e.deployment));
+    std::vector<std::string> gone;
+    for (const auto& [key, d] : deployments_) {
+      if (keep.count(key) == 0)
+        gone.push_back(key);
+    }
+    for (const auto& key : gone)
+      erase(key);
+    for (const auto& e : snap.deployments)
+      update(e);
+  } else {
+    for (const auto& e : snap.deployments)
+      update(e);
+    for (const auto& [app, dep] : snap.removed)
+      erase(deployment_key(app, dep));
+  }
+  if (snap.full || snap.routes_changed) {
+    std::vector<Route> routes;
+    routes.reserve(snap.routes.size());
+    for (const auto& r : snap.routes)
+      routes.push_back({r.prefix, r.app, r.ingress, {}});
+    routes_ = std::make_shared<RouteTable>(std::move(routes));
+  }
+  has_routes_ = true;
+  epoch_ = snap.epoch;
+  seq_ = snap.seq;
+  return out;
+}
+
+bool Router::has_routes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return has_routes_;
+}
+
+std::shared_ptr<const RouteTable> Router::routes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return routes_;
+}
+
+uint64_t Router::epoch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return epoch_;
+}
+
+uint64_t Router::seq() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return seq_;
+}
+
+Router::Admission Router::admit(const std::string& key, const std::vector<std::string>& exclude,
+                                Waiter waiter) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Admission out;
+  auto* d = find(key);
+  if (!d) {
+    out.kind = Admit::no_deployment;
+    return out;
+  }
+  // A request never overtakes the queue: if others wait, it waits behind them.
+  if (d->queue.empty()) {
+    if (auto slot = choose(*d, exclude)) {
+      ++slot->in_flight;
+      out.kind = Admit::assigned;
+      out.slot = std::move(slot);
+      return out;
+    }
+  }
+  size_t cap =
+      d->max_queued < 0 ? options_.unlimited_queue_cap : static_cast<size_t>(d->max_queued);
+  if (d->queue.size() >= cap) {
+    out.kind = Admit::queue_full;
+    return out;
+  }
+  out.kind = Admit::queued;
+  out.ticket = next_ticket_++;
+  d->queue.push_back({out.ticket, exclude, std::move(waiter)});
+  out.queued = d->queue.size();
+  out.no_replicas = std::none_of(d->replicas.begin(), d->replicas.end(),
+                                 [](const SlotPtr& s) { return !s->dead; });
+  return out;
+}
+
+std::vector<std::function<void()>> Router::release(const SlotPtr& slot, Outcome outcome) {
+  std::vector<std::function<void()>> ready;
+  if (!slot)
+    return ready;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (slot->in_flight > 0)
+    --slot->in_flight;
+  if (outcome == Outcome::died)
+    slot->dead = true;
+  if (slot->owner)
+    drain(*static_cast<Deployment*>(slot->owner), ready);
+  return ready;
+}
+
+void Router::mark_dead(const caf::actor_addr& replica) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = by_address_.find(replica);
+  if (it != by_address_.end())
+    it->second->dead = true;
+}
+
+bool Router::cancel(const std::string& key, uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto* d = find(key);
+  if (!d)
+    return false;
+  auto it = std::find_if(d->queue.begin(), d->queue.end(),
+                         [&](const Queued& q) { return q.ticket == ticket; });
+  if (it == d->queue.end())
+    return false;
+  d->queue.erase(it);
+  return true;
+}
+
+std::vector<Router::DeploymentView> Router::deployments() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<DeploymentView> out;
+  for (const auto& [key, d] : deployments_) {
+    DeploymentView v;
+    v.app = d->app;
+    v.deployment = d->name;
+    v.max_queued = d->max_queued;
+    v.queued = d->queue.size();
+    for (const auto& s : d->replicas) {
+      v.replicas.push_back({s->replica_id, s->node_id, s->max_ongoing, s->in_flight, s->local});
+    }
+    out.push_back(std::move(v));
+  }
+  std::sort(out.begin(), out.end(), [](const DeploymentView& a, const DeploymentView& b) {
+    return std::tie(a.app, a.deployment) < std::tie(b.app, b.deployment);
+  });
+  return out;
+}
+
+std::vector<caf::actor> Router::handles() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<caf::actor> out;
+  for (const auto& [addr, slot] : by_address_) {
+    if (slot->handle)
+      out.push_back(slot->handle);
+  }
+  return out;
+}
+
+void Router::clear() {
+  std::unordered_map<std::string, std::unique_ptr<Deployment>> gone;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gone.swap(deployments_);
+    by_address_.clear();
+    for (auto& [key, d] : gone) {
+      for (auto& s : d->replicas)
+        s->owner = nullptr;
+    }
+  }
+  // Waiters are destroyed here, outside the lock, never called.
+}
+
+}  // namespace troupe::proxy

@@ -1,0 +1,210 @@
+// Routing decisions of the data path, as plain C++ (no sockets, no actor
+// calls): the route table (longest-prefix match), and per deployment the
+// replica set with the in-flight count of every replica as this router sees
+// it, power-of-two-choices placement preferring local replicas, the
+// max_ongoing_requests cap, a bounded FIFO queue beyond it, and the retry
+// exclusions.
+//
+// Thread-safe: every public member takes the router's mutex. Waiter callbacks
+// run after the mutex is released, on the thread that freed the slot (the
+// caller decides where to continue, e.g. by posting to its event loop).
+//
+// The proxy uses one Router per node; a deployment handle inside a replica can
+// use one the same way (apply snapshots, admit, release).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+
+#include "runtime/wire.hpp"
+
+namespace troupe::proxy {
+
+// One route of the table.
+struct Route {
+  std::string prefix;
+  std::string app;
+  std::string deployment;  // the application's ingress
+  std::string key;         // deployment_key(app, deployment)
+};
+
+// An immutable route table; longest prefix wins. A prefix matches a path when
+// it is equal to it, or is followed in the path by '/' (so "/echo" matches
+// "/echo" and "/echo/x" but not "/echoes"); "/" matches every path.
+class RouteTable {
+ public:
+  RouteTable() = default;
+  explicit RouteTable(std::vector<Route> routes);
+
+  struct Match {
+    const Route* route = nullptr;
+    // The path after the prefix, always starting with '/'.
+    std::string_view rest;
+  };
+  // route == nullptr: no route for this path.
+  Match match(std::string_view path) const;
+  // Sorted by prefix.
+  const std::vector<Route>& routes() const { return by_prefix_; }
+
+ private:
+  std::vector<Route> by_prefix_;
+  std::vector<const Route*> by_length_;  // longest first
+};
+
+// "app\0deployment": the key of a deployment in the router.
+std::string deployment_key(std::string_view app, std::string_view deployment);
+
+// A replica as the router sees it. Shared with in-flight requests, which hand
+// it back to release().
+struct ReplicaSlot {
+  std::string replica_id;
+  std::string node_id;
+  uint32_t max_ongoing = 1;
+  caf::actor handle;
+  bool local = false;
+  // Guarded by the router's mutex.
+  uint32_t in_flight = 0;
+  bool dead = false;      // died, or left the replica set
+  void* owner = nullptr;  // the deployment it belongs to; null once removed
+};
+using SlotPtr = std::shared_ptr<ReplicaSlot>;
+
+// Why a request gives a replica back.
+enum class Outcome {
+  answered,  // the replica answered (any HTTP status)
+  refused,   // overloaded or unavailable: it never started the request
+  died,      // the replica died (or its node went away) before answering
+  abandoned  // the caller gave up (timeout): the replica may still work on it
+};
+
+struct RouterOptions {
+  std::string local_node;
+  uint64_t seed = 0x9e3779b97f4a7c15ULL;
+  // Used when a deployment's max_queued_requests is -1 (no limit in the
+  // deployment's config); a safety net, not a tuning knob.
+  size_t unlimited_queue_cap = 1u << 20;
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions options);
+
+  // -- snapshots ---------------------------------------------------------------
+
+  // Applies a push from the controller (full or delta, see
+  // controller/core/snapshot.hpp). Returns the waiters that can proceed now
+  // (new replicas) or must give up (their deployment is gone); the caller runs
+  // them (outside any lock of its own). Also returns the replica handles that
+  // appeared, so the caller can monitor them.
+  struct Applied {
+    std::vector<std::function<void()>> ready;
+    std::vector<caf::actor> added;
+  };
+  Applied apply(const RoutingSnapshot& snapshot);
+  // True once a snapshot was applied.
+  bool has_routes() const;
+  std::shared_ptr<const RouteTable> routes() const;
+  uint64_t epoch() const;
+  uint64_t seq() const;
+
+  // -- placement ---------------------------------------------------------------
+
+  // A request waiting for a slot is resumed with the slot, or with nullptr when
+  // its deployment was deleted.
+  using Waiter = std::function<void(SlotPtr)>;
+
+  enum class Admit {
+    assigned,       // `slot` is set; in_flight was incremented
+    queued,         // `ticket` names the waiter; it will be called once
+    queue_full,     // 503
+    no_deployment,  // the deployment is unknown (deleted meanwhile)
+  };
+  struct Admission {
+    Admit kind = Admit::no_deployment;
+    SlotPtr slot;
+    uint64_t ticket = 0;
+    // queued: the deployment has no live replica at all (a cold start).
+    bool no_replicas = false;
+    size_t queued = 0;  // queue length after this admission
+  };
+  // `exclude`: replica ids already tried by this request; they are chosen only
+  // when no other replica has room. Does not call `waiter` synchronously.
+  Admission admit(const std::string& key, const std::vector<std::string>& exclude, Waiter waiter);
+
+  // Gives a slot back. Returns waiters to run (now admitted on a free slot).
+  std::vector<std::function<void()>> release(const SlotPtr& slot, Outcome outcome);
+  // The replica died (a down message): it is never chosen again.
+  void mark_dead(const caf::actor_addr& replica);
+  // Removes a queued waiter (its deadline passed). False when it was already
+  // resumed (its callback runs or ran).
+  bool cancel(const std::string& key, uint64_t ticket);
+
+  // -- introspection (metrics, /-/routes, tests) ----------------------------
+
+  struct DeploymentView {
+    std::string app;
+    std::string deployment;
+    int32_t max_queued = -1;
+    size_t queued = 0;
+    struct Replica {
+      std::string replica_id;
+      std::string node_id;
+      uint32_t max_ongoing = 0;
+      uint32_t in_flight = 0;
+      bool local = false;
+    };
+    std::vector<Replica> replicas;
+  };
+  std::vector<DeploymentView> deployments() const;
+  // Every replica handle held (to monitor them again after a restart).
+  std::vector<caf::actor> handles() const;
+  // Drops every deployment and queued waiter without calling it (shutdown).
+  void clear();
+
+ private:
+  struct Queued {
+    uint64_t ticket;
+    std::vector<std::string> exclude;
+    Waiter waiter;
+  };
+  struct Deployment {
+    std::string app;
+    std::string name;
+    int32_t max_queued = -1;
+    std::vector<SlotPtr> replicas;
+    std::deque<Queued> queue;
+  };
+
+  Deployment* find(const std::string& key);
+  SlotPtr choose(Deployment& d, const std::vector<std::string>& exclude);
+  bool has_room(const ReplicaSlot& s) const { return !s.dead && s.in_flight < s.max_ongoing; }
+  void set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
+                    std::vector<caf::actor>& added);
+  void drain(Deployment& d, std::vector<std::function<void()>>& ready);
+  void drop(Deployment& d, std::vector<std::function<void()>>& ready);
+  uint64_t next_random();
+
+  RouterOptions options_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const RouteTable> routes_ = std::make_shared<RouteTable>();
+  bool has_routes_ = false;
+  uint64_t epoch_ = 0;
+  uint64_t seq_ = 0;
+  std::unordered_map<std::string, std::unique_ptr<Deployment>> deployments_;
+  std::unordered_map<caf::actor_addr, SlotPtr> by_address_;
+  uint64_t rng_;
+  uint64_t next_ticket_ = 1;
+};
+
+}  // namespace troupe::proxy

@@ -1,0 +1,632 @@
+// The HTTP proxy of every node on a real loopback cluster, spoken to over
+// HTTP/1.1 with a small blocking client. Every wait is a condition with a
+// deadline.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "runtime/system_setup.hpp"
+#include "tests/support/cluster.hpp"
+#include "tools/troupectl/client.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+using nlohmann::json;
+
+namespace {
+
+struct Reply {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+// One keep-alive connection; every read is bounded by `timeout_s`.
+class Conn {
+ public:
+  explicit Conn(uint16_t port, double timeout_s = 15) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{static_cast<time_t>(timeout_s),
+               static_cast<suseconds_t>((timeout_s - static_cast<time_t>(timeout_s)) * 1e6)};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~Conn() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  bool connected() const { return connected_; }
+
+  bool send_raw(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      auto n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0)
+        return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  std::optional<Reply> request(const std::string& method, const std::string& target,
+                               const std::vector<std::pair<std::string, std::string>>& headers = {},
+                               const std::string& body = "") {
+    std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    for (const auto& [k, v] : headers)
+      req += k + ": " + v + "\r\n";
+    if (!body.empty() || method == "POST")
+      req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    req += "\r\n" + body;
+    if (!send_raw(req))
+      return std::nullopt;
+    return read_reply();
+  }
+
+  std::optional<Reply> get(const std::string& target,
+                           const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+    return request("GET", target, headers);
+  }
+
+  std::optional<Reply> read_reply() {
+    size_t end;
+    while ((end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (!fill())
+        return std::nullopt;
+    }
+    Reply r;
+    std::string head = buffer_.substr(0, end);
+    buffer_.erase(0, end + 4);
+    auto line_end = head.find("\r\n");
+    std::string status_line = head.substr(0, line_end);
+    if (status_line.size() < 12)
+      return std::nullopt;
+    r.status = std::stoi(status_line.substr(9, 3));
+    size_t pos = line_end == std::string::npos ? head.size() : line_end + 2;
+    while (pos < head.size()) {
+      auto next = head.find("\r\n", pos);
+      if (next == std::string::npos)
+        next = head.size();
+      auto line = head.substr(pos, next - pos);
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string name = line.substr(0, colon);
+        std::transform(name.begin(), name.end(), name.begin(),
+                       [](unsigned char c) { return std::tolower(c); });
+        auto value = line.substr(colon + 1);
+        value.erase(0, value.find_first_not_of(' '));
+        r.headers[name] = value;
+      }
+      pos = next + 2;
+    }
+    size_t length =
+        std::stoul(r.header("content-length").empty() ? "0" : r.header("content-length"));
+    while (buffer_.size() < length) {
+      if (!fill())
+        return std::nullopt;
+    }
+    r.body = buffer_.substr(0, length);
+    buffer_.erase(0, length);
+    return r;
+  }
+
+  // True when the peer closed the connection (read returns 0).
+  bool closed_by_peer() {
+    char c;
+    return ::recv(fd_, &c, 1, 0) == 0;
+  }
+
+ private:
+  bool fill() {
+    char buf[16384];
+    auto n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n <= 0)
+      return false;
+    buffer_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buffer_;
+};
+
+controller::ApplicationSpec app_spec(const std::string& name, const std::string& prefix,
+                                     const std::string& cls, uint32_t replicas,
+                                     uint32_t max_ongoing = 5, int32_t max_queued = -1) {
+  controller::DeploymentSpec d;
+  d.name = cls;
+  d.import_path = "libtroupe_examples.so:" + cls;
+  d.code_version = "v1";
+  d.config.num_replicas = replicas;
+  d.config.max_ongoing_requests = max_ongoing;
+  d.config.max_queued_requests = max_queued;
+  d.config.health_check_period_s = 0.5;
+  d.config.health_check_timeout_s = 2;
+  d.config.graceful_shutdown_wait_loop_s = 0.2;
+  d.config.graceful_shutdown_timeout_s = 2;
+  controller::ApplicationSpec app;
+  app.name = name;
+  app.route_prefix = prefix;
+  app.ingress = cls;
+  app.deployments = {d};
+  return app;
+}
+
+// A thread joined when it goes out of scope, also when a REQUIRE fails.
+struct Joiner {
+  std::thread thread;
+  template <class F>
+  explicit Joiner(F f) : thread(std::move(f)) {}
+  ~Joiner() { join(); }
+  void join() {
+    if (thread.joinable())
+      thread.join();
+  }
+};
+
+uint16_t http_port_of(const ChildProcess& p) {
+  const auto& argv = p.argv();
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--http-port")
+      return static_cast<uint16_t>(std::stoi(argv[i + 1]));
+  }
+  return 0;
+}
+
+struct Fixture {
+  Cluster cluster;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::optional<ControllerClient> client;
+
+  explicit Fixture(std::vector<std::string> worker_ids = {},
+                   std::vector<std::string> head_args = {}) {
+    cluster.start_head(head_args);
+    std::map<std::string, std::string> expected{{"head", "ALIVE"}};
+    for (const auto& id : worker_ids) {
+      cluster.start_worker(id);
+      expected[id] = "ALIVE";
+    }
+    REQUIRE(cluster.wait_states(expected, 20s));
+    configure_actor_system(cfg, TransportOptions{});
+    sys = std::make_unique<caf::actor_system>(cfg);
+    auto endpoint = parse_endpoint(cluster.address).value();
+    auto c = ControllerClient::connect(*sys, endpoint, 5);
+    REQUIRE(c.has_value());
+    client.emplace(std::move(c.value()));
+  }
+
+  uint16_t port(const std::string& node = "head") { return http_port_of(cluster.nodes.at(node)); }
+
+  json status() {
+    auto s = client->status_json();
+    REQUIRE(s.has_value());
+    return json::parse(*s);
+  }
+
+  json deployment(const std::string& app, const std::string& dep) {
+    auto s = status();
+    auto& apps = s.at("applications");
+    if (!apps.contains(app) || !apps[app]["deployments"].contains(dep))
+      return json::object();
+    return apps[app]["deployments"][dep];
+  }
+
+  std::vector<std::string> running(const std::string& app, const std::string& dep) {
+    std::vector<std::string> out;
+    auto d = deployment(app, dep);
+    for (const auto& r : d.value("replicas", json::array())) {
+      if (r.at("state") == "RUNNING")
+        out.push_back(r.at("id"));
+    }
+    return out;
+  }
+
+  bool wait_healthy(const std::string& app, const std::string& dep, size_t n) {
+    json last;
+    bool ok = wait_until(
+        [&] {
+          last = deployment(app, dep);
+          return last.value("status", "") == "HEALTHY" && running(app, dep).size() == n;
+        },
+        30s, 100ms);
+    if (!ok) {
+      MESSAGE("last status of " << app << "/" << dep << ": " << last.dump(2));
+      cluster.dump_output();
+    }
+    return ok;
+  }
+
+  // Waits until the proxy of `node` routes `path` to `n` replicas.
+  bool wait_routed(const std::string& node, const std::string& app, const std::string& dep,
+                   size_t n) {
+    json last;
+    bool ok = wait_until(
+        [&] {
+          Conn c(port(node), 2);
+          auto r = c.get("/-/routes");
+          if (!r || r->status != 200)
+            return false;
+          last = json::parse(r->body);
+          for (const auto& d : last.at("deployments")) {
+            if (d.at("application") == app && d.at("deployment") == dep)
+              return d.at("replicas").size() == n;
+          }
+          return false;
+        },
+        30s, 100ms);
+    if (!ok)
+      MESSAGE("last routes of " << node << ": " << last.dump(2));
+    return ok;
+  }
+
+  json queue_view(const std::string& app) {
+    Conn c(port(), 2);
+    auto r = c.get("/-/routes");
+    REQUIRE(r);
+    auto view = json::parse(r->body);
+    for (const auto& d : view.at("deployments")) {
+      if (d.at("application") == app)
+        return d;
+    }
+    return json::object();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("proxy: requests reach the ingress by longest prefix on every node over keep-alive") {
+  Fixture f({"w1"});
+  {
+    Conn c(f.port("w1"));
+    auto r = c.get("/-/healthz");
+    REQUIRE(r);
+    CHECK(r->status == 200);  // a (still empty) route table is held
+  }
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 4)).has_value());
+  REQUIRE(f.client->deploy(app_spec("hello", "/echo/hello", "Hello", 1)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 4));
+  REQUIRE(f.wait_healthy("hello", "Hello", 1));
+  for (const std::string node : {"head", "w1"}) {
+    REQUIRE(f.wait_routed(node, "echo", "Echo", 4));
+    REQUIRE(f.wait_routed(node, "hello", "Hello", 1));
+    Conn c(f.port(node));
+    // Several requests on one connection.
+    std::set<std::string> replicas;
+    for (int i = 0; i < 20; ++i) {
+      auto r = c.request("POST", "/echo/a/b?x=1&y=2", {{"X-Custom", "v"}}, "payload");
+      REQUIRE(r);
+      CHECK(r->status == 200);
+      auto body = json::parse(r->body);
+      CHECK(body.at("path") == "/a/b");
+      CHECK(body.at("query") == "x=1&y=2");
+      CHECK(body.at("method") == "POST");
+      CHECK(body.at("body") == "payload");
+      CHECK(body.at("headers").at("X-Custom") == "v");
+      CHECK(r->header("x-request-id").size() >= 8);
+      CHECK(r->header("content-type") == "application/json");
+      replicas.insert(body.at("replica_id").get<std::string>());
+      // One at a time, every replica is equally loaded: the local ones win.
+      CHECK(body.at("node_id") == node);
+    }
+    CHECK(replicas.size() == 2);  // both local replicas (of 2 + 2) take work
+    auto r = c.get("/echo");
+    REQUIRE(r);
+    CHECK(json::parse(r->body).at("path") == "/");
+    // The longer prefix wins.
+    r = c.get("/echo/hello/there");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(json::parse(r->body).at("greeting") == "hello");
+    // Whole segments only: /echoes is not /echo.
+    r = c.get("/echoes");
+    REQUIRE(r);
+    CHECK(r->status == 404);
+    // The client's request id goes to the replica and comes back.
+    r = c.get("/echo/id", {{"X-Request-Id", "my-id-42"}});
+    REQUIRE(r);
+    CHECK(r->header("x-request-id") == "my-id-42");
+    CHECK(json::parse(r->body).at("headers").at("X-Request-Id") == "my-id-42");
+  }
+  // /-/routes and /-/metrics.
+  Conn c(f.port());
+  auto routes = c.get("/-/routes");
+  REQUIRE(routes);
+  auto table = json::parse(routes->body);
+  REQUIRE(table.at("routes").size() == 2);
+  CHECK(table.at("routes")[0].at("prefix") == "/echo");
+  CHECK(table.at("routes")[0].at("deployment") == "Echo");
+  CHECK(table.at("routes")[1].at("prefix") == "/echo/hello");
+  auto metrics = c.get("/-/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+  CHECK(metrics->body.find("troupe_proxy_requests_total{application=\"echo\",code=\"200\"}") !=
+        std::string::npos);
+  CHECK(metrics->body.find("troupe_proxy_request_duration_seconds_bucket{application=\"echo\"") !=
+        std::string::npos);
+  CHECK(metrics->body.find("troupe_proxy_requests_in_flight") != std::string::npos);
+  CHECK(
+      metrics->body.find("troupe_proxy_queue_length{application=\"echo\",deployment=\"Echo\"} 0") !=
+      std::string::npos);
+  CHECK(metrics->body.find("troupe_proxy_retries_total") != std::string::npos);
+}
+
+TEST_CASE("proxy: 404 400 413 and 431 answers and the proxy keeps serving") {
+  Fixture f({}, {"--proxy-body-limit", "1024", "--proxy-idle-timeout", "1"});
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 1)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 1));
+  REQUIRE(f.wait_routed("head", "echo", "Echo", 1));
+  auto healthy = [&] {
+    Conn c(f.port());
+    auto r = c.get("/echo/ok");
+    return r && r->status == 200;
+  };
+  {
+    Conn c(f.port());
+    auto r = c.get("/nowhere/x");
+    REQUIRE(r);
+    CHECK(r->status == 404);
+    CHECK(r->header("content-type") == "application/json");
+    auto body = json::parse(r->body);
+    CHECK(body.at("error").get<std::string>().find("/nowhere/x") != std::string::npos);
+    // A 404 keeps the connection.
+    r = c.get("/echo/after-404");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  {
+    Conn c(f.port());
+    REQUIRE(c.send_raw("THIS IS NOT HTTP\r\n\r\n"));
+    auto r = c.read_reply();
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(c.closed_by_peer());
+  }
+  {
+    Conn c(f.port());
+    REQUIRE(c.send_raw("GET /echo HTTP/1.1\r\nContent-Length: abc\r\n\r\n"));
+    auto r = c.read_reply();
+    REQUIRE(r);
+    CHECK(r->status == 400);
+  }
+  {
+    Conn c(f.port());
+    auto r = c.request("POST", "/echo/big", {}, std::string(1025, 'x'));
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CHECK(c.closed_by_peer());
+    Conn c2(f.port());
+    r = c2.request("POST", "/echo/fits", {}, std::string(1024, 'x'));
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  {
+    // Announced but not sent: refused from the header alone.
+    Conn c(f.port());
+    REQUIRE(c.send_raw("POST /echo HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n"));
+    auto r = c.read_reply();
+    REQUIRE(r);
+    CHECK(r->status == 413);
+  }
+  {
+    Conn c(f.port());
+    auto r = c.get("/echo/h", {{"X-Huge", std::string(20000, 'h')}});
+    REQUIRE(r);
+    CHECK(r->status == 431);
+  }
+  {
+    // A slow client (half a request line, then nothing) is disconnected
+    // after the idle timeout (1 s here) ...
+    Conn c(f.port(), 10);
+    REQUIRE(c.send_raw("GET /echo HT"));
+    CHECK(c.closed_by_peer());
+    // ... and so is an idle keep-alive connection.
+    Conn idle(f.port(), 10);
+    REQUIRE(idle.get("/echo/x"));
+    CHECK(idle.closed_by_peer());
+  }
+  CHECK(healthy());
+  Conn c(f.port());
+  auto metrics = c.get("/-/metrics");
+  REQUIRE(metrics);
+  for (const char* code : {"400", "404", "413", "431"}) {
+    CHECK(metrics->body.find("code=\"" + std::string(code) + "\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("proxy: 503 with Retry-After when the deployment's queue is full") {
+  Fixture f;
+  // One replica, one request at a time, one waiting.
+  REQUIRE(f.client->deploy(app_spec("sleep", "/sleep", "Sleep", 1, 1, 1)).has_value());
+  REQUIRE(f.wait_healthy("sleep", "Sleep", 1));
+  REQUIRE(f.wait_routed("head", "sleep", "Sleep", 1));
+  std::optional<Reply> first, second;
+  Conn c1(f.port(), 30), c2(f.port(), 30);
+  Joiner t1([&] { first = c1.get("/sleep?ms=4000"); });
+  json last;
+  bool busy = wait_until(
+      [&] {
+        last = f.queue_view("sleep");
+        return !last.empty() && last.at("replicas").size() == 1 &&
+               last.at("replicas")[0].at("in_flight") == 1;
+      },
+      10s);
+  if (!busy)
+    MESSAGE("last view: " << last.dump() << " first: " << (first ? first->body : "-"));
+  REQUIRE(busy);
+  Joiner t2([&] { second = c2.get("/sleep?ms=10"); });
+  REQUIRE(wait_until([&] { return f.queue_view("sleep").at("queued") == 1; }, 10s));
+  {
+    Conn c3(f.port());
+    auto third = c3.get("/sleep?ms=10");
+    REQUIRE(third);
+    CHECK(third->status == 503);
+    CHECK(third->header("retry-after") == "1");
+    CHECK(json::parse(third->body).at("error").get<std::string>().find("queued") !=
+          std::string::npos);
+  }
+  t1.join();
+  t2.join();
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->status == 200);
+  CHECK(second->status == 200);  // the queued one was served after the first
+}
+
+TEST_CASE("proxy: 504 when a request outlives the request timeout") {
+  Fixture f({}, {"--request-timeout", "0.5"});
+  REQUIRE(f.client->deploy(app_spec("sleep", "/sleep", "Sleep", 1, 2)).has_value());
+  REQUIRE(f.wait_healthy("sleep", "Sleep", 1));
+  REQUIRE(f.wait_routed("head", "sleep", "Sleep", 1));
+  Conn c(f.port(), 30);
+  auto r = c.get("/sleep?ms=3000");
+  REQUIRE(r);
+  CHECK(r->status == 504);
+  CHECK(json::parse(r->body).at("error") == "request timed out");
+  // Quick requests still pass, on the same connection. The timed-out request
+  // still occupies its replica slot for a while; max_ongoing is 2.
+  r = c.get("/sleep?ms=1");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  // A request waiting in the queue times out as well.
+  Conn c2(f.port(), 30), c3(f.port(), 30);
+  std::optional<Reply> a, b;
+  Joiner ta([&] { a = c2.get("/sleep?ms=3000"); });
+  Joiner tb([&] { b = c3.get("/sleep?ms=3000"); });
+  ta.join();
+  tb.join();
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->status == 504);
+  CHECK(b->status == 504);
+}
+
+TEST_CASE("proxy: killing a replica every second under a steady request loop fails no request") {
+  Fixture f({"w1"});
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 4)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 4));
+  REQUIRE(f.wait_routed("head", "echo", "Echo", 4));
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 4));
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::string> failures;
+  std::mutex failures_mutex;
+  std::vector<std::thread> loops;
+  for (const std::string node : {"head", "w1", "head", "w1"}) {
+    uint16_t port = f.port(node);
+    loops.emplace_back([&, port] {
+      auto conn = std::make_unique<Conn>(port, 60);
+      int i = 0;
+      while (!stop) {
+        auto r = conn->get("/echo/n" + std::to_string(i++));
+        if (r && r->status == 200) {
+          ++ok;
+          continue;
+        }
+        ++failed;
+        std::lock_guard<std::mutex> lock(failures_mutex);
+        failures.push_back(r ? std::to_string(r->status) + " " + r->body : "no answer");
+        conn = std::make_unique<Conn>(port, 60);
+      }
+    });
+  }
+  std::mt19937 rng(7);
+  int kills = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int second = 0; second < 10; ++second) {
+    // Wait until the next whole second of the run (a deadline, not a pause
+    // standing in for a condition).
+    wait_until([&] { return std::chrono::steady_clock::now() - start >= second * 1s; }, 2s, 10ms);
+    auto ids = f.running("echo", "Echo");
+    if (ids.empty())
+      continue;
+    auto victim = ids[rng() % ids.size()];
+    if (f.client->kill_replica(victim).is_ok())
+      ++kills;
+  }
+  stop = true;
+  for (auto& t : loops)
+    t.join();
+  MESSAGE(ok.load() << " requests answered, " << kills << " replicas killed");
+  for (const auto& msg : failures)
+    MESSAGE("failure: " << msg);
+  CHECK(kills >= 8);
+  CHECK(failed == 0);
+  CHECK(ok > 100);
+  Conn c(f.port());
+  auto metrics = c.get("/-/metrics");
+  REQUIRE(metrics);
+  MESSAGE(metrics->body.substr(0, 2000));
+}
+
+TEST_CASE("proxy: with the controller killed requests are served from the last snapshot") {
+  Fixture f({"w1"});
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 2)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 2));
+  REQUIRE(f.wait_routed("head", "echo", "Echo", 2));
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 2));
+  {
+    caf::scoped_actor self{*f.sys};
+    self->send_exit(f.client->controller(), caf::exit_reason::kill);
+  }
+  // The controller is gone: its client gets no answer any more.
+  REQUIRE(wait_until([&] { return !f.client->status_json().has_value(); }, 10s, 100ms));
+  for (const std::string node : {"head", "w1"}) {
+    Conn c(f.port(node));
+    for (int i = 0; i < 50; ++i) {
+      auto r = c.get("/echo/still-here");
+      REQUIRE(r);
+      CHECK(r->status == 200);
+    }
+    auto health = c.get("/-/healthz");
+    REQUIRE(health);
+    CHECK(health->status == 200);
+    auto routes = c.get("/-/routes");
+    REQUIRE(routes);
+    CHECK(json::parse(routes->body).at("routes").size() == 1);
+  }
+}
+
+TEST_CASE("proxy: a node whose HTTP port is taken exits with code 2 naming the port") {
+  Fixture f;
+  auto taken = std::to_string(f.port());
+  TempDir dir;
+  auto r = run({bin("troupe-node"), "--join", f.cluster.address, "--node-id", "w9", "--state-dir",
+                dir / "w9", "--http-port", taken},
+               20s);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("cannot listen on 127.0.0.1:" + taken) != std::string::npos);
+}

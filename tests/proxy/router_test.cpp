@@ -1,0 +1,315 @@
+// Router: longest-prefix routes, power of two choices with local preference,
+// the max_ongoing_requests cap, the bounded queue, retry exclusions and
+// snapshot application. Deterministic: seeded randomness, no threads.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+
+#include "proxy/router.hpp"
+
+using namespace troupe;
+using namespace troupe::proxy;
+
+namespace {
+
+ReplicaEndpoint replica(const std::string& id, const std::string& node, uint32_t max) {
+  ReplicaEndpoint e;
+  e.replica_id = id;
+  e.node_id = node;
+  e.max_ongoing_requests = max;
+  return e;
+}
+
+RoutingSnapshot full_snapshot(std::vector<ReplicaEndpoint> replicas, int32_t max_queued = -1) {
+  RoutingSnapshot s;
+  s.epoch = 1;
+  s.seq = 1;
+  s.full = true;
+  s.routes = {{"/echo", "echo", "Echo"}};
+  s.deployments = {{"echo", "Echo", std::move(replicas), max_queued}};
+  return s;
+}
+
+const std::string kEcho = deployment_key("echo", "Echo");
+
+}  // namespace
+
+TEST_CASE("proxy/router: longest prefix wins and the rest of the path starts with '/'") {
+  RouteTable t({{"/", "root", "R", {}},
+                {"/api", "api", "A", {}},
+                {"/api/v1", "v1", "V", {}},
+                {"/echo", "echo", "E", {}}});
+  auto m = t.match("/api/v1/users");
+  REQUIRE(m.route);
+  CHECK(m.route->app == "v1");
+  CHECK(m.rest == "/users");
+  m = t.match("/api/v2");
+  CHECK(m.route->app == "api");
+  CHECK(m.rest == "/v2");
+  m = t.match("/api");
+  CHECK(m.route->app == "api");
+  CHECK(m.rest == "/");
+  m = t.match("/api/");
+  CHECK(m.route->app == "api");
+  CHECK(m.rest == "/");
+  // A prefix matches whole path segments only.
+  m = t.match("/apix");
+  CHECK(m.route->app == "root");
+  CHECK(m.rest == "/apix");
+  m = t.match("/echo?x");  // the caller strips the query; a '?' is just a character here
+  CHECK(m.route->app == "root");
+  CHECK(t.match("/").route->app == "root");
+  CHECK(t.match("/api/v1").route->key == deployment_key("v1", "V"));
+}
+
+TEST_CASE("proxy/router: no route without a catch-all prefix") {
+  RouteTable t({{"/b", "b", "B", {}}, {"/a", "a", "A", {}}});
+  CHECK(t.match("/c").route == nullptr);
+  CHECK(t.match("/").route == nullptr);
+  CHECK(t.match("").route == nullptr);
+  CHECK(t.match("/a/x").route->app == "a");
+  // routes() is sorted by prefix.
+  REQUIRE(t.routes().size() == 2);
+  CHECK(t.routes()[0].prefix == "/a");
+}
+
+TEST_CASE("proxy/router: a prefix with a trailing slash") {
+  RouteTable t({{"/api/", "api", "A", {}}});
+  CHECK(t.match("/api/x").rest == "/x");
+  CHECK(t.match("/api").rest == "/");
+  CHECK(t.match("/apix").route == nullptr);
+}
+
+TEST_CASE("proxy/router: never more than max_ongoing_requests in flight per replica") {
+  Router r({"n1", 42});
+  r.apply(full_snapshot({replica("a", "n1", 2), replica("b", "n2", 3)}, 0));
+  std::map<std::string, int> load;
+  std::vector<SlotPtr> held;
+  for (int i = 0; i < 5; ++i) {
+    auto adm = r.admit(kEcho, {}, [](SlotPtr) {});
+    REQUIRE(adm.kind == Router::Admit::assigned);
+    load[adm.slot->replica_id]++;
+    held.push_back(adm.slot);
+  }
+  CHECK(load == std::map<std::string, int>{{"a", 2}, {"b", 3}});
+  // Full, and max_queued_requests 0: refused at once.
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::queue_full);
+  r.release(held[0], Outcome::answered);
+  auto adm = r.admit(kEcho, {}, [](SlotPtr) {});
+  REQUIRE(adm.kind == Router::Admit::assigned);
+  CHECK(adm.slot->replica_id == held[0]->replica_id);
+}
+
+TEST_CASE("proxy/router: power of two choices picks the less loaded replica") {
+  Router r({"n1", 7});
+  r.apply(full_snapshot({replica("a", "n1", 100), replica("b", "n1", 100)}));
+  // Load a with 10 requests by holding them; then every new request goes to b
+  // until both are even (two replicas: both are always the two choices).
+  std::vector<SlotPtr> held;
+  while (held.size() < 10) {
+    auto adm = r.admit(kEcho, {"b"}, [](SlotPtr) {});
+    REQUIRE(adm.slot->replica_id == "a");
+    held.push_back(adm.slot);
+  }
+  for (int i = 0; i < 10; ++i) {
+    auto adm = r.admit(kEcho, {}, [](SlotPtr) {});
+    CHECK(adm.slot->replica_id == "b");
+  }
+  auto view = r.deployments();
+  REQUIRE(view.size() == 1);
+  CHECK(view[0].replicas[0].in_flight == 10);
+  CHECK(view[0].replicas[1].in_flight == 10);
+}
+
+TEST_CASE("proxy/router: equally loaded the local replica is preferred") {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    Router r({"here", seed});
+    r.apply(full_snapshot({replica("a", "far", 10), replica("b", "here", 10)}));
+    auto adm = r.admit(kEcho, {}, [](SlotPtr) {});
+    REQUIRE(adm.kind == Router::Admit::assigned);
+    CHECK(adm.slot->replica_id == "b");
+    CHECK(adm.slot->local);
+    // Now b has one more in flight: the remote one wins.
+    auto next = r.admit(kEcho, {}, [](SlotPtr) {});
+    CHECK(next.slot->replica_id == "a");
+  }
+}
+
+TEST_CASE("proxy/router: with many replicas the load spreads evenly") {
+  Router r({"n1", 3});
+  std::vector<ReplicaEndpoint> reps;
+  for (int i = 0; i < 8; ++i)
+    reps.push_back(replica("r" + std::to_string(i), "n1", 1000));
+  r.apply(full_snapshot(reps));
+  for (int i = 0; i < 800; ++i)
+    r.admit(kEcho, {}, [](SlotPtr) {});
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (const auto& rep : r.deployments()[0].replicas) {
+    lo = std::min(lo, rep.in_flight);
+    hi = std::max(hi, rep.in_flight);
+  }
+  // P2C keeps the spread small (a uniform random choice would not).
+  CHECK(hi - lo <= 20);
+  CHECK(lo > 0);
+}
+
+TEST_CASE("proxy/router: a bounded queue beyond the cap is served in order as slots free") {
+  Router r({"n1", 1});
+  r.apply(full_snapshot({replica("a", "n1", 1)}, 2));
+  auto first = r.admit(kEcho, {}, [](SlotPtr) {});
+  REQUIRE(first.kind == Router::Admit::assigned);
+  std::vector<std::string> order;
+  std::vector<SlotPtr> got;
+  auto waiter = [&](const std::string& name) {
+    return [&, name](SlotPtr s) {
+      order.push_back(name);
+      got.push_back(s);
+    };
+  };
+  auto q1 = r.admit(kEcho, {}, waiter("q1"));
+  auto q2 = r.admit(kEcho, {}, waiter("q2"));
+  CHECK(q1.kind == Router::Admit::queued);
+  CHECK(q2.kind == Router::Admit::queued);
+  CHECK(r.admit(kEcho, {}, waiter("q3")).kind == Router::Admit::queue_full);
+  CHECK(r.deployments()[0].queued == 2);
+  CHECK(order.empty());  // never called synchronously
+  auto ready = r.release(first.slot, Outcome::answered);
+  REQUIRE(ready.size() == 1);
+  for (auto& f : ready)
+    f();
+  CHECK(order == std::vector<std::string>{"q1"});
+  REQUIRE(got.back());
+  CHECK(got.back()->in_flight == 1);
+  // A cancelled waiter (its deadline passed) is never called.
+  CHECK(r.cancel(kEcho, q2.ticket));
+  CHECK_FALSE(r.cancel(kEcho, q2.ticket));
+  CHECK(r.release(got.back(), Outcome::answered).empty());
+  CHECK(r.deployments()[0].queued == 0);
+}
+
+TEST_CASE("proxy/router: a new request waits behind queued ones") {
+  Router r({"n1", 1});
+  r.apply(full_snapshot({}, 5));
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::queued);
+  // A replica appears: the queued request gets it, with the in-flight count.
+  std::vector<SlotPtr> got;
+  auto snap = full_snapshot({replica("a", "n1", 1)}, 5);
+  snap.full = false;
+  snap.seq = 2;
+  auto applied = r.apply(snap);
+  REQUIRE(applied.ready.size() == 1);
+  applied.ready[0]();
+  CHECK(r.deployments()[0].replicas[0].in_flight == 1);
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::queued);
+}
+
+TEST_CASE("proxy/router: a retry avoids the replicas already tried while others have room") {
+  Router r({"n1", 5});
+  r.apply(full_snapshot({replica("a", "n1", 5), replica("b", "n1", 5), replica("c", "n1", 5)}));
+  for (int i = 0; i < 10; ++i) {
+    auto adm = r.admit(kEcho, {"a", "b"}, [](SlotPtr) {});
+    CHECK(adm.slot->replica_id == "c");
+    r.release(adm.slot, Outcome::answered);
+  }
+  for (int i = 0; i < 5; ++i)
+    CHECK(r.admit(kEcho, {"a", "b"}, [](SlotPtr) {}).slot->replica_id == "c");
+  // c is full now: the tried ones are used as a last resort.
+  auto adm = r.admit(kEcho, {"a", "b"}, [](SlotPtr) {});
+  REQUIRE(adm.kind == Router::Admit::assigned);
+  CHECK(adm.slot->replica_id != "c");
+}
+
+TEST_CASE("proxy/router: a replica that died is never chosen again") {
+  Router r({"n1", 9});
+  r.apply(full_snapshot({replica("a", "n1", 5), replica("b", "n1", 5)}));
+  auto adm = r.admit(kEcho, {"b"}, [](SlotPtr) {});
+  REQUIRE(adm.slot->replica_id == "a");
+  r.release(adm.slot, Outcome::died);
+  for (int i = 0; i < 5; ++i)
+    CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).slot->replica_id == "b");
+  // b is full, a is dead: queue.
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::queued);
+  // The next snapshot still lists a (the controller has not noticed yet): it
+  // stays dead; a replacement c takes the queued request.
+  auto snap = full_snapshot({replica("a", "n1", 5), replica("b", "n1", 5), replica("c", "n1", 5)});
+  snap.seq = 2;
+  auto applied = r.apply(snap);
+  REQUIRE(applied.ready.size() == 1);
+  applied.ready[0]();
+  auto view = r.deployments()[0];
+  CHECK(view.replicas[2].replica_id == "c");
+  CHECK(view.replicas[2].in_flight == 1);
+}
+
+TEST_CASE("proxy/router: snapshots full and delta with withheld and removed deployments") {
+  Router r({"n1", 11});
+  CHECK_FALSE(r.has_routes());
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::no_deployment);
+  RoutingSnapshot s = full_snapshot({replica("a", "n1", 1)});
+  s.routes.push_back({"/sleep", "sleep", "Sleep"});
+  s.deployments.push_back({"sleep", "Sleep", {replica("s1", "n2", 1)}, -1});
+  r.apply(s);
+  CHECK(r.has_routes());
+  CHECK(r.routes()->routes().size() == 2);
+  // Keep a request in flight on a across updates.
+  auto held = r.admit(kEcho, {}, [](SlotPtr) {});
+  REQUIRE(held.kind == Router::Admit::assigned);
+
+  // Delta without route change: replaces echo's set, keeps the in-flight count
+  // of a replica that stays.
+  RoutingSnapshot d;
+  d.epoch = 1;
+  d.seq = 2;
+  d.deployments = {{"echo", "Echo", {replica("a", "n1", 1), replica("b", "n1", 1)}, -1}};
+  r.apply(d);
+  CHECK(r.routes()->routes().size() == 2);
+  auto view = r.deployments();
+  REQUIRE(view.size() == 2);
+  CHECK(view[0].replicas.size() == 2);
+  CHECK(view[0].replicas[0].in_flight == 1);
+
+  // A queued request on sleep, then sleep is removed: the waiter gets nullptr.
+  auto s1 = r.admit(deployment_key("sleep", "Sleep"), {}, [](SlotPtr) {});
+  REQUIRE(s1.kind == Router::Admit::assigned);
+  bool dropped = false;
+  auto q = r.admit(deployment_key("sleep", "Sleep"), {}, [&](SlotPtr s) { dropped = !s; });
+  REQUIRE(q.kind == Router::Admit::queued);
+  RoutingSnapshot rm;
+  rm.epoch = 1;
+  rm.seq = 3;
+  rm.routes_changed = true;
+  rm.routes = {{"/echo", "echo", "Echo"}};
+  rm.removed = {{"sleep", "Sleep"}};
+  auto applied = r.apply(rm);
+  REQUIRE(applied.ready.size() == 1);
+  applied.ready[0]();
+  CHECK(dropped);
+  CHECK(r.routes()->match("/sleep").route == nullptr);
+  CHECK(r.deployments().size() == 1);
+
+  // A full snapshot after a controller restart: echo is withheld (still
+  // recovering), so its replicas stay as they were.
+  RoutingSnapshot f;
+  f.epoch = 2;
+  f.seq = 1;
+  f.full = true;
+  f.routes = {{"/echo", "echo", "Echo"}};
+  f.withheld = {{"echo", "Echo"}};
+  r.apply(f);
+  CHECK(r.epoch() == 2);
+  CHECK(r.seq() == 1);
+  view = r.deployments();
+  REQUIRE(view.size() == 1);
+  CHECK(view[0].replicas.size() == 2);
+  // A full snapshot without echo removes it.
+  RoutingSnapshot g;
+  g.epoch = 2;
+  g.seq = 2;
+  g.full = true;
+  r.apply(g);
+  CHECK(r.deployments().empty());
+  CHECK(r.routes()->routes().empty());
+  // The slot held across all this can still be given back.
+  CHECK(r.release(held.slot, Outcome::answered).empty());
+}
