@@ -1,0 +1,65 @@
+// TLS with mutual certificate authentication for CAF's network layer, through
+// CAF 0.17's OpenSSL module (issue 9).
+//
+// What CAF 0.17.6's OpenSSL module does (libcaf_openssl/src/openssl/
+// session.cpp, create_ssl_context(), and manager.cpp): when any of
+// openssl.certificate/key/passphrase/cafile/capath is set, *both* sides of
+// every connection load the certificate chain and key, trust cafile/capath,
+// and call SSL_CTX_set_verify(SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT)
+// with ciphers "HIGH:!aNULL:!MD5"; so the accepting side demands a client
+// certificate and both verify the peer's chain and validity period (OpenSSL's
+// default verification: expired or foreign certificates fail the handshake).
+// It does NOT check host names or any subject field (any certificate of the
+// CA is accepted for any peer: roles are checked by credentials.hpp), keeps no
+// CRL, does not tell actors which certificate the peer presented, and logs
+// nothing about a refused handshake in Debian's build: the connecting side
+// only sees its connect fail (sec::disconnect_during_handshake or
+// cannot_connect_to_node), the accepting side sees nothing.
+// Each connection creates a fresh SSL_CTX from the configured *files*, so
+// renewed files apply to new connections, and a file that became unreadable
+// throws inside CAF's multiplexer thread (process abort): configure_tls()
+// therefore checks every file up front and passes absolute paths.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/expected.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+#include "runtime/security/credentials.hpp"
+#include "runtime/status.hpp"
+
+namespace troupe::security {
+
+// Loads CAF's OpenSSL module and points it at <tls_dir>/ca.crt (openssl.cafile)
+// and the identity's <name>.crt / <name>.key (openssl.certificate / .key; see
+// credentials.hpp for how an empty name is resolved). Call it after
+// configure_actor_system() (the module requires the middleman to be loaded
+// first) and before constructing the actor_system. Nothing is changed in `cfg`
+// unless every check passes: files exist and parse, the key matches, the
+// certificate chains to ca.crt, carries a role and is valid at `unix_now`
+// (permission_denied "... expired on <date>" otherwise).
+Status configure_tls(caf::actor_system_config& cfg, const std::string& tls_dir,
+                     const std::string& identity_name, int64_t unix_now);
+// The same at the current time.
+Status configure_tls(caf::actor_system_config& cfg, const std::string& tls_dir,
+                     const std::string& identity_name);
+
+// True when `sys` runs CAF's OpenSSL module.
+bool tls_enabled(const caf::actor_system& sys);
+
+// The middleman actor to send connect_atom / publish_atom requests to: the
+// OpenSSL module's when TLS is on, the plain middleman's otherwise. (Requests
+// to sys.middleman().actor_handle() would open plain-text connections.)
+caf::io::middleman_actor transport_actor(caf::actor_system& sys);
+
+// Publishes `whom` like caf::io::publish, over TLS when TLS is on. Blocks the
+// calling thread (do not call it from an actor).
+caf::expected<uint16_t> publish(const caf::actor& whom, uint16_t port, const char* in = nullptr,
+                                bool reuse = false);
+
+}  // namespace troupe::security

@@ -1,0 +1,206 @@
+// Two CAF actor systems in one process talk over loopback through CAF's
+// OpenSSL module: who gets through the handshake and who does not.
+#include "runtime/security/tls.hpp"
+
+#include <chrono>
+#include <ctime>
+#include <set>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/manager.hpp>
+
+#include "runtime/system_setup.hpp"
+#include "tests/security/temp_dir.hpp"
+
+using troupe::errc;
+using namespace troupe::security;
+using troupe::security::testing::TempDir;
+
+namespace {
+
+// Bounds every wait: a failed handshake must end in an error, never a hang.
+constexpr auto kTimeout = std::chrono::seconds(10);
+
+struct Outcome {
+  bool ok = false;
+  int answer = 0;
+  caf::error error;
+  std::string text;
+};
+
+// A client system configured by `setup`: connects to 127.0.0.1:`port` through
+// the transport actor and asks the published actor for 41 + 1.
+template <class Setup>
+Outcome call(uint16_t port, Setup setup) {
+  caf::actor_system_config cfg;
+  troupe::configure_actor_system(cfg, {});
+  setup(cfg);
+  caf::actor_system sys{cfg};
+  Outcome out;
+  caf::scoped_actor self{sys};
+  caf::strong_actor_ptr server;
+  self->request(transport_actor(sys), kTimeout, caf::connect_atom::value, std::string("127.0.0.1"),
+                port)
+      .receive([&](caf::node_id&, caf::strong_actor_ptr& ptr,
+                   std::set<std::string>&) { server = std::move(ptr); },
+               [&](caf::error& err) { out.error = std::move(err); });
+  if (!server) {
+    out.text = sys.render(out.error);
+    return out;
+  }
+  self->request(caf::actor_cast<caf::actor>(server), kTimeout, 41)
+      .receive(
+          [&](int answer) {
+            out.ok = true;
+            out.answer = answer;
+          },
+          [&](caf::error& err) {
+            out.error = std::move(err);
+            out.text = sys.render(out.error);
+          });
+  return out;
+}
+
+// Two clusters: "home" (server, operator, and an expired identity) and
+// "foreign" (an operator of another CA).
+struct Fixture {
+  TempDir tmp;
+  std::string home = tmp / "home";
+  std::string foreign = tmp / "foreign";
+
+  Fixture() {
+    REQUIRE(init_ca(home).is_ok());
+    REQUIRE(init_ca(foreign).is_ok());
+    REQUIRE(issue_certificate(home, "server", Role::node, 1).is_ok());
+    REQUIRE(issue_certificate(home, "alice", Role::operator_, 1).is_ok());
+    int64_t now = static_cast<int64_t>(std::time(nullptr));
+    REQUIRE(
+        issue_certificate(home, "old", Role::operator_, Validity{now - 7200, now - 3600}).is_ok());
+    REQUIRE(issue_certificate(foreign, "mallory", Role::operator_, 1).is_ok());
+  }
+};
+
+// The server side: an adder published over TLS with the home CA.
+struct Server {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor adder;
+  uint16_t port = 0;
+
+  explicit Server(const std::string& tls_dir) {
+    troupe::configure_actor_system(cfg, {});
+    auto configured = configure_tls(cfg, tls_dir, "server");
+    REQUIRE_MESSAGE(configured, configured.to_string());
+    sys = std::make_unique<caf::actor_system>(cfg);
+    REQUIRE(tls_enabled(*sys));
+    adder = sys->spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
+    // Port 0: the kernel picks a free port, so parallel test runs never clash.
+    auto published = publish(adder, 0, "127.0.0.1");
+    REQUIRE_MESSAGE(published, sys->render(published.error()));
+    port = *published;
+  }
+  ~Server() {
+    caf::anon_send_exit(adder, caf::exit_reason::user_shutdown);
+    sys.reset();
+  }
+};
+
+// A refused handshake ends the connect attempt with an error of its own, long
+// before the request's timeout.
+void check_refused(const Outcome& out) {
+  CHECK_FALSE(out.ok);
+  CHECK(out.error);
+  CHECK_MESSAGE(out.error != caf::make_error(caf::sec::request_timeout), out.text);
+}
+
+}  // namespace
+
+TEST_CASE("configure_tls checks the files before CAF sees them") {
+  Fixture f;
+  SUBCASE("valid identity: module loaded, absolute paths set") {
+    caf::actor_system_config cfg;
+    troupe::configure_actor_system(cfg, {});
+    REQUIRE(configure_tls(cfg, f.home, "alice"));
+    CHECK(cfg.openssl_cafile == f.home + "/ca.crt");
+    CHECK(cfg.openssl_certificate == f.home + "/alice.crt");
+    CHECK(cfg.openssl_key == f.home + "/alice.key");
+  }
+  SUBCASE("a missing file is named") {
+    caf::actor_system_config cfg;
+    auto s = configure_tls(cfg, f.home, "bob");
+    CHECK(s.code() == errc::not_found);
+    CHECK(s.message().find(f.home + "/bob.crt: no such file") != std::string::npos);
+    CHECK(cfg.openssl_certificate.empty());
+  }
+  SUBCASE("an expired identity is refused at start with its date") {
+    caf::actor_system_config cfg;
+    auto s = configure_tls(cfg, f.home, "old");
+    CHECK(s.code() == errc::permission_denied);
+    CHECK(s.message().find("certificate 'old'") != std::string::npos);
+    CHECK(s.message().find("expired on") != std::string::npos);
+    CHECK(cfg.openssl_certificate.empty());
+  }
+}
+
+TEST_CASE("mutual TLS between two actor systems") {
+  Fixture f;
+  Server server(f.home);
+
+  SUBCASE("a client with a certificate of the cluster CA gets an answer") {
+    auto out = call(server.port, [&](caf::actor_system_config& cfg) {
+      REQUIRE(configure_tls(cfg, f.home, "alice"));
+    });
+    CHECK_MESSAGE(out.ok, out.text);
+    CHECK(out.answer == 42);
+  }
+
+  SUBCASE("a client with a certificate of another CA fails to connect") {
+    auto out = call(server.port, [&](caf::actor_system_config& cfg) {
+      REQUIRE(configure_tls(cfg, f.foreign, "mallory"));
+    });
+    check_refused(out);
+  }
+
+  SUBCASE("a client that trusts the cluster CA but shows another CA's certificate fails") {
+    // The client accepts the server; the server must refuse the client.
+    auto out = call(server.port, [&](caf::actor_system_config& cfg) {
+      cfg.load<caf::openssl::manager>();
+      cfg.openssl_cafile = f.home + "/ca.crt";
+      cfg.openssl_certificate = f.foreign + "/mallory.crt";
+      cfg.openssl_key = f.foreign + "/mallory.key";
+    });
+    check_refused(out);
+  }
+
+  SUBCASE("a client with an expired certificate fails to connect") {
+    // configure_tls refuses an expired identity, so set CAF's fields directly.
+    auto out = call(server.port, [&](caf::actor_system_config& cfg) {
+      cfg.load<caf::openssl::manager>();
+      cfg.openssl_cafile = f.home + "/ca.crt";
+      cfg.openssl_certificate = f.home + "/old.crt";
+      cfg.openssl_key = f.home + "/old.key";
+    });
+    check_refused(out);
+  }
+
+  SUBCASE("a TLS client without a certificate fails to connect") {
+    // CAF's OpenSSL module with no files configured: anonymous TLS.
+    auto out = call(server.port,
+                    [&](caf::actor_system_config& cfg) { cfg.load<caf::openssl::manager>(); });
+    check_refused(out);
+  }
+
+  SUBCASE("a plain-text client fails to connect") {
+    auto out = call(server.port, [](caf::actor_system_config&) {});
+    check_refused(out);
+  }
+
+  // Whatever was refused before, the server still serves valid clients.
+  auto again = call(server.port, [&](caf::actor_system_config& cfg) {
+    REQUIRE(configure_tls(cfg, f.home, "alice"));
+  });
+  CHECK_MESSAGE(again.ok, again.text);
+}
