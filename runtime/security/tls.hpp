@@ -21,6 +21,7 @@
 // therefore checks every file up front and passes absolute paths.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -61,5 +62,21 @@ caf::io::middleman_actor transport_actor(caf::actor_system& sys);
 // calling thread (do not call it from an actor).
 caf::expected<uint16_t> publish(const caf::actor& whom, uint16_t port, const char* in = nullptr,
                                 bool reuse = false);
+
+// Why a TLS connection to host:port fails, in words, for when a CAF connect
+// through the OpenSSL module ended in sec::disconnect_during_handshake (CAF
+// itself does not say why). Performs one TLS handshake with the same files
+// configure_tls() uses, each step bounded by `timeout`, then waits up to
+// `timeout` for the peer's first bytes or alert. Returns ok when the peer
+// accepted us; otherwise permission_denied, e.g.
+//   "127.0.0.1:7300: the certificate 'head' it presented expired on <date>"
+//   "127.0.0.1:7300: the certificate 'x' it presented is not signed by this
+//    cluster's CA (unable to get local issuer certificate)"
+//   "127.0.0.1:7300 refused our certificate 'old' (sslv3 alert certificate
+//    expired): certificate 'old' (DIR/old.crt) expired on <date>"
+// or unavailable when nothing answers. Our own certificate is presented even
+// when expired, so the peer's verdict is reported. Blocks the calling thread.
+Status diagnose_tls(const std::string& host, uint16_t port, const std::string& tls_dir,
+                    const std::string& identity_name, std::chrono::milliseconds timeout);
 
 }  // namespace troupe::security

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -155,6 +156,8 @@ TEST_CASE("mutual TLS between two actor systems") {
     });
     CHECK_MESSAGE(out.ok, out.text);
     CHECK(out.answer == 42);
+    auto diagnosis = diagnose_tls("127.0.0.1", server.port, f.home, "alice", kTimeout);
+    CHECK_MESSAGE(diagnosis.is_ok(), diagnosis.to_string());
   }
 
   SUBCASE("a client with a certificate of another CA fails to connect") {
@@ -162,6 +165,12 @@ TEST_CASE("mutual TLS between two actor systems") {
       REQUIRE(configure_tls(cfg, f.foreign, "mallory"));
     });
     check_refused(out);
+    // CAF does not say why; diagnose_tls does.
+    auto why = diagnose_tls("127.0.0.1", server.port, f.foreign, "mallory", kTimeout);
+    CHECK(why.code() == errc::permission_denied);
+    CHECK_MESSAGE(why.message().find("the certificate 'server' it presented is not signed by "
+                                     "this cluster's CA") != std::string::npos,
+                  why.message());
   }
 
   SUBCASE("a client that trusts the cluster CA but shows another CA's certificate fails") {
@@ -184,6 +193,13 @@ TEST_CASE("mutual TLS between two actor systems") {
       cfg.openssl_key = f.home + "/old.key";
     });
     check_refused(out);
+    // The server's alert says so, and so does our own check.
+    auto why = diagnose_tls("127.0.0.1", server.port, f.home, "old", kTimeout);
+    CHECK(why.code() == errc::permission_denied);
+    CHECK_MESSAGE(why.message().find("refused our certificate 'old' (sslv3 alert certificate "
+                                     "expired)") != std::string::npos,
+                  why.message());
+    CHECK_MESSAGE(why.message().find("expired on") != std::string::npos, why.message());
   }
 
   SUBCASE("a TLS client without a certificate fails to connect") {
@@ -191,6 +207,21 @@ TEST_CASE("mutual TLS between two actor systems") {
     auto out = call(server.port,
                     [&](caf::actor_system_config& cfg) { cfg.load<caf::openssl::manager>(); });
     check_refused(out);
+  }
+
+  SUBCASE("a client that trusts the cluster CA but shows another CA's certificate is told so") {
+    // A directory with the home CA and mallory's identity.
+    std::string mixed = f.tmp / "mixed";
+    std::filesystem::create_directory(mixed);
+    std::filesystem::copy_file(f.home + "/ca.crt", mixed + "/ca.crt");
+    std::filesystem::copy_file(f.foreign + "/mallory.crt", mixed + "/mallory.crt");
+    std::filesystem::copy_file(f.foreign + "/mallory.key", mixed + "/mallory.key");
+    auto why = diagnose_tls("127.0.0.1", server.port, mixed, "", kTimeout);
+    CHECK(why.code() == errc::permission_denied);
+    CHECK_MESSAGE(
+        why.message().find("refused our certificate 'mallory' (tlsv1 alert unknown ca)") !=
+            std::string::npos,
+        why.message());
   }
 
   SUBCASE("a plain-text client fails to connect") {
