@@ -177,6 +177,15 @@ Result<Credential> sign(const Identity& identity, const std::string& request_dig
 
 Result<Role> verify(const std::string& ca_pem, const Credential& credential,
                     const std::string& request_digest, int64_t unix_now, int64_t max_skew_s) {
+  Result<Caller> caller = verify_caller(ca_pem, credential, request_digest, unix_now, max_skew_s);
+  if (!caller)
+    return caller.status();
+  return caller->role;
+}
+
+Result<Caller> verify_caller(const std::string& ca_pem, const Credential& credential,
+                             const std::string& request_digest, int64_t unix_now,
+                             int64_t max_skew_s) {
   Result<X509Ptr> ca = detail::parse_certificate(ca_pem, "the cluster CA");
   if (!ca)
     return Status(errc::internal, ca.status().message());
@@ -194,7 +203,7 @@ Result<Role> verify(const std::string& ca_pem, const Credential& credential,
     return s;
   Result<Role> role = detail::role_of(cert->get());
   if (!role)
-    return role;
+    return role.status();
   std::string signature;
   bool signature_ok = base64_decode(credential.signature, signature);
   if (signature_ok) {
@@ -213,14 +222,20 @@ Result<Role> verify(const std::string& ca_pem, const Credential& credential,
     return Status(errc::permission_denied,
                   "bad signature: the credential was not made by the holder of " + label +
                       " for this request");
-  int64_t skew = credential.timestamp - unix_now;
-  if (skew > max_skew_s || -skew > max_skew_s)
+  // Compared without subtracting: a signed but absurd timestamp must not
+  // overflow.
+  bool behind = credential.timestamp < unix_now - max_skew_s;
+  bool ahead = credential.timestamp > unix_now + max_skew_s;
+  if (behind || ahead) {
+    uint64_t distance =
+        behind ? static_cast<uint64_t>(unix_now) - static_cast<uint64_t>(credential.timestamp)
+               : static_cast<uint64_t>(credential.timestamp) - static_cast<uint64_t>(unix_now);
     return Status(errc::permission_denied,
                   "stale credential: signed at " + detail::format_utc(credential.timestamp) + ", " +
-                      std::to_string(skew < 0 ? -skew : skew) + " s " +
-                      (skew < 0 ? "behind" : "ahead of") + " the controller's clock (allowed ±" +
-                      std::to_string(max_skew_s) + " s)");
-  return role;
+                      std::to_string(distance) + " s " + (behind ? "behind" : "ahead of") +
+                      " the controller's clock (allowed ±" + std::to_string(max_skew_s) + " s)");
+  }
+  return Caller{name, *role};
 }
 
 Status require_role(Role have, Role required, const std::string& operation) {

@@ -93,6 +93,19 @@ Result<Credential> sign(const Identity& identity, const std::string& request_dig
 Result<Role> verify(const std::string& ca_pem, const Credential& credential,
                     const std::string& request_digest, int64_t unix_now, int64_t max_skew_s = 120);
 
+// Who made a verified credential.
+struct Caller {
+  std::string name;  // the certificate's CN, e.g. the node id or the operator
+  Role role = Role::node;
+};
+
+// verify() that also returns the certificate's name, so the controller can
+// insist that a node certificate registers, heartbeats and deregisters only
+// the node of the same name (a node must not speak for another node).
+Result<Caller> verify_caller(const std::string& ca_pem, const Credential& credential,
+                             const std::string& request_digest, int64_t unix_now,
+                             int64_t max_skew_s = 120);
+
 // permission_denied "permission denied: <operation> requires the operator role
 // (the caller's certificate has the node role)" unless `have == required`.
 // Roles do not nest: operators do not register nodes, nodes do not operate.

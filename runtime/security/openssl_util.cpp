@@ -185,7 +185,8 @@ int64_t to_unix(const ASN1_TIME* t) {
 std::string format_utc(int64_t unix_seconds) {
   time_t t = static_cast<time_t>(unix_seconds);
   struct tm parts;
-  gmtime_r(&t, &parts);
+  if (gmtime_r(&t, &parts) == nullptr)
+    return "Unix time " + std::to_string(unix_seconds);
   char buf[64];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &parts);
   return buf;

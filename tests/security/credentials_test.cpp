@@ -73,6 +73,23 @@ TEST_CASE("a signed credential verifies and yields the signer's role") {
       verify(c.home_ca(), sign_ok(c.identity(c.home, "node-1"), digest, kNow), digest, kNow);
   REQUIRE(node);
   CHECK(*node == Role::node);
+  auto caller =
+      verify_caller(c.home_ca(), sign_ok(c.identity(c.home, "node-1"), digest, kNow), digest, kNow);
+  REQUIRE(caller);
+  CHECK(caller->name == "node-1");
+  CHECK(caller->role == Role::node);
+}
+
+TEST_CASE("the CA certificate itself is no identity") {
+  Clusters c;
+  Identity alice = c.identity(c.home, "alice");
+  std::string digest = request_digest("drain", {"x"});
+  Credential cred = sign_ok(alice, digest, kNow);
+  cred.certificate_pem = alice.ca_pem;
+  auto role = verify(c.home_ca(), cred, digest, kNow);
+  REQUIRE_FALSE(role);
+  CHECK(role.status().code() == errc::permission_denied);
+  CHECK(contains(role.status(), "carries no troupe role"));
 }
 
 TEST_CASE("a credential from another cluster's CA is refused") {
@@ -194,6 +211,8 @@ TEST_CASE("a stale or early timestamp is refused") {
   auto early = verify(c.home_ca(), sign_ok(alice, digest, kNow + 600), digest, kNow);
   CHECK(contains(early.status(), "600 s ahead of the controller's clock"));
   CHECK(verify(c.home_ca(), sign_ok(alice, digest, kNow - 500), digest, kNow, 600));
+  auto absurd = verify(c.home_ca(), sign_ok(alice, digest, INT64_MIN), digest, kNow);
+  CHECK(contains(absurd.status(), "stale credential"));
 }
 
 TEST_CASE("roles authorize operations") {
