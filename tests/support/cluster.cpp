@@ -17,9 +17,11 @@ const std::vector<std::string> kFastLiveness = {"--node-timeout",
                                                 "1.5"};
 
 ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
+  if (!http_ports.count("head"))
+    http_ports["head"] = free_port();
   std::vector<std::string> argv = {
       bin("troupe-node"), "--head",     "--port",      std::to_string(port),
-      "--state-dir",      dir / "head", "--http-port", std::to_string(free_port())};
+      "--state-dir",      dir / "head", "--http-port", std::to_string(http_ports["head"])};
   argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
@@ -28,6 +30,8 @@ ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
 }
 
 ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std::string>& args) {
+  if (!http_ports.count(id))
+    http_ports[id] = free_port();
   std::vector<std::string> argv = {bin("troupe-node"),
                                    "--join",
                                    address,
@@ -36,7 +40,7 @@ ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std
                                    "--state-dir",
                                    dir / id,
                                    "--http-port",
-                                   std::to_string(free_port())};
+                                   std::to_string(http_ports[id])};
   argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());

@@ -19,7 +19,8 @@ struct Cluster {
   uint16_t port = free_port();
   std::string address = "127.0.0.1:" + std::to_string(port);
   std::map<std::string, ChildProcess> nodes;
-  std::vector<std::string> extra_args;  // appended to every node's command line
+  std::map<std::string, uint16_t> http_ports;  // node id -> its proxy's port
+  std::vector<std::string> extra_args;         // appended to every node's command line
 
   ChildProcess& start_head(const std::vector<std::string>& args = {});
   ChildProcess& start_worker(const std::string& id, const std::vector<std::string>& args = {});

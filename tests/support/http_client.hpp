@@ -1,0 +1,21 @@
+// A minimal blocking HTTP/1.1 client for integration tests: one request per
+// connection (Connection: close), every read bounded by a timeout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace troupe::testing {
+
+struct HttpReply {
+  int status = 0;
+  std::string head;  // status line and headers
+  std::string body;
+};
+
+// GET http://127.0.0.1:<port><target>; nullopt when the connection fails or
+// no complete answer arrives within `timeout_s`.
+std::optional<HttpReply> http_get(uint16_t port, const std::string& target, double timeout_s = 30);
+
+}  // namespace troupe::testing
