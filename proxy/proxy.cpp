@@ -42,6 +42,8 @@ struct Call : std::enable_shared_from_this<Call> {
   SlotPtr slot;
   uint32_t attempt = 0;  // answers of an earlier attempt are ignored
   uint32_t sends = 0;
+  Clock::time_point sent_at;       // of the current attempt
+  caf::message_id response_id;     // of the current attempt
   size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
   Clock::time_point start;
   Clock::time_point deadline = Clock::time_point::max();
@@ -51,10 +53,6 @@ struct Call : std::enable_shared_from_this<Call> {
   bool done = false;
 };
 using CallPtr = std::shared_ptr<Call>;
-
-caf::timespan to_timespan(Clock::duration d) {
-  return std::chrono::duration_cast<caf::timespan>(d);
-}
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -121,6 +119,7 @@ struct Worker {
   std::unique_ptr<caf::scoped_execution_unit> unit;
   std::vector<Call*> active;
   uint64_t next_id = 0;
+  std::unique_ptr<asio::steady_timer> sweeper;
 
   void track(Call* c) {
     c->active_index = active.size();
@@ -269,15 +268,18 @@ void send(const CallPtr& c, SlotPtr slot) {
   c->queued = false;
   uint32_t attempt = ++c->attempt;
   ++c->sends;
-  // The client gets its 504 from the call's timer at the deadline; the
-  // replica slot stays taken until the replica answers (it still works on the
-  // request), bounded by max_request_time_s.
-  auto budget = seconds(w->core->options.max_request_time_s);
-  w->track(c.get());
   // What mixin::requester does (actor_companion has no request()): a request
-  // id, a timeout, and a response handler with an error branch.
+  // id, a response handler with an error branch, and a timeout. The timeout
+  // is the worker's sweep (see sweep()), not CAF's clock: the clock thread
+  // would be woken twice per request (set and cancel), two context switches
+  // per request on the data path. The client gets its 504 from the call's
+  // timer at the deadline; the replica slot stays taken until the replica
+  // answers (it still works on the request), bounded by max_request_time_s.
   auto* self = w->companion;
   auto id = self->new_request_id(caf::message_priority::normal);
+  c->sent_at = Clock::now();
+  c->response_id = id.response_id();
+  w->track(c.get());
   self->add_multiplexed_response_handler(id.response_id(),
                                          caf::behavior{
                                              [c, attempt](HttpResponse& answer) {
@@ -297,7 +299,26 @@ void send(const CallPtr& c, SlotPtr slot) {
                                          });
   c->slot->handle->enqueue(self->ctrl(), id, caf::make_message(handle_atom::value, c->request),
                            self->context());
-  self->request_response_timeout(caf::duration{to_timespan(budget)}, id);
+}
+
+// Every second on each io thread: a request whose replica has not answered
+// within max_request_time_s gets CAF's request_timeout error, delivered the
+// way CAF's clock would (so its response handler runs and is removed).
+void sweep(Worker* w) {
+  auto limit = seconds(w->core->options.max_request_time_s);
+  auto now = Clock::now();
+  for (Call* c : w->active) {
+    if (now - c->sent_at >= limit) {
+      w->companion->enqueue(nullptr, c->response_id,
+                            caf::make_message(caf::make_error(caf::sec::request_timeout)),
+                            w->unit.get());
+    }
+  }
+  w->sweeper->expires_after(std::min<Clock::duration>(std::chrono::seconds(1), limit / 4));
+  w->sweeper->async_wait([w](const boost::system::error_code& ec) {
+    if (!ec)
+      sweep(w);
+  });
 }
 
 void resumed(const CallPtr& c, SlotPtr slot) {
@@ -620,6 +641,8 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
         raw->companion->activate(raw->unit.get(), *m);
       });
     });
+    w->sweeper = std::make_unique<asio::steady_timer>(*w->io);
+    asio::post(*w->io, [raw] { sweep(raw); });
     core->workers.push_back(std::move(w));
   }
   core->actor = sys.spawn(proxy_actor, core);
@@ -657,8 +680,11 @@ void Proxy::stop() {
   }
   caf::anon_send_exit(core.keeper, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(core.actor, caf::exit_reason::user_shutdown);
-  // Queued calls hold exchanges: drop them before the io_contexts go.
+  // Queued calls hold exchanges, and timers belong to io_contexts: drop them
+  // before the io_contexts go.
   core.router.clear();
+  for (auto& w : core.workers)
+    w->sweeper.reset();
   core.server.reset();
   for (auto& w : core.workers) {
     w->active.clear();
