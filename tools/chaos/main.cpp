@@ -227,7 +227,7 @@ class Runner {
         after, [&](const Observation& o) { return o.healthy() && nodes_as_expected(o, nullptr); },
         deadline);
     if (converged) {
-      run_.converged_at_s = converged->end_s;
+      run_.converged_at_s = converged->state_end_s;
     } else {
       auto last = monitor_->observe();
       std::string why = last.unhealthy_reason();
@@ -329,6 +329,30 @@ class Runner {
   // A node for a node fault: named, or picked at random among the nodes
   // that are up (neither killed nor frozen).
   std::optional<std::string> pick_node(const std::string& which) {
+    if (which == "busiest" || which == "busiest_worker") {
+      // The node holding the most replicas right now (ties: the first id).
+      auto status = cluster_->status_json(2);
+      if (!status)
+        return std::nullopt;
+      std::map<std::string, int> count;
+      for (const auto& [app, a] : (*status)["applications"].items()) {
+        for (const auto& [dname, d] : a["deployments"].items()) {
+          for (const auto& r : d["replicas"])
+            ++count[r.value("node", "")];
+        }
+      }
+      std::optional<std::string> best;
+      int most = -1;
+      for (const auto& id : cluster_->node_ids()) {
+        if (down_.count(id) || dead_.count(id) || (which == "busiest_worker" && id == "head"))
+          continue;
+        if (count[id] > most) {
+          most = count[id];
+          best = id;
+        }
+      }
+      return best;
+    }
     if (which != "random" && which != "random_worker") {
       if (!cluster_->has_node(which))
         return std::nullopt;

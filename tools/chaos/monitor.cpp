@@ -1,5 +1,7 @@
 #include "tools/chaos/monitor.hpp"
 
+#include <future>
+
 #include "tools/chaos/http_client.hpp"
 
 namespace chaos {
@@ -96,6 +98,18 @@ void read_status(const json& s, Observation& o) {
 Observation Monitor::observe() const {
   Observation o;
   o.start_s = since(t0_);
+  // The probes run alongside the troupectl calls: a frozen node's proxy
+  // holds its probe until the timeout, which must not delay the status.
+  std::map<std::string, std::future<bool>> probes;
+  if (!probe_path_.empty()) {
+    for (const auto& [node, port] : http_ports_) {
+      probes[node] = std::async(std::launch::async, [this, port = port] {
+        HttpClient client("127.0.0.1", port);
+        auto r = client.get(probe_path_, 500ms);
+        return r.status >= 200 && r.status < 300;
+      });
+    }
+  }
   auto status = cluster_.status_json(1, &o.status_error);
   if (status) {
     try {
@@ -117,13 +131,9 @@ Observation Monitor::observe() const {
       o.nodes_error = std::string("unexpected nodes --json shape: ") + e.what();
     }
   }
-  if (!probe_path_.empty()) {
-    for (const auto& [node, port] : http_ports_) {
-      HttpClient client("127.0.0.1", port);
-      auto r = client.get(probe_path_, 1000ms);
-      o.probe_ok[node] = r.status >= 200 && r.status < 300;
-    }
-  }
+  o.state_end_s = since(t0_);
+  for (auto& [node, f] : probes)
+    o.probe_ok[node] = f.get();
   o.end_s = since(t0_);
   return o;
 }

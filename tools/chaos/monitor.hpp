@@ -29,8 +29,9 @@ struct DeploymentView {
 };
 
 struct Observation {
-  double start_s = 0;  // relative to the run's t0
-  double end_s = 0;
+  double start_s = 0;      // relative to the run's t0
+  double state_end_s = 0;  // status and nodes answered (probes may take longer)
+  double end_s = 0;        // everything answered
 
   bool status_ok = false;
   std::string status_error;

@@ -118,13 +118,27 @@ void analyze(RunData& run) {
       f.note = "the fault was not injected: " + f.message;
       continue;
     }
+    // Recovery is read when the part of the poll it depends on answered.
+    bool uses_probe =
+        run.load_enabled && (f.kind == FaultKind::kill_proxy || f.kind == FaultKind::kill9_node ||
+                             f.kind == FaultKind::sigstop_node);
     if (const auto* o = first_obs(obs, ref, kInf, cond))
-      f.recovery_s = o->end_s - ref;
+      f.recovery_s = (uses_probe ? o->end_s : o->state_end_s) - ref;
+    // The node's replicas just before the fault (last poll that ended before).
+    if (!f.node.empty()) {
+      for (const auto& o : obs) {
+        if (o.end_s > f.t_s)
+          break;
+        auto it = o.replicas_per_node.find(f.node);
+        f.replicas_on_node_before = it == o.replicas_per_node.end() ? 0 : it->second;
+      }
+    }
     // What the first poll after the fault saw: evidence that the fault took
     // effect (a recovery measured without ever seeing it is suspect).
     if (const auto* o = first_obs(obs, ref, kInf, [](const Observation&) { return true; })) {
       if (cond(*o))
-        f.seen = "no effect seen by the first poll after it";
+        f.seen = "already recovered at the first poll after it (" +
+                 fixed((uses_probe ? o->end_s : o->state_end_s) - o->start_s, 3) + " s long)";
       else
         f.seen = o->healthy() ? "first poll after it: healthy but condition not yet met"
                               : "first poll after it: " + o->unhealthy_reason();
@@ -136,12 +150,12 @@ void analyze(RunData& run) {
       if (const auto* o = first_obs(obs, f.t_s, until, [&](const Observation& x) {
             return state_of(x, f.node) == "DEAD";
           }))
-        f.dead_detection_s = o->end_s - f.t_s;
+        f.dead_detection_s = o->state_end_s - f.t_s;
       if (f.kind == FaultKind::sigstop_node) {
         if (const auto* o = first_obs(obs, f.t_s, until, [&](const Observation& x) {
               return x.healthy() && state_of(x, f.node) == "DEAD";
             }))
-          f.replacement_s = o->end_s - f.t_s;
+          f.replacement_s = o->state_end_s - f.t_s;
       }
     }
     auto limit = f.max_recovery_s ? f.max_recovery_s : goals.max_recovery_s;
@@ -378,7 +392,9 @@ json to_json(const RunData& run) {
              {"superseded", f.superseded},
              {"met", f.met ? json(*f.met) : json(nullptr)},
              {"note", f.note},
-             {"seen", f.seen}};
+             {"seen", f.seen},
+             {"replicas_on_node_before",
+              f.replicas_on_node_before ? json(*f.replicas_on_node_before) : json(nullptr)}};
     if (f.end_s >= 0)
       row["end_s"] = f.end_s;
     if (f.dead_detection_s || f.kind == FaultKind::sigstop_node)
@@ -484,6 +500,8 @@ std::string to_text(const RunData& run) {
     out << head;
     if (!f.victim.empty())
       out << f.victim << " ";
+    else if (f.replicas_on_node_before)
+      out << "(" << *f.replicas_on_node_before << " replicas on it) ";
     if (f.end_s >= 0)
       out << "(until " << fixed(f.end_s, 2) << ") ";
     out << "recovery " << (f.recovery_s ? fixed(*f.recovery_s, 3) + " s" : "-");

@@ -34,7 +34,8 @@ struct FaultEvent {
   bool superseded = false;  // the next fault came before recovery and before the limit
   std::optional<bool> met;  // against max_recovery_s, when judged
   std::string note;
-  std::string seen;  // what the first poll after the fault saw
+  std::string seen;                            // what the first poll after the fault saw
+  std::optional<int> replicas_on_node_before;  // node faults: per the last poll before
 
   double reference() const { return end_s >= 0 ? end_s : t_s; }
 };
