@@ -620,6 +620,36 @@ TEST_CASE("proxy: with the controller killed requests are served from the last s
   }
 }
 
+TEST_CASE("proxy: a killed proxy actor is restarted and follows later snapshots") {
+  Fixture f({"w1"});
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 2)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 2));
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 2));
+  REQUIRE(f.client->kill("proxy", "w1").is_ok());
+  REQUIRE(wait_until(
+      [&] {
+        return f.cluster.nodes.at("w1").output().find("proxy actor died") != std::string::npos;
+      },
+      10s));
+  // The HTTP side never stopped.
+  {
+    Conn c(f.port("w1"));
+    auto r = c.get("/echo/x");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  // The new actor subscribed itself: a new application reaches this proxy.
+  REQUIRE(f.client->deploy(app_spec("hello", "/hello", "Hello", 1)).has_value());
+  REQUIRE(f.wait_healthy("hello", "Hello", 1));
+  REQUIRE(f.wait_routed("w1", "hello", "Hello", 1));
+  Conn c(f.port("w1"));
+  auto r = c.get("/hello");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  // And it can be killed again (the controller knows the new one).
+  CHECK(f.client->kill("proxy", "w1").is_ok());
+}
+
 TEST_CASE("proxy: a node whose HTTP port is taken exits with code 2 naming the port") {
   Fixture f;
   auto taken = std::to_string(f.port());
