@@ -42,6 +42,9 @@ struct Call : std::enable_shared_from_this<Call> {
   SlotPtr slot;
   uint32_t attempt = 0;  // answers of an earlier attempt are ignored
   uint32_t sends = 0;
+  uint32_t deaths = 0;    // replicas that died with this request
+  uint32_t refusals = 0;  // replicas that refused it (at their limit, stopping)
+  std::unique_ptr<asio::steady_timer> backoff;
   Clock::time_point sent_at;       // of the current attempt
   caf::message_id response_id;     // of the current attempt
   size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
@@ -204,23 +207,59 @@ void on_answer(const CallPtr& c, HttpResponse& answer) {
   finish(c, std::move(r));
 }
 
+void give_up(const CallPtr& c, const std::string& why) {
+  auto r = json_error(http::status::service_unavailable,
+                      "no replica of " + c->route->app + "/" + c->route->deployment +
+                          " could take the request after " + std::to_string(c->sends) +
+                          " attempts; last: " + why,
+                      c->request.request_id);
+  r.set(http::field::retry_after, "1");
+  finish(c, std::move(r));
+}
+
+// The replica died before answering: send the request to another one, at most
+// max_attempts times.
 void retry(const CallPtr& c, const std::string& why) {
   auto* core = c->worker->core;
   if (c->slot)
     c->tried.push_back(c->slot->replica_id);
-  if (c->sends >= core->options.max_attempts) {
-    auto r = json_error(http::status::service_unavailable,
-                        "no replica of " + c->route->app + "/" + c->route->deployment +
-                            " could take the request after " + std::to_string(c->sends) +
-                            " attempts; last: " + why,
-                        c->request.request_id);
-    r.set(http::field::retry_after, "1");
-    finish(c, std::move(r));
+  if (++c->deaths >= core->options.max_attempts) {
+    give_up(c, why);
     return;
   }
   core->metrics.retried(c->route->app);
   core->log->info("request {}: retrying on another replica ({})", c->request.request_id, why);
   dispatch(c);
+}
+
+// The replica refused (at its max_ongoing_requests because other proxies use
+// it too, or stopping). The first time, another replica is tried at once;
+// after that every replica may be busy with other routers' requests, so the
+// request waits 1, 2, 4 ... 50 ms before it is placed again (until the
+// request timeout, or kMaxRefusals refusals: 503).
+constexpr uint32_t kMaxRefusals = 40;
+
+void refused(const CallPtr& c, const std::string& why) {
+  auto* core = c->worker->core;
+  if (++c->refusals > kMaxRefusals) {
+    give_up(c, why);
+    return;
+  }
+  core->metrics.retried(c->route->app);
+  core->log->debug("request {}: refused ({}); placing it again", c->request.request_id, why);
+  if (c->refusals == 1) {
+    dispatch(c);
+    return;
+  }
+  auto delay = std::chrono::milliseconds(
+      std::min<uint32_t>(50, 1u << std::min<uint32_t>(c->refusals - 2, 6)));
+  if (!c->backoff)
+    c->backoff = std::make_unique<asio::steady_timer>(*c->worker->io);
+  c->backoff->expires_after(delay);
+  c->backoff->async_wait([c](const boost::system::error_code& ec) {
+    if (!ec && !c->done)
+      dispatch(c);
+  });
 }
 
 void on_error(const CallPtr& c, const caf::error& err) {
@@ -238,7 +277,7 @@ void on_error(const CallPtr& c, const caf::error& err) {
     if (c->slot)
       c->tried.push_back(c->slot->replica_id);
     release(c, Outcome::refused);
-    retry(c, why);
+    refused(c, why);
     return;
   }
   if (err == caf::sec::request_receiver_down || err == caf::exit_reason::kill ||

@@ -40,7 +40,9 @@ struct ProxyOptions {
   // Used when the controller's snapshot carries none (request_timeout_s 0);
   // 0: no timeout.
   double request_timeout_s = 0;
-  // Attempts per request (first try included) when replicas refuse or die.
+  // Replicas that may die with one request before it is answered 503.
+  // (Refusals by a replica at its limit are retried with a backoff, see
+  // proxy.cpp: refused().)
   uint32_t max_attempts = 5;
   // Bound of a CAF request when no request timeout applies; answered with 504.
   double max_request_time_s = 3600;

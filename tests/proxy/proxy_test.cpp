@@ -620,6 +620,40 @@ TEST_CASE("proxy: with the controller killed requests are served from the last s
   }
 }
 
+TEST_CASE("proxy: requests refused by a replica busy with another proxy are placed again") {
+  Fixture f({"w1"});
+  // One replica taking one request at a time, used by both nodes' proxies:
+  // each proxy believes it has room, the replica refuses the second one.
+  REQUIRE(f.client->deploy(app_spec("sleep", "/sleep", "Sleep", 1, 1)).has_value());
+  REQUIRE(f.wait_healthy("sleep", "Sleep", 1));
+  REQUIRE(f.wait_routed("head", "sleep", "Sleep", 1));
+  REQUIRE(f.wait_routed("w1", "sleep", "Sleep", 1));
+  std::vector<std::optional<Reply>> replies(4);
+  {
+    std::vector<std::unique_ptr<Joiner>> clients;
+    for (size_t i = 0; i < replies.size(); ++i) {
+      uint16_t port = f.port(i % 2 == 0 ? "head" : "w1");
+      clients.push_back(std::make_unique<Joiner>([&, i, port] {
+        Conn c(port, 30);
+        replies[i] = c.get("/sleep?ms=150");
+      }));
+    }
+  }
+  for (const auto& r : replies) {
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  // How many refusals there were depends on timing; what matters is above.
+  for (const std::string node : {"head", "w1"}) {
+    Conn c(f.port(node));
+    auto metrics = c.get("/-/metrics");
+    REQUIRE(metrics);
+    auto pos = metrics->body.find("troupe_proxy_retries_total{application=\"sleep\"}");
+    MESSAGE(node << ": "
+                 << (pos == std::string::npos ? "no retries" : metrics->body.substr(pos, 60)));
+  }
+}
+
 TEST_CASE("proxy: a killed proxy actor is restarted and follows later snapshots") {
   Fixture f({"w1"});
   REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 2)).has_value());

@@ -136,6 +136,27 @@ TEST_CASE("proxy/router: equally loaded the local replica is preferred") {
   }
 }
 
+TEST_CASE("proxy/router: a remote replica wins only when it is less loaded than every local one") {
+  Router r({"here", 5});
+  r.apply(full_snapshot({replica("l1", "here", 10), replica("l2", "here", 10),
+                         replica("f1", "far", 10), replica("f2", "far", 10)}));
+  auto take = [&] { return r.admit(kEcho, {}, [](SlotPtr) {}).slot; };
+  // Idle: the local replicas take the first requests, one each.
+  auto a = take();
+  auto b = take();
+  CHECK(a->local);
+  CHECK(b->local);
+  CHECK(a->replica_id != b->replica_id);
+  // Every local one has 1 in flight, the remote ones none: remote now.
+  auto c = take();
+  auto d = take();
+  CHECK_FALSE(c->local);
+  CHECK_FALSE(d->local);
+  CHECK(c->replica_id != d->replica_id);
+  // All equally loaded again: local.
+  CHECK(take()->local);
+}
+
 TEST_CASE("proxy/router: with many replicas the load spreads evenly") {
   Router r({"n1", 3});
   std::vector<ReplicaEndpoint> reps;
