@@ -18,6 +18,7 @@
 #include "controller/store/codec.hpp"
 #include "controller/store/rocks_checkpoint_store.hpp"
 #include "runtime/address.hpp"
+#include "runtime/auth.hpp"
 #include "runtime/log.hpp"
 #include "runtime/wire.hpp"
 
@@ -590,8 +591,14 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         return {hello_atom::value, kProtocolVersion, std::string("controller")};
       },
       [=](register_atom, const troupe::NodeInfo& info, const caf::actor& agent,
-          const std::vector<HostedReplicaInfo>& hosted) -> caf::result<uint64_t> {
+          const std::vector<HostedReplicaInfo>& hosted,
+          const Credential& cred) -> caf::result<uint64_t> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "register", {info.id}, info.id); !s) {
+          st.log->warn("refused registration of node {} (pid {}): {}", info.id, info.pid,
+                       s.message());
+          return to_caf_error(s);
+        }
         if (info.protocol_version != kProtocolVersion) {
           st.log->error("refused node {} (pid {}): protocol version {}, controller speaks {}",
                         info.id, info.pid, info.protocol_version, kProtocolVersion);
@@ -651,14 +658,20 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         }
         return incarnation;
       },
-      [=](heartbeat_atom, const std::string& id) -> caf::result<caf::ok_atom> {
+      [=](heartbeat_atom, const std::string& id,
+          const Credential& cred) -> caf::result<caf::ok_atom> {
+        if (auto s = check_request(self->state.options.ca_pem, cred, "heartbeat", {id}, id); !s)
+          return to_caf_error(s);
         auto status = self->state.membership.heartbeat(id, self->state.clock.now_s());
         if (!status)
           return to_caf_error(status);
         return caf::ok_atom::value;
       },
-      [=](deregister_atom, const std::string& id) -> caf::result<caf::ok_atom> {
+      [=](deregister_atom, const std::string& id,
+          const Credential& cred) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "deregister", {id}, id); !s)
+          return to_caf_error(s);
         auto status = st.membership.deregister(id);
         if (!status)
           return to_caf_error(status);
@@ -686,8 +699,10 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         }
         return out;
       },
-      [=](drain_atom, const std::string& id) -> caf::result<caf::ok_atom> {
+      [=](drain_atom, const std::string& id, const Credential& cred) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "drain", {id}); !s)
+          return to_caf_error(s);
         auto status = st.membership.drain(id);
         if (!status)
           return to_caf_error(status);
@@ -698,8 +713,11 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         }
         return caf::ok_atom::value;
       },
-      [=](deploy_atom, const std::string& encoded) -> caf::result<bool, uint64_t> {
+      [=](deploy_atom, const std::string& encoded,
+          const Credential& cred) -> caf::result<bool, uint64_t> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "deploy", {encoded}); !s)
+          return to_caf_error(s);
         if (auto s = require_ready(st); !s)
           return to_caf_error(s);
         if (auto s = check_config_size(encoded.size(), st.options.limits); !s)
@@ -723,8 +741,11 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         reconcile(self);
         return {result->changed, result->generation};
       },
-      [=](delete_atom, const std::string& app) -> caf::result<caf::ok_atom> {
+      [=](delete_atom, const std::string& app,
+          const Credential& cred) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "delete", {app}); !s)
+          return to_caf_error(s);
         if (auto s = require_ready(st); !s)
           return to_caf_error(s);
         auto status = st.core->delete_application(app);
@@ -761,9 +782,11 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         if (!st.recovering)
           publish(self);
       },
-      [=](apply_atom, const std::string& encoded,
-          double request_timeout_s) -> caf::result<std::string> {
+      [=](apply_atom, const std::string& encoded, double request_timeout_s,
+          const Credential& cred) -> caf::result<std::string> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "deploy", {encoded}); !s)
+          return to_caf_error(s);
         if (auto s = require_ready(st); !s)
           return to_caf_error(s);
         if (auto s = check_config_size(encoded.size(), st.options.limits); !s)
@@ -806,8 +829,10 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
           return to_caf_error(s);
         return encode_target_state(st.core->target_state());
       },
-      [=](shutdown_atom, bool nodes) -> caf::result<caf::ok_atom> {
+      [=](shutdown_atom, bool nodes, const Credential& cred) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "shutdown", {nodes ? "nodes" : ""}); !s)
+          return to_caf_error(s);
         if (auto s = require_ready(st); !s)
           return to_caf_error(s);
         auto status = st.core->shutdown();
@@ -819,8 +844,11 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         reconcile(self);
         return caf::ok_atom::value;
       },
-      [=](kill_atom, const std::string& kind, const std::string& id) -> caf::result<caf::ok_atom> {
+      [=](kill_atom, const std::string& kind, const std::string& id,
+          const Credential& cred) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        if (auto s = check_request(st.options.ca_pem, cred, "kill", {kind, id}); !s)
+          return to_caf_error(s);
         auto not_found = [&](const std::string& what) {
           return to_caf_error(Status(errc::not_found, "no " + what + " '" + id + "'"));
         };
@@ -870,17 +898,6 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
                                        queued_and_inflight);
         if (queued_and_inflight > 0 && st.core->replicas(DeploymentId{app, deployment}).empty())
           reconcile(self);  // cold start now, not at the next tick
-      },
-      [=](kill_replica_atom, const std::string& id) -> caf::result<caf::ok_atom> {
-        // Chaos primitive: the replica dies as if it crashed (not a stop).
-        auto& st = self->state;
-        auto it = st.replicas.find(id);
-        if (it == st.replicas.end()) {
-          return to_caf_error(Status(errc::not_found, "no replica '" + id + "'"));
-        }
-        st.log->warn("killing replica {} on operator request", id);
-        self->send_exit(it->second.handle, caf::exit_reason::kill);
-        return caf::ok_atom::value;
       },
       [=](recover_atom) { finish_recovery(self); },
       [=](tick_atom) {

@@ -7,12 +7,14 @@
 // Interface (failures answer with an error of category "troupe", see
 // runtime/wire.hpp):
 //   (hello, uint32 version)              -> (hello, uint32 version, string role)
-//   (register, NodeInfo, actor agent, vector<HostedReplicaInfo>)
+// Write requests end with a Credential (runtime/wire.hpp), checked when the
+// cluster runs with TLS (see ControllerOptions::ca_pem):
+//   (register, NodeInfo, actor agent, vector<HostedReplicaInfo>, Credential)
 //                                        -> (uint64 incarnation)
-//   (heartbeat, string node_id)          -> (ok)
-//   (deregister, string node_id)         -> (ok)
+//   (heartbeat, string node_id, Credential)  -> (ok)
+//   (deregister, string node_id, Credential) -> (ok)
 //   (nodes)                              -> (vector<NodeStatus>)
-//   (drain, string node_id)              -> (ok)
+//   (drain, string node_id, Credential)  -> (ok)
 //   (deploy, string application)         -> (bool changed, uint64 generation)
 //        the application is a Cap'n Proto record (encode_application)
 //   (apply, string target_state, double request_timeout_s)
@@ -59,6 +61,10 @@ struct ControllerOptions {
   std::string state_dir;
   // Caps on what one config may ask for (replicas, size).
   Limits limits;
+  // The cluster CA (PEM) when the cluster runs with TLS: every write request
+  // must then carry a credential signed by a certificate of the required
+  // role (operator; node for register/heartbeat/deregister). Empty: no checks.
+  std::string ca_pem;
 };
 
 // Opens the checkpoint under `state_dir` and checks that it can be read. A

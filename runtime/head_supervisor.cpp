@@ -7,6 +7,7 @@
 #include <caf/io/all.hpp>
 
 #include "runtime/log.hpp"
+#include "runtime/security/tls.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe {
@@ -33,7 +34,7 @@ void start_controller(supervisor_actor* self) {
   st.controller =
       controller::spawn_controller(self->home_system(), st.options.controller, st.options.store);
   self->monitor(st.controller);
-  auto mm = self->home_system().middleman().actor_handle();
+  auto mm = security::transport_actor(self->home_system());
   // The port closes asynchronously in the middleman: retry the publish for
   // a few seconds.
   auto publish = std::make_shared<std::function<void(int)>>();
@@ -112,7 +113,8 @@ caf::behavior supervisor(supervisor_actor* self, SupervisorOptions options,
 
 Result<caf::actor> start_head_supervisor(caf::actor_system& sys, const SupervisorOptions& options) {
   auto controller = controller::spawn_controller(sys, options.controller, options.store);
-  auto port = sys.middleman().publish(controller, options.port, options.bind.c_str(), true);
+  // Over TLS when the system runs CAF's OpenSSL module.
+  auto port = security::publish(controller, options.port, options.bind.c_str(), true);
   if (!port) {
     caf::anon_send_exit(controller, caf::exit_reason::kill);
     return Status(errc::unavailable, "cannot listen on " + options.bind + ":" +

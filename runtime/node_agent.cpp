@@ -14,7 +14,9 @@
 #include <caf/io/middleman.hpp>
 
 #include "replica/replica_actor.hpp"
+#include "runtime/auth.hpp"
 #include "runtime/log.hpp"
+#include "runtime/security/tls.hpp"
 
 namespace troupe {
 
@@ -72,7 +74,8 @@ void send_register(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   auto controller = st.controller;
   self->request(controller, seconds(o.request_timeout_s), register_atom::value, o.info,
-                caf::actor_cast<caf::actor>(self), hosted_list(st))
+                caf::actor_cast<caf::actor>(self), hosted_list(st),
+                sign_request(o.identity, "register", {o.info.id}))
       .then(
           [=](uint64_t incarnation) {
             auto& st = self->state;
@@ -130,7 +133,8 @@ void connect(agent_actor* self, const AgentOptions& o) {
     return;
   }
   st.connecting = true;
-  auto mm = self->home_system().middleman().actor_handle();
+  // The OpenSSL module's middleman when the node runs with TLS.
+  auto mm = security::transport_actor(self->home_system());
   const auto& ep = o.controller_endpoint;
   self->request(mm, seconds(o.request_timeout_s), caf::connect_atom::value, ep.host, ep.port)
       .then(
@@ -169,7 +173,8 @@ void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
     finish();
     return;
   }
-  self->request(st.controller, seconds(o.request_timeout_s), deregister_atom::value, o.info.id)
+  self->request(st.controller, seconds(o.request_timeout_s), deregister_atom::value, o.info.id,
+                sign_request(o.identity, "deregister", {o.info.id}))
       .then(
           [=](caf::ok_atom) {
             self->state.log->info("deregistered from the controller");
@@ -233,7 +238,8 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
         if (!st.registered || !st.controller)
           return;
         auto controller = st.controller;
-        self->request(controller, seconds(o.request_timeout_s), heartbeat_atom::value, o.info.id)
+        self->request(controller, seconds(o.request_timeout_s), heartbeat_atom::value, o.info.id,
+                      sign_request(o.identity, "heartbeat", {o.info.id}))
             .then([](caf::ok_atom) {},
                   [=](caf::error& err) {
                     auto& st = self->state;

@@ -21,8 +21,10 @@
 #include <caf/actor_system.hpp>
 
 #include <memory>
+#include <optional>
 
 #include "runtime/address.hpp"
+#include "runtime/security/credentials.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe {
@@ -46,6 +48,8 @@ struct AgentOptions {
   // controller's snapshots every time the node registers, so the proxy gets a
   // full snapshot after every controller restart.
   caf::actor proxy;
+  // With TLS: this node's certificate, to sign register/heartbeat/deregister.
+  std::optional<security::Identity> identity;
 };
 
 caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options);

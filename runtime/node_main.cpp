@@ -6,8 +6,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -26,6 +28,8 @@
 #include "runtime/log.hpp"
 #include "runtime/node_agent.hpp"
 #include "runtime/node_options.hpp"
+#include "runtime/security/credentials.hpp"
+#include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
 
 namespace fs = std::filesystem;
@@ -152,9 +156,10 @@ int main(int argc, char** argv) {
     return usage_error(st.message());
   auto log = log::get("node");
   if (o.insecure && !is_loopback(o.bind)) {
-    log->warn("INSECURE: listening on {} without TLS: anyone who reaches this node can deploy "
-              "code and kill actors",
-              o.bind);
+    log->warn(
+        "INSECURE: listening on {} without TLS: anyone who reaches this node can deploy "
+        "code and kill actors",
+        o.bind);
   }
 
   // Every thread inherits this mask, so only the main loop below sees them.
@@ -169,6 +174,25 @@ int main(int argc, char** argv) {
     caf::actor_system_config cfg;
     configure_actor_system(
         cfg, TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
+    // TLS: CAF's OpenSSL module with this node's certificate; write requests
+    // are then signed with it and checked against the cluster CA.
+    std::optional<security::Identity> identity;
+    if (!o.tls_dir.empty()) {
+      if (auto st = security::configure_tls(cfg, o.tls_dir, o.node_id); !st) {
+        log::shutdown();
+        return usage_error("--tls-dir: " + st.message());
+      }
+      auto loaded = security::load_identity(o.tls_dir, o.node_id, std::time(nullptr));
+      if (!loaded) {
+        log::shutdown();
+        return usage_error("--tls-dir: " + loaded.status().message());
+      }
+      identity = std::move(loaded.value());
+      log->info(
+          "TLS on: certificate '{}' ({}), peers must present a certificate of this "
+          "cluster's CA",
+          identity->name, security::to_string(identity->role));
+    }
     caf::actor_system sys{cfg};
 
     // The HTTP proxy listens first: a port in use stops the node before any
@@ -196,6 +220,8 @@ int main(int argc, char** argv) {
       sopts.controller.node_timeout_s = o.node_timeout_s;
       sopts.controller.recovery_window_s = o.recovery_window_s;
       sopts.controller.state_dir = o.state_dir;
+      if (identity)
+        sopts.controller.ca_pem = identity->ca_pem;
       sopts.controller.limits.max_replicas_per_deployment = o.max_replicas_per_deployment;
       sopts.controller.limits.max_replicas_total = o.max_replicas_total;
       sopts.controller.limits.max_config_bytes = o.max_config_bytes;
@@ -223,6 +249,7 @@ int main(int argc, char** argv) {
     aopts.heartbeat_interval_s = o.heartbeat_interval_s;
     aopts.loader = std::make_shared<PluginLoader>(o.plugin_path);
     aopts.proxy = http_proxy->actor();
+    aopts.identity = identity;
     auto agent = spawn_node_agent(sys, aopts);
     log->info("node {} started ({}; http port {}; resources {})", o.node_id,
               o.head ? "head" : "worker joining " + o.join->to_string(), o.http_port,
@@ -259,7 +286,7 @@ int main(int argc, char** argv) {
       }
     }
     http_proxy->stop();
-    if (supervisor)
+    if (supervisor && !security::tls_enabled(sys))
       sys.middleman().close(o.port);
   }
   log->info("stopped");

@@ -71,6 +71,10 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   app.add_option("--plugin-path", plugin_path,
                  "colon-separated directories of deployment libraries (default: " +
                      (default_plugin_dir.empty() ? std::string("none") : default_plugin_dir) + ")");
+  app.add_option("--tls-dir", o.tls_dir,
+                 "TLS with mutual certificate authentication: directory with ca.crt and "
+                 "<node-id>.crt/.key (troupectl certs) [env TROUPE_TLS_DIR]")
+      ->envname("TROUPE_TLS_DIR");
   app.add_flag("--insecure", o.insecure,
                "allow a non-loopback --bind without TLS (anyone who reaches the port could "
                "deploy code)");
@@ -166,10 +170,10 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   if (!(o.recovery_window_s >= 0) || o.recovery_window_s > 600) {
     return invalid("--recovery-window must be between 0 and 600 seconds");
   }
-  if (!is_loopback(o.bind) && !o.insecure) {
+  if (!is_loopback(o.bind) && !o.insecure && o.tls_dir.empty()) {
     return invalid("--bind " + o.bind +
                    " is not a loopback address: without TLS anyone who reaches it could deploy "
-                   "code or kill actors; give --insecure to accept that");
+                   "code or kill actors; give --tls-dir DIR, or --insecure to accept that");
   }
   if (o.heartbeat_interval_s >= o.node_timeout_s) {
     return invalid("--heartbeat-interval must be shorter than --node-timeout");

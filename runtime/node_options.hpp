@@ -40,6 +40,9 @@ struct NodeOptions {
   double recovery_window_s = 3.0;
   // Accept a non-loopback --bind without TLS (logged as a warning).
   bool insecure = false;
+  // TLS between processes, with certificates from this directory (ca.crt
+  // and <node-id>.crt/.key); empty: no TLS.
+  std::string tls_dir;
   // Head: caps on what one config may ask for.
   uint32_t max_replicas_per_deployment = 1000;
   uint64_t max_replicas_total = 10000;

@@ -241,6 +241,21 @@ typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
            x.routes, x.deployments, x.removed, x.withheld);
 }
 
+// Proof of who sends a write request (see runtime/security/credentials.hpp):
+// the caller's certificate and its signature over the request. Empty when
+// the cluster runs without TLS.
+struct Credential {
+  std::string certificate_pem;
+  int64_t timestamp = 0;
+  std::string signature;
+  bool empty() const { return certificate_pem.empty(); }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Credential& x) {
+  return f(caf::meta::type_name("troupe.Credential"), x.certificate_pem, x.timestamp, x.signature);
+}
+
 // Registers every type above with CAF, and sets the app identifier. Call once
 // on every actor_system_config before the system starts.
 void register_wire_types(caf::actor_system_config& cfg);

@@ -7,6 +7,8 @@
 #include <caf/io/middleman.hpp>
 
 #include "controller/store/codec.hpp"
+#include "runtime/auth.hpp"
+#include "runtime/security/tls.hpp"
 
 namespace troupe {
 
@@ -27,12 +29,18 @@ Status ControllerClient::describe(const caf::error& err) const {
   return status;
 }
 
+Credential ControllerClient::sign(const std::string& operation,
+                                  const std::vector<std::string>& args) const {
+  return sign_request(identity_, operation, args);
+}
+
 Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const Endpoint& endpoint,
-                                                   double timeout_s) {
+                                                   double timeout_s,
+                                                   std::optional<security::Identity> identity) {
   caf::scoped_actor self{sys};
   caf::actor controller;
   Status failure;
-  auto mm = sys.middleman().actor_handle();
+  auto mm = security::transport_actor(sys);  // TLS when configured
   self->request(mm, seconds(timeout_s), caf::connect_atom::value, endpoint.host, endpoint.port)
       .receive(
           [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
@@ -62,7 +70,7 @@ Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const
                });
   if (!failure)
     return failure;
-  return ControllerClient(sys, controller, endpoint, timeout_s);
+  return ControllerClient(sys, controller, endpoint, timeout_s, std::move(identity));
 }
 
 Result<std::vector<NodeStatus>> ControllerClient::nodes() {
@@ -77,7 +85,8 @@ Result<std::vector<NodeStatus>> ControllerClient::nodes() {
 Status ControllerClient::drain(const std::string& node_id) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), drain_atom::value, node_id)
+  self->request(controller_, seconds(timeout_s_), drain_atom::value, node_id,
+                sign("drain", {node_id}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -102,8 +111,9 @@ Result<ControllerClient::DeployReply> ControllerClient::deploy(
     const controller::ApplicationSpec& app) {
   caf::scoped_actor self{*sys_};
   Result<DeployReply> out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), deploy_atom::value,
-                controller::encode_application(app))
+  auto encoded = controller::encode_application(app);
+  self->request(controller_, seconds(timeout_s_), deploy_atom::value, encoded,
+                sign("deploy", {encoded}))
       .receive(
           [&](bool changed, uint64_t generation) {
             out = DeployReply{changed, generation};
@@ -115,26 +125,22 @@ Result<ControllerClient::DeployReply> ControllerClient::deploy(
 Status ControllerClient::delete_application(const std::string& app) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), delete_atom::value, app)
+  self->request(controller_, seconds(timeout_s_), delete_atom::value, app, sign("delete", {app}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
 }
 
 Status ControllerClient::kill_replica(const std::string& replica_id) {
-  caf::scoped_actor self{*sys_};
-  Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), kill_replica_atom::value, replica_id)
-      .receive([&](caf::ok_atom) { out = Status::ok(); },
-               [&](caf::error& err) { out = describe(err); });
-  return out;
+  return kill("replica", replica_id);
 }
 
 Result<std::string> ControllerClient::apply(const controller::TargetState& state,
                                             double request_timeout_s) {
+  auto encoded = controller::encode_target_state(state);
   return ask<std::string>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
-      apply_atom::value, controller::encode_target_state(state), request_timeout_s);
+      apply_atom::value, encoded, request_timeout_s, sign("deploy", {encoded}));
 }
 
 Result<controller::TargetState> ControllerClient::config() {
@@ -149,7 +155,8 @@ Result<controller::TargetState> ControllerClient::config() {
 Status ControllerClient::shutdown(bool nodes) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), shutdown_atom::value, nodes)
+  self->request(controller_, seconds(timeout_s_), shutdown_atom::value, nodes,
+                sign("shutdown", {nodes ? "nodes" : ""}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -158,7 +165,8 @@ Status ControllerClient::shutdown(bool nodes) {
 Status ControllerClient::kill(const std::string& kind, const std::string& id) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), kill_atom::value, kind, id)
+  self->request(controller_, seconds(timeout_s_), kill_atom::value, kind, id,
+                sign("kill", {kind, id}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) {
                  // Killing the controller: it may die before it answers.

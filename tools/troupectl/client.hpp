@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 #include "controller/core/model.hpp"
 #include "runtime/address.hpp"
+#include "runtime/security/credentials.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
@@ -21,7 +23,8 @@ class ControllerClient {
  public:
   // Connects and checks that both sides speak the same protocol version.
   static Result<ControllerClient> connect(caf::actor_system& sys, const Endpoint& endpoint,
-                                          double timeout_s);
+                                          double timeout_s,
+                                          std::optional<security::Identity> identity = {});
 
   Result<std::vector<NodeStatus>> nodes();
   Status drain(const std::string& node_id);
@@ -52,11 +55,14 @@ class ControllerClient {
 
  private:
   ControllerClient(caf::actor_system& sys, caf::actor controller, Endpoint endpoint,
-                   double timeout_s)
+                   double timeout_s, std::optional<security::Identity> identity)
       : sys_(&sys),
         controller_(std::move(controller)),
         endpoint_(std::move(endpoint)),
-        timeout_s_(timeout_s) {}
+        timeout_s_(timeout_s),
+        identity_(std::move(identity)) {}
+
+  Credential sign(const std::string& operation, const std::vector<std::string>& args) const;
 
   // Prefixes failures with the controller's address.
   Status describe(const caf::error& err) const;
@@ -65,6 +71,7 @@ class ControllerClient {
   caf::actor controller_;
   Endpoint endpoint_;
   double timeout_s_;
+  std::optional<security::Identity> identity_;
 };
 
 }  // namespace troupe

@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/resources.hpp"
+#include "runtime/security/certs.hpp"
+#include "runtime/security/credentials.hpp"
+#include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
 #include "tools/troupectl/client.hpp"
 #include "tools/troupectl/config.hpp"
@@ -179,6 +182,30 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds to wait for the controller")
       ->capture_default_str();
+  std::string tls_dir;
+  std::string tls_name;
+  app.add_option("--tls-dir", tls_dir,
+                 "talk TLS with the certificates in DIR (ca.crt and your <name>.crt/.key) "
+                 "[env TROUPE_TLS_DIR]")
+      ->envname("TROUPE_TLS_DIR");
+  app.add_option("--tls-name", tls_name,
+                 "which certificate in --tls-dir to use (default: the only one besides ca.crt)");
+
+  auto* certs_cmd = app.add_subcommand("certs", "create the cluster CA and issue certificates");
+  certs_cmd->require_subcommand(1);
+  auto* certs_init = certs_cmd->add_subcommand("init", "create a cluster CA in DIR");
+  std::string certs_dir;
+  certs_init->add_option("DIR", certs_dir, "directory for ca.crt and ca.key")->required();
+  auto* certs_issue = certs_cmd->add_subcommand("issue", "issue a certificate signed by the CA");
+  std::string cert_name;
+  std::string cert_role = "node";
+  int cert_days = 365;
+  certs_issue->add_option("DIR", certs_dir, "directory of the CA")->required();
+  certs_issue->add_option("--name", cert_name, "node id, or an operator's name")->required();
+  certs_issue->add_option("--role", cert_role, "node or operator")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"node", "operator"}));
+  certs_issue->add_option("--days", cert_days, "validity in days")->capture_default_str();
 
   auto* nodes_cmd = app.add_subcommand("nodes", "list the nodes of the cluster");
   bool json_out = false;
@@ -229,6 +256,25 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return fail(2, e.what());
   }
+  if (*certs_cmd) {
+    // Local: no controller involved.
+    if (*certs_init) {
+      auto st = security::init_ca(certs_dir);
+      if (!st)
+        return fail(1, st.message());
+      std::printf("cluster CA created in %s (keep ca.key secret)\n", certs_dir.c_str());
+      return 0;
+    }
+    auto role = security::parse_role(cert_role);
+    if (!role)
+      return fail(2, role.status().message());
+    auto st = security::issue_certificate(certs_dir, cert_name, *role, cert_days);
+    if (!st)
+      return fail(1, st.message());
+    std::printf("issued %s/%s.crt (%s, %d days)\n", certs_dir.c_str(), cert_name.c_str(),
+                cert_role.c_str(), cert_days);
+    return 0;
+  }
   auto endpoint = parse_endpoint(address);
   if (!endpoint)
     return fail(2, "--address: " + endpoint.status().message());
@@ -250,10 +296,34 @@ int main(int argc, char** argv) {
 
   caf::actor_system_config cfg;
   configure_actor_system(cfg, TransportOptions{});
+  std::optional<security::Identity> identity;
+  if (!tls_dir.empty()) {
+    auto files = security::find_tls_files(tls_dir, tls_name);
+    if (!files)
+      return fail(2, "--tls-dir: " + files.status().message());
+    if (tls_name.empty()) {
+      auto base = files->certificate_file.substr(files->certificate_file.rfind('/') + 1);
+      tls_name = base.substr(0, base.size() - 4);  // "<name>.crt"
+    }
+    if (auto st = security::configure_tls(cfg, tls_dir, tls_name); !st)
+      return fail(1, "--tls-dir: " + st.message());
+    auto loaded = security::load_identity(tls_dir, tls_name, std::time(nullptr));
+    if (!loaded)
+      return fail(1, "--tls-dir: " + loaded.status().message());
+    identity = std::move(loaded.value());
+  }
   caf::actor_system sys{cfg};
-  auto client = ControllerClient::connect(sys, *endpoint, timeout_s);
-  if (!client)
+  auto client = ControllerClient::connect(sys, *endpoint, timeout_s, identity);
+  if (!client) {
+    if (identity) {
+      // CAF says nothing about a refused TLS handshake: ask OpenSSL why.
+      auto why = security::diagnose_tls(endpoint->host, endpoint->port, tls_dir, tls_name,
+                                        std::chrono::milliseconds(2000));
+      if (!why)
+        return fail(1, client.status().message() + "; TLS: " + why.message());
+    }
     return fail(1, client.status().message());
+  }
 
   if (*nodes_cmd) {
     auto nodes = client->nodes();

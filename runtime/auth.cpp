@@ -1,0 +1,51 @@
+#include "runtime/auth.hpp"
+
+#include <ctime>
+
+namespace troupe {
+
+std::string operation_digest(const std::string& operation, const std::vector<std::string>& args) {
+  return security::request_digest(operation, args);
+}
+
+Credential sign_request(const std::optional<security::Identity>& identity,
+                        const std::string& operation, const std::vector<std::string>& args) {
+  if (!identity)
+    return {};
+  auto signed_credential =
+      security::sign(*identity, operation_digest(operation, args), std::time(nullptr));
+  if (!signed_credential)
+    return {};  // the controller refuses it, naming why
+  return {signed_credential->certificate_pem, signed_credential->timestamp,
+          signed_credential->signature};
+}
+
+Status check_request(const std::string& ca_pem, const Credential& credential,
+                     const std::string& operation, const std::vector<std::string>& args,
+                     const std::optional<std::string>& node_id) {
+  if (ca_pem.empty())
+    return Status::ok();
+  if (credential.empty()) {
+    return Status(errc::permission_denied,
+                  "permission denied: " + operation + " needs a signed credential (" +
+                      (node_id ? "a node" : "an operator") + " certificate of this cluster)");
+  }
+  security::Credential c{credential.certificate_pem, credential.timestamp, credential.signature};
+  auto now = static_cast<int64_t>(std::time(nullptr));
+  if (!node_id) {
+    return security::authorize(ca_pem, c, operation, args, security::Role::operator_, now);
+  }
+  auto caller = security::verify_caller(ca_pem, c, operation_digest(operation, args), now);
+  if (!caller)
+    return caller.status();
+  if (auto st = security::require_role(caller->role, security::Role::node, operation); !st)
+    return st;
+  if (caller->name != *node_id) {
+    return Status(errc::permission_denied, "permission denied: the certificate of node '" +
+                                               caller->name + "' cannot " + operation + " node '" +
+                                               *node_id + "'");
+  }
+  return Status::ok();
+}
+
+}  // namespace troupe

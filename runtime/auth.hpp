@@ -1,0 +1,31 @@
+// Signing and checking the credentials of write requests (issue 9). With TLS
+// off (no identity, no CA) signing yields an empty credential and checks pass:
+// the cluster is then loopback-only or explicitly --insecure.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/security/certs.hpp"
+#include "runtime/security/credentials.hpp"
+#include "runtime/status.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe {
+
+// The digest both sides compute for an operation and its arguments.
+std::string operation_digest(const std::string& operation, const std::vector<std::string>& args);
+
+// Signs with `identity` when there is one; an empty credential otherwise.
+Credential sign_request(const std::optional<security::Identity>& identity,
+                        const std::string& operation, const std::vector<std::string>& args);
+
+// Checks a credential against the cluster CA (`ca_pem`, empty: no checks).
+// `node_id` set: the caller must hold a node certificate for exactly that
+// node; otherwise it must hold an operator certificate.
+Status check_request(const std::string& ca_pem, const Credential& credential,
+                     const std::string& operation, const std::vector<std::string>& args,
+                     const std::optional<std::string>& node_id = std::nullopt);
+
+}  // namespace troupe
