@@ -41,6 +41,9 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     bool keep_alive = !close_after_ && parser_ && parser_->get().keep_alive();
     response_.keep_alive(keep_alive);
     response_.prepare_payload();
+    // A HEAD answer carries the length of the body it does not send.
+    if (parser_ && parser_->get().method() == http::verb::head)
+      response_.body().clear();
     stream_.expires_after(duration_of(server_.options().idle_timeout_s));
     http::async_write(
         stream_, response_,

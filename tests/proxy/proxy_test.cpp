@@ -68,6 +68,7 @@ class Conn {
   Conn& operator=(const Conn&) = delete;
 
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
 
   bool send_raw(const std::string& data) {
     size_t off = 0;
@@ -354,6 +355,16 @@ TEST_CASE("proxy: requests reach the ingress by longest prefix on every node ove
     r = c.get("/echoes");
     REQUIRE(r);
     CHECK(r->status == 404);
+    // HEAD: the length of the body, no body, and the connection stays usable.
+    {
+      REQUIRE(c.send_raw("HEAD /echo/h HTTP/1.1\r\nHost: x\r\n\r\n"));
+      std::string head;
+      char ch;
+      while (head.find("\r\n\r\n") == std::string::npos && ::recv(c.fd(), &ch, 1, 0) == 1)
+        head.push_back(ch);
+      CHECK(head.find("HTTP/1.1 200") == 0);
+      CHECK(head.find("Content-Length: 0") == std::string::npos);
+    }
     // The client's request id goes to the replica and comes back.
     r = c.get("/echo/id", {{"X-Request-Id", "my-id-42"}});
     REQUIRE(r);
