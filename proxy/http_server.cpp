@@ -196,7 +196,22 @@ void HttpServer::run() {
   running_ = true;
   accept();
   for (auto& io : ios_) {
-    threads_.emplace_back([ctx = io.get()] { ctx->run(); });
+    threads_.emplace_back([ctx = io.get(), spin = std::chrono::microseconds(options_.spin_us)] {
+      if (spin.count() == 0) {
+        ctx->run();
+        return;
+      }
+      while (!ctx->stopped()) {
+        if (ctx->poll() > 0)
+          continue;
+        bool more = false;
+        auto until = std::chrono::steady_clock::now() + spin;
+        while (!more && std::chrono::steady_clock::now() < until)
+          more = ctx->poll() > 0;
+        if (!more)
+          ctx->run_one();
+      }
+    });
   }
 }
 

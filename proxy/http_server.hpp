@@ -38,6 +38,13 @@ struct ServerOptions {
   uint64_t body_limit = 16u << 20;
   uint32_t header_limit = 16u << 10;
   double idle_timeout_s = 60;
+  // After each burst of work an io thread keeps polling for up to spin_us
+  // before it blocks in epoll: a replica's answer usually arrives within tens
+  // of microseconds, and catching it without a wake-up saves two context
+  // switches per request (measured +10-20 % requests/s through the proxy on
+  // 2 cores). Costs at most spin_us of CPU per wake-up when idle. 0: block at
+  // once.
+  uint32_t spin_us = 50;
 };
 
 // One request of a connection. The connection reads its next request only
