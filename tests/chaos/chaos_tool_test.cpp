@@ -188,3 +188,21 @@ TEST_CASE("chaos/failed requests are classified against the node faults") {
   CHECK(run.failures_via_unfaulted == 1);
   CHECK(!run.ok);
 }
+
+TEST_CASE("chaos/a recovery whose bounds straddle the limit is inconclusive, not met") {
+  RunData run;
+  run.scenario.goals.max_recovery_s = 1.0;
+  FaultEvent f;
+  f.kind = FaultKind::kill_controller;
+  f.t_s = 10;
+  f.ok = true;
+  run.faults.push_back(f);
+  // The only poll after the fault started 0.5 s late and answered 1.5 s
+  // after it: healthy, but no proof that it was within 1 s.
+  run.observations.push_back(healthy_at(10.5, 11.5));
+  analyze(run);
+  CHECK(run.faults[0].inconclusive);
+  CHECK(run.faults[0].met == false);
+  CHECK(*run.faults[0].recovery_lower_s == doctest::Approx(0.0));
+  CHECK(!run.goals[0].met);
+}

@@ -232,8 +232,10 @@ class Runner {
       auto last = monitor_->observe();
       std::string why = last.unhealthy_reason();
       nodes_as_expected(last, &why);
+      if (why.rfind("; ", 0) == 0)
+        why.erase(0, 2);
       run_.convergence_detail =
-          "within " + std::to_string(sc.convergence_deadline_s) + " s; last seen: " + why;
+          "within " + seconds(sc.convergence_deadline_s) + "; last seen: " + why;
     }
     run_.invariants.push_back(
         {"converged after the faults (apps RUNNING, deployments HEALTHY at target, nodes as "

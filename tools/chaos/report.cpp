@@ -122,8 +122,18 @@ void analyze(RunData& run) {
     bool uses_probe =
         run.load_enabled && (f.kind == FaultKind::kill_proxy || f.kind == FaultKind::kill9_node ||
                              f.kind == FaultKind::sigstop_node);
-    if (const auto* o = first_obs(obs, ref, kInf, cond))
+    if (const auto* o = first_obs(obs, ref, kInf, cond)) {
       f.recovery_s = (uses_probe ? o->end_s : o->state_end_s) - ref;
+      // Lower bound: the last poll after the fault that did not see the
+      // recovery saw the state at or after its start.
+      f.recovery_lower_s = 0;
+      for (const auto& x : obs) {
+        if (&x == o)
+          break;
+        if (x.start_s >= ref)
+          f.recovery_lower_s = x.start_s - ref;
+      }
+    }
     // The node's replicas just before the fault (last poll that ended before).
     if (!f.node.empty()) {
       for (const auto& o : obs) {
@@ -166,6 +176,13 @@ void analyze(RunData& run) {
       } else if (gap < *limit && (!f.recovery_s || ref + *f.recovery_s > next_t)) {
         f.superseded = true;
         f.note = "the next fault came " + fixed(gap, 2) + " s later, before recovery";
+      } else if (f.recovery_s && f.recovery_lower_s && *f.recovery_lower_s <= *limit) {
+        // Recovered somewhere between the bounds, which straddle the limit:
+        // the polls were too slow to tell. Not met (not proven), but said so.
+        f.met = false;
+        f.inconclusive = true;
+        f.note = "inconclusive: recovered between " + fixed(*f.recovery_lower_s, 3) + " and " +
+                 fixed(*f.recovery_s, 3) + " s; the polls were too far apart to tell";
       } else {
         f.met = false;
       }
@@ -243,10 +260,12 @@ void analyze(RunData& run) {
       std::any_of(run.faults.begin(), run.faults.end(),
                   [](const FaultEvent& f) { return f.max_recovery_s.has_value(); })) {
     GoalResult g{"max_recovery_s", goals.max_recovery_s.value_or(0), std::nullopt, true, ""};
-    int judged = 0, failed = 0, superseded = 0;
+    int judged = 0, failed = 0, superseded = 0, inconclusive = 0;
     for (const auto& f : run.faults) {
       if (f.superseded)
         ++superseded;
+      if (f.inconclusive)
+        ++inconclusive;
       if (!f.met)
         continue;
       ++judged;
@@ -261,6 +280,9 @@ void analyze(RunData& run) {
     g.detail = std::to_string(judged - failed) + " of " + std::to_string(judged) +
                " judged faults recovered in time; " + std::to_string(superseded) +
                " superseded by the next fault (not judged)";
+    if (inconclusive)
+      g.detail += "; " + std::to_string(inconclusive) +
+                  " of the late ones inconclusive (bounds straddle the limit: polls too slow)";
     if (judged == 0)
       g.detail += "; no fault could be judged";
     run.goals.push_back(g);
@@ -389,7 +411,9 @@ json to_json(const RunData& run) {
              {"victim", f.victim},
              {"injected", f.ok},
              {"recovery_s", opt(f.recovery_s)},
+             {"recovery_lower_s", opt(f.recovery_lower_s)},
              {"superseded", f.superseded},
+             {"inconclusive", f.inconclusive},
              {"met", f.met ? json(*f.met) : json(nullptr)},
              {"note", f.note},
              {"seen", f.seen},
@@ -510,7 +534,7 @@ std::string to_text(const RunData& run) {
     if (f.replacement_s)
       out << ", replaced after " << fixed(*f.replacement_s, 3) << " s";
     if (f.met)
-      out << (*f.met ? "  [met]" : "  [MISSED]");
+      out << (*f.met ? "  [met]" : f.inconclusive ? "  [INCONCLUSIVE]" : "  [MISSED]");
     if (f.superseded)
       out << "  [superseded]";
     if (!f.note.empty())

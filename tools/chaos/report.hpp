@@ -28,11 +28,13 @@ struct FaultEvent {
   std::optional<double> max_recovery_s;
 
   // Filled by the analysis.
-  std::optional<double> recovery_s;        // from `reference()` to healthy
+  std::optional<double> recovery_s;        // from `reference()` to healthy (upper bound)
+  std::optional<double> recovery_lower_s;  // lower bound: start of the last poll not healthy
   std::optional<double> dead_detection_s;  // sigstop / kill9: until DEAD
   std::optional<double> replacement_s;     // sigstop: until at target elsewhere
-  bool superseded = false;  // the next fault came before recovery and before the limit
-  std::optional<bool> met;  // against max_recovery_s, when judged
+  bool superseded = false;    // the next fault came before recovery and before the limit
+  std::optional<bool> met;    // against max_recovery_s, when judged
+  bool inconclusive = false;  // not met only because the polls were too slow to tell
   std::string note;
   std::string seen;                            // what the first poll after the fault saw
   std::optional<int> replicas_on_node_before;  // node faults: per the last poll before
