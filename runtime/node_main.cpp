@@ -122,6 +122,14 @@ caf::timespan seconds(double s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every thread inherits this mask, so only the main loop below sees the
+  // signals; blocked first, so a SIGTERM during start-up is not lost to the
+  // default action.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   auto parsed = parse_node_options(argc, argv, TROUPE_DEFAULT_PLUGIN_DIR);
   if (!parsed)
     return usage_error(parsed.status().message());
@@ -162,12 +170,6 @@ int main(int argc, char** argv) {
         o.bind);
   }
 
-  // Every thread inherits this mask, so only the main loop below sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   int exit_code = 0;
   {

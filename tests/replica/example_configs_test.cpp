@@ -20,7 +20,8 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
   std::set<std::string> route_prefixes;
   int files = 0;
   for (const auto& entry : fs::directory_iterator(TROUPE_TEST_EXAMPLES_DIR)) {
-    if (entry.path().extension() != ".yaml")
+    // demo.yaml combines the apps of the others (checked by config_test).
+    if (entry.path().extension() != ".yaml" || entry.path().filename() == "demo.yaml")
       continue;
     ++files;
     CAPTURE(entry.path().string());
