@@ -173,8 +173,17 @@ TEST_CASE("every kind of bad config is refused with a message naming it; nothing
   auto r = c.ctl({"deploy", missing, "--wait", "--wait-timeout", "60"});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("library 'libnot_there.so' not found in plugin path") != std::string::npos);
-  auto after = c.fingerprint();
-  CHECK(after == before);
+  CHECK(c.fingerprint() == before);
+
+  // A class the library does not have: likewise, with the loader's message.
+  auto no_class = c.write("no_class.yaml", std::string(kGreeter) + R"(  - name: ghost
+    route_prefix: /ghost
+    import_path: libtroupe_examples.so:Ghost
+)");
+  auto rc = c.ctl({"deploy", no_class, "--wait", "--wait-timeout", "60"});
+  CHECK(rc.exit_code == 1);
+  CHECK(rc.err.find("has no deployment 'Ghost'") != std::string::npos);
+  CHECK(c.fingerprint() == before);
 }
 
 TEST_CASE("kill replica through troupectl; shutdown --nodes stops every node process") {
