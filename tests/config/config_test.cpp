@@ -111,7 +111,7 @@ applications:
 // ---------------------------------------------------------------------------
 // Good input.
 
-TEST_CASE("config: every examples/*.yaml parses, passes validate and round-trips") {
+TEST_CASE("config: every examples/*.yaml parses - passes validate and round-trips") {
   std::set<std::string> seen;
   for (const auto& entry : fs::directory_iterator(fs::path(TROUPE_SOURCE_DIR) / "examples")) {
     if (entry.path().extension() != ".yaml")
@@ -272,7 +272,7 @@ TEST_CASE("config: an empty deployments list is the ingress with defaults") {
   CHECK(listed == omitted);
 }
 
-TEST_CASE("config: quoted numbers are numbers in typed fields, strings in user_config") {
+TEST_CASE("config: quoted numbers are numbers in typed fields - strings in user_config") {
   DeployConfig c =
       parse_ok(with_fields("        num_replicas: \"4\"\n"
                            "        health_check_period_s: '2.5'\n"
@@ -323,7 +323,7 @@ TEST_CASE("config: a multi-deployment application") {
   check_round_trip(c);
 }
 
-TEST_CASE("config: an ingress that is not listed runs with defaults, first") {
+TEST_CASE("config: an ingress that is not listed runs with defaults - first") {
   DeployConfig c = parse_ok(R"(applications:
   - name: shop
     route_prefix: /shop
@@ -588,7 +588,7 @@ TEST_CASE("config error: an empty file") {
         "deploy.yaml is empty: expected a mapping with 'applications'");
 }
 
-TEST_CASE("config error: not a mapping, no applications, two documents") {
+TEST_CASE("config error: not a mapping - no applications - two documents") {
   CHECK(error_of("- a\n- b\n") ==
         "deploy.yaml:1:1: expected a mapping with 'applications' at the top level, got a "
         "sequence");
@@ -601,7 +601,7 @@ TEST_CASE("config error: not a mapping, no applications, two documents") {
         "deploy.yaml:3:1: a second YAML document ('---'): expected exactly one");
 }
 
-TEST_CASE("config error: unknown field, with the nearest valid name") {
+TEST_CASE("config error: unknown field - with the nearest valid name") {
   CHECK(error_of(with_fields("        num_replica: 3\n")) ==
         "deploy.yaml:7:9: unknown field 'num_replica' in deployment 'Hello'; did you mean "
         "'num_replicas'?");
@@ -715,7 +715,7 @@ TEST_CASE("config error: target_capacity outside 0-100") {
         "deploy.yaml:1:18: target_capacity: -0.5 must be >= 0");
 }
 
-TEST_CASE("config error: absurd values, with the controller's limits") {
+TEST_CASE("config error: absurd values - with the controller's limits") {
   CHECK(error_of(with_fields("        num_replicas: 200000\n")) ==
         "deploy.yaml:7:23: num_replicas: 200000 must be <= 100000");
   CHECK(error_of(with_fields("        num_replicas: 99999999999999999999999\n")) ==

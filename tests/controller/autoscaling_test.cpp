@@ -119,7 +119,7 @@ std::size_t running(Harness& h) {
 
 // ================================================================ metrics
 
-TEST_CASE("autoscaling metrics: each reporter is averaged over look_back_period_s, then summed") {
+TEST_CASE("autoscaling metrics: each reporter is averaged over look_back_period_s - then summed") {
   OngoingRequestMetrics m(30);
   m.record_replica("r1", 2, 0);
   m.record_replica("r1", 4, 10);
@@ -189,7 +189,7 @@ TEST_CASE("autoscaling policy: a steady load keeps the target") {
   CHECK(p.pending() == ScaleDirection::none);
 }
 
-TEST_CASE("autoscaling policy: a step up applies after upscale_delay_s, exactly at it") {
+TEST_CASE("autoscaling policy: a step up applies after upscale_delay_s - exactly at it") {
   AutoscalingPolicy p(bounded(1, 20));  // upscale_delay_s = 30
   auto d = p.decide(input(100, 24.0, 3, 3, 1, 20));
   CHECK(d.desired == 12);
@@ -208,7 +208,7 @@ TEST_CASE("autoscaling policy: a step up applies after upscale_delay_s, exactly 
   CHECK(p.pending() == ScaleDirection::none);
 }
 
-TEST_CASE("autoscaling policy: a step down applies after downscale_delay_s, exactly at it") {
+TEST_CASE("autoscaling policy: a step down applies after downscale_delay_s - exactly at it") {
   AutoscalingPolicy p(bounded(1, 20));  // downscale_delay_s = 600
   auto d = p.decide(input(0, 3.0, 12, 12, 1, 20));
   CHECK(d.desired == 2);
@@ -265,7 +265,7 @@ TEST_CASE("autoscaling policy: zero delays apply at once") {
   CHECK(d.proposed == 2);
 }
 
-TEST_CASE("autoscaling policy: smoothing moves a fraction of the way, rounding away from current") {
+TEST_CASE("autoscaling policy: smoothing moves a fraction of the way - rounding away from current") {
   AutoscalingConfig a = bounded(0, 20);
   a.upscale_delay_s = 0;
   a.downscale_delay_s = 0;
@@ -307,7 +307,7 @@ TEST_CASE("autoscaling policy: smoothing moves a fraction of the way, rounding a
   CHECK(q.decide(input(0, 0.0, 8, 8, 0, 20)).proposed == 6);   // 8 - 8 / 4
 }
 
-TEST_CASE("autoscaling policy: the target stays within [min, max]") {
+TEST_CASE("autoscaling policy: the target stays within [min - max]") {
   AutoscalingConfig a = bounded(2, 6);
   a.upscale_delay_s = 0;
   a.downscale_delay_s = 0;
@@ -327,7 +327,7 @@ TEST_CASE("autoscaling policy: the target stays within [min, max]") {
   CHECK(d.direction == ScaleDirection::none);
 }
 
-TEST_CASE("autoscaling policy: from zero replicas, queued requests scale up at once") {
+TEST_CASE("autoscaling policy: from zero replicas - queued requests scale up at once") {
   AutoscalingPolicy p(bounded(0, 5));  // upscale_delay_s = 30 does not apply
   auto d = p.decide(input(10, 1.0, 0, 0, 0, 5));
   CHECK(d.cold_start);
@@ -380,7 +380,7 @@ TEST_CASE("autoscaling policy: the status message carries the numbers") {
 
 // ================================================================ state manager
 
-TEST_CASE("autoscaling: a steady load keeps the target, nothing starts or stops") {
+TEST_CASE("autoscaling: a steady load keeps the target - nothing starts or stops") {
   Harness h;
   AutoscalingConfig a = bounded(1, 10);
   a.initial_replicas = 3;
@@ -394,7 +394,7 @@ TEST_CASE("autoscaling: a steady load keeps the target, nothing starts or stops"
   CHECK(last_decision(h).desired == 3);
 }
 
-TEST_CASE("autoscaling: a step up applies after upscale_delay_s, bounded by max_replicas") {
+TEST_CASE("autoscaling: a step up applies after upscale_delay_s - bounded by max_replicas") {
   Harness h;
   AutoscalingConfig a = bounded(1, 6);  // Ray Serve's defaults otherwise
   a.initial_replicas = 3;
@@ -536,7 +536,7 @@ TEST_CASE("autoscaling: requests queued at a proxy in front of saturated replica
   CHECK(h.core->deployment(kD)->metrics().replica_total(5) == 15);
 }
 
-TEST_CASE("autoscaling: scale from zero on a proxy's queued request, and back to zero") {
+TEST_CASE("autoscaling: scale from zero on a proxy's queued request - and back to zero") {
   Harness h;
   AutoscalingConfig a = bounded(0, 5);  // no initial_replicas: starts at 0
   deploy(h, autoscaled(a));
@@ -642,7 +642,7 @@ TEST_CASE("autoscaling: target_capacity scales the bounds the policy moves withi
   CHECK(h.replicas("a", "D").empty());
 }
 
-TEST_CASE("autoscaling: initial_replicas, else min_replicas; num_replicas is ignored") {
+TEST_CASE("autoscaling: initial_replicas - else min_replicas - num_replicas is ignored") {
   Harness h;
   AutoscalingConfig a = bounded(1, 10);
   a.initial_replicas = 4;
@@ -659,7 +659,7 @@ TEST_CASE("autoscaling: initial_replicas, else min_replicas; num_replicas is ign
   CHECK(g.core->target_replicas(kD) == 2u);
 }
 
-TEST_CASE("autoscaling: a redeploy keeps the autoscaled count; switching it on or off") {
+TEST_CASE("autoscaling: a redeploy keeps the autoscaled count - switching it on or off") {
   Harness h;
   AutoscalingConfig a = bounded(1, 10);
   a.initial_replicas = 2;
@@ -709,7 +709,7 @@ TEST_CASE("autoscaling: a restarted controller keeps the replicas its predecesso
   CHECK(h.cluster.alive_not_stopping("a", "D") == 6);
 }
 
-TEST_CASE("autoscaling property: random loads, crashes, capacity changes and restarts") {
+TEST_CASE("autoscaling property: random loads - crashes - capacity changes and restarts") {
   // Invariants after every tick: the target stays within the capacity-adjusted
   // bounds, replicas alive (not stopping) never exceed target + rollout_size,
   // and once the load and faults stop, the deployment converges to what the
@@ -782,7 +782,7 @@ TEST_CASE("autoscaling property: random loads, crashes, capacity changes and res
   CHECK(autoscaled_changes > 50);
 }
 
-TEST_CASE("autoscaling: a new autoscaling_config restarts the delay, other changes do not") {
+TEST_CASE("autoscaling: a new autoscaling_config restarts the delay - other changes do not") {
   Harness h;
   AutoscalingConfig a = bounded(1, 10);
   a.initial_replicas = 2;

@@ -34,7 +34,7 @@ void expect_status(Harness& h, DeploymentStatus s, DeploymentTrigger t,
 
 // ---------------------------------------------------------------- scaling
 
-TEST_CASE("scaling: create, scale up, scale down") {
+TEST_CASE("scaling: create - scale up - scale down") {
   Harness h;
   auto d = make_deployment("D", 3);
   deploy(h, d);
@@ -148,7 +148,7 @@ TEST_CASE("deploy: prev_version rejects the call when the current version differ
   CHECK(ok->deployments.at("D") == ChangeKind::restart);
 }
 
-TEST_CASE("target capacity scales targets, rounding up, at least one") {
+TEST_CASE("target capacity scales targets - rounding up - at least one") {
   CHECK(capacity_adjusted(10, std::nullopt) == 10);
   CHECK(capacity_adjusted(10, 100.0) == 10);
   CHECK(capacity_adjusted(10, 50.0) == 5);
@@ -195,7 +195,7 @@ TEST_CASE("autoscaling hook: a desired count is clamped to the bounds") {
 
 // ---------------------------------------------------------------- scheduling
 
-TEST_CASE("scheduling: spread over ALIVE nodes within resources; pending allocation message") {
+TEST_CASE("scheduling: spread over ALIVE nodes within resources - pending allocation message") {
   Harness h;
   h.set_nodes({{"n1", NodeState::alive, *parse_resources("cpu=2")},
                {"n2", NodeState::alive, *parse_resources("cpu=2")},
@@ -285,7 +285,7 @@ TEST_CASE("health: checks every period with jitter from the injected random sour
 }
 
 TEST_CASE(
-    "health: failures below the threshold keep the replica; at the threshold it is replaced") {
+    "health: failures below the threshold keep the replica - at the threshold it is replaced") {
   Harness h;
   deploy(h, make_deployment("D", 1));
   h.ticks(2);  // t = 2: RUNNING; checks at 12, 22, 32, ...
@@ -352,7 +352,7 @@ TEST_CASE("health: replicas on a node that died are replaced") {
 
 // ---------------------------------------------------------------- start failures
 
-TEST_CASE("start failures: DEPLOY_FAILED after 3 x target failures, then backoff 1, 2, 4 ... 64") {
+TEST_CASE("start failures: DEPLOY_FAILED after 3 x target failures - then backoff 1 - 2 - 4 ... 64") {
   Harness h;
   h.rng.fraction = 0;  // no jitter
   h.cluster.fail_start["D"] = "RuntimeError: cannot open model file";
@@ -427,7 +427,7 @@ TEST_CASE("start failures: one success stops the counting (partial success)") {
 
 // ---------------------------------------------------------------- graceful stop
 
-TEST_CASE("graceful stop: killed at graceful_shutdown_timeout_s, STOPPING until confirmed") {
+TEST_CASE("graceful stop: killed at graceful_shutdown_timeout_s - STOPPING until confirmed") {
   Harness h;
   auto d = make_deployment("D", 1);
   d.config.graceful_shutdown_timeout_s = 5;
@@ -487,7 +487,7 @@ TEST_CASE("rolling update: a code change with 10 replicas moves 2 at a time") {
     CHECK(rep.version == version_of(v2));
 }
 
-TEST_CASE("rolling update: a user_config change reconfigures in place, 2 at a time") {
+TEST_CASE("rolling update: a user_config change reconfigures in place - 2 at a time") {
   Harness h;
   auto d = make_deployment("D", 10);
   deploy(h, d);
@@ -544,7 +544,7 @@ TEST_CASE("rolling update: replicas still STARTING with an old version are kille
 
 // ---------------------------------------------------------------- draining
 
-TEST_CASE("draining: a replica on a DRAINING node is replaced first, then stopped") {
+TEST_CASE("draining: a replica on a DRAINING node is replaced first - then stopped") {
   Harness h;
   deploy(h, make_deployment("D", 3));
   h.ticks(2);

@@ -27,7 +27,7 @@ TargetState state(std::vector<DeploymentSpec> deps) {
 
 }  // namespace
 
-TEST_CASE("limits: replicas per deployment, counting the autoscaling ceiling") {
+TEST_CASE("limits: replicas per deployment - counting the autoscaling ceiling") {
   Limits limits;
   limits.max_replicas_per_deployment = 10;
   CHECK(check_limits(state({dep("A", 10)}), limits).is_ok());

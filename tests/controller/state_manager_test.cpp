@@ -62,7 +62,7 @@ TEST_CASE("delete: dropping a deployment from the application spec deletes it") 
   CHECK(h.core->deployment_ids().size() == 1);
 }
 
-TEST_CASE("shutdown: writes an empty target, stops everything") {
+TEST_CASE("shutdown: writes an empty target - stops everything") {
   Harness h;
   REQUIRE(h.core->deploy_application(two_deployments()).has_value());
   REQUIRE(h.core->deploy_application(make_app("b", "/b", {make_deployment("F", 1)})).has_value());
@@ -139,7 +139,7 @@ TEST_CASE("checkpoint: an accepted change survives a controller crash") {
 
 // ---------------------------------------------------------------- recovery
 
-TEST_CASE("recovery: live, dead, wrong-version and orphan replicas") {
+TEST_CASE("recovery: live - dead - wrong-version and orphan replicas") {
   Harness h;
   auto d = make_deployment("D", 3);
   REQUIRE(h.core->deploy_application(make_app("a", "/a", {d})).has_value());
@@ -230,7 +230,7 @@ TEST_CASE("recovery: a corrupt checkpoint stops the controller with an error nam
 
 // ---------------------------------------------------------------- snapshots
 
-TEST_CASE("snapshots: numbered, and a subscriber gets only newer state") {
+TEST_CASE("snapshots: numbered - and a subscriber gets only newer state") {
   Harness h;
   CHECK_FALSE(h.core->changes_since({}).has_value());  // nothing published yet
   REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
@@ -368,7 +368,7 @@ TEST_CASE("delete: redeploying an application that is being deleted revives it")
   CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
 }
 
-TEST_CASE("apply: a declared set of applications is written in one commit, absent ones deleted") {
+TEST_CASE("apply: a declared set of applications is written in one commit - absent ones deleted") {
   Harness h;
   REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
   REQUIRE(h.core->deploy_application(make_app("b", "/b", {make_deployment("D", 1)})).has_value());

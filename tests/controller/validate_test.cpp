@@ -29,7 +29,7 @@ TEST_CASE("validate: a well-formed application passes") {
   CHECK(validate(greeter()).is_ok());
 }
 
-TEST_CASE("validate: absurd replica count names field, value and rule") {
+TEST_CASE("validate: absurd replica count names field - value and rule") {
   auto app = greeter();
   app.deployments[0].config.num_replicas = static_cast<uint32_t>(-1);
   CHECK(error_of(app) ==

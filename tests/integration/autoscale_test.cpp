@@ -61,7 +61,7 @@ struct Scaled {
 
 }  // namespace
 
-TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests, and back down") {
+TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests - and back down") {
   Scaled s;
   auto file = s.write("sleep.yaml", R"(applications:
   - name: sleepy

@@ -14,7 +14,7 @@
 using namespace troupe::testing;
 using nlohmann::json;
 
-TEST_CASE("a head and two workers form a cluster; dead nodes are seen and come back") {
+TEST_CASE("a head and two workers form a cluster - dead nodes are seen and come back") {
   Cluster c;
   c.start_head();
   c.start_worker("w1");
@@ -75,7 +75,7 @@ TEST_CASE("workers re-register on their own when the head restarts with the same
   CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
 }
 
-TEST_CASE("troupectl drain marks a node DRAINING, and it stays so across a reconnect") {
+TEST_CASE("troupectl drain marks a node DRAINING - and it stays so across a reconnect") {
   Cluster c;
   c.start_head();
   c.start_worker("w1");
@@ -168,7 +168,7 @@ TEST_CASE("bad command lines are refused with one line naming the problem and ex
   }
 }
 
-TEST_CASE("a head refuses a port that is in use, and starts nothing") {
+TEST_CASE("a head refuses a port that is in use - and starts nothing") {
   Cluster c;
   c.start_head();
   REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
@@ -182,7 +182,7 @@ TEST_CASE("a head refuses a port that is in use, and starts nothing") {
   CHECK(c.states() == std::map<std::string, std::string>{{"head", "ALIVE"}});
 }
 
-TEST_CASE("a node on a non-loopback address without TLS needs --insecure, and then warns") {
+TEST_CASE("a node on a non-loopback address without TLS needs --insecure - and then warns") {
   TempDir dir;
   auto refused = run({bin("troupe-node"), "--head", "--state-dir", dir / "a", "--bind", "0.0.0.0",
                       "--port", std::to_string(free_port()), "--http-port",

@@ -147,7 +147,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("echo with 6 replicas runs 2-2-2 over three nodes, and counter answers from every node") {
+TEST_CASE("echo with 6 replicas runs 2-2-2 over three nodes - and counter answers from every node") {
   Fixture f;
   REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 6)).has_value());
   REQUIRE(f.wait_healthy("echo", "Echo", 6));
@@ -173,7 +173,7 @@ TEST_CASE("echo with 6 replicas runs 2-2-2 over three nodes, and counter answers
   CHECK(nodes_seen == std::set<std::string>{"head", "w1", "w2"});
 }
 
-TEST_CASE("a killed replica is replaced; the others are untouched") {
+TEST_CASE("a killed replica is replaced - the others are untouched") {
   Fixture f;
   REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 3)).has_value());
   REQUIRE(f.wait_healthy("echo", "Echo", 3));
@@ -201,7 +201,7 @@ TEST_CASE("a killed replica is replaced; the others are untouched") {
   }
 }
 
-TEST_CASE("a constructor that throws makes the deployment DEPLOY_FAILED; other apps run on") {
+TEST_CASE("a constructor that throws makes the deployment DEPLOY_FAILED - other apps run on") {
   Fixture f;
   REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 2)).has_value());
   REQUIRE(f.wait_healthy("echo", "Echo", 2));
@@ -269,7 +269,7 @@ TEST_CASE("a replica failing its health checks is replaced after exactly the thr
 }
 
 TEST_CASE(
-    "a user_config change reconfigures the same replicas; a code change rolls 20 % at a time") {
+    "a user_config change reconfigures the same replicas - a code change rolls 20 % at a time") {
   Fixture f;
   REQUIRE(f.client->deploy(app_spec("greet", "/greet", "Hello", 10, R"({"greeting": "hi"})"))
               .has_value());

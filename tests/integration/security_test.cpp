@@ -58,7 +58,7 @@ struct Secured {
 
 }  // namespace
 
-TEST_CASE("certs init refuses to overwrite a CA; issue needs a CA") {
+TEST_CASE("certs init refuses to overwrite a CA - issue needs a CA") {
   TempDir dir;
   auto bin_ctl = bin("troupectl");
   REQUIRE(run({bin_ctl, "certs", "init", dir / "ca"}).exit_code == 0);
@@ -71,7 +71,7 @@ TEST_CASE("certs init refuses to overwrite a CA; issue needs a CA") {
   CHECK(bad_role.exit_code == 2);
 }
 
-TEST_CASE("a TLS cluster serves its operator, and refuses strangers, other CAs and wrong roles") {
+TEST_CASE("a TLS cluster serves its operator - and refuses strangers - other CAs and wrong roles") {
   Secured s;
   auto operator_args = std::vector<std::string>{"--tls-dir", s.certs, "--tls-name", "alice"};
   // The operator deploys, sees status, and the proxy serves.

@@ -68,7 +68,7 @@ const char* kGreeter = R"(applications:
 
 }  // namespace
 
-TEST_CASE("deploy --wait, status --json, config round trip, delete") {
+TEST_CASE("deploy --wait - status --json - config round trip - delete") {
   Ctl c;
   auto r = c.ctl({"deploy", std::string(TROUPE_SOURCE_DIR) + "/examples/hello.yaml", "--wait"});
   CAPTURE(r.err);
@@ -114,7 +114,7 @@ TEST_CASE("deploy --wait, status --json, config round trip, delete") {
   CHECK(missing.err.find("\"greeter\" is not a known application") != std::string::npos);
 }
 
-TEST_CASE("every kind of bad config is refused with a message naming it; nothing changes") {
+TEST_CASE("every kind of bad config is refused with a message naming it - nothing changes") {
   Ctl c;
   auto ok = c.ctl({"deploy", c.write("good.yaml", kGreeter), "--wait"});
   REQUIRE(ok.exit_code == 0);
@@ -186,7 +186,7 @@ TEST_CASE("every kind of bad config is refused with a message naming it; nothing
   CHECK(c.fingerprint() == before);
 }
 
-TEST_CASE("kill replica through troupectl; shutdown --nodes stops every node process") {
+TEST_CASE("kill replica through troupectl - shutdown --nodes stops every node process") {
   Ctl c;
   REQUIRE(c.ctl({"deploy", c.write("good.yaml", kGreeter), "--wait"}).exit_code == 0);
   auto dep = c.status()["applications"]["greeter"]["deployments"]["Hello"];
@@ -221,7 +221,7 @@ TEST_CASE("kill replica through troupectl; shutdown --nodes stops every node pro
   }
 }
 
-TEST_CASE("limits: a config over the cluster's replica caps is refused, naming the cap") {
+TEST_CASE("limits: a config over the cluster's replica caps is refused - naming the cap") {
   Cluster cluster;
   cluster.start_head({"--max-replicas-per-deployment", "5", "--max-replicas-total", "8"});
   REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));

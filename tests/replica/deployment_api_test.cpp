@@ -58,12 +58,12 @@ TEST_CASE("TROUPE_DEPLOYMENT uses (init_args) when that is the only constructor"
   CHECK(d->handle(Request{}).body == "a");
 }
 
-TEST_CASE("TROUPE_DEPLOYMENT prefers (init_args, ctx) when it exists") {
+TEST_CASE("TROUPE_DEPLOYMENT prefers (init_args - ctx) when it exists") {
   auto d = troupe_deployment_WithContext()->create(Json{{"name", "w"}}, test_context());
   CHECK(d->handle(Request{}).body == "w@app#Dep#r1/node-1");
 }
 
-TEST_CASE("Request::header matches names case-insensitively, first one wins") {
+TEST_CASE("Request::header matches names case-insensitively - first one wins") {
   Request request;
   request.headers = {{"Content-Type", "text/plain"}, {"X-Token", "one"}, {"x-token", "two"}};
   CHECK(request.header("content-type") == "text/plain");
@@ -94,7 +94,7 @@ TEST_CASE("Request::query_param decodes percent escapes and '+'") {
   CHECK(odd.query_param("", "none") == "none");
 }
 
-TEST_CASE("Response::text and Response::json set body, status and Content-Type") {
+TEST_CASE("Response::text and Response::json set body - status and Content-Type") {
   Response text = Response::text("hi\n");
   CHECK(text.status == 200);
   CHECK(text.body == "hi\n");

@@ -83,7 +83,7 @@ TEST_CASE("Hello greets with user_config.greeting and changes it on reconfigure"
                        std::invalid_argument);
 }
 
-TEST_CASE("Counter counts the requests of its replica, also concurrent ones") {
+TEST_CASE("Counter counts the requests of its replica - also concurrent ones") {
   auto counter = make("Counter");
   CHECK(json_of(counter->handle(get())) ==
         Json{{"count", 1}, {"replica_id", "app#Dep#r1"}, {"node_id", "node-1"}});
@@ -104,7 +104,7 @@ TEST_CASE("Counter counts the requests of its replica, also concurrent ones") {
   CHECK(json_of(other->handle(get()))["count"] == 1);
 }
 
-TEST_CASE("Sleep sleeps ?ms=N, else user_config.ms") {
+TEST_CASE("Sleep sleeps ?ms=N - else user_config.ms") {
   auto sleep = make("Sleep");
   CHECK(json_of(sleep->handle(get("/", "ms=5"))) ==
         Json{{"slept_ms", 5}, {"replica_id", "app#Dep#r1"}});
@@ -132,7 +132,7 @@ TEST_CASE("FailInit's constructor throws its message") {
                        std::runtime_error);
 }
 
-TEST_CASE("FlakyHealth passes exactly N health checks, then fails") {
+TEST_CASE("FlakyHealth passes exactly N health checks - then fails") {
   SUBCASE("default N = 3") {
     auto flaky = make("FlakyHealth");
     for (int i = 0; i < 3; ++i)

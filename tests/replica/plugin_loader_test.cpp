@@ -52,7 +52,7 @@ TEST_CASE("resolve is thread-safe and loads a library once") {
   }
 }
 
-TEST_CASE("plugin dirs are searched in order; missing dirs are skipped") {
+TEST_CASE("plugin dirs are searched in order - missing dirs are skipped") {
   PluginLoader loader({"/nonexistent/troupe/plugins", kPluginDir});
   CHECK(loader.resolve("libtroupe_examples.so:Hello"));
 }
@@ -154,7 +154,7 @@ TEST_CASE("a symlink in the plugin dir that leads outside it is refused") {
   CHECK(contains(sub.status().message(), "outside the plugin dir"));
 }
 
-TEST_CASE("symlinks that stay inside the plugin dir, and a symlinked plugin dir, are fine") {
+TEST_CASE("symlinks that stay inside the plugin dir - and a symlinked plugin dir - are fine") {
   TempDir dir;
   fs::create_directory(dir.path() / "real");
   fs::copy_file(kPluginDir + "/libtroupe_examples.so",

@@ -41,7 +41,7 @@ TEST_CASE("nodes are ALIVE while they heartbeat and DEAD after the timeout") {
   CHECK(late[0].id == "a");
 }
 
-TEST_CASE("a DEAD or unknown node must register again, and then is ALIVE") {
+TEST_CASE("a DEAD or unknown node must register again - and then is ALIVE") {
   Membership m(1.0);
   CHECK(m.heartbeat("x", 0.0).code() == errc::not_found);
   m.register_node(node("x"), 0.0);
@@ -68,7 +68,7 @@ TEST_CASE("a lost connection kills only the incarnation it belongs to") {
   CHECK(state(m, "w") == NodeState::dead);
 }
 
-TEST_CASE("drain survives re-registration; DEAD and unknown nodes cannot be drained") {
+TEST_CASE("drain survives re-registration - DEAD and unknown nodes cannot be drained") {
   Membership m(5.0);
   m.register_node(node("w"), 0.0);
   CHECK(m.drain("w").is_ok());

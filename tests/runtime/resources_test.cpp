@@ -4,7 +4,7 @@
 
 using troupe::parse_resources;
 
-TEST_CASE("parse_resources accepts names, numbers and binary suffixes") {
+TEST_CASE("parse_resources accepts names - numbers and binary suffixes") {
   auto r = parse_resources("cpu=4,mem=8G,gpu=0.5");
   REQUIRE(r.has_value());
   CHECK(r->get("cpu") == 4.0);
@@ -43,7 +43,7 @@ TEST_CASE("parse_resources rejects malformed entries and names the problem") {
   }
 }
 
-TEST_CASE("fits, minus and plus work element-wise") {
+TEST_CASE("fits - minus and plus work element-wise") {
   auto node = parse_resources("cpu=4,mem=8G").value();
   auto need = parse_resources("cpu=1.5").value();
   CHECK(node.fits(need));

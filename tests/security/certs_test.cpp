@@ -121,7 +121,7 @@ TEST_CASE("init_ca writes a private key and refuses to overwrite a CA") {
   CHECK(init_ca(tmp / "other", 0).code() == errc::invalid_argument);
 }
 
-TEST_CASE("issued certificates carry their role, names and a random serial") {
+TEST_CASE("issued certificates carry their role - names and a random serial") {
   TempDir tmp;
   REQUIRE(init_ca(tmp.path()).is_ok());
   REQUIRE(issue_certificate(tmp.path(), "node-1", Role::node, 30).is_ok());

@@ -152,7 +152,7 @@ TEST_CASE("a certificate that is not valid yet is refused") {
       contains(role.status(), "certificate 'future' is not valid before 2027-01-16 08:00:00 UTC"));
 }
 
-TEST_CASE("a tampered digest, signature or certificate is refused") {
+TEST_CASE("a tampered digest - signature or certificate is refused") {
   Clusters c;
   Identity alice = c.identity(c.home, "alice");
   std::string digest = request_digest("drain", {"node-1"});

@@ -117,7 +117,7 @@ TEST_CASE("a target state setting every field round-trips exactly") {
   CHECK(encode_target_state(*decoded) == bytes);
 }
 
-TEST_CASE("edge values round-trip: empty state, absent capacity, zero capacity, odd text") {
+TEST_CASE("edge values round-trip: empty state - absent capacity - zero capacity - odd text") {
   TargetState empty;
   auto decoded = decode_target_state(encode_target_state(empty));
   REQUIRE(decoded.has_value());
@@ -164,7 +164,7 @@ TEST_CASE("application and head records round-trip") {
   CHECK(head->state.target_capacity == state.target_capacity);
 }
 
-TEST_CASE("every truncation of a valid encoding is corrupt, never a crash") {
+TEST_CASE("every truncation of a valid encoding is corrupt - never a crash") {
   const auto bytes = encode_target_state(full_state());
   for (size_t n = 0; n < bytes.size(); ++n) {
     auto r = decode_target_state(std::string_view(bytes.data(), n));
@@ -183,7 +183,7 @@ TEST_CASE("every truncation of a valid encoding is corrupt, never a crash") {
   CHECK(contains(longer.status().message(), "16 stray bytes after its message"));
 }
 
-TEST_CASE("garbage bytes are corrupt with a message, never a crash") {
+TEST_CASE("garbage bytes are corrupt with a message - never a crash") {
   CHECK(decode_target_state("").status().code() == errc::corrupt);
   CHECK(contains(decode_target_state("not a checkpoint at all").status().message(),
                  "does not start with the checkpoint magic"));
@@ -242,7 +242,7 @@ TEST_CASE("a record of another kind or with reserved bits set is refused") {
   CHECK(contains(decode_target_state(bytes).status().message(), "reserved"));
 }
 
-TEST_CASE("a few bytes claiming a million list elements are refused, not allocated") {
+TEST_CASE("a few bytes claiming a million list elements are refused - not allocated") {
   // A hand-made application record: root ApplicationSpec (no data, four
   // pointers) whose deployments list claims 1,000,000 empty structs in zero
   // words. Under the default Cap'n Proto limit (8M words) the decoder would

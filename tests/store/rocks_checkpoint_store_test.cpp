@@ -146,7 +146,7 @@ TEST_CASE("a saved state survives a restart") {
   CHECK(load_ok(*fresh) == state);
 }
 
-TEST_CASE("save overwrites: changed, added and deleted applications") {
+TEST_CASE("save overwrites: changed - added and deleted applications") {
   TempDir dir;
   const auto path = dir.sub("checkpoint");
   auto state = full_state();
@@ -191,7 +191,7 @@ TEST_CASE("save overwrites: changed, added and deleted applications") {
   }
 }
 
-TEST_CASE("an undecodable stored value is corrupt, naming the database and key") {
+TEST_CASE("an undecodable stored value is corrupt - naming the database and key") {
   TempDir dir;
   const auto path = dir.sub("checkpoint");
   {
