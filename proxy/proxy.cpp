@@ -643,6 +643,19 @@ caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
   });
   return {
       [=](caf::actor& proxy) { self->monitor(proxy); },
+      // From the node agent after each (re-)registration: subscribe the
+      // current proxy actor (a restarted one too) for a full snapshot.
+      [=](subscribe_atom, const caf::actor& controller) {
+        caf::actor current;
+        {
+          std::lock_guard<std::mutex> lock(core->actor_mutex);
+          current = core->actor;
+        }
+        if (controller && current) {
+          self->send(controller, subscribe_atom::value, current, uint64_t{0}, uint64_t{0},
+                     core->options.node_id);
+        }
+      },
   };
 }
 
@@ -691,6 +704,10 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   core->log->info("proxy listening on {}:{} ({} io threads)", core->options.server.bind,
                   core->server->port(), core->server->threads());
   return std::unique_ptr<Proxy>(new Proxy(core));
+}
+
+caf::actor Proxy::keeper() const {
+  return core_->keeper;
 }
 
 caf::actor Proxy::actor() const {

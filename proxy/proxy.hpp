@@ -62,6 +62,9 @@ class Proxy {
   uint16_t port() const;
   // Stops serving, drops open connections and stops the actors. Call before
   // the actor system ends. Idempotent.
+  // Restarts the proxy actor when it dies; takes (subscribe, controller)
+  // from the node agent and subscribes whichever proxy actor is current.
+  caf::actor keeper() const;
   void stop();
 
   struct Core;

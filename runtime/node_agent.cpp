@@ -89,8 +89,7 @@ void send_register(agent_actor* self, const AgentOptions& o) {
             st.backoff_s = 0;
             st.incarnation = incarnation;
             if (o.proxy) {
-              self->send(controller, subscribe_atom::value, o.proxy, uint64_t{0}, uint64_t{0},
-                         o.info.id);
+              self->send(o.proxy, subscribe_atom::value, controller);
             }
           },
           [=](caf::error& err) {

@@ -44,9 +44,10 @@ struct AgentOptions {
   double max_backoff_s = 5.0;
   // Resolves import paths for the replicas of this node.
   std::shared_ptr<PluginLoader> loader;
-  // This node's HTTP proxy (may be empty). The agent subscribes it to the
-  // controller's snapshots every time the node registers, so the proxy gets a
-  // full snapshot after every controller restart.
+  // The keeper of this node's HTTP proxy (may be empty). Every time the node
+  // registers, the agent sends it (subscribe, controller), and the keeper
+  // subscribes the current proxy actor, so the proxy gets a full snapshot
+  // after every controller restart, also after a restart of the proxy actor.
   caf::actor proxy;
   // With TLS: this node's certificate, to sign register/heartbeat/deregister.
   std::optional<security::Identity> identity;

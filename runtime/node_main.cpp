@@ -170,7 +170,6 @@ int main(int argc, char** argv) {
         o.bind);
   }
 
-
   int exit_code = 0;
   {
     caf::actor_system_config cfg;
@@ -250,7 +249,7 @@ int main(int argc, char** argv) {
       aopts.controller_endpoint = *o.join;
     aopts.heartbeat_interval_s = o.heartbeat_interval_s;
     aopts.loader = std::make_shared<PluginLoader>(o.plugin_path);
-    aopts.proxy = http_proxy->actor();
+    aopts.proxy = http_proxy->keeper();
     aopts.identity = identity;
     auto agent = spawn_node_agent(sys, aopts);
     log->info("node {} started ({}; http port {}; resources {})", o.node_id,

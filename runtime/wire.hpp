@@ -230,15 +230,15 @@ struct RoutingSnapshot {
   bool routes_changed = false;
   std::vector<RouteEntry> routes;
   std::vector<DeploymentEndpoints> deployments;
-  HeaderList removed;   // (app, deployment) pairs
-  HeaderList withheld;  // (app, deployment) pairs
+  HeaderList removed;            // (app, deployment) pairs
+  HeaderList withheld;           // (app, deployment) pairs
   double request_timeout_s = 0;  // from the deployed http_options; 0: none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
   return f(caf::meta::type_name("troupe.RoutingSnapshot"), x.epoch, x.seq, x.full, x.routes_changed,
-           x.routes, x.deployments, x.removed, x.withheld);
+           x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s);
 }
 
 // Proof of who sends a write request (see runtime/security/credentials.hpp):
