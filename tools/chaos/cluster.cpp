@@ -193,7 +193,7 @@ ShutdownResult Cluster::shutdown(std::chrono::milliseconds graceful_deadline) {
     return true;
   };
   if (out.shutdown_command_ok)
-    wait_until(all_stopped, graceful_deadline, 50ms);
+    wait_until(all_stopped, graceful_deadline, 50ms, false);
   for (auto& [id, n] : nodes_) {
     if (n.process.running()) {
       out.needed_sigterm.push_back(id);
@@ -202,7 +202,7 @@ ShutdownResult Cluster::shutdown(std::chrono::milliseconds graceful_deadline) {
   }
   auto grace =
       std::chrono::milliseconds(static_cast<int64_t>(spec_.shutdown_grace_s * 1000) + 5000);
-  wait_until(all_stopped, grace, 50ms);
+  wait_until(all_stopped, grace, 50ms, false);
   for (auto& [id, n] : nodes_) {
     if (n.process.running()) {
       out.needed_sigkill.push_back(id);
@@ -213,7 +213,7 @@ ShutdownResult Cluster::shutdown(std::chrono::milliseconds graceful_deadline) {
   }
   // Anything else that carries the run directory in its command line (a
   // node restarted by someone else, a stray troupectl) is a leftover.
-  wait_until([&] { return processes_mentioning(run_dir_).empty(); }, 2s, 50ms);
+  wait_until([&] { return processes_mentioning(run_dir_).empty(); }, 2s, 50ms, false);
   for (pid_t pid : processes_mentioning(run_dir_)) {
     out.leftover_pids.push_back(pid);
     ::kill(pid, SIGCONT);

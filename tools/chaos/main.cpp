@@ -249,6 +249,8 @@ class Runner {
       load_->stop();
     }
     monitor_->stop();
+    if (g_interrupted.load())
+      return;  // no verdict on an interrupted run; the shutdown still runs
     final_checks();
   }
 
@@ -574,7 +576,8 @@ class Runner {
     // here with an id absent from status).
     if (run_.load_enabled) {
       Check serve{"every live node's proxy serves after convergence", true, ""};
-      Check known{"answers come only from replicas the controller lists", true, ""};
+      Check known{"answers come only from replicas the controller lists", final.status_ok,
+                  final.status_ok ? "" : "status failed: " + final.status_error};
       int with_id = 0;
       for (const auto& [id, port] : run_.http_ports) {
         if (dead_.count(id))
@@ -592,7 +595,7 @@ class Runner {
             if (body.is_object() && body.contains("replica_id") && body["replica_id"].is_string()) {
               ++with_id;
               auto rid = body["replica_id"].get<std::string>();
-              if (!final.replica_ids.count(rid)) {
+              if (final.status_ok && !final.replica_ids.count(rid)) {
                 known.ok = false;
                 known.detail += rid + " answered via " + id + "; ";
               }
@@ -606,7 +609,7 @@ class Runner {
       }
       if (serve.ok)
         serve.detail = "10 requests per path through every live node, all 2xx";
-      if (known.ok)
+      if (known.ok && final.status_ok)
         known.detail = std::to_string(with_id) + " answers carried a replica_id, all known";
       run_.invariants.push_back(serve);
       run_.invariants.push_back(known);

@@ -221,7 +221,9 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds ti
       done = true;
       break;
     }
-    if (Clock::now() >= until || g_interrupted.load())
+    // Not cut short by an interruption: the shutdown after Ctrl-C needs
+    // troupectl too, and every command is bounded by its timeout.
+    if (Clock::now() >= until)
       break;
     std::this_thread::sleep_for(2ms);  // poll interval of a deadline wait
   }
@@ -242,12 +244,12 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds ti
 }
 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds deadline,
-                std::chrono::milliseconds poll_interval) {
+                std::chrono::milliseconds poll_interval, bool interruptible) {
   auto until = Clock::now() + deadline;
   while (true) {
     if (condition())
       return true;
-    if (Clock::now() >= until || g_interrupted.load())
+    if (Clock::now() >= until || (interruptible && g_interrupted.load()))
       return false;
     std::this_thread::sleep_for(poll_interval);  // poll interval of a deadline wait
   }

@@ -65,13 +65,15 @@ struct RunResult {
   double seconds = 0;  // wall time of the command
 };
 
-// Runs a command to completion, killing it at the timeout.
+// Runs a command to completion, killing it at the timeout (also after an
+// interruption: the shutdown needs troupectl).
 RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
 
-// Polls `condition` until it holds, the deadline passes or the tool is
-// interrupted.
+// Polls `condition` until it holds, the deadline passes or (when
+// `interruptible`) the tool is interrupted. The shutdown's waits are not
+// interruptible: they are what an interruption leads to.
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds deadline,
-                std::chrono::milliseconds poll_interval = 50ms);
+                std::chrono::milliseconds poll_interval = 50ms, bool interruptible = true);
 
 // Sleeps until `t` (or interruption). The fault schedule is time-based by
 // nature; this is its clock, never a stand-in for a condition.
