@@ -55,7 +55,7 @@ Observation healthy_at(double start, double end) {
 
 }  // namespace
 
-TEST_CASE("chaos/every scenario file loads, at least five, named after its file") {
+TEST_CASE("chaos/every scenario file loads - at least five - named after its file") {
   int count = 0;
   int short_ones = 0;
   for (const auto& entry : fs::directory_iterator(CHAOS_SCENARIO_DIR)) {
@@ -79,7 +79,7 @@ TEST_CASE("chaos/every scenario file loads, at least five, named after its file"
   CHECK(short_ones >= 3);
 }
 
-TEST_CASE("chaos/bad scenarios are refused with file, line and field") {
+TEST_CASE("chaos/bad scenarios are refused with file - line and field") {
   CHECK(error_of("ok", kMinimal).empty());
   auto unknown = error_of("unknown", std::string(kMinimal) + "lod: {rate: 1}\n");
   CHECK(unknown.find("chaos_tool_test_unknown.yaml:7:1: unknown field 'lod' in scenario") !=
@@ -189,7 +189,7 @@ TEST_CASE("chaos/failed requests are classified against the node faults") {
   CHECK(!run.ok);
 }
 
-TEST_CASE("chaos/a recovery whose bounds straddle the limit is inconclusive, not met") {
+TEST_CASE("chaos/a recovery whose bounds straddle the limit is inconclusive - not met") {
   RunData run;
   run.scenario.goals.max_recovery_s = 1.0;
   FaultEvent f;
