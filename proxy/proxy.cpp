@@ -515,6 +515,15 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   auto table = router.routes();
   auto match = table->match(std::string_view(path.data(), path.size()));
   if (!match.route) {
+    if (!router.has_routes()) {
+      // A node that just started has no route table yet: that is not a 404
+      // (the path may well be served a moment later); ask the client to retry.
+      auto r = json_error(http::status::service_unavailable,
+                          "this node has no route table yet; retry shortly", id);
+      r.set(http::field::retry_after, "1");
+      answer_local(std::move(r));
+      return;
+    }
     answer_local(json_error(http::status::not_found,
                             "no application serves path '" + std::string(path) + "'", id));
     return;

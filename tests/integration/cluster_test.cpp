@@ -10,6 +10,7 @@
 #include <map>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
 
 using namespace troupe::testing;
 using nlohmann::json;
@@ -110,8 +111,9 @@ TEST_CASE("troupectl names the address it cannot reach and exits non-zero within
 TEST_CASE("a joining node that cannot reach the head keeps retrying and says where") {
   TempDir dir;
   auto port = std::to_string(free_port());
+  auto http_port = free_port();
   ChildProcess w({bin("troupe-node"), "--join", "127.0.0.1:" + port, "--node-id", "lonely",
-                  "--http-port", std::to_string(free_port())},
+                  "--http-port", std::to_string(http_port)},
                  dir / "w.log");
   CHECK(wait_until(
       [&] {
@@ -120,6 +122,14 @@ TEST_CASE("a joining node that cannot reach the head keeps retrying and says whe
       },
       10s));
   CHECK(w.running());
+  // Its proxy has no route table yet: "retry shortly" (503), not "no such
+  // application" (404).
+  std::optional<HttpReply> reply;
+  CHECK(wait_until([&] { return (reply = http_get(http_port, "/anything", 5)).has_value(); }, 10s));
+  REQUIRE(reply.has_value());
+  CHECK(reply->status == 503);
+  CHECK(reply->head.find("Retry-After: 1") != std::string::npos);
+  CHECK(reply->body.find("no route table yet") != std::string::npos);
   w.signal(SIGTERM);
   auto code = w.wait_exit(10s);
   REQUIRE(code.has_value());
@@ -184,21 +194,21 @@ TEST_CASE("a head refuses a port that is in use - and starts nothing") {
 
 TEST_CASE("a node on a non-loopback address without TLS needs --insecure - and then warns") {
   TempDir dir;
-  auto refused = run({bin("troupe-node"), "--head", "--state-dir", dir / "a", "--bind", "0.0.0.0",
-                      "--port", std::to_string(free_port()), "--http-port",
-                      std::to_string(free_port())},
-                     10s);
+  auto refused =
+      run({bin("troupe-node"), "--head", "--state-dir", dir / "a", "--bind", "0.0.0.0", "--port",
+           std::to_string(free_port()), "--http-port", std::to_string(free_port())},
+          10s);
   CHECK(refused.exit_code == 2);
   CHECK(refused.err.find("is not a loopback address") != std::string::npos);
   // Allowed with --insecure, with a warning at start. (0.0.0.0 is still only
   // reached over loopback by this test.)
-  ChildProcess node({bin("troupe-node"), "--head", "--state-dir", dir / "b", "--bind", "0.0.0.0",
-                     "--insecure", "--port", std::to_string(free_port()), "--http-port",
-                     std::to_string(free_port())},
-                    dir / "b.log");
-  CHECK(wait_until([&] { return node.output().find("INSECURE: listening on 0.0.0.0") !=
-                                std::string::npos; },
-                   10s));
+  ChildProcess node(
+      {bin("troupe-node"), "--head", "--state-dir", dir / "b", "--bind", "0.0.0.0", "--insecure",
+       "--port", std::to_string(free_port()), "--http-port", std::to_string(free_port())},
+      dir / "b.log");
+  CHECK(wait_until(
+      [&] { return node.output().find("INSECURE: listening on 0.0.0.0") != std::string::npos; },
+      10s));
   node.signal(SIGTERM);
   CHECK(node.wait_exit(10s) == std::optional<int>(0));
 }
