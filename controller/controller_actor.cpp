@@ -511,6 +511,17 @@ Status require_ready(const ControllerState& st) {
   return Status::ok();
 }
 
+// What every deploy call (one application or a whole config) must pass
+// before its bytes are even decoded: the caller's role, a recovered
+// controller, and the config size limit.
+Status admit_deploy(const ControllerState& st, const Credential& cred, const std::string& encoded) {
+  if (auto s = check_request(st.options.ca_pem, cred, "deploy", {encoded}); !s)
+    return s;
+  if (auto s = require_ready(st); !s)
+    return s;
+  return check_config_size(encoded.size(), st.options.limits);
+}
+
 caf::behavior controller(controller_actor* self, ControllerOptions options,
                          std::shared_ptr<CheckpointStore> store) {
   auto& st = self->state;
@@ -716,11 +727,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
       [=](deploy_atom, const std::string& encoded,
           const Credential& cred) -> caf::result<bool, uint64_t> {
         auto& st = self->state;
-        if (auto s = check_request(st.options.ca_pem, cred, "deploy", {encoded}); !s)
-          return to_caf_error(s);
-        if (auto s = require_ready(st); !s)
-          return to_caf_error(s);
-        if (auto s = check_config_size(encoded.size(), st.options.limits); !s)
+        if (auto s = admit_deploy(st, cred, encoded); !s)
           return to_caf_error(s);
         auto app = decode_application(encoded);
         if (!app)
@@ -785,11 +792,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
       [=](apply_atom, const std::string& encoded, double request_timeout_s,
           const Credential& cred) -> caf::result<std::string> {
         auto& st = self->state;
-        if (auto s = check_request(st.options.ca_pem, cred, "deploy", {encoded}); !s)
-          return to_caf_error(s);
-        if (auto s = require_ready(st); !s)
-          return to_caf_error(s);
-        if (auto s = check_config_size(encoded.size(), st.options.limits); !s)
+        if (auto s = admit_deploy(st, cred, encoded); !s)
           return to_caf_error(s);
         auto declared = decode_target_state(encoded);
         if (!declared)
