@@ -37,6 +37,8 @@ struct Call : std::enable_shared_from_this<Call> {
   Worker* worker = nullptr;
   const Route* route = nullptr;
   std::shared_ptr<const RouteTable> routes;  // keeps `route` alive
+  // A deployment handle's call: its target, which `route` points to.
+  std::shared_ptr<const Route> handle_route;
   HttpRequest request;
   std::vector<std::string> tried;  // replica ids that refused or died
   SlotPtr slot;
@@ -85,6 +87,10 @@ struct Proxy::Core : public Handler {
 
   void on_request(ExchangePtr exchange) override;
   void on_rejected(int status) override { metrics.observe("", status, 0); }
+  // A deployment handle's call (Proxy::caller()).
+  void call(const std::string& app, const std::string& deployment, HttpRequest request,
+            double timeout_s, CallDone done);
+  std::atomic<size_t> next_call_worker{0};
 
   void run(std::vector<std::function<void()>>& ready) {
     for (auto& f : ready)
@@ -412,6 +418,14 @@ void dispatch(const CallPtr& c) {
       return;
     }
     case Router::Admit::no_deployment: {
+      if (c->handle_route) {
+        // A handle names the deployment itself: no such deployment.
+        finish(c, json_error(http::status::not_found,
+                             "application " + c->route->app + " has no deployment " +
+                                 c->route->deployment,
+                             c->request.request_id));
+        return;
+      }
       auto r = json_error(
           http::status::service_unavailable,
           "application " + c->route->app + " has no running deployment " + c->route->deployment,
@@ -585,6 +599,114 @@ void Proxy::Core::replica_down(const caf::actor_addr& addr) {
 
 namespace {
 
+// The Exchange of a deployment handle's call: no socket; the answer goes to
+// the caller's callback. Destroyed unanswered (the proxy stopped with the
+// call queued or in flight), it answers 503 so the caller never waits forever.
+class HandleExchange : public Exchange {
+ public:
+  explicit HandleExchange(Proxy::CallDone done) : done_(std::move(done)) {}
+  ~HandleExchange() override {
+    if (done_) {
+      HttpResponse r;
+      r.status = 503;
+      r.headers = {{"Content-Type", "application/json"}, {"Retry-After", "1"}};
+      r.body = json{{"error", "the proxy of this node stopped before the call was answered"}}
+                   .dump();
+      answer(std::move(r));
+    }
+  }
+  void bind(size_t thread, asio::io_context* io) {
+    thread_ = thread;
+    io_ = io;
+  }
+  Request& request() override { return request_; }
+  void respond(Response&& response) override {
+    HttpResponse r;
+    r.status = response.result_int();
+    for (const auto& f : response)
+      r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    r.body = std::move(response.body());
+    answer(std::move(r));
+  }
+  size_t thread() const override { return thread_; }
+  asio::io_context& io() override { return *io_; }
+
+ private:
+  void answer(HttpResponse r) {
+    auto done = std::move(done_);
+    done_ = nullptr;
+    if (done)
+      done(std::move(r));
+  }
+  Proxy::CallDone done_;
+  Request request_;  // method and target, for log lines
+  size_t thread_ = 0;
+  asio::io_context* io_ = nullptr;
+};
+
+}  // namespace
+
+void Proxy::Core::call(const std::string& app, const std::string& deployment, HttpRequest request,
+                       double timeout_s, CallDone done) {
+  auto start = Clock::now();
+  auto ex = std::make_shared<HandleExchange>(std::move(done));
+  Worker* w = nullptr;
+  {
+    // Under the mutex stop() takes first: nothing is posted to an io_context
+    // that is going away.
+    std::lock_guard<std::mutex> lock(actor_mutex);
+    if (stopped || workers.empty())
+      return;  // `ex` answers 503 as it goes
+    w = workers[next_call_worker.fetch_add(1, std::memory_order_relaxed) % workers.size()].get();
+    ex->bind(w->index, w->io);
+    metrics.request_started();
+    asio::post(*w->io, [this, w, ex, app, deployment, request = std::move(request), timeout_s,
+                        start]() mutable {
+      auto c = std::make_shared<Call>();
+      c->handle_route = std::make_shared<Route>(
+          Route{std::string(), app, deployment, deployment_key(app, deployment)});
+      c->route = c->handle_route.get();
+      c->worker = w;
+      c->start = start;
+      if (request.method.empty())
+        request.method = "GET";
+      if (request.path.empty() || request.path[0] != '/')
+        request.path = "/" + request.path;
+      if (!valid_request_id(request.request_id)) {
+        char buf[40];
+        std::snprintf(buf, sizeof(buf), "%s%02zx%012llx", id_prefix.c_str(), w->index,
+                      static_cast<unsigned long long>(++w->next_id));
+        request.request_id = buf;
+      }
+      auto& shown = ex->request();
+      shown.method_string(request.method);
+      shown.target("handle:" + deployment + request.path);
+      c->exchange = std::move(ex);
+      c->request = std::move(request);
+      if (!router.has_routes()) {
+        auto r = json_error(http::status::service_unavailable,
+                            "this node has no route table yet; retry shortly",
+                            c->request.request_id);
+        r.set(http::field::retry_after, "1");
+        finish(c, std::move(r));
+        return;
+      }
+      double timeout = timeout_s > 0 ? timeout_s : request_timeout_s();
+      if (timeout > 0) {
+        c->deadline = start + seconds(timeout);
+        c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
+        c->timer->async_wait([c](const boost::system::error_code& ec) {
+          if (!ec)
+            on_timeout(c);
+        });
+      }
+      dispatch(c);
+    });
+  }
+}
+
+namespace {
+
 using core_ptr = std::shared_ptr<Proxy::Core>;
 
 constexpr auto kReportInterval = std::chrono::seconds(1);
@@ -717,6 +839,22 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
 
 caf::actor Proxy::keeper() const {
   return core_->keeper;
+}
+
+Proxy::Caller Proxy::caller() const {
+  return [weak = std::weak_ptr<Core>(core_)](const std::string& app, const std::string& deployment,
+                                             HttpRequest request, double timeout_s,
+                                             CallDone done) {
+    if (auto core = weak.lock()) {
+      core->call(app, deployment, std::move(request), timeout_s, std::move(done));
+      return;
+    }
+    HttpResponse r;
+    r.status = 503;
+    r.headers = {{"Content-Type", "application/json"}, {"Retry-After", "1"}};
+    r.body = json{{"error", "the proxy of this node is gone"}}.dump();
+    done(std::move(r));
+  };
 }
 
 caf::actor Proxy::actor() const {

@@ -23,6 +23,7 @@
 // transport failure other than the above). /-/healthz, /-/routes, /-/metrics.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +32,7 @@
 
 #include "proxy/http_server.hpp"
 #include "runtime/status.hpp"
+#include "runtime/wire.hpp"
 
 namespace troupe::proxy {
 
@@ -66,6 +68,21 @@ class Proxy {
   // from the node agent and subscribes whichever proxy actor is current.
   caf::actor keeper() const;
   void stop();
+
+  // Deployment handles (include/troupe/deployment.hpp, "Deployment handles"):
+  // routes `request` to a replica of (app, deployment) exactly like an HTTP
+  // request of that application (placement, queue, retries, timeout, metrics),
+  // without a route prefix. timeout_s > 0 replaces the request timeout for
+  // this call. `done` runs exactly once, on an io thread (or on the calling
+  // thread when the proxy is stopped or gone), with the replica's answer or
+  // the proxy's error answer: 404 unknown deployment, 503 (queue full, no
+  // replica after retries, no route table yet, shutting down), 504 timeout.
+  // Never blocks; callable from any thread; the Caller holds the proxy
+  // weakly, so it may outlive it.
+  using CallDone = std::function<void(HttpResponse)>;
+  using Caller = std::function<void(const std::string& app, const std::string& deployment,
+                                    HttpRequest request, double timeout_s, CallDone done)>;
+  Caller caller() const;
 
   struct Core;
 

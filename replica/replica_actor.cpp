@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 #include <troupe/deployment.hpp>
 
+#include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/log.hpp"
 
@@ -73,7 +74,7 @@ caf::behavior control_worker(caf::stateful_actor<ControlState>* self, ReplicaOpt
         if (auto s = parse_json(o.spec.init_args, "init args", args); !s)
           return to_caf_error(s);
         ReplicaContext ctx{o.spec.app, o.spec.deployment, o.spec.replica_id, o.node_id,
-                           o.spec.code_version};
+                           o.spec.code_version, o.handles};
         try {
           Instance made((*factory)->create(args, ctx));
           if (!o.spec.user_config.empty()) {
@@ -132,6 +133,8 @@ HttpResponse run_handler(Deployment& d, HttpRequest& req) {
   Request in{std::move(req.method), std::move(req.path), std::move(req.query),
              std::move(req.headers), std::move(req.body)};
   HttpResponse out;
+  // Handle calls made by handle() carry this request's id.
+  RequestIdScope scope(req.request_id);
   try {
     Response r = d.handle(in);
     out.status = r.status;

@@ -31,6 +31,7 @@
 #include "runtime/wire.hpp"
 
 namespace troupe {
+class HandleTransport;
 class PluginLoader;
 }
 
@@ -41,6 +42,9 @@ struct ReplicaOptions {
   std::string node_id;
   std::shared_ptr<PluginLoader> loader;
   caf::actor metrics_sink;  // the node agent; may be empty
+  // ReplicaContext::handles: deployment handles of the user's code (calls go
+  // through this node's proxy). May be empty: every handle call answers 503.
+  std::shared_ptr<const HandleTransport> handles;
 };
 
 caf::actor spawn_replica(caf::actor_system& sys, ReplicaOptions options);

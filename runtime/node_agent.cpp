@@ -268,6 +268,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
         ropts.node_id = o.info.id;
         ropts.loader = o.loader;
         ropts.metrics_sink = caf::actor_cast<caf::actor>(self);
+        ropts.handles = o.handles;
         auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
         self->monitor(handle);
         st.replica_ids[handle.address()] = spec.replica_id;

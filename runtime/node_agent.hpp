@@ -29,6 +29,7 @@
 
 namespace troupe {
 
+class HandleTransport;
 class PluginLoader;
 
 struct AgentOptions {
@@ -51,6 +52,9 @@ struct AgentOptions {
   caf::actor proxy;
   // With TLS: this node's certificate, to sign register/heartbeat/deregister.
   std::optional<security::Identity> identity;
+  // Given to every replica for its deployment handles (through this node's
+  // proxy, see replica/handle_transport.hpp). May be empty.
+  std::shared_ptr<const HandleTransport> handles;
 };
 
 caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options);

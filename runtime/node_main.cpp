@@ -23,6 +23,7 @@
 #include "controller/controller_actor.hpp"
 #include "controller/core/checkpoint_store.hpp"
 #include "proxy/proxy.hpp"
+#include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/head_supervisor.hpp"
 #include "runtime/log.hpp"
@@ -250,6 +251,7 @@ int main(int argc, char** argv) {
     aopts.heartbeat_interval_s = o.heartbeat_interval_s;
     aopts.loader = std::make_shared<PluginLoader>(o.plugin_path);
     aopts.proxy = http_proxy->keeper();
+    aopts.handles = replica::make_handle_transport(http_proxy->caller());
     aopts.identity = identity;
     auto agent = spawn_node_agent(sys, aopts);
     log->info("node {} started ({}; http port {}; resources {})", o.node_id,

@@ -52,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -64,7 +65,8 @@ namespace troupe {
 
 // Bumped whenever this header changes in a way that breaks binary
 // compatibility; a library built against another version is refused.
-constexpr uint32_t kDeploymentAbiVersion = 1;
+// 2: ReplicaContext carries the handle transport (deployment handles).
+constexpr uint32_t kDeploymentAbiVersion = 2;
 
 using Json = nlohmann::json;
 using Headers = std::vector<std::pair<std::string, std::string>>;
@@ -181,6 +183,97 @@ struct Response {
   }
 };
 
+// --- Deployment handles (composition) ---------------------------------------
+//
+// A handle calls another deployment of the same application. The call goes to
+// the HTTP proxy of the replica's own node and is routed exactly like an HTTP
+// request of that application, only to the named deployment instead of the
+// ingress: power of two choices over the replicas of every node (local ones
+// preferred when equally loaded), max_ongoing_requests per replica, the
+// deployment's bounded queue, retries on another replica when one dies or
+// refuses, the application's request_timeout_s, and the proxy's metrics.
+//
+//   auto upper = ctx.handle("Upper");                  // keep it, it is cheap to copy
+//   troupe::Request r;
+//   r.body = "hi";
+//   troupe::Response a = upper.call(r);                // blocks this request thread
+//   std::future<troupe::Response> f = upper.call_async(r);  // or in parallel
+//
+// Errors are responses, never exceptions, with the proxy's status codes and a
+// JSON body {"error": ..., "request_id": ...}: 404 when the application has no
+// deployment of that name, 503 (with Retry-After) when its queue is full or no
+// replica took the call after the retries, or when the node has no route table
+// yet or is shutting down, 504 when the timeout passed. A response the called
+// deployment gives (any status) is returned as it is.
+//
+// The request's path is what the called deployment sees as Request::path (""
+// means "/"); an empty method is sent as "GET". X-Request-Id: a call made on
+// a request thread of handle() carries the id of the request being handled,
+// so one client request keeps one id through every deployment it reaches
+// (unless the request given to the handle has an X-Request-Id header of its
+// own); elsewhere (the constructor, a thread of your own) the proxy makes one.
+//
+// A blocking call holds the calling request thread: a deployment that calls
+// itself, or two that call each other, can run out of request threads and
+// wait for their timeout. Handles work only in a replica run by troupe-node;
+// with a ReplicaContext built by hand (tests) every call answers 503 unless
+// `handles` is set.
+
+// The transport of handles. Implemented by the runtime (and by tests); user
+// code only calls it through DeploymentHandle.
+class HandleTransport {
+ public:
+  virtual ~HandleTransport() = default;
+  // Routes `request` to a replica of (app, deployment); timeout_s > 0
+  // replaces the application's request timeout for this call. The future
+  // always gets a Response, never an exception.
+  virtual std::future<Response> call(const std::string& app, const std::string& deployment,
+                                     Request request, double timeout_s) const = 0;
+};
+
+class DeploymentHandle {
+ public:
+  DeploymentHandle() = default;
+  DeploymentHandle(std::shared_ptr<const HandleTransport> transport, std::string app,
+                   std::string deployment, double timeout_s = 0)
+      : transport_(std::move(transport)),
+        app_(std::move(app)),
+        deployment_(std::move(deployment)),
+        timeout_s_(timeout_s) {}
+
+  const std::string& app() const { return app_; }
+  const std::string& deployment() const { return deployment_; }
+  double timeout_s() const { return timeout_s_; }
+
+  // The same handle with its own timeout for every call (seconds; 0: the
+  // application's request_timeout_s).
+  DeploymentHandle with_timeout(double seconds) const {
+    return DeploymentHandle(transport_, app_, deployment_, seconds > 0 ? seconds : 0);
+  }
+
+  // Starts the call and returns at once; the future always gets a Response.
+  std::future<Response> call_async(Request request) const {
+    if (!transport_) {
+      std::promise<Response> unavailable;
+      unavailable.set_value(Response::json(
+          Json{{"error", "no handle transport: deployment handles work only in a replica run by "
+                         "troupe-node"}},
+          503));
+      return unavailable.get_future();
+    }
+    return transport_->call(app_, deployment_, std::move(request), timeout_s_);
+  }
+
+  // Blocks until the answer (or the error response) is there.
+  Response call(Request request) const { return call_async(std::move(request)).get(); }
+
+ private:
+  std::shared_ptr<const HandleTransport> transport_;
+  std::string app_;
+  std::string deployment_;
+  double timeout_s_ = 0;
+};
+
 // Where a replica runs, passed to constructors that take it. Values are
 // fixed for the replica's lifetime; a new version means a new replica.
 struct ReplicaContext {
@@ -189,6 +282,14 @@ struct ReplicaContext {
   std::string replica_id;  // unique within the cluster, e.g. "greeter#Hello#a1b2c3"
   std::string node_id;     // the node the replica runs on
   std::string version;     // the deployment's code version
+  // Set by the runtime; see "Deployment handles" above.
+  std::shared_ptr<const HandleTransport> handles;
+
+  // A handle to the deployment `deployment` of this replica's application.
+  // Whether it exists is known only when it is called (404).
+  DeploymentHandle handle(const std::string& deployment) const {
+    return DeploymentHandle(handles, app, deployment);
+  }
 };
 
 class Deployment {

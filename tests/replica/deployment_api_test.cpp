@@ -41,7 +41,7 @@ namespace troupe {
 namespace {
 
 ReplicaContext test_context() {
-  return {"app", "Dep", "app#Dep#r1", "node-1", "v1"};
+  return {"app", "Dep", "app#Dep#r1", "node-1", "v1", nullptr};
 }
 
 TEST_CASE("TROUPE_DEPLOYMENT exports a factory with the current ABI and class name") {
@@ -111,6 +111,54 @@ TEST_CASE("Response::text and Response::json set body - status and Content-Type"
 
   // Invalid UTF-8 does not throw.
   CHECK(Response::json(Json("\xff")).body == "\"\xEF\xBF\xBD\"");
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// Records what a handle asks of its transport and answers with it.
+class RecordingTransport : public HandleTransport {
+ public:
+  std::future<Response> call(const std::string& app, const std::string& deployment,
+                             Request request, double timeout_s) const override {
+    std::promise<Response> p;
+    p.set_value(Response::json({{"app", app},
+                                {"deployment", deployment},
+                                {"path", request.path},
+                                {"body", request.body},
+                                {"timeout_s", timeout_s}}));
+    return p.get_future();
+  }
+};
+
+TEST_CASE("ReplicaContext::handle targets a deployment of the replica's own application") {
+  ReplicaContext ctx = test_context();
+  ctx.handles = std::make_shared<RecordingTransport>();
+  DeploymentHandle h = ctx.handle("Other");
+  CHECK(h.app() == "app");
+  CHECK(h.deployment() == "Other");
+  CHECK(h.timeout_s() == 0);
+  Request request;
+  request.path = "/x";
+  request.body = "b";
+  CHECK(Json::parse(h.call(request).body) ==
+        Json{{"app", "app"}, {"deployment", "Other"}, {"path", "/x"}, {"body", "b"}, {"timeout_s", 0}});
+  // with_timeout gives a copy with its own timeout; the original keeps its own.
+  CHECK(Json::parse(h.with_timeout(1.5).call_async(request).get().body)["timeout_s"] == 1.5);
+  CHECK(h.with_timeout(-3).timeout_s() == 0);
+  CHECK(h.timeout_s() == 0);
+}
+
+TEST_CASE("a DeploymentHandle without a transport answers 503 with a JSON error") {
+  DeploymentHandle none = test_context().handle("Other");
+  Response r = none.call(Request{});
+  CHECK(r.status == 503);
+  CHECK(Json::parse(r.body)["error"] ==
+        "no handle transport: deployment handles work only in a replica run by troupe-node");
+  CHECK(DeploymentHandle().call(Request{}).status == 503);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace troupe::testing {
 inline const std::string kPluginDir = TROUPE_TEST_PLUGIN_DIR;
 
 inline ReplicaContext example_context() {
-  return {"app", "Dep", "app#Dep#r1", "node-1", "v7"};
+  return {"app", "Dep", "app#Dep#r1", "node-1", "v7", nullptr};
 }
 
 // A fresh directory from mkdtemp, removed with its content on destruction.
