@@ -39,15 +39,23 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
     CHECK(parsed->library == "libtroupe_examples.so");
     const DeploymentFactory* factory = testing::require_factory(loader, import_path);
     CHECK(std::string(factory->class_name) == parsed->class_name);
-    REQUIRE(app["deployments"].size() == 1);
-    const YAML::Node deployment = app["deployments"][0];
-    CHECK(deployment["name"].as<std::string>() == parsed->class_name);
-    CHECK(deployment["num_replicas"].as<int>() >= 1);
-    CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
+    // The ingress first; compose.yaml lists two further deployments of the
+    // same library, named after their classes.
+    REQUIRE(app["deployments"].size() >= 1);
+    CHECK(app["deployments"][0]["name"].as<std::string>() == parsed->class_name);
+    for (const auto& deployment : app["deployments"]) {
+      const std::string name = deployment["name"].as<std::string>();
+      CAPTURE(name);
+      const DeploymentFactory* f =
+          testing::require_factory(loader, "libtroupe_examples.so:" + name);
+      CHECK(std::string(f->class_name) == name);
+      CHECK(deployment["num_replicas"].as<int>() >= 1);
+      CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
+    }
   }
-  CHECK(files == 7);
-  CHECK(route_prefixes ==
-        std::set<std::string>{"/burn", "/counter", "/echo", "/fail", "/flaky", "/greet", "/sleep"});
+  CHECK(files == 8);
+  CHECK(route_prefixes == std::set<std::string>{"/burn", "/compose", "/counter", "/echo", "/fail",
+                                                "/flaky", "/greet", "/sleep"});
 }
 
 }  // namespace

@@ -2,7 +2,12 @@
 // way a replica loads it, with exact outputs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <future>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -159,6 +164,90 @@ TEST_CASE("FlakyHealth passes exactly N health checks - then fails") {
     flaky->reconfigure(Json{{"healthy_checks", 0}});
     CHECK_THROWS_WITH(flaky->check_health(), "unhealthy after 0 checks");
   }
+}
+
+// Routes handle calls to deployments of this process, by name, the way the
+// proxy would; unknown names and names in `failing` answer like the proxy.
+class LocalTransport : public HandleTransport {
+ public:
+  std::map<std::string, std::unique_ptr<Deployment>> deployments;
+  std::set<std::string> failing;
+  mutable std::vector<std::string> calls;  // "app/deployment body"
+  mutable std::mutex mutex;
+
+  std::future<Response> call(const std::string& app, const std::string& deployment, Request request,
+                             double /*timeout_s*/) const override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      calls.push_back(app + "/" + deployment + " " + request.body);
+    }
+    // Answered on another thread, as the proxy does.
+    return std::async(std::launch::async, [this, app, deployment, request] {
+      if (failing.count(deployment))
+        return Response::json({{"error", "request timed out"}}, 504);
+      auto it = deployments.find(deployment);
+      if (it == deployments.end())
+        return Response::json(
+            {{"error", "application " + app + " has no deployment " + deployment}}, 404);
+      return it->second->handle(request);
+    });
+  }
+};
+
+TEST_CASE("Gateway calls Upper and Reverse through handles and combines their answers") {
+  auto transport = std::make_shared<LocalTransport>();
+  transport->deployments["Upper"] = make("Upper");
+  transport->deployments["Reverse"] = make("Reverse");
+  ReplicaContext ctx = example_context();
+  ctx.handles = transport;
+  const DeploymentFactory* factory =
+      testing::require_factory(loader(), "libtroupe_examples.so:Gateway");
+  auto gateway = factory->create(Json::object(), ctx);
+
+  const Json answer = json_of(gateway->handle(get("/", "text=Hello")));
+  CHECK(answer ==
+        Json{{"input", "Hello"},
+             {"upper", {{"text", "HELLO"}, {"replica_id", "app#Dep#r1"}, {"node_id", "node-1"}}},
+             {"reverse", {{"text", "olleH"}, {"replica_id", "app#Dep#r1"}, {"node_id", "node-1"}}},
+             {"gateway", {{"replica_id", "app#Dep#r1"}, {"node_id", "node-1"}}}});
+  {
+    std::lock_guard<std::mutex> lock(transport->mutex);
+    std::sort(transport->calls.begin(), transport->calls.end());
+    CHECK(transport->calls == std::vector<std::string>{"app/Reverse Hello", "app/Upper Hello"});
+  }
+
+  // The body wins over ?text=.
+  Request post = get("/", "text=ignored");
+  post.method = "POST";
+  post.body = "abc";
+  CHECK(json_of(gateway->handle(post))["reverse"]["text"] == "cba");
+
+  // /call/<name> passes that deployment's answer through; an unknown one is
+  // the handle's 404.
+  Response upper = gateway->handle(get("/call/Upper", "text=x"));
+  CHECK(upper.status == 200);
+  CHECK(json_of(upper)["text"] == "X");
+  Response missing = gateway->handle(get("/call/Nope", "text=x"));
+  CHECK(missing.status == 404);
+  CHECK(json_of(missing)["error"] == "application app has no deployment Nope");
+
+  // A failed call fails the whole request with 502 and says which one.
+  transport->failing.insert("Reverse");
+  Response failed = gateway->handle(get("/", "text=Hello"));
+  CHECK(failed.status == 502);
+  const Json failure = json_of(failed);
+  CHECK(failure["error"] == "the call to Reverse failed");
+  CHECK(failure["reverse"] == Json{{"status", 504}, {"body", "{\"error\":\"request timed out\"}"}});
+  CHECK(failure["upper"]["text"] == "HELLO");
+}
+
+TEST_CASE("Gateway without a handle transport answers 502 with the handles' 503") {
+  auto gateway = make("Gateway");
+  Response r = gateway->handle(get("/", "text=a"));
+  CHECK(r.status == 502);
+  const Json answer = json_of(r);
+  CHECK(answer["error"] == "the calls to Upper and Reverse failed");
+  CHECK(answer["upper"]["status"] == 503);
 }
 
 }  // namespace
