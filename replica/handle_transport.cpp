@@ -13,8 +13,8 @@ class ProxyTransport : public HandleTransport {
  public:
   explicit ProxyTransport(ProxyCall call) : call_(std::move(call)) {}
 
-  std::future<Response> call(const std::string& app, const std::string& deployment,
-                             Request request, double timeout_s) const override {
+  std::future<Response> call(const std::string& app, const std::string& deployment, Request request,
+                             double timeout_s) const override {
     auto promise = std::make_shared<std::promise<Response>>();
     auto future = promise->get_future();
     call_(app, deployment, to_http_request(std::move(request), current_request_id()), timeout_s,

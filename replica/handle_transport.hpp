@@ -18,8 +18,8 @@ namespace troupe::replica {
 // Routes one call to a replica of (app, deployment); `done` runs exactly once
 // with the answer or an error answer. The signature of proxy::Proxy::Caller.
 using ProxyCall =
-    std::function<void(const std::string& app, const std::string& deployment,
-                       HttpRequest request, double timeout_s, std::function<void(HttpResponse)> done)>;
+    std::function<void(const std::string& app, const std::string& deployment, HttpRequest request,
+                       double timeout_s, std::function<void(HttpResponse)> done)>;
 
 // A transport for ReplicaContext::handles. A call's X-Request-Id is the
 // request's own X-Request-Id header when it has one, else the id of the

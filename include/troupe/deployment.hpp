@@ -256,8 +256,9 @@ class DeploymentHandle {
     if (!transport_) {
       std::promise<Response> unavailable;
       unavailable.set_value(Response::json(
-          Json{{"error", "no handle transport: deployment handles work only in a replica run by "
-                         "troupe-node"}},
+          Json{{"error",
+                "no handle transport: deployment handles work only in a replica run by "
+                "troupe-node"}},
           503));
       return unavailable.get_future();
     }

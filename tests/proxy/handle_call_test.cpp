@@ -33,12 +33,8 @@ caf::behavior fake_replica(caf::event_based_actor*, std::string id) {
         HttpResponse out;
         out.status = 200;
         out.headers = {{"Content-Type", "application/json"}, {"X-Replica", id}};
-        out.body = json{{"replica", id},
-                        {"method", r.method},
-                        {"path", r.path},
-                        {"query", r.query},
-                        {"body", r.body},
-                        {"request_id", r.request_id}}
+        out.body = json{{"replica", id},    {"method", r.method}, {"path", r.path},
+                        {"query", r.query}, {"body", r.body},     {"request_id", r.request_id}}
                        .dump();
         return out;
       },
@@ -247,7 +243,8 @@ TEST_CASE("handle: after the proxy stopped a call answers 503 at once") {
   f.proxy->stop();
   Response r = f.handle("Back").call(post("x"));
   CHECK(r.status == 503);
-  CHECK(json::parse(r.body)["error"] == "the proxy of this node stopped before the call was answered");
+  CHECK(json::parse(r.body)["error"] ==
+        "the proxy of this node stopped before the call was answered");
 }
 
 TEST_CASE("handle: without a transport every call answers 503") {

@@ -122,8 +122,8 @@ namespace {
 // Records what a handle asks of its transport and answers with it.
 class RecordingTransport : public HandleTransport {
  public:
-  std::future<Response> call(const std::string& app, const std::string& deployment,
-                             Request request, double timeout_s) const override {
+  std::future<Response> call(const std::string& app, const std::string& deployment, Request request,
+                             double timeout_s) const override {
     std::promise<Response> p;
     p.set_value(Response::json({{"app", app},
                                 {"deployment", deployment},
@@ -144,8 +144,11 @@ TEST_CASE("ReplicaContext::handle targets a deployment of the replica's own appl
   Request request;
   request.path = "/x";
   request.body = "b";
-  CHECK(Json::parse(h.call(request).body) ==
-        Json{{"app", "app"}, {"deployment", "Other"}, {"path", "/x"}, {"body", "b"}, {"timeout_s", 0}});
+  CHECK(Json::parse(h.call(request).body) == Json{{"app", "app"},
+                                                  {"deployment", "Other"},
+                                                  {"path", "/x"},
+                                                  {"body", "b"},
+                                                  {"timeout_s", 0}});
   // with_timeout gives a copy with its own timeout; the original keeps its own.
   CHECK(Json::parse(h.with_timeout(1.5).call_async(request).get().body)["timeout_s"] == 1.5);
   CHECK(h.with_timeout(-3).timeout_s() == 0);
