@@ -194,6 +194,14 @@ int main(int argc, char** argv) {
           "TLS on: certificate '{}' ({}), peers must present a certificate of this "
           "cluster's CA",
           identity->name, security::to_string(identity->role));
+      // CAF's OpenSSL transport drops a failed handshake silently: name the
+      // peer and the reason here.
+      security::on_handshake_failure([tls_log = log::get("tls")](const auto& f) {
+        if (f.accepting)
+          tls_log->warn("refused TLS peer {}: {}", f.peer, f.reason);
+        else
+          tls_log->warn("TLS handshake with {} failed: {}", f.peer, f.reason);
+      });
     }
     caf::actor_system sys{cfg};
 

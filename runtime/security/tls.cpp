@@ -164,6 +164,11 @@ Status configure_tls(caf::actor_system_config& cfg, const std::string& tls_dir,
   Result<Identity> identity = load_identity(tls_dir, identity_name, unix_now);
   if (!identity)
     return identity.status();
+  if (!detail::error_queue_guard_active()) {
+    return Status(errc::internal,
+                  "TLS is unavailable in this program: OpenSSL's I/O calls do not resolve to "
+                  "troupe's error-queue guard (see runtime/security/openssl_error_queue.cpp)");
+  }
   cfg.load<caf::openssl::manager>();
   cfg.openssl_cafile = absolute(files->ca_file);
   cfg.openssl_certificate = absolute(files->certificate_file);

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -52,6 +53,27 @@ Status configure_tls(caf::actor_system_config& cfg, const std::string& tls_dir,
 
 // True when `sys` runs CAF's OpenSSL module.
 bool tls_enabled(const caf::actor_system& sys);
+
+// A TLS handshake this process refused (accepting: a peer connected to us)
+// or that failed when we connected out: who, and OpenSSL's reason.
+struct HandshakeFailure {
+  bool accepting = false;
+  std::string peer;    // "address:port"
+  std::string reason;  // e.g. "its certificate 'x' was refused: certificate has expired"
+};
+using HandshakeFailureHandler = std::function<void(const HandshakeFailure&)>;
+
+// Installs (or, with an empty function, removes) the process-wide handler
+// for failed handshakes of CAF's OpenSSL transport. It runs on CAF's
+// multiplexer thread: keep it short and non-blocking (a log line).
+void on_handshake_failure(HandshakeFailureHandler handler);
+
+namespace detail {
+// True when this process's SSL_read/SSL_write/SSL_connect/SSL_accept resolve
+// to troupe's wrappers that clear OpenSSL's error queue first (see
+// openssl_error_queue.cpp); configure_tls() refuses to enable TLS otherwise.
+bool error_queue_guard_active();
+}  // namespace detail
 
 // The middleman actor to send connect_atom / publish_atom requests to: the
 // OpenSSL module's when TLS is on, the plain middleman's otherwise. (Requests

@@ -4,6 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
 
 #include "tests/support/cluster.hpp"
 #include "tests/support/http_client.hpp"
@@ -19,7 +22,7 @@ const char* kEcho = R"(applications:
     import_path: libtroupe_examples.so:Echo
     deployments:
       - name: Echo
-        num_replicas: 2
+        num_replicas: 3
 )";
 
 struct Secured {
@@ -42,11 +45,51 @@ struct Secured {
   Secured() {
     REQUIRE(certs_cmd({"init", certs}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", certs, "--name", "head", "--role", "node"}).exit_code == 0);
+    REQUIRE(certs_cmd({"issue", certs, "--name", "w1", "--role", "node"}).exit_code == 0);
+    REQUIRE(certs_cmd({"issue", certs, "--name", "w2", "--role", "node"}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", certs, "--name", "alice", "--role", "operator"}).exit_code == 0);
     // A second cluster's CA and operator: must not get in.
     REQUIRE(certs_cmd({"init", other}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", other, "--name", "mallory", "--role", "operator"}).exit_code == 0);
     cluster.start_head({"--tls-dir", certs});
+    cluster.start_worker("w1", {"--tls-dir", certs});
+    cluster.start_worker("w2", {"--tls-dir", certs});
+  }
+
+  std::vector<std::string> as(const std::string& name, std::vector<std::string> args) {
+    std::vector<std::string> argv = {"--tls-dir", certs, "--tls-name", name};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  // Node id -> state, asked by the operator.
+  std::map<std::string, std::string> states() {
+    std::map<std::string, std::string> out;
+    auto r = ctl(as("alice", {"--timeout", "2", "nodes", "--json"}), 10s);
+    if (r.exit_code != 0)
+      return out;
+    for (const auto& n : json::parse(r.out))
+      out[n.at("id")] = n.at("state");
+    return out;
+  }
+
+  // Replica id -> node of the echo application's running replicas.
+  std::map<std::string, std::string> replicas() {
+    std::map<std::string, std::string> out;
+    auto r = ctl(as("alice", {"status", "--json"}));
+    if (r.exit_code != 0)
+      return out;
+    auto app = json::parse(r.out).at("applications").at("echo");
+    for (const auto& rep : app.at("deployments").at("Echo").at("replicas")) {
+      if (rep.at("state") == "RUNNING")
+        out[rep.at("id")] = rep.at("node");
+    }
+    return out;
+  }
+
+  std::string log_of(const std::string& node) {
+    std::ifstream in(cluster.dir / (node + ".log"));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
 
   std::string write(const std::string& name, const std::string& text) {
@@ -71,27 +114,36 @@ TEST_CASE("certs init refuses to overwrite a CA - issue needs a CA") {
   CHECK(bad_role.exit_code == 2);
 }
 
-TEST_CASE("a TLS cluster serves its operator - and refuses strangers - other CAs and wrong roles") {
+TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - other CAs and wrong roles") {
   Secured s;
-  auto operator_args = std::vector<std::string>{"--tls-dir", s.certs, "--tls-name", "alice"};
-  // The operator deploys, sees status, and the proxy serves.
-  REQUIRE(wait_until(
-      [&] {
-        auto r = s.ctl({"--tls-dir", s.certs, "--tls-name", "alice", "--timeout", "2", "nodes"});
-        return r.exit_code == 0 && r.out.find("ALIVE") != std::string::npos;
-      },
-      20s, 200ms));
+  const std::map<std::string, std::string> all_alive = {
+      {"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
+  REQUIRE(wait_until([&] { return s.states() == all_alive; }, 30s, 200ms));
+
+  // The operator deploys; replicas spread over the nodes; every node's proxy
+  // serves.
   auto file = s.write("echo.yaml", kEcho);
-  auto deploy = s.ctl({"--tls-dir", s.certs, "--tls-name", "alice", "deploy", file, "--wait"});
+  auto deploy = s.ctl(s.as("alice", {"deploy", file, "--wait"}));
   CAPTURE(deploy.err);
   REQUIRE(deploy.exit_code == 0);
-  auto reply = http_get(s.cluster.http_ports.at("head"), "/echo/hi", 10);
-  REQUIRE(reply.has_value());
-  CHECK(reply->status == 200);
-  auto status = s.ctl({"--tls-dir", s.certs, "--tls-name", "alice", "status", "--json"});
+  auto before = s.replicas();
+  REQUIRE(before.size() == 3);
+  std::set<std::string> hosts;
+  for (auto& [id, node] : before)
+    hosts.insert(node);
+  CHECK(hosts.size() >= 2);
+  for (const auto& node : {"head", "w1", "w2"}) {
+    CAPTURE(node);
+    REQUIRE(wait_until(
+        [&] {
+          auto reply = http_get(s.cluster.http_ports.at(node), "/echo/hi", 10);
+          return reply && reply->status == 200;
+        },
+        20s, 100ms));
+  }
+  auto status = s.ctl(s.as("alice", {"status", "--json"}));
   REQUIRE(status.exit_code == 0);
-  auto before = json::parse(status.out).at("applications");
-  CHECK(before.at("echo").at("status") == "RUNNING");
+  CHECK(json::parse(status.out).at("applications").at("echo").at("status") == "RUNNING");
 
   // No certificate: the handshake fails; nothing changes.
   auto plain = s.ctl({"--timeout", "3", "delete", "echo"});
@@ -106,12 +158,37 @@ TEST_CASE("a TLS cluster serves its operator - and refuses strangers - other CAs
   CHECK(stranger.err.find("not signed by this cluster's CA") != std::string::npos);
 
   // A node certificate may not deploy or delete.
-  auto node = s.ctl({"--tls-dir", s.certs, "--tls-name", "head", "delete", "echo"});
+  auto node = s.ctl(s.as("w1", {"delete", "echo"}));
   CHECK(node.exit_code == 1);
   CHECK(node.err.find("permission denied: delete requires the operator role") != std::string::npos);
+  auto node_deploy = s.ctl(s.as("head", {"deploy", file}));
+  CHECK(node_deploy.exit_code == 1);
+  CHECK(node_deploy.err.find("permission denied") != std::string::npos);
 
-  auto after = s.ctl({"--tls-dir", s.certs, "--tls-name", "alice", "status", "--json"});
+  // Many short operator sessions: each connects and leaves.
+  for (int i = 0; i < 10; ++i)
+    CHECK(s.ctl(s.as("alice", {"nodes"})).exit_code == 0);
+
+  // Nothing changed, and the members' own connections never broke: the same
+  // replicas on the same nodes, every node ALIVE, no worker lost the
+  // controller.
+  CHECK(s.states() == all_alive);
+  CHECK(s.replicas() == before);
+  for (const auto& worker : {"w1", "w2"}) {
+    CAPTURE(worker);
+    CHECK(s.log_of(worker).find("connection to the controller lost") == std::string::npos);
+  }
+  auto after = s.ctl(s.as("alice", {"status", "--json"}));
   REQUIRE(after.exit_code == 0);
   CHECK(json::parse(after.out).at("applications").at("echo").at("status") == "RUNNING");
   CHECK(json::parse(after.out).at("applications").size() == 1);
+  auto reply = http_get(s.cluster.http_ports.at("w2"), "/echo/again", 10);
+  REQUIRE(reply.has_value());
+  CHECK(reply->status == 200);
+
+  // The head logged each refused peer and why.
+  auto head_log = s.log_of("head");
+  CHECK(head_log.find("refused TLS peer 127.0.0.1:") != std::string::npos);
+  CHECK(head_log.find("it does not speak TLS") != std::string::npos);
+  CHECK(head_log.find("it refused our certificate") != std::string::npos);
 }
