@@ -149,6 +149,7 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   auto plain = s.ctl({"--timeout", "3", "delete", "echo"});
   CHECK(plain.exit_code == 1);
   CHECK(plain.err.find("cannot reach the controller") != std::string::npos);
+  CHECK(plain.err.find("the controller may require TLS: give --tls-dir") != std::string::npos);
 
   // A certificate of another cluster's CA: refused, and says why.
   auto stranger =

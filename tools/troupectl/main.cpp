@@ -321,6 +321,12 @@ int main(int argc, char** argv) {
                                         std::chrono::milliseconds(2000));
       if (!why)
         return fail(1, client.status().message() + "; TLS: " + why.message());
+    } else if (client.status().message().find("disconnect_during_handshake") !=
+               std::string::npos) {
+      // A TLS controller hangs up on a plain-text client mid-handshake.
+      return fail(1, client.status().message() +
+                         " (the controller may require TLS: give --tls-dir DIR with a "
+                         "certificate of its cluster CA)");
     }
     return fail(1, client.status().message());
   }
