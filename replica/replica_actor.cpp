@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
-#include <deque>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include <caf/all.hpp>
+#include <caf/scoped_execution_unit.hpp>
 #include <troupe/deployment.hpp>
 
 #include "replica/handle_transport.hpp"
@@ -154,12 +157,128 @@ HttpResponse run_handler(Deployment& d, HttpRequest& req) {
   return out;
 }
 
-caf::behavior request_worker(caf::event_based_actor* self, Instance instance, caf::actor replica,
-                             uint32_t index) {
+// What the replica's public handle, its replica actor and its request threads
+// share. The handle is an actor pool whose dispatch runs in the sender's
+// context (CAF's actor_pool): a request goes from the sender straight to an
+// idle request thread, and its answer straight back — no hop through the
+// replica actor and no message back to it when a request ends.
+struct Dispatch {
+  std::string replica_id;
+  // Written by the replica actor before `ready` is set, read-only after.
+  std::vector<caf::actor> workers;
+  std::unique_ptr<std::atomic<bool>[]> busy;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> stopping{false};
+  // The replica actor, for everything but requests. Weak: the replica actor
+  // holds this object.
+  caf::weak_actor_ptr replica;
+
+  // Requests in flight and the time-weighted integral of that number since
+  // the last metrics report.
+  std::mutex mutex;
+  uint32_t ongoing = 0;
+  double ongoing_area = 0;
+  Clock::time_point last_change = Clock::now();
+
+  void account_locked(Clock::time_point now) {
+    ongoing_area += ongoing * std::chrono::duration<double>(now - last_change).count();
+    last_change = now;
+  }
+
+  // Claims an idle request thread; false when all are busy.
+  bool claim(size_t& index) {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      bool idle = false;
+      if (busy[i].load(std::memory_order_relaxed) == false &&
+          busy[i].compare_exchange_strong(idle, true, std::memory_order_acq_rel)) {
+        std::lock_guard<std::mutex> guard(mutex);
+        account_locked(Clock::now());
+        ++ongoing;
+        index = i;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // A request thread finished; true when it was the last one of a stopping
+  // replica.
+  bool release(size_t index) {
+    bool last;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      account_locked(Clock::now());
+      --ongoing;
+      last = ongoing == 0;
+    }
+    busy[index].store(false, std::memory_order_release);
+    return last && stopping.load();
+  }
+
+  uint32_t in_flight() {
+    std::lock_guard<std::mutex> guard(mutex);
+    return ongoing;
+  }
+
+  // Average requests in flight since the last call.
+  double take_average(Clock::time_point window_start, Clock::time_point now) {
+    std::lock_guard<std::mutex> guard(mutex);
+    account_locked(now);
+    double window = std::chrono::duration<double>(now - window_start).count();
+    double average = window > 0 ? ongoing_area / window : ongoing;
+    ongoing_area = 0;
+    return average;
+  }
+};
+
+using DispatchPtr = std::shared_ptr<Dispatch>;
+
+// Answers a request in the sender's context with an error.
+void refuse(caf::mailbox_element& m, const Status& why, caf::execution_unit* eu) {
+  if (m.sender && m.mid.is_request())
+    m.sender->enqueue(nullptr, m.mid.response_id(), caf::make_message(to_caf_error(why)), eu);
+}
+
+caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
+  return [d](caf::actor_system&, caf::actor_pool::uplock& guard, const caf::actor_pool::actor_vec&,
+             caf::mailbox_element_ptr& m, caf::execution_unit* eu) {
+    guard.unlock();
+    if (d->ready.load(std::memory_order_acquire) &&
+        m->content().match_elements<handle_atom, HttpRequest>()) {
+      if (d->stopping.load()) {
+        refuse(*m, Status(errc::unavailable, "replica " + d->replica_id + " is stopping"), eu);
+        return;
+      }
+      size_t index = 0;
+      if (!d->claim(index)) {
+        refuse(*m,
+               Status(errc::overloaded, "replica " + d->replica_id +
+                                            " is at max_ongoing_requests (" +
+                                            std::to_string(d->workers.size()) + ")"),
+               eu);
+        return;
+      }
+      d->workers[index]->enqueue(std::move(m), eu);
+      return;
+    }
+    // Control messages, and requests before the replica is ready.
+    if (auto replica = d->replica.lock()) {
+      replica->enqueue(std::move(m), eu);
+      return;
+    }
+    refuse(*m, Status(errc::unavailable, "replica " + d->replica_id + " has exited"), eu);
+  };
+}
+
+caf::behavior request_worker(caf::event_based_actor*, Instance instance, DispatchPtr dispatch,
+                             size_t index) {
   return {
       [=](handle_atom, HttpRequest& req) -> HttpResponse {
         auto out = run_handler(*instance, req);
-        self->send(replica, done_atom::value, index);
+        if (dispatch->release(index)) {
+          if (auto replica = dispatch->replica.lock())
+            caf::anon_send(caf::actor_cast<caf::actor>(replica), done_atom::value);
+        }
         return out;
       },
   };
@@ -169,10 +288,10 @@ caf::behavior request_worker(caf::event_based_actor* self, Instance instance, ca
 
 struct ReplicaState {
   ReplicaOptions options;
+  DispatchPtr dispatch;
   caf::actor control;
   // Shared with the exit hook, which runs when the state may be gone.
   std::shared_ptr<std::vector<caf::actor>> workers = std::make_shared<std::vector<caf::actor>>();
-  std::deque<uint32_t> idle;
   bool initialized = false;
   bool stopping = false;
   std::optional<caf::response_promise> stop_promise;
@@ -180,22 +299,12 @@ struct ReplicaState {
   bool init_running = false;
   std::string user_config;  // what it runs now
   double start_time = 0;
-  uint32_t ongoing = 0;
-  // Time-weighted integral of `ongoing` since the last metrics report.
-  double ongoing_area = 0;
-  Clock::time_point last_change = Clock::now();
   Clock::time_point window_start = Clock::now();
   std::shared_ptr<spdlog::logger> log = troupe::log::get("replica");
   static inline const char* name = "troupe.replica";
 };
 
 using replica_actor = caf::stateful_actor<ReplicaState>;
-
-void account(ReplicaState& st) {
-  auto now = Clock::now();
-  st.ongoing_area += st.ongoing * std::chrono::duration<double>(now - st.last_change).count();
-  st.last_change = now;
-}
 
 ReplicaMetadata metadata(const ReplicaState& st) {
   ReplicaMetadata m;
@@ -216,9 +325,10 @@ void finish_stop(replica_actor* self) {
   self->quit(caf::exit_reason::user_shutdown);
 }
 
-caf::behavior replica(replica_actor* self, ReplicaOptions o) {
+caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatch) {
   auto& st = self->state;
   st.options = o;
+  st.dispatch = dispatch;
   st.user_config = o.spec.user_config;
   st.control = self->home_system().spawn<caf::detached>(control_worker, o);
   // Helpers die with the replica (a thread blocked in user code ends when the
@@ -246,12 +356,16 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o) {
                 [=](Instance& instance) {
                   auto& st = self->state;
                   st.init_running = false;
-                  uint32_t n = std::max<uint32_t>(1, st.options.spec.max_ongoing_requests);
-                  for (uint32_t i = 0; i < n; ++i) {
-                    st.workers->push_back(self->home_system().spawn<caf::detached>(
-                        request_worker, instance, caf::actor_cast<caf::actor>(self), i));
-                    st.idle.push_back(i);
+                  auto& d = *st.dispatch;
+                  size_t n = std::max<uint32_t>(1, st.options.spec.max_ongoing_requests);
+                  d.busy = std::make_unique<std::atomic<bool>[]>(n);
+                  for (size_t i = 0; i < n; ++i) {
+                    d.busy[i].store(false);
+                    d.workers.push_back(self->home_system().spawn<caf::detached>(
+                        request_worker, instance, st.dispatch, i));
                   }
+                  *st.workers = d.workers;
+                  d.ready.store(true, std::memory_order_release);
                   st.initialized = true;
                   st.start_time = unix_now();
                   st.log->info("replica {} of {}/{} ready ({} request threads)",
@@ -291,44 +405,33 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o) {
         }
         return metadata(st);
       },
-      [=](handle_atom, HttpRequest& req) -> caf::result<caf::message> {
+      // Requests reach the replica actor only while it is not ready (the
+      // dispatch sends them to request threads afterwards).
+      [=](handle_atom, HttpRequest&) -> caf::result<caf::message> {
         auto& st = self->state;
-        if (!st.initialized) {
-          return to_caf_error(
-              Status(errc::unavailable, "replica " + st.options.spec.replica_id + " is not ready"));
-        }
         if (st.stopping) {
           return to_caf_error(
               Status(errc::unavailable, "replica " + st.options.spec.replica_id + " is stopping"));
         }
-        if (st.idle.empty()) {
-          return to_caf_error(Status(errc::overloaded, "replica " + st.options.spec.replica_id +
-                                                           " is at max_ongoing_requests (" +
-                                                           std::to_string(st.workers->size()) +
-                                                           ")"));
-        }
-        account(st);
-        ++st.ongoing;
-        auto index = st.idle.front();
-        st.idle.pop_front();
-        return self->delegate((*st.workers)[index], handle_atom::value, std::move(req));
+        return to_caf_error(
+            Status(errc::unavailable, "replica " + st.options.spec.replica_id + " is not ready"));
       },
-      [=](done_atom, uint32_t index) {
+      [=](done_atom) {
+        // The last request of a stopping replica ended.
         auto& st = self->state;
-        account(st);
-        --st.ongoing;
-        st.idle.push_back(index);
-        if (st.stopping && st.ongoing == 0)
+        if (st.stopping && st.dispatch->in_flight() == 0)
           finish_stop(self);
       },
       [=](stop_atom, double timeout_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        st.dispatch->stopping.store(true);
+        uint32_t ongoing = st.dispatch->in_flight();
         if (!st.stopping) {
           st.log->info("replica {} stopping ({} in flight, timeout {:.1f} s)",
-                       st.options.spec.replica_id, st.ongoing, timeout_s);
+                       st.options.spec.replica_id, ongoing, timeout_s);
         }
         st.stopping = true;
-        if (st.ongoing == 0) {
+        if (ongoing == 0) {
           self->quit(caf::exit_reason::user_shutdown);
           return caf::ok_atom::value;
         }
@@ -340,16 +443,14 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o) {
       [=](stop_atom) {
         // The graceful timeout expired with requests still in flight.
         self->state.log->warn("replica {} did not finish in time; exiting with {} in flight",
-                              self->state.options.spec.replica_id, self->state.ongoing);
+                              self->state.options.spec.replica_id,
+                              self->state.dispatch->in_flight());
         finish_stop(self);
       },
       [=](metrics_atom) {
         auto& st = self->state;
-        account(st);
         auto now = Clock::now();
-        double window = std::chrono::duration<double>(now - st.window_start).count();
-        double average = window > 0 ? st.ongoing_area / window : st.ongoing;
-        st.ongoing_area = 0;
+        double average = st.dispatch->take_average(st.window_start, now);
         st.window_start = now;
         self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
                    average);
@@ -361,7 +462,14 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o) {
 }  // namespace
 
 caf::actor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
-  return sys.spawn(replica, std::move(options));
+  auto dispatch = std::make_shared<Dispatch>();
+  dispatch->replica_id = options.spec.replica_id;
+  auto actor = sys.spawn(replica, std::move(options), dispatch);
+  dispatch->replica = caf::actor_cast<caf::weak_actor_ptr>(actor);
+  // The handle everyone gets. Its only member is the replica actor: when that
+  // exits the handle goes with it, and an exit sent to the handle reaches it.
+  caf::scoped_execution_unit context{&sys};
+  return caf::actor_pool::make(&context, 1, [&] { return actor; }, dispatch_policy(dispatch));
 }
 
 }  // namespace troupe::replica

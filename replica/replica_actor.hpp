@@ -1,11 +1,18 @@
 // A replica: one running instance of a user's deployment class.
 //
-// The replica actor (scheduled, never blocks) owns admission and lifecycle;
-// user code runs only on the replica's own detached actors — one control
-// thread (constructor, reconfigure, check_health) and max_ongoing_requests
-// request threads — so a slow or blocking handler never delays the
-// controller, the proxy, node heartbeats or another replica's health check,
-// and a long request never delays this replica's own health check.
+// The replica actor (scheduled, never blocks) owns the lifecycle; user code
+// runs only on the replica's own detached actors — one control thread
+// (constructor, reconfigure, check_health) and max_ongoing_requests request
+// threads — so a slow or blocking handler never delays the controller, the
+// proxy, node heartbeats or another replica's health check, and a long
+// request never delays this replica's own health check.
+//
+// spawn_replica() returns the replica's handle: a CAF actor pool whose
+// dispatch runs in the sender's context. A request goes straight to an idle
+// request thread (admission: at most max_ongoing_requests, claimed with
+// atomics) and its answer straight back to the sender; every other message
+// goes to the replica actor. An exit sent to the handle reaches the replica
+// actor, and the handle exits with it.
 //
 // Interface:
 //   (init)                    -> (ReplicaMetadata)     runs the constructor and

@@ -29,6 +29,11 @@ void configure_actor_system(caf::actor_system_config& cfg, const TransportOption
   // +40-50 % proxy throughput on 2 cores with one worker per core).
   cfg.set("scheduler.max-threads",
           static_cast<size_t>(std::max(2u, std::thread::hardware_concurrency())));
+  // BASP hands each received message to a deserialization worker on the
+  // scheduler (CAF's default: one on up to 7 cores), one more thread hop per
+  // message. troupe's messages are small: deserialize them on the
+  // multiplexer thread that read them.
+  cfg.set("middleman.workers", size_t{0});
   // Debian's CAF has no logger compiled in; keep its console output quiet.
   cfg.set("logger.console", caf::atom("none"));
 }
