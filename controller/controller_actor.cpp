@@ -333,6 +333,10 @@ RoutingSnapshot to_wire(const ControllerState& st, const SnapshotDelta& d) {
     out.removed.emplace_back(id.app, id.name);
   for (const auto& id : d.withheld)
     out.withheld.emplace_back(id.app, id.name);
+  for (const auto& [id, n] : st.membership.nodes()) {
+    if (n.state == NodeState::dead)
+      out.dead_nodes.push_back(id);
+  }
   return out;
 }
 

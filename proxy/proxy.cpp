@@ -1,5 +1,6 @@
 #include "proxy/proxy.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -96,7 +97,15 @@ struct Proxy::Core : public Handler {
     for (auto& f : ready)
       f();
   }
-  void replica_down(const caf::actor_addr& addr);
+  // `link_lost`: it went down with the connection to its node.
+  void replica_down(const caf::actor_addr& addr, bool link_lost);
+  // Router::Applied::lost: replicas on nodes declared DEAD.
+  void replicas_lost(const std::vector<SlotPtr>& lost);
+  // The connection to the controller's node dropped. Every node connects to
+  // the head only, and reaches the other nodes through it: requests in
+  // flight on any remote replica are lost with it (neither answered nor
+  // bounced, and the handles of other nodes' replicas do not go down).
+  void hub_lost();
   // (metrics, reporter, app, deployment, queued + in flight) to the
   // controller, for autoscaling.
   void report_load(const std::string& app, const std::string& deployment, double value) {
@@ -284,6 +293,18 @@ void on_error(const CallPtr& c, const caf::error& err) {
       c->tried.push_back(c->slot->replica_id);
     release(c, Outcome::refused);
     refused(c, why);
+    return;
+  }
+  if (err == caf::exit_reason::remote_link_unreachable) {
+    // Bounced: no route to the replica's node (its connection, or the one to
+    // the head that leads there, dropped). The replica may be fine: the next
+    // snapshot makes it eligible again.
+    std::string why =
+        "replica " + (c->slot ? c->slot->replica_id : std::string()) + " is unreachable";
+    if (c->slot)
+      c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::unreachable);
+    retry(c, why);
     return;
   }
   if (err == caf::sec::request_receiver_down || err == caf::exit_reason::kill ||
@@ -570,29 +591,81 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   dispatch(c);
 }
 
-void Proxy::Core::replica_down(const caf::actor_addr& addr) {
-  router.mark_dead(addr);
+namespace {
+
+// On the worker's io thread: the requests in flight there on a replica that
+// `gone` selects will never be answered; retry each on another replica now
+// (within max_attempts), not at its timeout.
+template <class Pred>
+void fail_over(Worker* w, Pred gone, const char* what, Outcome outcome = Outcome::died) {
+  std::vector<CallPtr> victims;
+  for (Call* c : w->active) {
+    if (c->slot && gone(*c->slot))
+      victims.push_back(c->shared_from_this());
+  }
+  for (auto& c : victims) {
+    w->untrack(c.get());
+    // Its response handler in the companion would wait for an answer that
+    // does not come: end it now. The handler ignores it, being of an
+    // attempt superseded here (the retry may wait in the queue before it
+    // sends a new one).
+    ++c->attempt;
+    w->companion->enqueue(nullptr, c->response_id,
+                          caf::make_message(caf::make_error(caf::sec::request_timeout)),
+                          w->unit.get());
+    if (c->done) {
+      release(c, outcome);
+      continue;
+    }
+    std::string why = "replica " + c->slot->replica_id + " " + what;
+    c->tried.push_back(c->slot->replica_id);
+    release(c, outcome);
+    retry(c, why);
+  }
+}
+
+}  // namespace
+
+void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
+  router.mark_dead(addr, link_lost);
   for (auto& w : workers) {
     asio::post(*w->io, [w = w.get(), addr] {
-      // Requests in flight there fail over now, not at their timeout (a
-      // remote replica's node may be gone and never answer).
-      std::vector<CallPtr> victims;
-      for (Call* c : w->active) {
-        if (c->slot && c->slot->handle && c->slot->handle.address() == addr)
-          victims.push_back(c->shared_from_this());
-      }
-      for (auto& c : victims) {
-        w->untrack(c.get());
-        if (c->done) {
-          ++c->attempt;  // its answer will not come
-          release(c, Outcome::died);
-          continue;
-        }
-        std::string why = "replica " + c->slot->replica_id + " died";
-        c->tried.push_back(c->slot->replica_id);
-        release(c, Outcome::died);
-        retry(c, why);
-      }
+      // A remote replica's node may be gone and never answer.
+      fail_over(
+          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.address() == addr; }, "died");
+    });
+  }
+}
+
+void Proxy::Core::hub_lost() {
+  log->warn("lost the connection to the controller's node; failing over requests in flight on "
+            "remote replicas");
+  auto here = sys->node();
+  for (auto& w : workers) {
+    asio::post(*w->io, [w = w.get(), here] {
+      fail_over(
+          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.node() != here; },
+          "was reached through the lost connection", Outcome::unreachable);
+    });
+  }
+}
+
+void Proxy::Core::replicas_lost(const std::vector<SlotPtr>& lost) {
+  if (lost.empty())
+    return;
+  log->warn("{} replicas are on nodes the controller declared DEAD; failing over their requests",
+            lost.size());
+  auto set = std::make_shared<std::vector<const ReplicaSlot*>>();
+  for (const auto& s : lost)
+    set->push_back(s.get());
+  for (auto& w : workers) {
+    asio::post(*w->io, [w = w.get(), set, lost] {
+      fail_over(
+          w,
+          [&](const ReplicaSlot& s) {
+            return std::find(set->begin(), set->end(), &s) != set->end();
+          },
+          "is on a DEAD node");
     });
   }
 }
@@ -713,7 +786,25 @@ constexpr auto kReportInterval = std::chrono::seconds(1);
 
 // The proxy actor: applies snapshots, monitors replicas, answers health.
 caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
-  self->set_down_handler([core](caf::down_msg& dm) { core->replica_down(dm.source); });
+  // The controller this actor monitors: its handle going down with the
+  // connection means this node lost its route to every other node.
+  auto watched = std::make_shared<caf::actor_addr>();
+  auto watch = [self, watched](const caf::actor& controller) {
+    if (!controller || controller.address() == *watched)
+      return;
+    *watched = controller.address();
+    self->monitor(controller);
+  };
+  self->set_down_handler([core, watched](caf::down_msg& dm) {
+    bool link_lost = dm.reason == caf::exit_reason::remote_link_unreachable;
+    if (dm.source == *watched) {
+      *watched = caf::actor_addr();
+      if (link_lost)
+        core->hub_lost();
+      return;
+    }
+    core->replica_down(dm.source, link_lost);
+  });
   // A restarted proxy: watch the replicas it already knows, and ask the last
   // controller for what changed since the snapshot it holds.
   for (const auto& h : core->router.handles())
@@ -724,6 +815,7 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
     controller = core->controller;
   }
   if (controller) {
+    watch(controller);
     self->send(controller, subscribe_atom::value, caf::actor_cast<caf::actor>(self),
                core->router.epoch(), core->router.seq(), core->options.node_id);
   }
@@ -731,6 +823,7 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
   return {
       [=](snapshot_atom, const RoutingSnapshot& snap) {
         if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
+          watch(sender);
           std::lock_guard<std::mutex> lock(core->actor_mutex);
           core->controller = sender;
         }
@@ -740,6 +833,7 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
         for (const auto& h : applied.added)
           self->monitor(h);
         core->run(applied.ready);
+        core->replicas_lost(applied.lost);
         auto level = first || snap.full ? spdlog::level::info : spdlog::level::debug;
         core->log->log(level, "route table {}.{} ({}; {} routes, {} deployments changed)",
                        snap.epoch, snap.seq, snap.full ? "full" : "delta",

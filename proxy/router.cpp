@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include <caf/actor_cast.hpp>
+
 namespace troupe::proxy {
 
 // --- route table -------------------------------------------------------------
@@ -129,7 +131,8 @@ void Router::drain(Deployment& d, std::vector<std::function<void()>>& ready) {
   }
 }
 
-void Router::drop(Deployment& d, std::vector<std::function<void()>>& ready) {
+void Router::drop(Deployment& d, std::vector<std::function<void()>>& ready,
+                  std::vector<SlotPtr>& left) {
   for (auto& q : d.queue)
     ready.push_back([w = std::move(q.waiter)]() mutable { w(nullptr); });
   d.queue.clear();
@@ -138,12 +141,24 @@ void Router::drop(Deployment& d, std::vector<std::function<void()>>& ready) {
     s->dead = true;
     if (s->handle)
       by_address_.erase(s->handle.address());
+    left.push_back(s);
   }
   d.replicas.clear();
 }
 
+namespace {
+
+// Two handles of the same actor compare equal even when one is a dead proxy
+// of an old connection and the other the proxy of a new one: compare the
+// objects.
+bool same_object(const caf::actor& a, const caf::actor& b) {
+  return caf::actor_cast<caf::abstract_actor*>(a) == caf::actor_cast<caf::abstract_actor*>(b);
+}
+
+}  // namespace
+
 void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
-                          std::vector<caf::actor>& added) {
+                          std::vector<caf::actor>& added, std::vector<SlotPtr>& left) {
   std::vector<SlotPtr> next;
   next.reserve(endpoints.size());
   for (const auto& ep : endpoints) {
@@ -153,10 +168,23 @@ void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& end
     if (it != d.replicas.end()) {
       slot = *it;
       d.replicas.erase(it);
-      if (slot->handle != ep.handle) {
+      if (same_object(slot->handle, ep.handle)) {
+        if (slot->dead && slot->no_route && !slot->unreachable) {
+          slot->dead = false;
+          slot->no_route = false;
+        }
+      } else {
         if (slot->handle)
           by_address_.erase(slot->handle.address());
         slot->handle = ep.handle;
+        // A new handle after the connection to its node dropped: the old
+        // one died with the connection, the replica did not (it is still in
+        // the controller's set); its own monitor tells if it is gone.
+        if (slot->unreachable || slot->no_route) {
+          slot->dead = false;
+          slot->unreachable = false;
+          slot->no_route = false;
+        }
         if (ep.handle) {
           by_address_[ep.handle.address()] = slot;
           added.push_back(ep.handle);
@@ -183,12 +211,14 @@ void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& end
     s->dead = true;
     if (s->handle)
       by_address_.erase(s->handle.address());
+    left.push_back(s);
   }
   d.replicas = std::move(next);
 }
 
 Router::Applied Router::apply(const RoutingSnapshot& snap) {
   Applied out;
+  std::vector<SlotPtr> left;  // slots that left their deployment's set
   std::lock_guard<std::mutex> lock(mutex_);
   auto update = [&](const DeploymentEndpoints& e) {
     auto key = deployment_key(e.app, e.deployment);
@@ -199,14 +229,14 @@ Router::Applied Router::apply(const RoutingSnapshot& snap) {
       slot->name = e.deployment;
     }
     slot->max_queued = e.max_queued_requests;
-    set_replicas(*slot, e.replicas, out.added);
+    set_replicas(*slot, e.replicas, out.added, left);
     drain(*slot, out.ready);
   };
   auto erase = [&](const std::string& key) {
     auto it = deployments_.find(key);
     if (it == deployments_.end())
       return;
-    drop(*it->second, out.ready);
+    drop(*it->second, out.ready, left);
     deployments_.erase(it);
   };
   if (snap.full) {
@@ -236,6 +266,21 @@ Router::Applied Router::apply(const RoutingSnapshot& snap) {
     for (const auto& r : snap.routes)
       routes.push_back({r.prefix, r.app, r.ingress, {}});
     routes_ = std::make_shared<RouteTable>(std::move(routes));
+  }
+  if (!snap.dead_nodes.empty()) {
+    std::unordered_set<std::string> dead(snap.dead_nodes.begin(), snap.dead_nodes.end());
+    auto lose = [&](const SlotPtr& s) {
+      if (dead.count(s->node_id) == 0)
+        return;
+      s->dead = true;
+      out.lost.push_back(s);
+    };
+    for (const auto& s : left)
+      lose(s);
+    for (auto& [key, d] : deployments_) {
+      for (const auto& s : d->replicas)
+        lose(s);
+    }
   }
   has_routes_ = true;
   epoch_ = snap.epoch;
@@ -305,16 +350,25 @@ std::vector<std::function<void()>> Router::release(const SlotPtr& slot, Outcome 
     --slot->in_flight;
   if (outcome == Outcome::died)
     slot->dead = true;
+  if (outcome == Outcome::unreachable) {
+    slot->dead = true;
+    slot->no_route = true;
+  }
   if (slot->owner)
     drain(*static_cast<Deployment*>(slot->owner), ready);
   return ready;
 }
 
-void Router::mark_dead(const caf::actor_addr& replica) {
+void Router::mark_dead(const caf::actor_addr& replica, bool link_lost) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = by_address_.find(replica);
-  if (it != by_address_.end())
-    it->second->dead = true;
+  if (it == by_address_.end())
+    return;
+  // Also when a request already found it dead: requests to a proxy of a
+  // dropped connection fail before its down message arrives.
+  auto& slot = *it->second;
+  slot.unreachable = slot.unreachable || link_lost;
+  slot.dead = true;
 }
 
 bool Router::cancel(const std::string& key, uint64_t ticket) {

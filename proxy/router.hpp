@@ -76,6 +76,16 @@ struct ReplicaSlot {
   // Guarded by the router's mutex.
   uint32_t in_flight = 0;
   bool dead = false;      // died, or left the replica set
+  // Dead only because its node could not be reached; the replica may still
+  // run. `unreachable`: the handle died with the connection to its node (CAF
+  // kills the proxies of a node whose connection drops): a snapshot with a
+  // new handle for it makes it live again. `no_route`: the handle lives but
+  // a request found no route to its node (it goes through a connection that
+  // dropped): any later snapshot listing it makes it live again (a snapshot
+  // arrives only over a working connection to the controller, which is the
+  // route to every node).
+  bool unreachable = false;
+  bool no_route = false;
   void* owner = nullptr;  // the deployment it belongs to; null once removed
 };
 using SlotPtr = std::shared_ptr<ReplicaSlot>;
@@ -85,6 +95,7 @@ enum class Outcome {
   answered,  // the replica answered (any HTTP status)
   refused,   // overloaded or unavailable: it never started the request
   died,      // the replica died (or its node went away) before answering
+  unreachable,  // no route to its node, or lost with a dropped connection
   abandoned  // the caller gave up (timeout): the replica may still work on it
 };
 
@@ -106,10 +117,20 @@ class Router {
   // controller/core/snapshot.hpp). Returns the waiters that can proceed now
   // (new replicas) or must give up (their deployment is gone); the caller runs
   // them (outside any lock of its own). Also returns the replica handles that
-  // appeared, so the caller can monitor them.
+  // appeared, so the caller can monitor them: a new replica, or a known one
+  // reached through a new connection (after its node's connection dropped,
+  // CAF hands out a new proxy for the same actor; the old one is dead, and so
+  // was the slot: it is live again with the new handle).
+  //
+  // `lost`: the slots on a node the snapshot lists as DEAD (`dead_nodes`),
+  // whether or not they are still in the set; they are never chosen again.
+  // Requests in flight on them will not be answered: the caller fails them
+  // over (like a replica that died). Slots that merely left the set are not
+  // lost: a replica stopping gracefully still answers what it took.
   struct Applied {
     std::vector<std::function<void()>> ready;
     std::vector<caf::actor> added;
+    std::vector<SlotPtr> lost;
   };
   Applied apply(const RoutingSnapshot& snapshot);
   // True once a snapshot was applied.
@@ -144,8 +165,10 @@ class Router {
 
   // Gives a slot back. Returns waiters to run (now admitted on a free slot).
   std::vector<std::function<void()>> release(const SlotPtr& slot, Outcome outcome);
-  // The replica died (a down message): it is never chosen again.
-  void mark_dead(const caf::actor_addr& replica);
+  // The replica died (a down message): it is never chosen again, unless
+  // `link_lost` (the connection to its node dropped, exit reason
+  // remote_link_unreachable) and a later snapshot brings a new handle for it.
+  void mark_dead(const caf::actor_addr& replica, bool link_lost = false);
   // Removes a queued waiter (its deadline passed). False when it was already
   // resumed (its callback runs or ran).
   bool cancel(const std::string& key, uint64_t ticket);
@@ -190,9 +213,9 @@ class Router {
   SlotPtr choose(Deployment& d, const std::vector<std::string>& exclude);
   bool has_room(const ReplicaSlot& s) const { return !s.dead && s.in_flight < s.max_ongoing; }
   void set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
-                    std::vector<caf::actor>& added);
+                    std::vector<caf::actor>& added, std::vector<SlotPtr>& left);
   void drain(Deployment& d, std::vector<std::function<void()>>& ready);
-  void drop(Deployment& d, std::vector<std::function<void()>>& ready);
+  void drop(Deployment& d, std::vector<std::function<void()>>& ready, std::vector<SlotPtr>& left);
   uint64_t next_random();
 
   RouterOptions options_;

@@ -26,7 +26,7 @@ class actor_system_config;
 namespace troupe {
 
 // Bump on any change of a wire type or of a message's meaning.
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -233,12 +233,19 @@ struct RoutingSnapshot {
   HeaderList removed;            // (app, deployment) pairs
   HeaderList withheld;           // (app, deployment) pairs
   double request_timeout_s = 0;  // from the deployed http_options; 0: none
+  // Every node the controller holds DEAD when it sends this (a frozen or lost
+  // peer). Their replicas are gone from the deployments; requests a
+  // subscriber still has in flight on them will never be answered, so it
+  // fails them over to other replicas instead of waiting for its timeout.
+  // (A replica that merely left the set, e.g. stopping gracefully, still
+  // answers what it took.)
+  std::vector<std::string> dead_nodes;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
   return f(caf::meta::type_name("troupe.RoutingSnapshot"), x.epoch, x.seq, x.full, x.routes_changed,
-           x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s);
+           x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s, x.dead_nodes);
 }
 
 // Proof of who sends a write request (see runtime/security/credentials.hpp):

@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include <caf/all.hpp>
+
 #include "proxy/router.hpp"
 
 using namespace troupe;
@@ -333,4 +335,107 @@ TEST_CASE("proxy/router: snapshots full and delta with withheld and removed depl
   CHECK(r.routes()->routes().empty());
   // The slot held across all this can still be given back.
   CHECK(r.release(held.slot, Outcome::answered).empty());
+}
+
+TEST_CASE("proxy/router: an in-flight request on a replica of a node declared DEAD is lost and retried elsewhere") {
+  Router r({"n1", 13});
+  r.apply(full_snapshot({replica("a", "n2", 5), replica("b", "n3", 5)}));
+  // A request in flight on a, whose node then freezes.
+  auto held = r.admit(kEcho, {"b"}, [](SlotPtr) {});
+  REQUIRE(held.kind == Router::Admit::assigned);
+  REQUIRE(held.slot->replica_id == "a");
+  // The controller declares n2 DEAD: a leaves the set, and the snapshot
+  // names the dead node.
+  RoutingSnapshot d;
+  d.epoch = 1;
+  d.seq = 2;
+  d.deployments = {{"echo", "Echo", {replica("b", "n3", 5)}, -1}};
+  d.dead_nodes = {"n2"};
+  auto applied = r.apply(d);
+  REQUIRE(applied.lost.size() == 1);
+  CHECK(applied.lost[0] == held.slot);
+  CHECK(held.slot->dead);
+  // What the proxy does with it: give the slot back as died and place the
+  // request again, excluding a: it lands on b.
+  r.release(held.slot, Outcome::died);
+  auto retry = r.admit(kEcho, {"a"}, [](SlotPtr) {});
+  REQUIRE(retry.kind == Router::Admit::assigned);
+  CHECK(retry.slot->replica_id == "b");
+  // Later snapshots still naming n2 DEAD do not report a again.
+  RoutingSnapshot again;
+  again.epoch = 1;
+  again.seq = 3;
+  again.deployments = {{"echo", "Echo", {replica("b", "n3", 5), replica("c", "n3", 5)}, -1}};
+  again.dead_nodes = {"n2"};
+  CHECK(r.apply(again).lost.empty());
+}
+
+TEST_CASE("proxy/router: a replica leaving the set on a live node is not lost - it answers what it took") {
+  Router r({"n1", 17});
+  r.apply(full_snapshot({replica("a", "n2", 5), replica("b", "n3", 5)}));
+  auto held = r.admit(kEcho, {"b"}, [](SlotPtr) {});
+  REQUIRE(held.slot->replica_id == "a");
+  // a is stopping gracefully (downscale): gone from the set, node alive.
+  RoutingSnapshot d;
+  d.epoch = 1;
+  d.seq = 2;
+  d.deployments = {{"echo", "Echo", {replica("b", "n3", 5)}, -1}};
+  d.dead_nodes = {"n9"};  // some other node is dead
+  auto applied = r.apply(d);
+  CHECK(applied.lost.empty());
+  // It is never chosen for a new request, and its answer still releases it.
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).slot->replica_id == "b");
+  CHECK(r.release(held.slot, Outcome::answered).empty());
+}
+
+TEST_CASE("proxy/router: a replica dead with its node's connection is live again with a new handle") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto idle = []() -> caf::behavior { return {[](int) {}}; };
+  // Two handles standing for the old and the new proxy of one remote replica.
+  auto old_handle = sys.spawn(idle);
+  auto new_handle = sys.spawn(idle);
+  auto with = [](ReplicaEndpoint e, caf::actor h) {
+    e.handle = std::move(h);
+    return e;
+  };
+  Router r({"n1", 19});
+  auto first =
+      r.apply(full_snapshot({with(replica("a", "n2", 5), old_handle), replica("b", "n3", 100)}));
+  CHECK(first.added.size() == 1);
+  // The connection to n2 dropped: a request on a fails first (its slot is
+  // given back as died), then a's handle goes down as unreachable.
+  auto on_a = r.admit(kEcho, {"b"}, [](SlotPtr) {});
+  REQUIRE(on_a.slot->replica_id == "a");
+  r.release(on_a.slot, Outcome::died);
+  r.mark_dead(old_handle.address(), /*link_lost=*/true);
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).slot->replica_id == "b");
+  // The same handle again (no new connection yet): still dead.
+  auto same = full_snapshot({with(replica("a", "n2", 5), old_handle), replica("b", "n3", 100)});
+  same.seq = 2;
+  CHECK(r.apply(same).added.empty());
+  CHECK(r.admit(kEcho, {"b"}, [](SlotPtr) {}).slot->replica_id == "b");
+  // After the reconnect the controller's full snapshot carries a new handle.
+  auto fresh = full_snapshot({with(replica("a", "n2", 5), new_handle), replica("b", "n3", 100)});
+  fresh.seq = 3;
+  auto applied = r.apply(fresh);
+  REQUIRE(applied.added.size() == 1);
+  CHECK(applied.added[0] == new_handle);
+  auto adm = r.admit(kEcho, {"b"}, [](SlotPtr) {});
+  REQUIRE(adm.kind == Router::Admit::assigned);
+  CHECK(adm.slot->replica_id == "a");
+  CHECK(adm.slot->handle == new_handle);
+  // A replica that died (not its connection) stays dead even with a new
+  // handle: the controller will drop it.
+  r.mark_dead(new_handle.address(), /*link_lost=*/false);
+  auto other = full_snapshot({with(replica("a", "n2", 5), old_handle), replica("b", "n3", 100)});
+  other.seq = 4;
+  r.apply(other);
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).slot->replica_id == "b");
+  r.clear();
+  caf::anon_send_exit(old_handle, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(new_handle, caf::exit_reason::user_shutdown);
 }
