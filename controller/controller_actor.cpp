@@ -583,6 +583,17 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
       return;
     st.log->warn("lost the node agent of {}: {}", it->second.node_id,
                  self->home_system().render(dm.reason));
+    if (dm.reason != caf::exit_reason::remote_link_unreachable) {
+      // The agent actor died but the connection to its node did not: the
+      // node process lives and restarts its agent, which registers again
+      // with the replicas it hosts (they keep serving meanwhile). Only the
+      // heartbeat timeout declares the node DEAD if no agent comes back.
+      st.log->info("node {} still connected; waiting for its new agent (node timeout {:.1f} s)",
+                   it->second.node_id, st.membership.node_timeout_s());
+      st.agent_of.erase(it->second.node_id);
+      st.agents.erase(it);
+      return;
+    }
     auto ts =
         st.membership.connection_lost(it->second.node_id, it->second.incarnation, st.clock.now_s());
     log_transitions(st, ts);
@@ -654,11 +665,18 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         for (const auto& h : hosted) {
           if (!h.handle)
             continue;
-          if (st.replicas.count(h.replica_id) && st.replicas[h.replica_id].handle == h.handle) {
-            continue;  // already known
+          bool known_handle =
+              st.replicas.count(h.replica_id) && st.replicas[h.replica_id].handle == h.handle;
+          if (!known_handle) {
+            remember_replica(self, h.replica_id, info.id, h.handle);
+            st.replicas[h.replica_id].stopping = h.stopping;
+          } else if (st.recovering) {
+            continue;  // already collected for the recovery
           }
-          remember_replica(self, h.replica_id, info.id, h.handle);
-          st.replicas[h.replica_id].stopping = h.stopping;
+          // Also a replica whose handle is known: the core may have given it
+          // up while its node was DEAD (it still runs there). The core
+          // ignores the replicas it still tracks; the others it adopts, and
+          // stops if the deployment is above target meanwhile.
           adopt.push_back({h.replica_id, h.app, h.deployment, info.id, h.stopping});
         }
         if (st.recovering) {

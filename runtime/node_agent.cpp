@@ -30,16 +30,24 @@ struct Hosted {
   ReplicaSpec spec;
   caf::actor handle;
   bool stopping = false;
+  // When stopping: when the agent kills it if it has not exited by then.
+  std::chrono::steady_clock::time_point kill_at;
 };
 
+// The replicas of this node, by id. They outlive the agent actor (they are
+// not linked to it): owned by the current agent, and handed to the next one
+// when the keeper restarts it, so the new agent reports them to the
+// controller (which adopts them) instead of forgetting them.
+using HostedReplicas = std::map<std::string, Hosted>;
+
 struct AgentState {
+  std::shared_ptr<HostedReplicas> hosted;
   caf::actor controller;
   bool registered = false;
   bool connecting = false;
   bool stopping = false;
   double backoff_s = 0;
   uint64_t incarnation = 0;
-  std::map<std::string, Hosted> replicas;  // by replica id
   std::unordered_map<caf::actor_addr, std::string> replica_ids;
   // Answered once every replica is gone and the node has deregistered.
   std::optional<caf::response_promise> shutdown_promise;
@@ -52,7 +60,7 @@ using agent_actor = caf::stateful_actor<AgentState>;
 
 std::vector<HostedReplicaInfo> hosted_list(const AgentState& st) {
   std::vector<HostedReplicaInfo> out;
-  for (const auto& [id, h] : st.replicas) {
+  for (const auto& [id, h] : *st.hosted) {
     out.push_back({id, h.spec.app, h.spec.deployment, h.spec.code_version, h.spec.user_config,
                    h.stopping, h.handle});
   }
@@ -83,7 +91,7 @@ void send_register(agent_actor* self, const AgentOptions& o) {
               return;  // superseded by a reconnect
             if (!st.registered) {
               st.log->info("registered with the controller as {} ({} replicas hosted)", o.info.id,
-                           st.replicas.size());
+                           st.hosted->size());
             }
             st.registered = true;
             st.backoff_s = 0;
@@ -160,7 +168,7 @@ void connect(agent_actor* self, const AgentOptions& o) {
 
 void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
-  if (!st.stopping || !st.shutdown_promise || !st.replicas.empty())
+  if (!st.stopping || !st.shutdown_promise || !st.hosted->empty())
     return;
   auto finish = [=] {
     auto& st = self->state;
@@ -191,25 +199,49 @@ void stop_replica(agent_actor* self, Hosted& h, double timeout_s) {
     self->send(h.handle, stop_atom::value, timeout_s);
   }
   // Enforce the timeout here too, so a stop survives a controller crash.
-  self->delayed_send(self, seconds(timeout_s + 0.5), kill_replica_atom::value, h.spec.replica_id,
-                     false);
+  auto grace = seconds(timeout_s + 0.5);
+  h.kill_at = std::chrono::steady_clock::now() + grace;
+  self->delayed_send(self, grace, kill_replica_atom::value, h.spec.replica_id, false);
 }
 
-caf::behavior agent(agent_actor* self, AgentOptions o) {
+// `hosted`: the replicas of this node (those of a predecessor that died, or
+// none); `sink`: where replicas send their metrics (the keeper, which
+// outlives this actor and forwards them to the current agent).
+caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedReplicas> hosted,
+                    caf::actor sink) {
+  self->state.hosted = std::move(hosted);
+  {
+    // A restarted agent: watch the replicas its predecessor spawned (one
+    // that exited meanwhile is reported at once), and keep enforcing the
+    // stop deadlines it had set.
+    auto& st = self->state;
+    auto now = std::chrono::steady_clock::now();
+    for (auto& [id, h] : *st.hosted) {
+      self->monitor(h.handle);
+      st.replica_ids[h.handle.address()] = id;
+      if (h.stopping) {
+        auto left = h.kill_at > now ? h.kill_at - now : std::chrono::steady_clock::duration{0};
+        self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(left),
+                           kill_replica_atom::value, id, false);
+      }
+    }
+    if (!st.hosted->empty())
+      st.log->info("agent started with {} replicas still hosted on this node", st.hosted->size());
+  }
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     if (auto it = st.replica_ids.find(dm.source); it != st.replica_ids.end()) {
       auto id = it->second;
       st.replica_ids.erase(it);
-      auto hit = st.replicas.find(id);
-      bool expected = hit != st.replicas.end() && hit->second.stopping;
+      auto hit = st.hosted->find(id);
+      bool expected = hit != st.hosted->end() && hit->second.stopping;
       if (expected) {
         st.log->info("replica {} exited", id);
       } else {
         st.log->warn("replica {} exited unexpectedly: {}", id,
                      self->home_system().render(dm.reason));
       }
-      st.replicas.erase(id);
+      st.hosted->erase(id);
       maybe_finish_shutdown(self, o);
       return;
     }
@@ -229,6 +261,8 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
   self->delayed_send(self, seconds(o.heartbeat_interval_s), tick_atom::value);
   return {
       [=](reconnect_atom) { connect(self, o); },
+      // A replica's answer to the stop sent in stop_replica().
+      [](caf::ok_atom) {},
       [=](tick_atom) {
         auto& st = self->state;
         if (st.stopping)
@@ -260,19 +294,19 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
         if (st.stopping) {
           return to_caf_error(Status(errc::unavailable, "node " + o.info.id + " is shutting down"));
         }
-        if (auto it = st.replicas.find(spec.replica_id); it != st.replicas.end()) {
+        if (auto it = st.hosted->find(spec.replica_id); it != st.hosted->end()) {
           return it->second.handle;  // a retried request: same replica
         }
         replica::ReplicaOptions ropts;
         ropts.spec = spec;
         ropts.node_id = o.info.id;
         ropts.loader = o.loader;
-        ropts.metrics_sink = caf::actor_cast<caf::actor>(self);
+        ropts.metrics_sink = sink;
         ropts.handles = o.handles;
         auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
         self->monitor(handle);
         st.replica_ids[handle.address()] = spec.replica_id;
-        st.replicas[spec.replica_id] = Hosted{spec, handle, false};
+        (*st.hosted)[spec.replica_id] = Hosted{spec, handle, false, {}};
         st.log->info("spawned replica {} of {}/{} ({})", spec.replica_id, spec.app, spec.deployment,
                      spec.import_path);
         return handle;
@@ -280,8 +314,8 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
       [=](list_replicas_atom) { return hosted_list(self->state); },
       [=](stop_atom, const std::string& id, double timeout_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
-        auto it = st.replicas.find(id);
-        if (it == st.replicas.end()) {
+        auto it = st.hosted->find(id);
+        if (it == st.hosted->end()) {
           return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
         }
         stop_replica(self, it->second, timeout_s);
@@ -289,8 +323,8 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
       },
       [=](kill_replica_atom, const std::string& id) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
-        auto it = st.replicas.find(id);
-        if (it == st.replicas.end()) {
+        auto it = st.hosted->find(id);
+        if (it == st.hosted->end()) {
           return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
         }
         st.log->warn("killing replica {}", id);
@@ -300,8 +334,8 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
       [=](kill_replica_atom, const std::string& id, bool) {
         // The graceful-stop deadline of a replica passed.
         auto& st = self->state;
-        auto it = st.replicas.find(id);
-        if (it == st.replicas.end())
+        auto it = st.hosted->find(id);
+        if (it == st.hosted->end())
           return;
         st.log->warn("replica {} did not stop within its graceful timeout; killing it", id);
         self->send_exit(it->second.handle, caf::exit_reason::kill);
@@ -322,7 +356,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
         st.stopping = true;
         auto rp = self->make_response_promise<caf::ok_atom>();
         st.shutdown_promise = rp;
-        for (auto& [id, h] : st.replicas)
+        for (auto& [id, h] : *st.hosted)
           stop_replica(self, h, grace_s * 0.8);
         maybe_finish_shutdown(self, o);
         return rp;
@@ -330,10 +364,93 @@ caf::behavior agent(agent_actor* self, AgentOptions o) {
   };
 }
 
+struct KeeperState {
+  caf::actor agent;
+  std::shared_ptr<HostedReplicas> hosted = std::make_shared<HostedReplicas>();
+  bool stopping = false;
+  std::optional<std::chrono::steady_clock::time_point> last_restart;
+  std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
+  static inline const char* name = "troupe.agent-keeper";
+};
+
+using keeper_actor = caf::stateful_actor<KeeperState>;
+
+// An agent that dies again right after a restart is restarted no faster
+// than this (a crash loop must not spin).
+constexpr auto kMinRestartInterval = std::chrono::seconds(1);
+
+void start_agent(keeper_actor* self, const AgentOptions& o) {
+  auto& st = self->state;
+  st.agent = self->home_system().spawn(agent, o, st.hosted, caf::actor_cast<caf::actor>(self));
+  self->monitor(st.agent);
+}
+
+// Keeps a node agent running: restarts it (with the replicas it hosted) when
+// it dies of anything but a requested stop, e.g. `troupectl kill agent`, as
+// the proxy's keeper restarts the proxy actor. Forwards to the current agent
+// what outlives it: the shutdown request and the replicas' metrics.
+caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
+  self->set_down_handler([=](const caf::down_msg& dm) {
+    auto& st = self->state;
+    if (!st.agent || dm.source != st.agent.address())
+      return;
+    if (st.stopping || dm.reason == caf::exit_reason::user_shutdown) {
+      st.agent = nullptr;
+      self->quit(caf::exit_reason::user_shutdown);
+      return;
+    }
+    st.log->error("node agent died ({}); restarting it with {} replicas hosted",
+                  self->home_system().render(dm.reason), st.hosted->size());
+    st.agent = nullptr;
+    auto now = std::chrono::steady_clock::now();
+    if (st.last_restart && now - *st.last_restart < kMinRestartInterval) {
+      auto wait = *st.last_restart + kMinRestartInterval - now;
+      st.last_restart = *st.last_restart + kMinRestartInterval;
+      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(wait),
+                         reconnect_atom::value);
+      return;
+    }
+    st.last_restart = now;
+    start_agent(self, o);
+  });
+  // The process stops the agent by stopping the keeper.
+  self->set_exit_handler([=](const caf::exit_msg& em) {
+    auto& st = self->state;
+    st.stopping = true;
+    if (st.agent)
+      self->send_exit(st.agent, em.reason);
+    self->quit(em.reason);
+  });
+  start_agent(self, o);
+  return {
+      [=](reconnect_atom) {
+        auto& st = self->state;
+        if (!st.stopping && !st.agent)
+          start_agent(self, o);
+      },
+      [=](shutdown_atom atom, double grace_s) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        st.stopping = true;
+        if (!st.agent)
+          return caf::ok_atom::value;
+        auto rp = self->make_response_promise<caf::ok_atom>();
+        self->request(st.agent, seconds(grace_s + 2), atom, grace_s)
+            .then([rp](caf::ok_atom ok) mutable { rp.deliver(ok); },
+                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+      [=](metrics_atom atom, const std::string& replica_id, double ongoing) {
+        if (auto& a = self->state.agent)
+          self->send(a, atom, replica_id, ongoing);
+      },
+      [=](caf::get_atom) { return self->state.agent; },
+  };
+}
+
 }  // namespace
 
 caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options) {
-  return sys.spawn(agent, options);
+  return sys.spawn(agent_keeper, options);
 }
 
 }  // namespace troupe

@@ -57,6 +57,13 @@ struct AgentOptions {
   std::shared_ptr<const HandleTransport> handles;
 };
 
+// Spawns the agent under a keeper and returns the keeper: when the agent
+// actor dies of anything but a requested stop (e.g. `troupectl kill agent`),
+// the keeper starts a new one with the replicas the old one hosted (they keep
+// running; the new agent monitors them, registers and reports them, so the
+// controller adopts them). The keeper takes (shutdown, grace_s) -> (ok) and
+// forwards it to the current agent; an exit message to the keeper stops the
+// agent too; (get) -> the current agent (tests).
 caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options);
 
 }  // namespace troupe

@@ -22,7 +22,7 @@ ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {
       bin("troupe-node"), "--head",     "--port",      std::to_string(port),
       "--state-dir",      dir / "head", "--http-port", std::to_string(http_ports["head"])};
-  argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
+  argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
   nodes.erase("head");
@@ -41,7 +41,7 @@ ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std
                                    dir / id,
                                    "--http-port",
                                    std::to_string(http_ports[id])};
-  argv.insert(argv.end(), kFastLiveness.begin(), kFastLiveness.end());
+  argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
   nodes.erase(id);

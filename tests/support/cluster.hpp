@@ -21,6 +21,8 @@ struct Cluster {
   std::map<std::string, ChildProcess> nodes;
   std::map<std::string, uint16_t> http_ports;  // node id -> its proxy's port
   std::vector<std::string> extra_args;         // appended to every node's command line
+  // The liveness options of every node (change before starting nodes).
+  std::vector<std::string> liveness = kFastLiveness;
 
   ChildProcess& start_head(const std::vector<std::string>& args = {});
   ChildProcess& start_worker(const std::string& id, const std::vector<std::string>& args = {});

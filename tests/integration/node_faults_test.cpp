@@ -1,0 +1,426 @@
+// Node faults that leave the node process alive: a worker frozen with SIGSTOP
+// (then resumed), and a node agent actor killed. Real troupe-node processes
+// on loopback; every wait is a condition with a deadline; the Cluster kills
+// every process it started, also when a check fails.
+#include <signal.h>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "runtime/system_setup.hpp"
+#include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
+#include "tools/troupectl/client.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+controller::ApplicationSpec app_spec(const std::string& name, const std::string& prefix,
+                                     const std::string& cls, uint32_t replicas,
+                                     uint32_t max_ongoing) {
+  controller::DeploymentSpec d;
+  d.name = cls;
+  d.import_path = "libtroupe_examples.so:" + cls;
+  d.code_version = "v1";
+  d.config.num_replicas = replicas;
+  d.config.max_ongoing_requests = max_ongoing;
+  d.config.health_check_period_s = 0.5;
+  d.config.health_check_timeout_s = 2;
+  d.config.graceful_shutdown_wait_loop_s = 0.2;
+  d.config.graceful_shutdown_timeout_s = 2;
+  controller::ApplicationSpec app;
+  app.name = name;
+  app.route_prefix = prefix;
+  app.ingress = cls;
+  app.deployments = {d};
+  return app;
+}
+
+struct Fixture {
+  Cluster cluster;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::optional<ControllerClient> client;
+
+  // `basp_timeout_s`: replaces the BASP connection timeout of kFastLiveness.
+  Fixture(const std::vector<std::string>& workers, std::optional<double> basp_timeout_s = {}) {
+    if (basp_timeout_s) {
+      auto& l = cluster.liveness;
+      auto it = std::find(l.begin(), l.end(), "--basp-connection-timeout");
+      REQUIRE(it != l.end());
+      *(it + 1) = std::to_string(*basp_timeout_s);
+    }
+    cluster.start_head();
+    std::map<std::string, std::string> expected{{"head", "ALIVE"}};
+    for (const auto& id : workers) {
+      cluster.start_worker(id);
+      expected[id] = "ALIVE";
+    }
+    REQUIRE(cluster.wait_states(expected, 20s));
+    configure_actor_system(cfg, TransportOptions{});
+    sys = std::make_unique<caf::actor_system>(cfg);
+    auto c = ControllerClient::connect(*sys, parse_endpoint(cluster.address).value(), 5);
+    REQUIRE(c.has_value());
+    client.emplace(std::move(c.value()));
+  }
+
+  uint16_t port(const std::string& node) { return cluster.http_ports.at(node); }
+
+  json deployment(const std::string& app, const std::string& dep) {
+    auto s = client->status_json();
+    if (!s)
+      return json::object();
+    auto all = json::parse(*s);
+    auto& apps = all.at("applications");
+    if (!apps.contains(app) || !apps[app]["deployments"].contains(dep))
+      return json::object();
+    return apps[app]["deployments"][dep];
+  }
+
+  // Replica id -> node of the RUNNING replicas.
+  std::map<std::string, std::string> running(const std::string& app, const std::string& dep) {
+    std::map<std::string, std::string> out;
+    auto replicas = deployment(app, dep).value("replicas", json::array());
+    for (const auto& r : replicas) {
+      if (r.at("state") == "RUNNING")
+        out[r.at("id")] = r.at("node");
+    }
+    return out;
+  }
+
+  // HEALTHY with exactly `n` replicas listed, all RUNNING, none on `not_on`.
+  bool wait_at_target(const std::string& app, const std::string& dep, size_t n,
+                      std::chrono::milliseconds deadline, const std::string& not_on = "") {
+    json last;
+    bool ok = wait_until(
+        [&] {
+          last = deployment(app, dep);
+          auto replicas = last.value("replicas", json::array());
+          if (last.value("status", "") != "HEALTHY" || replicas.size() != n)
+            return false;
+          for (const auto& r : replicas) {
+            if (r.at("state") != "RUNNING" || (!not_on.empty() && r.at("node") == not_on))
+              return false;
+          }
+          return true;
+        },
+        deadline, 100ms);
+    if (!ok)
+      MESSAGE("last status of " << app << "/" << dep << ": " << last.dump(2));
+    return ok;
+  }
+
+  // The proxy of `node` routes (app, dep) to `n` replicas.
+  bool wait_routed(const std::string& node, const std::string& app, const std::string& dep,
+                   size_t n) {
+    std::string last;
+    bool ok = wait_until(
+        [&] {
+          auto r = http_get(port(node), "/-/routes", 2);
+          if (!r || r->status != 200) {
+            last = r ? std::to_string(r->status) + " " + r->body : "no answer";
+            return false;
+          }
+          last = r->body;
+          auto view = json::parse(r->body);
+          for (const auto& d : view.at("deployments")) {
+            if (d.at("application") == app && d.at("deployment") == dep)
+              return d.at("replicas").size() == n;
+          }
+          return false;
+        },
+        30s, 100ms);
+    if (!ok)
+      MESSAGE("last routes of " << node << ": " << last);
+    return ok;
+  }
+
+  // Established TCP connections to the proxy of `node` (/proc/net/tcp): the
+  // kernel accepts them even while the process is stopped.
+  size_t accepted_connections(const std::string& node) {
+    std::ifstream in("/proc/net/tcp");
+    std::string line;
+    std::getline(in, line);  // header
+    char local_port[8];
+    std::snprintf(local_port, sizeof(local_port), ":%04X", port(node));
+    size_t n = 0;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      if (state == "01" && local.size() > 5 && local.substr(local.size() - 5) == local_port)
+        ++n;
+    }
+    return n;
+  }
+
+  int occurrences(const std::string& node, const std::string& text) {
+    auto out = cluster.nodes.at(node).output();
+    int n = 0;
+    for (size_t pos = 0; (pos = out.find(text, pos)) != std::string::npos; pos += text.size())
+      ++n;
+    return n;
+  }
+
+  bool output_has(const std::string& node, const std::string& text) {
+    return cluster.nodes.at(node).output().find(text) != std::string::npos;
+  }
+};
+
+// Closed-loop clients, each sending one GET after the other through one
+// node's proxy, recording every outcome.
+class Load {
+ public:
+  struct Outcome {
+    int status = 0;  // 0: no answer within the client's timeout
+    double seconds = 0;
+    std::string body;
+  };
+
+  Load(std::vector<uint16_t> ports, std::string target, double timeout_s)
+      : target_(std::move(target)) {
+    for (auto port : ports) {
+      threads_.emplace_back([this, port, timeout_s] {
+        while (!stop_) {
+          auto start = Clock::now();
+          auto r = http_get(port, target_, timeout_s);
+          Outcome o;
+          o.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          if (r) {
+            o.status = r->status;
+            o.body = r->body;
+          }
+          std::lock_guard<std::mutex> lock(mutex_);
+          outcomes_.push_back(std::move(o));
+        }
+      });
+    }
+  }
+  ~Load() { stop(); }
+
+  void stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable())
+        t.join();
+    }
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return outcomes_.size();
+  }
+  std::vector<Outcome> outcomes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return outcomes_;
+  }
+
+ private:
+  std::string target_;
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::vector<Outcome> outcomes_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+TEST_CASE("frozen worker: requests in flight on its replica fail over once it is declared DEAD") {
+  // The BASP connection timeout is far beyond the test: the connection to the
+  // frozen node never drops, so only the controller's DEAD declaration (node
+  // timeout 2 s) can end the requests in flight on its replica.
+  Fixture f({"w1", "w2"}, 120.0);
+  // Three replicas of 4 slots, one per node, kept full by 12 clients through
+  // head and w2: w1's replica always has requests in flight.
+  REQUIRE(f.client->deploy(app_spec("sleep", "/sleep", "Sleep", 3, 4)).has_value());
+  REQUIRE(f.wait_at_target("sleep", "Sleep", 3, 30s));
+  auto before = f.running("sleep", "Sleep");
+  REQUIRE(std::count_if(before.begin(), before.end(),
+                        [](const auto& kv) { return kv.second == "w1"; }) == 1);
+  REQUIRE(f.wait_routed("head", "sleep", "Sleep", 3));
+  REQUIRE(f.wait_routed("w2", "sleep", "Sleep", 3));
+
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < 12; ++i)
+    ports.push_back(f.port(i % 2 == 0 ? "head" : "w2"));
+  Load load(ports, "/sleep?ms=300", 60);
+  REQUIRE(wait_until([&] { return load.count() >= 24; }, 20s));
+
+  f.cluster.nodes.at("w1").signal(SIGSTOP);
+  auto frozen_at = Clock::now();
+  REQUIRE(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "DEAD"}, {"w2", "ALIVE"}}, 6s));
+  // Replaced on the other nodes while w1 is still frozen.
+  CHECK(f.wait_at_target("sleep", "Sleep", 3, 15s, "w1"));
+  size_t at_dead = load.count();
+  REQUIRE(wait_until([&] { return load.count() >= at_dead + 40; }, 30s));
+  load.stop();
+  double frozen_for = std::chrono::duration<double>(Clock::now() - frozen_at).count();
+
+  auto outcomes = load.outcomes();
+  double slowest = 0;
+  size_t failed = 0;
+  for (const auto& o : outcomes) {
+    slowest = std::max(slowest, o.seconds);
+    if (o.status != 200) {
+      ++failed;
+      MESSAGE("failed: " << o.status << " after " << o.seconds << " s: " << o.body);
+    }
+  }
+  MESSAGE(outcomes.size() << " requests; slowest " << slowest << " s; w1 frozen for "
+                          << frozen_for << " s");
+  CHECK(failed == 0);
+  // Requests caught on the frozen replica (there always are some: its 4
+  // slots are kept busy) wait for the DEAD declaration (2 s + a heartbeat +
+  // a tick) and then complete elsewhere, not at the 120 s connection timeout
+  // or the client's 60 s.
+  CHECK(slowest > 1.0);
+  CHECK(slowest < 8.0);
+  bool failed_over = f.output_has("head", "declared DEAD; failing over") ||
+                     f.output_has("w2", "declared DEAD; failing over");
+  if (!failed_over)
+    f.cluster.dump_output();
+  CHECK(failed_over);
+
+  // Resumed: the node comes back, its stale replica is stopped (the count
+  // returns to target), and its own proxy answers.
+  f.cluster.nodes.at("w1").signal(SIGCONT);
+  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 15s));
+  CHECK(f.wait_at_target("sleep", "Sleep", 3, 20s));
+  CHECK(wait_until(
+      [&] {
+        auto r = http_get(f.port("w1"), "/sleep?ms=1", 2);
+        return r && r->status == 200;
+      },
+      15s, 100ms));
+}
+
+TEST_CASE("frozen worker: after its connections timed out its proxy serves again on SIGCONT") {
+  // kFastLiveness: BASP connection timeout 3 s, node timeout 2 s. A freeze
+  // long enough for the head to drop the connection: on SIGCONT the worker
+  // finds every remote handle dead and reconnects.
+  Fixture f({"w1", "w2"});
+  // One request at a time per replica: requests sent to w1 while frozen go
+  // to the remote replicas too, whose handles die with the connection.
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 3, 1)).has_value());
+  REQUIRE(f.wait_at_target("echo", "Echo", 3, 30s));
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 3));
+  for (int i = 0; i < 10; ++i) {
+    auto r = http_get(f.port("w1"), "/echo/before", 5);
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+
+  f.cluster.nodes.at("w1").signal(SIGSTOP);
+  REQUIRE(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "DEAD"}, {"w2", "ALIVE"}}, 6s));
+  CHECK(f.wait_at_target("echo", "Echo", 3, 15s, "w1"));
+  // The head drops the connection to the frozen worker (its agent's handle
+  // goes down as unreachable).
+  REQUIRE(wait_until([&] { return f.output_has("head", "lost the node agent of w1"); }, 15s));
+  // Requests sent to the frozen proxy wait in its sockets until SIGCONT;
+  // then they meet the dropped connection (their remote replicas' handles
+  // die) and the reconnect (new handles for the same replicas).
+  std::vector<std::optional<HttpReply>> during(12);
+  std::vector<std::thread> waiting;
+  for (size_t i = 0; i < during.size(); ++i)
+    waiting.emplace_back([&, i] { during[i] = http_get(f.port("w1"), "/echo/during", 30); });
+  REQUIRE(wait_until([&] { return f.accepted_connections("w1") >= during.size(); }, 10s));
+
+  f.cluster.nodes.at("w1").signal(SIGCONT);
+  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 15s));
+  for (auto& t : waiting)
+    t.join();
+  if (std::any_of(during.begin(), during.end(), [](const auto& r) { return !r; })) {
+    f.cluster.dump_output();
+    auto routes = http_get(f.port("w1"), "/-/routes", 2);
+    MESSAGE("routes of w1: " << (routes ? routes->body : "no answer"));
+  }
+  for (const auto& r : during) {
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  // Back at target: the stale replica on w1 was stopped or adopted in place
+  // of a replacement, never both.
+  CHECK(f.wait_at_target("echo", "Echo", 3, 20s));
+  // The resumed worker's own proxy answers every request, from replicas the
+  // controller lists.
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(f.port("w1"), "/echo/after", 2);
+        return r && r->status == 200;
+      },
+      15s, 100ms));
+  auto listed = f.running("echo", "Echo");
+  for (int i = 0; i < 20; ++i) {
+    auto r = http_get(f.port("w1"), "/echo/after", 5);
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    if (r->status == 200) {
+      auto id = json::parse(r->body).value("replica_id", "");
+      CHECK(listed.count(id) == 1);
+    }
+  }
+}
+
+TEST_CASE("troupectl kill agent: the node restarts its agent and its replicas are adopted") {
+  Fixture f({"w1"});
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 4, 8)).has_value());
+  REQUIRE(f.wait_at_target("echo", "Echo", 4, 30s));
+  auto before = f.running("echo", "Echo");
+  REQUIRE(std::count_if(before.begin(), before.end(),
+                        [](const auto& kv) { return kv.second == "w1"; }) >= 1);
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 4));
+
+  for (int round = 1; round <= 2; ++round) {
+    CAPTURE(round);
+    auto killed = f.client->kill("agent", "w1");
+    INFO(killed.to_string());
+    if (!killed.is_ok())
+      f.cluster.dump_output();
+    REQUIRE(killed.is_ok());
+    // The node process restarts the agent; the new one registers again.
+    REQUIRE(wait_until([&] { return f.occurrences("w1", "node agent died") >= round; }, 10s));
+    REQUIRE(wait_until([&] { return f.occurrences("head", "node w1 re-registered") >= round; },
+                       10s));
+    CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 10s));
+    // Adopted, not restarted: the very same replicas, on the same nodes.
+    CHECK(f.wait_at_target("echo", "Echo", 4, 15s));
+    CHECK(f.running("echo", "Echo") == before);
+    // w1 kept serving and still does, also from its own replicas.
+    for (int i = 0; i < 10; ++i) {
+      auto r = http_get(f.port("w1"), "/echo/agent", 5);
+      REQUIRE(r);
+      CHECK(r->status == 200);
+    }
+  }
+  // The node never went DEAD: only the agent actor died.
+  CHECK_FALSE(f.output_has("head", "node w1 ALIVE -> DEAD"));
+
+  // The restarted agent is the one stopping the node: SIGTERM stops every
+  // replica, deregisters, and exits 0.
+  f.cluster.nodes.at("w1").signal(SIGTERM);
+  auto code = f.cluster.nodes.at("w1").wait_exit(15s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(f.output_has("w1", "deregistered from the controller"));
+  CHECK(f.cluster.wait_states({{"head", "ALIVE"}}, 10s));
+}
