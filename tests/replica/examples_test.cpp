@@ -49,6 +49,19 @@ Json json_of(const Response& response) {
   return Json::parse(response.body);
 }
 
+TEST_CASE("Noop answers the same small JSON body to every request") {
+  auto noop = make("Noop");
+  Request request;
+  request.method = "POST";
+  request.path = "/anything";
+  request.body = "ignored";
+  Response response = noop->handle(request);
+  CHECK(response.status == 200);
+  CHECK(json_of(response) == Json{{"ok", true}});
+  request.path = "/other";
+  CHECK(noop->handle(request).body == response.body);
+}
+
 TEST_CASE("Echo returns the request and the replica as JSON") {
   auto echo = make("Echo");
   Request request;

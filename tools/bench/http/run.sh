@@ -5,14 +5,15 @@
 #   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
-#   (a) troupe proxy on node A -> Echo, all replicas on node A
-#   (b) troupe proxy on node A -> Echo, all replicas on node B
+#   (a) troupe proxy on node A -> a no-op deployment, all replicas on node A
+#   (b) troupe proxy on node A -> the same, all replicas on node B
 #   (c) nginx reverse-proxying to nginx
 #   (d) HAProxy to nginx
 #   (e) nginx answering directly (the ceiling)
 # and prints requests/s, p50 and p99 for each, and the ratios troupe/peer.
-# Environment: REPLICAS (2), MAX_ONGOING (16), IO_THREADS (1) shape the
-# troupe side; PROFILE_DIR=dir samples the troupe nodes with perf during
+# Environment: DEPLOYMENT (Noop: answers {"ok":true} like nginx in (e); Echo
+# builds a JSON document of each request), REPLICAS (2), MAX_ONGOING (16),
+# IO_THREADS (1) shape the troupe side; PROFILE_DIR=dir samples the troupe nodes with perf during
 # (a) and (b). --only "a b" runs a subset.
 # Installs wrk, nginx and haproxy with apt-get when they are missing. Every
 # process it starts is stopped on exit, also on failure or Ctrl-C.
@@ -23,6 +24,7 @@ DURATION=8
 CONNECTIONS=32
 REPLICAS=${REPLICAS:-2}
 MAX_ONGOING=${MAX_ONGOING:-16}
+DEPLOYMENT=${DEPLOYMENT:-Noop}
 IO_THREADS=${IO_THREADS:-1}
 ONLY="a b c d e"
 while [ $# -gt 0 ]; do
@@ -165,17 +167,17 @@ cat >"$WORK/deploy.yaml" <<CONF
 applications:
   - name: local
     route_prefix: /a
-    import_path: libtroupe_examples.so:Echo
+    import_path: libtroupe_examples.so:$DEPLOYMENT
     deployments:
-      - name: Echo
+      - name: $DEPLOYMENT
         num_replicas: $REPLICAS
         max_ongoing_requests: $MAX_ONGOING
         resources: {nodea: 0.01}
   - name: remote
     route_prefix: /b
-    import_path: libtroupe_examples.so:Echo
+    import_path: libtroupe_examples.so:$DEPLOYMENT
     deployments:
-      - name: Echo
+      - name: $DEPLOYMENT
         num_replicas: $REPLICAS
         max_ongoing_requests: $MAX_ONGOING
         resources: {nodeb: 0.01}
@@ -191,10 +193,14 @@ wait_http "http://127.0.0.1:$UP_PORT/" 10
 wait_http "http://127.0.0.1:$NGX_PROXY_PORT/" 10
 wait_http "http://127.0.0.1:$HAP_PORT/" 10
 # The replicas of (b) must all be on node B, those of (a) on node A.
-a_node=$(curl -fsS "http://127.0.0.1:$A_PORT/a/x" | python3 -c 'import json,sys; print(json.load(sys.stdin)["node_id"])')
-b_node=$(curl -fsS "http://127.0.0.1:$A_PORT/b/x" | python3 -c 'import json,sys; print(json.load(sys.stdin)["node_id"])')
-if [ "$a_node" != head ] || [ "$b_node" != b ]; then
-  echo "run.sh: placement is off: /a served by $a_node, /b by $b_node" >&2
+placement=$("${CTL[@]}" status --json | python3 -c '
+import json, sys
+apps = json.load(sys.stdin)["applications"]
+def nodes(app):
+    return sorted({r["node"] for d in apps[app]["deployments"].values() for r in d["replicas"]})
+print(",".join(nodes("local")) + " " + ",".join(nodes("remote")))')
+if [ "$placement" != "head b" ]; then
+  echo "run.sh: placement is off: /a served by [${placement% *}], /b by [${placement#* }]" >&2
   exit 1
 fi
 
@@ -244,13 +250,13 @@ curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" >"$WORK/metrics.txt" || true
 
 ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (y > 0) printf "%.2f", x / y; else printf "n/a" }'; }
 echo
-echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores); troupe: $REPLICAS Echo replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
+echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
 printf '%-46s %10s %9s %9s  %s\n' case "req/s" "p50 ms" "p99 ms" notes
 for k in a b c d e; do
   case " $ONLY " in *" $k "*) ;; *) continue ;; esac
   case $k in
-    a) name="(a) troupe proxy -> Echo, same node" ;;
-    b) name="(b) troupe proxy on A -> Echo on node B" ;;
+    a) name="(a) troupe proxy -> $DEPLOYMENT, same node" ;;
+    b) name="(b) troupe proxy on A -> $DEPLOYMENT on node B" ;;
     c) name="(c) nginx -> nginx" ;;
     d) name="(d) HAProxy -> nginx" ;;
     e) name="(e) nginx direct (ceiling)" ;;
