@@ -74,6 +74,11 @@ struct ControllerState {
     caf::actor handle;
     SnapshotId last;
     std::string node_id;
+    // Health checks of the proxy (see ControllerOptions).
+    std::string health = "STARTING";  // until its first answer
+    double next_check = 0;
+    bool checking = false;
+    uint32_t failures = 0;
   };
   // From the deployed http_options; pushed to proxies with every snapshot.
   // Kept in memory only: after a controller restart it applies again with
@@ -348,6 +353,61 @@ void publish(controller_actor* self) {
       sub.last = delta->id;
     }
   }
+}
+
+// Health-checks every proxy whose check is due. A proxy that fails
+// proxy_unhealthy_after checks in a row is UNHEALTHY and is killed: its node's
+// keeper starts a fresh proxy actor, which subscribes again.
+void check_proxies(controller_actor* self) {
+  auto& st = self->state;
+  double now = st.clock.now_s();
+  for (auto& [addr, sub] : st.subscribers) {
+    if (sub.checking || now < sub.next_check)
+      continue;
+    sub.checking = true;
+    auto settle = [self, addr = addr](const caf::error* err) {
+      auto& st = self->state;
+      auto it = st.subscribers.find(addr);
+      if (it == st.subscribers.end())
+        return;  // gone meanwhile
+      auto& sub = it->second;
+      sub.checking = false;
+      sub.next_check = st.clock.now_s() + st.options.proxy_health_period_s;
+      if (err == nullptr) {
+        if (sub.health != "HEALTHY" && sub.health != "STARTING")
+          st.log->info("proxy of node {} is HEALTHY again", sub.node_id);
+        sub.health = "HEALTHY";
+        sub.failures = 0;
+        return;
+      }
+      ++sub.failures;
+      std::string why = from_caf_error(*err).message();
+      if (sub.failures < st.options.proxy_unhealthy_after) {
+        st.log->warn("proxy of node {} failed a health check ({} of {}): {}", sub.node_id,
+                     sub.failures, st.options.proxy_unhealthy_after, why);
+        return;
+      }
+      if (sub.health != "UNHEALTHY") {
+        st.log->warn("proxy of node {} is UNHEALTHY after {} failed health checks ({}); "
+                     "restarting it",
+                     sub.node_id, sub.failures, why);
+        sub.health = "UNHEALTHY";
+        self->send_exit(sub.handle, caf::exit_reason::kill);
+      }
+    };
+    self->request(sub.handle, seconds(st.options.proxy_health_timeout_s), health_atom::value)
+        .then([settle](caf::ok_atom) { settle(nullptr); },
+              [settle](caf::error& err) { settle(&err); });
+  }
+}
+
+// What `troupectl nodes` shows for the proxy of `node`.
+std::string proxy_health(const ControllerState& st, const std::string& node) {
+  for (const auto& [addr, sub] : st.subscribers) {
+    if (sub.node_id == node)
+      return sub.health;
+  }
+  return "NONE";
 }
 
 // Logs every change of a deployment's status: the operator's event trail.
@@ -729,6 +789,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         std::vector<NodeStatus> out;
         for (const auto& [id, node] : self->state.membership.nodes()) {
           out.push_back(to_wire(node, now));
+          out.back().proxy = proxy_health(self->state, id);
         }
         return out;
       },
@@ -807,7 +868,12 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         if (!subscriber)
           return;
         self->monitor(subscriber);
-        st.subscribers[subscriber.address()] = {subscriber, SnapshotId{epoch, seq}, node_id};
+        auto& sub = st.subscribers[subscriber.address()];
+        if (sub.handle != subscriber)
+          sub = ControllerState::Subscriber{};  // a new proxy: a fresh health record
+        sub.handle = subscriber;
+        sub.last = SnapshotId{epoch, seq};
+        sub.node_id = node_id;
         if (!st.recovering)
           publish(self);
       },
@@ -929,6 +995,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
         auto& st = self->state;
         auto ts = st.membership.check(st.clock.now_s());
         log_transitions(st, ts);
+        check_proxies(self);
         if (!st.recovering) {
           if (!ts.empty())
             push_nodes(st);

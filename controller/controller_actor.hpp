@@ -59,6 +59,14 @@ struct ControllerOptions {
   // them has registered again. Empty: no such file; the window always runs
   // in full.
   std::string state_dir;
+  // Every node's proxy (a route-table subscriber) is health-checked like a
+  // replica: every proxy_health_period_s it must answer within
+  // proxy_health_timeout_s. After proxy_unhealthy_after failures in a row it
+  // is UNHEALTHY (`troupectl nodes` shows it) and its actor is killed, so
+  // that its node starts a fresh one.
+  double proxy_health_period_s = 2.0;
+  double proxy_health_timeout_s = 2.0;
+  uint32_t proxy_unhealthy_after = 3;
   // Caps on what one config may ask for (replicas, size).
   Limits limits;
   // The cluster CA (PEM) when the cluster runs with TLS: every write request

@@ -138,6 +138,9 @@ struct Worker {
   std::vector<Call*> active;
   uint64_t next_id = 0;
   std::unique_ptr<asio::steady_timer> sweeper;
+  // When this io thread last ran its sweep (steady clock, ns): the proxy's
+  // health check tells a stalled io thread by it.
+  std::atomic<int64_t> last_sweep_ns{0};
 
   void track(Call* c) {
     c->active_index = active.size();
@@ -307,8 +310,10 @@ void on_error(const CallPtr& c, const caf::error& err) {
     retry(c, why);
     return;
   }
-  if (err == caf::sec::request_receiver_down || err == caf::exit_reason::kill ||
-      err.category() == caf::atom("exit")) {
+  // A replica's handle (a CAF actor pool) whose replica has exited answers
+  // with an empty message, which CAF reports as unexpected_response.
+  if (err == caf::sec::request_receiver_down || err == caf::sec::unexpected_response ||
+      err == caf::exit_reason::kill || err.category() == caf::atom("exit")) {
     std::string why = "replica " + (c->slot ? c->slot->replica_id : std::string()) + " is gone";
     if (c->slot)
       c->tried.push_back(c->slot->replica_id);
@@ -373,6 +378,9 @@ void send(const CallPtr& c, SlotPtr slot) {
 void sweep(Worker* w) {
   auto limit = seconds(w->core->options.max_request_time_s);
   auto now = Clock::now();
+  w->last_sweep_ns.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+      std::memory_order_relaxed);
   for (Call* c : w->active) {
     if (now - c->sent_at >= limit) {
       w->companion->enqueue(nullptr, c->response_id,
@@ -783,6 +791,9 @@ namespace {
 using core_ptr = std::shared_ptr<Proxy::Core>;
 
 constexpr auto kReportInterval = std::chrono::seconds(1);
+// An io thread whose once-a-second sweep has not run for this long is
+// reported by the health check.
+constexpr double kIoStallLimit = 5.0;
 
 // The proxy actor: applies snapshots, monitors replicas, answers health.
 caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
@@ -839,7 +850,24 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
                        snap.epoch, snap.seq, snap.full ? "full" : "delta",
                        core->router.routes()->routes().size(), snap.deployments.size());
       },
-      [](health_atom) { return caf::ok_atom::value; },
+      // Healthy while every io thread runs its sweep (at least once a
+      // second): a stalled event loop serves nobody.
+      [=](health_atom) -> caf::result<caf::ok_atom> {
+        auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       Clock::now().time_since_epoch())
+                       .count();
+        for (const auto& w : core->workers) {
+          int64_t last = w->last_sweep_ns.load(std::memory_order_relaxed);
+          double stalled_s = (now - last) / 1e9;
+          if (last != 0 && stalled_s > kIoStallLimit) {
+            return to_caf_error(
+                Status(errc::unavailable, "io thread " + std::to_string(w->index) +
+                                              " has not run for " + fmt::format("{:.1f}", stalled_s) +
+                                              " s"));
+          }
+        }
+        return caf::ok_atom::value;
+      },
       [=](tick_atom) {
         // Every deployment's queued + in-flight requests as this proxy sees
         // them (the controller averages each reporter's samples).

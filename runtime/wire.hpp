@@ -26,7 +26,7 @@ class actor_system_config;
 namespace troupe {
 
 // Bump on any change of a wire type or of a message's meaning.
-constexpr uint32_t kProtocolVersion = 2;
+constexpr uint32_t kProtocolVersion = 3;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -92,12 +92,13 @@ struct NodeStatus {
   int64_t last_heartbeat_age_ms = 0;
   std::string reason;  // why the node is in its state ("missed heartbeats for 5.2 s")
   int32_t pid = 0;
+  std::string proxy;  // its proxy: STARTING, HEALTHY, UNHEALTHY or NONE
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeStatus& x) {
   return f(caf::meta::type_name("troupe.NodeStatus"), x.id, x.address, x.state, x.resources,
-           x.last_heartbeat_age_ms, x.reason, x.pid);
+           x.last_heartbeat_age_ms, x.reason, x.pid, x.proxy);
 }
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;

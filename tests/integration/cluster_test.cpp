@@ -32,6 +32,19 @@ TEST_CASE("a head and two workers form a cluster - dead nodes are seen and come 
     CHECK(row.at("resources").contains("cpu"));
     CHECK(row.at("last_heartbeat_age_s").get<double>() >= 0);
   }
+  // Every node's proxy passes the controller's health checks.
+  CHECK(wait_until(
+      [&] {
+        auto nodes = run({bin("troupectl"), "--address", c.address, "nodes", "--json"});
+        if (nodes.exit_code != 0)
+          return false;
+        for (const auto& row : json::parse(nodes.out)) {
+          if (row.at("proxy") != "HEALTHY")
+            return false;
+        }
+        return true;
+      },
+      20s, 100ms));
 
   // kill -9 a worker: DEAD within node-timeout (2 s) + 2 s.
   c.nodes.at("w1").signal(SIGKILL);

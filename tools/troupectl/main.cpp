@@ -51,18 +51,19 @@ void print_nodes(const std::vector<NodeStatus>& nodes, bool as_json) {
                      {"resources", resources_json(n.resources)},
                      {"last_heartbeat_age_s", n.last_heartbeat_age_ms / 1000.0},
                      {"reason", n.reason},
-                     {"pid", n.pid}});
+                     {"pid", n.pid},
+                     {"proxy", n.proxy}});
     }
     std::cout << out.dump(2) << "\n";
     return;
   }
-  std::printf("%-16s %-22s %-9s %-28s %s\n", "ID", "ADDRESS", "STATE", "RESOURCES",
-              "LAST HEARTBEAT");
+  std::printf("%-16s %-22s %-9s %-10s %-28s %s\n", "ID", "ADDRESS", "STATE", "PROXY",
+              "RESOURCES", "LAST HEARTBEAT");
   for (const auto& n : nodes) {
     char age[32];
     std::snprintf(age, sizeof(age), "%.1fs ago", n.last_heartbeat_age_ms / 1000.0);
-    std::printf("%-16s %-22s %-9s %-28s %s\n", n.id.c_str(), n.address.c_str(), n.state.c_str(),
-                n.resources.c_str(), age);
+    std::printf("%-16s %-22s %-9s %-10s %-28s %s\n", n.id.c_str(), n.address.c_str(),
+                n.state.c_str(), n.proxy.c_str(), n.resources.c_str(), age);
   }
 }
 
