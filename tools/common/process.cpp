@@ -1,0 +1,318 @@
+#include "tools/common/process.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace troupe::proc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every child that may still run, for kill_all_children(). A fixed array of
+// atomics: a signal handler may read it safely.
+constexpr size_t kMaxChildren = 1024;
+std::array<std::atomic<pid_t>, kMaxChildren> g_children{};
+
+void register_child(pid_t pid) {
+  for (auto& slot : g_children) {
+    pid_t expected = 0;
+    if (slot.compare_exchange_strong(expected, pid))
+      return;
+  }
+}
+
+void unregister_child(pid_t pid) {
+  for (auto& slot : g_children) {
+    pid_t expected = pid;
+    if (slot.compare_exchange_strong(expected, 0))
+      return;
+  }
+}
+
+// Forks and execs; only async-signal-safe calls between fork and exec (the
+// caller may have threads).
+pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path,
+            const std::string& err_path) {
+  std::vector<char*> args;
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const char* out_c = out_path.c_str();
+  const char* err_c = err_path.c_str();
+  bool same = out_path == err_path;
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0)
+    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(127);
+    int out = ::open(out_c, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int err = same ? out : ::open(err_c, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (out < 0 || err < 0)
+      ::_exit(126);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+      ::dup2(devnull, 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  register_child(pid);
+  return pid;
+}
+
+int decode(int status) {
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+void kill_all_children() {
+  for (auto& slot : g_children) {
+    pid_t pid = slot.load();
+    if (pid > 0) {
+      ::kill(pid, SIGCONT);
+      ::kill(pid, SIGKILL);
+    }
+  }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Child::Child(std::vector<std::string> argv, std::string output_path)
+    : argv_(std::move(argv)), output_path_(std::move(output_path)) {
+  pid_ = spawn(argv_, output_path_, output_path_);
+}
+
+Child::~Child() {
+  kill_now();
+}
+
+std::string Child::output() const {
+  return slurp(output_path_);
+}
+
+void Child::kill_now() {
+  if (pid_ > 0 && !exit_code_) {
+    ::kill(pid_, SIGCONT);  // a stopped process must be able to die
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    exit_code_ = decode(status);
+    unregister_child(pid_);
+  }
+}
+
+Child::Child(Child&& other) noexcept
+    : pid_(other.pid_),
+      exit_code_(other.exit_code_),
+      argv_(std::move(other.argv_)),
+      output_path_(std::move(other.output_path_)) {
+  other.pid_ = -1;
+}
+
+Child& Child::operator=(Child&& other) noexcept {
+  if (this != &other) {
+    kill_now();
+    pid_ = other.pid_;
+    exit_code_ = other.exit_code_;
+    argv_ = std::move(other.argv_);
+    output_path_ = std::move(other.output_path_);
+    other.pid_ = -1;
+  }
+  return *this;
+}
+
+bool Child::running() {
+  if (pid_ <= 0 || exit_code_)
+    return false;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    exit_code_ = decode(status);
+    unregister_child(pid_);
+    return false;
+  }
+  return true;
+}
+
+void Child::signal(int sig) {
+  if (!running())
+    return;
+  if (sig == SIGTERM || sig == SIGKILL)
+    ::kill(pid_, SIGCONT);
+  ::kill(pid_, sig);
+}
+
+std::optional<int> Child::wait_exit(std::chrono::milliseconds timeout) {
+  auto until = Clock::now() + timeout;
+  while (running() && Clock::now() < until)
+    std::this_thread::sleep_for(10ms);  // poll interval of a deadline wait
+  return exit_code_;
+}
+
+RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  char tmpl[] = "/tmp/troupe-run-XXXXXX";
+  char* dir = ::mkdtemp(tmpl);
+  if (!dir)
+    throw std::runtime_error("mkdtemp failed");
+  std::string out_path = std::string(dir) + "/out";
+  std::string err_path = std::string(dir) + "/err";
+  auto start = Clock::now();
+  pid_t pid = spawn(argv, out_path, err_path);
+  RunResult result;
+  int status = 0;
+  bool done = false;
+  auto until = start + timeout;
+  while (true) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      done = true;
+      break;
+    }
+    if (Clock::now() >= until)
+      break;
+    std::this_thread::sleep_for(2ms);  // poll interval of a deadline wait
+  }
+  if (!done) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    result.exit_code = -1;
+  } else {
+    result.exit_code = decode(status);
+  }
+  unregister_child(pid);
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.out = slurp(out_path);
+  result.err = slurp(err_path);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return result;
+}
+
+bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds deadline,
+                std::chrono::milliseconds poll_interval, const std::atomic<bool>* give_up) {
+  auto until = Clock::now() + deadline;
+  while (true) {
+    if (condition())
+      return true;
+    if (Clock::now() >= until || (give_up && give_up->load()))
+      return false;
+    std::this_thread::sleep_for(poll_interval);  // poll interval of a deadline wait
+  }
+}
+
+uint16_t free_port(uint32_t seed) {
+  static std::mutex mu;
+  static std::set<uint16_t> given;
+  // Two processes starting together must not try the same ports in turn.
+  static std::minstd_rand rng(seed ^ (static_cast<uint32_t>(::getpid()) * 7919u) ^
+                              static_cast<uint32_t>(std::time(nullptr)));
+  std::lock_guard<std::mutex> lock(mu);
+  std::uniform_int_distribution<int> pick(20000, 32000);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    auto port = static_cast<uint16_t>(pick(rng));
+    if (given.count(port))
+      continue;
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::close(fd);
+    if (rc == 0) {
+      given.insert(port);
+      return port;
+    }
+  }
+  throw std::runtime_error("no free loopback port in 20000-32000");
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  char* made = ::mkdtemp(tmpl.data());
+  if (!made)
+    throw std::runtime_error("mkdtemp failed");
+  path_ = made;
+}
+
+TempDir::~TempDir() {
+  if (keep_)
+    return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::vector<pid_t> processes_mentioning(const std::string& needle) {
+  std::vector<pid_t> out;
+  pid_t self = ::getpid();
+  DIR* d = ::opendir("/proc");
+  if (!d)
+    return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == self)
+      continue;
+    std::string cmdline = slurp("/proc/" + std::string(e->d_name) + "/cmdline");
+    if (cmdline.empty())
+      continue;  // gone, or a zombie
+    // A zombie still has a cmdline of length 0; a live process has its args.
+    std::string stat = slurp("/proc/" + std::string(e->d_name) + "/stat");
+    auto paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z')
+      continue;
+    for (auto& c : cmdline) {
+      if (c == '\0')
+        c = ' ';
+    }
+    if (cmdline.find(needle) != std::string::npos)
+      out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace troupe::proc

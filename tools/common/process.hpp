@@ -1,0 +1,109 @@
+// Child processes and the waits around them, for programs that drive troupe
+// binaries: the multi-process tests (tests/support) and the chaos tool
+// (tools/chaos). Plain C++ and POSIX; links nothing of troupe.
+//
+// A Child runs with its output in a file, in its own process group (a Ctrl-C
+// in a terminal reaches only the driving program, which stops its children in
+// order), is killed with SIGKILL if the driving program dies
+// (PR_SET_PDEATHSIG), and is killed and reaped by its destructor if still
+// running. PR_SET_PDEATHSIG fires when the *thread* that forked exits, so
+// long-lived children must be spawned from a thread that outlives them.
+// Short commands (`run`) may be run from any thread: they are waited for
+// where they started.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe::proc {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+class Child {
+ public:
+  Child() = default;
+  Child(std::vector<std::string> argv, std::string output_path);
+  ~Child();
+  Child(Child&& other) noexcept;
+  Child& operator=(Child&& other) noexcept;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  // Sends a signal if the process still runs (SIGCONT first for SIGTERM and
+  // SIGKILL, so that a stopped process can act on it).
+  void signal(int sig);
+  // Waits until the process exits or the deadline passes: the exit code, or
+  // 128 + signal number when killed by a signal.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
+  std::optional<int> exit_code() const { return exit_code_; }
+  const std::vector<std::string>& argv() const { return argv_; }
+  const std::string& output_path() const { return output_path_; }
+  // Everything the process wrote so far.
+  std::string output() const;
+
+ private:
+  void kill_now();
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+  std::vector<std::string> argv_;
+  std::string output_path_;
+};
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed at the timeout
+  std::string out;
+  std::string err;
+  double seconds = 0;  // wall time of the command
+};
+
+// Runs a command to completion, killing it at the timeout.
+RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+// Polls `condition` until it holds, the deadline passes, or `give_up` (when
+// given) is set.
+bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds deadline,
+                std::chrono::milliseconds poll_interval = 50ms,
+                const std::atomic<bool>* give_up = nullptr);
+
+// A loopback TCP port below Linux's ephemeral range (32768+, so that no
+// outgoing connection takes it between this check and its use) that was free
+// a moment ago; never one handed out before by this process.
+uint16_t free_port(uint32_t seed = 0);
+
+// A fresh directory /tmp/<prefix>-XXXXXX, removed with its content on
+// destruction unless keep() was called.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "troupe-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  void keep() { keep_ = true; }
+
+ private:
+  std::string path_;
+  bool keep_ = false;
+};
+
+// Pids of live processes whose command line contains `needle` (from /proc).
+std::vector<pid_t> processes_mentioning(const std::string& needle);
+
+std::string slurp(const std::string& path);
+
+// SIGCONT and SIGKILL to every child not reaped yet. Async-signal-safe: for a
+// signal handler's emergency stop.
+void kill_all_children();
+
+}  // namespace troupe::proc
