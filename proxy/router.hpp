@@ -75,7 +75,7 @@ struct ReplicaSlot {
   bool local = false;
   // Guarded by the router's mutex.
   uint32_t in_flight = 0;
-  bool dead = false;      // died, or left the replica set
+  bool dead = false;  // died, or left the replica set
   // Dead only because its node could not be reached; the replica may still
   // run. `unreachable`: the handle died with the connection to its node (CAF
   // kills the proxies of a node whose connection drops): a snapshot with a
@@ -92,11 +92,11 @@ using SlotPtr = std::shared_ptr<ReplicaSlot>;
 
 // Why a request gives a replica back.
 enum class Outcome {
-  answered,  // the replica answered (any HTTP status)
-  refused,   // overloaded or unavailable: it never started the request
-  died,      // the replica died (or its node went away) before answering
+  answered,     // the replica answered (any HTTP status)
+  refused,      // overloaded or unavailable: it never started the request
+  died,         // the replica died (or its node went away) before answering
   unreachable,  // no route to its node, or lost with a dropped connection
-  abandoned  // the caller gave up (timeout): the replica may still work on it
+  abandoned     // the caller gave up (timeout): the replica may still work on it
 };
 
 struct RouterOptions {

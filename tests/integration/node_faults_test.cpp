@@ -286,8 +286,8 @@ TEST_CASE("frozen worker: requests in flight on its replica fail over once it is
       MESSAGE("failed: " << o.status << " after " << o.seconds << " s: " << o.body);
     }
   }
-  MESSAGE(outcomes.size() << " requests; slowest " << slowest << " s; w1 frozen for "
-                          << frozen_for << " s");
+  MESSAGE(outcomes.size() << " requests; slowest " << slowest << " s; w1 frozen for " << frozen_for
+                          << " s");
   CHECK(failed == 0);
   // Requests caught on the frozen replica (there always are some: its 4
   // slots are kept busy) wait for the DEAD declaration (2 s + a heartbeat +
@@ -399,8 +399,8 @@ TEST_CASE("troupectl kill agent: the node restarts its agent and its replicas ar
     REQUIRE(killed.is_ok());
     // The node process restarts the agent; the new one registers again.
     REQUIRE(wait_until([&] { return f.occurrences("w1", "node agent died") >= round; }, 10s));
-    REQUIRE(wait_until([&] { return f.occurrences("head", "node w1 re-registered") >= round; },
-                       10s));
+    REQUIRE(
+        wait_until([&] { return f.occurrences("head", "node w1 re-registered") >= round; }, 10s));
     CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 10s));
     // Adopted, not restarted: the very same replicas, on the same nodes.
     CHECK(f.wait_at_target("echo", "Echo", 4, 15s));

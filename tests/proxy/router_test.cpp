@@ -337,7 +337,7 @@ TEST_CASE("proxy/router: snapshots full and delta with withheld and removed depl
   CHECK(r.release(held.slot, Outcome::answered).empty());
 }
 
-TEST_CASE("proxy/router: an in-flight request on a replica of a node declared DEAD is lost and retried elsewhere") {
+TEST_CASE("proxy/router: a request on a replica of a DEAD node is lost and retried elsewhere") {
   Router r({"n1", 13});
   r.apply(full_snapshot({replica("a", "n2", 5), replica("b", "n3", 5)}));
   // A request in flight on a, whose node then freezes.
@@ -370,7 +370,7 @@ TEST_CASE("proxy/router: an in-flight request on a replica of a node declared DE
   CHECK(r.apply(again).lost.empty());
 }
 
-TEST_CASE("proxy/router: a replica leaving the set on a live node is not lost - it answers what it took") {
+TEST_CASE("proxy/router: a replica leaving the set on a live node is not lost") {
   Router r({"n1", 17});
   r.apply(full_snapshot({replica("a", "n2", 5), replica("b", "n3", 5)}));
   auto held = r.admit(kEcho, {"b"}, [](SlotPtr) {});
@@ -389,7 +389,7 @@ TEST_CASE("proxy/router: a replica leaving the set on a live node is not lost - 
   CHECK(r.release(held.slot, Outcome::answered).empty());
 }
 
-TEST_CASE("proxy/router: a replica dead with its node's connection is live again with a new handle") {
+TEST_CASE("proxy/router: a replica cut off with its connection is live with a new handle") {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   auto idle = []() -> caf::behavior { return {[](int) {}}; };

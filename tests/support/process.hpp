@@ -24,7 +24,7 @@ std::string bin(const std::string& name);
 using ChildProcess = proc::Child;
 using proc::free_port;  // below the ephemeral range, never the same twice
 using proc::RunResult;
-using proc::TempDir;    // under /tmp/troupe-test-*
+using proc::TempDir;  // under /tmp/troupe-test-*
 using proc::wait_until;
 
 // Runs a command to completion (killing it at the timeout) and captures its
