@@ -19,6 +19,7 @@
 
 #include "runtime/system_setup.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/specs.hpp"
 #include "tools/troupectl/client.hpp"
 
 using namespace troupe;
@@ -32,21 +33,11 @@ controller::ApplicationSpec app_spec(const std::string& name, const std::string&
                                      const std::string& user_config = "",
                                      const std::string& version = "v1",
                                      const std::string& library = "libtroupe_examples.so") {
-  controller::DeploymentSpec d;
-  d.name = cls;
+  auto app = example_app(name, prefix, cls, replicas);
+  auto& d = app.deployments[0];
   d.import_path = library + ":" + cls;
   d.code_version = version;
-  d.config.num_replicas = replicas;
   d.config.user_config = user_config;
-  d.config.health_check_period_s = 0.5;
-  d.config.health_check_timeout_s = 2;
-  d.config.graceful_shutdown_wait_loop_s = 0.2;
-  d.config.graceful_shutdown_timeout_s = 2;
-  controller::ApplicationSpec app;
-  app.name = name;
-  app.route_prefix = prefix;
-  app.ingress = cls;
-  app.deployments = {d};
   return app;
 }
 

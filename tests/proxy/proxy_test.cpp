@@ -25,6 +25,7 @@
 
 #include "runtime/system_setup.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/specs.hpp"
 #include "tools/troupectl/client.hpp"
 
 using namespace troupe;
@@ -166,22 +167,9 @@ class Conn {
 controller::ApplicationSpec app_spec(const std::string& name, const std::string& prefix,
                                      const std::string& cls, uint32_t replicas,
                                      uint32_t max_ongoing = 5, int32_t max_queued = -1) {
-  controller::DeploymentSpec d;
-  d.name = cls;
-  d.import_path = "libtroupe_examples.so:" + cls;
-  d.code_version = "v1";
-  d.config.num_replicas = replicas;
-  d.config.max_ongoing_requests = max_ongoing;
-  d.config.max_queued_requests = max_queued;
-  d.config.health_check_period_s = 0.5;
-  d.config.health_check_timeout_s = 2;
-  d.config.graceful_shutdown_wait_loop_s = 0.2;
-  d.config.graceful_shutdown_timeout_s = 2;
-  controller::ApplicationSpec app;
-  app.name = name;
-  app.route_prefix = prefix;
-  app.ingress = cls;
-  app.deployments = {d};
+  auto app = example_app(name, prefix, cls, replicas);
+  app.deployments[0].config.max_ongoing_requests = max_ongoing;
+  app.deployments[0].config.max_queued_requests = max_queued;
   return app;
 }
 
