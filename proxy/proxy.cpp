@@ -472,6 +472,20 @@ void on_timeout(const CallPtr& c) {
   finish(c, json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
 }
 
+// Arms the call's deadline (`timeout_s` after `start`; none when 0) and
+// routes it: the common start of HTTP requests and handle calls.
+void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s) {
+  if (timeout_s > 0) {
+    c->deadline = start + seconds(timeout_s);
+    c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
+    c->timer->async_wait([c](const boost::system::error_code& ec) {
+      if (!ec)
+        on_timeout(c);
+    });
+  }
+  dispatch(c);
+}
+
 bool valid_request_id(boost::beast::string_view id) {
   if (id.empty() || id.size() > 128)
     return false;
@@ -587,16 +601,7 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     hr.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   hr.body = std::move(req.body());
   hr.request_id = std::move(id);
-  double timeout = request_timeout_s();
-  if (timeout > 0) {
-    c->deadline = start + seconds(timeout);
-    c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
-    c->timer->async_wait([c](const boost::system::error_code& ec) {
-      if (!ec)
-        on_timeout(c);
-    });
-  }
-  dispatch(c);
+  start_call(c, w, start, request_timeout_s());
 }
 
 namespace {
@@ -772,16 +777,7 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
         finish(c, std::move(r));
         return;
       }
-      double timeout = timeout_s > 0 ? timeout_s : request_timeout_s();
-      if (timeout > 0) {
-        c->deadline = start + seconds(timeout);
-        c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
-        c->timer->async_wait([c](const boost::system::error_code& ec) {
-          if (!ec)
-            on_timeout(c);
-        });
-      }
-      dispatch(c);
+      start_call(c, w, start, timeout_s > 0 ? timeout_s : request_timeout_s());
     });
   }
 }
