@@ -25,6 +25,7 @@
 #include <caf/io/all.hpp>
 
 #include "runtime/system_setup.hpp"
+#include "tests/support/client_cluster.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/specs.hpp"
@@ -45,12 +46,7 @@ controller::ApplicationSpec app_spec(const std::string& name, const std::string&
   return app;
 }
 
-struct Fixture {
-  Cluster cluster;
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::optional<ControllerClient> client;
-
+struct Fixture : ClientCluster {
   // `basp_timeout_s`: replaces the BASP connection timeout of kFastLiveness.
   Fixture(const std::vector<std::string>& workers, std::optional<double> basp_timeout_s = {}) {
     if (basp_timeout_s) {
@@ -59,32 +55,10 @@ struct Fixture {
       REQUIRE(it != l.end());
       *(it + 1) = std::to_string(*basp_timeout_s);
     }
-    cluster.start_head();
-    std::map<std::string, std::string> expected{{"head", "ALIVE"}};
-    for (const auto& id : workers) {
-      cluster.start_worker(id);
-      expected[id] = "ALIVE";
-    }
-    REQUIRE(cluster.wait_states(expected, 20s));
-    configure_actor_system(cfg, TransportOptions{});
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto c = ControllerClient::connect(*sys, parse_endpoint(cluster.address).value(), 5);
-    REQUIRE(c.has_value());
-    client.emplace(std::move(c.value()));
+    start(workers);
   }
 
   uint16_t port(const std::string& node) { return cluster.http_ports.at(node); }
-
-  json deployment(const std::string& app, const std::string& dep) {
-    auto s = client->status_json();
-    if (!s)
-      return json::object();
-    auto all = json::parse(*s);
-    auto& apps = all.at("applications");
-    if (!apps.contains(app) || !apps[app]["deployments"].contains(dep))
-      return json::object();
-    return apps[app]["deployments"][dep];
-  }
 
   // Replica id -> node of the RUNNING replicas.
   std::map<std::string, std::string> running(const std::string& app, const std::string& dep) {

@@ -18,6 +18,7 @@
 #include <caf/io/all.hpp>
 
 #include "runtime/system_setup.hpp"
+#include "tests/support/client_cluster.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/specs.hpp"
 #include "tools/troupectl/client.hpp"
@@ -41,41 +42,8 @@ controller::ApplicationSpec app_spec(const std::string& name, const std::string&
   return app;
 }
 
-struct Fixture {
-  Cluster cluster;
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::optional<ControllerClient> client;
-
-  explicit Fixture(std::vector<std::string> worker_ids = {"w1", "w2"}) {
-    cluster.start_head();
-    std::map<std::string, std::string> expected{{"head", "ALIVE"}};
-    for (const auto& id : worker_ids) {
-      cluster.start_worker(id);
-      expected[id] = "ALIVE";
-    }
-    REQUIRE(cluster.wait_states(expected, 20s));
-    configure_actor_system(cfg, TransportOptions{});
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto endpoint = parse_endpoint(cluster.address).value();
-    auto c = ControllerClient::connect(*sys, endpoint, 5);
-    REQUIRE(c.has_value());
-    client.emplace(std::move(c.value()));
-  }
-
-  json status() {
-    auto s = client->status_json();
-    REQUIRE(s.has_value());
-    return json::parse(*s);
-  }
-
-  json deployment(const std::string& app, const std::string& dep) {
-    auto s = status();
-    auto& apps = s.at("applications");
-    if (!apps.contains(app) || !apps[app]["deployments"].contains(dep))
-      return json::object();
-    return apps[app]["deployments"][dep];
-  }
+struct Fixture : ClientCluster {
+  explicit Fixture(std::vector<std::string> worker_ids = {"w1", "w2"}) { start(worker_ids); }
 
   // Waits until the deployment is HEALTHY with `n` RUNNING replicas.
   bool wait_healthy(const std::string& app, const std::string& dep, size_t n,

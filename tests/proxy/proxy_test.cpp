@@ -24,6 +24,7 @@
 #include <caf/io/all.hpp>
 
 #include "runtime/system_setup.hpp"
+#include "tests/support/client_cluster.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/specs.hpp"
 #include "tools/troupectl/client.hpp"
@@ -194,44 +195,13 @@ uint16_t http_port_of(const ChildProcess& p) {
   return 0;
 }
 
-struct Fixture {
-  Cluster cluster;
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::optional<ControllerClient> client;
-
+struct Fixture : ClientCluster {
   explicit Fixture(std::vector<std::string> worker_ids = {},
                    std::vector<std::string> head_args = {}) {
-    cluster.start_head(head_args);
-    std::map<std::string, std::string> expected{{"head", "ALIVE"}};
-    for (const auto& id : worker_ids) {
-      cluster.start_worker(id);
-      expected[id] = "ALIVE";
-    }
-    REQUIRE(cluster.wait_states(expected, 20s));
-    configure_actor_system(cfg, TransportOptions{});
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto endpoint = parse_endpoint(cluster.address).value();
-    auto c = ControllerClient::connect(*sys, endpoint, 5);
-    REQUIRE(c.has_value());
-    client.emplace(std::move(c.value()));
+    start(worker_ids, head_args);
   }
 
   uint16_t port(const std::string& node = "head") { return http_port_of(cluster.nodes.at(node)); }
-
-  json status() {
-    auto s = client->status_json();
-    REQUIRE(s.has_value());
-    return json::parse(*s);
-  }
-
-  json deployment(const std::string& app, const std::string& dep) {
-    auto s = status();
-    auto& apps = s.at("applications");
-    if (!apps.contains(app) || !apps[app]["deployments"].contains(dep))
-      return json::object();
-    return apps[app]["deployments"][dep];
-  }
 
   std::vector<std::string> running(const std::string& app, const std::string& dep) {
     std::vector<std::string> out;

@@ -1,0 +1,47 @@
+#include "tests/support/client_cluster.hpp"
+
+#include <map>
+
+#include <doctest/doctest.h>
+
+#include "runtime/address.hpp"
+#include "runtime/system_setup.hpp"
+
+namespace troupe::testing {
+
+using namespace std::chrono_literals;
+
+void ClientCluster::start(const std::vector<std::string>& workers,
+                          const std::vector<std::string>& head_args) {
+  cluster.start_head(head_args);
+  std::map<std::string, std::string> expected{{"head", "ALIVE"}};
+  for (const auto& id : workers) {
+    cluster.start_worker(id);
+    expected[id] = "ALIVE";
+  }
+  REQUIRE(cluster.wait_states(expected, 20s));
+  configure_actor_system(cfg, TransportOptions{});
+  sys = std::make_unique<caf::actor_system>(cfg);
+  auto c = ControllerClient::connect(*sys, parse_endpoint(cluster.address).value(), 5);
+  REQUIRE(c.has_value());
+  client.emplace(std::move(c.value()));
+}
+
+nlohmann::json ClientCluster::status() {
+  auto s = client->status_json();
+  REQUIRE(s.has_value());
+  return nlohmann::json::parse(*s);
+}
+
+nlohmann::json ClientCluster::deployment(const std::string& app, const std::string& dep) {
+  auto s = client->status_json();
+  if (!s)
+    return nlohmann::json::object();
+  auto all = nlohmann::json::parse(*s);
+  auto& apps = all.at("applications");
+  if (!apps.contains(app) || !apps[app]["deployments"].contains(dep))
+    return nlohmann::json::object();
+  return apps[app]["deployments"][dep];
+}
+
+}  // namespace troupe::testing

@@ -1,0 +1,38 @@
+// A cluster of real nodes with a controller client of the test's own: what
+// the integration tests that deploy through the client library start from.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/cluster.hpp"
+#include "tools/troupectl/client.hpp"
+
+namespace troupe::testing {
+
+struct ClientCluster {
+  Cluster cluster;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::optional<ControllerClient> client;
+
+  // Starts the head (with `head_args`) and `workers`, waits until every node
+  // is ALIVE and connects the client; REQUIREs each step.
+  void start(const std::vector<std::string>& workers,
+             const std::vector<std::string>& head_args = {});
+
+  // `status --json`, parsed; REQUIREs that the call succeeds.
+  nlohmann::json status();
+
+  // The status of deployment `dep` of `app`; {} when it is absent or the
+  // call failed (for polling while nodes come and go).
+  nlohmann::json deployment(const std::string& app, const std::string& dep);
+};
+
+}  // namespace troupe::testing
