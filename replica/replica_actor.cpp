@@ -290,10 +290,7 @@ struct ReplicaState {
   ReplicaOptions options;
   DispatchPtr dispatch;
   caf::actor control;
-  // Shared with the exit hook, which runs when the state may be gone.
-  std::shared_ptr<std::vector<caf::actor>> workers = std::make_shared<std::vector<caf::actor>>();
   bool initialized = false;
-  bool stopping = false;
   std::optional<caf::response_promise> stop_promise;
   std::vector<caf::response_promise> init_waiters;
   bool init_running = false;
@@ -332,10 +329,11 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
   st.user_config = o.spec.user_config;
   st.control = self->home_system().spawn<caf::detached>(control_worker, o);
   // Helpers die with the replica (a thread blocked in user code ends when the
-  // call returns).
-  self->attach_functor([control = st.control, workers = st.workers](const caf::error&) {
+  // call returns). The hook holds the dispatch: it runs when the state may be
+  // gone, and after the replica's last message, so the workers are settled.
+  self->attach_functor([control = st.control, dispatch](const caf::error&) {
     caf::anon_send_exit(control, caf::exit_reason::kill);
-    for (auto& w : *workers)
+    for (auto& w : dispatch->workers)
       caf::anon_send_exit(w, caf::exit_reason::kill);
   });
   if (o.metrics_sink && o.spec.metrics_interval_s > 0) {
@@ -364,7 +362,6 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
                     d.workers.push_back(self->home_system().spawn<caf::detached>(
                         request_worker, instance, st.dispatch, i));
                   }
-                  *st.workers = d.workers;
                   d.ready.store(true, std::memory_order_release);
                   st.initialized = true;
                   st.start_time = unix_now();
@@ -409,7 +406,7 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
       // dispatch sends them to request threads afterwards).
       [=](handle_atom, HttpRequest&) -> caf::result<caf::message> {
         auto& st = self->state;
-        if (st.stopping) {
+        if (st.dispatch->stopping.load()) {
           return to_caf_error(
               Status(errc::unavailable, "replica " + st.options.spec.replica_id + " is stopping"));
         }
@@ -419,18 +416,17 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
       [=](done_atom) {
         // The last request of a stopping replica ended.
         auto& st = self->state;
-        if (st.stopping && st.dispatch->in_flight() == 0)
+        if (st.dispatch->stopping.load() && st.dispatch->in_flight() == 0)
           finish_stop(self);
       },
       [=](stop_atom, double timeout_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
-        st.dispatch->stopping.store(true);
+        bool already = st.dispatch->stopping.exchange(true);
         uint32_t ongoing = st.dispatch->in_flight();
-        if (!st.stopping) {
+        if (!already) {
           st.log->info("replica {} stopping ({} in flight, timeout {:.1f} s)",
                        st.options.spec.replica_id, ongoing, timeout_s);
         }
-        st.stopping = true;
         if (ongoing == 0) {
           self->quit(caf::exit_reason::user_shutdown);
           return caf::ok_atom::value;

@@ -56,6 +56,9 @@ Status from_caf_error(const caf::error& err) {
       case caf::sec::remote_linking_failed:
       case caf::sec::request_receiver_down:
       case caf::sec::no_route_to_receiving_node:
+      // A replica's handle (an actor pool) answers an empty message once its
+      // replica has exited.
+      case caf::sec::unexpected_response:
         return Status(errc::unavailable, what);
       default:
         return Status(errc::internal, what);

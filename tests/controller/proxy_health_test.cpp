@@ -6,7 +6,6 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -16,6 +15,7 @@
 #include "runtime/status.hpp"
 #include "runtime/system_setup.hpp"
 #include "runtime/wire.hpp"
+#include "tools/common/process.hpp"
 #include "tests/controller/fakes.hpp"
 
 using namespace troupe;
@@ -97,13 +97,8 @@ struct Fixture {
   }
 
   bool wait_proxy_state(const std::string& want) {
-    auto until = std::chrono::steady_clock::now() + kDeadline;
-    while (std::chrono::steady_clock::now() < until) {
-      if (proxy_state() == want)
-        return true;
-      std::this_thread::sleep_for(10ms);  // polling interval, bounded by the deadline
-    }
-    return false;
+    return proc::wait_until([&] { return proxy_state() == want; },
+                            std::chrono::duration_cast<std::chrono::milliseconds>(kDeadline), 10ms);
   }
 };
 

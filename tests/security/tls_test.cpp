@@ -86,7 +86,29 @@ struct Fixture {
         issue_certificate(home, "old", Role::operator_, Validity{now - 7200, now - 3600}).is_ok());
     REQUIRE(issue_certificate(foreign, "mallory", Role::operator_, 1).is_ok());
   }
+
+  // A directory that trusts the home CA but holds mallory's identity.
+  std::string mixed() {
+    std::string dir = tmp / "mixed";
+    if (std::filesystem::create_directory(dir)) {
+      std::filesystem::copy_file(home + "/ca.crt", dir + "/ca.crt");
+      std::filesystem::copy_file(foreign + "/mallory.crt", dir + "/mallory.crt");
+      std::filesystem::copy_file(foreign + "/mallory.key", dir + "/mallory.key");
+    }
+    return dir;
+  }
 };
+
+// CAF's OpenSSL settings made directly, past configure_tls()'s checks (which
+// refuse an expired identity): trust `ca_dir`'s CA, present `identity`
+// ("<dir>/<name>", without .crt/.key).
+void set_tls_files(caf::actor_system_config& cfg, const std::string& ca_dir,
+                   const std::string& identity) {
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_cafile = ca_dir + "/ca.crt";
+  cfg.openssl_certificate = identity + ".crt";
+  cfg.openssl_key = identity + ".key";
+}
 
 // The server side: an adder published over TLS with the home CA.
 struct Server {
@@ -180,10 +202,7 @@ TEST_CASE("mutual TLS between two actor systems") {
   SUBCASE("a client that trusts the cluster CA but shows another CA's certificate fails") {
     // The client accepts the server; the server must refuse the client.
     auto out = call(server.port, [&](caf::actor_system_config& cfg) {
-      cfg.load<caf::openssl::manager>();
-      cfg.openssl_cafile = f.home + "/ca.crt";
-      cfg.openssl_certificate = f.foreign + "/mallory.crt";
-      cfg.openssl_key = f.foreign + "/mallory.key";
+      set_tls_files(cfg, f.home, f.foreign + "/mallory");
     });
     check_refused(out);
   }
@@ -191,10 +210,7 @@ TEST_CASE("mutual TLS between two actor systems") {
   SUBCASE("a client with an expired certificate fails to connect") {
     // configure_tls refuses an expired identity, so set CAF's fields directly.
     auto out = call(server.port, [&](caf::actor_system_config& cfg) {
-      cfg.load<caf::openssl::manager>();
-      cfg.openssl_cafile = f.home + "/ca.crt";
-      cfg.openssl_certificate = f.home + "/old.crt";
-      cfg.openssl_key = f.home + "/old.key";
+      set_tls_files(cfg, f.home, f.home + "/old");
     });
     check_refused(out);
     // The server's alert says so, and so does our own check.
@@ -215,12 +231,7 @@ TEST_CASE("mutual TLS between two actor systems") {
 
   SUBCASE("a client that trusts the cluster CA but shows another CA's certificate is told so") {
     // A directory with the home CA and mallory's identity.
-    std::string mixed = f.tmp / "mixed";
-    std::filesystem::create_directory(mixed);
-    std::filesystem::copy_file(f.home + "/ca.crt", mixed + "/ca.crt");
-    std::filesystem::copy_file(f.foreign + "/mallory.crt", mixed + "/mallory.crt");
-    std::filesystem::copy_file(f.foreign + "/mallory.key", mixed + "/mallory.key");
-    auto why = diagnose_tls("127.0.0.1", server.port, mixed, "", kTimeout);
+    auto why = diagnose_tls("127.0.0.1", server.port, f.mixed(), "", kTimeout);
     CHECK(why.code() == errc::permission_denied);
     CHECK_MESSAGE(
         why.message().find("refused our certificate 'mallory' (tlsv1 alert unknown ca)") !=
@@ -256,11 +267,9 @@ struct Member {
     caf::scoped_actor self{*sys};
     self->request(transport_actor(*sys), kTimeout, caf::connect_atom::value,
                   std::string("127.0.0.1"), port)
-        .receive(
-            [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
-              server = caf::actor_cast<caf::actor>(ptr);
-            },
-            [&](caf::error& err) { FAIL("member cannot connect: " << sys->render(err)); });
+        .receive([&](caf::node_id&, caf::strong_actor_ptr& ptr,
+                     std::set<std::string>&) { server = caf::actor_cast<caf::actor>(ptr); },
+                 [&](caf::error& err) { FAIL("member cannot connect: " << sys->render(err)); });
   }
 
   // One round trip over the member's existing connection.
@@ -325,11 +334,7 @@ TEST_CASE("an open TLS connection survives refused and departing peers") {
   std::string why;
   REQUIRE_MESSAGE(member.ask(why), why);
 
-  std::string mixed = f.tmp / "mixed";
-  std::filesystem::create_directory(mixed);
-  std::filesystem::copy_file(f.home + "/ca.crt", mixed + "/ca.crt");
-  std::filesystem::copy_file(f.foreign + "/mallory.crt", mixed + "/mallory.crt");
-  std::filesystem::copy_file(f.foreign + "/mallory.key", mixed + "/mallory.key");
+  std::string mixed = f.mixed();
 
   struct Visitor {
     const char* what;
@@ -338,28 +343,15 @@ TEST_CASE("an open TLS connection survives refused and departing peers") {
   };
   std::vector<Visitor> visitors = {
       {"a member that connects and leaves",
-       [&](caf::actor_system_config& cfg) { REQUIRE(configure_tls(cfg, f.home, "alice")); },
-       false},
+       [&](caf::actor_system_config& cfg) { REQUIRE(configure_tls(cfg, f.home, "alice")); }, false},
       {"a plain-text client", [](caf::actor_system_config&) {}, true},
       {"a client of another CA",
        [&](caf::actor_system_config& cfg) { REQUIRE(configure_tls(cfg, f.foreign, "mallory")); },
        true},
       {"a client showing another CA's certificate",
-       [&](caf::actor_system_config& cfg) {
-         cfg.load<caf::openssl::manager>();
-         cfg.openssl_cafile = mixed + "/ca.crt";
-         cfg.openssl_certificate = mixed + "/mallory.crt";
-         cfg.openssl_key = mixed + "/mallory.key";
-       },
-       true},
+       [&](caf::actor_system_config& cfg) { set_tls_files(cfg, mixed, mixed + "/mallory"); }, true},
       {"a client with an expired certificate",
-       [&](caf::actor_system_config& cfg) {
-         cfg.load<caf::openssl::manager>();
-         cfg.openssl_cafile = f.home + "/ca.crt";
-         cfg.openssl_certificate = f.home + "/old.crt";
-         cfg.openssl_key = f.home + "/old.key";
-       },
-       true},
+       [&](caf::actor_system_config& cfg) { set_tls_files(cfg, f.home, f.home + "/old"); }, true},
   };
   bool connected = true;
   for (int round = 0; round < 2 && connected; ++round) {
