@@ -159,6 +159,8 @@ ReplicaSpec wire_spec(const Command& cmd) {
   spec.metrics_interval_s = cmd.spec->config.autoscaling_config
                                 ? cmd.spec->config.autoscaling_config->metrics_interval_s
                                 : 10.0;
+  spec.isolation = to_string(cmd.spec->config.isolation);
+  spec.memory_limit_bytes = cmd.spec->config.memory_limit_bytes;
   return spec;
 }
 
@@ -547,6 +549,8 @@ nlohmann::json status_json(const ControllerState& st) {
       }
       if (auto t = st.core->target_replicas(id))
         d["target_replicas"] = *t;
+      d["isolation"] = to_string(spec.config.isolation);
+      d["memory_limit_bytes"] = spec.config.memory_limit_bytes;
       json rows = json::array();
       for (const auto& r : st.core->replicas(id)) {
         auto ref = st.replicas.find(r.id);
@@ -630,8 +634,14 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
       if (stopping) {
         st.core->on_replica_stopped(id);
       } else {
-        st.log->warn("replica {} went down: {}", id, self->home_system().render(dm.reason));
-        st.core->on_replica_crashed(id);
+        // A replica process's handle ends with the cause of its exit
+        // ("replica X exited: killed by SIGSEGV"): that is the status message.
+        std::string cause;
+        if (dm.reason.category() == kErrorCategory)
+          cause = from_caf_error(dm.reason).message();
+        st.log->warn("replica {} went down: {}", id,
+                     cause.empty() ? self->home_system().render(dm.reason) : cause);
+        st.core->on_replica_crashed(id, cause);
       }
       reconcile(self);
       return;

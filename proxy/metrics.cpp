@@ -49,6 +49,17 @@ void Metrics::retried(const std::string& app) {
   ++retries_[app];
 }
 
+void Metrics::crashed(const std::string& app) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++crashed_[app];
+}
+
+uint64_t Metrics::crashes(const std::string& app) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = crashed_.find(app);
+  return it == crashed_.end() ? 0 : it->second;
+}
+
 uint64_t Metrics::count(const std::string& app, int status) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = requests_.find({app, status});
@@ -88,6 +99,14 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
   for (const auto& [app, n] : retries_) {
     out += "troupe_proxy_retries_total{application=\"" + escape(app) + "\"} " + std::to_string(n) +
            "\n";
+  }
+  out +=
+      "# HELP troupe_proxy_requests_crashed_total Requests answered 502 because two replicas "
+      "died with them (not retried again).\n";
+  out += "# TYPE troupe_proxy_requests_crashed_total counter\n";
+  for (const auto& [app, n] : crashed_) {
+    out += "troupe_proxy_requests_crashed_total{application=\"" + escape(app) + "\"} " +
+           std::to_string(n) + "\n";
   }
   out += "# HELP troupe_proxy_queue_length Requests waiting for a replica, by deployment.\n";
   out += "# TYPE troupe_proxy_queue_length gauge\n";

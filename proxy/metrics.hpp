@@ -25,12 +25,17 @@ class Metrics {
   // (404s, malformed requests, /-/ endpoints).
   void observe(const std::string& app, int status, double seconds);
   void retried(const std::string& app);
+  // A request that crashed two replicas (a "query of death"): answered 502
+  // and never sent again. See proxy.cpp: crashed().
+  void crashed(const std::string& app);
   void request_started() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
   void request_finished() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
   // Requests counted for (app, status); for tests.
   uint64_t count(const std::string& app, int status) const;
+  // Requests of `app` counted by crashed(); for tests.
+  uint64_t crashes(const std::string& app) const;
 
   // The exposition text; queue lengths and per-replica in-flight counts come
   // from the router's view.
@@ -46,6 +51,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, Histogram> latency_;
   std::map<std::string, uint64_t> retries_;
+  std::map<std::string, uint64_t> crashed_;
   std::atomic<int64_t> in_flight_{0};
 };
 

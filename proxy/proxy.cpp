@@ -45,7 +45,8 @@ struct Call : std::enable_shared_from_this<Call> {
   SlotPtr slot;
   uint32_t attempt = 0;  // answers of an earlier attempt are ignored
   uint32_t sends = 0;
-  uint32_t deaths = 0;    // replicas that died with this request
+  uint32_t deaths = 0;    // replicas lost with this request (crashed or not)
+  uint32_t crashes = 0;   // replicas that died while they had it (see retry())
   uint32_t refusals = 0;  // replicas that refused it (at their limit, stopping)
   std::unique_ptr<asio::steady_timer> backoff;
   Clock::time_point sent_at;       // of the current attempt
@@ -235,18 +236,62 @@ void give_up(const CallPtr& c, const std::string& why) {
   finish(c, std::move(r));
 }
 
-// The replica died before answering: send the request to another one, at most
-// max_attempts times.
-void retry(const CallPtr& c, const std::string& why) {
+// The path of the request as the client sent it, without the query (for log
+// lines: never the query's or the body's content).
+std::string_view path_of(Call& c) {
+  auto t = target_of(c);
+  return t.substr(0, t.find('?'));
+}
+
+// A request that crashed kMaxCrashes replicas (a "query of death"): it is
+// never sent anywhere again. 502, a warning naming it, and a metric.
+void crashed(const CallPtr& c, const std::string& why) {
+  auto* core = c->worker->core;
+  const auto& id = c->request.request_id;
+  std::string where = c->route->app + "/" + c->route->deployment;
+  core->metrics.crashed(c->route->app);
+  core->log->warn(
+      "request {} {} {} crashed {} replicas of {} (last: {}); answering 502, it is not retried "
+      "again",
+      id, c->request.method, path_of(*c), c->crashes, where, why);
+  finish(c, json_error(http::status::bad_gateway,
+                       "request " + id + " crashed " + std::to_string(c->crashes) +
+                           " replicas of " + where + "; it is not retried again",
+                       id));
+}
+
+// The replica is gone before answering: send the request to another one.
+//
+// `crash`: the replica died while it had the request in flight (its handle
+// went down, or the request failed with request_receiver_down or an exit
+// reason). The request may be what killed it (user code that crashes on it,
+// which takes its whole process down), so it is retried once, on another
+// replica; a second crash answers 502 (crashed()): one poisoned request must
+// not take down replica after replica. Otherwise (a bounce for lack of a route,
+// the connection to the head lost, a node declared DEAD, a handle lost with
+// the connection to the controller's node) it is not the request's fault:
+// at most max_attempts replicas in all, then 503.
+constexpr uint32_t kMaxCrashes = 2;
+
+void retry(const CallPtr& c, const std::string& why, bool crash) {
   auto* core = c->worker->core;
   if (c->slot)
     c->tried.push_back(c->slot->replica_id);
+  if (crash && ++c->crashes >= kMaxCrashes) {
+    crashed(c, why);
+    return;
+  }
   if (++c->deaths >= core->options.max_attempts) {
     give_up(c, why);
     return;
   }
   core->metrics.retried(c->route->app);
-  core->log->info("request {}: retrying on another replica ({})", c->request.request_id, why);
+  if (crash) {
+    core->log->info("request {} {} {}: {} with it; retrying once on another replica",
+                    c->request.request_id, c->request.method, path_of(*c), why);
+  } else {
+    core->log->info("request {}: retrying on another replica ({})", c->request.request_id, why);
+  }
   dispatch(c);
 }
 
@@ -307,18 +352,25 @@ void on_error(const CallPtr& c, const caf::error& err) {
     if (c->slot)
       c->tried.push_back(c->slot->replica_id);
     release(c, Outcome::unreachable);
-    retry(c, why);
+    retry(c, why, false);
     return;
   }
   // A replica's handle (a CAF actor pool) whose replica has exited answers
-  // with an empty message, which CAF reports as unexpected_response.
+  // with an empty message, which CAF reports as unexpected_response: the
+  // replica was gone before the request reached it (it never had it in
+  // flight), so that is not counted as a crash of the request. The others
+  // are: the receiver went down with the request in its mailbox, or with it.
+  // (Outcome::died marks the slot dead at once: the retry never goes back to
+  // it, even before its down message arrives.)
   if (err == caf::sec::request_receiver_down || err == caf::sec::unexpected_response ||
       err == caf::exit_reason::kill || err.category() == caf::atom("exit")) {
-    std::string why = "replica " + (c->slot ? c->slot->replica_id : std::string()) + " is gone";
+    bool crash = err != caf::sec::unexpected_response;
+    std::string why = "replica " + (c->slot ? c->slot->replica_id : std::string()) +
+                      (crash ? " died" : " is gone");
     if (c->slot)
       c->tried.push_back(c->slot->replica_id);
     release(c, Outcome::died);
-    retry(c, why);
+    retry(c, why, crash);
     return;
   }
   release(c, Outcome::answered);
@@ -449,10 +501,10 @@ void dispatch(const CallPtr& c) {
     case Router::Admit::no_deployment: {
       if (c->handle_route) {
         // A handle names the deployment itself: no such deployment.
-        finish(c, json_error(http::status::not_found,
-                             "application " + c->route->app + " has no deployment " +
-                                 c->route->deployment,
-                             c->request.request_id));
+        finish(c, json_error(
+                      http::status::not_found,
+                      "application " + c->route->app + " has no deployment " + c->route->deployment,
+                      c->request.request_id));
         return;
       }
       auto r = json_error(
@@ -607,10 +659,11 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
 namespace {
 
 // On the worker's io thread: the requests in flight there on a replica that
-// `gone` selects will never be answered; retry each on another replica now
-// (within max_attempts), not at its timeout.
+// `gone` selects will never be answered; retry each on another replica now,
+// not at its timeout. `crash`: the replica died with them (see retry()).
 template <class Pred>
-void fail_over(Worker* w, Pred gone, const char* what, Outcome outcome = Outcome::died) {
+void fail_over(Worker* w, Pred gone, const char* what, bool crash,
+               Outcome outcome = Outcome::died) {
   std::vector<CallPtr> victims;
   for (Call* c : w->active) {
     if (c->slot && gone(*c->slot))
@@ -633,7 +686,7 @@ void fail_over(Worker* w, Pred gone, const char* what, Outcome outcome = Outcome
     std::string why = "replica " + c->slot->replica_id + " " + what;
     c->tried.push_back(c->slot->replica_id);
     release(c, outcome);
-    retry(c, why);
+    retry(c, why, crash);
   }
 }
 
@@ -641,24 +694,40 @@ void fail_over(Worker* w, Pred gone, const char* what, Outcome outcome = Outcome
 
 void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
   router.mark_dead(addr, link_lost);
+  // A replica that died counts as a crash of the requests it had in flight,
+  // also when its handle went down with the connection to its process (which
+  // is what a crash of user code looks like once it takes its process down).
+  // Except when that connection leads to the controller's node: then this
+  // node lost its connection to the head (hub_lost(), whose down message may
+  // come a little later), which is not the requests' fault.
+  bool crash = true;
+  if (link_lost) {
+    // Every other handle of that node died with the same connection: none of
+    // them may take a request failed over from this one.
+    router.mark_node_lost(addr.node());
+    std::lock_guard<std::mutex> lock(actor_mutex);
+    crash = !(controller && controller.node() == addr.node());
+  }
   for (auto& w : workers) {
-    asio::post(*w->io, [w = w.get(), addr] {
+    asio::post(*w->io, [w = w.get(), addr, crash] {
       // A remote replica's node may be gone and never answer.
       fail_over(
-          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.address() == addr; }, "died");
+          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.address() == addr; },
+          crash ? "died" : "was lost with the connection to the head", crash);
     });
   }
 }
 
 void Proxy::Core::hub_lost() {
-  log->warn("lost the connection to the controller's node; failing over requests in flight on "
-            "remote replicas");
+  log->warn(
+      "lost the connection to the controller's node; failing over requests in flight on "
+      "remote replicas");
   auto here = sys->node();
   for (auto& w : workers) {
     asio::post(*w->io, [w = w.get(), here] {
       fail_over(
           w, [&](const ReplicaSlot& s) { return s.handle && s.handle.node() != here; },
-          "was reached through the lost connection", Outcome::unreachable);
+          "was reached through the lost connection", false, Outcome::unreachable);
     });
   }
 }
@@ -678,7 +747,7 @@ void Proxy::Core::replicas_lost(const std::vector<SlotPtr>& lost) {
           [&](const ReplicaSlot& s) {
             return std::find(set->begin(), set->end(), &s) != set->end();
           },
-          "is on a DEAD node");
+          "is on a DEAD node", false);
     });
   }
 }
@@ -696,8 +765,8 @@ class HandleExchange : public Exchange {
       HttpResponse r;
       r.status = 503;
       r.headers = {{"Content-Type", "application/json"}, {"Retry-After", "1"}};
-      r.body = json{{"error", "the proxy of this node stopped before the call was answered"}}
-                   .dump();
+      r.body =
+          json{{"error", "the proxy of this node stopped before the call was answered"}}.dump();
       answer(std::move(r));
     }
   }
@@ -770,9 +839,9 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
       c->exchange = std::move(ex);
       c->request = std::move(request);
       if (!router.has_routes()) {
-        auto r = json_error(http::status::service_unavailable,
-                            "this node has no route table yet; retry shortly",
-                            c->request.request_id);
+        auto r =
+            json_error(http::status::service_unavailable,
+                       "this node has no route table yet; retry shortly", c->request.request_id);
         r.set(http::field::retry_after, "1");
         finish(c, std::move(r));
         return;
@@ -790,6 +859,48 @@ constexpr auto kReportInterval = std::chrono::seconds(1);
 // An io thread whose once-a-second sweep has not run for this long is
 // reported by the health check.
 constexpr double kIoStallLimit = 5.0;
+
+// Where the answer of a (call) request goes: the reply address of the request
+// message, taken in the actor that received it.
+//
+// Why not a response_promise: the answer of Core::call comes on an io thread
+// (`done`), and response_promise::deliver sends as the promising actor, in that
+// actor's execution context (CAF 0.17.6, response_promise::deliver_impl:
+// profiled_send(self, ..., self->context(), ...)), which another thread may be
+// using at that moment. Enqueueing a message to an actor is thread-safe from
+// any thread with no execution unit (it is what anon_send does, and how a
+// replica's handle refuses a request from the sender's context): the answer
+// goes straight to the caller as an anonymous response to the request's id,
+// with no hop back through the proxy actor, and still reaches the caller if
+// the proxy actor is restarted meanwhile.
+class ReplyTo {
+ public:
+  explicit ReplyTo(const caf::mailbox_element& m)
+      : sender_(m.sender), mid_(m.mid), stages_(m.stages) {}
+
+  // Once; from any thread.
+  void send(HttpResponse answer) {
+    auto msg = caf::make_message(std::move(answer));
+    if (!stages_.empty()) {
+      // Forwarded with stages left: the next stage receives the answer as the
+      // request (what response_promise::deliver does).
+      auto next = std::move(stages_.back());
+      stages_.pop_back();
+      next->enqueue(
+          caf::make_mailbox_element(std::move(sender_), mid_, std::move(stages_), std::move(msg)),
+          nullptr);
+      return;
+    }
+    if (sender_ && mid_.is_request())
+      sender_->enqueue(nullptr, mid_.response_id(), std::move(msg), nullptr);
+    sender_ = nullptr;
+  }
+
+ private:
+  caf::strong_actor_ptr sender_;
+  caf::message_id mid_;
+  caf::mailbox_element::forwarding_stack stages_;
+};
 
 // The proxy actor: applies snapshots, monitors replicas, answers health.
 caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
@@ -849,17 +960,16 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
       // Healthy while every io thread runs its sweep (at least once a
       // second): a stalled event loop serves nobody.
       [=](health_atom) -> caf::result<caf::ok_atom> {
-        auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       Clock::now().time_since_epoch())
-                       .count();
+        auto now =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+                .count();
         for (const auto& w : core->workers) {
           int64_t last = w->last_sweep_ns.load(std::memory_order_relaxed);
           double stalled_s = (now - last) / 1e9;
           if (last != 0 && stalled_s > kIoStallLimit) {
-            return to_caf_error(
-                Status(errc::unavailable, "io thread " + std::to_string(w->index) +
-                                              " has not run for " + fmt::format("{:.1f}", stalled_s) +
-                                              " s"));
+            return to_caf_error(Status(
+                errc::unavailable, "io thread " + std::to_string(w->index) + " has not run for " +
+                                       fmt::format("{:.1f}", stalled_s) + " s"));
           }
         }
         return caf::ok_atom::value;
@@ -874,6 +984,20 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
           core->report_load(d.app, d.deployment, load);
         }
         self->delayed_send(self, kReportInterval, tick_atom::value);
+      },
+      // A deployment handle's call from another process (a replica process:
+      // replica/handle_transport.hpp, make_remote_proxy_call), usually
+      // delegated by the keeper: Core::call, exactly as Proxy::caller(). Its
+      // bounds are Core::call's (the call's timeout, retries, 503 when the
+      // proxy stops: `done` always runs once); the caller's request carries a
+      // timeout of its own. The answer is sent from the io thread that gets
+      // it, see ReplyTo.
+      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
+          double timeout_s) -> caf::result<HttpResponse> {
+        auto reply = std::make_shared<ReplyTo>(*self->current_mailbox_element());
+        core->call(app, deployment, std::move(request), timeout_s,
+                   [reply](HttpResponse answer) { reply->send(std::move(answer)); });
+        return caf::delegated<HttpResponse>{};
       },
   };
 }
@@ -904,6 +1028,25 @@ caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
           self->send(controller, subscribe_atom::value, current, uint64_t{0}, uint64_t{0},
                      core->options.node_id);
         }
+      },
+      // A deployment handle's call from another process: the keeper is the
+      // handle that stays valid across restarts of the proxy actor, so callers
+      // hold it; delegated to the current proxy actor, which answers the
+      // caller directly. (One that died and is not restarted yet bounces it:
+      // the caller gets request_receiver_down.)
+      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
+          double timeout_s) -> caf::result<HttpResponse> {
+        caf::actor current;
+        {
+          std::lock_guard<std::mutex> lock(core->actor_mutex);
+          if (!core->stopped)
+            current = core->actor;
+        }
+        if (!current)
+          return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
+        self->delegate(current, call_atom::value, std::move(app), std::move(deployment),
+                       std::move(request), timeout_s);
+        return caf::delegated<HttpResponse>{};
       },
   };
 }
@@ -961,8 +1104,7 @@ caf::actor Proxy::keeper() const {
 
 Proxy::Caller Proxy::caller() const {
   return [weak = std::weak_ptr<Core>(core_)](const std::string& app, const std::string& deployment,
-                                             HttpRequest request, double timeout_s,
-                                             CallDone done) {
+                                             HttpRequest request, double timeout_s, CallDone done) {
     if (auto core = weak.lock()) {
       core->call(app, deployment, std::move(request), timeout_s, std::move(done));
       return;

@@ -14,12 +14,32 @@
 //                                replica is never chosen again and its
 //                                in-flight requests are retried elsewhere
 //   (health)              -> (ok)
+//   (call, string app, string deployment, HttpRequest, double timeout_s)
+//                         -> (HttpResponse)  a deployment handle's call from
+//                                another process, as Proxy::caller() (the
+//                                keeper() takes it too and delegates it here)
 // If the proxy actor dies it is restarted; the new one subscribes to the last
 // controller it heard from, presenting the last snapshot id it holds.
+//
+// Retries: a replica that refuses a request (at its limit, stopping) is not
+// counted against it (see proxy.cpp: refused()). A replica that dies while
+// it has the request in flight is a crash of the request (its handle went
+// down - also with the connection to its node or process, which is what a
+// crash of user code looks like when it takes its process down - or the
+// request failed with request_receiver_down or an exit reason): the request
+// may be what kills replicas (a "query of death"), so after one crash it is
+// retried once on another replica, and after a second it is answered 502 and
+// never sent again (a WARNING names its method, path and id;
+// troupe_proxy_requests_crashed_total counts it). Losses that are not the
+// request's fault (a bounce for lack of a route, the connection to the head
+// lost, replicas on nodes the controller declared DEAD, a handle lost with
+// the connection to the controller's node, a handle whose replica had
+// exited before the request reached it) count against max_attempts only.
 //
 // Answers: 404 (no route, JSON body), 400/413/431 (see http_server.hpp), 503
 // with Retry-After (queue full, no replica took the request after
 // max_attempts, or the deployment is gone), 504 (request timeout), 502 (a
+// request that crashed two replicas: JSON body naming its request id; or a
 // transport failure other than the above). /-/healthz, /-/routes, /-/metrics.
 #pragma once
 
@@ -42,9 +62,10 @@ struct ProxyOptions {
   // Used when the controller's snapshot carries none (request_timeout_s 0);
   // 0: no timeout.
   double request_timeout_s = 0;
-  // Replicas that may die with one request before it is answered 503.
-  // (Refusals by a replica at its limit are retried with a backoff, see
-  // proxy.cpp: refused().)
+  // Replicas that may be lost with one request before it is answered 503.
+  // A request that crashes two replicas is answered 502 before that bound
+  // (see "Retries" above). (Refusals by a replica at its limit are retried
+  // with a backoff, see proxy.cpp: refused().)
   uint32_t max_attempts = 5;
   // Bound of a CAF request when no request timeout applies; answered with 504.
   double max_request_time_s = 3600;
@@ -65,7 +86,9 @@ class Proxy {
   // Stops serving, drops open connections and stops the actors. Call before
   // the actor system ends. Idempotent.
   // Restarts the proxy actor when it dies; takes (subscribe, controller)
-  // from the node agent and subscribes whichever proxy actor is current.
+  // from the node agent and subscribes whichever proxy actor is current, and
+  // (call, ...) requests (see above), delegated to the current proxy actor:
+  // the stable handle to give a replica process.
   caf::actor keeper() const;
   void stop();
 
@@ -76,7 +99,8 @@ class Proxy {
   // this call. `done` runs exactly once, on an io thread (or on the calling
   // thread when the proxy is stopped or gone), with the replica's answer or
   // the proxy's error answer: 404 unknown deployment, 503 (queue full, no
-  // replica after retries, no route table yet, shutting down), 504 timeout.
+  // replica after retries, no route table yet, shutting down), 504 timeout,
+  // 502 (the call crashed two replicas: it is not retried again).
   // Never blocks; callable from any thread; the Caller holds the proxy
   // weakly, so it may outlive it.
   using CallDone = std::function<void(HttpResponse)>;

@@ -371,6 +371,16 @@ void Router::mark_dead(const caf::actor_addr& replica, bool link_lost) {
   slot.dead = true;
 }
 
+void Router::mark_node_lost(const caf::node_id& node) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [addr, slot] : by_address_) {
+    if (addr.node() == node) {
+      slot->unreachable = true;
+      slot->dead = true;
+    }
+  }
+}
+
 bool Router::cancel(const std::string& key, uint64_t ticket) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto* d = find(key);

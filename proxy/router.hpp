@@ -26,6 +26,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
+#include <caf/node_id.hpp>
 
 #include "runtime/wire.hpp"
 
@@ -169,6 +170,12 @@ class Router {
   // `link_lost` (the connection to its node dropped, exit reason
   // remote_link_unreachable) and a later snapshot brings a new handle for it.
   void mark_dead(const caf::actor_addr& replica, bool link_lost = false);
+  // The connection to `node` dropped (a handle of it went down with
+  // remote_link_unreachable): CAF kills every proxy of that node at once, so
+  // every replica handle on it is dead too, before its own down message
+  // arrives. Marks them all like mark_dead(addr, true), so that a request
+  // failed over from one of them is not placed on another of the same node.
+  void mark_node_lost(const caf::node_id& node);
   // Removes a queued waiter (its deadline passed). False when it was already
   // resumed (its callback runs or ran).
   bool cancel(const std::string& key, uint64_t ticket);

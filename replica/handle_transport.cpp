@@ -1,13 +1,40 @@
 #include "replica/handle_transport.hpp"
 
+#include <chrono>
 #include <future>
 #include <utility>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 namespace troupe::replica {
 
 namespace {
 
 thread_local const std::string* current_id = nullptr;
+
+// How much longer than the call's own timeout the request to the proxy may
+// take (the proxy answers 504 at the call's timeout; this covers the way
+// there and back).
+constexpr double kRemoteCallMargin_s = 5;
+// The bound of a call without a timeout of its own (the proxy applies the
+// application's request timeout, or none): the proxy's default
+// max_request_time_s plus the margin.
+constexpr double kRemoteCallBound_s = 3600 + kRemoteCallMargin_s;
+
+// A JSON error answer like the proxy's own (proxy/proxy.cpp: json_error).
+HttpResponse error_answer(int32_t status, const std::string& message,
+                          const std::string& request_id) {
+  HttpResponse r;
+  r.status = status;
+  r.headers = {{"Content-Type", "application/json"}};
+  if (status == 503)
+    r.headers.emplace_back("Retry-After", "1");
+  if (!request_id.empty())
+    r.headers.emplace_back("X-Request-Id", request_id);
+  r.body = nlohmann::json{{"error", message}, {"request_id", request_id}}.dump();
+  return r;
+}
 
 class ProxyTransport : public HandleTransport {
  public:
@@ -27,6 +54,55 @@ class ProxyTransport : public HandleTransport {
 };
 
 }  // namespace
+
+ProxyCall make_remote_proxy_call(caf::actor_system& sys, caf::actor proxy) {
+  return [&sys, proxy](const std::string& app, const std::string& deployment, HttpRequest request,
+                       double timeout_s, std::function<void(HttpResponse)> done) {
+    // `done` runs once: the first of the answer, the error and the proxy's
+    // down message takes it.
+    auto once = std::make_shared<std::function<void(HttpResponse)>>(std::move(done));
+    auto answer = [once](HttpResponse r) {
+      auto f = std::move(*once);
+      *once = nullptr;
+      if (f)
+        f(std::move(r));
+    };
+    std::string id = request.request_id;
+    if (!proxy) {
+      answer(error_answer(503, "no proxy to send the call to", id));
+      return;
+    }
+    double bound_s = timeout_s > 0 ? timeout_s + kRemoteCallMargin_s : kRemoteCallBound_s;
+    auto bound = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(bound_s));
+    sys.spawn([proxy, app, deployment, request = std::move(request), timeout_s, bound, answer,
+               id](caf::event_based_actor* self) mutable {
+      // The proxy's node or process gone: a request in flight to it would
+      // neither be answered nor bounced until the timeout.
+      self->monitor(proxy);
+      self->set_down_handler([self, answer, id](caf::down_msg&) {
+        answer(error_answer(503, "the proxy went away before answering the call", id));
+        self->quit();
+      });
+      self->request(proxy, bound, call_atom::value, app, deployment, std::move(request), timeout_s)
+          .then(
+              [self, answer](HttpResponse& r) {
+                answer(std::move(r));
+                self->quit();
+              },
+              [self, answer, id](caf::error& err) {
+                if (err == caf::sec::request_timeout) {
+                  answer(error_answer(504, "request timed out", id));
+                } else {
+                  answer(error_answer(
+                      503, "the call could not reach the proxy: " + from_caf_error(err).message(),
+                      id));
+                }
+                self->quit();
+              });
+    });
+  };
+}
 
 std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call) {
   return std::make_shared<ProxyTransport>(std::move(call));

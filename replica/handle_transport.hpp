@@ -1,6 +1,7 @@
 // The runtime side of deployment handles (include/troupe/deployment.hpp,
 // "Deployment handles"): a HandleTransport that sends each call through this
-// node's HTTP proxy (proxy::Proxy::caller()), and the request id of the
+// node's HTTP proxy (proxy::Proxy::caller() in the node's process, or
+// make_remote_proxy_call() from a replica process), and the request id of the
 // request a replica's request thread is handling, which calls made on that
 // thread carry.
 #pragma once
@@ -9,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
 #include <troupe/deployment.hpp>
 
 #include "runtime/wire.hpp"
@@ -20,6 +23,21 @@ namespace troupe::replica {
 using ProxyCall =
     std::function<void(const std::string& app, const std::string& deployment, HttpRequest request,
                        double timeout_s, std::function<void(HttpResponse)> done)>;
+
+// A ProxyCall for a process other than the proxy's (a replica process): each
+// call is a CAF request (call, app, deployment, HttpRequest, timeout_s) ->
+// HttpResponse to `proxy` (the node's proxy::Proxy::keeper(), or its proxy
+// actor), made by a short-lived actor of `sys`. Its timeout is timeout_s +
+// 5 s (the proxy answers 504 at timeout_s itself), or 3605 s when timeout_s
+// is 0 (the proxy then applies the application's request timeout). `done`
+// runs exactly once, on a thread of `sys`: with the proxy's answer (which
+// may be its own error answer: 404, 502, 503, 504), or, when the request
+// fails, with a JSON error like the proxy's: 504 when it timed out, else 503
+// with Retry-After (the proxy is stopped or unreachable; also when `proxy`
+// goes down before answering; at once, on the calling thread, when `proxy`
+// is invalid). `sys` must outlive the returned function and every call in
+// flight.
+ProxyCall make_remote_proxy_call(caf::actor_system& sys, caf::actor proxy);
 
 // A transport for ReplicaContext::handles. A call's X-Request-Id is the
 // request's own X-Request-Id header when it has one, else the id of the

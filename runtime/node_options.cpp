@@ -71,6 +71,8 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   app.add_option("--plugin-path", plugin_path,
                  "colon-separated directories of deployment libraries (default: " +
                      (default_plugin_dir.empty() ? std::string("none") : default_plugin_dir) + ")");
+  app.add_option("--replica-binary", o.replica_binary,
+                 "troupe-replica executable for replica processes (default: next to troupe-node)");
   app.add_option("--tls-dir", o.tls_dir,
                  "TLS with mutual certificate authentication: directory with ca.crt and "
                  "<node-id>.crt/.key (troupectl certs) [env TROUPE_TLS_DIR]")

@@ -43,6 +43,9 @@ struct NodeOptions {
   // TLS between processes, with certificates from this directory (ca.crt
   // and <node-id>.crt/.key); empty: no TLS.
   std::string tls_dir;
+  // troupe-replica, started for every replica of `isolation: process`;
+  // "": the one next to troupe-node.
+  std::string replica_binary;
   // Head: caps on what one config may ask for.
   uint32_t max_replicas_per_deployment = 1000;
   uint64_t max_replicas_total = 10000;

@@ -26,7 +26,7 @@ class actor_system_config;
 namespace troupe {
 
 // Bump on any change of a wire type or of a message's meaning.
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = 4;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -44,12 +44,19 @@ using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using spawn_replica_atom = caf::atom_constant<caf::atom("spawnrep")>;
 using list_replicas_atom = caf::atom_constant<caf::atom("listrep")>;
 using kill_replica_atom = caf::atom_constant<caf::atom("killrep")>;
+// A replica process and its node agent (node/replica_gate.hpp): the process
+// proves it was started by the agent with a one-time secret.
+using replica_hello_atom = caf::atom_constant<caf::atom("rephello")>;
+using replica_attach_atom = caf::atom_constant<caf::atom("repattach")>;
+using replica_exit_atom = caf::atom_constant<caf::atom("repexit")>;
 using initialize_atom = caf::atom_constant<caf::atom("init")>;
 using reconfigure_atom = caf::atom_constant<caf::atom("reconfig")>;
 using health_atom = caf::atom_constant<caf::atom("health")>;
 using version_atom = caf::atom_constant<caf::atom("version")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using handle_atom = caf::atom_constant<caf::atom("handle")>;
+// A deployment handle's call to a proxy (replica process -> its node's proxy keeper).
+using call_atom = caf::atom_constant<caf::atom("call")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 // Operator calls (troupectl -> controller).
@@ -114,13 +121,15 @@ struct ReplicaSpec {
   std::string user_config;  // JSON text; "" means none
   uint32_t max_ongoing_requests = 5;
   double metrics_interval_s = 10.0;
+  std::string isolation = "process";  // "process" or "in_process"
+  uint64_t memory_limit_bytes = 0;    // per replica process; 0: none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaSpec& x) {
   return f(caf::meta::type_name("troupe.ReplicaSpec"), x.replica_id, x.app, x.deployment,
            x.import_path, x.init_args, x.code_version, x.user_config, x.max_ongoing_requests,
-           x.metrics_interval_s);
+           x.metrics_interval_s, x.isolation, x.memory_limit_bytes);
 }
 
 // What an initialized replica reports about itself.

@@ -75,6 +75,16 @@ struct DeploymentConfig @0xfc284f5555afc3f4 {
   gracefulShutdownTimeoutS @9 :Float64 = 20.0;
   resources @10 :Resources;
   maxReplicasPerNode @11 :UInt32 = 0;  # 0: no limit
+  # Where replicas run. The first enumerant is the default, so a checkpoint
+  # written before this field existed reads as `process`.
+  isolation @12 :Isolation = process;
+  memoryLimitBytes @13 :UInt64 = 0;  # per replica process; 0: no limit
+}
+
+# troupe::controller::Isolation. Only ever append enumerants.
+enum Isolation @0xd018646d4bc41863 {
+  process @0;    # each replica is its own OS process (the default)
+  inProcess @1;  # inside troupe-node: no isolation
 }
 
 struct DeploymentSpec @0x97f5d1d179ca4da8 {

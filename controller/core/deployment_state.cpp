@@ -355,15 +355,16 @@ void DeploymentState::handle_crash(Replica& r, TickContext& ctx) {
     case ReplicaState::updating:
       if (start_failures_ >= 0) {
         ++start_failures_;
-        last_start_error_ = "the replica actor died during initialization";
+        last_start_error_ = r.error.empty() ? "the replica actor died during initialization"
+                                            : r.error + " during initialization";
       }
       failed_this_tick_ = true;
       break;
     case ReplicaState::running:
       if (is_target(r) && !deleting_) {
         set_status(DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed,
-                   "Replica " + r.id +
-                       " crashed. This deployment is UNHEALTHY until the replica is replaced or "
+                   (r.error.empty() ? "Replica " + r.id + " crashed" : r.error) +
+                       ". This deployment is UNHEALTHY until the replica is replaced or "
                        "a new deploy happens.");
       }
       break;

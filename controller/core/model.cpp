@@ -4,6 +4,24 @@
 
 namespace troupe::controller {
 
+const char* to_string(Isolation isolation) {
+  switch (isolation) {
+    case Isolation::process:
+      return "process";
+    case Isolation::in_process:
+      return "in_process";
+  }
+  return "?";
+}
+
+std::optional<Isolation> parse_isolation(const std::string& text) {
+  if (text == "process")
+    return Isolation::process;
+  if (text == "in_process")
+    return Isolation::in_process;
+  return std::nullopt;
+}
+
 bool operator==(const AutoscalingConfig& a, const AutoscalingConfig& b) {
   auto tie = [](const AutoscalingConfig& x) {
     return std::tie(x.min_replicas, x.max_replicas, x.initial_replicas, x.target_ongoing_requests,
@@ -19,7 +37,7 @@ bool operator==(const DeploymentConfig& a, const DeploymentConfig& b) {
     return std::tie(x.num_replicas, x.max_ongoing_requests, x.max_queued_requests, x.user_config,
                     x.autoscaling_config, x.health_check_period_s, x.health_check_timeout_s,
                     x.graceful_shutdown_wait_loop_s, x.graceful_shutdown_timeout_s, x.resources,
-                    x.max_replicas_per_node);
+                    x.max_replicas_per_node, x.isolation, x.memory_limit_bytes);
   };
   return tie(a) == tie(b);
 }

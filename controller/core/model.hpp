@@ -34,6 +34,26 @@ struct AutoscalingConfig {
   friend bool operator!=(const AutoscalingConfig& a, const AutoscalingConfig& b) { return !(a == b); }
 };
 
+// Where a deployment's replicas run.
+enum class Isolation {
+  // Each replica is its own OS process: a crash in user code kills only that
+  // replica. The default.
+  process,
+  // Inside troupe-node: no isolation, so a crash in user code kills the whole
+  // node. Trusted code only.
+  in_process,
+};
+
+// "process" or "in_process": the spelling of the config file, the wire
+// (ReplicaSpec::isolation) and the status.
+const char* to_string(Isolation isolation);
+// The inverse of to_string; nullopt for any other text.
+std::optional<Isolation> parse_isolation(const std::string& text);
+
+// The smallest memory limit other than 0 (none): a process needs some memory
+// just to start and load its libraries.
+constexpr uint64_t kMinMemoryLimitBytes = 32ULL * 1024 * 1024;
+
 // Per-deployment options; defaults are Ray Serve's where it has the field.
 struct DeploymentConfig {
   uint32_t num_replicas = 1;
@@ -48,6 +68,13 @@ struct DeploymentConfig {
   double graceful_shutdown_timeout_s = 20.0;
   Resources resources;                 // needed by each replica
   uint32_t max_replicas_per_node = 0;  // 0: no limit
+  // Where replicas run: `process` (default; each replica is its own OS
+  // process, so a crash in user code kills only that replica) or `in_process`
+  // (inside troupe-node: no isolation; trusted code only).
+  Isolation isolation = Isolation::process;
+  // Per-replica memory limit in bytes (0: none); enforced on the replica
+  // process, so it needs isolation `process`. 0 or >= kMinMemoryLimitBytes.
+  uint64_t memory_limit_bytes = 0;
 
   friend bool operator==(const DeploymentConfig&, const DeploymentConfig&);
   friend bool operator!=(const DeploymentConfig& a, const DeploymentConfig& b) { return !(a == b); }
@@ -60,10 +87,11 @@ struct DeploymentSpec {
   std::string import_path;
   // Opaque JSON text passed to the constructor.
   std::string init_args;
-  // Changes of code_version, init_args, import_path or resources restart
-  // replicas; a change of user_config reconfigures them in place; a change of
-  // num_replicas or autoscaling_config only rescales. The code version is set
-  // by the user, or derived from the spec when empty.
+  // Changes of code_version, init_args, import_path, resources, isolation or
+  // memory_limit_bytes restart replicas; a change of user_config reconfigures
+  // them in place; a change of num_replicas or autoscaling_config only
+  // rescales. The code version is set by the user, or derived from the spec
+  // when empty.
   std::string code_version;
   DeploymentConfig config;
 

@@ -426,11 +426,12 @@ bool StateManager::on_replica_stopped(const std::string& replica_id) {
   return true;
 }
 
-bool StateManager::on_replica_crashed(const std::string& replica_id) {
+bool StateManager::on_replica_crashed(const std::string& replica_id, const std::string& cause) {
   Replica* r = find(replica_id);
   if (!r)
     return false;
   r->crashed = true;
+  r->error = cause;
   return true;
 }
 

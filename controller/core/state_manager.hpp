@@ -167,7 +167,9 @@ class StateManager {
   // ignored. 0 accepts the answer for whatever check is outstanding.
   bool on_health_check_result(const std::string& replica_id, bool ok, uint64_t check_seq = 0);
   bool on_replica_stopped(const std::string& replica_id);
-  bool on_replica_crashed(const std::string& replica_id);
+  // `cause`: what ended it, when known ("replica X exited: killed by
+  // SIGSEGV"); it becomes the deployment's status message.
+  bool on_replica_crashed(const std::string& replica_id, const std::string& cause = "");
 
   // One reconcile tick over every deployment; returns the commands to send.
   std::vector<Command> update();

@@ -117,6 +117,18 @@ void check_deployment(Problems& p, const std::string& path, const DeploymentSpec
     }
   }
   p.replicas(cp + ".max_replicas_per_node", c.max_replicas_per_node);
+  if (c.isolation != Isolation::process && c.isolation != Isolation::in_process) {
+    p.add(cp + ".isolation", std::to_string(static_cast<int>(c.isolation)),
+          "must be process or in_process");
+  }
+  if (c.memory_limit_bytes != 0 && c.memory_limit_bytes < kMinMemoryLimitBytes) {
+    p.add(cp + ".memory_limit_bytes", std::to_string(c.memory_limit_bytes),
+          "must be 0 (no limit) or >= " + std::to_string(kMinMemoryLimitBytes) + " (32 MiB)");
+  } else if (c.memory_limit_bytes != 0 && c.isolation == Isolation::in_process) {
+    p.add(cp + ".memory_limit_bytes", std::to_string(c.memory_limit_bytes),
+          "needs isolation: process (it is enforced on the replica process; isolation is "
+          "in_process)");
+  }
   if (c.autoscaling_config)
     check_autoscaling(p, cp + ".autoscaling_config", *c.autoscaling_config);
 }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 namespace troupe::controller {
 
@@ -25,6 +26,13 @@ std::string code_identity(const DeploymentSpec& spec) {
   fnv_mix(h, spec.import_path);
   fnv_mix(h, spec.init_args);
   fnv_mix(h, spec.config.resources.to_string());
+  // How the replica process is run. Mixed in only when not the default, so
+  // the identity of a spec that leaves both at their defaults is the one it
+  // had before these fields existed.
+  if (spec.config.isolation != Isolation::process)
+    fnv_mix(h, std::string("isolation=") + to_string(spec.config.isolation));
+  if (spec.config.memory_limit_bytes != 0)
+    fnv_mix(h, "memory_limit=" + std::to_string(spec.config.memory_limit_bytes));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   if (spec.code_version.empty())

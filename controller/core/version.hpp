@@ -9,9 +9,10 @@
 namespace troupe::controller {
 
 // What a replica runs. `code` covers everything whose change requires a new
-// process (code_version, import_path, init_args, resources); `user_config` is
-// applied in place by reconfigure(). A replica reports this pair when it is
-// ready, so that a recovering controller learns what it runs.
+// process (code_version, import_path, init_args, resources, isolation,
+// memory_limit_bytes); `user_config` is applied in place by reconfigure(). A
+// replica reports this pair when it is ready, so that a recovering controller
+// learns what it runs.
 struct ReplicaVersion {
   std::string code;
   std::string user_config;
@@ -23,8 +24,11 @@ struct ReplicaVersion {
 };
 
 // "<code_version>-<16 hex digits>", the hex digits a stable hash (FNV-1a) of
-// code_version, import_path, init_args and resources; just the hex digits when
-// code_version is empty. Equal specs give equal strings on every platform.
+// code_version, import_path, init_args and resources, and of isolation and
+// memory_limit_bytes when they differ from their defaults (so identities of
+// specs that leave them at the defaults did not change when they were added);
+// just the hex digits when code_version is empty. Equal specs give equal
+// strings on every platform.
 std::string code_identity(const DeploymentSpec& spec);
 
 ReplicaVersion version_of(const DeploymentSpec& spec);
@@ -39,7 +43,7 @@ enum class ChangeKind {
   scaled,       // only num_replicas / autoscaling_config differ
   config_only,  // controller-side options differ (health-check timing, limits, ...)
   reconfigure,  // user_config differs: running replicas are reconfigured in place
-  restart,      // code version, import path, init args or resources differ
+  restart,      // code, import path, init args, resources, isolation or memory limit differ
   created,      // a new deployment (never returned by classify_change)
 };
 

@@ -81,6 +81,9 @@ void write(const DeploymentConfig& in, schema::DeploymentConfig::Builder out) {
   out.setGracefulShutdownTimeoutS(in.graceful_shutdown_timeout_s);
   write(in.resources, out.initResources());
   out.setMaxReplicasPerNode(in.max_replicas_per_node);
+  out.setIsolation(in.isolation == Isolation::in_process ? schema::Isolation::IN_PROCESS
+                                                         : schema::Isolation::PROCESS);
+  out.setMemoryLimitBytes(in.memory_limit_bytes);
 }
 
 void write(const DeploymentSpec& in, schema::DeploymentSpec::Builder out) {
@@ -121,8 +124,8 @@ void write(const TargetState& in, schema::TargetState::Builder out) {
 }
 
 // ---- schema -> model -------------------------------------------------------
-// Unknown union members (written by a newer schema) are refused rather than
-// guessed at.
+// Unknown union members and enumerants (written by a newer schema) are refused
+// rather than guessed at.
 
 Resources read(schema::Resources::Reader in) {
   Resources out;
@@ -192,6 +195,18 @@ DeploymentConfig read(schema::DeploymentConfig::Reader in) {
   out.graceful_shutdown_timeout_s = in.getGracefulShutdownTimeoutS();
   out.resources = read(in.getResources());
   out.max_replicas_per_node = in.getMaxReplicasPerNode();
+  switch (in.getIsolation()) {
+    case schema::Isolation::PROCESS:
+      out.isolation = Isolation::process;
+      break;
+    case schema::Isolation::IN_PROCESS:
+      out.isolation = Isolation::in_process;
+      break;
+    default:
+      throw Malformed{"isolation has an unknown value " +
+                      std::to_string(static_cast<unsigned>(in.getIsolation()))};
+  }
+  out.memory_limit_bytes = in.getMemoryLimitBytes();
   return out;
 }
 

@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -421,6 +423,63 @@ TEST_CASE("config: resources as numbers or with K/M/G/T suffixes") {
   check_round_trip(c);
 }
 
+TEST_CASE("config: isolation and memory_limit - defaults - sizes - printing") {
+  const DeploymentConfig defaults = only_app(parse_ok(with_fields(""))).deployments[0].config;
+  CHECK(defaults.isolation == controller::Isolation::process);
+  CHECK(defaults.memory_limit_bytes == 0u);
+
+  const uint64_t mib = 1024 * 1024;
+  const std::map<std::string, uint64_t> sizes = {
+      {"0", 0},
+      {"536870912", 512 * mib},
+      {"\"536870912\"", 512 * mib},
+      {"32768K", 32 * mib},
+      {"32768Ki", 32 * mib},
+      {"32768KiB", 32 * mib},
+      {"512M", 512 * mib},
+      {"512Mi", 512 * mib},
+      {"512MiB", 512 * mib},
+      {"'512M'", 512 * mib},
+      {"0.5G", 512 * mib},
+      {"2G", 2048 * mib},
+      {"2Gi", 2048 * mib},
+      {"2GiB", 2048 * mib},
+      {"1T", 1024 * 1024 * mib},
+      {"1Ti", 1024 * 1024 * mib},
+      {"1TiB", 1024 * 1024 * mib},
+      {"18446744073709551615", 18446744073709551615ULL},
+  };
+  for (const auto& [text, bytes] : sizes) {
+    CAPTURE(text);
+    DeployConfig c = parse_ok(with_fields("        memory_limit: " + text + "\n"));
+    CHECK(only_app(c).deployments[0].config.memory_limit_bytes == bytes);
+    check_round_trip(c);
+  }
+
+  DeployConfig c = parse_ok(with_fields("        isolation: in_process\n"));
+  CHECK(only_app(c).deployments[0].config.isolation == controller::Isolation::in_process);
+  CHECK(only_app(c).deployments[0].config.memory_limit_bytes == 0u);
+  CHECK(to_yaml(c).find("        isolation: in_process\n") != std::string::npos);
+  check_round_trip(c);
+
+  c = parse_ok(with_fields("        isolation: process\n        memory_limit: 512MiB\n"));
+  CHECK(only_app(c).deployments[0].config.isolation == controller::Isolation::process);
+  CHECK(only_app(c).deployments[0].config.memory_limit_bytes == 512 * mib);
+  // Defaults are not printed; the limit with the largest exact suffix.
+  CHECK(to_yaml(c) ==
+        "applications:\n"
+        "  - name: greeter\n"
+        "    route_prefix: /greet\n"
+        "    import_path: libtroupe_examples.so:Hello\n"
+        "    deployments:\n"
+        "      - name: Hello\n"
+        "        num_replicas: 1\n"
+        "        memory_limit: 512M\n");
+  check_round_trip(c);
+  CHECK(to_yaml(parse_ok(with_fields("        isolation: process\n        memory_limit: 0\n")))
+            .find("isolation") == std::string::npos);
+}
+
 TEST_CASE("config: to_yaml prints only what differs from the defaults") {
   DeployConfig c = parse_ok(R"(http_options: {port: 9000}
 applications:
@@ -545,6 +604,32 @@ TEST_CASE("config: round trip of a state built in code") {
   app.deployments = {helper, d};
   c.state.applications.emplace(app.name, app);
   REQUIRE(controller::validate(c.state).is_ok());
+  check_round_trip(c);
+}
+
+TEST_CASE("config: round trip of isolation and memory limits built in code") {
+  DeployConfig c;
+  ApplicationSpec app;
+  app.name = "mem";
+  app.route_prefix = "/mem";
+  app.ingress = "Big";
+  DeploymentSpec d;
+  d.name = "Big";
+  d.import_path = "libmem.so:Big";
+  app.deployments.push_back(d);
+  // Exact with a suffix, not a whole number of KiB, and so large that a
+  // suffixed number would no longer be exact as a double.
+  for (uint64_t bytes :
+       {uint64_t{3} << 40, (uint64_t{64} << 20) + 1, (uint64_t{1} << 63) + 1024, ~uint64_t{0}}) {
+    CAPTURE(bytes);
+    app.deployments[0].config.memory_limit_bytes = bytes;
+    c.state.applications[app.name] = app;
+    REQUIRE(controller::validate(c.state).is_ok());
+    check_round_trip(c);
+  }
+  app.deployments[0].config.memory_limit_bytes = 0;
+  app.deployments[0].config.isolation = controller::Isolation::in_process;
+  c.state.applications[app.name] = app;
   check_round_trip(c);
 }
 
@@ -675,6 +760,59 @@ TEST_CASE("config error: wrong type") {
         "deploy.yaml:7:21: resources: resource name 'CPU' must match [a-z][a-z0-9_]*");
   CHECK(error_of(with_fields("        user_config: {limit: .inf}\n")) ==
         "deploy.yaml:7:30: user_config: .inf cannot be represented in JSON");
+}
+
+TEST_CASE("config error: isolation other than process or in_process") {
+  CHECK(error_of(with_fields("        isolation: thread\n")) ==
+        "deploy.yaml:7:20: isolation: expected process or in_process, got 'thread'");
+  CHECK(error_of(with_fields("        isolation: Process\n")) ==
+        "deploy.yaml:7:20: isolation: expected process or in_process, got 'Process'");
+  CHECK(error_of(with_fields("        isolation: in-process\n")) ==
+        "deploy.yaml:7:20: isolation: expected process or in_process, got 'in-process'");
+  CHECK(error_of(with_fields("        isolation: [process]\n")) ==
+        "deploy.yaml:7:20: isolation: expected process or in_process, got a sequence");
+  CHECK(error_of(with_fields("        isolation:\n")) ==
+        "deploy.yaml:7:9: isolation: expected process or in_process, got null");
+  CHECK(error_of(with_fields("        isolaton: process\n")) ==
+        "deploy.yaml:7:9: unknown field 'isolaton' in deployment 'Hello'; did you mean "
+        "'isolation'?");
+}
+
+TEST_CASE("config error: memory_limit not a size - too small - or with in_process") {
+  const std::string expected =
+      "memory_limit: expected bytes or a size like 512M, 4G or 512MiB (K/M/G/T: powers of 1024), "
+      "got ";
+  CHECK(error_of(with_fields("        memory_limit: lots\n")) ==
+        "deploy.yaml:7:23: " + expected + "'lots'");
+  CHECK(error_of(with_fields("        memory_limit: 512MB\n")) ==
+        "deploy.yaml:7:23: " + expected + "'512MB'");
+  CHECK(error_of(with_fields("        memory_limit: -1G\n")) ==
+        "deploy.yaml:7:23: " + expected + "'-1G'");
+  CHECK(error_of(with_fields("        memory_limit: 1.5\n")) ==
+        "deploy.yaml:7:23: " + expected + "'1.5'");
+  CHECK(error_of(with_fields("        memory_limit: 64G,cpu=1M\n")) ==
+        "deploy.yaml:7:23: " + expected + "'64G,cpu=1M'");
+  CHECK(error_of(with_fields("        memory_limit: {size: 1G}\n")) ==
+        "deploy.yaml:7:23: " + expected + "a mapping");
+  CHECK(error_of(with_fields("        memory_limit:\n")) ==
+        "deploy.yaml:7:9: " + expected + "null");
+  CHECK(error_of(with_fields("        memory_limit: 1.3K\n")) ==
+        "deploy.yaml:7:23: memory_limit: 1.3K is not a whole number of bytes");
+  CHECK(error_of(with_fields("        memory_limit: 99999999999999999999\n")) ==
+        "deploy.yaml:7:23: memory_limit: 99999999999999999999 must be <= 18446744073709551615");
+  CHECK(error_of(with_fields("        memory_limit: 16777216T\n")) ==
+        "deploy.yaml:7:23: memory_limit: 16777216T must be <= 18446744073709551615");
+  CHECK(error_of(with_fields("        memory_limit: 16M\n")) ==
+        "deploy.yaml:7:23: memory_limit: 16M must be 0 (no limit) or >= 32M");
+  CHECK(error_of(with_fields("        memory_limit: 33554431\n")) ==
+        "deploy.yaml:7:23: memory_limit: 33554431 must be 0 (no limit) or >= 32M");
+  CHECK(error_of(with_fields("        isolation: in_process\n        memory_limit: 512M\n")) ==
+        "deploy.yaml:8:23: memory_limit of deployment 'Hello' needs isolation: process (it is "
+        "enforced on the replica process; this deployment has isolation: in_process)");
+  // The order of the two fields does not matter.
+  CHECK(error_of(with_fields("        memory_limit: 512M\n        isolation: in_process\n")) ==
+        "deploy.yaml:7:23: memory_limit of deployment 'Hello' needs isolation: process (it is "
+        "enforced on the replica process; this deployment has isolation: in_process)");
 }
 
 TEST_CASE("config error: negative values") {

@@ -300,6 +300,38 @@ TEST_CASE("snapshots: a max_ongoing_requests change is published without restart
   CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
 }
 
+TEST_CASE("rolling update: a change of isolation or memory_limit_bytes replaces the replicas") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d})).has_value());
+  h.ticks(2);
+  REQUIRE(h.status("a", "D").status == DeploymentStatus::healthy);
+  const int starts = h.cluster.starts;
+
+  auto limited = d;
+  limited.config.memory_limit_bytes = 512ULL << 20;
+  auto r = h.core->deploy_deployment("a", limited);
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::restart);
+  h.ticks(4);
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+  CHECK(h.cluster.starts == starts + 1);
+  REQUIRE(h.replicas("a", "D").size() == 1);
+  CHECK(h.replicas("a", "D")[0].id != "a#D#1");
+  CHECK(h.replicas("a", "D")[0].version == version_of(limited));
+
+  auto trusted = d;  // no limit: in_process is allowed
+  trusted.config.isolation = Isolation::in_process;
+  r = h.core->deploy_deployment("a", trusted);
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::restart);
+  h.ticks(4);
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+  CHECK(h.cluster.starts == starts + 2);
+  REQUIRE(h.replicas("a", "D").size() == 1);
+  CHECK(h.replicas("a", "D")[0].version == version_of(trusted));
+}
+
 TEST_CASE("recovery: a replica already shutting down is adopted as STOPPING and killed on time") {
   Harness h;
   auto d = make_deployment("D", 2);

@@ -69,6 +69,44 @@ TEST_CASE("validate: other numeric rules") {
         "finite amount >= 0");
 }
 
+TEST_CASE("validate: memory_limit_bytes is 0 or at least 32 MiB - and needs isolation process") {
+  auto app = greeter();
+  auto& c = app.deployments[0].config;
+  CHECK(c.isolation == Isolation::process);
+  CHECK(c.memory_limit_bytes == 0u);
+  c.memory_limit_bytes = kMinMemoryLimitBytes;  // the smallest limit
+  CHECK(validate(app).is_ok());
+  c.memory_limit_bytes = 512ULL << 20;
+  CHECK(validate(app).is_ok());
+  c.memory_limit_bytes = kMinMemoryLimitBytes - 1;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].memory_limit_bytes: 33554431 must be 0 (no "
+        "limit) or >= 33554432 (32 MiB)");
+  c.memory_limit_bytes = 1;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].memory_limit_bytes: 1 must be 0 (no limit) or "
+        ">= 33554432 (32 MiB)");
+
+  // in_process: allowed without a limit, refused with one.
+  c.isolation = Isolation::in_process;
+  c.memory_limit_bytes = 0;
+  CHECK(validate(app).is_ok());
+  c.memory_limit_bytes = 512ULL << 20;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].memory_limit_bytes: 536870912 needs isolation: "
+        "process (it is enforced on the replica process; isolation is in_process)");
+}
+
+TEST_CASE("isolation: to_string and parse_isolation are inverses") {
+  CHECK(std::string(to_string(Isolation::process)) == "process");
+  CHECK(std::string(to_string(Isolation::in_process)) == "in_process");
+  CHECK(parse_isolation("process") == Isolation::process);
+  CHECK(parse_isolation("in_process") == Isolation::in_process);
+  CHECK_FALSE(parse_isolation("thread").has_value());
+  CHECK_FALSE(parse_isolation("Process").has_value());
+  CHECK_FALSE(parse_isolation("").has_value());
+}
+
 TEST_CASE("validate: duplicate deployment names and unknown ingress") {
   auto app = greeter();
   app.deployments.push_back(make_deployment("Hello", 1));
@@ -166,4 +204,28 @@ TEST_CASE("version: what a change of the spec does to running replicas") {
   a.code_version.clear();
   CHECK(effective_code_version(a) == code_identity(a));
   CHECK(effective_code_version(a).size() == 16);
+}
+
+TEST_CASE("version: a change of isolation or memory_limit_bytes restarts replicas") {
+  const auto a = make_deployment("D", 3);
+  auto b = a;
+  b.config.isolation = Isolation::in_process;
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  CHECK(classify_change(b, a) == ChangeKind::restart);
+  CHECK(version_of(a) != version_of(b));
+  b = a;
+  b.config.memory_limit_bytes = 512ULL << 20;
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  CHECK(classify_change(b, a) == ChangeKind::restart);
+  auto c = b;
+  c.config.memory_limit_bytes = 1ULL << 30;
+  CHECK(classify_change(b, c) == ChangeKind::restart);
+  // Each field has its own place in the identity.
+  CHECK(code_identity(b) != code_identity(c));
+  // Together with a scaling change it is still a restart.
+  c.config.num_replicas = 5;
+  CHECK(classify_change(a, c) == ChangeKind::restart);
+  // Specs that leave both at their defaults keep the identity they had before
+  // the fields existed, so replicas adopted after an upgrade are not replaced.
+  CHECK(code_identity(a) == "v1-4706b5a7da7ad2ae");
 }

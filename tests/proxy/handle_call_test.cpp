@@ -2,17 +2,22 @@
 // transport of a replica (replica/handle_transport.hpp) sends calls through
 // Proxy::caller() to fake replica actors, with the proxy's routing, error
 // answers, request ids, timeouts and metrics. No cluster, no sockets but the
-// proxy's own listener (port 0).
+// proxy's own listener (port 0) - and, for calls from another process
+// (make_remote_proxy_call), a second actor system connected over loopback.
+// Also the bound on retries of a request that crashes replicas (the "query of
+// death"), over HTTP and through handles.
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
 
 #include "proxy/proxy.hpp"
 #include "replica/handle_transport.hpp"
@@ -26,17 +31,78 @@ using nlohmann::json;
 
 namespace {
 
+// What a fake replica answers: the request it received, as JSON.
+HttpResponse echo(const std::string& id, const HttpRequest& r) {
+  HttpResponse out;
+  out.status = 200;
+  out.headers = {{"Content-Type", "application/json"}, {"X-Replica", id}};
+  out.body = json{{"replica", id},    {"method", r.method}, {"path", r.path},
+                  {"query", r.query}, {"body", r.body},     {"request_id", r.request_id}}
+                 .dump();
+  return out;
+}
+
 // A replica that answers every request with what it received, as JSON.
 caf::behavior fake_replica(caf::event_based_actor*, std::string id) {
   return {
-      [id](handle_atom, HttpRequest& r) -> HttpResponse {
-        HttpResponse out;
-        out.status = 200;
-        out.headers = {{"Content-Type", "application/json"}, {"X-Replica", id}};
-        out.body = json{{"replica", id},    {"method", r.method}, {"path", r.path},
-                        {"query", r.query}, {"body", r.body},     {"request_id", r.request_id}}
-                       .dump();
-        return out;
+      [id](handle_atom, HttpRequest& r) -> HttpResponse { return echo(id, r); },
+  };
+}
+
+// Who received a poisoned request: (replica, request id), in order.
+struct Victims {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, std::string>> hits;
+  void add(const std::string& replica, const std::string& request_id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    hits.emplace_back(replica, request_id);
+  }
+  std::vector<std::pair<std::string, std::string>> get() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return hits;
+  }
+};
+
+// A replica whose user code crashes on a request for /poison: it dies with
+// `reason` while it has the request, without answering (the proxy learns it
+// from its down message, as it would of a replica process that crashed).
+// Other requests are answered like fake_replica's.
+caf::behavior dying_replica(caf::event_based_actor* self, std::string id,
+                            std::shared_ptr<Victims> victims, caf::error reason) {
+  return {
+      [=](handle_atom, HttpRequest& r) -> caf::result<HttpResponse> {
+        if (r.path == "/poison") {
+          victims->add(id, r.request_id);
+          self->quit(reason);
+          // Never delivered: the replica is gone.
+          return self->make_response_promise<HttpResponse>();
+        }
+        return echo(id, r);
+      },
+  };
+}
+
+// Like dying_replica, but the way a replica's handle fails the request: it
+// hands the request to its request thread (here: an actor), which dies with
+// it in its mailbox, so the request fails with request_receiver_down. The
+// handle itself stays up: only that error tells the proxy.
+caf::behavior bouncing_replica(caf::event_based_actor* self, std::string id,
+                               std::shared_ptr<Victims> victims) {
+  auto worker = self->spawn([id]() -> caf::behavior {
+    return {[id](handle_atom, HttpRequest& r) { return echo(id, r); }};
+  });
+  self->attach_functor(
+      [worker](const caf::error&) { caf::anon_send_exit(worker, caf::exit_reason::kill); });
+  return {
+      [=](handle_atom, HttpRequest& r) -> caf::result<HttpResponse> {
+        if (r.path != "/poison")
+          return echo(id, r);
+        victims->add(id, r.request_id);
+        // The exit is processed before the request (exits are urgent): the
+        // request is bounced.
+        self->send_exit(worker, caf::exit_reason::kill);
+        self->delegate(worker, handle_atom::value, std::move(r));
+        return caf::delegated<HttpResponse>{};
       },
   };
 }
@@ -107,7 +173,89 @@ struct Fixture {
   DeploymentHandle handle(const std::string& deployment) const {
     return DeploymentHandle(transport, "shop", deployment);
   }
+
+  caf::actor spawn_bouncing(const std::string& id) {
+    replicas.push_back(sys->spawn(bouncing_replica, id, victims));
+    return replicas.back();
+  }
+
+  caf::actor spawn_dying(const std::string& id, caf::error reason) {
+    replicas.push_back(sys->spawn(dying_replica, id, victims, std::move(reason)));
+    return replicas.back();
+  }
+
+  // Replicas that crash on /poison. HTTP: /poison -> application "crash"
+  // (three dying replicas), /mixed -> "mixed" (a dying replica on this node,
+  // which the router prefers when both are idle, and a healthy one on
+  // another). Handles: shop/Poison and shop/Mixed, the same (dying with an
+  // error instead of a kill), and shop/Bounce (bouncing_replica).
+  std::shared_ptr<Victims> victims = std::make_shared<Victims>();
+  void publish_dying() {
+    auto kill = caf::make_error(caf::exit_reason::kill);
+    auto failure = caf::make_error(caf::sec::runtime_error);
+    RoutingSnapshot s;
+    s.epoch = 1;
+    s.seq = 1;
+    s.full = true;
+    s.routes = {{"/poison", "crash", "Poison"}, {"/mixed", "mixed", "Mixed"}};
+    s.deployments = {{"crash",
+                      "Poison",
+                      {endpoint("crash#Poison#1", "n1", spawn_dying("poison-1", kill)),
+                       endpoint("crash#Poison#2", "n1", spawn_dying("poison-2", kill)),
+                       endpoint("crash#Poison#3", "n1", spawn_dying("poison-3", kill))},
+                      -1},
+                     {"mixed",
+                      "Mixed",
+                      {endpoint("mixed#Mixed#1", "n1", spawn_dying("mixed-dying", kill)),
+                       endpoint("mixed#Mixed#2", "n2", spawn_replica("mixed-ok"))},
+                      -1},
+                     {"shop",
+                      "Poison",
+                      {endpoint("shop#Poison#1", "n1", spawn_dying("shop-poison-1", failure)),
+                       endpoint("shop#Poison#2", "n1", spawn_dying("shop-poison-2", failure)),
+                       endpoint("shop#Poison#3", "n1", spawn_dying("shop-poison-3", failure))},
+                      -1},
+                     {"shop",
+                      "Mixed",
+                      {endpoint("shop#Mixed#1", "n1", spawn_dying("shop-mixed-dying", failure)),
+                       endpoint("shop#Mixed#2", "n2", spawn_replica("shop-mixed-ok"))},
+                      -1},
+                     {"shop",
+                      "Bounce",
+                      {endpoint("shop#Bounce#1", "n1", spawn_bouncing("bounce-1")),
+                       endpoint("shop#Bounce#2", "n1", spawn_bouncing("bounce-2")),
+                       endpoint("shop#Bounce#3", "n1", spawn_bouncing("bounce-3"))},
+                      -1}};
+    caf::anon_send(proxy->actor(), snapshot_atom::value, s);
+    REQUIRE(wait_until(
+        [&] {
+          auto r = http_get(proxy->port(), "/-/healthz", 5);
+          return r && r->status == 200;
+        },
+        10s));
+  }
+
+  std::string metrics() {
+    auto r = http_get(proxy->port(), "/-/metrics", 5);
+    REQUIRE(r);
+    return r->body;
+  }
 };
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The replicas a poisoned request reached, each once, and the request ids
+// they saw.
+std::set<std::string> replicas_hit(Victims& v, const std::string& request_id) {
+  std::set<std::string> out;
+  for (const auto& [replica, id] : v.get()) {
+    CHECK(id == request_id);
+    CHECK(out.insert(replica).second);
+  }
+  return out;
+}
 
 Request post(std::string body, std::string path = "/") {
   Request r;
@@ -255,4 +403,154 @@ TEST_CASE("handle: without a transport every call answers 503") {
   Response r = h.call(post("x"));
   CHECK(r.status == 503);
   CHECK(json::parse(r.body)["error"].get<std::string>().find("no handle transport") == 0);
+}
+
+// -- the query of death: a request that crashes replicas ---------------------
+
+TEST_CASE("crash: a request that crashes two replicas is answered 502 and never sent again") {
+  Fixture f;
+  f.publish_dying();
+  auto r = http_get(f.proxy->port(), "/poison/poison", 10);
+  REQUIRE(r);
+  CHECK(r->status == 502);
+  CHECK(has(r->head, "Content-Type: application/json"));
+  auto body = json::parse(r->body);
+  std::string id = body["request_id"];
+  REQUIRE_FALSE(id.empty());
+  CHECK(has(r->head, "X-Request-Id: " + id));
+  CHECK(body["error"] ==
+        "request " + id + " crashed 2 replicas of crash/Poison; it is not retried again");
+  // Exactly two of the three replicas received it; the third never did, and
+  // still serves.
+  auto hit = replicas_hit(*f.victims, id);
+  CHECK(hit.size() == 2);
+  auto ok = http_get(f.proxy->port(), "/poison/fine", 10);
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+  std::string survivor = json::parse(ok->body)["replica"];
+  CHECK(hit.count(survivor) == 0);
+  CHECK(f.victims->get().size() == 2);
+  auto metrics = f.metrics();
+  CHECK(has(metrics, "troupe_proxy_requests_crashed_total{application=\"crash\"} 1\n"));
+  CHECK(has(metrics, "troupe_proxy_requests_total{application=\"crash\",code=\"502\"} 1\n"));
+  CHECK(has(metrics, "troupe_proxy_retries_total{application=\"crash\"} 1\n"));
+}
+
+TEST_CASE("crash: a request whose replica died is retried once and served by a healthy one") {
+  Fixture f;
+  f.publish_dying();
+  auto r = http_get(f.proxy->port(), "/mixed/poison", 10);
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  auto body = json::parse(r->body);
+  CHECK(body["replica"] == "mixed-ok");
+  // The local (dying) replica was tried first and died with it.
+  auto hits = f.victims->get();
+  REQUIRE(hits.size() == 1);
+  CHECK(hits[0].first == "mixed-dying");
+  CHECK(hits[0].second == body["request_id"]);
+  auto metrics = f.metrics();
+  CHECK(has(metrics, "troupe_proxy_retries_total{application=\"mixed\"} 1\n"));
+  CHECK_FALSE(has(metrics, "troupe_proxy_requests_crashed_total{application=\"mixed\"}"));
+  CHECK(has(metrics, "troupe_proxy_requests_total{application=\"mixed\",code=\"200\"} 1\n"));
+}
+
+TEST_CASE("crash: a handle call is bound the same way - 502 after two crashed replicas") {
+  Fixture f;
+  f.publish_dying();
+  std::string id = "poison-call-1";
+  replica::RequestIdScope scope(id);
+  Response r = f.handle("Poison").call(post("x", "/poison"));
+  CHECK(r.status == 502);
+  auto body = json::parse(r.body);
+  CHECK(body["request_id"] == id);
+  CHECK(body["error"] ==
+        "request poison-call-1 crashed 2 replicas of shop/Poison; it is not retried again");
+  CHECK(replicas_hit(*f.victims, id).size() == 2);
+  CHECK(has(f.metrics(), "troupe_proxy_requests_crashed_total{application=\"shop\"} 1\n"));
+  // One dying replica and a healthy one: served after one retry.
+  std::string id2 = "poison-call-2";
+  replica::RequestIdScope scope2(id2);
+  r = f.handle("Mixed").call(post("y", "/poison"));
+  REQUIRE(r.status == 200);
+  CHECK(json::parse(r.body)["replica"] == "shop-mixed-ok");
+  auto hits = f.victims->get();
+  REQUIRE(hits.size() == 3);
+  CHECK(hits[2] == std::make_pair(std::string("shop-mixed-dying"), id2));
+  CHECK(has(f.metrics(), "troupe_proxy_requests_crashed_total{application=\"shop\"} 1\n"));
+}
+
+TEST_CASE("crash: a request bounced by replicas that died with it counts the same") {
+  Fixture f;
+  f.publish_dying();
+  std::string id = "bounce-call-1";
+  replica::RequestIdScope scope(id);
+  Response r = f.handle("Bounce").call(post("x", "/poison"));
+  CHECK(r.status == 502);
+  CHECK(json::parse(r.body)["error"] ==
+        "request bounce-call-1 crashed 2 replicas of shop/Bounce; it is not retried again");
+  CHECK(replicas_hit(*f.victims, id).size() == 2);
+  // The third one serves other calls.
+  r = f.handle("Bounce").call(post("y", "/fine"));
+  REQUIRE(r.status == 200);
+  CHECK(f.victims->get().size() == 2);
+}
+
+// -- calls from another process: make_remote_proxy_call ----------------------
+
+TEST_CASE("remote: a call through make_remote_proxy_call to the keeper reaches a replica") {
+  Fixture f;
+  f.publish();
+  auto remote =
+      replica::make_handle_transport(replica::make_remote_proxy_call(*f.sys, f.proxy->keeper()));
+  std::string id = "remote-1";
+  replica::RequestIdScope scope(id);
+  Response r = DeploymentHandle(remote, "shop", "Back").call(post("payload", "/items"));
+  REQUIRE(r.status == 200);
+  auto body = json::parse(r.body);
+  CHECK(body["replica"] == "back-1");
+  CHECK(body["path"] == "/items");
+  CHECK(body["body"] == "payload");
+  CHECK(body["request_id"] == "remote-1");
+  // An unknown deployment: the proxy's 404, through the same path.
+  r = DeploymentHandle(remote, "shop", "Nope").call(post("x"));
+  CHECK(r.status == 404);
+  body = json::parse(r.body);
+  CHECK(body["error"] == "application shop has no deployment Nope");
+  CHECK(body["request_id"] == "remote-1");
+  // The proxy actor itself takes the call too.
+  auto direct =
+      replica::make_handle_transport(replica::make_remote_proxy_call(*f.sys, f.proxy->actor()));
+  CHECK(DeploymentHandle(direct, "shop", "Front").call(post("x")).status == 200);
+  // Its timeout is the proxy's: 504 from the proxy, not the request's.
+  r = DeploymentHandle(remote, "shop", "Empty").with_timeout(0.3).call(post("x"));
+  CHECK(r.status == 504);
+  CHECK(json::parse(r.body)["error"] == "request timed out");
+}
+
+TEST_CASE(
+    "remote: a call from another actor system over the network - and after the proxy stopped") {
+  Fixture f;
+  f.publish();
+  auto published = f.sys->middleman().publish(f.proxy->keeper(), 0, "127.0.0.1");
+  REQUIRE_MESSAGE(published, f.sys->render(published.error()));
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg, TransportOptions{});
+  caf::actor_system other(cfg);
+  auto keeper = other.middleman().remote_actor("127.0.0.1", *published);
+  REQUIRE_MESSAGE(keeper, other.render(keeper.error()));
+  auto remote = replica::make_handle_transport(replica::make_remote_proxy_call(other, *keeper));
+  Response r = DeploymentHandle(remote, "shop", "Back").call(post("over the wire", "/x"));
+  REQUIRE(r.status == 200);
+  auto body = json::parse(r.body);
+  CHECK(body["replica"] == "back-1");
+  CHECK(body["body"] == "over the wire");
+  CHECK(DeploymentHandle(remote, "shop", "Nope").call(post("x")).status == 404);
+  // The proxy stopped (its keeper exits): a JSON 503, at once.
+  f.proxy->stop();
+  auto start = std::chrono::steady_clock::now();
+  r = DeploymentHandle(remote, "shop", "Back").call(post("x"));
+  CHECK(r.status == 503);
+  CHECK(json::parse(r.body).contains("error"));
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
 }

@@ -42,3 +42,20 @@ TEST_CASE("proxy/metrics: requests by application and code plus histogram and ga
                   "replica=\"r1\"} 2\n") != std::string::npos);
   CHECK(text.find("# TYPE troupe_proxy_request_duration_seconds histogram\n") != std::string::npos);
 }
+
+TEST_CASE("proxy/metrics: requests that crashed two replicas by application") {
+  Metrics m;
+  auto text = m.render({});
+  CHECK(text.find("# TYPE troupe_proxy_requests_crashed_total counter\n") != std::string::npos);
+  CHECK(text.find("troupe_proxy_requests_crashed_total{") == std::string::npos);
+  m.crashed("echo");
+  m.crashed("echo");
+  m.crashed("a\"b");
+  CHECK(m.crashes("echo") == 2);
+  CHECK(m.crashes("other") == 0);
+  text = m.render({});
+  CHECK(text.find("troupe_proxy_requests_crashed_total{application=\"echo\"} 2\n") !=
+        std::string::npos);
+  CHECK(text.find("troupe_proxy_requests_crashed_total{application=\"a\\\"b\"} 1\n") !=
+        std::string::npos);
+}

@@ -439,3 +439,57 @@ TEST_CASE("proxy/router: a replica cut off with its connection is live with a ne
   caf::anon_send_exit(old_handle, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(new_handle, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("proxy/router: a lost node takes every replica handle on it out at once") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto idle = []() -> caf::behavior { return {[](int) {}}; };
+  auto a = sys.spawn(idle);
+  auto b = sys.spawn(idle);
+  auto with = [](ReplicaEndpoint e, caf::actor h) {
+    e.handle = std::move(h);
+    return e;
+  };
+  Router r({"n1", 23});
+  // a and b live on this actor system's node; c has no handle (another node).
+  r.apply(full_snapshot(
+      {with(replica("a", "n2", 5), a), with(replica("b", "n2", 5), b), replica("c", "n3", 5)}));
+  // Another node lost: nothing changes.
+  auto elsewhere = caf::make_node_id(42, "0123456789012345678901234567890123456789");
+  REQUIRE(elsewhere);
+  REQUIRE(*elsewhere != a.node());
+  r.mark_node_lost(*elsewhere);
+  std::set<std::string> chosen;
+  for (int i = 0; i < 30; ++i) {
+    auto adm = r.admit(kEcho, {}, [](SlotPtr) {});
+    REQUIRE(adm.kind == Router::Admit::assigned);
+    chosen.insert(adm.slot->replica_id);
+    r.release(adm.slot, Outcome::answered);
+  }
+  CHECK(chosen == std::set<std::string>{"a", "b", "c"});
+  // The connection to a's node dropped: b, on the same node, is out too.
+  r.mark_node_lost(a.node());
+  for (int i = 0; i < 5; ++i) {
+    auto adm = r.admit(kEcho, {}, [](SlotPtr) {});
+    REQUIRE(adm.kind == Router::Admit::assigned);
+    CHECK(adm.slot->replica_id == "c");
+  }
+  // Both come back with new handles (a reconnect), like a lost handle.
+  auto a2 = sys.spawn(idle);
+  auto b2 = sys.spawn(idle);
+  auto fresh = full_snapshot(
+      {with(replica("a", "n2", 5), a2), with(replica("b", "n2", 5), b2), replica("c", "n3", 5)});
+  fresh.seq = 2;
+  CHECK(r.apply(fresh).added.size() == 2);
+  chosen.clear();
+  for (int i = 0; i < 30; ++i) {
+    auto adm = r.admit(kEcho, {"c"}, [](SlotPtr) {});
+    REQUIRE(adm.kind == Router::Admit::assigned);
+    chosen.insert(adm.slot->replica_id);
+    r.release(adm.slot, Outcome::answered);
+  }
+  CHECK(chosen == std::set<std::string>{"a", "b"});
+  r.clear();
+  for (auto& h : {a, b, a2, b2})
+    caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+}

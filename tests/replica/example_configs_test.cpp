@@ -53,9 +53,9 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
       CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
     }
   }
-  CHECK(files == 9);
-  CHECK(route_prefixes == std::set<std::string>{"/burn", "/compose", "/counter", "/echo", "/fail",
-                                                "/flaky", "/greet", "/noop", "/sleep"});
+  CHECK(files == 10);
+  CHECK(route_prefixes == std::set<std::string>{"/burn", "/compose", "/counter", "/crash", "/echo",
+                                                "/fail", "/flaky", "/greet", "/noop", "/sleep"});
 }
 
 }  // namespace

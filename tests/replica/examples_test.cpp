@@ -1,8 +1,10 @@
 // Every example deployment, loaded from the built libtroupe_examples.so the
 // way a replica loads it, with exact outputs.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <future>
 #include <map>
 #include <memory>
@@ -148,6 +150,46 @@ TEST_CASE("FailInit's constructor throws its message") {
   CHECK_THROWS_WITH_AS(make("FailInit"), "FailInit always fails to start", std::runtime_error);
   CHECK_THROWS_WITH_AS(make("FailInit", Json{{"message", "no GPU here"}}), "no GPU here",
                        std::runtime_error);
+}
+
+TEST_CASE("Crash answers with its pid when asked for no crash - and refuses unknown modes") {
+  auto crash = make("Crash");
+  const Json answer = json_of(crash->handle(get()));
+  CHECK(answer ==
+        Json{{"replica_id", "app#Dep#r1"}, {"pid", static_cast<int64_t>(getpid())}, {"ok", true}});
+  CHECK(json_of(crash->handle(get("/", "mode=")))["ok"] == true);  // empty: no mode
+
+  Response unknown = crash->handle(get("/", "mode=explode"));
+  CHECK(unknown.status == 400);
+  CHECK(json_of(unknown)["error"] ==
+        "mode must be segv, abort, exit, stack or alloc, got 'explode'");
+
+  // Explicit empty init args start it normally too; a constructor crash it
+  // does not know is a start failure with a message, not a crash.
+  CHECK(json_of(make("Crash", Json::object())->handle(get()))["ok"] == true);
+  CHECK_THROWS_WITH_AS(make("Crash", Json{{"constructor", "melt"}}),
+                       "Crash: args.constructor must be \"segv\", \"abort\" or \"exit\", got "
+                       "\"melt\"",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(make("Crash", Json{{"constructor", 1}}), std::invalid_argument);
+}
+
+TEST_CASE("Crash allocates mb=N MiB - keeps it - and refuses a bad mb") {
+  auto crash = make("Crash");
+  const Json first = json_of(crash->handle(get("/", "mode=alloc&mb=2")));
+  CHECK(first == Json{{"allocated_mb", 2},
+                      {"total_mb", 2},
+                      {"replica_id", "app#Dep#r1"},
+                      {"pid", static_cast<int64_t>(getpid())}});
+  CHECK(json_of(crash->handle(get("/", "mode=alloc&mb=3")))["total_mb"] == 5);
+  CHECK(json_of(crash->handle(get("/", "mode=alloc&mb=0")))["total_mb"] == 5);
+  for (const char* bad : {"mb=-1", "mb=abc", "mb=", "mb=1048577", "mb=99999999"}) {
+    CAPTURE(bad);
+    Response r = crash->handle(get("/", std::string("mode=alloc&") + bad));
+    CHECK(r.status == 400);
+    CHECK(json_of(r)["error"].get<std::string>().rfind("mb must be an integer in [0, 1048576]",
+                                                       0) == 0);
+  }
 }
 
 TEST_CASE("FlakyHealth passes exactly N health checks - then fails") {

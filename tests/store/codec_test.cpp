@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "tests/store/store_test_support.hpp"
 
@@ -46,8 +47,8 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   const auto dep = full_deployment("x");
   {
     const DeploymentConfig def;
-    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10] = dep.config;
-    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10] = def;
+    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12] = dep.config;
+    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
@@ -59,6 +60,8 @@ TEST_CASE("full_state sets every model field to a non-default value") {
     CHECK(a8 != d8);
     CHECK(a9 != d9);
     CHECK(a10 != d10);
+    CHECK(a11 != d11);
+    CHECK(a12 != d12);
   }
   {
     const DeploymentSpec def;
@@ -115,6 +118,50 @@ TEST_CASE("a target state setting every field round-trips exactly") {
 
   // Deterministic: encoding the decoded state gives the same bytes.
   CHECK(encode_target_state(*decoded) == bytes);
+}
+
+TEST_CASE("isolation and memory limit round-trip - an unknown isolation value is refused") {
+  ApplicationSpec app;
+  app.name = "a";
+  app.route_prefix = "/a";
+  app.ingress = "D";
+  app.deployments.resize(1);
+  app.deployments[0].name = "D";
+  for (auto isolation : {Isolation::process, Isolation::in_process}) {
+    for (uint64_t limit : {uint64_t{0}, uint64_t{32} << 20, ~uint64_t{0}}) {
+      CAPTURE(to_string(isolation));
+      CAPTURE(limit);
+      app.deployments[0].config.isolation = isolation;
+      app.deployments[0].config.memory_limit_bytes = limit;
+      auto decoded = decode_application(encode_application(app));
+      REQUIRE_MESSAGE(decoded.has_value(), decoded.status().to_string());
+      CHECK(decoded->deployments[0].config.isolation == isolation);
+      CHECK(decoded->deployments[0].config.memory_limit_bytes == limit);
+      CHECK(*decoded == app);
+    }
+  }
+
+  // A newer binary's enumerant: the two encodings differ only in the
+  // isolation value (0 vs 1); a 7 there is refused, not guessed at.
+  app.deployments[0].config.memory_limit_bytes = 0;
+  app.deployments[0].config.isolation = Isolation::process;
+  const auto plain = encode_application(app);
+  app.deployments[0].config.isolation = Isolation::in_process;
+  auto bytes = encode_application(app);
+  REQUIRE(bytes.size() == plain.size());
+  std::vector<size_t> differ;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != plain[i])
+      differ.push_back(i);
+  }
+  REQUIRE(differ.size() == 1);
+  CHECK(bytes[differ[0]] == 1);
+  bytes[differ[0]] = 7;
+  auto r = decode_application(bytes);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::corrupt);
+  CHECK(r.status().message() ==
+        "application record is malformed: isolation has an unknown value 7");
 }
 
 TEST_CASE("edge values round-trip: empty state - absent capacity - zero capacity - odd text") {

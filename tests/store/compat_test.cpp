@@ -128,11 +128,15 @@ TEST_CASE("a target state written with the v0 schema decodes with defaults for n
   CHECK(d0.config.graceful_shutdown_timeout_s == 20.0);
   CHECK(d0.config.resources.empty());
   CHECK(d0.config.max_replicas_per_node == 0u);
+  CHECK(d0.config.isolation == Isolation::process);
+  CHECK(d0.config.memory_limit_bytes == 0u);
   CHECK(d0.config.autoscaling_config->downscale_delay_s == 600.0);
   CHECK_FALSE(d0.config.autoscaling_config->upscale_smoothing_factor.has_value());
   const auto& d1 = decoded->applications.at("shop").deployments[1];
   CHECK(d1.config.max_queued_requests == -1);
   CHECK_FALSE(d1.config.autoscaling_config.has_value());
+  CHECK(d1.config.isolation == Isolation::process);
+  CHECK(d1.config.memory_limit_bytes == 0u);
   CHECK_FALSE(decoded->target_capacity.has_value());
 }
 

@@ -70,6 +70,10 @@ inline DeploymentSpec full_deployment(const std::string& name) {
   d.config.graceful_shutdown_timeout_s = 9.5;
   d.config.resources.amounts = {{"cpu", 1.5}, {"gpu", 0.25}, {"mem", 2.0 * 1024 * 1024 * 1024}};
   d.config.max_replicas_per_node = 2;
+  // Both non-default, a combination validate() refuses (a memory limit needs
+  // isolation process); the codec stores it as it is.
+  d.config.isolation = Isolation::in_process;
+  d.config.memory_limit_bytes = 768ULL * 1024 * 1024 + 1;
   return d;
 }
 
@@ -101,6 +105,7 @@ inline TargetState full_state() {
   partial.config.autoscaling_config->downscale_smoothing_factor.reset();
   partial.config.user_config.clear();
   partial.config.resources.amounts.clear();
+  partial.config.isolation = Isolation::process;  // with its memory limit
   search.deployments = {plain, partial};
   s.applications.emplace(search.name, search);
 

@@ -28,6 +28,7 @@ using controller::ApplicationSpec;
 using controller::AutoscalingConfig;
 using controller::DeploymentConfig;
 using controller::DeploymentSpec;
+using controller::Isolation;
 using controller::TargetState;
 using Json = nlohmann::json;
 
@@ -64,7 +65,9 @@ const std::vector<std::string> kDeploymentFields = {"name",
                                                     "graceful_shutdown_wait_loop_s",
                                                     "graceful_shutdown_timeout_s",
                                                     "resources",
-                                                    "max_replicas_per_node"};
+                                                    "max_replicas_per_node",
+                                                    "isolation",
+                                                    "memory_limit"};
 const std::vector<std::string> kAutoscalingFields = {"min_replicas",
                                                      "max_replicas",
                                                      "initial_replicas",
@@ -358,6 +361,8 @@ class Parser {
                   DeploymentSpec& out);
   bool autoscaling(const Field& f, const std::string& deployment_name, AutoscalingConfig& out);
   bool resources(const Field& f, Resources& out);
+  bool isolation(const Field& f, Isolation& out);
+  bool memory_limit(const Field& f, uint64_t& out);
 
   std::string file_;
   Status error_;
@@ -639,6 +644,72 @@ bool Parser::resources(const Field& f, Resources& out) {
   return true;
 }
 
+bool Parser::isolation(const Field& f, Isolation& out) {
+  const std::string expected = "isolation: expected process or in_process, got ";
+  if (!f.value.IsScalar())
+    return fail(mark_of(f), expected + describe(f.value));
+  auto parsed = controller::parse_isolation(f.value.Scalar());
+  if (!parsed)
+    return fail(mark_of(f), expected + in_quotes(f.value.Scalar()));
+  out = *parsed;
+  return true;
+}
+
+// A byte count: plain bytes ("536870912") or a number with a K/M/G/T suffix
+// (powers of 1024), also spelled Ki/Mi/Gi/Ti and KiB/MiB/GiB/TiB. Suffixed
+// amounts go through parse_resources, so "512M" means here what it means in
+// `resources` and --resources.
+bool Parser::memory_limit(const Field& f, uint64_t& out) {
+  const std::string expected =
+      "memory_limit: expected bytes or a size like 512M, 4G or 512MiB (K/M/G/T: powers of "
+      "1024), got ";
+  if (!f.value.IsScalar())
+    return fail(mark_of(f), expected + describe(f.value));
+  const std::string& text = f.value.Scalar();
+  uint64_t bytes = 0;
+  if (!text.empty() &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    errno = 0;
+    unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+    if (errno == ERANGE) {
+      return fail(mark_of(f), "memory_limit: " + text + " must be <= " +
+                                  std::to_string(std::numeric_limits<uint64_t>::max()));
+    }
+    bytes = v;
+  } else {
+    auto is_suffix = [](char c) { return c != '\0' && std::strchr("KMGTkmgt", c) != nullptr; };
+    std::string amount = text;
+    for (const char* tail : {"iB", "i"}) {
+      const size_t n = std::strlen(tail);
+      if (amount.size() > n + 1 && amount.compare(amount.size() - n, n, tail) == 0 &&
+          is_suffix(amount[amount.size() - n - 1])) {
+        amount.resize(amount.size() - n);
+        break;
+      }
+    }
+    // One amount only: no ',' or '=' may smuggle in a second entry.
+    if (amount.empty() || !is_suffix(amount.back()) ||
+        amount.find_first_of(",=") != std::string::npos) {
+      return fail(mark_of(f), expected + in_quotes(text));
+    }
+    auto parsed = parse_resources("memory_limit=" + amount);
+    if (!parsed)
+      return fail(mark_of(f), expected + in_quotes(text));
+    const double v = parsed->get("memory_limit");
+    if (v != std::floor(v))
+      return fail(mark_of(f), "memory_limit: " + text + " is not a whole number of bytes");
+    if (v >= 18446744073709551616.0) {  // 2^64
+      return fail(mark_of(f), "memory_limit: " + text + " must be <= " +
+                                  std::to_string(std::numeric_limits<uint64_t>::max()));
+    }
+    bytes = static_cast<uint64_t>(v);
+  }
+  if (bytes != 0 && bytes < controller::kMinMemoryLimitBytes)
+    return fail(mark_of(f), "memory_limit: " + text + " must be 0 (no limit) or >= 32M");
+  out = bytes;
+  return true;
+}
+
 bool Parser::autoscaling(const Field& f, const std::string& deployment_name,
                          AutoscalingConfig& out) {
   if (!f.value.IsMap()) {
@@ -827,6 +898,19 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
   if (const Field* f = fields.get("resources")) {
     if (!resources(*f, c.resources))
       return false;
+  }
+  if (const Field* f = fields.get("isolation")) {
+    if (!isolation(*f, c.isolation))
+      return false;
+  }
+  if (const Field* f = fields.get("memory_limit")) {
+    if (!memory_limit(*f, c.memory_limit_bytes))
+      return false;
+    if (c.memory_limit_bytes != 0 && c.isolation == Isolation::in_process) {
+      return fail(mark_of(*f), "memory_limit of " + self +
+                                   " needs isolation: process (it is enforced on the replica "
+                                   "process; this deployment has isolation: in_process)");
+    }
   }
   return true;
 }
@@ -1071,6 +1155,22 @@ std::string format_amount(double value) {
   return format_double(v) + suffixes[i];
 }
 
+// A byte count with a binary suffix when it is exact ("512M"), as
+// Parser::memory_limit reads it: suffixed amounts are read as doubles, so a
+// suffix is used only while the number before it stays below 2^53.
+std::string format_bytes(uint64_t bytes) {
+  static const char* const suffixes[] = {"", "K", "M", "G", "T"};
+  uint64_t value = bytes;
+  int i = 0;
+  while (i < 4 && value >= 1024 && value % 1024 == 0) {
+    value /= 1024;
+    ++i;
+  }
+  if (i > 0 && value >= (uint64_t{1} << 53))
+    return std::to_string(bytes);
+  return std::to_string(value) + suffixes[i];
+}
+
 void emit_autoscaling(YAML::Emitter& out, const AutoscalingConfig& a) {
   const AutoscalingConfig d;
   // On one line when short, as Ray Serve's examples write it.
@@ -1166,6 +1266,10 @@ void emit_deployment(YAML::Emitter& out, const DeploymentSpec& spec, const std::
     out << YAML::Key << "max_replicas_per_node" << YAML::Value
         << std::to_string(c.max_replicas_per_node);
   }
+  if (c.isolation != d.isolation)
+    out << YAML::Key << "isolation" << YAML::Value << controller::to_string(c.isolation);
+  if (c.memory_limit_bytes != d.memory_limit_bytes)
+    out << YAML::Key << "memory_limit" << YAML::Value << format_bytes(c.memory_limit_bytes);
   out << YAML::EndMap;
 }
 

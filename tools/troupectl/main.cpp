@@ -1,12 +1,14 @@
 // troupectl: the operator's client. Talks to the controller with CAF actor
 // messages (never HTTP). Exit codes: 0 success, 1 failed operation, 2 bad usage.
 // The --json outputs are a stable interface, documented in docs/troupectl.md.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -85,6 +87,25 @@ size_t running_count(const json& dep) {
   return n;
 }
 
+// "512 MiB", "1.5 GiB": bytes in the largest binary unit they reach.
+std::string format_bytes(uint64_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int i = 0;
+  uint64_t unit = 1;
+  while (i < 6 && bytes / unit >= 1024) {
+    unit *= 1024;
+    ++i;
+  }
+  char buf[48];
+  if (bytes % unit == 0) {
+    std::snprintf(buf, sizeof(buf), "%llu %s", static_cast<unsigned long long>(bytes / unit),
+                  units[i]);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f %s", static_cast<double>(bytes) / unit, units[i]);
+  }
+  return buf;
+}
+
 void print_status(const json& status, bool replicas) {
   if (status.value("recovering", false)) {
     std::printf("the controller is recovering its state after a restart; retry in a moment\n");
@@ -105,6 +126,13 @@ void print_status(const json& status, bool replicas) {
                   running_count(dep), dep.value("target_replicas", 0));
       if (!dep.value("trigger", "").empty())
         std::printf("  (%s)", dep.value("trigger", "").c_str());
+      // Where its replicas run, and their memory limit.
+      if (dep.contains("isolation")) {
+        const uint64_t limit = dep.value("memory_limit_bytes", uint64_t{0});
+        std::printf(
+            "  %s, %s", dep.value("isolation", "").c_str(),
+            limit == 0 ? "no memory limit" : ("memory limit " + format_bytes(limit)).c_str());
+      }
       std::printf("\n");
       if (!dep.value("message", "").empty())
         std::printf("    %s\n", dep.value("message", "").c_str());

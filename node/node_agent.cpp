@@ -1,4 +1,4 @@
-#include "runtime/node_agent.hpp"
+#include "node/node_agent.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,7 +12,9 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/scoped_execution_unit.hpp>
 
+#include "node/process_supervisor.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
 #include "runtime/log.hpp"
@@ -26,12 +28,24 @@ caf::timespan seconds(double s) {
   return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
 }
 
+// Internal: a replica process must have attached by now.
+using attach_deadline_atom = caf::atom_constant<caf::atom("attachdl")>;
+
 struct Hosted {
   ReplicaSpec spec;
+  // What everyone else holds: the replica's own handle (in process), or the
+  // forwarding handle made when its process attached (empty before).
   caf::actor handle;
   bool stopping = false;
   // When stopping: when the agent kills it if it has not exited by then.
   std::chrono::steady_clock::time_point kill_at;
+  // A replica process:
+  bool process = false;
+  pid_t pid = 0;
+  std::string secret;  // one-time: cleared when the process attaches
+  caf::actor remote;   // its replica actor, in the process
+  // Spawn requests answered when the process attaches.
+  std::vector<caf::response_promise> waiting;
 };
 
 // The replicas of this node, by id. They outlive the agent actor (they are
@@ -49,6 +63,8 @@ struct AgentState {
   double backoff_s = 0;
   uint64_t incarnation = 0;
   std::unordered_map<caf::actor_addr, std::string> replica_ids;
+  // Replica actors in processes, by the address of their remote handle.
+  std::unordered_map<caf::actor_addr, std::string> remote_ids;
   // Answered once every replica is gone and the node has deregistered.
   std::optional<caf::response_promise> shutdown_promise;
   std::minstd_rand rng{std::random_device{}()};
@@ -61,6 +77,8 @@ using agent_actor = caf::stateful_actor<AgentState>;
 std::vector<HostedReplicaInfo> hosted_list(const AgentState& st) {
   std::vector<HostedReplicaInfo> out;
   for (const auto& [id, h] : *st.hosted) {
+    if (!h.handle)
+      continue;  // a process that has not attached yet
     out.push_back({id, h.spec.app, h.spec.deployment, h.spec.code_version, h.spec.user_config,
                    h.stopping, h.handle});
   }
@@ -193,7 +211,24 @@ void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
           });
 }
 
-void stop_replica(agent_actor* self, Hosted& h, double timeout_s) {
+// Ends a replica at once: its process by SIGKILL (the exit report follows),
+// an in-process one by an exit message.
+void kill_now(agent_actor* self, const AgentOptions& o, Hosted& h) {
+  if (h.process) {
+    if (o.processes)
+      o.processes->signal(h.spec.replica_id, SIGKILL);
+    return;
+  }
+  self->send_exit(h.handle, caf::exit_reason::kill);
+}
+
+void stop_replica(agent_actor* self, const AgentOptions& o, Hosted& h, double timeout_s) {
+  if (!h.handle) {
+    // A process that has not attached runs no user code yet.
+    h.stopping = true;
+    kill_now(self, o, h);
+    return;
+  }
   if (!h.stopping) {
     h.stopping = true;
     self->send(h.handle, stop_atom::value, timeout_s);
@@ -202,6 +237,118 @@ void stop_replica(agent_actor* self, Hosted& h, double timeout_s) {
   auto grace = seconds(timeout_s + 0.5);
   h.kill_at = std::chrono::steady_clock::now() + grace;
   self->delayed_send(self, grace, kill_replica_atom::value, h.spec.replica_id, false);
+}
+
+std::string make_secret() {
+  std::random_device rd;
+  std::string out;
+  const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) {
+    auto v = rd();
+    out += hex[v & 0xf];
+    out += hex[(v >> 4) & 0xf];
+  }
+  return out;
+}
+
+// Compares in time independent of where the strings differ.
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size() || a.empty())
+    return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// The handle of a replica process: an actor pool that forwards every message
+// to the remote replica actor in the sender's context, so requests and their
+// answers take no extra hop. It lives until the agent ends it (with the cause
+// of the process's exit): its only worker is a local anchor, so the remote
+// handle dying with the connection does not end it with a reason that says
+// nothing. An exit message sent to it (the controller's kill) ends it
+// without reaching the process; the agent then kills the process.
+caf::actor make_forwarder(caf::actor_system& sys, caf::actor remote) {
+  auto anchor = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](caf::ok_atom) {}};
+  });
+  caf::scoped_execution_unit context{&sys};
+  return caf::actor_pool::make(
+      &context, 1, [&] { return anchor; },
+      [remote](caf::actor_system&, caf::actor_pool::uplock& guard,
+               const caf::actor_pool::actor_vec&, caf::mailbox_element_ptr& m,
+               caf::execution_unit* eu) {
+        guard.unlock();
+        remote->enqueue(std::move(m), eu);
+      });
+}
+
+// The process of `id` if `secret` is its one-time secret, else null (and the
+// refusal is logged: a local process without the secret is not ours).
+Hosted* check_process(agent_actor* self, const std::string& id, const std::string& secret,
+                      const char* what) {
+  auto& st = self->state;
+  auto it = st.hosted->find(id);
+  if (it != st.hosted->end() && it->second.process && !it->second.handle &&
+      same_secret(it->second.secret, secret)) {
+    return &it->second;
+  }
+  auto sender = self->current_sender();
+  st.log->warn("refused a process that claims to be replica '{}' ({}): {} (from node {})", id, what,
+               it == st.hosted->end() || !it->second.process ? "no such replica process"
+               : it->second.handle                          ? "it has attached already"
+                                                            : "wrong secret",
+               sender ? to_string(sender->node()) : std::string("unknown"));
+  return nullptr;
+}
+
+// Starts a troupe-replica process for `spec`; the spawn request is answered
+// when the process attaches (or fails when it exits or hangs before that).
+caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
+                                      const ReplicaSpec& spec) {
+  auto& st = self->state;
+  if (!o.processes || o.replica_binary.empty()) {
+    return to_caf_error(Status(errc::unavailable, "node " + o.info.id +
+                                                      " cannot start replica processes"));
+  }
+  Hosted h;
+  h.spec = spec;
+  h.process = true;
+  h.secret = make_secret();
+  node::ProcessSpec ps;
+  ps.id = spec.replica_id;
+  ps.executable = o.replica_binary;
+  ps.args = {"--node-port", std::to_string(o.gate_port), "--replica-id", spec.replica_id,
+             "--node-id",   o.info.id,                   "--parent-pid",
+             std::to_string(::getpid()), "--log-level", o.log_level};
+  for (const auto& dir : o.plugin_path) {
+    ps.args.push_back("--plugin-path");
+    ps.args.push_back(dir);
+  }
+  if (!o.tls_dir.empty()) {
+    ps.args.push_back("--tls-dir");
+    ps.args.push_back(o.tls_dir);
+  }
+  ps.stdin_data = h.secret + "\n";
+  ps.memory_limit_bytes = spec.memory_limit_bytes;
+  // glibc reserves 64 MiB of address space per thread arena; under an
+  // RLIMIT_AS memory limit that would count against the user's budget.
+  ps.env = {{"MALLOC_ARENA_MAX", "2"}};
+  auto pid = o.processes->spawn(ps);
+  if (!pid)
+    return to_caf_error(pid.status());
+  h.pid = *pid;
+  auto rp = self->make_response_promise<caf::actor>();
+  h.waiting.push_back(rp);
+  (*st.hosted)[spec.replica_id] = std::move(h);
+  self->delayed_send(self, seconds(o.attach_timeout_s), attach_deadline_atom::value,
+                     spec.replica_id, static_cast<int32_t>(*pid));
+  st.log->info("started replica process {} of {}/{} ({}, pid {}{})", spec.replica_id, spec.app,
+               spec.deployment, spec.import_path, *pid,
+               spec.memory_limit_bytes > 0
+                   ? ", memory limit " + node::format_bytes(spec.memory_limit_bytes)
+                   : std::string());
+  return rp;
 }
 
 // `hosted`: the replicas of this node (those of a predecessor that died, or
@@ -217,6 +364,17 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
     auto& st = self->state;
     auto now = std::chrono::steady_clock::now();
     for (auto& [id, h] : *st.hosted) {
+      // Spawn requests of the dead agent time out at the controller.
+      h.waiting.clear();
+      if (h.process && !h.handle) {
+        self->delayed_send(self, seconds(o.attach_timeout_s), attach_deadline_atom::value, id,
+                           static_cast<int32_t>(h.pid));
+        continue;
+      }
+      if (h.remote) {
+        self->monitor(h.remote);
+        st.remote_ids[h.remote.address()] = id;
+      }
       self->monitor(h.handle);
       st.replica_ids[h.handle.address()] = id;
       if (h.stopping) {
@@ -230,10 +388,29 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
   }
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
+    if (auto it = st.remote_ids.find(dm.source); it != st.remote_ids.end()) {
+      // The connection to a replica process broke: if the process still
+      // runs (frozen, say) it is of no use; its exit report follows.
+      auto id = it->second;
+      st.remote_ids.erase(it);
+      auto hit = st.hosted->find(id);
+      if (hit != st.hosted->end() && o.processes &&
+          o.processes->signal(id, SIGKILL)) {
+        st.log->warn("lost the connection to replica process {} ({}); killed it", id,
+                     self->home_system().render(dm.reason));
+      }
+      return;
+    }
     if (auto it = st.replica_ids.find(dm.source); it != st.replica_ids.end()) {
       auto id = it->second;
       st.replica_ids.erase(it);
       auto hit = st.hosted->find(id);
+      // Its handle ended before its process (an exit sent to the handle):
+      // the process must not run on unreachable.
+      if (hit != st.hosted->end() && hit->second.process && o.processes)
+        o.processes->signal(id, SIGKILL);
+      if (hit != st.hosted->end() && hit->second.remote)
+        st.remote_ids.erase(hit->second.remote.address());
       bool expected = hit != st.hosted->end() && hit->second.stopping;
       if (expected) {
         st.log->info("replica {} exited", id);
@@ -295,8 +472,14 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
           return to_caf_error(Status(errc::unavailable, "node " + o.info.id + " is shutting down"));
         }
         if (auto it = st.hosted->find(spec.replica_id); it != st.hosted->end()) {
-          return it->second.handle;  // a retried request: same replica
+          if (it->second.handle)
+            return it->second.handle;  // a retried request: same replica
+          auto rp = self->make_response_promise<caf::actor>();
+          it->second.waiting.push_back(rp);
+          return rp;
         }
+        if (spec.isolation != "in_process")
+          return spawn_process(self, o, spec);
         replica::ReplicaOptions ropts;
         ropts.spec = spec;
         ropts.node_id = o.info.id;
@@ -306,19 +489,88 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
         self->monitor(handle);
         st.replica_ids[handle.address()] = spec.replica_id;
-        (*st.hosted)[spec.replica_id] = Hosted{spec, handle, false, {}};
+        Hosted h;
+        h.spec = spec;
+        h.handle = handle;
+        (*st.hosted)[spec.replica_id] = std::move(h);
         st.log->info("spawned replica {} of {}/{} ({})", spec.replica_id, spec.app, spec.deployment,
                      spec.import_path);
         return handle;
       },
       [=](list_replicas_atom) { return hosted_list(self->state); },
+      [=](replica_hello_atom, const std::string& id, const std::string& secret)
+          -> caf::result<ReplicaSpec, caf::actor, caf::actor> {
+        auto* h = check_process(self, id, secret, "hello");
+        if (!h) {
+          return to_caf_error(
+              Status(errc::permission_denied, "not a replica process started by this node"));
+        }
+        return {h->spec, sink, o.proxy};
+      },
+      [=](replica_attach_atom, const std::string& id, const std::string& secret,
+          const caf::actor& remote) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        auto* h = check_process(self, id, secret, "attach");
+        if (!h || !remote) {
+          return to_caf_error(
+              Status(errc::permission_denied, "not a replica process started by this node"));
+        }
+        h->secret.clear();
+        h->remote = remote;
+        h->handle = make_forwarder(self->home_system(), remote);
+        self->monitor(h->handle);
+        self->monitor(remote);
+        st.replica_ids[h->handle.address()] = id;
+        st.remote_ids[remote.address()] = id;
+        st.log->info("replica process {} (pid {}) attached", id, h->pid);
+        for (auto& rp : h->waiting)
+          rp.deliver(h->handle);
+        h->waiting.clear();
+        return caf::ok_atom::value;
+      },
+      [=](attach_deadline_atom, const std::string& id, int32_t pid) {
+        auto& st = self->state;
+        auto it = st.hosted->find(id);
+        if (it == st.hosted->end() || it->second.pid != pid || it->second.handle)
+          return;
+        st.log->error("replica process {} (pid {}) did not attach within {:.0f} s; killing it", id,
+                      pid, o.attach_timeout_s);
+        kill_now(self, o, it->second);
+      },
+      [=](replica_exit_atom, const std::string& id, int32_t pid, const std::string& cause,
+          bool clean) {
+        auto& st = self->state;
+        auto it = st.hosted->find(id);
+        if (it == st.hosted->end() || it->second.pid != pid)
+          return;
+        auto& h = it->second;
+        if (h.handle) {
+          // The controller and every proxy monitor this handle: they see the
+          // replica go down with the cause.
+          if (clean && h.stopping) {
+            self->send_exit(h.handle, caf::exit_reason::user_shutdown);
+          } else {
+            st.log->warn("replica {} (pid {}) exited: {}", id, pid, cause);
+            self->send_exit(h.handle, to_caf_error(Status(errc::internal, "replica " + id +
+                                                                              " exited: " + cause)));
+          }
+          return;
+        }
+        // It never attached: no user code ran, its spawn fails.
+        Status why(errc::internal, "replica process " + id + " exited before it attached: " + cause);
+        st.log->warn("{}", why.message());
+        for (auto& rp : h.waiting)
+          rp.deliver(to_caf_error(why));
+        st.hosted->erase(it);
+        maybe_finish_shutdown(self, o);
+      },
       [=](stop_atom, const std::string& id, double timeout_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         auto it = st.hosted->find(id);
         if (it == st.hosted->end()) {
           return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
         }
-        stop_replica(self, it->second, timeout_s);
+        stop_replica(self, o, it->second, timeout_s);
         return caf::ok_atom::value;
       },
       [=](kill_replica_atom, const std::string& id) -> caf::result<caf::ok_atom> {
@@ -328,7 +580,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
           return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
         }
         st.log->warn("killing replica {}", id);
-        self->send_exit(it->second.handle, caf::exit_reason::kill);
+        kill_now(self, o, it->second);
         return caf::ok_atom::value;
       },
       [=](kill_replica_atom, const std::string& id, bool) {
@@ -338,7 +590,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         if (it == st.hosted->end())
           return;
         st.log->warn("replica {} did not stop within its graceful timeout; killing it", id);
-        self->send_exit(it->second.handle, caf::exit_reason::kill);
+        kill_now(self, o, it->second);
       },
       [=](metrics_atom, const std::string& replica_id, double ongoing) {
         auto& st = self->state;
@@ -357,7 +609,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         auto rp = self->make_response_promise<caf::ok_atom>();
         st.shutdown_promise = rp;
         for (auto& [id, h] : *st.hosted)
-          stop_replica(self, h, grace_s * 0.8);
+          stop_replica(self, o, h, grace_s * 0.8);
         maybe_finish_shutdown(self, o);
         return rp;
       },
@@ -366,6 +618,9 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
 
 struct KeeperState {
   caf::actor agent;
+  // Exit reports of replica processes that came while no agent ran; the
+  // next agent gets them.
+  std::vector<caf::message> exits;
   std::shared_ptr<HostedReplicas> hosted = std::make_shared<HostedReplicas>();
   bool stopping = false;
   std::optional<std::chrono::steady_clock::time_point> last_restart;
@@ -383,6 +638,9 @@ void start_agent(keeper_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   st.agent = self->home_system().spawn(agent, o, st.hosted, caf::actor_cast<caf::actor>(self));
   self->monitor(st.agent);
+  for (auto& m : st.exits)
+    self->send(st.agent, std::move(m));
+  st.exits.clear();
 }
 
 // Keeps a node agent running: restarts it (with the replicas it hosted) when
@@ -444,6 +702,28 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
           self->send(a, atom, replica_id, ongoing);
       },
       [=](caf::get_atom) { return self->state.agent; },
+      // From the replica gate: checked by the agent, which knows the secrets.
+      [=](replica_hello_atom atom, const std::string& id, const std::string& secret)
+          -> caf::result<caf::message> {
+        if (!self->state.agent)
+          return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
+        return self->delegate(self->state.agent, atom, id, secret);
+      },
+      [=](replica_attach_atom atom, const std::string& id, const std::string& secret,
+          const caf::actor& remote) -> caf::result<caf::message> {
+        if (!self->state.agent)
+          return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
+        return self->delegate(self->state.agent, atom, id, secret, remote);
+      },
+      // From the process supervisor's thread.
+      [=](replica_exit_atom atom, const std::string& id, int32_t pid, const std::string& cause,
+          bool clean) {
+        auto& st = self->state;
+        if (st.agent)
+          self->send(st.agent, atom, id, pid, cause, clean);
+        else
+          st.exits.push_back(caf::make_message(atom, id, pid, cause, clean));
+      },
   };
 }
 

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -25,9 +26,11 @@
 #include "proxy/proxy.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
-#include "runtime/head_supervisor.hpp"
+#include "node/head_supervisor.hpp"
 #include "runtime/log.hpp"
-#include "runtime/node_agent.hpp"
+#include "node/node_agent.hpp"
+#include "node/process_supervisor.hpp"
+#include "node/replica_gate.hpp"
 #include "runtime/node_options.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/security/tls.hpp"
@@ -114,6 +117,17 @@ Status check_port_free(const std::string& bind, uint16_t port) {
                                          ": " + std::strerror(err));
   }
   return Status::ok();
+}
+
+// troupe-replica: --replica-binary, else next to this executable.
+std::string replica_binary(const NodeOptions& o) {
+  if (!o.replica_binary.empty())
+    return o.replica_binary;
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    return "troupe-replica";
+  return (self.parent_path() / "troupe-replica").string();
 }
 
 caf::timespan seconds(double s) {
@@ -247,6 +261,47 @@ int main(int argc, char** argv) {
       supervisor = *started_supervisor;
       log->info("controller listening on {}:{}", o.bind, o.port);
     }
+    // Replica processes: started and reaped by the supervisor, they reach this
+    // node through the replica gate on loopback.
+    struct KeeperRef {
+      std::mutex mutex;
+      caf::actor keeper;
+    };
+    auto keeper_ref = std::make_shared<KeeperRef>();
+    auto keeper_of = [keeper_ref] {
+      std::lock_guard<std::mutex> lock(keeper_ref->mutex);
+      return keeper_ref->keeper;
+    };
+    node::SupervisorOptions sup_options;
+    if (!o.state_dir.empty())
+      sup_options.log_dir = (fs::path(o.state_dir) / "logs" / "replicas").string();
+    sup_options.on_exit = [keeper_of](const std::string& id, const node::ProcessExit& exit) {
+      if (auto keeper = keeper_of()) {
+        caf::anon_send(keeper, replica_exit_atom::value, id, static_cast<int32_t>(exit.pid),
+                       exit.describe(), exit.clean());
+      }
+    };
+    auto started_processes = node::ProcessSupervisor::start(std::move(sup_options));
+    if (!started_processes) {
+      http_proxy->stop();
+      if (supervisor)
+        caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+      log::shutdown();
+      return usage_error(started_processes.status().message());
+    }
+    std::shared_ptr<node::ProcessSupervisor> processes = std::move(started_processes.value());
+    auto gate = node::spawn_replica_gate(sys, keeper_of);
+    auto gate_port = security::publish(gate, 0, "127.0.0.1");
+    if (!gate_port) {
+      caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+      http_proxy->stop();
+      if (supervisor)
+        caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+      log::shutdown();
+      return usage_error("cannot open the replica port on 127.0.0.1: " + sys.render(gate_port.error()));
+    }
+    log->info("replica processes reach this node on 127.0.0.1:{}", *gate_port);
+
     AgentOptions aopts;
     aopts.info.id = o.node_id;
     aopts.info.host = o.bind;
@@ -261,7 +316,17 @@ int main(int argc, char** argv) {
     aopts.proxy = http_proxy->keeper();
     aopts.handles = replica::make_handle_transport(http_proxy->caller());
     aopts.identity = identity;
+    aopts.processes = processes;
+    aopts.replica_binary = replica_binary(o);
+    aopts.gate_port = *gate_port;
+    aopts.plugin_path = o.plugin_path;
+    aopts.tls_dir = o.tls_dir;
+    aopts.log_level = o.log_level;
     auto agent = spawn_node_agent(sys, aopts);
+    {
+      std::lock_guard<std::mutex> lock(keeper_ref->mutex);
+      keeper_ref->keeper = agent;
+    }
     log->info("node {} started ({}; http port {}; resources {})", o.node_id,
               o.head ? "head" : "worker joining " + o.join->to_string(), o.http_port,
               o.resources.to_string());
@@ -296,7 +361,16 @@ int main(int argc, char** argv) {
         self->send_exit(supervisor, caf::exit_reason::user_shutdown);
       }
     }
+    // Whatever replica process is left (it ignored its stop) dies now.
+    processes->shutdown();
+    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    {
+      std::lock_guard<std::mutex> lock(keeper_ref->mutex);
+      keeper_ref->keeper = nullptr;
+    }
     http_proxy->stop();
+    if (!security::tls_enabled(sys))
+      sys.middleman().close(*gate_port);
     if (supervisor && !security::tls_enabled(sys))
       sys.middleman().close(o.port);
   }

@@ -15,6 +15,20 @@
 //                                         gracefully, then deregisters
 //   (metrics, string replica_id, double) from replicas: forwarded to the
 //                                         controller with the node id
+//
+// Replicas of `isolation: process` run in troupe-replica processes that the
+// agent starts through its ProcessSupervisor. Such a process connects to the
+// node's replica gate (node/replica_gate.hpp) on loopback and, with the
+// one-time secret the agent wrote to its stdin,
+//   (rephello, id, secret)          -> (ReplicaSpec, sink, proxy)  what to run
+//   (repattach, id, secret, actor)  -> (ok)  its replica actor is ready
+// Everyone else holds a handle the agent makes in this process for it: an
+// actor pool that forwards every message to the remote replica actor in the
+// sender's context (no extra hop; answers go straight back). The supervisor
+// reports the process's exit at once (pidfd); the agent then ends that handle
+// with an error naming the cause ("replica X exited: killed by SIGSEGV"), so
+// the controller and every proxy see the replica go down with that reason.
+//   (repexit, id, pid, string cause, bool clean) from the supervisor
 #pragma once
 
 #include <caf/actor.hpp>
@@ -22,12 +36,18 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "runtime/address.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe {
+
+namespace node {
+class ProcessSupervisor;
+}
 
 class HandleTransport;
 class PluginLoader;
@@ -55,6 +75,19 @@ struct AgentOptions {
   // Given to every replica for its deployment handles (through this node's
   // proxy, see replica/handle_transport.hpp). May be empty.
   std::shared_ptr<const HandleTransport> handles;
+
+  // Replica processes (`isolation: process`, the default). Without a
+  // supervisor such replicas are refused (never silently run in process).
+  std::shared_ptr<node::ProcessSupervisor> processes;
+  std::string replica_binary;  // the troupe-replica executable
+  // Where replica processes reach this node's replica gate (127.0.0.1).
+  uint16_t gate_port = 0;
+  std::vector<std::string> plugin_path;  // handed to replica processes
+  std::string tls_dir;                   // with TLS: they present this node's certificate
+  std::string log_level = "info";
+  // A replica process that has not attached by then is killed and its start
+  // fails (it hangs before running any user code).
+  double attach_timeout_s = 30;
 };
 
 // Spawns the agent under a keeper and returns the keeper: when the agent

@@ -1,4 +1,4 @@
-#include "runtime/head_supervisor.hpp"
+#include "node/head_supervisor.hpp"
 
 #include <chrono>
 #include <functional>

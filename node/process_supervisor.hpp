@@ -1,0 +1,117 @@
+// The supervision of a node's replica processes: plain C++ and POSIX, no CAF.
+//
+// spawn() starts a process (posix_spawn, every descriptor of the node but
+// the pipes closed in the child), registers its pidfd and its output pipe
+// with one epoll loop on the supervisor's own thread, and from then on:
+//   - the process's stdout and stderr go to <log_dir>/<id>.log, rotated at
+//     log_max_bytes (one older file, <id>.log.1, is kept), and the file stays
+//     after the exit so that a crash can be read; logs of exited processes
+//     are pruned (older than log_keep_s, beyond log_keep_files);
+//   - its exit is known at once (its pidfd turns readable), it is reaped
+//     (waitid on the pidfd: no zombie), and on_exit gets the cause: exit
+//     code, or signal and core dump, or that it exceeded its memory limit;
+//   - a memory limit is enforced with cgroup v2 memory.max when this node can
+//     create cgroups (a writable cgroup2 mount with the memory controller
+//     delegated), else with RLIMIT_AS. Both are applied before the process
+//     reads its stdin, which is the first thing troupe-replica does, so no
+//     user code runs before the limit holds.
+// The destructor kills (SIGKILL) and reaps every process still running.
+//
+// A process never outlives its node: troupe-replica sets PR_SET_PDEATHSIG
+// itself and checks that its parent is still the pid it was given.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/status.hpp"
+
+namespace troupe::node {
+
+// How a process ended.
+struct ProcessExit {
+  pid_t pid = 0;
+  int exit_code = -1;  // >= 0 when it exited by itself
+  int signal = 0;      // > 0 when a signal ended it
+  bool core_dumped = false;
+  // Killed by the OOM killer in its cgroup, or exited with
+  // kExitMemoryLimit (an allocation failed under RLIMIT_AS).
+  bool memory_limit_exceeded = false;
+  uint64_t memory_limit_bytes = 0;  // the limit it ran with (0: none)
+
+  bool clean() const { return exit_code == 0 && !memory_limit_exceeded; }
+  // "exited with status 3", "killed by SIGSEGV (core dumped)",
+  // "exceeded its memory limit of 512 MiB (killed by SIGKILL)".
+  std::string describe() const;
+};
+
+// The exit status troupe-replica uses when an allocation fails (under
+// RLIMIT_AS that is how a memory limit shows).
+constexpr int kExitMemoryLimit = 86;
+
+// "SIGSEGV"; "signal 77" for one without a name.
+std::string signal_name(int signal);
+// "512 MiB", "1.5 GiB", "4096 bytes".
+std::string format_bytes(uint64_t bytes);
+
+struct ProcessSpec {
+  std::string id;  // names its log file and cgroup (a replica id)
+  std::string executable;
+  std::vector<std::string> args;  // argv[1..]
+  // Written to its stdin, which is then closed (a one-time secret).
+  std::string stdin_data;
+  uint64_t memory_limit_bytes = 0;  // 0: none
+  // Added to (or replacing in) the node's environment.
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+struct SupervisorOptions {
+  // Where output files go; "" discards the output.
+  std::string log_dir;
+  uint64_t log_max_bytes = 10ull << 20;
+  // Logs of exited processes are removed when older than this, or when
+  // there are more than log_keep_files of them (oldest first).
+  double log_keep_s = 7 * 24 * 3600.0;
+  size_t log_keep_files = 200;
+  // Parent of the cgroups made for memory limits; "" finds one: a
+  // troupe-<pid> child of this process's cgroup2 cgroup, when the memory
+  // controller can be delegated there.
+  std::string cgroup_root;
+  bool use_cgroups = true;
+  // Runs on the supervisor's thread once per process, after it is reaped.
+  std::function<void(const std::string& id, const ProcessExit& exit)> on_exit;
+};
+
+class ProcessSupervisor {
+ public:
+  static Result<std::unique_ptr<ProcessSupervisor>> start(SupervisorOptions options);
+  // Kills (SIGKILL) and reaps every process still running, and stops the
+  // thread; on_exit is not called for them. Idempotent; the destructor calls it.
+  void shutdown();
+  ~ProcessSupervisor();
+  ProcessSupervisor(const ProcessSupervisor&) = delete;
+  ProcessSupervisor& operator=(const ProcessSupervisor&) = delete;
+
+  // Starts the process; its pid. Thread-safe. An id may run once at a time.
+  Result<pid_t> spawn(const ProcessSpec& spec);
+  // Sends `sig` to the process of `id` if it still runs (pid-reuse safe:
+  // through its pidfd). False when no such process runs.
+  bool signal(const std::string& id, int sig);
+  size_t running() const;
+  // "cgroup v2 memory.max (<root>)" or "RLIMIT_AS".
+  std::string memory_enforcement() const;
+
+  struct Impl;
+
+ private:
+  explicit ProcessSupervisor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::node

@@ -1,0 +1,173 @@
+// troupe-replica: one replica of a deployment in its own process, so that a
+// crash, abort, exit or stack overflow in user code ends this process only.
+// Started by a node agent (node/node_agent.cpp), never by hand:
+//   1. it dies with its node (PR_SET_PDEATHSIG) and exits at once if the
+//      node already died before that was set;
+//   2. it reads its one-time secret from stdin — the node writes it after
+//      the memory limit holds, so no user code runs unlimited;
+//   3. it connects to the node's replica gate on 127.0.0.1, proves itself
+//      with the secret and gets its ReplicaSpec, the node's metrics sink and
+//      proxy (for deployment handles);
+//   4. it spawns the replica actor (replica/replica_actor.hpp) and attaches
+//      its handle; from then on the controller and the proxies talk to it
+//      through the agent's forwarding handle;
+//   5. it exits 0 when the replica actor stops (a graceful stop), 1 when the
+//      node goes away, kExitMemoryLimit when an allocation fails.
+// stdout and stderr (its logs, and whatever user code prints) go to the
+// node's <state-dir>/logs/replicas/<replica-id>.log.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "node/process_supervisor.hpp"
+#include "replica/handle_transport.hpp"
+#include "replica/plugin/plugin_loader.hpp"
+#include "replica/replica_actor.hpp"
+#include "runtime/log.hpp"
+#include "runtime/security/tls.hpp"
+#include "runtime/system_setup.hpp"
+#include "runtime/wire.hpp"
+
+using namespace troupe;
+
+namespace {
+
+[[noreturn]] void out_of_memory() {
+  static const char message[] = "troupe-replica: an allocation failed: out of memory\n";
+  (void)!::write(2, message, sizeof(message) - 1);
+  std::_Exit(node::kExitMemoryLimit);
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "troupe-replica: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  CLI::App app{"troupe-replica: one replica in its own process (started by troupe-node)"};
+  uint16_t node_port = 0;
+  std::string replica_id;
+  std::string node_id;
+  pid_t parent_pid = 0;
+  std::vector<std::string> plugin_path;
+  std::string tls_dir;
+  std::string log_level = "info";
+  app.add_option("--node-port", node_port, "the node's replica port on 127.0.0.1")->required();
+  app.add_option("--replica-id", replica_id, "the replica this process runs")->required();
+  app.add_option("--node-id", node_id, "the node that started it")->required();
+  app.add_option("--parent-pid", parent_pid, "pid of that node's troupe-node")->required();
+  app.add_option("--plugin-path", plugin_path, "directories of deployment libraries");
+  app.add_option("--tls-dir", tls_dir, "present the node's certificate from this directory");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  // The node died between starting us and PR_SET_PDEATHSIG taking hold.
+  if (::getppid() != parent_pid)
+    return 1;
+  std::set_new_handler(out_of_memory);
+  std::string secret;
+  if (!std::getline(std::cin, secret) || secret.empty())
+    fail("no secret on stdin: troupe-replica is started by troupe-node only");
+
+  log::Options log_options;
+  log_options.level = log_level;
+  log_options.process = replica_id;
+  if (auto st = log::init(log_options); !st)
+    fail(st.message());
+  auto log = log::get("replica");
+
+  int exit_code = 0;
+  {
+    caf::actor_system_config cfg;
+    configure_actor_system(cfg, TransportOptions{});
+    if (!tls_dir.empty()) {
+      if (auto st = security::configure_tls(cfg, tls_dir, node_id); !st)
+        fail("--tls-dir: " + st.message());
+    }
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
+    caf::actor gate;
+    self->request(security::transport_actor(sys), std::chrono::seconds(10),
+                  caf::connect_atom::value, std::string("127.0.0.1"), node_port)
+        .receive(
+            [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+              gate = caf::actor_cast<caf::actor>(ptr);
+            },
+            [&](caf::error& err) {
+              fail("cannot reach the node on 127.0.0.1:" + std::to_string(node_port) + ": " +
+                   sys.render(err));
+            });
+    if (!gate)
+      fail("the node publishes no replica gate on 127.0.0.1:" + std::to_string(node_port));
+    self->monitor(gate);
+
+    ReplicaSpec spec;
+    caf::actor sink;
+    caf::actor proxy;
+    self->request(gate, std::chrono::seconds(10), replica_hello_atom::value, replica_id, secret)
+        .receive(
+            [&](ReplicaSpec& s, caf::actor& k, caf::actor& p) {
+              spec = std::move(s);
+              sink = std::move(k);
+              proxy = std::move(p);
+            },
+            [&](caf::error& err) { fail("the node refused us: " + from_caf_error(err).message()); });
+
+    replica::ReplicaOptions options;
+    options.spec = spec;
+    options.node_id = node_id;
+    options.loader = std::make_shared<PluginLoader>(plugin_path);
+    options.metrics_sink = sink;
+    if (proxy)
+      options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys, proxy));
+    auto replica = replica::spawn_replica(sys, std::move(options));
+    self->monitor(replica);
+    self->request(gate, std::chrono::seconds(10), replica_attach_atom::value, replica_id, secret,
+                  replica)
+        .receive([](caf::ok_atom) {},
+                 [&](caf::error& err) {
+                   fail("the node refused the replica: " + from_caf_error(err).message());
+                 });
+    log->info("replica {} of {}/{} runs in process {}", replica_id, spec.app, spec.deployment,
+              ::getpid());
+
+    bool done = false;
+    while (!done) {
+      self->receive([&](caf::down_msg& dm) {
+        if (dm.source == replica.address()) {
+          exit_code = dm.reason == caf::exit_reason::user_shutdown ? 0 : 1;
+          log->info("replica {} stopped ({})", replica_id, sys.render(dm.reason));
+          done = true;
+        } else if (dm.source == gate.address()) {
+          log->warn("lost the connection to node {} ({}); exiting", node_id, sys.render(dm.reason));
+          exit_code = 1;
+          done = true;
+        }
+      });
+    }
+    // Threads still inside user code would keep ~actor_system waiting: the
+    // process ends here.
+    log::shutdown();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(exit_code);
+  }
+}
