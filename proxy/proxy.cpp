@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <shared_mutex>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
@@ -78,6 +79,23 @@ struct Proxy::Core : public Handler {
   std::shared_ptr<spdlog::logger> log = troupe::log::get("proxy");
   std::atomic<double> snapshot_timeout_s{0};
   std::string id_prefix;
+
+  // Every post to an io thread from another thread (the proxy actor, CAF's
+  // threads answering, a slot freed elsewhere) holds this shared and checks
+  // io_closed: stop() closes it (exclusively) before the io_contexts go, so
+  // nothing is posted to a destroyed io_context. (A down message handled by
+  // the proxy actor while stop() destroyed the server did exactly that: a
+  // SIGSEGV at shutdown.)
+  std::shared_mutex io_mutex;
+  bool io_closed = false;
+  template <class F>
+  bool post(asio::io_context* io, F&& f) {
+    std::shared_lock<std::shared_mutex> lock(io_mutex);
+    if (io_closed)
+      return false;
+    asio::post(*io, std::forward<F>(f));
+    return true;
+  }
 
   mutable std::mutex actor_mutex;
   caf::actor actor;       // the current proxy actor
@@ -472,8 +490,8 @@ void dispatch(const CallPtr& c) {
   auto* core = w->core;
   auto admission = core->router.admit(c->route->key, c->tried, [c](SlotPtr slot) {
     // Runs where the slot was freed: continue on the call's own thread.
-    auto* io = c->worker->io;
-    asio::post(*io, [c, slot = std::move(slot)]() mutable { resumed(c, std::move(slot)); });
+    c->worker->core->post(c->worker->io,
+                          [c, slot = std::move(slot)]() mutable { resumed(c, std::move(slot)); });
   });
   switch (admission.kind) {
     case Router::Admit::assigned:
@@ -709,7 +727,7 @@ void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
     crash = !(controller && controller.node() == addr.node());
   }
   for (auto& w : workers) {
-    asio::post(*w->io, [w = w.get(), addr, crash] {
+    post(w->io, [w = w.get(), addr, crash] {
       // A remote replica's node may be gone and never answer.
       fail_over(
           w, [&](const ReplicaSlot& s) { return s.handle && s.handle.address() == addr; },
@@ -724,7 +742,7 @@ void Proxy::Core::hub_lost() {
       "remote replicas");
   auto here = sys->node();
   for (auto& w : workers) {
-    asio::post(*w->io, [w = w.get(), here] {
+    post(w->io, [w = w.get(), here] {
       fail_over(
           w, [&](const ReplicaSlot& s) { return s.handle && s.handle.node() != here; },
           "was reached through the lost connection", false, Outcome::unreachable);
@@ -741,7 +759,7 @@ void Proxy::Core::replicas_lost(const std::vector<SlotPtr>& lost) {
   for (const auto& s : lost)
     set->push_back(s.get());
   for (auto& w : workers) {
-    asio::post(*w->io, [w = w.get(), set, lost] {
+    post(w->io, [w = w.get(), set, lost] {
       fail_over(
           w,
           [&](const ReplicaSlot& s) {
@@ -1081,7 +1099,7 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
     w->companion->set_default_handler(caf::drop);
     Worker* raw = w.get();
     w->companion->on_enqueue([raw](caf::mailbox_element_ptr m) {
-      asio::post(*raw->io, [raw, m = std::shared_ptr<caf::mailbox_element>(std::move(m))] {
+      raw->core->post(raw->io, [raw, m = std::shared_ptr<caf::mailbox_element>(std::move(m))] {
         raw->companion->activate(raw->unit.get(), *m);
       });
     });
@@ -1134,6 +1152,10 @@ void Proxy::stop() {
       return;
     core.stopped = true;
   }
+  {
+    std::unique_lock<std::shared_mutex> lock(core.io_mutex);
+    core.io_closed = true;
+  }
   core.server->stop();
   // No io thread runs now: the companions can be taken down from here. Their
   // pending answers (and the calls they hold) go with them.
@@ -1141,8 +1163,19 @@ void Proxy::stop() {
     w->companion->on_enqueue(nullptr);
     w->companion->cleanup(caf::exit_reason::user_shutdown, w->unit.get());
   }
-  caf::anon_send_exit(core.keeper, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(core.actor, caf::exit_reason::user_shutdown);
+  caf::actor proxy_actor;
+  {
+    std::lock_guard<std::mutex> lock(core.actor_mutex);
+    proxy_actor = core.actor;  // not restarted any more: `stopped` is set
+  }
+  {
+    // Both are gone before anything they use is destroyed.
+    caf::scoped_actor self{*core.sys};
+    self->send_exit(core.keeper, caf::exit_reason::user_shutdown);
+    if (proxy_actor)
+      self->send_exit(proxy_actor, caf::exit_reason::user_shutdown);
+    self->wait_for(core.keeper, proxy_actor);
+  }
   // Queued calls hold exchanges, and timers belong to io_contexts: drop them
   // before the io_contexts go.
   core.router.clear();
