@@ -225,3 +225,36 @@ TEST_CASE("a node on a non-loopback address without TLS needs --insecure - and t
   node.signal(SIGTERM);
   CHECK(node.wait_exit(10s) == std::optional<int>(0));
 }
+
+TEST_CASE("the exit check reports a node that crashed - with its signal - log - and backtrace") {
+  Cluster c;
+  c.start_head();
+  c.start_worker("w1");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  // A crash the test did not ask the helpers for: as if the node had one.
+  pid_t pid = c.nodes.at("w1").pid();
+  REQUIRE(::kill(pid, SIGSEGV) == 0);
+  REQUIRE(wait_until([&] { return !c.nodes.at("w1").running(); }, 20s));
+  auto problems = c.stop_all();
+  // The head stopped cleanly; the worker is reported.
+  REQUIRE(problems.size() == 1);
+  const auto& report = problems.front();
+  CHECK(report.find("node w1 (pid " + std::to_string(pid) + ") killed by SIGSEGV") !=
+        std::string::npos);
+  CHECK(report.find("during the test") != std::string::npos);
+  CHECK(report.find("last lines of its output") != std::string::npos);
+  CHECK(report.find("node w1 started") != std::string::npos);  // a line of its log
+  // With the usual core_pattern the node dumped core in its state dir, and
+  // the report carries gdb's backtrace of its threads.
+  std::ifstream pattern_file("/proc/sys/kernel/core_pattern");
+  std::string pattern;
+  std::getline(pattern_file, pattern);
+  if (pattern == "core") {
+    CHECK(report.find("(core dumped)") != std::string::npos);
+    CHECK(report.find("--- backtrace ---") != std::string::npos);
+    CHECK(report.find("Thread 1") != std::string::npos);
+  } else {
+    MESSAGE("core_pattern is '" << pattern << "': no core file in the state dir to check");
+  }
+  CHECK(c.nodes.empty());
+}

@@ -1,5 +1,9 @@
 #include "tests/support/cluster.hpp"
 
+#include <signal.h>
+
+#include <filesystem>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +20,71 @@ const std::vector<std::string> kFastLiveness = {"--node-timeout",
                                                 "--recovery-window",
                                                 "1.5"};
 
+namespace {
+
+// Each node runs in its state directory with core dumps on: with the usual
+// core_pattern ("core") a crash leaves <state-dir>/core for gdb.
+proc::ChildOptions node_options_in(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  proc::ChildOptions o;
+  o.working_dir = state_dir;
+  o.core_dumps = true;
+  return o;
+}
+
+std::string core_file_of(const ChildProcess& node) {
+  const auto& cwd = node.options().working_dir;
+  for (const auto& name : {std::string("core"), "core." + std::to_string(node.pid())}) {
+    if (std::filesystem::exists(cwd + "/" + name))
+      return cwd + "/" + name;
+  }
+  return cwd + "/core";
+}
+
+}  // namespace
+
+Cluster::~Cluster() {
+  for (const auto& problem : stop_all())
+    FAIL_CHECK(problem);
+}
+
+std::vector<std::string> Cluster::stop_all(std::chrono::milliseconds grace) {
+  std::vector<std::string> problems;
+  std::map<std::string, bool> was_running;
+  for (auto& [id, node] : nodes) {
+    was_running[id] = node.running();
+    if (was_running[id])
+      ::kill(node.pid(), SIGTERM);  // all at once; stop() below waits for each
+  }
+  auto until = std::chrono::steady_clock::now() + grace;
+  for (auto& [id, node] : nodes) {
+    std::string what;
+    if (was_running[id]) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      auto code = node.stop(std::max(left, std::chrono::milliseconds(100)));
+      if (!code)
+        what = "did not exit within " + std::to_string(grace.count() / 1000) + " s of SIGTERM";
+      else if (*code != 0)
+        what = node.describe_exit() + " after SIGTERM";
+    } else if (!node.fate_owned() && node.exit_code() && *node.exit_code() != 0) {
+      what = node.describe_exit() + " during the test";
+    }
+    if (what.empty())
+      continue;
+    std::string report = "node " + id + " (pid " + std::to_string(node.pid()) + ") " + what +
+                         "\n--- last lines of its output (" + node.output_path() + ") ---\n" +
+                         proc::tail_lines(node.output(), 40);
+    if (node.core_dumped()) {
+      report += "\n--- backtrace ---\n" + proc::backtrace_of(node.argv().front(), core_file_of(node));
+    }
+    problems.push_back(std::move(report));
+  }
+  nodes.clear();
+  return problems;
+}
+
 ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
   if (!http_ports.count("head"))
     http_ports["head"] = free_port();
@@ -26,7 +95,8 @@ ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
   nodes.erase("head");
-  return nodes.emplace("head", ChildProcess(argv, dir / "head.log")).first->second;
+  return nodes.emplace("head", ChildProcess(argv, dir / "head.log", node_options_in(dir / "head")))
+      .first->second;
 }
 
 ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std::string>& args) {
@@ -45,7 +115,8 @@ ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
   nodes.erase(id);
-  return nodes.emplace(id, ChildProcess(argv, dir / (id + ".log"))).first->second;
+  return nodes.emplace(id, ChildProcess(argv, dir / (id + ".log"), node_options_in(dir / id)))
+      .first->second;
 }
 
 std::map<std::string, std::string> Cluster::states() {

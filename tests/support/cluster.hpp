@@ -1,5 +1,9 @@
 // A cluster of real troupe-node processes on loopback for integration tests.
-// Every process is killed when the Cluster goes out of scope.
+// When the Cluster goes out of scope it stops every node with SIGTERM and
+// fails the test for each one that did not exit by itself with status 0
+// within the grace period, or that died during the test from a signal the
+// test did not send (naming the node, the signal, the last lines of its log
+// and, when it dumped core, the backtrace of every thread).
 #pragma once
 
 #include <chrono>
@@ -15,6 +19,7 @@ namespace troupe::testing {
 extern const std::vector<std::string> kFastLiveness;
 
 struct Cluster {
+  ~Cluster();
   TempDir dir;
   uint16_t port = free_port();
   std::string address = "127.0.0.1:" + std::to_string(port);
@@ -34,6 +39,12 @@ struct Cluster {
                    std::chrono::milliseconds deadline);
   // Prints every node's output (for failed checks).
   void dump_output();
+
+  // Stops every node (SIGTERM to all, then waits up to `grace`) and returns
+  // one report per node that did not end well: still running after the
+  // grace, or exited non-zero or by a signal (also earlier, unless the test
+  // sent that signal or waited for that exit itself). Forgets the nodes.
+  std::vector<std::string> stop_all(std::chrono::milliseconds grace = std::chrono::seconds(20));
 };
 
 }  // namespace troupe::testing

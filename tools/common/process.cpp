@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,7 +54,9 @@ void unregister_child(pid_t pid) {
 // Forks and execs; only async-signal-safe calls between fork and exec (the
 // caller may have threads).
 pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path,
-            const std::string& err_path) {
+            const std::string& err_path, const ChildOptions& options = {}) {
+  const char* cwd = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
+  bool cores = options.core_dumps;
   std::vector<char*> args;
   for (const auto& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
@@ -76,6 +79,14 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path,
       ::_exit(126);
     ::dup2(out, 1);
     ::dup2(err, 2);
+    if (cwd && ::chdir(cwd) != 0)
+      ::_exit(125);
+    if (cores) {
+      struct rlimit unlimited {
+        RLIM_INFINITY, RLIM_INFINITY
+      };
+      ::setrlimit(RLIMIT_CORE, &unlimited);
+    }
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0)
       ::dup2(devnull, 0);
@@ -120,9 +131,68 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-Child::Child(std::vector<std::string> argv, std::string output_path)
-    : argv_(std::move(argv)), output_path_(std::move(output_path)) {
-  pid_ = spawn(argv_, output_path_, output_path_);
+Child::Child(std::vector<std::string> argv, std::string output_path, ChildOptions options)
+    : options_(std::move(options)), argv_(std::move(argv)), output_path_(std::move(output_path)) {
+  pid_ = spawn(argv_, output_path_, output_path_, options_);
+}
+
+void Child::reaped(int status) {
+  exit_code_ = decode(status);
+  core_dumped_ = WIFSIGNALED(status) && WCOREDUMP(status);
+  unregister_child(pid_);
+}
+
+std::optional<int> Child::stop(std::chrono::milliseconds grace) {
+  if (running()) {
+    ::kill(pid_, SIGCONT);
+    ::kill(pid_, SIGTERM);
+  }
+  auto until = Clock::now() + grace;
+  while (running() && Clock::now() < until)
+    std::this_thread::sleep_for(10ms);  // poll interval of a deadline wait
+  if (running()) {
+    kill_now();
+    return std::nullopt;
+  }
+  return exit_code_;
+}
+
+std::string Child::describe_exit() const {
+  if (!exit_code_)
+    return "running";
+  int code = *exit_code_;
+  if (code > 128) {
+    const char* abbrev = ::sigabbrev_np(code - 128);
+    std::string name = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(code - 128);
+    return "killed by " + name + (core_dumped_ ? " (core dumped)" : "");
+  }
+  return "exited with status " + std::to_string(code);
+}
+
+std::string tail_lines(const std::string& text, size_t lines) {
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n')
+    --pos;
+  while (lines > 0 && pos > 0) {
+    auto nl = text.rfind('\n', pos - 1);
+    if (nl == std::string::npos) {
+      pos = 0;
+      break;
+    }
+    pos = nl;
+    --lines;
+  }
+  return text.substr(pos == 0 ? 0 : pos + 1);
+}
+
+std::string backtrace_of(const std::string& binary, const std::string& core) {
+  if (!fs::exists(core))
+    return "(no core file at " + core + ")";
+  auto r = run({"/usr/bin/gdb", "-batch", "-nx", "-ex", "thread apply all bt 30", binary, core},
+               120s);
+  if (r.exit_code != 0 && r.out.empty())
+    return "(gdb failed: exit " + std::to_string(r.exit_code) + " " + r.err + ")";
+  return r.out;
 }
 
 Child::~Child() {
@@ -139,14 +209,16 @@ void Child::kill_now() {
     ::kill(pid_, SIGKILL);
     int status = 0;
     ::waitpid(pid_, &status, 0);
-    exit_code_ = decode(status);
-    unregister_child(pid_);
+    reaped(status);
   }
 }
 
 Child::Child(Child&& other) noexcept
     : pid_(other.pid_),
       exit_code_(other.exit_code_),
+      core_dumped_(other.core_dumped_),
+      fate_owned_(other.fate_owned_),
+      options_(std::move(other.options_)),
       argv_(std::move(other.argv_)),
       output_path_(std::move(other.output_path_)) {
   other.pid_ = -1;
@@ -157,6 +229,9 @@ Child& Child::operator=(Child&& other) noexcept {
     kill_now();
     pid_ = other.pid_;
     exit_code_ = other.exit_code_;
+    core_dumped_ = other.core_dumped_;
+    fate_owned_ = other.fate_owned_;
+    options_ = std::move(other.options_);
     argv_ = std::move(other.argv_);
     output_path_ = std::move(other.output_path_);
     other.pid_ = -1;
@@ -170,14 +245,14 @@ bool Child::running() {
   int status = 0;
   pid_t r = ::waitpid(pid_, &status, WNOHANG);
   if (r == pid_) {
-    exit_code_ = decode(status);
-    unregister_child(pid_);
+    reaped(status);
     return false;
   }
   return true;
 }
 
 void Child::signal(int sig) {
+  fate_owned_ = true;
   if (!running())
     return;
   if (sig == SIGTERM || sig == SIGKILL)
@@ -186,6 +261,7 @@ void Child::signal(int sig) {
 }
 
 std::optional<int> Child::wait_exit(std::chrono::milliseconds timeout) {
+  fate_owned_ = true;
   auto until = Clock::now() + timeout;
   while (running() && Clock::now() < until)
     std::this_thread::sleep_for(10ms);  // poll interval of a deadline wait

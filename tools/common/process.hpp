@@ -27,10 +27,18 @@ namespace troupe::proc {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+struct ChildOptions {
+  // Its working directory ("" : the driver's). Where a core file lands
+  // when the kernel's core_pattern is a plain file name.
+  std::string working_dir;
+  // RLIMIT_CORE unlimited, so a crash leaves a core file to read.
+  bool core_dumps = false;
+};
+
 class Child {
  public:
   Child() = default;
-  Child(std::vector<std::string> argv, std::string output_path);
+  Child(std::vector<std::string> argv, std::string output_path, ChildOptions options = {});
   ~Child();
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
@@ -46,6 +54,16 @@ class Child {
   // 128 + signal number when killed by a signal.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
   std::optional<int> exit_code() const { return exit_code_; }
+  // SIGTERM, then waits up to `grace`: the exit code, or nullopt when it still
+  // ran then (it is killed, and its fate reported as "did not exit").
+  std::optional<int> stop(std::chrono::milliseconds grace);
+  // "exited with status 0", "killed by SIGSEGV (core dumped)", "running".
+  std::string describe_exit() const;
+  bool core_dumped() const { return core_dumped_; }
+  // True when the driver sent it a signal or waited for its exit: how it
+  // ended is then the driver's business, not a crash to report.
+  bool fate_owned() const { return fate_owned_; }
+  const ChildOptions& options() const { return options_; }
   const std::vector<std::string>& argv() const { return argv_; }
   const std::string& output_path() const { return output_path_; }
   // Everything the process wrote so far.
@@ -53,8 +71,12 @@ class Child {
 
  private:
   void kill_now();
+  void reaped(int status);
   pid_t pid_ = -1;
   std::optional<int> exit_code_;
+  bool core_dumped_ = false;
+  bool fate_owned_ = false;
+  ChildOptions options_;
   std::vector<std::string> argv_;
   std::string output_path_;
 };
@@ -96,6 +118,13 @@ class TempDir {
   std::string path_;
   bool keep_ = false;
 };
+
+// The last `lines` lines of `text`.
+std::string tail_lines(const std::string& text, size_t lines);
+
+// `gdb -batch` backtraces of every thread of `binary` from `core` (bounded
+// in time); what went wrong when gdb or the core is missing.
+std::string backtrace_of(const std::string& binary, const std::string& core);
 
 // Pids of live processes whose command line contains `needle` (from /proc).
 std::vector<pid_t> processes_mentioning(const std::string& needle);
