@@ -386,3 +386,47 @@ TEST_CASE("troupectl kill agent: the node restarts its agent and its replicas ar
   CHECK(f.output_has("w1", "deregistered from the controller"));
   CHECK(f.cluster.wait_states({{"head", "ALIVE"}}, 10s));
 }
+
+// The shutdown crash of a proxy (a replica's down message posted to an
+// io_context being destroyed) showed only when nodes stopped while replicas
+// died under load. Every round stops all nodes at once in that state; the
+// Cluster's exit check fails the test for any node that does not exit by
+// itself with status 0.
+TEST_CASE("every node exits 0 when all are stopped while replicas are killed under load - 4 rounds") {
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    Fixture f({"w1", "w2"});
+    auto in_process = app_spec("echo", "/echo", "Echo", 4, 4);
+    in_process.deployments[0].config.isolation = controller::Isolation::in_process;
+    REQUIRE(f.client->deploy(in_process).has_value());
+    REQUIRE(f.client->deploy(app_spec("counter", "/counter", "Counter", 3, 4)).has_value());
+    REQUIRE(f.wait_at_target("echo", "Echo", 4, 30s));
+    REQUIRE(f.wait_at_target("counter", "Counter", 3, 30s));
+    std::vector<uint16_t> ports;
+    for (const auto& [id, port] : f.cluster.http_ports) {
+      ports.push_back(port);
+      ports.push_back(port);
+    }
+    Load echo(ports, "/echo/x", 10);
+    Load counter(ports, "/counter/", 10);
+    REQUIRE(wait_until([&] { return echo.count() >= 50 && counter.count() >= 50; }, 20s));
+    for (int kill = 0; kill < 3; ++kill) {
+      for (const char* dep : {"Echo", "Counter"}) {
+        std::string app = std::string(dep) == "Echo" ? "echo" : "counter";
+        auto replicas = f.running(app, dep);
+        if (!replicas.empty())
+          CHECK(f.client->kill_replica(replicas.begin()->first).is_ok());
+      }
+      size_t at = echo.count();
+      REQUIRE(wait_until([&] { return echo.count() >= at + 20; }, 20s));
+    }
+    // All nodes at once, with requests, replacements and down messages in
+    // flight.
+    auto problems = f.cluster.stop_all();
+    echo.stop();
+    counter.stop();
+    for (const auto& p : problems)
+      FAIL_CHECK(p);
+    CHECK(problems.empty());
+  }
+}
