@@ -32,6 +32,8 @@
 
 #include <troupe/deployment.hpp>
 
+#include "example_util.hpp"
+
 namespace {
 
 constexpr size_t kChunk = 1024 * 1024;
@@ -74,18 +76,6 @@ bool crash_by_name(const std::string& how) {
   return true;  // only reached if the null-pointer write did not fault
 }
 
-// A decimal integer in [0, kMaxMb], else -1.
-int64_t parse_mb(const std::string& text) {
-  if (text.empty() || text.size() > 7)
-    return -1;
-  int64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9')
-      return -1;
-    value = value * 10 + (c - '0');
-  }
-  return value <= kMaxMb ? value : -1;
-}
 
 }  // namespace
 
@@ -124,7 +114,7 @@ class Crash : public troupe::Deployment {
 
  private:
   troupe::Response allocate(const std::string& text) {
-    const int64_t mb = parse_mb(text);
+    const int64_t mb = troupe_examples::parse_bounded(text, kMaxMb);
     if (mb < 0) {
       return troupe::Response::json(
           {{"error",

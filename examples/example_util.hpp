@@ -27,8 +27,9 @@ inline int64_t ms_field(const troupe::Json& obj, const char* key, int64_t fallba
   return value.get<int64_t>();
 }
 
-// Parses a ?ms= value. Returns -1 when it is not an integer in [0, kMaxMs].
-inline int64_t parse_ms(const std::string& text) {
+// Parses a decimal query value. Returns -1 when it is not an integer in
+// [0, max].
+inline int64_t parse_bounded(const std::string& text, int64_t max) {
   if (text.empty() || text.size() > 10)
     return -1;
   int64_t value = 0;
@@ -37,7 +38,12 @@ inline int64_t parse_ms(const std::string& text) {
       return -1;
     value = value * 10 + (c - '0');
   }
-  return value <= kMaxMs ? value : -1;
+  return value <= max ? value : -1;
+}
+
+// Parses a ?ms= value. Returns -1 when it is not an integer in [0, kMaxMs].
+inline int64_t parse_ms(const std::string& text) {
+  return parse_bounded(text, kMaxMs);
 }
 
 inline troupe::Response bad_ms(const std::string& text) {

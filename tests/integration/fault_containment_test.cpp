@@ -100,27 +100,6 @@ struct Fixture : ClientCluster {
 
   std::string head_log() { return cluster.nodes.at("head").output(); }
 
-  bool wait_healthy(const std::string& app, const std::string& dep, size_t n,
-                    std::chrono::milliseconds deadline = 30s) {
-    json last;
-    bool ok = wait_until(
-        [&] {
-          last = deployment(app, dep);
-          if (last.value("status", "") != "HEALTHY")
-            return false;
-          auto rows = last.value("replicas", json::array());
-          return rows.size() == n && std::all_of(rows.begin(), rows.end(), [](const json& r) {
-                   return r.at("state") == "RUNNING";
-                 });
-        },
-        deadline, 100ms);
-    if (!ok) {
-      MESSAGE("last status of " << app << "/" << dep << ": " << last.dump(2));
-      cluster.dump_output();
-    }
-    return ok;
-  }
-
   std::map<std::string, std::string> replica_nodes(const std::string& app, const std::string& dep) {
     std::map<std::string, std::string> out;
     for (const auto& r : deployment(app, dep).value("replicas", json::array()))

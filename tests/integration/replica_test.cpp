@@ -45,28 +45,6 @@ controller::ApplicationSpec app_spec(const std::string& name, const std::string&
 struct Fixture : ClientCluster {
   explicit Fixture(std::vector<std::string> worker_ids = {"w1", "w2"}) { start(worker_ids); }
 
-  // Waits until the deployment is HEALTHY with `n` RUNNING replicas.
-  bool wait_healthy(const std::string& app, const std::string& dep, size_t n,
-                    std::chrono::milliseconds deadline = 30s) {
-    json last;
-    bool ok = wait_until(
-        [&] {
-          last = deployment(app, dep);
-          if (last.value("status", "") != "HEALTHY")
-            return false;
-          auto rows = last.value("replicas", json::array());
-          return rows.size() == n && std::all_of(rows.begin(), rows.end(), [](const json& r) {
-                   return r.at("state") == "RUNNING";
-                 });
-        },
-        deadline, 100ms);
-    if (!ok) {
-      MESSAGE("last status of " << app << "/" << dep << ": " << last.dump(2));
-      cluster.dump_output();
-    }
-    return ok;
-  }
-
   std::vector<ReplicaEndpoint> endpoints(const std::string& app, const std::string& dep) {
     auto snap = client->snapshot();
     REQUIRE(snap.has_value());

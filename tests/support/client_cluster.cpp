@@ -1,5 +1,6 @@
 #include "tests/support/client_cluster.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include <doctest/doctest.h>
@@ -42,6 +43,27 @@ nlohmann::json ClientCluster::deployment(const std::string& app, const std::stri
   if (!apps.contains(app) || !apps[app]["deployments"].contains(dep))
     return nlohmann::json::object();
   return apps[app]["deployments"][dep];
+}
+
+bool ClientCluster::wait_healthy(const std::string& app, const std::string& dep, size_t n,
+                                 std::chrono::milliseconds deadline) {
+  nlohmann::json last;
+  bool ok = wait_until(
+      [&] {
+        last = deployment(app, dep);
+        if (last.value("status", "") != "HEALTHY")
+          return false;
+        auto rows = last.value("replicas", nlohmann::json::array());
+        return rows.size() == n &&
+               std::all_of(rows.begin(), rows.end(),
+                           [](const nlohmann::json& r) { return r.at("state") == "RUNNING"; });
+      },
+      deadline, 100ms);
+  if (!ok) {
+    MESSAGE("last status of " << app << "/" << dep << ": " << last.dump(2));
+    cluster.dump_output();
+  }
+  return ok;
 }
 
 }  // namespace troupe::testing

@@ -33,6 +33,11 @@ struct ClientCluster {
   // The status of deployment `dep` of `app`; {} when it is absent or the
   // call failed (for polling while nodes come and go).
   nlohmann::json deployment(const std::string& app, const std::string& dep);
+
+  // Waits until the deployment is HEALTHY with `n` replicas, all RUNNING;
+  // on failure prints its last status and every node's output.
+  bool wait_healthy(const std::string& app, const std::string& dep, size_t n,
+                    std::chrono::milliseconds deadline = std::chrono::seconds(30));
 };
 
 }  // namespace troupe::testing
