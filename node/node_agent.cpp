@@ -393,11 +393,14 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
       // runs (frozen, say) it is of no use; its exit report follows.
       auto id = it->second;
       st.remote_ids.erase(it);
+      // (Its replica actor ending first, on a graceful stop or a fault in
+      // the process, ends the remote handle too: the process then exits by
+      // itself and its exit is reported.)
       auto hit = st.hosted->find(id);
-      if (hit != st.hosted->end() && o.processes &&
+      if (hit != st.hosted->end() && !hit->second.stopping && o.processes &&
+          dm.reason == caf::exit_reason::remote_link_unreachable &&
           o.processes->signal(id, SIGKILL)) {
-        st.log->warn("lost the connection to replica process {} ({}); killed it", id,
-                     self->home_system().render(dm.reason));
+        st.log->warn("lost the connection to replica process {}; killed it", id);
       }
       return;
     }

@@ -139,7 +139,20 @@ int main(int argc, char** argv) {
     if (proxy)
       options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys, proxy));
     auto replica = replica::spawn_replica(sys, std::move(options));
-    self->monitor(replica);
+    // The handle is an actor pool that ends with `out_of_workers` whatever
+    // ended its replica actor: watch the replica actor itself, whose exit
+    // reason tells a graceful stop (user_shutdown) from a fault.
+    caf::actor inner;
+    self->request(replica, std::chrono::seconds(10), caf::sys_atom::value, caf::get_atom::value)
+        .receive(
+            [&](std::vector<caf::actor>& workers) {
+              if (!workers.empty())
+                inner = workers.front();
+            },
+            [&](caf::error& err) { fail("cannot reach the replica actor: " + sys.render(err)); });
+    if (!inner)
+      fail("the replica actor is gone before it started");
+    self->monitor(inner);
     self->request(gate, std::chrono::seconds(10), replica_attach_atom::value, replica_id, secret,
                   replica)
         .receive([](caf::ok_atom) {},
@@ -152,7 +165,7 @@ int main(int argc, char** argv) {
     bool done = false;
     while (!done) {
       self->receive([&](caf::down_msg& dm) {
-        if (dm.source == replica.address()) {
+        if (dm.source == inner.address()) {
           exit_code = dm.reason == caf::exit_reason::user_shutdown ? 0 : 1;
           log->info("replica {} stopped ({})", replica_id, sys.render(dm.reason));
           done = true;

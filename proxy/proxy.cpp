@@ -188,6 +188,13 @@ std::string_view target_of(Call& c) {
   return {t.data(), t.size()};
 }
 
+// The path of the request as the client sent it, without the query (for log
+// lines: never the query's or the body's content).
+std::string_view path_of(Call& c) {
+  auto t = target_of(c);
+  return t.substr(0, t.find('?'));
+}
+
 void finish(const CallPtr& c, Response&& r) {
   if (c->done)
     return;
@@ -202,8 +209,9 @@ void finish(const CallPtr& c, Response&& r) {
   core->metrics.observe(c->route->app, status, elapsed);
   core->metrics.request_finished();
   if (status >= 500) {
+    // The path only: a query may carry what does not belong in a log.
     core->log->warn("request {} {} {} -> {} after {:.1f} ms ({} attempts)", c->request.request_id,
-                    c->request.method, target_of(*c), status, elapsed * 1000, c->sends);
+                    c->request.method, path_of(*c), status, elapsed * 1000, c->sends);
   } else if (core->log->should_log(spdlog::level::debug)) {
     core->log->debug("request {} {} {} -> {} in {:.2f} ms", c->request.request_id,
                      c->request.method, target_of(*c), status, elapsed * 1000);
@@ -252,13 +260,6 @@ void give_up(const CallPtr& c, const std::string& why) {
                       c->request.request_id);
   r.set(http::field::retry_after, "1");
   finish(c, std::move(r));
-}
-
-// The path of the request as the client sent it, without the query (for log
-// lines: never the query's or the body's content).
-std::string_view path_of(Call& c) {
-  auto t = target_of(c);
-  return t.substr(0, t.find('?'));
 }
 
 // A request that crashed kMaxCrashes replicas (a "query of death"): it is

@@ -206,3 +206,217 @@ TEST_CASE("chaos/a recovery whose bounds straddle the limit is inconclusive - no
   CHECK(*run.faults[0].recovery_lower_s == doctest::Approx(0.0));
   CHECK(!run.goals[0].met);
 }
+
+// -- poisoned requests (action poison) and the goals that judge them ---------
+
+TEST_CASE("chaos/a poison fault is loaded with its paths - mark and timeout") {
+  auto path = write_temp("poison", std::string(kMinimal) +
+                                       "load: {rate: 10, duration_s: 30, paths: [/echo]}\n"
+                                       "faults:\n"
+                                       "  - action: poison\n"
+                                       "    start_s: 5\n"
+                                       "    every_s: 1\n"
+                                       "    stop_s: 24\n"
+                                       "    node: round_robin\n"
+                                       "    paths:\n"
+                                       "      - /crash/?mode=segv\n"
+                                       "      - /crash/?mode=abort\n"
+                                       "    mark: print\n"
+                                       "    timeout_s: 4\n"
+                                       "  - {action: poison, at_s: 3, path: /crash/x}\n"
+                                       "goals:\n"
+                                       "  min_poison_502_ratio: 1.0\n"
+                                       "  max_nodes_seen_not_alive: 0\n"
+                                       "  max_failed_status_polls: 2\n"
+                                       "  max_status_gap_s: 3\n");
+  Scenario s = load_scenario(path);
+  REQUIRE(s.faults.size() == 2);
+  const auto& f = s.faults[0];
+  CHECK(f.kind == FaultKind::poison);
+  CHECK(std::string(to_string(f.kind)) == "poison");
+  CHECK(!node_scoped(f.kind));
+  CHECK(f.node == "round_robin");
+  CHECK(f.paths == std::vector<std::string>{"/crash/?mode=segv", "/crash/?mode=abort"});
+  CHECK(f.mark == "print");
+  CHECK(f.timeout_s == doctest::Approx(4));
+  CHECK(f.every_s == doctest::Approx(1));
+  CHECK(f.stop_s == doctest::Approx(24));
+  // Defaults: through a random node, no mark, 10 s.
+  CHECK(s.faults[1].node == "random");
+  CHECK(s.faults[1].paths == std::vector<std::string>{"/crash/x"});
+  CHECK(s.faults[1].mark.empty());
+  CHECK(s.faults[1].timeout_s == doctest::Approx(10));
+  CHECK(s.goals.min_poison_502_ratio == doctest::Approx(1.0));
+  CHECK(s.goals.max_nodes_seen_not_alive == 0);
+  CHECK(s.goals.max_failed_status_polls == 2);
+  CHECK(s.goals.max_status_gap_s == doctest::Approx(3));
+}
+
+TEST_CASE("chaos/bad poison faults are refused") {
+  auto faults = [](const std::string& items) {
+    return std::string(kMinimal) + "load: {rate: 10, duration_s: 30, paths: [/echo]}\nfaults:\n" +
+           items;
+  };
+  CHECK(error_of("p_nopath", faults("  - {action: poison, at_s: 1}\n")).find("poison needs path") !=
+        std::string::npos);
+  CHECK(error_of("p_both", faults("  - {action: poison, at_s: 1, path: /a, paths: [/b]}\n"))
+            .find("path or paths, not both") != std::string::npos);
+  CHECK(error_of("p_slash", faults("  - {action: poison, at_s: 1, path: crash}\n"))
+            .find("poison paths start with /") != std::string::npos);
+  CHECK(error_of("p_mark", faults("  - {action: poison, at_s: 1, path: /a, mark: 'a=b'}\n"))
+            .find("mark is a query parameter name") != std::string::npos);
+  CHECK(error_of("p_timeout", faults("  - {action: poison, at_s: 1, path: /a, timeout_s: 0}\n"))
+            .find("timeout_s must be > 0") != std::string::npos);
+  CHECK(error_of("p_other", faults("  - {action: kill_replica, at_s: 1, path: /a}\n"))
+            .find("path is for action poison only") != std::string::npos);
+  CHECK(error_of("p_rr", faults("  - {action: kill_proxy, at_s: 1, node: round_robin}\n"))
+            .find("round_robin is for poison only") != std::string::npos);
+  CHECK(error_of("p_goal", faults("  - {action: kill_replica, at_s: 1}\n") +
+                               "goals: {min_poison_502_ratio: 1}\n")
+            .find("min_poison_502_ratio needs a poison fault") != std::string::npos);
+  auto unknown = error_of("p_goal2", std::string(kMinimal) + "goals: {max_poison: 1}\n");
+  CHECK(unknown.find("unknown field 'max_poison' in goals") != std::string::npos);
+}
+
+namespace {
+
+FaultEvent poisoned(double t, int status, const std::string& error = "") {
+  FaultEvent f;
+  f.kind = FaultKind::poison;
+  f.t_s = t;
+  f.ok = true;
+  f.node = "head";
+  f.path = "/crash/?mode=segv";
+  f.answered = true;
+  f.answered_s = t + 0.05;
+  f.status = status;
+  f.error = error;
+  if (status == 502) {
+    f.request_id = "r" + std::to_string(static_cast<int>(t));
+    f.answer =
+        "request " + f.request_id + " crashed 2 replicas of crash/Crash; it is not retried again";
+  }
+  return f;
+}
+
+bool has_check(const RunData& run, const std::string& prefix, bool ok) {
+  for (const auto& c : run.invariants) {
+    if (c.name.rfind(prefix, 0) == 0)
+      return c.ok == ok;
+  }
+  return false;
+}
+
+const GoalResult* goal(const RunData& run, const std::string& name) {
+  for (const auto& g : run.goals) {
+    if (g.name == name)
+      return &g;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("chaos/poisoned requests: 502 naming the request is the query-of-death answer") {
+  RunData run;
+  run.scenario.goals.min_poison_502_ratio = 1.0;
+  run.faults = {poisoned(5, 502), poisoned(6, 502)};
+  // A 502 without the body's request id and "crashed" is not the answer.
+  auto bare = poisoned(7, 502);
+  bare.request_id.clear();
+  CHECK(!bare.query_of_death());
+  analyze(run);
+  CHECK(run.poison_sent == 2);
+  CHECK(run.poison_502 == 2);
+  CHECK(has_check(run, "no poisoned request hung", true));
+  REQUIRE(goal(run, "min_poison_502_ratio"));
+  CHECK(goal(run, "min_poison_502_ratio")->met);
+  CHECK(*goal(run, "min_poison_502_ratio")->measured == doctest::Approx(1.0));
+  // analyze() again does not add the invariant twice.
+  analyze(run);
+  int count = 0;
+  for (const auto& c : run.invariants)
+    count += c.name.rfind("no poisoned request hung", 0) == 0;
+  CHECK(count == 1);
+}
+
+TEST_CASE(
+    "chaos/poisoned requests: a hang or a 2xx violates the invariant - a 503 misses the goal") {
+  RunData run;
+  run.scenario.goals.min_poison_502_ratio = 1.0;
+  run.faults = {poisoned(5, 502), poisoned(6, 503)};
+  analyze(run);
+  CHECK(has_check(run, "no poisoned request hung", true));  // 503: an error status, in time
+  CHECK(!goal(run, "min_poison_502_ratio")->met);
+  CHECK(*goal(run, "min_poison_502_ratio")->measured == doctest::Approx(0.5));
+  CHECK(run.poison_by_answer["503"] == 1);
+  CHECK(!run.ok);
+
+  RunData hung;
+  hung.faults = {poisoned(5, 0, "timeout"), poisoned(6, 200)};
+  analyze(hung);
+  CHECK(hung.poison_no_answer == 1);
+  CHECK(hung.poison_2xx == 1);
+  CHECK(has_check(hung, "no poisoned request hung", false));
+  CHECK(!hung.ok);
+}
+
+TEST_CASE("chaos/a poison recovers once the replicas it crashed are gone") {
+  RunData run;
+  run.scenario.goals.max_recovery_s = 1.0;
+  auto f = poisoned(10, 502);
+  f.victims = {"r1", "r2"};
+  f.victim_nodes = {"head", "head"};
+  f.victims_known = true;
+  run.faults.push_back(f);
+  // Healthy, but still listing a victim (the crash not yet reported): not
+  // recovered; then the victims replaced.
+  run.observations.push_back(healthy_at(10.01, 10.1));
+  auto replaced = healthy_at(10.2, 10.3);
+  replaced.replica_ids = {"r3", "r4"};
+  run.observations.push_back(replaced);
+  analyze(run);
+  REQUIRE(run.faults[0].recovery_s.has_value());
+  CHECK(*run.faults[0].recovery_s == doctest::Approx(0.3));
+  CHECK(run.faults[0].met == true);
+}
+
+TEST_CASE("chaos/nodes seen not ALIVE and unanswered polls are counted - targeted nodes apart") {
+  RunData run;
+  run.http_ports = {{"head", 1}, {"w1", 2}, {"w2", 3}};
+  run.scenario.goals.max_nodes_seen_not_alive = 0;
+  run.scenario.goals.max_failed_status_polls = 0;
+  run.scenario.goals.max_status_gap_s = 1.0;
+  FaultEvent k;
+  k.kind = FaultKind::kill9_node;
+  k.node = "w2";
+  k.t_s = 0.3;
+  k.ok = true;
+  run.faults.push_back(k);
+  auto a = healthy_at(0.0, 0.1);
+  a.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
+  auto b = healthy_at(0.5, 0.6);
+  b.node_state = {{"head", "ALIVE"}, {"w1", "DEAD"}, {"w2", "DEAD"}};  // w2 was killed: apart
+  auto c = healthy_at(1.0, 1.2);
+  c.status_ok = false;
+  c.status_error = "troupectl timed out";
+  auto d = healthy_at(2.0, 2.1);
+  d.node_state = a.node_state;
+  run.observations = {a, b, c, d};
+  analyze(run);
+  CHECK(run.nodes_seen_not_alive.size() == 1);
+  CHECK(run.nodes_seen_not_alive.count("w1") == 1);
+  CHECK(run.polls == 4);
+  CHECK(run.polls_failed == 1);
+  // From b's answer to d's: the unanswered poll between them.
+  CHECK(run.longest_unanswered_s == doctest::Approx(1.5));
+  CHECK(!goal(run, "max_nodes_seen_not_alive")->met);
+  CHECK(!goal(run, "max_failed_status_polls")->met);
+  CHECK(!goal(run, "max_status_gap_s")->met);
+  // A gap limit of 2 s tolerates the one unanswered poll; the count does not.
+  run.scenario.goals.max_status_gap_s = 2.0;
+  analyze(run);
+  CHECK(goal(run, "max_status_gap_s")->met);
+  CHECK(!goal(run, "max_failed_status_polls")->met);
+  CHECK(!run.ok);
+}

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <queue>
@@ -109,6 +110,39 @@ struct Step {
   bool operator>(const Step& o) const { return t_s > o.t_s; }
 };
 
+// A poisoned request in flight: sent from its own thread so that a slow or
+// hanging answer does not hold up the fault schedule; `result` is copied
+// into the run's fault list once the thread is joined.
+struct PoisonCall {
+  size_t index = 0;  // into RunData::faults
+  FaultEvent result;
+  std::thread thread;
+};
+
+// The replicas whose logs (<state-dir>/logs/replicas/<id>.log of every node)
+// carry `marker` on a line of its own: the ones a marked request reached.
+std::vector<std::pair<std::string, std::string>> replicas_marked(
+    const std::string& run_dir, const std::vector<std::string>& nodes, const std::string& marker) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> out;  // id, node
+  for (const auto& node : nodes) {
+    std::error_code ec;
+    for (const auto& e :
+         fs::directory_iterator(fs::path(run_dir) / node / "logs" / "replicas", ec)) {
+      auto name = e.path().filename().string();
+      auto dot = name.find(".log");
+      if (dot == std::string::npos)
+        continue;
+      std::string text = "\n" + slurp(e.path().string());
+      if (text.find("\n" + marker + "\n") != std::string::npos)
+        out.emplace_back(name.substr(0, dot), node);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 class Runner {
  public:
   Runner(Options opts, Scenario scenario, std::string command) : opts_(std::move(opts)), rng_(0) {
@@ -138,6 +172,7 @@ class Runner {
     } catch (const std::exception& e) {
       run_.setup_error = std::string("unexpected error: ") + e.what();
     }
+    join_poison_calls();
     if (monitor_) {
       monitor_->stop();
       run_.observations = monitor_->observations();
@@ -216,15 +251,31 @@ class Runner {
     }
 
     run_schedule();
+    // The poisoned requests still in flight are bounded by their timeout.
+    join_poison_calls();
     if (g_interrupted.load())
       return;
 
-    // Convergence after the last fault.
+    // Convergence after the last fault (and every replica a poisoned request
+    // crashed gone).
     double after = run_.last_fault_s.value_or(0);
+    std::set<std::string> victims;
+    for (const auto& f : run_.faults)
+      victims.insert(f.victims.begin(), f.victims.end());
+    auto victims_gone = [&](const Observation& o) {
+      for (const auto& v : victims) {
+        if (o.replica_ids.count(v))
+          return false;
+      }
+      return true;
+    };
     auto deadline =
         std::chrono::milliseconds(static_cast<int64_t>(sc.convergence_deadline_s * 1000));
     auto converged = monitor_->await(
-        after, [&](const Observation& o) { return o.healthy() && nodes_as_expected(o, nullptr); },
+        after,
+        [&](const Observation& o) {
+          return o.healthy() && nodes_as_expected(o, nullptr) && victims_gone(o);
+        },
         deadline);
     if (converged) {
       run_.converged_at_s = converged->state_end_s;
@@ -232,6 +283,8 @@ class Runner {
       auto last = monitor_->observe();
       std::string why = last.unhealthy_reason();
       nodes_as_expected(last, &why);
+      if (!victims_gone(last))
+        why += "; a replica a poisoned request crashed is still listed";
       if (why.rfind("; ", 0) == 0)
         why.erase(0, 2);
       run_.convergence_detail =
@@ -317,12 +370,14 @@ class Runner {
         run_.last_fault_s = ev.end_s;
         continue;
       }
-      FaultEvent ev = inject(spec);
+      FaultEvent ev = inject(spec, s.spec);
       run_.last_fault_s = ev.t_s;
       run_.faults.push_back(ev);
       size_t index = run_.faults.size() - 1;
       if (!ev.ok)
         continue;
+      if (spec.kind == FaultKind::poison)
+        send_poison(spec, index);
       if (spec.kind == FaultKind::kill9_node && spec.restart_after_s >= 0)
         steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::restart, index});
       if (spec.kind == FaultKind::sigstop_node)
@@ -332,7 +387,18 @@ class Runner {
 
   // A node for a node fault: named, or picked at random among the nodes
   // that are up (neither killed nor frozen).
-  std::optional<std::string> pick_node(const std::string& which) {
+  std::optional<std::string> pick_node(const std::string& which, size_t spec_index) {
+    if (which == "round_robin") {
+      // Every node that is up, in turn (by id).
+      std::vector<std::string> up;
+      for (const auto& id : cluster_->node_ids()) {
+        if (!down_.count(id) && !dead_.count(id))
+          up.push_back(id);
+      }
+      if (up.empty())
+        return std::nullopt;
+      return up[round_robin_[spec_index]++ % up.size()];
+    }
     if (which == "busiest" || which == "busiest_worker") {
       // The node holding the most replicas right now (ties: the first id).
       auto status = cluster_->status_json(2);
@@ -376,7 +442,7 @@ class Runner {
     return candidates[pick(rng_)];
   }
 
-  FaultEvent inject(const FaultSpec& spec) {
+  FaultEvent inject(const FaultSpec& spec, size_t spec_index) {
     FaultEvent ev;
     ev.kind = spec.kind;
     ev.max_recovery_s = spec.max_recovery_s;
@@ -425,7 +491,7 @@ class Runner {
       command({"kill", "controller"});
       return ev;
     }
-    auto node = pick_node(spec.node);
+    auto node = pick_node(spec.node, spec_index);
     ev.t_s = since(t0_);
     if (!node) {
       ev.message = "no node '" + spec.node + "' to hit";
@@ -458,16 +524,169 @@ class Runner {
         ev.ok = true;
         down_.insert(*node);
         break;
+      case FaultKind::poison: {
+        // The request itself is sent by send_poison(), at once.
+        size_t n = poison_count_++;
+        ev.path = spec.paths[n % spec.paths.size()];
+        if (!spec.mark.empty()) {
+          ev.marker = "chaos-poison-" + std::to_string(n + 1);
+          ev.path +=
+              (ev.path.find('?') == std::string::npos ? "?" : "&") + spec.mark + "=" + ev.marker;
+        }
+        ev.t_s = since(t0_);
+        ev.ok = true;
+        break;
+      }
       default:
         break;
     }
     return ev;
   }
 
+  // Sends the poisoned request of run_.faults[index] from a thread of its
+  // own; then, with a mark, finds the replicas it reached in their logs.
+  void send_poison(const FaultSpec& spec, size_t index) {
+    auto call = std::make_unique<PoisonCall>();
+    call->index = index;
+    call->result = run_.faults[index];
+    auto* c = call.get();
+    uint16_t port = cluster_->node(c->result.node).http_port;
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000));
+    std::string run_dir = dir_.path();
+    auto nodes = cluster_->node_ids();
+    Clock::time_point t0 = t0_;
+    c->thread = std::thread([c, port, timeout, run_dir, nodes, t0] {
+      auto& ev = c->result;
+      HttpClient client("127.0.0.1", port);
+      auto r = client.get(ev.path, timeout);
+      ev.answered_s = since(t0);
+      ev.answered = true;
+      ev.status = r.status;
+      ev.error = r.error;
+      auto body = nlohmann::json::parse(r.body, nullptr, false);
+      if (body.is_object()) {
+        if (body.contains("error") && body["error"].is_string())
+          ev.answer = body["error"].get<std::string>();
+        if (body.contains("request_id") && body["request_id"].is_string())
+          ev.request_id = body["request_id"].get<std::string>();
+      }
+      if (ev.marker.empty())
+        return;
+      // The replica wrote the marker before it crashed; its node copies the
+      // replica's output to the log as it reads it, which may trail the
+      // answer a little. A 502 means two replicas had it.
+      size_t expect = ev.status == 502 ? 2 : 1;
+      std::vector<std::pair<std::string, std::string>> found;
+      wait_until(
+          [&] {
+            found = replicas_marked(run_dir, nodes, ev.marker);
+            return found.size() >= expect;
+          },
+          3s, 50ms);
+      for (const auto& [id, node] : found) {
+        ev.victims.push_back(id);
+        ev.victim_nodes.push_back(node);
+      }
+      ev.victims_known = true;
+    });
+    poison_calls_.push_back(std::move(call));
+  }
+
+  void join_poison_calls() {
+    for (auto& c : poison_calls_) {
+      if (c->thread.joinable())
+        c->thread.join();
+      run_.faults[c->index] = c->result;
+    }
+    poison_calls_.clear();
+  }
+
   // The invariants checked once the load has stopped.
   void final_checks() {
     auto final = monitor_->observe();
     const auto& sc = run_.scenario;
+
+    // No node process died that the run did not kill (a crash of user code
+    // in a replica process, or anything else, must not take a node down).
+    {
+      Check c{"every node process the run did not kill still runs", true, ""};
+      int running = 0;
+      for (const auto& id : cluster_->node_ids()) {
+        if (dead_.count(id))
+          continue;
+        auto& n = cluster_->node(id);
+        if (n.process.running()) {
+          ++running;
+          continue;
+        }
+        c.ok = false;
+        c.detail += id + " exited with " + std::to_string(n.process.exit_code().value_or(-1)) +
+                    " (log " + n.log_path + "); ";
+      }
+      if (c.ok)
+        c.detail = std::to_string(running) + " node processes running";
+      run_.invariants.push_back(c);
+    }
+
+    // The replicas the poisoned requests crashed are gone, replaced: none is
+    // listed any more and every deployment is HEALTHY at its target.
+    if (std::any_of(run_.faults.begin(), run_.faults.end(),
+                    [](const FaultEvent& f) { return f.kind == FaultKind::poison && f.ok; })) {
+      Check c{
+          "the replicas poisoned requests crashed were replaced (none listed, every "
+          "deployment HEALTHY at target)",
+          final.status_ok && final.healthy(), ""};
+      std::set<std::string> victims;
+      int known = 0, poisoned = 0;
+      std::map<size_t, int> reached;  // victims per request -> requests
+      std::string odd;
+      for (const auto& f : run_.faults) {
+        if (f.kind != FaultKind::poison || !f.ok)
+          continue;
+        ++poisoned;
+        if (!f.victims_known)
+          continue;
+        ++known;
+        ++reached[f.victims.size()];
+        victims.insert(f.victims.begin(), f.victims.end());
+        if (f.query_of_death() && f.victims.size() != 2)
+          odd += f.marker + " answered 502 but reached " + std::to_string(f.victims.size()) +
+                 " replicas; ";
+      }
+      if (!final.status_ok)
+        c.detail = "status failed: " + final.status_error + "; ";
+      else if (!final.healthy())
+        c.detail = "not healthy at the end: " + final.unhealthy_reason() + "; ";
+      for (const auto& v : victims) {
+        if (final.replica_ids.count(v)) {
+          c.ok = false;
+          c.detail += v + " still listed; ";
+        }
+      }
+      if (known < poisoned) {
+        c.detail += std::to_string(poisoned - known) + " of " + std::to_string(poisoned) +
+                    " poisoned requests carried no mark: their replicas are unknown; ";
+      } else if (victims.empty()) {
+        c.ok = false;
+        c.detail +=
+            "no replica log carries a poisoned request's mark: nothing was crashed, or "
+            "the deployment does not write the mark; ";
+      }
+      c.detail += std::to_string(victims.size()) + " replicas crashed by " +
+                  std::to_string(poisoned) + " poisoned requests (";
+      bool first = true;
+      for (const auto& [n, count] : reached) {
+        c.detail += (first ? "" : ", ") + std::to_string(count) + " reached " + std::to_string(n);
+        first = false;
+      }
+      c.detail += ")";
+      if (!odd.empty())
+        c.detail += "; " + odd;
+      if (c.ok)
+        c.detail += ", none listed at the end; " + std::to_string(final.replica_ids.size()) +
+                    " replicas, every deployment HEALTHY at target";
+      run_.invariants.push_back(c);
+    }
 
     // Exact replica counts, no duplicates, none on a node that cannot hold
     // them.
@@ -627,8 +846,11 @@ class Runner {
   nlohmann::json acknowledged_;
   std::set<std::string> declared_apps_;
   std::set<std::string> drained_;
-  std::set<std::string> dead_;  // killed for good
-  std::set<std::string> down_;  // killed or frozen right now
+  std::set<std::string> dead_;            // killed for good
+  std::set<std::string> down_;            // killed or frozen right now
+  std::map<size_t, size_t> round_robin_;  // spec index -> next node (node: round_robin)
+  size_t poison_count_ = 0;
+  std::vector<std::unique_ptr<PoisonCall>> poison_calls_;
 };
 
 int usage_error(const std::string& what) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <sstream>
 
 namespace chaos {
@@ -13,6 +14,7 @@ using nlohmann::json;
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+const char* const kPoisonAnswered = "no poisoned request hung, went unanswered or was answered 2xx";
 
 const Observation* first_obs(const std::vector<Observation>& obs, double after_s, double before_s,
                              const std::function<bool(const Observation&)>& pred) {
@@ -113,6 +115,20 @@ void analyze(RunData& run) {
                  (it == o.replicas_per_node.end() || it->second == 0);
         };
         break;
+      case FaultKind::poison:
+        // The replicas it crashed are gone and replaced. Without known
+        // victims only "healthy" can be told, which a poll before the
+        // crash also sees (`seen` says so).
+        cond = [&](const Observation& o) {
+          if (!o.healthy())
+            return false;
+          for (const auto& v : f.victims) {
+            if (o.replica_ids.count(v))
+              return false;
+          }
+          return true;
+        };
+        break;
     }
     if (!f.ok) {
       f.note = "the fault was not injected: " + f.message;
@@ -135,7 +151,7 @@ void analyze(RunData& run) {
       }
     }
     // The node's replicas just before the fault (last poll that ended before).
-    if (!f.node.empty()) {
+    if (!f.node.empty() && node_scoped(f.kind)) {
       for (const auto& o : obs) {
         if (o.end_s > f.t_s)
           break;
@@ -242,6 +258,79 @@ void analyze(RunData& run) {
   // unexplained rather than lose them.
   run.failures_unexplained += run.load.failures_not_recorded;
 
+  // Poisoned requests: how they were answered.
+  run.poison_sent = run.poison_502 = run.poison_2xx = run.poison_no_answer = 0;
+  run.poison_by_answer.clear();
+  std::string poison_bad;  // the first few that hung or were answered 2xx
+  int poison_bad_count = 0;
+  for (const auto& f : run.faults) {
+    if (f.kind != FaultKind::poison || !f.ok)
+      continue;
+    ++run.poison_sent;
+    std::string what = !f.answered     ? "unanswered"
+                       : f.status != 0 ? std::to_string(f.status)
+                                       : f.error;
+    ++run.poison_by_answer[what];
+    if (f.query_of_death())
+      ++run.poison_502;
+    bool bad = false;
+    if (f.answered && f.status >= 200 && f.status < 300) {
+      ++run.poison_2xx;
+      bad = true;
+    }
+    if (!f.answered || f.status == 0) {
+      ++run.poison_no_answer;
+      bad = true;
+    }
+    if (bad && ++poison_bad_count <= 5)
+      poison_bad += f.path + " at t=" + fixed(f.t_s, 2) + " via " + f.node + ": " + what + "; ";
+  }
+  run.invariants.erase(std::remove_if(run.invariants.begin(), run.invariants.end(),
+                                      [](const Check& c) { return c.name == kPoisonAnswered; }),
+                       run.invariants.end());
+  if (run.poison_sent > 0) {
+    Check c{kPoisonAnswered, poison_bad_count == 0, ""};
+    if (c.ok) {
+      c.detail = std::to_string(run.poison_sent) + " sent, every one answered with an error status";
+    } else {
+      c.detail = std::to_string(run.poison_no_answer) +
+                 " without an answer (hung, reset or refused), " + std::to_string(run.poison_2xx) +
+                 " answered 2xx, of " + std::to_string(run.poison_sent) + ": " + poison_bad;
+    }
+    run.invariants.push_back(c);
+  }
+
+  // Nodes that nothing targeted must stay ALIVE; every poll must be answered.
+  std::set<std::string> targeted;
+  for (const auto& f : run.faults) {
+    if (f.ok && (node_scoped(f.kind) || f.kind == FaultKind::drain_node))
+      targeted.insert(f.node);
+  }
+  run.nodes_seen_not_alive.clear();
+  run.polls = run.polls_failed = 0;
+  run.longest_unanswered_s = 0;
+  std::optional<double> last_answer;
+  for (const auto& o : obs) {
+    ++run.polls;
+    if (!o.status_ok || !o.nodes_ok)
+      ++run.polls_failed;
+    if (o.status_ok) {
+      double from = last_answer.value_or(0);
+      run.longest_unanswered_s = std::max(run.longest_unanswered_s, o.state_end_s - from);
+      last_answer = o.state_end_s;
+    }
+    if (!o.nodes_ok)
+      continue;
+    for (const auto& [id, port] : run.http_ports) {
+      if (targeted.count(id) || run.nodes_seen_not_alive.count(id))
+        continue;
+      auto st = state_of(o, id);
+      if (st != "ALIVE")
+        run.nodes_seen_not_alive[id] =
+            (st.empty() ? std::string("not listed") : st) + " at t=" + fixed(o.start_s, 2);
+    }
+  }
+
   // Goals.
   run.goals.clear();
   if (goals.min_success_ratio) {
@@ -339,6 +428,58 @@ void analyze(RunData& run) {
     run.goals.push_back(g);
   }
 
+  if (goals.min_poison_502_ratio) {
+    GoalResult g{"min_poison_502_ratio", *goals.min_poison_502_ratio, std::nullopt, false, ""};
+    if (run.poison_sent > 0) {
+      g.measured = static_cast<double>(run.poison_502) / static_cast<double>(run.poison_sent);
+      g.met = *g.measured >= g.target;
+      g.detail = std::to_string(run.poison_502) + " of " + std::to_string(run.poison_sent) +
+                 " answered 502 naming the request; answers:";
+      for (const auto& [what, n] : run.poison_by_answer)
+        g.detail += " " + what + "=" + std::to_string(n);
+    } else {
+      g.detail = "no poisoned request was sent";
+    }
+    run.goals.push_back(g);
+  }
+  if (goals.max_nodes_seen_not_alive) {
+    GoalResult g{"max_nodes_seen_not_alive", static_cast<double>(*goals.max_nodes_seen_not_alive),
+                 static_cast<double>(run.nodes_seen_not_alive.size()), false, ""};
+    g.met =
+        static_cast<int64_t>(run.nodes_seen_not_alive.size()) <= *goals.max_nodes_seen_not_alive &&
+        run.polls > run.polls_failed;
+    for (const auto& [id, what] : run.nodes_seen_not_alive)
+      g.detail += id + " " + what + "; ";
+    if (run.nodes_seen_not_alive.empty())
+      g.detail = "every node nothing targeted was ALIVE in every answered poll (" +
+                 std::to_string(run.polls - run.polls_failed) + ")";
+    run.goals.push_back(g);
+  }
+  if (goals.max_status_gap_s) {
+    GoalResult g{"max_status_gap_s", *goals.max_status_gap_s, run.longest_unanswered_s, false, ""};
+    g.met = run.polls > run.polls_failed && run.longest_unanswered_s <= g.target;
+    g.detail = "longest between two status answers; " + std::to_string(run.polls_failed) + " of " +
+               std::to_string(run.polls) + " polls without an answer to status or nodes";
+    run.goals.push_back(g);
+  }
+  if (goals.max_failed_status_polls) {
+    GoalResult g{"max_failed_status_polls", static_cast<double>(*goals.max_failed_status_polls),
+                 static_cast<double>(run.polls_failed), false, ""};
+    g.met = run.polls_failed <= *goals.max_failed_status_polls && run.polls > 0;
+    g.detail = std::to_string(run.polls_failed) + " of " + std::to_string(run.polls) +
+               " polls without an answer to status or nodes; longest between two status "
+               "answers " +
+               fixed(run.longest_unanswered_s, 3) + " s";
+    for (const auto& o : obs) {
+      if (!o.status_ok || !o.nodes_ok) {
+        g.detail += "; first at t=" + fixed(o.start_s, 2) + ": " +
+                    (o.status_ok ? o.nodes_error : o.status_error);
+        break;
+      }
+    }
+    run.goals.push_back(g);
+  }
+
   run.ok = run.setup_error.empty() && !run.interrupted;
   for (const auto& c : run.invariants)
     run.ok = run.ok && c.ok;
@@ -427,9 +568,44 @@ json to_json(const RunData& run) {
       row["replacement_s"] = opt(f.replacement_s);
     if (!f.ok)
       row["error"] = f.message;
+    if (f.kind == FaultKind::poison) {
+      json victims = json::array();
+      for (size_t i = 0; i < f.victims.size(); ++i)
+        victims.push_back(
+            {{"id", f.victims[i]}, {"node", i < f.victim_nodes.size() ? f.victim_nodes[i] : ""}});
+      row["poison"] = {
+          {"path", f.path},
+          {"answered", f.answered},
+          {"status", f.status},
+          {"transport_error", f.error},
+          {"answer_error", f.answer},
+          {"request_id", f.request_id},
+          {"answered_s", f.answered_s >= 0 ? json(f.answered_s) : json(nullptr)},
+          {"latency_s", f.answered_s >= 0 ? json(f.answered_s - f.t_s) : json(nullptr)},
+          {"query_of_death", f.query_of_death()},
+          {"victims_known", f.victims_known},
+          {"victims", victims}};
+    }
     faults.push_back(row);
   }
   j["faults"] = faults;
+  if (run.poison_sent > 0) {
+    double slowest = 0;
+    int64_t victims = 0;
+    for (const auto& f : run.faults) {
+      if (f.kind == FaultKind::poison && f.answered_s >= 0)
+        slowest = std::max(slowest, f.answered_s - f.t_s);
+      victims += static_cast<int64_t>(f.victims.size());
+    }
+    j["poison"] = {{"sent", run.poison_sent},           {"query_of_death_502", run.poison_502},
+                   {"answered_2xx", run.poison_2xx},    {"no_answer", run.poison_no_answer},
+                   {"by_answer", run.poison_by_answer}, {"slowest_answer_s", slowest},
+                   {"replicas_crashed", victims}};
+  }
+  j["polls"] = {{"count", run.polls},
+                {"failed", run.polls_failed},
+                {"longest_between_status_answers_s", run.longest_unanswered_s},
+                {"nodes_seen_not_alive", run.nodes_seen_not_alive}};
   j["convergence"] = {{"last_fault_s", opt(run.last_fault_s)},
                       {"converged_at_s", opt(run.converged_at_s)},
                       {"final_recovery_s", run.converged_at_s && run.last_fault_s
@@ -522,7 +698,26 @@ std::string to_text(const RunData& run) {
     std::snprintf(head, sizeof(head), "  t=%7.2f  %-16s %-6s ", f.t_s, to_string(f.kind),
                   f.node.c_str());
     out << head;
-    if (!f.victim.empty())
+    if (f.kind == FaultKind::poison) {
+      out << f.path << " -> ";
+      if (!f.answered)
+        out << "unanswered";
+      else if (f.status)
+        out << f.status;
+      else
+        out << f.error;
+      if (f.answered_s >= 0)
+        out << " in " << fixed(f.answered_s - f.t_s, 3) << " s";
+      if (!f.request_id.empty())
+        out << " (request " << f.request_id << ")";
+      if (f.victims_known) {
+        out << "; reached " << f.victims.size() << ":";
+        for (size_t i = 0; i < f.victims.size(); ++i)
+          out << " " << f.victims[i] << "@"
+              << (i < f.victim_nodes.size() ? f.victim_nodes[i] : "?");
+      }
+      out << "; ";
+    } else if (!f.victim.empty())
       out << f.victim << " ";
     else if (f.replicas_on_node_before)
       out << "(" << *f.replicas_on_node_before << " replicas on it) ";
@@ -543,6 +738,19 @@ std::string to_text(const RunData& run) {
     if (!f.seen.empty())
       out << "               " << f.seen << "\n";
   }
+  if (run.poison_sent > 0) {
+    out << "poisoned requests: " << run.poison_sent << " sent, " << run.poison_502
+        << " answered 502 (query of death), " << run.poison_2xx << " answered 2xx, "
+        << run.poison_no_answer << " without an answer; by answer:";
+    for (const auto& [what, n] : run.poison_by_answer)
+      out << " " << what << "=" << n;
+    out << "\n";
+  }
+  out << "polls: " << run.polls << ", " << run.polls_failed
+      << " without an answer to status or nodes; longest between two status answers "
+      << fixed(run.longest_unanswered_s, 3) << " s\n";
+  for (const auto& [id, what] : run.nodes_seen_not_alive)
+    out << "node " << id << " (never targeted) seen " << what << "\n";
   out << "\nconvergence: ";
   if (run.converged_at_s && run.last_fault_s)
     out << "healthy " << fixed(*run.converged_at_s - *run.last_fault_s, 3)

@@ -3,6 +3,7 @@
 // text or JSON.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,25 @@ struct FaultEvent {
   std::string note;
   std::string seen;                            // what the first poll after the fault saw
   std::optional<int> replicas_on_node_before;  // node faults: per the last poll before
+
+  // poison: the request and its answer (filled once it is answered).
+  std::string path;        // as sent, with the mark
+  std::string marker;      // the mark's value (empty: no mark)
+  bool answered = false;   // the client's call returned (answer or error)
+  int status = 0;          // HTTP status; 0: no answer (`error` says why)
+  std::string error;       // transport error: connect, reset, timeout
+  std::string answer;      // the answer body's "error", if any
+  std::string request_id;  // the answer body's "request_id", if any
+  double answered_s = -1;  // when the answer (or the error) came
+  // The replicas the request reached (their logs carry the marker) and
+  // their nodes; victims_known: a mark was given and the logs were read.
+  std::vector<std::string> victims;
+  std::vector<std::string> victim_nodes;
+  bool victims_known = false;
+  // The proxy's query-of-death answer: 502 and a JSON body naming the request.
+  bool query_of_death() const {
+    return status == 502 && !request_id.empty() && answer.find("crashed") != std::string::npos;
+  }
 
   double reference() const { return end_s >= 0 ? end_s : t_s; }
 };
@@ -84,6 +104,18 @@ struct RunData {
   int64_t failures_node_unavailable = 0;
   int64_t failures_unexplained = 0;
   int64_t failures_via_unfaulted = 0;
+  // poison: how the poisoned requests were answered.
+  int64_t poison_sent = 0;
+  int64_t poison_502 = 0;                           // query_of_death()
+  int64_t poison_2xx = 0;                           // answered as if nothing crashed
+  int64_t poison_no_answer = 0;                     // timeout (hung), reset, connect
+  std::map<std::string, int64_t> poison_by_answer;  // "502", "503", "timeout", ...
+  // Nodes never targeted by a node fault or drain that a poll saw not ALIVE:
+  // id -> what the first such poll saw.
+  std::map<std::string, std::string> nodes_seen_not_alive;
+  int64_t polls = 0;
+  int64_t polls_failed = 0;         // status or nodes unanswered
+  double longest_unanswered_s = 0;  // longest stretch without a status answer
   std::vector<GoalResult> goals;
   bool ok = false;
 };

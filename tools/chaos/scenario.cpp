@@ -1,5 +1,7 @@
 #include "tools/chaos/scenario.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <set>
 #include <stdexcept>
 
@@ -21,6 +23,8 @@ const char* to_string(FaultKind kind) {
       return "sigstop_node";
     case FaultKind::drain_node:
       return "drain_node";
+    case FaultKind::poison:
+      return "poison";
   }
   return "?";
 }
@@ -90,7 +94,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
       {"kill_replica", FaultKind::kill_replica}, {"kill_proxy", FaultKind::kill_proxy},
       {"kill_agent", FaultKind::kill_agent},     {"kill_controller", FaultKind::kill_controller},
       {"kill9_node", FaultKind::kill9_node},     {"sigstop_node", FaultKind::sigstop_node},
-      {"drain_node", FaultKind::drain_node},
+      {"drain_node", FaultKind::drain_node},     {"poison", FaultKind::poison},
   };
   if (!node)
     r.fail(node, "a fault needs an action");
@@ -101,7 +105,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
   }
   r.fail(node, "unknown action '" + name +
                    "' (kill_replica, kill_proxy, kill_agent, kill_controller, kill9_node, "
-                   "sigstop_node, drain_node)");
+                   "sigstop_node, drain_node, poison)");
 }
 
 }  // namespace
@@ -181,10 +185,11 @@ Scenario load_scenario(const std::string& path) {
     if (!f.IsSequence())
       r.fail(f, "faults must be a list");
     for (const auto& item : f) {
-      r.only(item,
-             {"action", "at_s", "start_s", "every_s", "stop_s", "node", "app", "deployment",
-              "restart_after_s", "duration_s", "max_recovery_s"},
-             "fault");
+      r.only(
+          item,
+          {"action", "at_s", "start_s", "every_s", "stop_s", "node", "app", "deployment",
+           "restart_after_s", "duration_s", "max_recovery_s", "path", "paths", "mark", "timeout_s"},
+          "fault");
       FaultSpec spec;
       spec.kind = parse_kind(r, item["action"]);
       if (item["at_s"] && item["start_s"])
@@ -196,7 +201,35 @@ Scenario load_scenario(const std::string& path) {
         r.fail(item, "need 0 <= start_s <= stop_s and every_s >= 0");
       if (spec.every_s > 0 && spec.every_s < 0.05)
         r.fail(item, "every_s is at least 0.05");
-      spec.node = r.get<std::string>(item, "node", "random_worker");
+      const bool poison = spec.kind == FaultKind::poison;
+      spec.node = r.get<std::string>(item, "node", poison ? "random" : "random_worker");
+      if (spec.node == "round_robin" && !poison)
+        r.fail(item["node"], "node: round_robin is for poison only");
+      if (poison) {
+        if (item["path"] && item["paths"])
+          r.fail(item, "give path or paths, not both");
+        if (item["path"])
+          spec.paths = {r.get<std::string>(item, "path", "")};
+        else
+          spec.paths = r.get<std::vector<std::string>>(item, "paths", {});
+        if (spec.paths.empty())
+          r.fail(item, "poison needs path (or paths), e.g. /crash/?mode=segv");
+        for (const auto& p : spec.paths) {
+          if (p.empty() || p[0] != '/')
+            r.fail(item[item["path"] ? "path" : "paths"], "poison paths start with /");
+        }
+        spec.mark = r.get<std::string>(item, "mark", "");
+        for (char c : spec.mark) {
+          if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-')
+            r.fail(item["mark"], "mark is a query parameter name ([A-Za-z0-9_-]+)");
+        }
+        spec.timeout_s = r.positive(item, "timeout_s", spec.timeout_s);
+      } else {
+        for (const char* key : {"path", "paths", "mark", "timeout_s"}) {
+          if (item[key])
+            r.fail(item[key], std::string(key) + " is for action poison only");
+        }
+      }
       spec.app = r.get<std::string>(item, "app", "");
       spec.deployment = r.get<std::string>(item, "deployment", "");
       spec.restart_after_s = r.get<double>(item, "restart_after_s", -1);
@@ -211,7 +244,9 @@ Scenario load_scenario(const std::string& path) {
   if (auto g = root["goals"]) {
     r.only(g,
            {"min_success_ratio", "max_recovery_s", "max_final_recovery_s", "max_dead_detection_s",
-            "max_replacement_s", "max_failures_via_unfaulted_nodes", "max_unexplained_failures"},
+            "max_replacement_s", "max_failures_via_unfaulted_nodes", "max_unexplained_failures",
+            "min_poison_502_ratio", "max_nodes_seen_not_alive", "max_failed_status_polls",
+            "max_status_gap_s"},
            "goals");
     auto& go = s.goals;
     go.min_success_ratio = r.opt_double(g, "min_success_ratio");
@@ -221,6 +256,14 @@ Scenario load_scenario(const std::string& path) {
     go.max_replacement_s = r.opt_double(g, "max_replacement_s");
     go.max_failures_via_unfaulted_nodes = r.opt_int(g, "max_failures_via_unfaulted_nodes");
     go.max_unexplained_failures = r.opt_int(g, "max_unexplained_failures");
+    go.min_poison_502_ratio = r.opt_double(g, "min_poison_502_ratio");
+    go.max_nodes_seen_not_alive = r.opt_int(g, "max_nodes_seen_not_alive");
+    go.max_failed_status_polls = r.opt_int(g, "max_failed_status_polls");
+    go.max_status_gap_s = r.opt_double(g, "max_status_gap_s");
+    if (go.min_poison_502_ratio &&
+        std::none_of(s.faults.begin(), s.faults.end(),
+                     [](const FaultSpec& f) { return f.kind == FaultKind::poison; }))
+      r.fail(g["min_poison_502_ratio"], "min_poison_502_ratio needs a poison fault");
   }
   return s;
 }

@@ -47,6 +47,7 @@ enum class FaultKind {
   kill9_node,       // SIGKILL the node process; restart it after restart_after_s
   sigstop_node,     // SIGSTOP the node process for duration_s, then SIGCONT
   drain_node,       // troupectl drain NODE
+  poison,           // one GET of a path whose request crashes the replicas it reaches
 };
 
 const char* to_string(FaultKind kind);
@@ -64,6 +65,15 @@ struct FaultSpec {
   double restart_after_s = -1;  // kill9_node: < 0 never restarts
   double duration_s = 5;        // sigstop_node
   std::optional<double> max_recovery_s;  // overrides goals.max_recovery_s
+  // poison: the paths sent (one per firing, in turn), through `node`'s proxy
+  // (also `round_robin`: every node in turn); `mark`: a query parameter
+  // through which each request carries a unique marker that the deployment
+  // writes to its replica's log (Crash's `print`), so that the replicas it
+  // reached can be found in <state-dir>/logs/replicas/*.log; `timeout_s`:
+  // the client's bound (past it the request counts as hung).
+  std::vector<std::string> paths;
+  std::string mark;
+  double timeout_s = 10;
 };
 
 struct Goals {
@@ -84,6 +94,18 @@ struct Goals {
   // Failed requests that were neither in flight on a process when it was
   // hit nor sent to a node while it was down or frozen.
   std::optional<int64_t> max_unexplained_failures;
+  // poison: the share of poisoned requests answered 502 with a JSON body
+  // naming the request (the proxy's query-of-death answer).
+  std::optional<double> min_poison_502_ratio;
+  // Nodes that no node fault or drain targeted and that some poll saw in a
+  // state other than ALIVE (or not listed).
+  std::optional<int64_t> max_nodes_seen_not_alive;
+  // Polls in which `status` or `nodes` got no answer (the controller not
+  // answering within the poll's 1 s).
+  std::optional<int64_t> max_failed_status_polls;
+  // The longest stretch without an answer to `status`: between two answered
+  // polls (from t0 for the first), each at the time its answer came.
+  std::optional<double> max_status_gap_s;
 };
 
 struct Scenario {
