@@ -1,5 +1,8 @@
 #include "tools/chaos/cluster.hpp"
 
+#include <algorithm>
+#include <filesystem>
+
 #include <signal.h>
 
 #include <sstream>
@@ -66,7 +69,16 @@ std::vector<std::string> Cluster::node_ids() const {
 }
 
 void Cluster::spawn(Node& n) {
-  n.process = Child(n.argv, n.log_path);
+  // In its state dir with core dumps on: a crash leaves a core to read.
+  troupe::proc::ChildOptions options;
+  auto at = std::find(n.argv.begin(), n.argv.end(), "--state-dir");
+  if (at != n.argv.end() && at + 1 != n.argv.end()) {
+    std::error_code ec;
+    std::filesystem::create_directories(*(at + 1), ec);
+    options.working_dir = *(at + 1);
+  }
+  options.core_dumps = true;
+  n.process = Child(n.argv, n.log_path, options);
   n.frozen = false;
   ++n.starts;
 }

@@ -187,6 +187,32 @@ class Runner {
                                    ? "every node process started by the run has exited"
                                    : std::to_string(run_.shutdown.leftover_pids.size()) +
                                          " processes still ran after the shutdown (killed now)"});
+    {
+      // Every node the run did not kill for good exits by itself with status
+      // 0 when stopped (a crash at shutdown is a bug too).
+      Check c{"every node exits by itself with status 0 at the shutdown", true, ""};
+      for (const auto& id : cluster_->node_ids()) {
+        if (dead_.count(id))
+          continue;
+        auto& n = cluster_->node(id);
+        bool killed = std::find(run_.shutdown.needed_sigkill.begin(),
+                                run_.shutdown.needed_sigkill.end(),
+                                id) != run_.shutdown.needed_sigkill.end();
+        if (!killed && n.process.exit_code() == 0)
+          continue;
+        c.ok = false;
+        c.detail += id + (killed ? " needed SIGKILL" : " " + n.process.describe_exit()) +
+                    " (log " + n.log_path + ")";
+        if (n.process.core_dumped()) {
+          c.detail += "\n" + troupe::proc::backtrace_of(n.argv.front(),
+                                                n.process.options().working_dir + "/core");
+        }
+        c.detail += "; ";
+      }
+      if (c.ok)
+        c.detail = "every node exited with status 0";
+      run_.invariants.push_back(c);
+    }
     run_.interrupted = g_interrupted.load();
     run_.wall_s = since(wall_start);
     analyze(run_);
