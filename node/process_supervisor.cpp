@@ -213,19 +213,17 @@ struct ProcessSupervisor::Impl {
   }
 
   void write_log(Child& c, const char* data, size_t n) {
-    if (c.log_fd < 0)
-      return;
-    if (c.log_bytes + n > options.log_max_bytes && c.log_bytes > 0) {
-      ::close(c.log_fd);
-      std::error_code ec;
-      fs::rename(c.log_path, c.log_path + ".1", ec);
-      c.log_fd = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      c.log_bytes = 0;
-      if (c.log_fd < 0)
-        return;
-    }
-    while (n > 0) {
-      ssize_t w = ::write(c.log_fd, data, n);
+    while (n > 0 && c.log_fd >= 0) {
+      if (c.log_bytes >= options.log_max_bytes) {
+        ::close(c.log_fd);
+        std::error_code ec;
+        fs::rename(c.log_path, c.log_path + ".1", ec);
+        c.log_fd = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        c.log_bytes = 0;
+        continue;
+      }
+      size_t room = static_cast<size_t>(options.log_max_bytes - c.log_bytes);
+      ssize_t w = ::write(c.log_fd, data, std::min(n, room));
       if (w <= 0)
         return;
       data += w;
@@ -273,6 +271,14 @@ struct ProcessSupervisor::Impl {
       }
     }
     drain(c);
+    if (c.out_fd >= 0) {
+      // A process the replica started still holds the pipe: what it writes
+      // from now on is not this replica's.
+      ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.out_fd, nullptr);
+      by_fd.erase(c.out_fd);
+      ::close(c.out_fd);
+      c.out_fd = -1;
+    }
     exit.memory_limit_bytes = c.memory_limit;
     if (exit.exit_code == kExitMemoryLimit && c.memory_limit > 0)
       exit.memory_limit_exceeded = true;
