@@ -2,19 +2,28 @@
 # HTTP data-path benchmark: troupe's proxy against nginx and HAProxy, side by
 # side in one run, on loopback. See README.md next to this script.
 #
-#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N]
+#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b p c d e"]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
-#   (a) troupe proxy on node A -> a no-op deployment, all replicas on node A
-#   (b) troupe proxy on node A -> the same, all replicas on node B
+#   (a) troupe proxy on node A -> a no-op deployment, all replicas on node A,
+#       isolation: in_process (the replicas run inside node A's troupe-node)
+#   (b) troupe proxy on node A -> the same, all replicas on node B,
+#       isolation: in_process
+#   (p) troupe proxy on node A -> the same, all replicas on node A,
+#       isolation: process (each replica its own troupe-replica process,
+#       reached over BASP on loopback; the default isolation)
 #   (c) nginx reverse-proxying to nginx
 #   (d) HAProxy to nginx
 #   (e) nginx answering directly (the ceiling)
-# and prints requests/s, p50 and p99 for each, and the ratios troupe/peer.
+# and prints requests/s, p50, p99 and the server side's CPU time per request
+# for each, the ratios troupe/peer and the goals ((p) >= 0.6x HAProxy's req/s).
 # Environment: DEPLOYMENT (Noop: answers {"ok":true} like nginx in (e); Echo
 # builds a JSON document of each request), REPLICAS (2), MAX_ONGOING (16),
-# IO_THREADS (1) shape the troupe side; PROFILE_DIR=dir samples the troupe nodes with perf during
-# (a) and (b). --only "a b" runs a subset.
+# IO_THREADS (1) shape the troupe side (the same for (a), (b) and (p));
+# PROFILE_DIR=dir samples the troupe nodes (and, in (p), the replica
+# processes) with perf during (a), (b) and (p). --only "a p d" runs a subset.
+# At the end both troupe-nodes get SIGTERM; any that does not exit with
+# status 0 is reported (node, exit status or signal).
 # Installs wrk, nginx and haproxy with apt-get when they are missing. Every
 # process it starts is stopped on exit, also on failure or Ctrl-C.
 set -euo pipefail
@@ -26,14 +35,14 @@ REPLICAS=${REPLICAS:-2}
 MAX_ONGOING=${MAX_ONGOING:-16}
 DEPLOYMENT=${DEPLOYMENT:-Noop}
 IO_THREADS=${IO_THREADS:-1}
-ONLY="a b c d e"
+ONLY="a b p c d e"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
     --duration) DURATION="$2"; shift 2 ;;
     --connections) CONNECTIONS="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;  # e.g. "a b": a subset of the cases (profiling)
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -41,9 +50,9 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 BUILD="${BUILD:-$ROOT/build}"
 BIN="$BUILD/bin"
-for b in troupe-node troupectl; do
+for b in troupe-node troupe-replica troupectl; do
   if [ ! -x "$BIN/$b" ]; then
-    echo "run.sh: $BIN/$b not found; build first (ninja -C $BUILD troupe-node troupectl troupe_examples)" >&2
+    echo "run.sh: $BIN/$b not found; build first (cmake --build $BUILD --target troupe-node troupe-replica troupectl troupe_examples)" >&2
     exit 2
   fi
 done
@@ -61,11 +70,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+if [ -n "${PROFILE_DIR:-}" ] && ! command -v perf >/dev/null; then
+  echo "run.sh: PROFILE_DIR is set but perf is missing (Debian: apt-get install linux-perf);" \
+    "measuring without profiles" >&2
+  PROFILE_DIR=""
+fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
 WORK=$(mktemp -d /tmp/troupe-bench-http.XXXXXX)
-PIDS=()
+PIDS=()  # every process started here and not yet reaped (stop_nodes reaps the nodes)
 cleanup() {
   local pid
   for pid in "${PIDS[@]}"; do
@@ -118,7 +132,9 @@ http {
 CONF
   "$NGINX" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' &
   PIDS+=($!)
+  NGX_PID[$1]=$!
 }
+declare -A NGX_PID
 start_nginx upstream "server { listen 127.0.0.1:$UP_PORT; location / { default_type application/json; return 200 '{\"ok\":true}'; } }"
 start_nginx proxy "upstream up { server 127.0.0.1:$UP_PORT; keepalive 64; }
   server { listen 127.0.0.1:$NGX_PROXY_PORT; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
@@ -141,6 +157,7 @@ backend be
 CONF
 "$HAPROXY" -db -f "$WORK/haproxy.cfg" >"$WORK/haproxy.log" 2>&1 &
 PIDS+=($!)
+HAP_PID=$!
 
 # --- troupe: node A (head) and node B ----------------------------------------------
 CTL_PORT=$(free_port); A_PORT=$(free_port); B_PORT=$(free_port)
@@ -148,11 +165,11 @@ CTL_PORT=$(free_port); A_PORT=$(free_port); B_PORT=$(free_port)
   --resources cpu=2,nodea=1 --log-level warn --proxy-io-threads "$IO_THREADS" \
   >"$WORK/a.log" 2>&1 &
 A_PID=$!
-PIDS+=($A_PID)
+PIDS+=("$A_PID")
 "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id b --state-dir "$WORK/b" \
   --http-port "$B_PORT" --resources cpu=2,nodeb=1 --log-level warn >"$WORK/b.log" 2>&1 &
 B_PID=$!
-PIDS+=($B_PID)
+PIDS+=("$B_PID")
 CTL=("$BIN/troupectl" --address "127.0.0.1:$CTL_PORT" --timeout 5)
 deadline=$((SECONDS + 30))
 until [ "$("${CTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 2 ]; do
@@ -173,6 +190,7 @@ applications:
         num_replicas: $REPLICAS
         max_ongoing_requests: $MAX_ONGOING
         resources: {nodea: 0.01}
+        isolation: in_process
   - name: remote
     route_prefix: /b
     import_path: libtroupe_examples.so:$DEPLOYMENT
@@ -181,6 +199,16 @@ applications:
         num_replicas: $REPLICAS
         max_ongoing_requests: $MAX_ONGOING
         resources: {nodeb: 0.01}
+        isolation: in_process
+  - name: process
+    route_prefix: /p
+    import_path: libtroupe_examples.so:$DEPLOYMENT
+    deployments:
+      - name: $DEPLOYMENT
+        num_replicas: $REPLICAS
+        max_ongoing_requests: $MAX_ONGOING
+        resources: {nodea: 0.01}
+        isolation: process
 CONF
 "${CTL[@]}" deploy "$WORK/deploy.yaml" --wait --wait-timeout 60 >"$WORK/deploy.log" 2>&1 || {
   echo "run.sh: deploy failed:" >&2
@@ -189,18 +217,29 @@ CONF
 }
 wait_http "http://127.0.0.1:$A_PORT/a/x" 30
 wait_http "http://127.0.0.1:$A_PORT/b/x" 30
+wait_http "http://127.0.0.1:$A_PORT/p/x" 30
 wait_http "http://127.0.0.1:$UP_PORT/" 10
 wait_http "http://127.0.0.1:$NGX_PROXY_PORT/" 10
 wait_http "http://127.0.0.1:$HAP_PORT/" 10
-# The replicas of (b) must all be on node B, those of (a) on node A.
+# The replicas of (b) must all be on node B, those of (a) and (p) on node A,
+# each deployment with the isolation it declares.
 placement=$("${CTL[@]}" status --json | python3 -c '
 import json, sys
 apps = json.load(sys.stdin)["applications"]
-def nodes(app):
-    return sorted({r["node"] for d in apps[app]["deployments"].values() for r in d["replicas"]})
-print(",".join(nodes("local")) + " " + ",".join(nodes("remote")))')
-if [ "$placement" != "head b" ]; then
-  echo "run.sh: placement is off: /a served by [${placement% *}], /b by [${placement#* }]" >&2
+def where(app):
+    deps = apps[app]["deployments"].values()
+    nodes = sorted({r["node"] for d in deps for r in d["replicas"]})
+    return ",".join(nodes) + "/" + ",".join(sorted({d.get("isolation", "?") for d in deps}))
+print(" ".join(where(a) for a in ("local", "remote", "process")))')
+if [ "$placement" != "head/in_process b/in_process head/process" ]; then
+  echo "run.sh: placement is off (node/isolation of /a /b /p): $placement" >&2
+  exit 1
+fi
+# (p) really runs in troupe-replica processes: node A's children.
+replica_pids() { ps -o pid= --ppid "$A_PID" 2>/dev/null | tr -s ' \n' ',' | sed 's/^,//; s/,$//'; }
+n_children=$(ps -o comm= --ppid "$A_PID" | grep -c '^troupe-replica' || true)
+if [ "$n_children" -ne "$REPLICAS" ]; then
+  echo "run.sh: node A runs $n_children troupe-replica processes, expected $REPLICAS for /p" >&2
   exit 1
 fi
 
@@ -212,24 +251,64 @@ to_ms() {  # wrk latency ("640.00us", "1.70ms", "1.02s") -> ms
     else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
     else printf "nan" }'
 }
-declare -A RPS P50 P99 ERR
-for k in a b c d e; do RPS[$k]=0; P50[$k]=0; P99[$k]=0; ERR[$k]=""; done
+declare -A RPS P50 P99 ERR CPU
+for k in a b p c d e; do RPS[$k]=0; P50[$k]=0; P99[$k]=0; ERR[$k]=""; CPU[$k]=""; done
+# The server side of each case, for its CPU time per request: the processes
+# and their children (nginx workers, troupe-replica processes).
+server_pids() {  # key
+  local roots p
+  case $1 in
+    a|b|p) roots="$A_PID $B_PID" ;;
+    c) roots="${NGX_PID[proxy]} ${NGX_PID[upstream]}" ;;
+    d) roots="$HAP_PID ${NGX_PID[upstream]}" ;;
+    e) roots="${NGX_PID[upstream]}" ;;
+  esac
+  for p in $roots; do echo "$p"; ps -o pid= --ppid "$p" 2>/dev/null || true; done
+}
+cpu_ticks() {  # pids...: user + system clock ticks, all threads
+  local p t=0 f
+  for p in "$@"; do
+    f=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) || f=0
+    t=$((t + ${f:-0}))
+  done
+  echo "$t"
+}
+CLK_TCK=$(getconf CLK_TCK)
 measure() {  # key, url
   wrk -t1 -c"$CONNECTIONS" -d2s "$2" >/dev/null 2>&1 || true
-  local out perf_pid=""
-  if [ -n "${PROFILE_DIR:-}" ] && { [ "$1" = a ] || [ "$1" = b ]; }; then
-    # PROFILE_DIR=dir: sample both troupe nodes (cpu-clock, call graphs)
-    # while wrk runs; reports land in dir/perf-<case>.txt.
+  local out perf_pid="" spids t0 t1 n
+  if [ -n "${PROFILE_DIR:-}" ] && { [ "$1" = a ] || [ "$1" = b ] || [ "$1" = p ]; }; then
+    # PROFILE_DIR=dir: sample both troupe nodes and node A's replica
+    # processes (cpu-clock, call graphs) while wrk runs; reports land in
+    # dir/perf-<case>.txt (by thread name, library and symbol) and
+    # dir/perf-<case>-threads.txt (by thread).
     mkdir -p "$PROFILE_DIR"
-    perf record -q -e cpu-clock -F 1999 -g -p "$A_PID,$B_PID" -o "$PROFILE_DIR/perf-$1.data" \
+    local targets="$A_PID,$B_PID" rp
+    rp=$(replica_pids)
+    [ -n "$rp" ] && targets="$targets,$rp"
+    perf record -q -e cpu-clock -F 1999 -g -p "$targets" -o "$PROFILE_DIR/perf-$1.data" \
       -- sleep "$DURATION" >/dev/null 2>&1 &
     perf_pid=$!
   fi
+  spids=$(server_pids "$1")
+  # shellcheck disable=SC2086
+  t0=$(cpu_ticks $spids)
   out=$(wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$2")
+  # shellcheck disable=SC2086
+  t1=$(cpu_ticks $spids)
+  n=$(echo "$out" | awk '/ requests in / {print $1}')
+  CPU[$1]=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="${n:-0}" \
+    'BEGIN { if (n > 0) printf "%.1f", d * 1e6 / hz / n; else printf "n/a" }')
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     perf report -i "$PROFILE_DIR/perf-$1.data" --stdio --no-children --sort comm,dso,sym \
       2>/dev/null | grep -v '^$' | head -400 >"$PROFILE_DIR/perf-$1.txt" || true
+    # perf's "pid" key is the thread (tid:name); ps maps threads to processes.
+    # (CAF 0.17.6 names its scheduler workers "caf.multiplexer" too: the
+    # middleman's multiplexer is the one started last.)
+    { ps -L -o pid=,tid=,comm= -p "$targets" 2>/dev/null || true
+      perf report -i "$PROFILE_DIR/perf-$1.data" --stdio --no-children --sort pid -g none \
+        2>/dev/null | grep -v '^$' | head -80; } >"$PROFILE_DIR/perf-$1-threads.txt" || true
   fi
   echo "$out" >"$WORK/wrk-$1.txt"
   RPS[$1]=$(echo "$out" | awk '/^Requests\/sec:/ {printf "%.0f", $2}')
@@ -242,32 +321,82 @@ measure() {  # key, url
 }
 declare -A URL=([e]="http://127.0.0.1:$UP_PORT/" [c]="http://127.0.0.1:$NGX_PROXY_PORT/"
   [d]="http://127.0.0.1:$HAP_PORT/" [a]="http://127.0.0.1:$A_PORT/a/"
-  [b]="http://127.0.0.1:$A_PORT/b/")
-for k in e c d a b; do
+  [b]="http://127.0.0.1:$A_PORT/b/" [p]="http://127.0.0.1:$A_PORT/p/")
+for k in e c d a b p; do
   case " $ONLY " in *" $k "*) measure "$k" "${URL[$k]}" ;; *) RPS[$k]=0 ;; esac
 done
 curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" >"$WORK/metrics.txt" || true
 
+# --- stop the troupe nodes: SIGTERM, each must exit with status 0 ------------------
+NODE_EXITS=()  # "node: how it ended" for every node that did not exit 0
+stop_nodes() {
+  local name pid rc waited
+  kill -TERM "$A_PID" "$B_PID" 2>/dev/null || true
+  for name in A B; do
+    if [ $name = A ]; then pid=$A_PID; else pid=$B_PID; fi
+    waited=0
+    while kill -0 "$pid" 2>/dev/null && [ $waited -lt 300 ]; do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      rc=0; wait "$pid" 2>/dev/null || rc=$?
+      NODE_EXITS+=("node $name (pid $pid): still running 30 s after SIGTERM; killed (SIGKILL)")
+    else
+      rc=0; wait "$pid" 2>/dev/null || rc=$?
+      if [ "$rc" -gt 128 ]; then
+        NODE_EXITS+=("node $name (pid $pid): killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?')) after SIGTERM")
+      elif [ "$rc" -ne 0 ]; then
+        NODE_EXITS+=("node $name (pid $pid): exit status $rc after SIGTERM")
+      fi
+    fi
+    # Reaped: cleanup must not signal this pid again.
+    local kept=() p
+    for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+    PIDS=("${kept[@]}")
+  done
+}
+stop_nodes
+
 ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (y > 0) printf "%.2f", x / y; else printf "n/a" }'; }
 echo
-echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
-printf '%-46s %10s %9s %9s  %s\n' case "req/s" "p50 ms" "p99 ms" notes
-for k in a b c d e; do
+echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
+printf '%-50s %10s %9s %9s %11s  %s\n' case "req/s" "p50 ms" "p99 ms" "cpu us/req" notes
+for k in a b p c d e; do
   case " $ONLY " in *" $k "*) ;; *) continue ;; esac
   case $k in
-    a) name="(a) troupe proxy -> $DEPLOYMENT, same node" ;;
-    b) name="(b) troupe proxy on A -> $DEPLOYMENT on node B" ;;
+    a) name="(a) troupe -> $DEPLOYMENT, same node, in_process" ;;
+    b) name="(b) troupe on A -> $DEPLOYMENT on B, in_process" ;;
+    p) name="(p) troupe -> $DEPLOYMENT, same node, process" ;;
     c) name="(c) nginx -> nginx" ;;
     d) name="(d) HAProxy -> nginx" ;;
     e) name="(e) nginx direct (ceiling)" ;;
   esac
-  printf '%-46s %10s %9s %9s  %s\n' "$name" "${RPS[$k]}" "${P50[$k]}" "${P99[$k]}" "${ERR[$k]}"
+  printf '%-50s %10s %9s %9s %11s  %s\n' "$name" "${RPS[$k]}" "${P50[$k]}" "${P99[$k]}" "${CPU[$k]}" \
+    "${ERR[$k]}"
 done
 echo
 echo "ratios: (a)/(d) HAProxy req/s $(ratio "${RPS[a]}" "${RPS[d]}"), p99 $(ratio "${P99[a]}" "${P99[d]}");" \
   "(a)/(c) nginx proxy req/s $(ratio "${RPS[a]}" "${RPS[c]}"), p99 $(ratio "${P99[a]}" "${P99[c]}");" \
   "(b)/(a) req/s $(ratio "${RPS[b]}" "${RPS[a]}"); (a)/(e) req/s $(ratio "${RPS[a]}" "${RPS[e]}")"
+echo "ratios (p): (p)/(d) HAProxy req/s $(ratio "${RPS[p]}" "${RPS[d]}"), p99 $(ratio "${P99[p]}" "${P99[d]}");" \
+  "(p)/(a) req/s $(ratio "${RPS[p]}" "${RPS[a]}"), p99 $(ratio "${P99[p]}" "${P99[a]}")"
 goal_a=$(awk -v a="${RPS[a]}" -v d="${RPS[d]}" -v pa="${P99[a]}" -v pd="${P99[d]}" \
-  'BEGIN { print (a >= d && pa <= pd) ? "met" : "not met" }')
-goal_b=$(awk -v a="${RPS[a]}" -v b="${RPS[b]}" 'BEGIN { print (b >= 0.7 * a) ? "met" : "not met" }')
-echo "goal (a) >= 1.0x HAProxy req/s with p99 <= HAProxy's: $goal_a; goal (b) >= 0.7x (a): $goal_b"
+  'BEGIN { print (a == 0 || d == 0) ? "n/a" : (a >= d && pa <= pd) ? "met" : "not met" }')
+goal_b=$(awk -v a="${RPS[a]}" -v b="${RPS[b]}" \
+  'BEGIN { print (a == 0 || b == 0) ? "n/a" : (b >= 0.7 * a) ? "met" : "not met" }')
+goal_p=$(awk -v p="${RPS[p]}" -v d="${RPS[d]}" \
+  'BEGIN { print (p == 0 || d == 0) ? "n/a" : (p >= 0.6 * d) ? "met" : "not met" }')
+echo "goal (a) >= 1.0x HAProxy req/s with p99 <= HAProxy's: $goal_a; goal (b) >= 0.7x (a): $goal_b;" \
+  "goal (p) >= 0.6x HAProxy req/s: $goal_p"
+if [ ${#NODE_EXITS[@]} -eq 0 ]; then
+  echo "troupe-node exits after SIGTERM: A 0, B 0"
+else
+  for line in "${NODE_EXITS[@]}"; do
+    echo "troupe-node did not exit cleanly: $line"
+    echo "run.sh: troupe-node did not exit cleanly: $line; the end of its log:" >&2
+    case "$line" in "node A"*) log="$WORK/a.log" ;; *) log="$WORK/b.log" ;; esac
+    tail -n 20 "$log" >&2 || true
+  done
+fi
