@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <random>
@@ -321,13 +322,19 @@ caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
   ps.args = {"--node-port", std::to_string(o.gate_port), "--replica-id", spec.replica_id,
              "--node-id",   o.info.id,                   "--parent-pid",
              std::to_string(::getpid()), "--log-level", o.log_level};
+  // Absolute: the process runs in the replica log directory.
+  auto absolute = [](const std::string& path) {
+    std::error_code ec;
+    auto p = std::filesystem::absolute(path, ec);
+    return ec ? path : p.string();
+  };
   for (const auto& dir : o.plugin_path) {
     ps.args.push_back("--plugin-path");
-    ps.args.push_back(dir);
+    ps.args.push_back(absolute(dir));
   }
   if (!o.tls_dir.empty()) {
     ps.args.push_back("--tls-dir");
-    ps.args.push_back(o.tls_dir);
+    ps.args.push_back(absolute(o.tls_dir));
   }
   ps.stdin_data = h.secret + "\n";
   ps.memory_limit_bytes = spec.memory_limit_bytes;

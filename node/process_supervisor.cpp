@@ -475,6 +475,10 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 2);
   // Nothing of the node (sockets, the checkpoint, logs) leaks into user code.
   posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  // It runs in the replica log directory: a core file it leaves (with a
+  // relative core_pattern) lands next to its log, not in the node's cwd.
+  if (!im.options.log_dir.empty())
+    posix_spawn_file_actions_addchdir_np(&actions, im.options.log_dir.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // The node blocks SIGINT/SIGTERM in every thread: a replica must not

@@ -3,6 +3,7 @@
 // spawn() starts a process (posix_spawn, every descriptor of the node but
 // the pipes closed in the child), registers its pidfd and its output pipe
 // with one epoll loop on the supervisor's own thread, and from then on:
+//   - it runs in log_dir (a core file it dumps lands there);
 //   - the process's stdout and stderr go to <log_dir>/<id>.log, rotated at
 //     log_max_bytes (one older file, <id>.log.1, is kept), and the file stays
 //     after the exit so that a crash can be read; logs of exited processes
