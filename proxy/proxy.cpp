@@ -404,8 +404,17 @@ void late_answer(const CallPtr& c, Outcome outcome) {
   release(c, outcome);
 }
 
+
 void send(const CallPtr& c, SlotPtr slot) {
   auto* w = c->worker;
+  if (!slot->handle) {
+    // Snapshots lose empty handles before the router sees them (see the
+    // proxy actor); should one slip through, it is a replica that is gone.
+    c->slot = std::move(slot);
+    w->track(c.get());
+    on_error(c, caf::make_error(caf::sec::request_receiver_down));
+    return;
+  }
   c->slot = std::move(slot);
   c->queued = false;
   uint32_t attempt = ++c->attempt;
@@ -958,7 +967,16 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
   }
   self->delayed_send(self, kReportInterval, tick_atom::value);
   return {
-      [=](snapshot_atom, const RoutingSnapshot& snap) {
+      [=](snapshot_atom, RoutingSnapshot snap) {
+        // CAF deserializes the handle of an actor of this node that is
+        // already gone as an empty one: a replica here that died while the
+        // snapshot naming it was on its way. It is not routable; the next
+        // snapshot that names it with a handle brings it back.
+        for (auto& d : snap.deployments) {
+          d.replicas.erase(std::remove_if(d.replicas.begin(), d.replicas.end(),
+                                          [](const ReplicaEndpoint& ep) { return !ep.handle; }),
+                           d.replicas.end());
+        }
         if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
           watch(sender);
           std::lock_guard<std::mutex> lock(core->actor_mutex);

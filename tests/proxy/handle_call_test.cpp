@@ -554,3 +554,29 @@ TEST_CASE(
   CHECK(json::parse(r.body).contains("error"));
   CHECK(std::chrono::steady_clock::now() - start < 5s);
 }
+
+// A replica of this node that died while the snapshot naming it was on its
+// way arrives with an empty handle (CAF deserializes the handle of a local
+// actor that is gone that way). Routing to it dereferenced a null handle: a
+// SIGSEGV of the node, caught by the exit checks of node_faults_test.
+TEST_CASE("handle: a replica with an empty handle in a snapshot is never chosen") {
+  Fixture f;
+  RoutingSnapshot s;
+  s.epoch = 1;
+  s.seq = 1;
+  s.full = true;
+  s.routes = {};
+  // The local one (preferred when idle) has no handle.
+  s.deployments = {{"shop",
+                    "Back",
+                    {endpoint("shop#Back#1", "n1", caf::actor{}),
+                     endpoint("shop#Back#2", "n2", f.spawn_replica("back-2"))},
+                    -1}};
+  caf::anon_send(f.proxy->actor(), snapshot_atom::value, s);
+  REQUIRE(wait_until([&] { return f.handle("Back").call(post("x")).status == 200; }, 10s));
+  for (int i = 0; i < 20; ++i) {
+    Response r = f.handle("Back").call(post(std::to_string(i)));
+    REQUIRE(r.status == 200);
+    CHECK(json::parse(r.body)["replica"] == "back-2");
+  }
+}
