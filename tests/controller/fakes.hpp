@@ -203,7 +203,8 @@ class FakeCluster {
   }
 
   // The actor dies on its own (process crash): the monitor reports it.
-  void crash(const std::string& id) {
+  // By value: callers pass keys of `actors`, which the erase frees.
+  void crash(std::string id) {
     actors.erase(id);
     queue([id](StateManager& m) { m.on_replica_crashed(id); });
   }
