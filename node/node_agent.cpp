@@ -353,7 +353,7 @@ caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
   st.log->info("started replica process {} of {}/{} ({}, pid {}{})", spec.replica_id, spec.app,
                spec.deployment, spec.import_path, *pid,
                spec.memory_limit_bytes > 0
-                   ? ", memory limit " + node::format_bytes(spec.memory_limit_bytes)
+                   ? ", memory limit " + format_bytes(spec.memory_limit_bytes)
                    : std::string());
   return rp;
 }

@@ -37,24 +37,6 @@ std::string signal_name(int signal) {
   return "signal " + std::to_string(signal);
 }
 
-std::string format_bytes(uint64_t bytes) {
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024)
-    return std::to_string(bytes) + " bytes";
-  double value = static_cast<double>(bytes);
-  int unit = -1;
-  while (value >= 1024 && unit < 3) {
-    value /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  if (value == static_cast<double>(static_cast<uint64_t>(value)))
-    std::snprintf(buf, sizeof(buf), "%llu %s", static_cast<unsigned long long>(value), units[unit]);
-  else
-    std::snprintf(buf, sizeof(buf), "%.1f %s", value, units[unit]);
-  return buf;
-}
-
 std::string ProcessExit::describe() const {
   std::string how;
   if (signal > 0) {

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/resources.hpp"  // format_bytes, for exit causes
 #include "runtime/status.hpp"
 
 namespace troupe::node {
@@ -58,8 +59,6 @@ constexpr int kExitMemoryLimit = 86;
 
 // "SIGSEGV"; "signal 77" for one without a name.
 std::string signal_name(int signal);
-// "512 MiB", "1.5 GiB", "4096 bytes".
-std::string format_bytes(uint64_t bytes);
 
 struct ProcessSpec {
   std::string id;  // names its log file and cgroup (a replica id)

@@ -1,6 +1,7 @@
 #include "runtime/resources.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -138,6 +139,24 @@ Result<Resources> parse_resources(const std::string& text) {
       break;
   }
   return out;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024)
+    return std::to_string(bytes) + " bytes";
+  double value = static_cast<double>(bytes);
+  int unit = -1;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  if (value == static_cast<double>(static_cast<uint64_t>(value)))
+    std::snprintf(buf, sizeof(buf), "%llu %s", static_cast<unsigned long long>(value), units[unit]);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f %s", value, units[unit]);
+  return buf;
 }
 
 }  // namespace troupe

@@ -34,4 +34,8 @@ struct Resources {
 // string is the empty set. Errors name the offending entry.
 Result<Resources> parse_resources(const std::string& text);
 
+// A byte count as people read it: "512 MiB", "1.5 GiB", "100 bytes"
+// (status lines, exit causes, logs).
+std::string format_bytes(uint64_t bytes);
+
 }  // namespace troupe

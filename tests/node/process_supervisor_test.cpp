@@ -19,6 +19,7 @@
 
 using namespace troupe;
 using namespace troupe::node;
+using troupe::format_bytes;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 

@@ -88,24 +88,6 @@ size_t running_count(const json& dep) {
 }
 
 // "512 MiB", "1.5 GiB": bytes in the largest binary unit they reach.
-std::string format_bytes(uint64_t bytes) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int i = 0;
-  uint64_t unit = 1;
-  while (i < 6 && bytes / unit >= 1024) {
-    unit *= 1024;
-    ++i;
-  }
-  char buf[48];
-  if (bytes % unit == 0) {
-    std::snprintf(buf, sizeof(buf), "%llu %s", static_cast<unsigned long long>(bytes / unit),
-                  units[i]);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.1f %s", static_cast<double>(bytes) / unit, units[i]);
-  }
-  return buf;
-}
-
 void print_status(const json& status, bool replicas) {
   if (status.value("recovering", false)) {
     std::printf("the controller is recovering its state after a restart; retry in a moment\n");
