@@ -16,6 +16,7 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include "node/process_supervisor.hpp"
+#include "runtime/data_channel.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
 #include "runtime/log.hpp"
@@ -336,14 +337,35 @@ caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
     ps.args.push_back("--tls-dir");
     ps.args.push_back(absolute(o.tls_dir));
   }
+  // Its data channel: the process's ends go to it as fds 3...; the node's
+  // are registered for the proxy once the process runs. Without one (it
+  // could not be made) requests reach it over CAF.
+  channel::Made made;
+  if (o.channels && o.channel_lanes > 0) {
+    auto m = channel::make_channel(spec.replica_id, o.channel_lanes);
+    if (m) {
+      made = std::move(m.value());
+      ps.fds = made.child_fds;
+      ps.args.insert(ps.args.end(),
+                     {"--channel-lanes", std::to_string(o.channel_lanes), "--channel-max-frame",
+                      std::to_string(made.channel->max_frame())});
+    } else {
+      st.log->warn("replica {}: no data channel ({}); its requests go over CAF",
+                   spec.replica_id, m.status().message());
+    }
+  }
   ps.stdin_data = h.secret + "\n";
   ps.memory_limit_bytes = spec.memory_limit_bytes;
   // glibc reserves 64 MiB of address space per thread arena; under an
   // RLIMIT_AS memory limit that would count against the user's budget.
   ps.env = {{"MALLOC_ARENA_MAX", "2"}};
   auto pid = o.processes->spawn(ps);
+  for (int fd : made.child_fds)
+    ::close(fd);
   if (!pid)
     return to_caf_error(pid.status());
+  if (made.channel)
+    o.channels->add(made.channel);
   h.pid = *pid;
   auto rp = self->make_response_promise<caf::actor>();
   h.waiting.push_back(rp);
@@ -553,6 +575,8 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         auto it = st.hosted->find(id);
         if (it == st.hosted->end() || it->second.pid != pid)
           return;
+        if (o.channels)
+          o.channels->remove(id);
         auto& h = it->second;
         if (h.handle) {
           // The controller and every proxy monitor this handle: they see the

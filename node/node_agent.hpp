@@ -48,6 +48,9 @@ namespace troupe {
 namespace node {
 class ProcessSupervisor;
 }
+namespace channel {
+class Registry;
+}
 
 class HandleTransport;
 class PluginLoader;
@@ -88,6 +91,13 @@ struct AgentOptions {
   // A replica process that has not attached by then is killed and its start
   // fails (it hangs before running any user code).
   double attach_timeout_s = 30;
+  // Data channels (runtime/data_channel.hpp): the agent makes one for every
+  // replica process it starts, with `channel_lanes` answer lanes (one per
+  // proxy io thread), hands the process its ends and registers the node's
+  // ends here, where this node's proxy finds them; removed when the process
+  // exits. Empty or 0 lanes: requests reach replica processes over CAF only.
+  std::shared_ptr<channel::Registry> channels;
+  size_t channel_lanes = 0;
 };
 
 // Spawns the agent under a keeper and returns the keeper: when the agent

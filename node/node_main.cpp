@@ -26,6 +26,7 @@
 #include "proxy/proxy.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
+#include "runtime/data_channel.hpp"
 #include "node/head_supervisor.hpp"
 #include "runtime/log.hpp"
 #include "node/node_agent.hpp"
@@ -229,6 +230,9 @@ int main(int argc, char** argv) {
     popts.server.body_limit = o.proxy_body_limit;
     popts.server.idle_timeout_s = o.proxy_idle_timeout_s;
     popts.request_timeout_s = o.proxy_request_timeout_s;
+    // Requests reach this node's replica processes over their data channels.
+    auto channels = std::make_shared<channel::Registry>();
+    popts.channels = channels;
     auto started = proxy::Proxy::start(sys, popts);
     if (!started) {
       log::shutdown();
@@ -322,6 +326,8 @@ int main(int argc, char** argv) {
     aopts.plugin_path = o.plugin_path;
     aopts.tls_dir = o.tls_dir;
     aopts.log_level = o.log_level;
+    aopts.channels = channels;
+    aopts.channel_lanes = http_proxy->io_threads();
     auto agent = spawn_node_agent(sys, aopts);
     {
       std::lock_guard<std::mutex> lock(keeper_ref->mutex);

@@ -450,13 +450,38 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
     ::close(in_pipe[1]);
     return Status(errc::io_error, std::string("pipe: ") + std::strerror(errno));
   }
+  // The passed descriptors, first copied above the range they go to, so
+  // that no dup2 below overwrites one that is still to be copied.
+  const int first_free = 3 + static_cast<int>(spec.fds.size());
+  std::vector<int> passed;
+  auto close_passed = [&] {
+    for (int fd : passed)
+      ::close(fd);
+  };
+  for (int fd : spec.fds) {
+    int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, first_free);
+    if (copy < 0) {
+      int err = errno;
+      close_passed();
+      ::close(in_pipe[0]);
+      ::close(in_pipe[1]);
+      ::close(out_pipe[0]);
+      ::close(out_pipe[1]);
+      return Status(errc::io_error, std::string("dup of a passed descriptor: ") +
+                                        std::strerror(err));
+    }
+    passed.push_back(copy);
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 2);
-  // Nothing of the node (sockets, the checkpoint, logs) leaks into user code.
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  for (size_t i = 0; i < passed.size(); ++i)
+    posix_spawn_file_actions_adddup2(&actions, passed[i], 3 + static_cast<int>(i));
+  // Nothing else of the node (sockets, the checkpoint, logs) leaks into user
+  // code.
+  posix_spawn_file_actions_addclosefrom_np(&actions, first_free);
   // It runs in the replica log directory: a core file it leaves (with a
   // relative core_pattern) lands next to its log, not in the node's cwd.
   if (!im.options.log_dir.empty())
@@ -481,6 +506,7 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
   int rc = ::posix_spawn(&pid, spec.executable.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
+  close_passed();
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
   if (rc != 0) {

@@ -69,6 +69,9 @@ struct ProcessSpec {
   uint64_t memory_limit_bytes = 0;  // 0: none
   // Added to (or replacing in) the node's environment.
   std::vector<std::pair<std::string, std::string>> env;
+  // Descriptors the process gets as fds 3, 4, ... in this order (every other
+  // descriptor of the node is closed in it). The caller keeps its own.
+  std::vector<int> fds;
 };
 
 struct SupervisorOptions {

@@ -11,10 +11,14 @@
 //   4. it spawns the replica actor (replica/replica_actor.hpp) and attaches
 //      its handle; from then on the controller and the proxies talk to it
 //      through the agent's forwarding handle;
-//   5. it exits 0 when the replica actor stops (a graceful stop), 1 when the
+//   5. with --channel-lanes, requests come over its data channel
+//      (runtime/data_channel.hpp), whose ends the node passed as fds 3
+//      (requests), 4 (inject) and 5... (one answer lane per proxy io thread);
+//   6. it exits 0 when the replica actor stops (a graceful stop), 1 when the
 //      node goes away, kExitMemoryLimit when an allocation fails.
 // stdout and stderr (its logs, and whatever user code prints) go to the
 // node's <state-dir>/logs/replicas/<replica-id>.log.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -34,6 +38,7 @@
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "replica/replica_actor.hpp"
+#include "runtime/data_channel.hpp"
 #include "runtime/log.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
@@ -67,6 +72,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> plugin_path;
   std::string tls_dir;
   std::string log_level = "info";
+  size_t channel_lanes = 0;
+  size_t channel_max_frame = 0;
   app.add_option("--node-port", node_port, "the node's replica port on 127.0.0.1")->required();
   app.add_option("--replica-id", replica_id, "the replica this process runs")->required();
   app.add_option("--node-id", node_id, "the node that started it")->required();
@@ -74,6 +81,10 @@ int main(int argc, char** argv) {
   app.add_option("--plugin-path", plugin_path, "directories of deployment libraries");
   app.add_option("--tls-dir", tls_dir, "present the node's certificate from this directory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--channel-lanes", channel_lanes,
+                 "answer lanes of the data channel passed as fds 3, 4, 5...; 0: none");
+  app.add_option("--channel-max-frame", channel_max_frame,
+                 "the data channel's largest frame in bytes");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -82,6 +93,22 @@ int main(int argc, char** argv) {
   // The node died between starting us and PR_SET_PDEATHSIG taking hold.
   if (::getppid() != parent_pid)
     return 1;
+  std::shared_ptr<channel::ReplicaEnd> data_channel;
+  if (channel_lanes > 0) {
+    constexpr int kFirst = 3;
+    for (int fd = kFirst; fd < kFirst + 2 + static_cast<int>(channel_lanes); ++fd) {
+      if (::fcntl(fd, F_GETFD) < 0)
+        fail("--channel-lanes: fd " + std::to_string(fd) + " is not open");
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    if (channel_max_frame < sizeof(channel::FrameHeader))
+      fail("--channel-max-frame is missing or too small");
+    std::vector<int> lanes;
+    for (size_t i = 0; i < channel_lanes; ++i)
+      lanes.push_back(kFirst + 2 + static_cast<int>(i));
+    data_channel = std::make_shared<channel::ReplicaEnd>(kFirst, kFirst + 1, std::move(lanes),
+                                                         channel_max_frame);
+  }
   std::set_new_handler(out_of_memory);
   std::string secret;
   if (!std::getline(std::cin, secret) || secret.empty())
@@ -136,6 +163,7 @@ int main(int argc, char** argv) {
     options.node_id = node_id;
     options.loader = std::make_shared<PluginLoader>(plugin_path);
     options.metrics_sink = sink;
+    options.channel = data_channel;
     if (proxy)
       options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys, proxy));
     auto replica = replica::spawn_replica(sys, std::move(options));

@@ -6,8 +6,14 @@
 #include <cstdio>
 #include <random>
 #include <shared_mutex>
+#include <unordered_map>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/field.hpp>
@@ -19,6 +25,7 @@
 
 #include "proxy/metrics.hpp"
 #include "proxy/router.hpp"
+#include "runtime/data_channel.hpp"
 #include "runtime/log.hpp"
 #include "runtime/wire.hpp"
 
@@ -51,7 +58,8 @@ struct Call : std::enable_shared_from_this<Call> {
   uint32_t refusals = 0;  // replicas that refused it (at their limit, stopping)
   std::unique_ptr<asio::steady_timer> backoff;
   Clock::time_point sent_at;       // of the current attempt
-  caf::message_id response_id;     // of the current attempt
+  caf::message_id response_id;     // of the current attempt (over CAF)
+  uint64_t channel_call = 0;       // of the current attempt over a data channel
   size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
   Clock::time_point start;
   Clock::time_point deadline = Clock::time_point::max();
@@ -103,7 +111,18 @@ struct Proxy::Core : public Handler {
   caf::actor controller;  // last one that pushed a snapshot
   bool stopped = false;
 
-  explicit Core(ProxyOptions o) : options(std::move(o)), router(RouterOptions{options.node_id}) {}
+  explicit Core(ProxyOptions o) : options(std::move(o)), router(router_options(options)) {}
+
+  static RouterOptions router_options(const ProxyOptions& o) {
+    RouterOptions r;
+    r.local_node = o.node_id;
+    if (o.channels) {
+      r.channel_of = [channels = o.channels](const std::string& replica_id) {
+        return channels->find(replica_id);
+      };
+    }
+    return r;
+  }
 
   void on_request(ExchangePtr exchange) override;
   void on_rejected(int status) override { metrics.observe("", status, 0); }
@@ -145,6 +164,21 @@ struct Proxy::Core : public Handler {
 
 namespace {
 
+// This io thread's answer lane of one replica process's data channel: the
+// io thread reads the answers of its requests to that process here, on its
+// own event loop.
+struct Lane {
+  channel::ChannelPtr channel;
+  asio::posix::stream_descriptor fd;  // a dup of the lane's node end
+  // Answers that come in several frames, by call id: the payload so far.
+  struct Partial {
+    std::vector<uint64_t> words;
+    size_t bytes = 0;
+  };
+  std::unordered_map<uint64_t, Partial> partial;
+  Lane(channel::ChannelPtr ch, asio::io_context& io, int dup) : channel(std::move(ch)), fd(io, dup) {}
+};
+
 // Per io thread: the companion actor that sends requests to replicas and
 // receives their answers on this thread, and the calls in flight here.
 struct Worker {
@@ -156,6 +190,12 @@ struct Worker {
   std::unique_ptr<caf::scoped_execution_unit> unit;
   std::vector<Call*> active;
   uint64_t next_id = 0;
+  // Data channels: the lanes this io thread reads, the calls in flight on
+  // them by call id, and a buffer for one frame.
+  std::unordered_map<const channel::Channel*, std::unique_ptr<Lane>> lanes;
+  std::unordered_map<uint64_t, CallPtr> pending;
+  uint64_t next_call = 0;
+  std::vector<uint64_t> frame;
   std::unique_ptr<asio::steady_timer> sweeper;
   // When this io thread last ran its sweep (steady clock, ns): the proxy's
   // health check tells a stalled io thread by it.
@@ -404,6 +444,192 @@ void late_answer(const CallPtr& c, Outcome outcome) {
   release(c, outcome);
 }
 
+// --- data channels to replica processes (runtime/data_channel.hpp) -------------
+
+// An answer larger than this (in several frames) ends the lane: no replica
+// answer is that large, a runaway one must not exhaust the node's memory.
+constexpr size_t kMaxChannelAnswer = size_t{1} << 30;
+
+void arm(Worker* w, Lane* lane);
+
+// The lane's replica process closed its end (it exited) or broke the
+// protocol: its requests in flight on this io thread will never be answered
+// here. Each is a crash of the request, as when the replica's handle goes
+// down (see retry()); the first of the two signals to arrive fails it over.
+// Later requests to that replica take the CAF path.
+void lane_closed(Worker* w, Lane* lane, const std::string& why) {
+  auto ch = lane->channel;
+  ch->set_broken();
+  std::vector<CallPtr> victims;
+  for (auto& [id, c] : w->pending) {
+    if (c->slot && c->slot->channel == ch)
+      victims.push_back(c);
+  }
+  w->lanes.erase(ch.get());  // `lane` is gone from here on
+  auto* core = w->core;
+  if (!victims.empty() || why != "closed") {
+    core->log->info("data channel of replica {}: {} ({} requests in flight here)",
+                    ch->replica_id(), why, victims.size());
+  }
+  for (auto& c : victims) {
+    w->pending.erase(c->channel_call);
+    c->channel_call = 0;
+    w->untrack(c.get());
+    if (c->done) {
+      release(c, Outcome::died);
+      continue;
+    }
+    std::string what = "replica " + c->slot->replica_id + " died";
+    c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::died);
+    retry(c, what, true);
+  }
+}
+
+// One frame from a lane, in w->frame (`size` bytes). False when the replica
+// broke the protocol (the lane is closed then).
+bool on_frame(Worker* w, Lane* lane, size_t size) {
+  auto* core = w->core;
+  if (size < sizeof(channel::FrameHeader) || size > w->frame.size() * sizeof(uint64_t))
+    return false;
+  channel::FrameHeader h = *reinterpret_cast<const channel::FrameHeader*>(w->frame.data());
+  if (h.version != channel::kVersion ||
+      (h.kind != channel::Kind::answer && h.kind != channel::Kind::refusal))
+    return false;
+  const void* payload = w->frame.data() + 2;
+  size_t bytes = size - sizeof(channel::FrameHeader);
+  auto part = lane->partial.find(h.call);
+  if ((h.flags & channel::kMore) != 0 || part != lane->partial.end()) {
+    if (part == lane->partial.end())
+      part = lane->partial.emplace(h.call, Lane::Partial{}).first;
+    auto& p = part->second;
+    if (p.bytes % sizeof(uint64_t) != 0 || p.bytes + bytes > kMaxChannelAnswer)
+      return false;
+    p.words.resize((p.bytes + bytes + 7) / 8);
+    std::memcpy(reinterpret_cast<char*>(p.words.data()) + p.bytes, payload, bytes);
+    p.bytes += bytes;
+    if ((h.flags & channel::kMore) != 0)
+      return true;
+  }
+  Lane::Partial whole;
+  if (part != lane->partial.end()) {
+    whole = std::move(part->second);
+    lane->partial.erase(part);
+    payload = whole.words.data();
+    bytes = whole.bytes;
+  }
+  auto it = w->pending.find(h.call);
+  if (it == w->pending.end())
+    return true;  // failed over or timed out meanwhile
+  CallPtr c = it->second;
+  if (!c->slot || c->slot->channel != lane->channel) {
+    // Only the replica a request went to answers it.
+    core->log->warn("replica {} answered a request it was not sent; closing its data channel",
+                    lane->channel->replica_id());
+    return false;
+  }
+  w->pending.erase(it);
+  c->channel_call = 0;
+  if (h.kind == channel::Kind::refusal) {
+    bool overloaded = false;
+    std::string message;
+    auto st = channel::decode_refusal(payload, bytes, overloaded, message);
+    if (!st)
+      message = st.message();
+    if (c->done) {
+      late_answer(c, Outcome::refused);
+      return true;
+    }
+    on_error(c, to_caf_error(Status(overloaded ? errc::overloaded : errc::unavailable, message)));
+    return true;
+  }
+  HttpResponse answer;
+  auto st = channel::decode_answer(payload, bytes, answer);
+  if (c->done) {
+    late_answer(c, Outcome::answered);
+    return true;
+  }
+  if (!st) {
+    core->log->warn("replica {}: {}", lane->channel->replica_id(), st.message());
+    answer = HttpResponse{};
+    answer.status = 502;
+    answer.headers = {{"Content-Type", "application/json"}};
+    answer.body = json{{"error", "replica " + lane->channel->replica_id() + " sent " +
+                                     st.message()},
+                       {"request_id", c->request.request_id}}
+                      .dump();
+  }
+  on_answer(c, answer);
+  return true;
+}
+
+// Reads what the lane has (a bounded batch, so that one busy replica does
+// not starve the others on this io thread), then waits for more.
+void read_lane(Worker* w, Lane* lane) {
+  int fd = lane->fd.native_handle();
+  size_t capacity = w->frame.size() * sizeof(uint64_t);
+  for (int i = 0; i < 64; ++i) {
+    ssize_t n = ::recv(fd, w->frame.data(), capacity, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (n <= 0)
+      return lane_closed(w, lane, n == 0 ? "closed" : std::strerror(errno));
+    if (!on_frame(w, lane, static_cast<size_t>(n)))
+      return lane_closed(w, lane, "protocol error (a malformed frame)");
+  }
+  arm(w, lane);
+}
+
+void arm(Worker* w, Lane* lane) {
+  lane->fd.async_wait(asio::posix::descriptor_base::wait_read,
+                      [w, lane](const boost::system::error_code& ec) {
+                        if (!ec)
+                          read_lane(w, lane);
+                      });
+}
+
+// This io thread's lane of `ch`, opened on first use; null when it cannot be.
+Lane* lane_of(Worker* w, const channel::ChannelPtr& ch) {
+  auto it = w->lanes.find(ch.get());
+  if (it != w->lanes.end())
+    return it->second.get();
+  if (w->index >= ch->lanes())
+    return nullptr;
+  int fd = ::fcntl(ch->answer_fd(w->index), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0)
+    return nullptr;
+  if (w->frame.size() * sizeof(uint64_t) < ch->max_frame())
+    w->frame.resize((ch->max_frame() + 7) / 8);
+  auto lane = std::make_unique<Lane>(ch, *w->io, fd);
+  auto* raw = lane.get();
+  w->lanes.emplace(ch.get(), std::move(lane));
+  arm(w, raw);
+  return raw;
+}
+
+// Sends the call's request over its replica's data channel; false when it
+// has none (or a broken one), the request does not fit in a frame or the
+// channel is full: then it goes over CAF.
+bool send_channel(const CallPtr& c) {
+  auto* w = c->worker;
+  const auto& ch = c->slot->channel;
+  if (!ch || ch->broken() || !lane_of(w, ch))
+    return false;
+  uint64_t id = ++w->next_call;
+  auto sent = channel::send_request(ch->request_fd(), id, static_cast<uint8_t>(w->index),
+                                    c->request, ch->max_frame());
+  if (sent == channel::Sent::closed)
+    ch->set_broken();
+  if (sent != channel::Sent::sent)
+    return false;
+  c->channel_call = id;
+  c->sent_at = Clock::now();
+  w->pending.emplace(id, c);
+  w->track(c.get());
+  return true;
+}
 
 void send(const CallPtr& c, SlotPtr slot) {
   auto* w = c->worker;
@@ -419,6 +645,8 @@ void send(const CallPtr& c, SlotPtr slot) {
   c->queued = false;
   uint32_t attempt = ++c->attempt;
   ++c->sends;
+  if (send_channel(c))
+    return;
   // What mixin::requester does (actor_companion has no request()): a request
   // id, a response handler with an error branch, and a timeout. The timeout
   // is the worker's sweep (see sweep()), not CAF's clock: the clock thread
@@ -461,12 +689,25 @@ void sweep(Worker* w) {
   w->last_sweep_ns.store(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
       std::memory_order_relaxed);
+  std::vector<CallPtr> expired;  // over a data channel
   for (Call* c : w->active) {
-    if (now - c->sent_at >= limit) {
-      w->companion->enqueue(nullptr, c->response_id,
-                            caf::make_message(caf::make_error(caf::sec::request_timeout)),
-                            w->unit.get());
+    if (now - c->sent_at < limit)
+      continue;
+    if (c->channel_call != 0) {
+      expired.push_back(c->shared_from_this());
+      continue;
     }
+    w->companion->enqueue(nullptr, c->response_id,
+                          caf::make_message(caf::make_error(caf::sec::request_timeout)),
+                          w->unit.get());
+  }
+  for (auto& c : expired) {
+    w->pending.erase(c->channel_call);
+    c->channel_call = 0;
+    if (c->done)
+      late_answer(c, Outcome::abandoned);
+    else
+      on_error(c, caf::make_error(caf::sec::request_timeout));
   }
   w->sweeper->expires_after(std::min<Clock::duration>(std::chrono::seconds(1), limit / 4));
   w->sweeper->async_wait([w](const boost::system::error_code& ec) {
@@ -702,11 +943,16 @@ void fail_over(Worker* w, Pred gone, const char* what, bool crash,
     // Its response handler in the companion would wait for an answer that
     // does not come: end it now. The handler ignores it, being of an
     // attempt superseded here (the retry may wait in the queue before it
-    // sends a new one).
+    // sends a new one). Over a data channel: a late answer finds no call.
     ++c->attempt;
-    w->companion->enqueue(nullptr, c->response_id,
-                          caf::make_message(caf::make_error(caf::sec::request_timeout)),
-                          w->unit.get());
+    if (c->channel_call != 0) {
+      w->pending.erase(c->channel_call);
+      c->channel_call = 0;
+    } else {
+      w->companion->enqueue(nullptr, c->response_id,
+                            caf::make_message(caf::make_error(caf::sec::request_timeout)),
+                            w->unit.get());
+    }
     if (c->done) {
       release(c, outcome);
       continue;
@@ -1163,6 +1409,10 @@ uint16_t Proxy::port() const {
   return core_->server->port();
 }
 
+size_t Proxy::io_threads() const {
+  return core_->workers.size();
+}
+
 void Proxy::stop() {
   auto& core = *core_;
   {
@@ -1198,8 +1448,11 @@ void Proxy::stop() {
   // Queued calls hold exchanges, and timers belong to io_contexts: drop them
   // before the io_contexts go.
   core.router.clear();
-  for (auto& w : core.workers)
+  for (auto& w : core.workers) {
     w->sweeper.reset();
+    w->pending.clear();
+    w->lanes.clear();
+  }
   core.server.reset();
   for (auto& w : core.workers) {
     w->active.clear();

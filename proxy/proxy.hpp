@@ -4,9 +4,15 @@
 //
 // Data path, per request: parsed on an io thread; route, replica choice and
 // in-flight accounting without any actor hop (the router is shared under a
-// mutex); one CAF request to the replica, sent and answered on the same io
-// thread through an actor_companion whose mailbox is the io thread's event
-// loop (so the reply costs no scheduler hop either).
+// mutex); then either
+//   - a frame on the replica's data channel, for a replica process of this
+//     node (runtime/data_channel.hpp): written by the io thread, answered on
+//     that io thread's lane of the channel, read by its own event loop — no
+//     other thread of the node touches the request; or
+//   - one CAF request to the replica (other nodes' replicas, in-process
+//     replicas, requests too large for a frame), sent and answered on the
+//     same io thread through an actor_companion whose mailbox is the io
+//     thread's event loop (so the reply costs no scheduler hop either).
 //
 // The proxy actor (give actor() to AgentOptions::proxy):
 //   (snapshot, RoutingSnapshot)  from the controller: applied to the router;
@@ -54,6 +60,10 @@
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
+namespace troupe::channel {
+class Registry;
+}
+
 namespace troupe::proxy {
 
 struct ProxyOptions {
@@ -69,6 +79,10 @@ struct ProxyOptions {
   uint32_t max_attempts = 5;
   // Bound of a CAF request when no request timeout applies; answered with 504.
   double max_request_time_s = 3600;
+  // The data channels of this node's replica processes (filled by the node
+  // agent): a request to a local replica that has one goes over it, see
+  // runtime/data_channel.hpp. Empty: every request goes over CAF.
+  std::shared_ptr<channel::Registry> channels;
 };
 
 class Proxy {
@@ -83,6 +97,7 @@ class Proxy {
   // The proxy actor (the current one: it changes when it is restarted).
   caf::actor actor() const;
   uint16_t port() const;
+  size_t io_threads() const;
   // Stops serving, drops open connections and stops the actors. Call before
   // the actor system ends. Idempotent.
   // Restarts the proxy actor when it dies; takes (subscribe, controller)

@@ -199,6 +199,8 @@ void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& end
       slot->node_id = ep.node_id;
       slot->handle = ep.handle;
       slot->local = !options_.local_node.empty() && ep.node_id == options_.local_node;
+      if (slot->local && options_.channel_of)
+        slot->channel = options_.channel_of(ep.replica_id);
       if (ep.handle) {
         by_address_[ep.handle.address()] = slot;
         added.push_back(ep.handle);

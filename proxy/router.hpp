@@ -30,6 +30,10 @@
 
 #include "runtime/wire.hpp"
 
+namespace troupe::channel {
+class Channel;
+}
+
 namespace troupe::proxy {
 
 // One route of the table.
@@ -74,6 +78,11 @@ struct ReplicaSlot {
   uint32_t max_ongoing = 1;
   caf::actor handle;
   bool local = false;
+  // A local replica process's data channel (RouterOptions::channel_of), set
+  // when the slot is made and constant after (read without the mutex). The
+  // node registers it before it starts the process, long before a snapshot
+  // can name the replica.
+  std::shared_ptr<channel::Channel> channel;
   // Guarded by the router's mutex.
   uint32_t in_flight = 0;
   bool dead = false;  // died, or left the replica set
@@ -106,6 +115,8 @@ struct RouterOptions {
   // Used when a deployment's max_queued_requests is -1 (no limit in the
   // deployment's config); a safety net, not a tuning knob.
   size_t unlimited_queue_cap = 1u << 20;
+  // The data channel of a replica of this node, by replica id (or null).
+  std::function<std::shared_ptr<channel::Channel>(const std::string&)> channel_of = nullptr;
 };
 
 class Router {

@@ -1,8 +1,12 @@
 #include "replica/replica_actor.hpp"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <thread>
+#include <unordered_map>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -15,6 +19,7 @@
 
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
+#include "runtime/data_channel.hpp"
 #include "runtime/log.hpp"
 
 namespace troupe::replica {
@@ -167,6 +172,10 @@ struct Dispatch {
   // Written by the replica actor before `ready` is set, read-only after.
   std::vector<caf::actor> workers;
   std::unique_ptr<std::atomic<bool>[]> busy;
+  // With a data channel (a replica process): its request threads, and
+  // max_ongoing_requests; `workers` stays empty.
+  std::shared_ptr<channel::ReplicaEnd> channel;
+  uint32_t limit = 0;
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
   // The replica actor, for everything but requests. Weak: the replica actor
@@ -199,6 +208,55 @@ struct Dispatch {
       }
     }
     return false;
+  }
+
+  // With a data channel: admits a request unless max_ongoing_requests are
+  // running.
+  bool admit() {
+    std::lock_guard<std::mutex> guard(mutex);
+    if (ongoing >= limit)
+      return false;
+    account_locked(Clock::now());
+    ++ongoing;
+    return true;
+  }
+
+  // With a data channel: a request ended; tells a stopping replica actor
+  // when it was the last.
+  void finish() {
+    bool last;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      account_locked(Clock::now());
+      --ongoing;
+      last = ongoing == 0;
+    }
+    if (last && stopping.load()) {
+      if (auto r = replica.lock())
+        caf::anon_send(caf::actor_cast<caf::actor>(r), done_atom::value);
+    }
+  }
+
+  // Requests that came over CAF, queued into the channel as `local` frames:
+  // the request threads take them by token.
+  std::mutex tokens_mutex;
+  std::unordered_map<uint64_t, caf::mailbox_element_ptr> tokens;
+  uint64_t next_token = 0;
+
+  uint64_t park(caf::mailbox_element_ptr m) {
+    std::lock_guard<std::mutex> guard(tokens_mutex);
+    uint64_t token = ++next_token;
+    tokens.emplace(token, std::move(m));
+    return token;
+  }
+  caf::mailbox_element_ptr take(uint64_t token) {
+    std::lock_guard<std::mutex> guard(tokens_mutex);
+    auto it = tokens.find(token);
+    if (it == tokens.end())
+      return nullptr;
+    auto m = std::move(it->second);
+    tokens.erase(it);
+    return m;
   }
 
   // A request thread finished; true when it was the last one of a stopping
@@ -249,6 +307,29 @@ caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
         refuse(*m, Status(errc::unavailable, "replica " + d->replica_id + " is stopping"), eu);
         return;
       }
+      if (d->channel) {
+        if (!d->admit()) {
+          refuse(*m,
+                 Status(errc::overloaded, "replica " + d->replica_id +
+                                              " is at max_ongoing_requests (" +
+                                              std::to_string(d->limit) + ")"),
+                 eu);
+          return;
+        }
+        // Queued into the channel: the next idle request thread takes it.
+        uint64_t token = d->park(std::move(m));
+        if (channel::send_local(d->channel->inject_fd(), token) != channel::Sent::sent) {
+          auto back = d->take(token);
+          d->finish();
+          if (back) {
+            refuse(*back,
+                   Status(errc::overloaded,
+                          "replica " + d->replica_id + " cannot queue more requests"),
+                   eu);
+          }
+        }
+        return;
+      }
       size_t index = 0;
       if (!d->claim(index)) {
         refuse(*m,
@@ -282,6 +363,82 @@ caf::behavior request_worker(caf::event_based_actor*, Instance instance, Dispatc
         return out;
       },
   };
+}
+
+// A request thread of a replica with a data channel: blocks in recv() on the
+// channel, where the kernel hands each frame to one idle thread, and runs
+// the request it got (the thread that reads a request runs it: no hand-off),
+// then writes the answer into the lane the request named. Requests that came
+// over CAF arrive as `local` frames, and are answered over CAF. Returns when
+// the node's end closes.
+void channel_worker(Instance instance, DispatchPtr d) {
+  auto& ch = *d->channel;
+  auto log = troupe::log::get("replica");
+  channel::FrameBuffer buffer(ch.max_frame());
+  for (;;) {
+    ssize_t n = ::recv(ch.request_fd(), buffer.data(), buffer.capacity(), MSG_TRUNC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    auto size = static_cast<size_t>(n);
+    if (size < sizeof(channel::FrameHeader)) {
+      log->warn("replica {}: dropped a channel frame of {} bytes", d->replica_id, size);
+      continue;
+    }
+    channel::FrameHeader h = buffer.header();
+    if (h.kind == channel::Kind::local) {
+      auto m = d->take(h.call);
+      if (!m)
+        continue;
+      HttpResponse out;
+      if (m->content().match_elements<handle_atom, HttpRequest>())
+        out = run_handler(*instance, m->content().get_mutable_as<HttpRequest>(1));
+      d->finish();
+      if (m->sender && m->mid.is_request()) {
+        m->sender->enqueue(nullptr, m->mid.response_id(), caf::make_message(std::move(out)),
+                           nullptr);
+      }
+      continue;
+    }
+    if (h.version != channel::kVersion || h.kind != channel::Kind::request ||
+        h.lane >= ch.lanes()) {
+      log->warn("replica {}: dropped a channel frame (version {}, kind {}, lane {})",
+                d->replica_id, h.version, static_cast<int>(h.kind), h.lane);
+      continue;
+    }
+    int answers = ch.answer_fd(h.lane);
+    HttpRequest req;
+    Status decoded = size > buffer.capacity()
+                         ? Status(errc::invalid_argument,
+                                  "request frame of " + std::to_string(size) +
+                                      " bytes exceeds the channel's " +
+                                      std::to_string(buffer.capacity()))
+                         : channel::decode_request(buffer.payload(),
+                                                   size - sizeof(channel::FrameHeader), req);
+    if (!decoded) {
+      log->warn("replica {}: {}", d->replica_id, decoded.message());
+      HttpResponse bad;
+      bad.status = 500;
+      bad.headers = {{"Content-Type", "application/json"}};
+      bad.body = Json{{"error", "replica " + d->replica_id + ": " + decoded.message()}}.dump();
+      channel::send_answer(answers, h.call, bad, ch.max_frame());
+      continue;
+    }
+    if (d->stopping.load()) {
+      channel::send_refusal(answers, h.call, false, "replica " + d->replica_id + " is stopping");
+      continue;
+    }
+    if (!d->admit()) {
+      channel::send_refusal(answers, h.call, true,
+                            "replica " + d->replica_id + " is at max_ongoing_requests (" +
+                                std::to_string(d->limit) + ")");
+      continue;
+    }
+    auto out = run_handler(*instance, req);
+    d->finish();
+    channel::send_answer(answers, h.call, out, ch.max_frame());
+  }
 }
 
 // --- the replica actor ----------------------------------------------------------
@@ -332,6 +489,8 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
   // call returns). The hook holds the dispatch: it runs when the state may be
   // gone, and after the replica's last message, so the workers are settled.
   self->attach_functor([control = st.control, dispatch](const caf::error&) {
+    // Request threads of a channel refuse what still comes.
+    dispatch->stopping.store(true);
     caf::anon_send_exit(control, caf::exit_reason::kill);
     for (auto& w : dispatch->workers)
       caf::anon_send_exit(w, caf::exit_reason::kill);
@@ -356,11 +515,18 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
                   st.init_running = false;
                   auto& d = *st.dispatch;
                   size_t n = std::max<uint32_t>(1, st.options.spec.max_ongoing_requests);
-                  d.busy = std::make_unique<std::atomic<bool>[]>(n);
-                  for (size_t i = 0; i < n; ++i) {
-                    d.busy[i].store(false);
-                    d.workers.push_back(self->home_system().spawn<caf::detached>(
-                        request_worker, instance, st.dispatch, i));
+                  d.limit = static_cast<uint32_t>(n);
+                  if (d.channel) {
+                    // Plain threads; they end with the process.
+                    for (size_t i = 0; i < n; ++i)
+                      std::thread(channel_worker, instance, st.dispatch).detach();
+                  } else {
+                    d.busy = std::make_unique<std::atomic<bool>[]>(n);
+                    for (size_t i = 0; i < n; ++i) {
+                      d.busy[i].store(false);
+                      d.workers.push_back(self->home_system().spawn<caf::detached>(
+                          request_worker, instance, st.dispatch, i));
+                    }
                   }
                   d.ready.store(true, std::memory_order_release);
                   st.initialized = true;
@@ -460,6 +626,7 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
 caf::actor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
   auto dispatch = std::make_shared<Dispatch>();
   dispatch->replica_id = options.spec.replica_id;
+  dispatch->channel = options.channel;
   auto actor = sys.spawn(replica, std::move(options), dispatch);
   dispatch->replica = caf::actor_cast<caf::weak_actor_ptr>(actor);
   // The handle everyone gets. Its only member is the replica actor: when that

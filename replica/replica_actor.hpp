@@ -8,7 +8,9 @@
 // request never delays this replica's own health check.
 //
 // spawn_replica() returns the replica's handle: a CAF actor pool whose
-// dispatch runs in the sender's context. A request goes straight to an idle
+// dispatch runs in the sender's context. (With a data channel, see
+// ReplicaOptions::channel, a request over CAF is queued into the channel
+// instead, and taken by whichever request thread is idle.) A request goes straight to an idle
 // request thread (admission: at most max_ongoing_requests, claimed with
 // atomics) and its answer straight back to the sender; every other message
 // goes to the replica actor. An exit sent to the handle reaches the replica
@@ -40,6 +42,9 @@
 namespace troupe {
 class HandleTransport;
 class PluginLoader;
+namespace channel {
+class ReplicaEnd;
+}
 }
 
 namespace troupe::replica {
@@ -52,6 +57,11 @@ struct ReplicaOptions {
   // ReplicaContext::handles: deployment handles of the user's code (calls go
   // through this node's proxy). May be empty: every handle call answers 503.
   std::shared_ptr<const HandleTransport> handles;
+  // A replica process's end of its data channel (runtime/data_channel.hpp):
+  // then its max_ongoing_requests request threads are plain threads that
+  // take requests from the channel (those that come over CAF are queued
+  // into it too), instead of CAF detached actors. Empty: CAF only.
+  std::shared_ptr<channel::ReplicaEnd> channel;
 };
 
 caf::actor spawn_replica(caf::actor_system& sys, ReplicaOptions options);

@@ -1,0 +1,179 @@
+// The data channel between a node's HTTP proxy and one of its replica
+// processes: requests and answers go over Unix SOCK_SEQPACKET socket pairs
+// that the node agent creates when it starts the process, instead of over
+// CAF's BASP (which costs each request a hop through the multiplexer thread
+// of the node and of the replica process). CAF stays the control path, and
+// the path of requests that do not fit (see Channel::max_frame) or come
+// from other nodes.
+//
+// Per replica process:
+//   requests   one socket pair. The proxy's io threads write request frames
+//              into the node's end (a send is atomic per frame, so the io
+//              threads share it); the replica's request threads all block in
+//              recv() on the process's end, and the kernel hands each frame
+//              to exactly one of them: the thread that receives a request
+//              runs it, with no hand-off inside the process. The process also
+//              holds the node's end (`inject`), through which its CAF
+//              dispatch queues requests that came over CAF as `local` frames,
+//              so that both paths share its request threads and its
+//              max_ongoing_requests.
+//   answers    one socket pair per proxy io thread ("lane"): the thread that
+//              ran a request writes the answer into the lane the request
+//              named; that io thread reads it on its own event loop. An
+//              answer larger than max_frame goes as several frames (kMore),
+//              reassembled by call id.
+// Nothing else can reach these sockets: they are inherited by that one
+// process and have no name. A process that dies closes its ends: the proxy
+// reads end-of-file on its lanes and fails its requests over at once.
+//
+// Frames: a FrameHeader (16 bytes) followed by a Cap'n Proto message
+// (schemas/data_channel.capnp) in the standard flat-array form.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/status.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::channel {
+
+constexpr uint8_t kVersion = 1;
+
+enum class Kind : uint8_t {
+  request = 1,  // ChannelRequest, proxy -> replica
+  answer = 2,   // ChannelAnswer, replica -> proxy
+  refusal = 3,  // ChannelRefusal, replica -> proxy
+  local = 4,    // no payload: a request the process queued for itself
+};
+
+constexpr uint8_t kMore = 1;  // flags: more frames of this answer follow
+
+struct FrameHeader {
+  uint8_t version = kVersion;
+  Kind kind = Kind::request;
+  uint8_t flags = 0;
+  uint8_t lane = 0;  // requests: the answer lane
+  uint32_t reserved = 0;
+  uint64_t call = 0;  // the sender's id of the request (local: its token)
+};
+static_assert(sizeof(FrameHeader) == 16, "a frame header is two words");
+
+// The node's ends of one replica process's channel. Shared by the proxy's
+// router slot and io threads; the fds close with the last holder.
+class Channel {
+ public:
+  Channel(std::string replica_id, int requests, std::vector<int> answers, size_t max_frame);
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  const std::string& replica_id() const { return replica_id_; }
+  int request_fd() const { return requests_; }
+  size_t lanes() const { return answers_.size(); }
+  int answer_fd(size_t lane) const { return answers_[lane]; }
+  // The largest frame (header included) either side sends.
+  size_t max_frame() const { return max_frame_; }
+  // Set when the process's end closed or the channel misbehaved: requests
+  // take the CAF path from then on.
+  bool broken() const { return broken_.load(std::memory_order_relaxed); }
+  void set_broken() { broken_.store(true, std::memory_order_relaxed); }
+
+ private:
+  std::string replica_id_;
+  int requests_;
+  std::vector<int> answers_;
+  size_t max_frame_;
+  std::atomic<bool> broken_{false};
+};
+using ChannelPtr = std::shared_ptr<Channel>;
+
+// A new channel for `replica_id` with `lanes` answer lanes. `child_fds` are
+// the process's ends, in the order troupe-replica expects them (requests,
+// inject, lane 0, lane 1, ...); the caller hands them to the process and
+// closes them. The error names the system call that failed.
+struct Made {
+  ChannelPtr channel;
+  std::vector<int> child_fds;
+};
+Result<Made> make_channel(const std::string& replica_id, size_t lanes);
+
+// The channels of a node's replica processes by replica id: the node agent
+// adds one when it starts a process and removes it when the process exits;
+// the proxy looks up the channel of a local replica when it learns of it.
+class Registry {
+ public:
+  void add(ChannelPtr channel);
+  void remove(const std::string& replica_id);
+  ChannelPtr find(const std::string& replica_id) const;
+  size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, ChannelPtr> channels_;
+};
+
+// --- frames -------------------------------------------------------------------
+
+enum class Sent { sent, too_large, busy, closed };
+
+// Sends one request frame without blocking: too_large when it does not fit
+// in max_frame, busy when the socket's buffer is full, closed when the
+// process's end is gone.
+Sent send_request(int fd, uint64_t call, uint8_t lane, const HttpRequest& request,
+                  size_t max_frame);
+// Sends an answer (blocking; in several frames when it is larger than
+// max_frame). False when the proxy's end is gone.
+bool send_answer(int fd, uint64_t call, const HttpResponse& answer, size_t max_frame);
+bool send_refusal(int fd, uint64_t call, bool overloaded, const std::string& message);
+// A `local` frame (no payload), without blocking.
+Sent send_local(int fd, uint64_t token);
+
+// A received payload (after the header): word-aligned, as Cap'n Proto reads it.
+// The decoders return an error naming what is wrong with a malformed payload.
+Status decode_request(const void* payload, size_t bytes, HttpRequest& out);
+Status decode_answer(const void* payload, size_t bytes, HttpResponse& out);
+Status decode_refusal(const void* payload, size_t bytes, bool& overloaded, std::string& message);
+
+// The process's side: its ends, and a receive buffer per request thread.
+class ReplicaEnd {
+ public:
+  // Takes ownership of the fds.
+  ReplicaEnd(int requests, int inject, std::vector<int> answers, size_t max_frame);
+  ~ReplicaEnd();
+  ReplicaEnd(const ReplicaEnd&) = delete;
+  ReplicaEnd& operator=(const ReplicaEnd&) = delete;
+
+  int request_fd() const { return requests_; }
+  int inject_fd() const { return inject_; }
+  size_t lanes() const { return answers_.size(); }
+  int answer_fd(size_t lane) const { return answers_[lane]; }
+  size_t max_frame() const { return max_frame_; }
+
+ private:
+  int requests_;
+  int inject_;
+  std::vector<int> answers_;
+  size_t max_frame_;
+};
+
+// A word-aligned buffer for one frame of at most max_frame bytes.
+class FrameBuffer {
+ public:
+  explicit FrameBuffer(size_t max_frame);
+  void* data() { return words_.data(); }
+  size_t capacity() const { return words_.size() * sizeof(uint64_t); }
+  const FrameHeader& header() const { return *reinterpret_cast<const FrameHeader*>(words_.data()); }
+  const void* payload() const { return words_.data() + 2; }
+
+ private:
+  std::vector<uint64_t> words_;
+};
+
+}  // namespace troupe::channel
