@@ -20,9 +20,12 @@
 // node's <state-dir>/logs/replicas/<replica-id>.log.
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -54,6 +57,16 @@ namespace {
   std::_Exit(node::kExitMemoryLimit);
 }
 
+// Waits until process `pid` has exited, at most `limit`.
+void wait_for_exit(pid_t pid, std::chrono::milliseconds limit) {
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0)
+    return;  // gone already
+  pollfd p{fd, POLLIN, 0};
+  (void)::poll(&p, 1, static_cast<int>(limit.count()));
+  ::close(fd);
+}
+
 [[noreturn]] void fail(const std::string& message) {
   std::fprintf(stderr, "troupe-replica: error: %s\n", message.c_str());
   std::fflush(stderr);
@@ -64,6 +77,9 @@ namespace {
 
 int main(int argc, char** argv) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A write to a closed pipe or socket (its log, once the node is gone) is
+  // an error to handle, not a reason to die.
+  ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"troupe-replica: one replica in its own process (started by troupe-node)"};
   uint16_t node_port = 0;
   std::string replica_id;
@@ -198,6 +214,11 @@ int main(int argc, char** argv) {
           log->info("replica {} stopped ({})", replica_id, sys.render(dm.reason));
           done = true;
         } else if (dm.source == gate.address()) {
+          // Usually the node died: its sockets close a moment before the
+          // kernel sends PR_SET_PDEATHSIG, so give that signal the time to
+          // end this process the way it always does. A node that still runs
+          // (the connection broke) gets an exit.
+          wait_for_exit(parent_pid, std::chrono::seconds(2));
           log->warn("lost the connection to node {} ({}); exiting", node_id, sys.render(dm.reason));
           exit_code = 1;
           done = true;

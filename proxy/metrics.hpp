@@ -28,6 +28,15 @@ class Metrics {
   // A request that crashed two replicas (a "query of death"): answered 502
   // and never sent again. See proxy.cpp: crashed().
   void crashed(const std::string& app);
+  // A request sent to a replica: over a replica process's data channel, or
+  // over CAF (other nodes, in-process replicas, frames too large or a full
+  // channel).
+  void sent(bool channel) {
+    (channel ? sent_channel_ : sent_caf_).fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t sent_over(bool channel) const {
+    return (channel ? sent_channel_ : sent_caf_).load(std::memory_order_relaxed);
+  }
   void request_started() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
   void request_finished() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
@@ -53,6 +62,8 @@ class Metrics {
   std::map<std::string, uint64_t> retries_;
   std::map<std::string, uint64_t> crashed_;
   std::atomic<int64_t> in_flight_{0};
+  std::atomic<uint64_t> sent_channel_{0};
+  std::atomic<uint64_t> sent_caf_{0};
 };
 
 }  // namespace troupe::proxy

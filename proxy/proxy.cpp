@@ -645,8 +645,11 @@ void send(const CallPtr& c, SlotPtr slot) {
   c->queued = false;
   uint32_t attempt = ++c->attempt;
   ++c->sends;
-  if (send_channel(c))
+  if (send_channel(c)) {
+    w->core->metrics.sent(true);
     return;
+  }
+  w->core->metrics.sent(false);
   // What mixin::requester does (actor_companion has no request()): a request
   // id, a response handler with an error branch, and a timeout. The timeout
   // is the worker's sweep (see sweep()), not CAF's clock: the clock thread

@@ -21,8 +21,10 @@ namespace {
 // The socket buffer each end asks for: requests and answers in flight sit in
 // it. The kernel caps it at net.core.wmem_max (without privileges).
 constexpr int kWantBuffer = 4 << 20;
+// Requests larger than a frame go over CAF; answers are split. Each request
+// thread of a replica process has a buffer of one frame.
 constexpr size_t kMinFrame = 16 << 10;
-constexpr size_t kMaxFrame = 1 << 20;
+constexpr size_t kMaxFrame = 256 << 10;
 
 void close_all(std::vector<int>& fds) {
   for (int fd : fds) {
@@ -365,6 +367,6 @@ ReplicaEnd::~ReplicaEnd() {
 }
 
 FrameBuffer::FrameBuffer(size_t max_frame)
-    : words_((std::max(max_frame, sizeof(FrameHeader)) + 7) / 8) {}
+    : size_((std::max(max_frame, sizeof(FrameHeader)) + 7) / 8), words_(new uint64_t[size_]) {}
 
 }  // namespace troupe::channel

@@ -164,16 +164,18 @@ class ReplicaEnd {
 };
 
 // A word-aligned buffer for one frame of at most max_frame bytes.
+// Not zeroed: pages a thread never fills cost address space, not memory.
 class FrameBuffer {
  public:
   explicit FrameBuffer(size_t max_frame);
-  void* data() { return words_.data(); }
-  size_t capacity() const { return words_.size() * sizeof(uint64_t); }
-  const FrameHeader& header() const { return *reinterpret_cast<const FrameHeader*>(words_.data()); }
-  const void* payload() const { return words_.data() + 2; }
+  void* data() { return words_.get(); }
+  size_t capacity() const { return size_ * sizeof(uint64_t); }
+  const FrameHeader& header() const { return *reinterpret_cast<const FrameHeader*>(words_.get()); }
+  const void* payload() const { return words_.get() + 2; }
 
  private:
-  std::vector<uint64_t> words_;
+  size_t size_;
+  std::unique_ptr<uint64_t[]> words_;
 };
 
 }  // namespace troupe::channel

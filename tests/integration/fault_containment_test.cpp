@@ -329,6 +329,59 @@ TEST_CASE("kill -9 of a replica process is a crash - kill -9 of its node leaves 
   REQUIRE(f.wait_healthy("echo", "Echo", 6));
 }
 
+// troupe_proxy_replica_sends_total{transport="..."} of a node's proxy.
+uint64_t sends_over(uint16_t port, const std::string& transport) {
+  auto reply = http_get(port, "/-/metrics", 10);
+  REQUIRE(reply.has_value());
+  std::string key = "troupe_proxy_replica_sends_total{transport=\"" + transport + "\"} ";
+  auto at = reply->body.find(key);
+  REQUIRE(at != std::string::npos);
+  return std::stoull(reply->body.substr(at + key.size()));
+}
+
+TEST_CASE("requests to replica processes of the node go over their data channel - large ones arrive whole") {
+  Fixture f;
+  REQUIRE(f.client->deploy(example_app("echo", "/echo", "Echo", 6)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 6));
+  auto port = f.cluster.http_ports.at("head");
+  uint64_t channel_before = sends_over(port, "channel");
+  uint64_t caf_before = sends_over(port, "caf");
+
+  // Small requests: the head's own replicas take them (local first), over
+  // their data channels.
+  for (int i = 0; i < 20; ++i) {
+    auto reply = http_get(port, "/echo/item/" + std::to_string(i) + "?q=" + std::to_string(i), 10);
+    REQUIRE(reply.has_value());
+    REQUIRE(reply->status == 200);
+    auto body = json::parse(reply->body);
+    CHECK(body.at("path") == "/item/" + std::to_string(i));
+    CHECK(body.at("query") == "q=" + std::to_string(i));
+    CHECK(body.at("node_id") == "head");
+  }
+  CHECK(sends_over(port, "channel") - channel_before == 20);
+  CHECK(sends_over(port, "caf") == caf_before);
+
+  // An answer larger than a frame (Echo escapes each \x01 as \u0001: 1.2 MB
+  // for a 200 kB body) comes in several frames and is reassembled.
+  std::string control(200'000, '\x01');
+  auto reply = http_request(port, "POST", "/echo/big", control, 30);
+  REQUIRE(reply.has_value());
+  REQUIRE(reply->status == 200);
+  CHECK(reply->body.size() > 1'000'000);
+  CHECK(json::parse(reply->body).at("body").get<std::string>() == control);
+
+  // A request larger than any frame goes over CAF, and is answered whole too.
+  caf_before = sends_over(port, "caf");
+  std::string large(3'000'000, 'a');
+  for (size_t i = 0; i < large.size(); i += 1000)
+    large[i] = static_cast<char>('a' + (i / 1000) % 26);
+  reply = http_request(port, "POST", "/echo/large", large, 30);
+  REQUIRE(reply.has_value());
+  REQUIRE(reply->status == 200);
+  CHECK(json::parse(reply->body).at("body").get<std::string>() == large);
+  CHECK(sends_over(port, "caf") - caf_before == 1);
+}
+
 TEST_CASE("a local process without the secret is refused by the replica port - replicas listen on none") {
   Fixture f;
   REQUIRE(f.client->deploy(example_app("echo", "/echo", "Echo", 3)).has_value());

@@ -9,6 +9,12 @@
 namespace troupe::testing {
 
 std::optional<HttpReply> http_get(uint16_t port, const std::string& target, double timeout_s) {
+  return http_request(port, "GET", target, "", timeout_s);
+}
+
+std::optional<HttpReply> http_request(uint16_t port, const std::string& method,
+                                      const std::string& target, const std::string& body,
+                                      double timeout_s) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0)
     return std::nullopt;
@@ -24,10 +30,18 @@ std::optional<HttpReply> http_get(uint16_t port, const std::string& target, doub
     ::close(fd);
     return std::nullopt;
   }
-  std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return std::nullopt;
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!body.empty() || method != "GET")
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n";
+  req += body;
+  for (size_t off = 0; off < req.size();) {
+    auto n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    off += static_cast<size_t>(n);
   }
   std::string data;
   char buf[4096];

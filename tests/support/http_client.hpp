@@ -18,4 +18,9 @@ struct HttpReply {
 // no complete answer arrives within `timeout_s`.
 std::optional<HttpReply> http_get(uint16_t port, const std::string& target, double timeout_s = 30);
 
+// Any method, with a body (sent with Content-Length).
+std::optional<HttpReply> http_request(uint16_t port, const std::string& method,
+                                      const std::string& target, const std::string& body,
+                                      double timeout_s = 30);
+
 }  // namespace troupe::testing

@@ -1,0 +1,220 @@
+// The data channel's frames and sockets (runtime/data_channel.hpp), over
+// real socket pairs made by make_channel: what the proxy sends a replica
+// process decodes to the same request, answers larger than a frame arrive in
+// several, a full channel says busy instead of blocking, a closed end says
+// closed, and malformed payloads are errors that name what is wrong.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/data_channel.hpp"
+
+using namespace troupe;
+using namespace troupe::channel;
+
+namespace {
+
+// The process's ends as troupe-replica gets them (requests, inject, lanes).
+std::unique_ptr<ReplicaEnd> replica_end(Made& made) {
+  auto& fds = made.child_fds;
+  REQUIRE(fds.size() >= 3);
+  std::vector<int> lanes(fds.begin() + 2, fds.end());
+  auto end = std::make_unique<ReplicaEnd>(fds[0], fds[1], lanes, made.channel->max_frame());
+  fds.clear();  // owned by `end` now
+  return end;
+}
+
+// One frame from `fd` into `buffer` (non-blocking); its size, 0 when none.
+size_t receive(int fd, FrameBuffer& buffer) {
+  ssize_t n = ::recv(fd, buffer.data(), buffer.capacity(), MSG_DONTWAIT | MSG_TRUNC);
+  return n > 0 ? static_cast<size_t>(n) : 0;
+}
+
+HttpRequest sample_request(size_t body_bytes) {
+  HttpRequest r;
+  r.method = "POST";
+  r.path = "/items/7";
+  r.query = "a=1&b=%20";
+  r.headers = {{"Content-Type", "application/json"}, {"X-Dup", "1"}, {"X-Dup", "2"}};
+  r.body.assign(body_bytes, 'x');
+  for (size_t i = 0; i < r.body.size(); i += 97)
+    r.body[i] = static_cast<char>(i % 256);  // binary, NULs included
+  r.request_id = "abc123";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("data channel: a request frame decodes to the request the proxy sent - on its lane") {
+  auto made = make_channel("r1", 2);
+  REQUIRE(made);
+  auto& ch = *made.value().channel;
+  CHECK(ch.replica_id() == "r1");
+  CHECK(ch.lanes() == 2);
+  CHECK(ch.max_frame() >= 16u << 10);
+  CHECK(ch.max_frame() % 8 == 0);
+  auto end = replica_end(made.value());
+
+  auto sent = sample_request(1000);
+  REQUIRE(send_request(ch.request_fd(), 42, 1, sent, ch.max_frame()) == Sent::sent);
+  FrameBuffer buffer(end->max_frame());
+  size_t n = receive(end->request_fd(), buffer);
+  REQUIRE(n > sizeof(FrameHeader));
+  CHECK(buffer.header().version == kVersion);
+  CHECK(buffer.header().kind == Kind::request);
+  CHECK(buffer.header().lane == 1);
+  CHECK(buffer.header().call == 42);
+  HttpRequest got;
+  REQUIRE(decode_request(buffer.payload(), n - sizeof(FrameHeader), got));
+  CHECK(got.method == sent.method);
+  CHECK(got.path == sent.path);
+  CHECK(got.query == sent.query);
+  CHECK(got.headers == sent.headers);
+  CHECK(got.body == sent.body);
+  CHECK(got.request_id == sent.request_id);
+}
+
+TEST_CASE("data channel: an answer larger than a frame comes in several - in order - the last without kMore") {
+  auto made = make_channel("r1", 1);
+  REQUIRE(made);
+  auto& ch = *made.value().channel;
+  auto end = replica_end(made.value());
+
+  HttpResponse answer;
+  answer.status = 201;
+  answer.headers = {{"Content-Type", "application/octet-stream"}};
+  answer.body.assign(ch.max_frame() * 2 + 123, '\0');
+  for (size_t i = 0; i < answer.body.size(); ++i)
+    answer.body[i] = static_cast<char>((i * 31) % 251);
+  // The frames fit in the lane's buffer together (a quarter of it each).
+  REQUIRE(send_answer(end->answer_fd(0), 9, answer, end->max_frame()));
+
+  FrameBuffer buffer(ch.max_frame());
+  std::vector<uint64_t> whole;
+  size_t bytes = 0;
+  int frames = 0;
+  for (;;) {
+    size_t n = receive(ch.answer_fd(0), buffer);
+    REQUIRE(n > sizeof(FrameHeader));
+    REQUIRE(n <= ch.max_frame());
+    ++frames;
+    CHECK(buffer.header().kind == Kind::answer);
+    CHECK(buffer.header().call == 9);
+    size_t part = n - sizeof(FrameHeader);
+    whole.resize((bytes + part + 7) / 8);
+    std::memcpy(reinterpret_cast<char*>(whole.data()) + bytes, buffer.payload(), part);
+    bytes += part;
+    if ((buffer.header().flags & kMore) == 0)
+      break;
+  }
+  CHECK(frames == 3);
+  HttpResponse got;
+  REQUIRE(decode_answer(whole.data(), bytes, got));
+  CHECK(got.status == 201);
+  CHECK(got.headers == answer.headers);
+  CHECK(got.body == answer.body);
+}
+
+TEST_CASE("data channel: a request over max_frame is too_large - a full channel is busy - a closed one closed") {
+  auto made = make_channel("r1", 1);
+  REQUIRE(made);
+  auto& ch = *made.value().channel;
+  auto end = replica_end(made.value());
+
+  CHECK(send_request(ch.request_fd(), 1, 0, sample_request(ch.max_frame()), ch.max_frame()) ==
+        Sent::too_large);
+
+  // Nobody reads: the socket's buffer fills up and a send says busy instead
+  // of blocking the io thread.
+  auto big = sample_request(ch.max_frame() / 2);
+  Sent last = Sent::sent;
+  int sent = 0;
+  for (int i = 0; i < 10000 && last == Sent::sent; ++i) {
+    last = send_request(ch.request_fd(), static_cast<uint64_t>(i), 0, big, ch.max_frame());
+    if (last == Sent::sent)
+      ++sent;
+  }
+  CHECK(sent >= 1);
+  CHECK(last == Sent::busy);
+  CHECK(send_local(end->inject_fd(), 5) == Sent::busy);
+
+  // The process exits: its ends close.
+  end.reset();
+  CHECK(send_request(ch.request_fd(), 2, 0, sample_request(10), ch.max_frame()) == Sent::closed);
+  FrameBuffer buffer(ch.max_frame());
+  CHECK(::recv(ch.answer_fd(0), buffer.data(), buffer.capacity(), MSG_DONTWAIT) == 0);
+}
+
+TEST_CASE("data channel: a refusal and a local frame carry what the other side needs") {
+  auto made = make_channel("r1", 1);
+  REQUIRE(made);
+  auto& ch = *made.value().channel;
+  auto end = replica_end(made.value());
+
+  REQUIRE(send_refusal(end->answer_fd(0), 77, true, "replica r1 is at max_ongoing_requests (4)"));
+  FrameBuffer buffer(ch.max_frame());
+  size_t n = receive(ch.answer_fd(0), buffer);
+  REQUIRE(n > sizeof(FrameHeader));
+  CHECK(buffer.header().kind == Kind::refusal);
+  CHECK(buffer.header().call == 77);
+  bool overloaded = false;
+  std::string message;
+  REQUIRE(decode_refusal(buffer.payload(), n - sizeof(FrameHeader), overloaded, message));
+  CHECK(overloaded);
+  CHECK(message == "replica r1 is at max_ongoing_requests (4)");
+
+  // The process queues a request it got over CAF for its own request threads.
+  REQUIRE(send_local(end->inject_fd(), 1234) == Sent::sent);
+  n = receive(end->request_fd(), buffer);
+  CHECK(n == sizeof(FrameHeader));
+  CHECK(buffer.header().kind == Kind::local);
+  CHECK(buffer.header().call == 1234);
+}
+
+TEST_CASE("data channel: malformed payloads are errors naming the frame - never a crash") {
+  std::vector<uint64_t> garbage(64);
+  for (size_t i = 0; i < garbage.size(); ++i)
+    garbage[i] = 0x9e3779b97f4a7c15ULL * (i + 1);
+  HttpRequest request;
+  auto st = decode_request(garbage.data(), garbage.size() * 8, request);
+  CHECK_FALSE(st);
+  CHECK(st.message().find("malformed request frame") != std::string::npos);
+
+  HttpResponse answer;
+  st = decode_answer(garbage.data(), 12, answer);
+  CHECK_FALSE(st);
+  CHECK(st.message().find("malformed answer frame") != std::string::npos);
+  CHECK(st.message().find("12 bytes") != std::string::npos);
+
+  bool overloaded = false;
+  std::string message;
+  st = decode_refusal(garbage.data(), 0, overloaded, message);
+  CHECK_FALSE(st);
+  CHECK(st.message().find("malformed refusal frame") != std::string::npos);
+}
+
+TEST_CASE("data channel: the registry finds a replica's channel until it is removed - the fds close with the last holder") {
+  Registry registry;
+  auto made = make_channel("r1", 1);
+  REQUIRE(made);
+  auto ch = std::move(made.value().channel);
+  int fd = ch->request_fd();
+  registry.add(ch);
+  CHECK(registry.size() == 1);
+  CHECK(registry.find("r1") == ch);
+  CHECK(registry.find("r2") == nullptr);
+  registry.remove("r1");
+  registry.remove("r1");  // idempotent
+  CHECK(registry.find("r1") == nullptr);
+  CHECK(::fcntl(fd, F_GETFD) >= 0);  // still held here
+  ch.reset();
+  CHECK(::fcntl(fd, F_GETFD) < 0);
+  for (int child : made.value().child_fds)
+    ::close(child);
+}
