@@ -26,7 +26,7 @@ class Metrics {
   void observe(const std::string& app, int status, double seconds);
   void retried(const std::string& app);
   // A request that crashed two replicas (a "query of death"): answered 502
-  // and never sent again. See proxy.cpp: crashed().
+  // and never sent again. See call.cpp: crashed(), and attempts.hpp.
   void crashed(const std::string& app);
   // A request sent to a replica: over a replica process's data channel, or
   // over CAF (other nodes, in-process replicas, frames too large or a full

@@ -28,7 +28,7 @@
 // controller it heard from, presenting the last snapshot id it holds.
 //
 // Retries: a replica that refuses a request (at its limit, stopping) is not
-// counted against it (see proxy.cpp: refused()). A replica that dies while
+// counted against it (see call.cpp: refused(), attempts.hpp). A replica that dies while
 // it has the request in flight is a crash of the request (its handle went
 // down - also with the connection to its node or process, which is what a
 // crash of user code looks like when it takes its process down - or the
@@ -75,7 +75,7 @@ struct ProxyOptions {
   // Replicas that may be lost with one request before it is answered 503.
   // A request that crashes two replicas is answered 502 before that bound
   // (see "Retries" above). (Refusals by a replica at its limit are retried
-  // with a backoff, see proxy.cpp: refused().)
+  // with a backoff, see call.cpp: refused().)
   uint32_t max_attempts = 5;
   // Bound of a CAF request when no request timeout applies; answered with 504.
   double max_request_time_s = 3600;

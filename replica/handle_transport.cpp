@@ -22,7 +22,7 @@ constexpr double kRemoteCallMargin_s = 5;
 // max_request_time_s plus the margin.
 constexpr double kRemoteCallBound_s = 3600 + kRemoteCallMargin_s;
 
-// A JSON error answer like the proxy's own (proxy/proxy.cpp: json_error).
+// A JSON error answer like the proxy's own (proxy/call.cpp: json_error).
 HttpResponse error_answer(int32_t status, const std::string& message,
                           const std::string& request_id) {
   HttpResponse r;

@@ -1,0 +1,63 @@
+// The proxy's own endpoints under /-/: /-/healthz (200 once a route table
+// is held), /-/routes (the route table and the replicas' load, JSON) and
+// /-/metrics (Prometheus text). Answered on the io thread, never routed.
+#include <boost/beast/http/field.hpp>
+#include <nlohmann/json.hpp>
+
+#include "proxy/core.hpp"
+
+namespace troupe::proxy {
+
+using nlohmann::json;
+
+namespace {
+
+json routes_json(const Router& router) {
+  json routes = json::array();
+  for (const auto& r : router.routes()->routes()) {
+    routes.push_back({{"prefix", r.prefix}, {"application", r.app}, {"deployment", r.deployment}});
+  }
+  json deployments = json::array();
+  for (const auto& d : router.deployments()) {
+    json replicas = json::array();
+    for (const auto& r : d.replicas) {
+      replicas.push_back({{"id", r.replica_id},
+                          {"node", r.node_id},
+                          {"local", r.local},
+                          {"in_flight", r.in_flight},
+                          {"max_ongoing_requests", r.max_ongoing}});
+    }
+    deployments.push_back({{"application", d.app},
+                           {"deployment", d.deployment},
+                           {"max_queued_requests", d.max_queued},
+                           {"queued", d.queued},
+                           {"replicas", replicas}});
+  }
+  return {{"epoch", router.epoch()},
+          {"seq", router.seq()},
+          {"routes", routes},
+          {"deployments", deployments}};
+}
+
+}  // namespace
+
+Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id) {
+  Response r{http::status::ok, 11};
+  if (path == "/-/healthz") {
+    bool ok = core.router.has_routes();
+    r.result(ok ? http::status::ok : http::status::service_unavailable);
+    r.set(http::field::content_type, "text/plain");
+    r.body() = ok ? "success" : "no route table yet";
+  } else if (path == "/-/routes") {
+    r.set(http::field::content_type, "application/json");
+    r.body() = routes_json(core.router).dump();
+  } else if (path == "/-/metrics") {
+    r.set(http::field::content_type, "text/plain; version=0.0.4");
+    r.body() = core.metrics.render(core.router.deployments());
+  } else {
+    return json_error(http::status::not_found, "no such endpoint", id);
+  }
+  return r;
+}
+
+}  // namespace troupe::proxy

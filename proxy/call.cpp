@@ -1,0 +1,531 @@
+#include "proxy/call.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include <boost/beast/http/field.hpp>
+#include <nlohmann/json.hpp>
+
+#include "proxy/core.hpp"
+#include "runtime/time.hpp"
+
+namespace troupe::proxy {
+
+using nlohmann::json;
+
+Response json_error(http::status status, const std::string& message, const std::string& id) {
+  Response r{status, 11};
+  r.set(http::field::content_type, "application/json");
+  r.body() = json{{"error", message}, {"request_id", id}}.dump();
+  return r;
+}
+
+namespace {
+
+std::string_view target_of(Call& c) {
+  auto t = c.exchange->request().target();
+  return {t.data(), t.size()};
+}
+
+}  // namespace
+
+std::string_view path_of(Call& c) {
+  auto t = target_of(c);
+  return t.substr(0, t.find('?'));
+}
+
+void finish(const CallPtr& c, Response&& r) {
+  if (c->done)
+    return;
+  c->done = true;
+  auto* core = c->worker->core;
+  if (c->timer)
+    c->timer->cancel();
+  if (c->queued)
+    core->router.cancel(c->route->key, c->ticket);
+  int status = r.result_int();
+  double elapsed = std::chrono::duration<double>(Clock::now() - c->start).count();
+  core->metrics.observe(c->route->app, status, elapsed);
+  core->metrics.request_finished();
+  if (status >= 500) {
+    // The path only: a query may carry what does not belong in a log.
+    core->log->warn("request {} {} {} -> {} after {:.1f} ms ({} attempts)", c->request.request_id,
+                    c->request.method, path_of(*c), status, elapsed * 1000, c->sends);
+  } else if (core->log->should_log(spdlog::level::debug)) {
+    core->log->debug("request {} {} {} -> {} in {:.2f} ms", c->request.request_id,
+                     c->request.method, target_of(*c), status, elapsed * 1000);
+  }
+  r.set("X-Request-Id", c->request.request_id);
+  auto ex = std::move(c->exchange);
+  ex->respond(std::move(r));
+}
+
+void release(const CallPtr& c, Outcome outcome) {
+  if (!c->slot)
+    return;
+  auto slot = std::move(c->slot);
+  auto ready = c->worker->core->router.release(slot, outcome);
+  c->worker->core->run(ready);
+}
+
+void on_answer(const CallPtr& c, HttpResponse& answer) {
+  c->worker->untrack(c.get());
+  release(c, Outcome::answered);
+  if (answer.status < 100 || answer.status > 999) {
+    finish(c, json_error(http::status::bad_gateway,
+                         "replica answered with invalid status " + std::to_string(answer.status),
+                         c->request.request_id));
+    return;
+  }
+  Response r{static_cast<http::status>(answer.status), 11};
+  for (auto& [name, value] : answer.headers) {
+    auto field = http::string_to_field(name);
+    if (field == http::field::content_length || field == http::field::transfer_encoding ||
+        field == http::field::connection || boost::beast::iequals(name, "X-Request-Id"))
+      continue;
+    r.insert(name, value);
+  }
+  r.body() = std::move(answer.body);
+  finish(c, std::move(r));
+}
+
+namespace {
+
+void give_up(const CallPtr& c, const std::string& why) {
+  auto r = json_error(http::status::service_unavailable,
+                      "no replica of " + c->route->app + "/" + c->route->deployment +
+                          " could take the request after " + std::to_string(c->sends) +
+                          " attempts; last: " + why,
+                      c->request.request_id);
+  r.set(http::field::retry_after, "1");
+  finish(c, std::move(r));
+}
+
+// A request that crashed Attempts::kMaxCrashes replicas (a "query of death"): it is
+// never sent anywhere again. 502, a warning naming it, and a metric.
+void crashed(const CallPtr& c, const std::string& why) {
+  auto* core = c->worker->core;
+  const auto& id = c->request.request_id;
+  std::string where = c->route->app + "/" + c->route->deployment;
+  core->metrics.crashed(c->route->app);
+  core->log->warn(
+      "request {} {} {} crashed {} replicas of {} (last: {}); answering 502, it is not retried "
+      "again",
+      id, c->request.method, path_of(*c), c->attempts.crashes(), where, why);
+  finish(c, json_error(http::status::bad_gateway,
+                       "request " + id + " crashed " + std::to_string(c->attempts.crashes()) +
+                           " replicas of " + where + "; it is not retried again",
+                       id));
+}
+
+}  // namespace
+
+// The replica is gone before answering: send the request to another one.
+//
+// `crash`: the replica died while it had the request in flight (its handle
+// went down, or the request failed with request_receiver_down or an exit
+// reason). The request may be what killed it (user code that crashes on it,
+// which takes its whole process down), so it is retried once, on another
+// replica; a second crash answers 502 (crashed()): one poisoned request must
+// not take down replica after replica. Otherwise (a bounce for lack of a route,
+// the connection to the head lost, a node declared DEAD, a handle lost with
+// the connection to the controller's node) it is not the request's fault:
+// at most max_attempts replicas in all, then 503. The counts: Attempts.
+void retry(const CallPtr& c, const std::string& why, bool crash) {
+  auto* core = c->worker->core;
+  if (c->slot)
+    c->tried.push_back(c->slot->replica_id);
+  switch (c->attempts.lost(crash)) {
+    case Attempts::Loss::crashed:
+      crashed(c, why);
+      return;
+    case Attempts::Loss::give_up:
+      give_up(c, why);
+      return;
+    case Attempts::Loss::retry:
+      break;
+  }
+  core->metrics.retried(c->route->app);
+  if (crash) {
+    core->log->info("request {} {} {}: {} with it; retrying once on another replica",
+                    c->request.request_id, c->request.method, path_of(*c), why);
+  } else {
+    core->log->info("request {}: retrying on another replica ({})", c->request.request_id, why);
+  }
+  dispatch(c);
+}
+
+// The replica refused (at its max_ongoing_requests because other proxies use
+// it too, or stopping). The first time, another replica is tried at once;
+// after that every replica may be busy with other routers' requests, so the
+// request waits 1, 2, 4 ... 50 ms before it is placed again (until the
+// request timeout, or Attempts::kMaxRefusals refusals: 503).
+void refused(const CallPtr& c, const std::string& why) {
+  auto* core = c->worker->core;
+  auto next = c->attempts.refused();
+  if (next.kind == Attempts::Refusal::give_up) {
+    give_up(c, why);
+    return;
+  }
+  core->metrics.retried(c->route->app);
+  core->log->debug("request {}: refused ({}); placing it again", c->request.request_id, why);
+  if (next.kind == Attempts::Refusal::again) {
+    dispatch(c);
+    return;
+  }
+  if (!c->backoff)
+    c->backoff = std::make_unique<asio::steady_timer>(*c->worker->io);
+  c->backoff->expires_after(next.delay);
+  c->backoff->async_wait([c](const boost::system::error_code& ec) {
+    if (!ec && !c->done)
+      dispatch(c);
+  });
+}
+
+void on_error(const CallPtr& c, const caf::error& err) {
+  c->worker->untrack(c.get());
+  auto status = from_caf_error(err);
+  if (err == caf::sec::request_timeout) {
+    release(c, Outcome::abandoned);
+    finish(c,
+           json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
+    return;
+  }
+  if (err.category() == kErrorCategory &&
+      (status.code() == errc::overloaded || status.code() == errc::unavailable)) {
+    std::string why = status.message();
+    if (c->slot)
+      c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::refused);
+    refused(c, why);
+    return;
+  }
+  if (err == caf::exit_reason::remote_link_unreachable) {
+    // Bounced: no route to the replica's node (its connection, or the one to
+    // the head that leads there, dropped). The replica may be fine: the next
+    // snapshot makes it eligible again.
+    std::string why =
+        "replica " + (c->slot ? c->slot->replica_id : std::string()) + " is unreachable";
+    if (c->slot)
+      c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::unreachable);
+    retry(c, why, false);
+    return;
+  }
+  // A replica's handle (a CAF actor pool) whose replica has exited answers
+  // with an empty message, which CAF reports as unexpected_response: the
+  // replica was gone before the request reached it (it never had it in
+  // flight), so that is not counted as a crash of the request. The others
+  // are: the receiver went down with the request in its mailbox, or with it.
+  // (Outcome::died marks the slot dead at once: the retry never goes back to
+  // it, even before its down message arrives.)
+  if (err == caf::sec::request_receiver_down || err == caf::sec::unexpected_response ||
+      err == caf::exit_reason::kill || err.category() == caf::atom("exit")) {
+    bool crash = err != caf::sec::unexpected_response;
+    std::string why = "replica " + (c->slot ? c->slot->replica_id : std::string()) +
+                      (crash ? " died" : " is gone");
+    if (c->slot)
+      c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::died);
+    retry(c, why, crash);
+    return;
+  }
+  release(c, Outcome::answered);
+  finish(c, json_error(http::status::bad_gateway, "replica failed: " + status.message(),
+                       c->request.request_id));
+}
+
+void late_answer(const CallPtr& c, Outcome outcome) {
+  c->worker->untrack(c.get());
+  release(c, outcome);
+}
+
+void send(const CallPtr& c, SlotPtr slot) {
+  auto* w = c->worker;
+  if (!slot->handle) {
+    // Snapshots lose empty handles before the router sees them (see the
+    // proxy actor); should one slip through, it is a replica that is gone.
+    c->slot = std::move(slot);
+    w->track(c.get());
+    on_error(c, caf::make_error(caf::sec::request_receiver_down));
+    return;
+  }
+  c->slot = std::move(slot);
+  c->queued = false;
+  uint32_t attempt = ++c->attempt;
+  ++c->sends;
+  if (send_channel(c)) {
+    w->core->metrics.sent(true);
+    return;
+  }
+  w->core->metrics.sent(false);
+  // What mixin::requester does (actor_companion has no request()): a request
+  // id, a response handler with an error branch, and a timeout. The timeout
+  // is the worker's sweep (see sweep()), not CAF's clock: the clock thread
+  // would be woken twice per request (set and cancel), two context switches
+  // per request on the data path. The client gets its 504 from the call's
+  // timer at the deadline; the replica slot stays taken until the replica
+  // answers (it still works on the request), bounded by max_request_time_s.
+  auto* self = w->companion;
+  auto id = self->new_request_id(caf::message_priority::normal);
+  c->sent_at = Clock::now();
+  c->response_id = id.response_id();
+  w->track(c.get());
+  self->add_multiplexed_response_handler(id.response_id(),
+                                         caf::behavior{
+                                             [c, attempt](HttpResponse& answer) {
+                                               if (attempt != c->attempt)
+                                                 return;  // superseded: retried after a down
+                                               if (c->done)
+                                                 return late_answer(c, Outcome::answered);
+                                               on_answer(c, answer);
+                                             },
+                                             [c, attempt](caf::error& err) {
+                                               if (attempt != c->attempt)
+                                                 return;
+                                               if (c->done)
+                                                 return late_answer(c, Outcome::abandoned);
+                                               on_error(c, err);
+                                             },
+                                         });
+  c->slot->handle->enqueue(self->ctrl(), id, caf::make_message(handle_atom::value, c->request),
+                           self->context());
+}
+
+void sweep(Worker* w) {
+  auto limit = seconds_as<Clock::duration>(w->core->options.max_request_time_s);
+  auto now = Clock::now();
+  w->last_sweep_ns.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+  std::vector<CallPtr> expired;  // over a data channel
+  for (Call* c : w->active) {
+    if (now - c->sent_at < limit)
+      continue;
+    if (c->channel_call != 0) {
+      expired.push_back(c->shared_from_this());
+      continue;
+    }
+    w->companion->enqueue(nullptr, c->response_id,
+                          caf::make_message(caf::make_error(caf::sec::request_timeout)),
+                          w->unit.get());
+  }
+  for (auto& c : expired) {
+    w->pending.erase(c->channel_call);
+    c->channel_call = 0;
+    if (c->done)
+      late_answer(c, Outcome::abandoned);
+    else
+      on_error(c, caf::make_error(caf::sec::request_timeout));
+  }
+  w->sweeper->expires_after(std::min<Clock::duration>(std::chrono::seconds(1), limit / 4));
+  w->sweeper->async_wait([w](const boost::system::error_code& ec) {
+    if (!ec)
+      sweep(w);
+  });
+}
+
+void resumed(const CallPtr& c, SlotPtr slot) {
+  if (c->done) {
+    if (slot) {
+      auto ready = c->worker->core->router.release(slot, Outcome::abandoned);
+      c->worker->core->run(ready);
+    }
+    return;
+  }
+  c->queued = false;
+  if (!slot) {
+    auto r = json_error(http::status::service_unavailable,
+                        "application " + c->route->app + " is no longer deployed",
+                        c->request.request_id);
+    r.set(http::field::retry_after, "1");
+    finish(c, std::move(r));
+    return;
+  }
+  send(c, std::move(slot));
+}
+
+void dispatch(const CallPtr& c) {
+  auto* w = c->worker;
+  auto* core = w->core;
+  auto admission = core->router.admit(c->route->key, c->tried, [c](SlotPtr slot) {
+    // Runs where the slot was freed: continue on the call's own thread.
+    c->worker->core->post(c->worker->io,
+                          [c, slot = std::move(slot)]() mutable { resumed(c, std::move(slot)); });
+  });
+  switch (admission.kind) {
+    case Router::Admit::assigned:
+      send(c, std::move(admission.slot));
+      return;
+    case Router::Admit::queued:
+      c->queued = true;
+      c->ticket = admission.ticket;
+      if (admission.no_replicas) {
+        // The only signal that starts a deployment scaled to zero: report at
+        // once, not at the next periodic report.
+        core->report_load(c->route->app, c->route->deployment,
+                          static_cast<double>(admission.queued));
+      }
+      return;
+    case Router::Admit::queue_full: {
+      auto r =
+          json_error(http::status::service_unavailable,
+                     "too many requests queued for " + c->route->app + "/" + c->route->deployment,
+                     c->request.request_id);
+      r.set(http::field::retry_after, "1");
+      finish(c, std::move(r));
+      return;
+    }
+    case Router::Admit::no_deployment: {
+      if (c->handle_route) {
+        // A handle names the deployment itself: no such deployment.
+        finish(c, json_error(
+                      http::status::not_found,
+                      "application " + c->route->app + " has no deployment " + c->route->deployment,
+                      c->request.request_id));
+        return;
+      }
+      auto r = json_error(
+          http::status::service_unavailable,
+          "application " + c->route->app + " has no running deployment " + c->route->deployment,
+          c->request.request_id);
+      r.set(http::field::retry_after, "1");
+      finish(c, std::move(r));
+      return;
+    }
+  }
+}
+
+void on_timeout(const CallPtr& c) {
+  if (c->done)
+    return;
+  finish(c, json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
+}
+
+void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s) {
+  if (timeout_s > 0) {
+    c->deadline = start + seconds_as<Clock::duration>(timeout_s);
+    c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
+    c->timer->async_wait([c](const boost::system::error_code& ec) {
+      if (!ec)
+        on_timeout(c);
+    });
+  }
+  c->attempts = Attempts(w->core->options.max_attempts);
+  dispatch(c);
+}
+
+bool valid_request_id(boost::beast::string_view id) {
+  if (id.empty() || id.size() > 128)
+    return false;
+  for (char ch : id) {
+    if (ch <= 0x20 || ch >= 0x7f)
+      return false;
+  }
+  return true;
+}
+
+std::string Worker::new_request_id() {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%s%02zx%012llx", core->id_prefix.c_str(), index,
+                static_cast<unsigned long long>(++next_id));
+  return buf;
+}
+
+// --- fail-over: replicas lost with requests in flight ---------------------------
+
+void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, const char* what,
+               bool crash, Outcome outcome) {
+  std::vector<CallPtr> victims;
+  for (Call* c : w->active) {
+    if (c->slot && gone(*c->slot))
+      victims.push_back(c->shared_from_this());
+  }
+  for (auto& c : victims) {
+    w->untrack(c.get());
+    // Its response handler in the companion would wait for an answer that
+    // does not come: end it now. The handler ignores it, being of an
+    // attempt superseded here (the retry may wait in the queue before it
+    // sends a new one). Over a data channel: a late answer finds no call.
+    ++c->attempt;
+    if (c->channel_call != 0) {
+      w->pending.erase(c->channel_call);
+      c->channel_call = 0;
+    } else {
+      w->companion->enqueue(nullptr, c->response_id,
+                            caf::make_message(caf::make_error(caf::sec::request_timeout)),
+                            w->unit.get());
+    }
+    if (c->done) {
+      release(c, outcome);
+      continue;
+    }
+    std::string why = "replica " + c->slot->replica_id + " " + what;
+    c->tried.push_back(c->slot->replica_id);
+    release(c, outcome);
+    retry(c, why, crash);
+  }
+}
+
+void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
+  router.mark_dead(addr, link_lost);
+  // A replica that died counts as a crash of the requests it had in flight,
+  // also when its handle went down with the connection to its process (which
+  // is what a crash of user code looks like once it takes its process down).
+  // Except when that connection leads to the controller's node: then this
+  // node lost its connection to the head (hub_lost(), whose down message may
+  // come a little later), which is not the requests' fault.
+  bool crash = true;
+  if (link_lost) {
+    // Every other handle of that node died with the same connection: none of
+    // them may take a request failed over from this one.
+    router.mark_node_lost(addr.node());
+    std::lock_guard<std::mutex> lock(actor_mutex);
+    crash = !(controller && controller.node() == addr.node());
+  }
+  for (auto& w : workers) {
+    post(w->io, [w = w.get(), addr, crash] {
+      // A remote replica's node may be gone and never answer.
+      fail_over(
+          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.address() == addr; },
+          crash ? "died" : "was lost with the connection to the head", crash);
+    });
+  }
+}
+
+void Proxy::Core::hub_lost() {
+  log->warn(
+      "lost the connection to the controller's node; failing over requests in flight on "
+      "remote replicas");
+  auto here = sys->node();
+  for (auto& w : workers) {
+    post(w->io, [w = w.get(), here] {
+      fail_over(
+          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.node() != here; },
+          "was reached through the lost connection", false, Outcome::unreachable);
+    });
+  }
+}
+
+void Proxy::Core::replicas_lost(const std::vector<SlotPtr>& lost) {
+  if (lost.empty())
+    return;
+  log->warn("{} replicas are on nodes the controller declared DEAD; failing over their requests",
+            lost.size());
+  auto set = std::make_shared<std::vector<const ReplicaSlot*>>();
+  for (const auto& s : lost)
+    set->push_back(s.get());
+  for (auto& w : workers) {
+    post(w->io, [w = w.get(), set, lost] {
+      fail_over(
+          w,
+          [&](const ReplicaSlot& s) {
+            return std::find(set->begin(), set->end(), &s) != set->end();
+          },
+          "is on a DEAD node", false);
+    });
+  }
+}
+
+}  // namespace troupe::proxy

@@ -1,0 +1,147 @@
+// The per-request call state machine of the proxy's data path (internal to
+// proxy/). A Call is one HTTP request or one deployment handle call on its
+// way to a replica; it lives on its worker's io thread, and every function
+// here runs there.
+//
+//   start_call ─► dispatch ─► Router::admit ─► assigned: send (data channel,
+//                    ▲             │                      else CAF)
+//                    │             └─► queued: resumed() when a slot frees
+//                    │
+//   on_answer ◄── answer     on_error ◄── error, refusal, request_timeout
+//                               ├─► refused(): placed again (backoff)
+//                               ├─► retry(): a replica lost with it
+//                               └─► finish(): 502 / 504
+//
+// finish() answers the client exactly once; the replica's slot stays taken
+// until the replica really answers (late_answer()), so the router never
+// believes a busy replica is free. The counts behind retry() and refused()
+// are Attempts (attempts.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/http/status.hpp>
+#include <caf/error.hpp>
+#include <caf/message_id.hpp>
+
+#include "proxy/attempts.hpp"
+#include "proxy/http_server.hpp"
+#include "proxy/router.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::proxy {
+
+namespace http = boost::beast::http;
+using Clock = std::chrono::steady_clock;
+
+struct Worker;
+
+// One request on its way through the data path. Lives on its worker's io
+// thread: every member is touched only there.
+struct Call : std::enable_shared_from_this<Call> {
+  ExchangePtr exchange;
+  Worker* worker = nullptr;
+  const Route* route = nullptr;
+  std::shared_ptr<const RouteTable> routes;  // keeps `route` alive
+  // A deployment handle's call: its target, which `route` points to.
+  std::shared_ptr<const Route> handle_route;
+  HttpRequest request;
+  std::vector<std::string> tried;  // replica ids that refused or died
+  SlotPtr slot;
+  uint32_t attempt = 0;  // answers of an earlier attempt are ignored
+  uint32_t sends = 0;
+  Attempts attempts;  // replicas lost, crashed and refused (see retry())
+  std::unique_ptr<asio::steady_timer> backoff;
+  Clock::time_point sent_at;       // of the current attempt
+  caf::message_id response_id;     // of the current attempt (over CAF)
+  uint64_t channel_call = 0;       // of the current attempt over a data channel
+  size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
+  Clock::time_point start;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::unique_ptr<asio::steady_timer> timer;
+  uint64_t ticket = 0;
+  bool queued = false;
+  bool done = false;
+};
+using CallPtr = std::shared_ptr<Call>;
+
+// A JSON error answer: {"error": message, "request_id": id}.
+Response json_error(http::status status, const std::string& message, const std::string& id);
+
+// Arms the call's deadline (`timeout_s` after `start`; none when 0) and
+// routes it: the common start of HTTP requests and handle calls. The call's
+// exchange, worker, route and request are set.
+void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s);
+
+// Places the call on a replica (Router::admit): sent, queued, or answered
+// 503/404 when it cannot be.
+void dispatch(const CallPtr& c);
+
+// Sends the call to `slot`'s replica: over its data channel when it has one,
+// else as a CAF request through the worker's companion.
+void send(const CallPtr& c, SlotPtr slot);
+
+// A queued call got a slot (null: its deployment is gone).
+void resumed(const CallPtr& c, SlotPtr slot);
+
+// Answers the client, once; later calls do nothing. Does not release the
+// slot: the replica may still work on the request.
+void finish(const CallPtr& c, Response&& r);
+
+// Gives the call's slot back to the router, if it holds one.
+void release(const CallPtr& c, Outcome outcome);
+
+// The replica's answer (the call is not done).
+void on_answer(const CallPtr& c, HttpResponse& answer);
+
+// The request failed at its replica (the call is not done): a refusal is
+// placed again, a lost replica retried (see retry()), a request_timeout
+// answers 504, anything else 502.
+void on_error(const CallPtr& c, const caf::error& err);
+
+// The replica is gone before answering: `crash` when it died while it had
+// the request in flight. Retried on another replica (after one crash at
+// most), else answered 502 (crashed) or 503 (max_attempts). The call's slot
+// is already released and its replica in `tried`.
+void retry(const CallPtr& c, const std::string& why, bool crash);
+
+// The replica refused (at its limit or stopping): placed again, at once or
+// after a backoff, or answered 503 after Attempts::kMaxRefusals.
+void refused(const CallPtr& c, const std::string& why);
+
+// The client already got its answer (504); the replica finished only now, so
+// only now does its slot become free.
+void late_answer(const CallPtr& c, Outcome outcome);
+
+// The call's deadline passed: 504 (the slot stays taken, see late_answer()).
+void on_timeout(const CallPtr& c);
+
+// Every second on each io thread: requests whose replica has not answered
+// within max_request_time_s fail with request_timeout. Re-arms itself.
+void sweep(Worker* w);
+
+// On the worker's io thread: the requests in flight there on a replica that
+// `gone` selects will never be answered; each is retried on another replica
+// now, not at its timeout. `crash`: the replica died with them (see retry()).
+void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, const char* what,
+               bool crash, Outcome outcome = Outcome::died);
+
+// The path of the request as the client sent it, without the query (for log
+// lines: never the query's or the body's content).
+std::string_view path_of(Call& c);
+
+// --- data channels to replica processes (channel_path.cpp) --------------------
+
+// Sends the call's request over its replica's data channel; false when it
+// has none (or a broken one), the request does not fit in a frame or the
+// channel is full: then it goes over CAF.
+bool send_channel(const CallPtr& c);
+
+}  // namespace troupe::proxy

@@ -1,0 +1,212 @@
+// Requests to this node's replica processes over their data channels
+// (runtime/data_channel.hpp): the io thread writes a request frame without
+// blocking and reads the answers of its requests on its own lane of the
+// channel, by call id (Worker::pending). Part of the call state machine
+// (call.hpp): answers, refusals and a closed lane go to on_answer(),
+// on_error() and retry() like their CAF counterparts.
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "proxy/call.hpp"
+#include "proxy/core.hpp"
+#include "runtime/data_channel.hpp"
+
+namespace troupe::proxy {
+
+using nlohmann::json;
+
+namespace {
+
+// An answer larger than this (in several frames) ends the lane: no replica
+// answer is that large, a runaway one must not exhaust the node's memory.
+constexpr size_t kMaxChannelAnswer = size_t{1} << 30;
+
+void arm(Worker* w, Lane* lane);
+
+// The lane's replica process closed its end (it exited) or broke the
+// protocol: its requests in flight on this io thread will never be answered
+// here. Each is a crash of the request, as when the replica's handle goes
+// down (see retry()); the first of the two signals to arrive fails it over.
+// Later requests to that replica take the CAF path.
+void lane_closed(Worker* w, Lane* lane, const std::string& why) {
+  auto ch = lane->channel;
+  ch->set_broken();
+  std::vector<CallPtr> victims;
+  for (auto& [id, c] : w->pending) {
+    if (c->slot && c->slot->channel == ch)
+      victims.push_back(c);
+  }
+  w->lanes.erase(ch.get());  // `lane` is gone from here on
+  auto* core = w->core;
+  if (!victims.empty() || why != "closed") {
+    core->log->info("data channel of replica {}: {} ({} requests in flight here)", ch->replica_id(),
+                    why, victims.size());
+  }
+  for (auto& c : victims) {
+    w->pending.erase(c->channel_call);
+    c->channel_call = 0;
+    w->untrack(c.get());
+    if (c->done) {
+      release(c, Outcome::died);
+      continue;
+    }
+    std::string what = "replica " + c->slot->replica_id + " died";
+    c->tried.push_back(c->slot->replica_id);
+    release(c, Outcome::died);
+    retry(c, what, true);
+  }
+}
+
+// One frame from a lane, in w->frame (`size` bytes). False when the replica
+// broke the protocol (the lane is closed then).
+bool on_frame(Worker* w, Lane* lane, size_t size) {
+  auto* core = w->core;
+  if (size < sizeof(channel::FrameHeader) || size > w->frame.size() * sizeof(uint64_t))
+    return false;
+  channel::FrameHeader h = *reinterpret_cast<const channel::FrameHeader*>(w->frame.data());
+  if (h.version != channel::kVersion ||
+      (h.kind != channel::Kind::answer && h.kind != channel::Kind::refusal))
+    return false;
+  const void* payload = w->frame.data() + 2;
+  size_t bytes = size - sizeof(channel::FrameHeader);
+  auto part = lane->partial.find(h.call);
+  if ((h.flags & channel::kMore) != 0 || part != lane->partial.end()) {
+    if (part == lane->partial.end())
+      part = lane->partial.emplace(h.call, Lane::Partial{}).first;
+    auto& p = part->second;
+    if (p.bytes % sizeof(uint64_t) != 0 || p.bytes + bytes > kMaxChannelAnswer)
+      return false;
+    p.words.resize((p.bytes + bytes + 7) / 8);
+    std::memcpy(reinterpret_cast<char*>(p.words.data()) + p.bytes, payload, bytes);
+    p.bytes += bytes;
+    if ((h.flags & channel::kMore) != 0)
+      return true;
+  }
+  Lane::Partial whole;
+  if (part != lane->partial.end()) {
+    whole = std::move(part->second);
+    lane->partial.erase(part);
+    payload = whole.words.data();
+    bytes = whole.bytes;
+  }
+  auto it = w->pending.find(h.call);
+  if (it == w->pending.end())
+    return true;  // failed over or timed out meanwhile
+  CallPtr c = it->second;
+  if (!c->slot || c->slot->channel != lane->channel) {
+    // Only the replica a request went to answers it.
+    core->log->warn("replica {} answered a request it was not sent; closing its data channel",
+                    lane->channel->replica_id());
+    return false;
+  }
+  w->pending.erase(it);
+  c->channel_call = 0;
+  if (h.kind == channel::Kind::refusal) {
+    bool overloaded = false;
+    std::string message;
+    auto st = channel::decode_refusal(payload, bytes, overloaded, message);
+    if (!st)
+      message = st.message();
+    if (c->done) {
+      late_answer(c, Outcome::refused);
+      return true;
+    }
+    on_error(c, to_caf_error(Status(overloaded ? errc::overloaded : errc::unavailable, message)));
+    return true;
+  }
+  HttpResponse answer;
+  auto st = channel::decode_answer(payload, bytes, answer);
+  if (c->done) {
+    late_answer(c, Outcome::answered);
+    return true;
+  }
+  if (!st) {
+    core->log->warn("replica {}: {}", lane->channel->replica_id(), st.message());
+    answer = HttpResponse{};
+    answer.status = 502;
+    answer.headers = {{"Content-Type", "application/json"}};
+    answer.body =
+        json{{"error", "replica " + lane->channel->replica_id() + " sent " + st.message()},
+             {"request_id", c->request.request_id}}
+            .dump();
+  }
+  on_answer(c, answer);
+  return true;
+}
+
+// Reads what the lane has (a bounded batch, so that one busy replica does
+// not starve the others on this io thread), then waits for more.
+void read_lane(Worker* w, Lane* lane) {
+  int fd = lane->fd.native_handle();
+  size_t capacity = w->frame.size() * sizeof(uint64_t);
+  for (int i = 0; i < 64; ++i) {
+    ssize_t n = ::recv(fd, w->frame.data(), capacity, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (n <= 0)
+      return lane_closed(w, lane, n == 0 ? "closed" : std::strerror(errno));
+    if (!on_frame(w, lane, static_cast<size_t>(n)))
+      return lane_closed(w, lane, "protocol error (a malformed frame)");
+  }
+  arm(w, lane);
+}
+
+void arm(Worker* w, Lane* lane) {
+  lane->fd.async_wait(asio::posix::descriptor_base::wait_read,
+                      [w, lane](const boost::system::error_code& ec) {
+                        if (!ec)
+                          read_lane(w, lane);
+                      });
+}
+
+// This io thread's lane of `ch`, opened on first use; null when it cannot be.
+Lane* lane_of(Worker* w, const channel::ChannelPtr& ch) {
+  auto it = w->lanes.find(ch.get());
+  if (it != w->lanes.end())
+    return it->second.get();
+  if (w->index >= ch->lanes())
+    return nullptr;
+  int fd = ::fcntl(ch->answer_fd(w->index), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0)
+    return nullptr;
+  if (w->frame.size() * sizeof(uint64_t) < ch->max_frame())
+    w->frame.resize((ch->max_frame() + 7) / 8);
+  auto lane = std::make_unique<Lane>(ch, *w->io, fd);
+  auto* raw = lane.get();
+  w->lanes.emplace(ch.get(), std::move(lane));
+  arm(w, raw);
+  return raw;
+}
+
+}  // namespace
+
+bool send_channel(const CallPtr& c) {
+  auto* w = c->worker;
+  const auto& ch = c->slot->channel;
+  if (!ch || ch->broken() || !lane_of(w, ch))
+    return false;
+  uint64_t id = ++w->next_call;
+  auto sent = channel::send_request(ch->request_fd(), id, static_cast<uint8_t>(w->index),
+                                    c->request, ch->max_frame());
+  if (sent == channel::Sent::closed)
+    ch->set_broken();
+  if (sent != channel::Sent::sent)
+    return false;
+  c->channel_call = id;
+  c->sent_at = Clock::now();
+  w->pending.emplace(id, c);
+  w->track(c.get());
+  return true;
+}
+
+}  // namespace troupe::proxy

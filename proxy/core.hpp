@@ -1,0 +1,191 @@
+// What the proxy shares between its io threads and its actors (internal to
+// proxy/): Proxy::Core, and per io thread a Worker with its data channel
+// lanes. Where each part is implemented:
+//   call.{hpp,cpp}      the call state machine (dispatch, send, retries,
+//                       timeouts, fail-over) and Core's fail-over entries
+//   channel_path.cpp    requests and answers over replica data channels
+//   admin.cpp           /-/healthz, /-/routes, /-/metrics
+//   handle_calls.cpp    deployment handle calls (Core::call, ReplyTo)
+//   proxy_actor.cpp     the proxy actor and its keeper
+//   proxy.cpp           Proxy (start, stop) and Core::on_request
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <caf/actor_companion.hpp>
+#include <caf/all.hpp>
+#include <caf/scoped_execution_unit.hpp>
+
+#include "proxy/call.hpp"
+#include "proxy/metrics.hpp"
+#include "proxy/proxy.hpp"
+#include "proxy/router.hpp"
+#include "runtime/data_channel.hpp"
+#include "runtime/log.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::proxy {
+
+struct Worker;
+
+// Everything the proxy shares between its io threads and its actor.
+struct Proxy::Core : public Handler {
+  caf::actor_system* sys = nullptr;
+  ProxyOptions options;
+  Router router;
+  Metrics metrics;
+  std::unique_ptr<HttpServer> server;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::shared_ptr<spdlog::logger> log = troupe::log::get("proxy");
+  std::atomic<double> snapshot_timeout_s{0};
+  std::string id_prefix;
+
+  // Every post to an io thread from another thread (the proxy actor, CAF's
+  // threads answering, a slot freed elsewhere) holds this shared and checks
+  // io_closed: stop() closes it (exclusively) before the io_contexts go, so
+  // nothing is posted to a destroyed io_context. (A down message handled by
+  // the proxy actor while stop() destroyed the server did exactly that: a
+  // SIGSEGV at shutdown.)
+  std::shared_mutex io_mutex;
+  bool io_closed = false;
+  template <class F>
+  bool post(asio::io_context* io, F&& f) {
+    std::shared_lock<std::shared_mutex> lock(io_mutex);
+    if (io_closed)
+      return false;
+    asio::post(*io, std::forward<F>(f));
+    return true;
+  }
+
+  mutable std::mutex actor_mutex;
+  caf::actor actor;       // the current proxy actor
+  caf::actor keeper;      // restarts it
+  caf::actor controller;  // last one that pushed a snapshot
+  bool stopped = false;
+
+  explicit Core(ProxyOptions o);
+  ~Core() override;
+
+  static RouterOptions router_options(const ProxyOptions& o);
+
+  void on_request(ExchangePtr exchange) override;  // proxy.cpp
+  void on_rejected(int status) override { metrics.observe("", status, 0); }
+  // A deployment handle's call (Proxy::caller()); handle_calls.cpp.
+  void call(const std::string& app, const std::string& deployment, HttpRequest request,
+            double timeout_s, CallDone done);
+  std::atomic<size_t> next_call_worker{0};
+
+  void run(std::vector<std::function<void()>>& ready) {
+    for (auto& f : ready)
+      f();
+  }
+  // call.cpp: `link_lost`: it went down with the connection to its node.
+  void replica_down(const caf::actor_addr& addr, bool link_lost);
+  // call.cpp: Router::Applied::lost: replicas on nodes declared DEAD.
+  void replicas_lost(const std::vector<SlotPtr>& lost);
+  // call.cpp: the connection to the controller's node dropped. Every node
+  // connects to the head only, and reaches the other nodes through it:
+  // requests in flight on any remote replica are lost with it (neither
+  // answered nor bounced, and the handles of other nodes' replicas do not go
+  // down).
+  void hub_lost();
+  // (metrics, reporter, app, deployment, queued + in flight) to the
+  // controller, for autoscaling.
+  void report_load(const std::string& app, const std::string& deployment, double value) {
+    caf::actor to;
+    {
+      std::lock_guard<std::mutex> lock(actor_mutex);
+      to = controller;
+    }
+    if (to)
+      caf::anon_send(to, metrics_atom::value, reporter_id(), app, deployment, value);
+  }
+  std::string reporter_id() const { return options.node_id + "/proxy"; }
+  double request_timeout_s() const {
+    double t = snapshot_timeout_s.load(std::memory_order_relaxed);
+    return t > 0 ? t : options.request_timeout_s;
+  }
+};
+
+// This io thread's answer lane of one replica process's data channel: the
+// io thread reads the answers of its requests to that process here, on its
+// own event loop.
+struct Lane {
+  channel::ChannelPtr channel;
+  asio::posix::stream_descriptor fd;  // a dup of the lane's node end
+  // Answers that come in several frames, by call id: the payload so far.
+  struct Partial {
+    std::vector<uint64_t> words;
+    size_t bytes = 0;
+  };
+  std::unordered_map<uint64_t, Partial> partial;
+  Lane(channel::ChannelPtr ch, asio::io_context& io, int dup)
+      : channel(std::move(ch)), fd(io, dup) {}
+};
+
+// Per io thread: the companion actor that sends requests to replicas and
+// receives their answers on this thread, and the calls in flight here.
+struct Worker {
+  Proxy::Core* core = nullptr;
+  size_t index = 0;
+  asio::io_context* io = nullptr;
+  caf::actor companion_handle;
+  caf::actor_companion* companion = nullptr;
+  std::unique_ptr<caf::scoped_execution_unit> unit;
+  std::vector<Call*> active;
+  uint64_t next_id = 0;
+  // Data channels: the lanes this io thread reads, the calls in flight on
+  // them by call id, and a buffer for one frame.
+  std::unordered_map<const channel::Channel*, std::unique_ptr<Lane>> lanes;
+  std::unordered_map<uint64_t, CallPtr> pending;
+  uint64_t next_call = 0;
+  std::vector<uint64_t> frame;
+  std::unique_ptr<asio::steady_timer> sweeper;
+  // When this io thread last ran its sweep (steady clock, ns): the proxy's
+  // health check tells a stalled io thread by it.
+  std::atomic<int64_t> last_sweep_ns{0};
+
+  void track(Call* c) {
+    c->active_index = active.size();
+    active.push_back(c);
+  }
+  void untrack(Call* c) {
+    if (c->active_index == SIZE_MAX)
+      return;
+    Call* last = active.back();
+    active[c->active_index] = last;
+    last->active_index = c->active_index;
+    active.pop_back();
+    c->active_index = SIZE_MAX;
+  }
+  // A request id for a request that brings none: the proxy's random prefix,
+  // this io thread's index and a counter.
+  std::string new_request_id();
+};
+
+// An X-Request-Id the proxy keeps: printable, at most 128 bytes.
+bool valid_request_id(boost::beast::string_view id);
+
+// admin.cpp: the answer to a request for /-/<endpoint> (404 for an unknown one).
+Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id);
+
+// proxy_actor.cpp: the proxy actor (applies snapshots, monitors replicas,
+// answers health and handle calls) and the keeper that restarts it.
+using core_ptr = std::shared_ptr<Proxy::Core>;
+caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core);
+caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core);
+
+}  // namespace troupe::proxy

@@ -1,0 +1,183 @@
+// The proxy actor (snapshots from the controller, replica monitoring, health,
+// handle calls from other processes) and the keeper that restarts it; see
+// proxy.hpp for their interface.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "proxy/core.hpp"
+#include "proxy/handle_calls.hpp"
+
+namespace troupe::proxy {
+
+namespace {
+
+constexpr auto kReportInterval = std::chrono::seconds(1);
+// An io thread whose once-a-second sweep has not run for this long is
+// reported by the health check.
+constexpr double kIoStallLimit = 5.0;
+
+}  // namespace
+
+// The proxy actor: applies snapshots, monitors replicas, answers health.
+caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
+  // The controller this actor monitors: its handle going down with the
+  // connection means this node lost its route to every other node.
+  auto watched = std::make_shared<caf::actor_addr>();
+  auto watch = [self, watched](const caf::actor& controller) {
+    if (!controller || controller.address() == *watched)
+      return;
+    *watched = controller.address();
+    self->monitor(controller);
+  };
+  self->set_down_handler([core, watched](caf::down_msg& dm) {
+    bool link_lost = dm.reason == caf::exit_reason::remote_link_unreachable;
+    if (dm.source == *watched) {
+      *watched = caf::actor_addr();
+      if (link_lost)
+        core->hub_lost();
+      return;
+    }
+    core->replica_down(dm.source, link_lost);
+  });
+  // A restarted proxy: watch the replicas it already knows, and ask the last
+  // controller for what changed since the snapshot it holds.
+  for (const auto& h : core->router.handles())
+    self->monitor(h);
+  caf::actor controller;
+  {
+    std::lock_guard<std::mutex> lock(core->actor_mutex);
+    controller = core->controller;
+  }
+  if (controller) {
+    watch(controller);
+    self->send(controller, subscribe_atom::value, caf::actor_cast<caf::actor>(self),
+               core->router.epoch(), core->router.seq(), core->options.node_id);
+  }
+  self->delayed_send(self, kReportInterval, tick_atom::value);
+  return {
+      [=](snapshot_atom, RoutingSnapshot snap) {
+        // CAF deserializes the handle of an actor of this node that is
+        // already gone as an empty one: a replica here that died while the
+        // snapshot naming it was on its way. It is not routable; the next
+        // snapshot that names it with a handle brings it back.
+        for (auto& d : snap.deployments) {
+          d.replicas.erase(std::remove_if(d.replicas.begin(), d.replicas.end(),
+                                          [](const ReplicaEndpoint& ep) { return !ep.handle; }),
+                           d.replicas.end());
+        }
+        if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
+          watch(sender);
+          std::lock_guard<std::mutex> lock(core->actor_mutex);
+          core->controller = sender;
+        }
+        bool first = !core->router.has_routes();
+        auto applied = core->router.apply(snap);
+        core->snapshot_timeout_s.store(snap.request_timeout_s, std::memory_order_relaxed);
+        for (const auto& h : applied.added)
+          self->monitor(h);
+        core->run(applied.ready);
+        core->replicas_lost(applied.lost);
+        auto level = first || snap.full ? spdlog::level::info : spdlog::level::debug;
+        core->log->log(level, "route table {}.{} ({}; {} routes, {} deployments changed)",
+                       snap.epoch, snap.seq, snap.full ? "full" : "delta",
+                       core->router.routes()->routes().size(), snap.deployments.size());
+      },
+      // Healthy while every io thread runs its sweep (at least once a
+      // second): a stalled event loop serves nobody.
+      [=](health_atom) -> caf::result<caf::ok_atom> {
+        auto now =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+                .count();
+        for (const auto& w : core->workers) {
+          int64_t last = w->last_sweep_ns.load(std::memory_order_relaxed);
+          double stalled_s = (now - last) / 1e9;
+          if (last != 0 && stalled_s > kIoStallLimit) {
+            return to_caf_error(Status(
+                errc::unavailable, "io thread " + std::to_string(w->index) + " has not run for " +
+                                       fmt::format("{:.1f}", stalled_s) + " s"));
+          }
+        }
+        return caf::ok_atom::value;
+      },
+      [=](tick_atom) {
+        // Every deployment's queued + in-flight requests as this proxy sees
+        // them (the controller averages each reporter's samples).
+        for (const auto& d : core->router.deployments()) {
+          double load = static_cast<double>(d.queued);
+          for (const auto& r : d.replicas)
+            load += r.in_flight;
+          core->report_load(d.app, d.deployment, load);
+        }
+        self->delayed_send(self, kReportInterval, tick_atom::value);
+      },
+      // A deployment handle's call from another process (a replica process:
+      // replica/handle_transport.hpp, make_remote_proxy_call), usually
+      // delegated by the keeper: Core::call, exactly as Proxy::caller(). Its
+      // bounds are Core::call's (the call's timeout, retries, 503 when the
+      // proxy stops: `done` always runs once); the caller's request carries a
+      // timeout of its own. The answer is sent from the io thread that gets
+      // it, see ReplyTo.
+      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
+          double timeout_s) -> caf::result<HttpResponse> {
+        auto reply = std::make_shared<ReplyTo>(*self->current_mailbox_element());
+        core->call(app, deployment, std::move(request), timeout_s,
+                   [reply](HttpResponse answer) { reply->send(std::move(answer)); });
+        return caf::delegated<HttpResponse>{};
+      },
+  };
+}
+
+// Restarts the proxy actor when it dies of anything but a shutdown.
+caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
+  self->set_down_handler([=](caf::down_msg& dm) {
+    std::lock_guard<std::mutex> lock(core->actor_mutex);
+    if (core->stopped || dm.source != core->actor.address())
+      return;
+    if (dm.reason == caf::exit_reason::user_shutdown)
+      return;
+    core->log->error("proxy actor died ({}); restarting it", self->home_system().render(dm.reason));
+    core->actor = self->spawn(proxy_actor, core);
+    self->monitor(core->actor);
+  });
+  return {
+      [=](caf::actor& proxy) { self->monitor(proxy); },
+      // From the node agent after each (re-)registration: subscribe the
+      // current proxy actor (a restarted one too) for a full snapshot.
+      [=](subscribe_atom, const caf::actor& controller) {
+        caf::actor current;
+        {
+          std::lock_guard<std::mutex> lock(core->actor_mutex);
+          current = core->actor;
+        }
+        if (controller && current) {
+          self->send(controller, subscribe_atom::value, current, uint64_t{0}, uint64_t{0},
+                     core->options.node_id);
+        }
+      },
+      // A deployment handle's call from another process: the keeper is the
+      // handle that stays valid across restarts of the proxy actor, so callers
+      // hold it; delegated to the current proxy actor, which answers the
+      // caller directly. (One that died and is not restarted yet bounces it:
+      // the caller gets request_receiver_down.)
+      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
+          double timeout_s) -> caf::result<HttpResponse> {
+        caf::actor current;
+        {
+          std::lock_guard<std::mutex> lock(core->actor_mutex);
+          if (!core->stopped)
+            current = core->actor;
+        }
+        if (!current)
+          return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
+        self->delegate(current, call_atom::value, std::move(app), std::move(deployment),
+                       std::move(request), timeout_s);
+        return caf::delegated<HttpResponse>{};
+      },
+  };
+}
+
+}  // namespace troupe::proxy
