@@ -1,0 +1,163 @@
+#include "replica/dispatch.hpp"
+
+#include <caf/all.hpp>
+
+#include "runtime/data_channel.hpp"
+#include "runtime/status.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::replica {
+
+void Dispatch::account_locked(Clock::time_point now) {
+  ongoing_area_ += ongoing_ * std::chrono::duration<double>(now - last_change_).count();
+  last_change_ = now;
+}
+
+bool Dispatch::claim(size_t& index, Clock::time_point now) {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    bool idle = false;
+    if (busy[i].load(std::memory_order_relaxed) == false &&
+        busy[i].compare_exchange_strong(idle, true, std::memory_order_acq_rel)) {
+      std::lock_guard<std::mutex> guard(mutex_);
+      account_locked(now);
+      ++ongoing_;
+      index = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Dispatch::release(size_t index, Clock::time_point now) {
+  bool last;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    account_locked(now);
+    --ongoing_;
+    last = ongoing_ == 0;
+  }
+  busy[index].store(false, std::memory_order_release);
+  return last && stopping.load();
+}
+
+bool Dispatch::admit(Clock::time_point now) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (ongoing_ >= limit)
+    return false;
+  account_locked(now);
+  ++ongoing_;
+  return true;
+}
+
+bool Dispatch::finish(Clock::time_point now) {
+  bool last;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    account_locked(now);
+    --ongoing_;
+    last = ongoing_ == 0;
+  }
+  if (last && stopping.load()) {
+    if (auto r = replica.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(r), done_atom::value);
+    return true;
+  }
+  return false;
+}
+
+uint64_t Dispatch::park(caf::mailbox_element_ptr m) {
+  std::lock_guard<std::mutex> guard(tokens_mutex_);
+  uint64_t token = ++next_token_;
+  tokens_.emplace(token, std::move(m));
+  return token;
+}
+
+caf::mailbox_element_ptr Dispatch::take(uint64_t token) {
+  std::lock_guard<std::mutex> guard(tokens_mutex_);
+  auto it = tokens_.find(token);
+  if (it == tokens_.end())
+    return nullptr;
+  auto m = std::move(it->second);
+  tokens_.erase(it);
+  return m;
+}
+
+uint32_t Dispatch::in_flight() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return ongoing_;
+}
+
+double Dispatch::take_average(Clock::time_point window_start, Clock::time_point now) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  account_locked(now);
+  double window = std::chrono::duration<double>(now - window_start).count();
+  double average = window > 0 ? ongoing_area_ / window : ongoing_;
+  ongoing_area_ = 0;
+  return average;
+}
+
+namespace {
+
+// Answers a request in the sender's context with an error.
+void refuse(caf::mailbox_element& m, const Status& why, caf::execution_unit* eu) {
+  if (m.sender && m.mid.is_request())
+    m.sender->enqueue(nullptr, m.mid.response_id(), caf::make_message(to_caf_error(why)), eu);
+}
+
+}  // namespace
+
+caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
+  return [d](caf::actor_system&, caf::actor_pool::uplock& guard, const caf::actor_pool::actor_vec&,
+             caf::mailbox_element_ptr& m, caf::execution_unit* eu) {
+    guard.unlock();
+    if (d->ready.load(std::memory_order_acquire) &&
+        m->content().match_elements<handle_atom, HttpRequest>()) {
+      if (d->stopping.load()) {
+        refuse(*m, Status(errc::unavailable, "replica " + d->replica_id + " is stopping"), eu);
+        return;
+      }
+      if (d->channel) {
+        if (!d->admit()) {
+          refuse(*m,
+                 Status(errc::overloaded, "replica " + d->replica_id +
+                                              " is at max_ongoing_requests (" +
+                                              std::to_string(d->limit) + ")"),
+                 eu);
+          return;
+        }
+        // Queued into the channel: the next idle request thread takes it.
+        uint64_t token = d->park(std::move(m));
+        if (channel::send_local(d->channel->inject_fd(), token) != channel::Sent::sent) {
+          auto back = d->take(token);
+          d->finish();
+          if (back) {
+            refuse(*back,
+                   Status(errc::overloaded,
+                          "replica " + d->replica_id + " cannot queue more requests"),
+                   eu);
+          }
+        }
+        return;
+      }
+      size_t index = 0;
+      if (!d->claim(index)) {
+        refuse(
+            *m,
+            Status(errc::overloaded, "replica " + d->replica_id + " is at max_ongoing_requests (" +
+                                         std::to_string(d->workers.size()) + ")"),
+            eu);
+        return;
+      }
+      d->workers[index]->enqueue(std::move(m), eu);
+      return;
+    }
+    // Control messages, and requests before the replica is ready.
+    if (auto replica = d->replica.lock()) {
+      replica->enqueue(std::move(m), eu);
+      return;
+    }
+    refuse(*m, Status(errc::unavailable, "replica " + d->replica_id + " has exited"), eu);
+  };
+}
+
+}  // namespace troupe::replica

@@ -1,0 +1,106 @@
+// What the replica's public handle, its replica actor and its request threads
+// share (internal to replica/). The handle is an actor pool whose dispatch
+// runs in the sender's context (CAF's actor_pool): a request goes from the
+// sender straight to an idle request thread, and its answer straight back —
+// no hop through the replica actor and no message back to it when a request
+// ends.
+//
+// Dispatch holds the admission (at most max_ongoing_requests in flight: CAF
+// request threads claimed with atomics, or a count for a data channel's
+// threads), the stopping flag, the time-weighted integral of requests in
+// flight that the metrics report averages, and the tokens of requests that
+// came over CAF to a replica with a data channel. Every method is
+// thread-safe; those that account time take it as an argument (tests pass
+// their own).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_pool.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/weak_intrusive_ptr.hpp>
+
+namespace troupe::channel {
+class ReplicaEnd;
+}
+
+namespace troupe::replica {
+
+struct Dispatch {
+  using Clock = std::chrono::steady_clock;
+
+  explicit Dispatch(Clock::time_point now = Clock::now()) : last_change_(now) {}
+
+  std::string replica_id;
+  // Written by the replica actor before `ready` is set, read-only after.
+  std::vector<caf::actor> workers;
+  std::unique_ptr<std::atomic<bool>[]> busy;
+  // With a data channel (a replica process): its request threads, and
+  // max_ongoing_requests; `workers` stays empty.
+  std::shared_ptr<channel::ReplicaEnd> channel;
+  uint32_t limit = 0;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> stopping{false};
+  // The replica actor, for everything but requests. Weak: the replica actor
+  // holds this object.
+  caf::weak_actor_ptr replica;
+
+  // Claims an idle request thread (CAF's request workers); false when all
+  // are busy.
+  bool claim(size_t& index, Clock::time_point now = Clock::now());
+  // A request thread finished; true when it was the last one of a stopping
+  // replica (then the caller tells the replica actor).
+  bool release(size_t index, Clock::time_point now = Clock::now());
+
+  // With a data channel: admits a request unless max_ongoing_requests are
+  // running.
+  bool admit(Clock::time_point now = Clock::now());
+  // With a data channel: a request ended; tells a stopping replica actor
+  // (done) when it was the last, and returns true then.
+  bool finish(Clock::time_point now = Clock::now());
+
+  // Requests that came over CAF, queued into the channel as `local` frames:
+  // the request threads take them by token. park() returns the token;
+  // take() returns null for a token already taken (or never parked).
+  uint64_t park(caf::mailbox_element_ptr m);
+  caf::mailbox_element_ptr take(uint64_t token);
+
+  uint32_t in_flight();
+
+  // Average requests in flight over [window_start, now], weighted by time;
+  // starts the next window at `now`. (With window_start == now: the number
+  // in flight.)
+  double take_average(Clock::time_point window_start, Clock::time_point now);
+
+ private:
+  void account_locked(Clock::time_point now);
+
+  // Requests in flight and the time-weighted integral of that number since
+  // the last metrics report.
+  std::mutex mutex_;
+  uint32_t ongoing_ = 0;
+  double ongoing_area_ = 0;
+  Clock::time_point last_change_;
+
+  std::mutex tokens_mutex_;
+  std::unordered_map<uint64_t, caf::mailbox_element_ptr> tokens_;
+  uint64_t next_token_ = 0;
+};
+
+using DispatchPtr = std::shared_ptr<Dispatch>;
+
+// The policy of the replica's handle (a CAF actor pool): requests to an idle
+// request thread (or into the data channel), refused with errc::overloaded
+// at max_ongoing_requests and errc::unavailable while stopping; everything
+// else, and requests before the replica is ready, to the replica actor.
+caf::actor_pool::policy dispatch_policy(DispatchPtr d);
+
+}  // namespace troupe::replica
