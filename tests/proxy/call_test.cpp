@@ -263,7 +263,7 @@ TEST_CASE("proxy/call: losses that are not crashes end at max_attempts with 503"
   h.give_back(blocker2);
 }
 
-TEST_CASE("proxy/call: a refusal is placed again at once, then with a backoff") {
+TEST_CASE("proxy/call: a refusal is placed again at once and then after a backoff") {
   Harness h({replica("a", 1)});
   std::shared_ptr<FakeExchange> ex;
   auto c = h.make_call(ex);
@@ -429,7 +429,7 @@ TEST_CASE("proxy/call: fail_over retries the requests of a replica that died wit
   CHECK(h.worker.active.empty());
 }
 
-TEST_CASE("proxy/call: a deployment that is gone answers 503, an unknown handle target 404") {
+TEST_CASE("proxy/call: a deployment that is gone answers 503 and an unknown handle target 404") {
   Harness h({replica("a", 1)});
   std::shared_ptr<FakeExchange> ex;
   auto c = h.make_call(ex);
