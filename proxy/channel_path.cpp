@@ -25,8 +25,9 @@ using nlohmann::json;
 
 namespace {
 
-// An answer larger than this (in several frames) ends the lane: no replica
-// answer is that large, a runaway one must not exhaust the node's memory.
+// Answers in several frames that add up to more than this on one lane end
+// the lane: no replica's answers are that large, and a runaway or hostile
+// process must not exhaust the node's memory with answers it never ends.
 constexpr size_t kMaxChannelAnswer = size_t{1} << 30;
 
 void arm(Worker* w, Lane* lane);
@@ -82,11 +83,12 @@ bool on_frame(Worker* w, Lane* lane, size_t size) {
     if (part == lane->partial.end())
       part = lane->partial.emplace(h.call, Lane::Partial{}).first;
     auto& p = part->second;
-    if (p.bytes % sizeof(uint64_t) != 0 || p.bytes + bytes > kMaxChannelAnswer)
+    if (p.bytes % sizeof(uint64_t) != 0 || lane->partial_bytes + bytes > kMaxChannelAnswer)
       return false;
     p.words.resize((p.bytes + bytes + 7) / 8);
     std::memcpy(reinterpret_cast<char*>(p.words.data()) + p.bytes, payload, bytes);
     p.bytes += bytes;
+    lane->partial_bytes += bytes;
     if ((h.flags & channel::kMore) != 0)
       return true;
   }
@@ -94,6 +96,7 @@ bool on_frame(Worker* w, Lane* lane, size_t size) {
   if (part != lane->partial.end()) {
     whole = std::move(part->second);
     lane->partial.erase(part);
+    lane->partial_bytes -= whole.bytes;
     payload = whole.words.data();
     bytes = whole.bytes;
   }

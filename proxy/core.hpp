@@ -132,6 +132,7 @@ struct Lane {
     size_t bytes = 0;
   };
   std::unordered_map<uint64_t, Partial> partial;
+  size_t partial_bytes = 0;  // of all of them
   Lane(channel::ChannelPtr ch, asio::io_context& io, int dup)
       : channel(std::move(ch)), fd(io, dup) {}
 };
