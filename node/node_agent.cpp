@@ -16,9 +16,9 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include "node/process_supervisor.hpp"
-#include "runtime/data_channel.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
+#include "runtime/data_channel.hpp"
 #include "runtime/log.hpp"
 #include "runtime/security/tls.hpp"
 
@@ -657,16 +657,12 @@ struct KeeperState {
   std::vector<caf::message> exits;
   std::shared_ptr<HostedReplicas> hosted = std::make_shared<HostedReplicas>();
   bool stopping = false;
-  std::optional<std::chrono::steady_clock::time_point> last_restart;
+  RestartLimiter restarts;
   std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
   static inline const char* name = "troupe.agent-keeper";
 };
 
 using keeper_actor = caf::stateful_actor<KeeperState>;
-
-// An agent that dies again right after a restart is restarted no faster
-// than this (a crash loop must not spin).
-constexpr auto kMinRestartInterval = std::chrono::seconds(1);
 
 void start_agent(keeper_actor* self, const AgentOptions& o) {
   auto& st = self->state;
@@ -682,6 +678,7 @@ void start_agent(keeper_actor* self, const AgentOptions& o) {
 // the proxy's keeper restarts the proxy actor. Forwards to the current agent
 // what outlives it: the shutdown request and the replicas' metrics.
 caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
+  self->state.restarts = RestartLimiter(o.restart_policy);
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     if (!st.agent || dm.source != st.agent.address())
@@ -691,18 +688,24 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
       self->quit(caf::exit_reason::user_shutdown);
       return;
     }
-    st.log->error("node agent died ({}); restarting it with {} replicas hosted",
-                  self->home_system().render(dm.reason), st.hosted->size());
+    auto reason = self->home_system().render(dm.reason);
     st.agent = nullptr;
-    auto now = std::chrono::steady_clock::now();
-    if (st.last_restart && now - *st.last_restart < kMinRestartInterval) {
-      auto wait = *st.last_restart + kMinRestartInterval - now;
-      st.last_restart = *st.last_restart + kMinRestartInterval;
-      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(wait),
+    auto decision = st.restarts.on_death(std::chrono::steady_clock::now());
+    if (decision.give_up) {
+      auto message = st.restarts.give_up_message("node agent", reason);
+      st.log->critical("{}", message);
+      if (o.on_give_up)
+        o.on_give_up(message);
+      self->quit(to_caf_error(Status(errc::unavailable, message)));
+      return;
+    }
+    st.log->error("node agent died ({}); restarting it with {} replicas hosted", reason,
+                  st.hosted->size());
+    if (decision.delay > RestartLimiter::duration::zero()) {
+      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(decision.delay),
                          reconnect_atom::value);
       return;
     }
-    st.last_restart = now;
     start_agent(self, o);
   });
   // The process stops the agent by stopping the keeper.
