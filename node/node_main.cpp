@@ -36,6 +36,7 @@
 #include "runtime/security/credentials.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
+#include "runtime/time.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -129,10 +130,6 @@ std::string replica_binary(const NodeOptions& o) {
   if (ec)
     return "troupe-replica";
   return (self.parent_path() / "troupe-replica").string();
-}
-
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
 }
 
 }  // namespace
@@ -383,7 +380,7 @@ int main(int argc, char** argv) {
     }).detach();
     {
       caf::scoped_actor self{sys};
-      self->request(agent, seconds(o.shutdown_grace_s + 3), shutdown_atom::value,
+      self->request(agent, seconds_as(o.shutdown_grace_s + 3), shutdown_atom::value,
                     o.shutdown_grace_s)
           .receive([](caf::ok_atom) {},
                    [&](caf::error& err) {
