@@ -44,7 +44,7 @@ TEST_CASE("keeper: a death sooner than min_interval after a restart waits for th
   CHECK(limiter.on_death(t0 + 5s).delay == 0s);
 }
 
-TEST_CASE("keeper: max_restarts within the window, then it gives up") {
+TEST_CASE("keeper: max_restarts within the window - then it gives up") {
   RestartLimiter limiter(policy(3, 10s, 0s));
   CHECK_FALSE(limiter.on_death(t0).give_up);
   CHECK_FALSE(limiter.on_death(t0 + 1s).give_up);
