@@ -15,12 +15,15 @@ namespace troupe {
 namespace {
 
 using publish_retry_atom = caf::atom_constant<caf::atom("republish")>;
+// Internal: start the controller that died (after the restart policy's delay).
+using restart_atom = caf::atom_constant<caf::atom("restart")>;
 
 struct SupervisorState {
   SupervisorOptions options;
-  caf::actor controller;
+  caf::actor controller;  // empty while none runs
   bool stopping = false;
   int restarts = 0;
+  RestartLimiter limiter;
   std::shared_ptr<std::function<void(int)>> publish;
   std::shared_ptr<spdlog::logger> log = troupe::log::get("supervisor");
   static inline const char* name = "troupe.supervisor";
@@ -28,9 +31,9 @@ struct SupervisorState {
 
 using supervisor_actor = caf::stateful_actor<SupervisorState>;
 
-void start_controller(supervisor_actor* self) {
+// Starts a controller in place of the one that died, and publishes it.
+void restart_controller(supervisor_actor* self) {
   auto& st = self->state;
-  auto old = st.controller;
   st.controller =
       controller::spawn_controller(self->home_system(), st.options.controller, st.options.store);
   self->monitor(st.controller);
@@ -59,33 +62,47 @@ void start_controller(supervisor_actor* self) {
             });
   };
   self->state.publish = publish;
-  if (old) {
-    // Free the port from the dead controller, then publish the new one (the
-    // middleman handles both in the order sent).
-    self->send(mm, caf::close_atom::value, st.options.port);
-    (*publish)(0);
-  }
+  // Free the port from the dead controller, then publish the new one (the
+  // middleman handles both in the order sent).
+  self->send(mm, caf::close_atom::value, st.options.port);
+  (*publish)(0);
 }
 
 caf::behavior supervisor(supervisor_actor* self, SupervisorOptions options,
                          caf::actor first_controller) {
   auto& st = self->state;
   st.options = std::move(options);
+  st.limiter = RestartLimiter(st.options.restart_policy);
   st.controller = first_controller;
   self->monitor(first_controller);
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
-    if (dm.source != st.controller.address())
+    if (!st.controller || dm.source != st.controller.address())
       return;
     if (st.stopping || dm.reason == caf::exit_reason::user_shutdown) {
       st.log->info("controller stopped");
       st.controller = nullptr;
       return;
     }
+    auto reason = self->home_system().render(dm.reason);
+    st.controller = nullptr;
+    auto decision = st.limiter.on_death(std::chrono::steady_clock::now());
+    if (decision.give_up) {
+      auto message = st.limiter.give_up_message("controller", reason);
+      st.log->critical("{}", message);
+      if (st.options.on_give_up)
+        st.options.on_give_up(message);
+      self->quit(to_caf_error(Status(errc::unavailable, message)));
+      return;
+    }
     ++st.restarts;
-    st.log->error("controller died ({}); starting a new one over the checkpoint",
-                  self->home_system().render(dm.reason));
-    start_controller(self);
+    st.log->error("controller died ({}); starting a new one over the checkpoint", reason);
+    if (decision.delay > RestartLimiter::duration::zero()) {
+      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(decision.delay),
+                         restart_atom::value);
+      return;
+    }
+    restart_controller(self);
   });
   return {
       [=](caf::get_atom) -> caf::result<caf::actor> {
@@ -94,6 +111,10 @@ caf::behavior supervisor(supervisor_actor* self, SupervisorOptions options,
           return to_caf_error(Status(errc::unavailable, "no controller is running"));
         }
         return st.controller;
+      },
+      [=](restart_atom) {
+        if (!self->state.stopping && !self->state.controller)
+          restart_controller(self);
       },
       [=](publish_retry_atom, int attempt) {
         if (self->state.publish)

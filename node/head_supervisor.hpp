@@ -3,7 +3,9 @@
 // for any reason other than a requested shutdown it spawns a new one over the
 // same checkpoint and publishes it on the same port. The new controller
 // recovers from the checkpoint and adopts the replicas the re-registering
-// nodes report: healthy replicas are never restarted.
+// nodes report: healthy replicas are never restarted. A controller that keeps
+// dying (e.g. its recovery fails every time) is not restarted forever: past
+// the restart policy the supervisor gives up (runtime/keeper.hpp).
 //
 // Interface:
 //   (get)                      -> (actor controller)  the current one, or an
@@ -11,6 +13,7 @@
 //   (shutdown)                 -> (ok)  stops the controller for good
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,6 +21,7 @@
 #include <caf/actor_system.hpp>
 
 #include "controller/controller_actor.hpp"
+#include "runtime/keeper.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe {
@@ -31,6 +35,13 @@ struct SupervisorOptions {
   std::shared_ptr<controller::CheckpointStore> store;
   std::string bind;
   uint16_t port = 0;
+  // Restarts of a controller that died: at most restart_policy.max_restarts
+  // within its window, at least min_interval apart. Then the supervisor gives
+  // up: it logs the message (naming the controller and its last exit reason),
+  // calls `on_give_up` with it (from the supervisor's thread; troupe-node
+  // then stops and exits with an error) and quits.
+  RestartPolicy restart_policy;
+  std::function<void(const std::string&)> on_give_up;
 };
 
 // Spawns the supervisor and the first controller, and publishes it (blocking,

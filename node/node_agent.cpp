@@ -16,19 +16,16 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include "node/process_supervisor.hpp"
-#include "runtime/data_channel.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
+#include "runtime/data_channel.hpp"
 #include "runtime/log.hpp"
 #include "runtime/security/tls.hpp"
+#include "runtime/time.hpp"
 
 namespace troupe {
 
 namespace {
-
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
 
 // Internal: a replica process must have attached by now.
 using attach_deadline_atom = caf::atom_constant<caf::atom("attachdl")>;
@@ -95,13 +92,13 @@ void schedule_reconnect(agent_actor* self, const AgentOptions& o) {
       st.backoff_s == 0 ? o.initial_backoff_s : std::min(st.backoff_s * 2, o.max_backoff_s);
   // +-20 % jitter so that a restarted head is not hit by every node at once.
   std::uniform_real_distribution<double> jitter(0.8, 1.2);
-  self->delayed_send(self, seconds(st.backoff_s * jitter(st.rng)), reconnect_atom::value);
+  self->delayed_send(self, seconds_as(st.backoff_s * jitter(st.rng)), reconnect_atom::value);
 }
 
 void send_register(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   auto controller = st.controller;
-  self->request(controller, seconds(o.request_timeout_s), register_atom::value, o.info,
+  self->request(controller, seconds_as(o.request_timeout_s), register_atom::value, o.info,
                 caf::actor_cast<caf::actor>(self), hosted_list(st),
                 sign_request(o.identity, "register", {o.info.id}))
       .then(
@@ -145,7 +142,7 @@ void connect(agent_actor* self, const AgentOptions& o) {
     return;
   if (o.local_supervisor) {
     st.connecting = true;
-    self->request(o.local_supervisor, seconds(o.request_timeout_s), caf::get_atom::value)
+    self->request(o.local_supervisor, seconds_as(o.request_timeout_s), caf::get_atom::value)
         .then(
             [=](const caf::actor& controller) {
               self->state.connecting = false;
@@ -163,7 +160,7 @@ void connect(agent_actor* self, const AgentOptions& o) {
   // The OpenSSL module's middleman when the node runs with TLS.
   auto mm = security::transport_actor(self->home_system());
   const auto& ep = o.controller_endpoint;
-  self->request(mm, seconds(o.request_timeout_s), caf::connect_atom::value, ep.host, ep.port)
+  self->request(mm, seconds_as(o.request_timeout_s), caf::connect_atom::value, ep.host, ep.port)
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& st = self->state;
@@ -200,7 +197,7 @@ void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
     finish();
     return;
   }
-  self->request(st.controller, seconds(o.request_timeout_s), deregister_atom::value, o.info.id,
+  self->request(st.controller, seconds_as(o.request_timeout_s), deregister_atom::value, o.info.id,
                 sign_request(o.identity, "deregister", {o.info.id}))
       .then(
           [=](caf::ok_atom) {
@@ -236,7 +233,7 @@ void stop_replica(agent_actor* self, const AgentOptions& o, Hosted& h, double ti
     self->send(h.handle, stop_atom::value, timeout_s);
   }
   // Enforce the timeout here too, so a stop survives a controller crash.
-  auto grace = seconds(timeout_s + 0.5);
+  auto grace = seconds_as(timeout_s + 0.5);
   h.kill_at = std::chrono::steady_clock::now() + grace;
   self->delayed_send(self, grace, kill_replica_atom::value, h.spec.replica_id, false);
 }
@@ -370,7 +367,7 @@ caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
   auto rp = self->make_response_promise<caf::actor>();
   h.waiting.push_back(rp);
   (*st.hosted)[spec.replica_id] = std::move(h);
-  self->delayed_send(self, seconds(o.attach_timeout_s), attach_deadline_atom::value,
+  self->delayed_send(self, seconds_as(o.attach_timeout_s), attach_deadline_atom::value,
                      spec.replica_id, static_cast<int32_t>(*pid));
   st.log->info("started replica process {} of {}/{} ({}, pid {}{})", spec.replica_id, spec.app,
                spec.deployment, spec.import_path, *pid,
@@ -396,7 +393,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
       // Spawn requests of the dead agent time out at the controller.
       h.waiting.clear();
       if (h.process && !h.handle) {
-        self->delayed_send(self, seconds(o.attach_timeout_s), attach_deadline_atom::value, id,
+        self->delayed_send(self, seconds_as(o.attach_timeout_s), attach_deadline_atom::value, id,
                            static_cast<int32_t>(h.pid));
         continue;
       }
@@ -467,7 +464,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
     schedule_reconnect(self, o);
   });
   connect(self, o);
-  self->delayed_send(self, seconds(o.heartbeat_interval_s), tick_atom::value);
+  self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
   return {
       [=](reconnect_atom) { connect(self, o); },
       // A replica's answer to the stop sent in stop_replica().
@@ -476,11 +473,11 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         auto& st = self->state;
         if (st.stopping)
           return;
-        self->delayed_send(self, seconds(o.heartbeat_interval_s), tick_atom::value);
+        self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
         if (!st.registered || !st.controller)
           return;
         auto controller = st.controller;
-        self->request(controller, seconds(o.request_timeout_s), heartbeat_atom::value, o.info.id,
+        self->request(controller, seconds_as(o.request_timeout_s), heartbeat_atom::value, o.info.id,
                       sign_request(o.identity, "heartbeat", {o.info.id}))
             .then([](caf::ok_atom) {},
                   [=](caf::error& err) {
@@ -657,16 +654,12 @@ struct KeeperState {
   std::vector<caf::message> exits;
   std::shared_ptr<HostedReplicas> hosted = std::make_shared<HostedReplicas>();
   bool stopping = false;
-  std::optional<std::chrono::steady_clock::time_point> last_restart;
+  RestartLimiter restarts;
   std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
   static inline const char* name = "troupe.agent-keeper";
 };
 
 using keeper_actor = caf::stateful_actor<KeeperState>;
-
-// An agent that dies again right after a restart is restarted no faster
-// than this (a crash loop must not spin).
-constexpr auto kMinRestartInterval = std::chrono::seconds(1);
 
 void start_agent(keeper_actor* self, const AgentOptions& o) {
   auto& st = self->state;
@@ -682,6 +675,7 @@ void start_agent(keeper_actor* self, const AgentOptions& o) {
 // the proxy's keeper restarts the proxy actor. Forwards to the current agent
 // what outlives it: the shutdown request and the replicas' metrics.
 caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
+  self->state.restarts = RestartLimiter(o.restart_policy);
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     if (!st.agent || dm.source != st.agent.address())
@@ -691,18 +685,24 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
       self->quit(caf::exit_reason::user_shutdown);
       return;
     }
-    st.log->error("node agent died ({}); restarting it with {} replicas hosted",
-                  self->home_system().render(dm.reason), st.hosted->size());
+    auto reason = self->home_system().render(dm.reason);
     st.agent = nullptr;
-    auto now = std::chrono::steady_clock::now();
-    if (st.last_restart && now - *st.last_restart < kMinRestartInterval) {
-      auto wait = *st.last_restart + kMinRestartInterval - now;
-      st.last_restart = *st.last_restart + kMinRestartInterval;
-      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(wait),
+    auto decision = st.restarts.on_death(std::chrono::steady_clock::now());
+    if (decision.give_up) {
+      auto message = st.restarts.give_up_message("node agent", reason);
+      st.log->critical("{}", message);
+      if (o.on_give_up)
+        o.on_give_up(message);
+      self->quit(to_caf_error(Status(errc::unavailable, message)));
+      return;
+    }
+    st.log->error("node agent died ({}); restarting it with {} replicas hosted", reason,
+                  st.hosted->size());
+    if (decision.delay > RestartLimiter::duration::zero()) {
+      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(decision.delay),
                          reconnect_atom::value);
       return;
     }
-    st.last_restart = now;
     start_agent(self, o);
   });
   // The process stops the agent by stopping the keeper.
@@ -726,7 +726,7 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
         if (!st.agent)
           return caf::ok_atom::value;
         auto rp = self->make_response_promise<caf::ok_atom>();
-        self->request(st.agent, seconds(grace_s + 2), atom, grace_s)
+        self->request(st.agent, seconds_as(grace_s + 2), atom, grace_s)
             .then([rp](caf::ok_atom ok) mutable { rp.deliver(ok); },
                   [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
         return rp;

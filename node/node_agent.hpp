@@ -34,12 +34,14 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/address.hpp"
+#include "runtime/keeper.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/wire.hpp"
 
@@ -98,6 +100,13 @@ struct AgentOptions {
   // exits. Empty or 0 lanes: requests reach replica processes over CAF only.
   std::shared_ptr<channel::Registry> channels;
   size_t channel_lanes = 0;
+  // How the keeper restarts an agent that died (not when stopped): at most
+  // restart_policy.max_restarts within its window, at least min_interval
+  // apart. Then it gives up: it logs the message (naming the agent and its
+  // last exit reason), calls `on_give_up` with it (from the keeper's thread;
+  // troupe-node then stops and exits with an error) and quits.
+  RestartPolicy restart_policy;
+  std::function<void(const std::string&)> on_give_up;
 };
 
 // Spawns the agent under a keeper and returns the keeper: when the agent

@@ -23,19 +23,20 @@
 
 #include "controller/controller_actor.hpp"
 #include "controller/core/checkpoint_store.hpp"
+#include "node/head_supervisor.hpp"
+#include "node/node_agent.hpp"
+#include "node/node_options.hpp"
+#include "node/process_supervisor.hpp"
+#include "node/replica_gate.hpp"
 #include "proxy/proxy.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/data_channel.hpp"
-#include "node/head_supervisor.hpp"
 #include "runtime/log.hpp"
-#include "node/node_agent.hpp"
-#include "node/process_supervisor.hpp"
-#include "node/replica_gate.hpp"
-#include "runtime/node_options.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
+#include "runtime/time.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -131,10 +132,6 @@ std::string replica_binary(const NodeOptions& o) {
   return (self.parent_path() / "troupe-replica").string();
 }
 
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,6 +217,23 @@ int main(int argc, char** argv) {
     }
     caf::actor_system sys{cfg};
 
+    // A keeper that gave up (the controller's or the agent's: it died again
+    // and again) stops the node, which then exits with an error.
+    struct GaveUp {
+      std::mutex mutex;
+      std::string message;  // empty: none gave up
+    };
+    auto gave_up = std::make_shared<GaveUp>();
+    auto on_give_up = [gave_up](const std::string& message) {
+      std::lock_guard<std::mutex> lock(gave_up->mutex);
+      if (gave_up->message.empty())
+        gave_up->message = message;
+    };
+    auto give_up_message = [gave_up] {
+      std::lock_guard<std::mutex> lock(gave_up->mutex);
+      return gave_up->message;
+    };
+
     // The HTTP proxy listens first: a port in use stops the node before any
     // actor runs.
     proxy::ProxyOptions popts;
@@ -256,6 +270,7 @@ int main(int argc, char** argv) {
       sopts.store = checkpoint;
       sopts.bind = o.bind;
       sopts.port = o.port;
+      sopts.on_give_up = on_give_up;
       auto started_supervisor = start_head_supervisor(sys, sopts);
       if (!started_supervisor) {
         http_proxy->stop();
@@ -328,6 +343,7 @@ int main(int argc, char** argv) {
     aopts.log_level = o.log_level;
     aopts.channels = channels;
     aopts.channel_lanes = http_proxy->io_threads();
+    aopts.on_give_up = on_give_up;
     auto agent = spawn_node_agent(sys, aopts);
     {
       std::lock_guard<std::mutex> lock(keeper_ref->mutex);
@@ -338,23 +354,33 @@ int main(int argc, char** argv) {
               o.resources.to_string());
 
     int sig = 0;
+    std::string failure;
     while (sig != SIGINT && sig != SIGTERM) {
       timespec wait{0, 200 * 1000 * 1000};
       sig = sigtimedwait(&signals, nullptr, &wait);
+      failure = give_up_message();
+      if (!failure.empty())
+        break;
     }
-    log->info("received {}; shutting down (grace {:.1f} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-              o.shutdown_grace_s);
+    if (!failure.empty()) {
+      log->critical("stopping the node: {}", failure);
+      std::fprintf(stderr, "troupe-node: error: %s\n", failure.c_str());
+      exit_code = 1;
+    } else {
+      log->info("received {}; shutting down (grace {:.1f} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                o.shutdown_grace_s);
+    }
     // User code blocked in a handler would keep ~actor_system waiting for its
     // thread forever; past the grace period the process exits regardless.
-    std::thread([grace = o.shutdown_grace_s, log] {
+    std::thread([grace = o.shutdown_grace_s, log, exit_code] {
       std::this_thread::sleep_for(std::chrono::duration<double>(grace + 5));
       log->error("shutdown did not complete within {:.1f} s; exiting now", grace + 5);
       log->flush();
-      std::_Exit(0);
+      std::_Exit(exit_code);
     }).detach();
     {
       caf::scoped_actor self{sys};
-      self->request(agent, seconds(o.shutdown_grace_s + 3), shutdown_atom::value,
+      self->request(agent, seconds_as(o.shutdown_grace_s + 3), shutdown_atom::value,
                     o.shutdown_grace_s)
           .receive([](caf::ok_atom) {},
                    [&](caf::error& err) {

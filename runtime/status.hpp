@@ -29,8 +29,10 @@ enum class errc {
 const char* to_string(errc code);
 
 // An error code with a message a user understands ("num_replicas: -1 must be
-// >= 0"). A default-constructed Status is success.
-class Status {
+// >= 0"). A default-constructed Status is success. [[nodiscard]]: a failure
+// nobody looks at is a bug; a caller that may ignore one casts the call to
+// void and says why.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(errc code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -49,9 +51,10 @@ class Status {
   std::string message_;
 };
 
-// A value or the Status that explains why there is none.
+// A value or the Status that explains why there is none ([[nodiscard]] as
+// Status).
 template <class T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status error) : value_(std::move(error)) { assert(!std::get<Status>(value_).is_ok()); }

@@ -7,23 +7,16 @@
 #include <caf/io/middleman.hpp>
 #include <caf/timespan.hpp>
 
+#include "runtime/time.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe {
 
-namespace {
-
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
-
-}  // namespace
-
 void configure_actor_system(caf::actor_system_config& cfg, const TransportOptions& transport) {
   cfg.load<caf::io::middleman>();
   register_wire_types(cfg);
-  cfg.set("middleman.heartbeat-interval", seconds(transport.heartbeat_interval_s));
-  cfg.set("middleman.connection-timeout", seconds(transport.connection_timeout_s));
+  cfg.set("middleman.heartbeat-interval", seconds_as(transport.heartbeat_interval_s));
+  cfg.set("middleman.connection-timeout", seconds_as(transport.connection_timeout_s));
   // CAF's default is max(4, cores) polling workers per process; on small
   // machines several troupe processes then fight over the cores (measured:
   // +40-50 % proxy throughput on 2 cores with one worker per core).

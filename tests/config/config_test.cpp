@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/config.hpp"
 #include "controller/core/validate.hpp"
-#include "tools/troupectl/config.hpp"
 
 using namespace troupe;
 using namespace troupe::config;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -33,19 +34,29 @@ struct Scaled {
     return run(argv, 120s);
   }
 
-  json deployment(const std::string& app, const std::string& dep) {
+  // The deployment's entry of `troupectl status --json`; nullopt when the
+  // status call fails or does not list the deployment.
+  std::optional<json> deployment(const std::string& app, const std::string& dep) {
     auto r = ctl({"status", "--json"});
     if (r.exit_code != 0)
-      return json::object();
-    auto s = json::parse(r.out);
-    if (!s["applications"].contains(app))
-      return json::object();
-    return s["applications"][app]["deployments"][dep];
+      return std::nullopt;
+    auto s = json::parse(r.out, nullptr, false);
+    if (s.is_discarded() || !s.contains("applications") || !s["applications"].contains(app))
+      return std::nullopt;
+    auto& deployments = s["applications"][app]["deployments"];
+    if (!deployments.contains(dep))
+      return std::nullopt;
+    return deployments[dep];
   }
 
-  size_t running(const std::string& app, const std::string& dep) {
+  // RUNNING replicas of the deployment; nullopt (never 0) when the status
+  // call fails or lists no replicas for it, so that "== 0" means zero.
+  std::optional<size_t> running(const std::string& app, const std::string& dep) {
+    auto d = deployment(app, dep);
+    if (!d || !d->contains("replicas") || !(*d)["replicas"].is_array())
+      return std::nullopt;
     size_t n = 0;
-    for (const auto& r : deployment(app, dep).value("replicas", json::array())) {
+    for (const auto& r : (*d)["replicas"]) {
       if (r["state"] == "RUNNING")
         ++n;
     }
@@ -83,7 +94,7 @@ TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests
 )");
   auto r = s.ctl({"deploy", file, "--wait"});
   REQUIRE(r.exit_code == 0);
-  REQUIRE(s.running("sleepy", "Sleep") == 1);
+  REQUIRE(s.running("sleepy", "Sleep") == 1u);
 
   std::atomic<bool> stop{false};
   std::atomic<int> ok{0};
@@ -109,9 +120,9 @@ TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests
   } guard{stop, clients};
 
   // 20 ongoing / target 2 = 10, bounded by max_replicas 6.
-  bool up = wait_until([&] { return s.running("sleepy", "Sleep") == 6; }, 60s, 200ms);
+  bool up = wait_until([&] { return s.running("sleepy", "Sleep") == 6u; }, 60s, 200ms);
   if (!up)
-    MESSAGE(s.deployment("sleepy", "Sleep").dump(2));
+    MESSAGE(s.deployment("sleepy", "Sleep").value_or(json("troupectl status failed")).dump(2));
   CHECK(up);
   auto log = s.cluster.nodes.at("head").output();
   CHECK(log.find("deployment sleepy/Sleep: HEALTHY -> UPSCALING (AUTOSCALING)") !=
@@ -122,9 +133,9 @@ TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests
     t.join();
   CHECK(ok > 0);
   CHECK(failed == 0);
-  bool down = wait_until([&] { return s.running("sleepy", "Sleep") == 1; }, 60s, 200ms);
+  bool down = wait_until([&] { return s.running("sleepy", "Sleep") == 1u; }, 60s, 200ms);
   if (!down)
-    MESSAGE(s.deployment("sleepy", "Sleep").dump(2));
+    MESSAGE(s.deployment("sleepy", "Sleep").value_or(json("troupectl status failed")).dump(2));
   CHECK(down);
 }
 
@@ -145,13 +156,17 @@ TEST_CASE("a request to a deployment scaled to zero is served by a cold start") 
           downscale_delay_s: 1
 )");
   REQUIRE(s.ctl({"deploy", file}).exit_code == 0);
-  REQUIRE(
-      wait_until([&] { return s.deployment("zero", "Echo").contains("replicas"); }, 20s, 100ms));
-  CHECK(s.running("zero", "Echo") == 0);
+  REQUIRE(wait_until(
+      [&] {
+        auto d = s.deployment("zero", "Echo");
+        return d && d->contains("replicas");
+      },
+      20s, 100ms));
+  CHECK(s.running("zero", "Echo") == 0u);
   auto reply = http_get(s.http_port, "/zero/hello", 60);
   REQUIRE(reply.has_value());
   CHECK(reply->status == 200);
   CHECK(json::parse(reply->body).at("path") == "/hello");
   // ... and back to zero once idle.
-  CHECK(wait_until([&] { return s.running("zero", "Echo") == 0; }, 60s, 200ms));
+  CHECK(wait_until([&] { return s.running("zero", "Echo") == 0u; }, 60s, 200ms));
 }

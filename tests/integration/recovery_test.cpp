@@ -176,3 +176,29 @@ TEST_CASE("kill -9 of the head during a stream of deploys loses no acknowledged 
                        << state->applications.size() << " recovered");
   }
 }
+
+// The restart policy of the head's supervisor (runtime/keeper.hpp): at most
+// 10 restarts within 60 s, at least 1 s apart. A controller that dies more
+// often (here: killed, as a controller whose recovery fails dies) is given
+// up, and the node stops with an error instead of restarting it forever.
+TEST_CASE("head supervisor: a controller that keeps dying is given up - the node exits 1 naming it") {
+  Cluster c;
+  auto& head = c.start_head();
+  REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
+  Client client(c.address);
+  for (int kill = 1; kill <= 10; ++kill) {
+    CAPTURE(kill);
+    REQUIRE(client.client->kill("controller", "").is_ok());
+    REQUIRE(client.reconnect(c.address, 20s));
+  }
+  REQUIRE(client.client->kill("controller", "").is_ok());
+  auto code = head.wait_exit(30s);
+  if (!code)
+    c.dump_output();
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  auto log = head.output();
+  CHECK(log.find("gave up on the controller: it was restarted 10 times within 60 s and died "
+                 "again; last exit reason: ") != std::string::npos);
+  CHECK(log.find("controller restarted (restart #10)") != std::string::npos);
+}

@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -46,6 +48,58 @@ HttpResponse echo(const std::string& id, const HttpRequest& r) {
 caf::behavior fake_replica(caf::event_based_actor*, std::string id) {
   return {
       [id](handle_atom, HttpRequest& r) -> HttpResponse { return echo(id, r); },
+  };
+}
+
+// Holds the requests of held_replica until released, and counts them by
+// replica: calls that are in flight together stay in flight together however
+// fast the machine is.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable released;
+  bool open = false;
+  std::map<std::string, int> held;  // replica -> requests it received
+
+  void arrive(const std::string& replica) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++held[replica];
+  }
+  std::map<std::string, int> arrived() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return held;
+  }
+  int total() {
+    int n = 0;
+    for (auto& [replica, count] : arrived())
+      n += count;
+    return n;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      open = true;
+    }
+    released.notify_all();
+  }
+};
+
+// A replica that answers like fake_replica once the gate is open (a detached
+// helper waits for it, at most 30 s, so the replica itself never blocks).
+caf::behavior held_replica(caf::event_based_actor* self, std::string id,
+                           std::shared_ptr<Gate> gate) {
+  return {
+      [=](handle_atom, HttpRequest& r) -> caf::result<HttpResponse> {
+        gate->arrive(id);
+        auto rp = self->make_response_promise<HttpResponse>();
+        self->spawn<caf::detached>([rp, gate, answer = echo(id, r)]() mutable {
+          {
+            std::unique_lock<std::mutex> lock(gate->mutex);
+            gate->released.wait_for(lock, std::chrono::seconds(30), [&] { return gate->open; });
+          }
+          rp.deliver(answer);
+        });
+        return rp;
+      },
   };
 }
 
@@ -145,9 +199,17 @@ struct Fixture {
     return replicas.back();
   }
 
+  caf::actor spawn_held(const std::string& id, std::shared_ptr<Gate> gate) {
+    replicas.push_back(sys->spawn(held_replica, id, std::move(gate)));
+    return replicas.back();
+  }
+
   // The application "shop": ingress Front, and Back with two replicas (one on
-  // this node, one on another) and Empty with none.
-  void publish() {
+  // this node, one on another; held by `gate` when given) and Empty with none.
+  void publish(std::shared_ptr<Gate> gate = nullptr) {
+    auto back = [&](const std::string& id) {
+      return gate ? spawn_held(id, gate) : spawn_replica(id);
+    };
     RoutingSnapshot s;
     s.epoch = 1;
     s.seq = 1;
@@ -157,8 +219,8 @@ struct Fixture {
         {"shop", "Front", {endpoint("shop#Front#1", "n1", spawn_replica("front-1"))}, -1},
         {"shop",
          "Back",
-         {endpoint("shop#Back#1", "n1", spawn_replica("back-1")),
-          endpoint("shop#Back#2", "n2", spawn_replica("back-2"))},
+         {endpoint("shop#Back#1", "n1", back("back-1")),
+          endpoint("shop#Back#2", "n2", back("back-2"))},
          -1},
         {"shop", "Empty", {}, -1}};
     caf::anon_send(proxy->actor(), snapshot_atom::value, s);
@@ -312,17 +374,30 @@ TEST_CASE("handle: a call reaches a replica of the named deployment with the req
 
 TEST_CASE("handle: calls in flight together spread over the replicas") {
   Fixture f;
-  f.publish();
+  auto gate = std::make_shared<Gate>();
+  f.publish(gate);
   std::vector<std::future<Response>> calls;
   for (int i = 0; i < 4; ++i)
     calls.push_back(f.handle("Back").call_async(post(std::to_string(i))));
+  // Back's two replicas take max_ongoing_requests = 2 each: the four calls,
+  // held in the replicas, all arrive only when spread two and two.
+  bool all_arrived = wait_until([&] { return gate->total() == 4; }, 10s);
+  auto arrived = gate->arrived();
+  gate->release();
+  CHECK(all_arrived);
+  const std::map<std::string, int> two_each{{"back-1", 2}, {"back-2", 2}};
+  CHECK(arrived == two_each);
   std::set<std::string> bodies;
+  std::map<std::string, int> answered_by;
   for (auto& c : calls) {
     Response r = c.get();
     REQUIRE(r.status == 200);
-    bodies.insert(json::parse(r.body)["body"].get<std::string>());
+    auto body = json::parse(r.body);
+    bodies.insert(body["body"].get<std::string>());
+    ++answered_by[body["replica"].get<std::string>()];
   }
   CHECK(bodies == std::set<std::string>{"0", "1", "2", "3"});
+  CHECK(answered_by == two_each);
 }
 
 TEST_CASE("handle: the calling request's id is carried - unless the request has its own") {

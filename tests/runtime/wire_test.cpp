@@ -2,6 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
+#include <type_traits>
+#include <vector>
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
@@ -27,16 +31,50 @@ T round_trip(caf::actor_system& sys, T value) {
   return out;
 }
 
+// `name` is registered for T: made by name as a T, and (but for vectors,
+// whose portable name CAF derives from the element's: "std::vector<...>") T's
+// portable name.
+template <class T>
+struct is_vector : std::false_type {};
+template <class T>
+struct is_vector<std::vector<T>> : std::true_type {};
+
+template <class T>
+void check_registered(caf::actor_system& sys, const std::string& name) {
+  CAPTURE(name);
+  auto value = sys.types().make_value(name);
+  REQUIRE(value != nullptr);
+  CHECK(value->matches(caf::make_rtti_pair<T>()));
+  if constexpr (!is_vector<T>::value)
+    CHECK(sys.types().portable_name(caf::make_rtti_pair<T>()) == name);
+}
+
 }  // namespace
 
 TEST_CASE("every wire type is registered under its portable name") {
   System s;
   caf::actor_system sys{s.cfg};
-  for (auto name : {"troupe.NodeInfo", "troupe.NodeStatus", "troupe.NodeStatusList"}) {
-    CAPTURE(name);
-    CHECK(sys.types().make_value(name) != nullptr);
-  }
+  check_registered<NodeInfo>(sys, "troupe.NodeInfo");
+  check_registered<NodeStatus>(sys, "troupe.NodeStatus");
+  check_registered<std::vector<NodeStatus>>(sys, "troupe.NodeStatusList");
+  check_registered<ReplicaSpec>(sys, "troupe.ReplicaSpec");
+  check_registered<ReplicaMetadata>(sys, "troupe.ReplicaMetadata");
+  check_registered<HostedReplicaInfo>(sys, "troupe.HostedReplicaInfo");
+  check_registered<std::vector<HostedReplicaInfo>>(sys, "troupe.HostedReplicaList");
+  check_registered<HttpRequest>(sys, "troupe.HttpRequest");
+  check_registered<HttpResponse>(sys, "troupe.HttpResponse");
+  check_registered<RouteEntry>(sys, "troupe.RouteEntry");
+  check_registered<ReplicaEndpoint>(sys, "troupe.ReplicaEndpoint");
+  check_registered<DeploymentEndpoints>(sys, "troupe.DeploymentEndpoints");
+  check_registered<RoutingSnapshot>(sys, "troupe.RoutingSnapshot");
+  check_registered<Credential>(sys, "troupe.Credential");
   CHECK(sys.types().make_value("troupe.NoSuchType") == nullptr);
+  // A tripwire: a wire type registered in register_wire_types but not
+  // checked above (add it there).
+  size_t registered = 0;
+  for (auto& [name, factory] : s.cfg.value_factories_by_name)
+    registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
+  CHECK(registered == 14);
 }
 
 TEST_CASE("wire types survive serialization") {

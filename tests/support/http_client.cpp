@@ -1,12 +1,38 @@
 #include "tests/support/http_client.hpp"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
+#include <chrono>
+#include <limits>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 namespace troupe::testing {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+// "HTTP/1.1 200 OK\r\nName: value..." as received, without the blank line.
+std::string head_of(const http::response_header<>& header) {
+  std::string head = header.version() == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
+  head += std::to_string(header.result_int());
+  head += ' ';
+  head += std::string(header.reason());
+  for (const auto& field : header) {
+    head += "\r\n";
+    head += std::string(field.name_string());
+    head += ": ";
+    head += std::string(field.value());
+  }
+  return head;
+}
+
+}  // namespace
 
 std::optional<HttpReply> http_get(uint16_t port, const std::string& target, double timeout_s) {
   return http_request(port, "GET", target, "", timeout_s);
@@ -15,54 +41,53 @@ std::optional<HttpReply> http_get(uint16_t port, const std::string& target, doub
 std::optional<HttpReply> http_request(uint16_t port, const std::string& method,
                                       const std::string& target, const std::string& body,
                                       double timeout_s) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    return std::nullopt;
-  timeval tv{static_cast<time_t>(timeout_s),
-             static_cast<suseconds_t>((timeout_s - static_cast<time_t>(timeout_s)) * 1e6)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return std::nullopt;
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  // One deadline for the whole exchange: connect, send, the whole answer.
+  stream.expires_after(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(timeout_s)));
+
+  http::request<http::string_body> req;
+  req.version(11);
+  if (auto verb = http::string_to_verb(method); verb != http::verb::unknown)
+    req.method(verb);
+  else
+    req.method_string(method);
+  req.target(target);
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::connection, "close");
+  if (!body.empty() || method != "GET") {
+    req.body() = body;
+    req.prepare_payload();  // Content-Length
   }
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (!body.empty() || method != "GET")
-    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-  req += "\r\n";
-  req += body;
-  for (size_t off = 0; off < req.size();) {
-    auto n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) {
-      ::close(fd);
-      return std::nullopt;
-    }
-    off += static_cast<size_t>(n);
-  }
-  std::string data;
-  char buf[4096];
-  while (true) {
-    auto n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n == 0)
-      break;
-    if (n < 0) {
-      ::close(fd);
-      return std::nullopt;  // timeout or reset
-    }
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  auto end = data.find("\r\n\r\n");
-  if (end == std::string::npos || data.size() < 12)
-    return std::nullopt;
+
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  beast::flat_buffer buffer;
+  beast::error_code result;
+  stream.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), port),
+                       [&](beast::error_code ec) {
+                         if (ec) {
+                           result = ec;
+                           return;
+                         }
+                         http::async_write(stream, req, [&](beast::error_code ec, size_t) {
+                           if (ec) {
+                             result = ec;
+                             return;
+                           }
+                           http::async_read(stream, buffer, parser,
+                                            [&](beast::error_code ec, size_t) { result = ec; });
+                         });
+                       });
+  ioc.run();
+  if (result || !parser.is_done())
+    return std::nullopt;  // refused, reset, timed out or malformed
+  auto& res = parser.get();
   HttpReply r;
-  r.head = data.substr(0, end);
-  r.body = data.substr(end + 4);
-  r.status = std::atoi(data.substr(9, 3).c_str());
+  r.status = res.result_int();
+  r.head = head_of(res.base());
+  r.body = std::move(res.body());
   return r;
 }
 

@@ -1,5 +1,6 @@
-// A minimal blocking HTTP/1.1 client for integration tests: one request per
-// connection (Connection: close), every read bounded by a timeout.
+// A minimal blocking HTTP/1.1 client for integration tests (Boost.Beast): one
+// request per connection (Connection: close), the whole exchange bounded by
+// a timeout.
 #pragma once
 
 #include <cstdint>

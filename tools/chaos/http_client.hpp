@@ -1,10 +1,11 @@
-// A small blocking HTTP/1.1 client with keep-alive over loopback TCP, every
-// step bounded by a deadline (poll on a non-blocking socket). One connection
-// per client; the load generator runs one client per thread.
+// A small blocking HTTP/1.1 client (Boost.Beast) with keep-alive over
+// loopback TCP, every request bounded by a deadline. One connection per
+// client; the load generator runs one client per thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace chaos {
@@ -22,7 +23,7 @@ struct HttpResult {
 
 class HttpClient {
  public:
-  HttpClient(std::string host, uint16_t port) : host_(std::move(host)), port_(port) {}
+  HttpClient(std::string host, uint16_t port);
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -35,12 +36,12 @@ class HttpClient {
   void close();
 
  private:
+  struct Connection;
   bool connect_to(std::chrono::steady_clock::time_point deadline);
 
   std::string host_;
   uint16_t port_;
-  int fd_ = -1;
-  std::string buffer_;  // bytes read past the previous answer
+  std::unique_ptr<Connection> conn_;  // empty: not connected
 };
 
 }  // namespace chaos

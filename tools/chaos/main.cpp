@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "tools/chaos/cluster.hpp"
@@ -889,53 +890,34 @@ int main_impl(int argc, char** argv) {
   std::string command;
   for (int i = 0; i < argc; ++i)
     command += (i ? " " : "") + std::string(argv[i]);
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name) -> std::optional<std::string> {
-      if (i + 1 >= argc)
-        return std::nullopt;
-      (void)name;
-      return std::string(argv[++i]);
-    };
-    std::optional<std::string> v;
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--json") {
-      opts.json = true;
-    } else if (a == "--no-load") {
-      opts.no_load = true;
-    } else if (a == "--keep") {
-      opts.keep = true;
-    } else if (a == "--scenario" || a == "--bin-dir" || a == "--plugin-dir" || a == "--seed" ||
-               a == "--json-file" || a == "--poll-ms") {
-      v = value(a.c_str());
-      if (!v)
-        return usage_error(a + " needs a value");
-      if (a == "--scenario")
-        opts.scenario = *v;
-      else if (a == "--bin-dir")
-        opts.bin_dir = *v;
-      else if (a == "--plugin-dir")
-        opts.plugin_dir = *v;
-      else if (a == "--json-file")
-        opts.json_file = *v;
-      else {
-        char* end = nullptr;
-        unsigned long n = std::strtoul(v->c_str(), &end, 10);
-        if (v->empty() || *end != '\0' || n > 0xffffffffUL)
-          return usage_error(a + " needs a non-negative integer");
-        if (a == "--seed")
-          opts.seed = static_cast<uint32_t>(n);
-        else if (n < 10 || n > 10000)
-          return usage_error("--poll-ms must be within 10-10000");
-        else
-          opts.poll_ms = static_cast<int>(n);
-      }
-    } else {
-      return usage_error("unknown argument '" + a + "'");
-    }
+  // CLI11 parses; the help is kUsage, the same text as every error prints.
+  CLI::App app{"chaos: scripted faults under load against a troupe cluster it starts itself",
+               "chaos"};
+  app.set_help_flag();
+  bool help = false;
+  app.add_flag("-h,--help", help, "print this help");
+  app.add_option("--scenario", opts.scenario, "scenario YAML");
+  app.add_option("--bin-dir", opts.bin_dir, "where troupe-node and troupectl are");
+  app.add_option("--plugin-dir", opts.plugin_dir, "deployment libraries for the nodes");
+  uint32_t seed = 0;
+  auto* seed_opt = app.add_option("--seed", seed, "seed of every random choice");
+  app.add_flag("--json", opts.json, "print the report as JSON instead of text");
+  app.add_option("--json-file", opts.json_file, "also write the JSON report to PATH");
+  app.add_option("--poll-ms", opts.poll_ms, "interval of status/nodes polls and proxy probes")
+      ->check(CLI::Range(10, 10000));
+  app.add_flag("--no-load", opts.no_load, "run the faults without the HTTP load");
+  app.add_flag("--keep", opts.keep, "keep the run directory after the run");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
   }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (seed_opt->count() > 0)
+    opts.seed = seed;
   if (opts.scenario.empty())
     return usage_error("--scenario FILE is required");
   if (opts.bin_dir.empty())

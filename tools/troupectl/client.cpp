@@ -9,16 +9,9 @@
 #include "controller/store/codec.hpp"
 #include "runtime/auth.hpp"
 #include "runtime/security/tls.hpp"
+#include "runtime/time.hpp"
 
 namespace troupe {
-
-namespace {
-
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
-
-}  // namespace
 
 Status ControllerClient::describe(const caf::error& err) const {
   auto status = from_caf_error(err);
@@ -41,7 +34,7 @@ Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const
   caf::actor controller;
   Status failure;
   auto mm = security::transport_actor(sys);  // TLS when configured
-  self->request(mm, seconds(timeout_s), caf::connect_atom::value, endpoint.host, endpoint.port)
+  self->request(mm, seconds_as(timeout_s), caf::connect_atom::value, endpoint.host, endpoint.port)
       .receive(
           [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (!ptr) {
@@ -61,7 +54,7 @@ Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const
           });
   if (!failure)
     return failure;
-  self->request(controller, seconds(timeout_s), hello_atom::value, kProtocolVersion)
+  self->request(controller, seconds_as(timeout_s), hello_atom::value, kProtocolVersion)
       .receive([&](hello_atom, uint32_t, const std::string&) {},
                [&](caf::error& err) {
                  auto status = from_caf_error(err);
@@ -76,7 +69,7 @@ Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const
 Result<std::vector<NodeStatus>> ControllerClient::nodes() {
   caf::scoped_actor self{*sys_};
   Result<std::vector<NodeStatus>> out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), nodes_atom::value)
+  self->request(controller_, seconds_as(timeout_s_), nodes_atom::value)
       .receive([&](std::vector<NodeStatus>& nodes) { out = std::move(nodes); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -85,7 +78,7 @@ Result<std::vector<NodeStatus>> ControllerClient::nodes() {
 Status ControllerClient::drain(const std::string& node_id) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), drain_atom::value, node_id,
+  self->request(controller_, seconds_as(timeout_s_), drain_atom::value, node_id,
                 sign("drain", {node_id}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
@@ -101,7 +94,7 @@ static Result<T> ask(caf::actor_system& sys, const caf::actor& dest, double time
                      const std::function<Status(const caf::error&)>& describe, Ts&&... xs) {
   caf::scoped_actor self{sys};
   Result<T> out(errc::internal, "no answer");
-  self->request(dest, seconds(timeout_s), std::forward<Ts>(xs)...)
+  self->request(dest, seconds_as(timeout_s), std::forward<Ts>(xs)...)
       .receive([&](T& value) { out = std::move(value); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -112,7 +105,7 @@ Result<ControllerClient::DeployReply> ControllerClient::deploy(
   caf::scoped_actor self{*sys_};
   Result<DeployReply> out(errc::internal, "no answer");
   auto encoded = controller::encode_application(app);
-  self->request(controller_, seconds(timeout_s_), deploy_atom::value, encoded,
+  self->request(controller_, seconds_as(timeout_s_), deploy_atom::value, encoded,
                 sign("deploy", {encoded}))
       .receive(
           [&](bool changed, uint64_t generation) {
@@ -125,7 +118,7 @@ Result<ControllerClient::DeployReply> ControllerClient::deploy(
 Status ControllerClient::delete_application(const std::string& app) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), delete_atom::value, app, sign("delete", {app}))
+  self->request(controller_, seconds_as(timeout_s_), delete_atom::value, app, sign("delete", {app}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -155,7 +148,7 @@ Result<controller::TargetState> ControllerClient::config() {
 Status ControllerClient::shutdown(bool nodes) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), shutdown_atom::value, nodes,
+  self->request(controller_, seconds_as(timeout_s_), shutdown_atom::value, nodes,
                 sign("shutdown", {nodes ? "nodes" : ""}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
@@ -165,7 +158,7 @@ Status ControllerClient::shutdown(bool nodes) {
 Status ControllerClient::kill(const std::string& kind, const std::string& id) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds(timeout_s_), kill_atom::value, kind, id,
+  self->request(controller_, seconds_as(timeout_s_), kill_atom::value, kind, id,
                 sign("kill", {kind, id}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) {

@@ -16,13 +16,13 @@
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "config/config.hpp"
 #include "runtime/resources.hpp"
 #include "runtime/security/certs.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
 #include "tools/troupectl/client.hpp"
-#include "tools/troupectl/config.hpp"
 
 using namespace troupe;
 using nlohmann::json;

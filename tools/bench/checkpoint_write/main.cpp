@@ -25,6 +25,8 @@
 #include <system_error>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "controller/store/codec.hpp"
 #include "controller/store/rocks_checkpoint_store.hpp"
 
@@ -181,16 +183,14 @@ void row(const char* name, const TargetState& s, const std::vector<double>& ms) 
 int main(int argc, char** argv) {
   std::string dir;
   int iterations = 200;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--dir" && i + 1 < argc) {
-      dir = argv[++i];
-    } else if (arg == "--iterations" && i + 1 < argc) {
-      iterations = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--dir DIR] [--iterations N]\n", argv[0]);
-      return arg == "--help" ? 0 : 2;
-    }
+  CLI::App cli{"checkpoint_write: how long the controller's write-ahead checkpoint takes",
+               "checkpoint_write"};
+  cli.add_option("--dir", dir, "RocksDB directory (default: a fresh one under /tmp, removed)");
+  cli.add_option("--iterations", iterations, "saves measured per case")->capture_default_str();
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e) == 0 ? 0 : 2;  // --help: 0; bad usage: 2
   }
   if (iterations < 1) {
     fail("--iterations must be at least 1");

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "controller/core/checkpoint_store.hpp"
 #include "controller/core/clock.hpp"
 #include "controller/core/state_manager.hpp"
@@ -135,22 +137,6 @@ struct Bench {
   }
 };
 
-int arg(int argc, char** argv, const char* name, int def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0)
-      return std::atoi(argv[i + 1]);
-  }
-  return def;
-}
-
-double argd(int argc, char** argv, const char* name, double def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0)
-      return std::atof(argv[i + 1]);
-  }
-  return def;
-}
-
 std::vector<ApplicationSpec> make_apps(int apps, int per_app, int replicas,
                                        const std::string& version) {
   std::vector<ApplicationSpec> out;
@@ -181,12 +167,35 @@ void report(const char* what, const Stats& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int apps = arg(argc, argv, "--apps", 100);
-  const int per_app = arg(argc, argv, "--deployments-per-app", 10);
-  const int replicas = arg(argc, argv, "--replicas", 10);
-  const int nodes = arg(argc, argv, "--nodes", 100);
-  const int steady_ticks = arg(argc, argv, "--steady-ticks", 300);
-  const double tick_s = argd(argc, argv, "--tick-s", 0.1);
+  int apps = 100;
+  int per_app = 10;
+  int replicas = 10;
+  int nodes = 100;
+  int steady_ticks = 300;
+  double tick_s = 0.1;
+  CLI::App cli{"controller_scale: the cost of one reconcile tick of the controller core at scale",
+               "controller_scale"};
+  cli.add_option("--apps", apps, "applications")->capture_default_str()->check(CLI::PositiveNumber);
+  cli.add_option("--deployments-per-app", per_app, "deployments of each application")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cli.add_option("--replicas", replicas, "replicas of each deployment")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cli.add_option("--nodes", nodes, "simulated nodes")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cli.add_option("--steady-ticks", steady_ticks, "ticks measured in steady state")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cli.add_option("--tick-s", tick_s, "seconds of simulated time per tick")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e) == 0 ? 0 : 2;  // --help: 0; bad usage: 2
+  }
   const long total = static_cast<long>(apps) * per_app * replicas;
 
   const std::size_t heap0 = heap_in_use();

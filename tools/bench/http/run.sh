@@ -359,7 +359,13 @@ stop_nodes() {
 }
 stop_nodes
 
-ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (y > 0) printf "%.2f", x / y; else printf "n/a" }'; }
+# Ratios and goals are judged on measured numbers only: a missing or failed
+# measurement ("", "nan", "n/a", 0) makes them n/a, never "met".
+AWK_NUM='function num(x) { return x ~ /^[0-9]+(\.[0-9]+)?$/ && x + 0 > 0 }'
+ratio() {
+  awk -v x="$1" -v y="$2" "$AWK_NUM"'
+    BEGIN { if (num(x) && num(y)) printf "%.2f", x / y; else printf "n/a" }'
+}
 echo
 echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
 printf '%-50s %10s %9s %9s %11s  %s\n' case "req/s" "p50 ms" "p99 ms" "cpu us/req" notes
@@ -382,12 +388,13 @@ echo "ratios: (a)/(d) HAProxy req/s $(ratio "${RPS[a]}" "${RPS[d]}"), p99 $(rati
   "(b)/(a) req/s $(ratio "${RPS[b]}" "${RPS[a]}"); (a)/(e) req/s $(ratio "${RPS[a]}" "${RPS[e]}")"
 echo "ratios (p): (p)/(d) HAProxy req/s $(ratio "${RPS[p]}" "${RPS[d]}"), p99 $(ratio "${P99[p]}" "${P99[d]}");" \
   "(p)/(a) req/s $(ratio "${RPS[p]}" "${RPS[a]}"), p99 $(ratio "${P99[p]}" "${P99[a]}")"
-goal_a=$(awk -v a="${RPS[a]}" -v d="${RPS[d]}" -v pa="${P99[a]}" -v pd="${P99[d]}" \
-  'BEGIN { print (a == 0 || d == 0) ? "n/a" : (a >= d && pa <= pd) ? "met" : "not met" }')
-goal_b=$(awk -v a="${RPS[a]}" -v b="${RPS[b]}" \
-  'BEGIN { print (a == 0 || b == 0) ? "n/a" : (b >= 0.7 * a) ? "met" : "not met" }')
-goal_p=$(awk -v p="${RPS[p]}" -v d="${RPS[d]}" \
-  'BEGIN { print (p == 0 || d == 0) ? "n/a" : (p >= 0.6 * d) ? "met" : "not met" }')
+goal_a=$(awk -v a="${RPS[a]}" -v d="${RPS[d]}" -v pa="${P99[a]}" -v pd="${P99[d]}" "$AWK_NUM"'
+  BEGIN { if (!(num(a) && num(d) && num(pa) && num(pd))) print "n/a"
+          else print (a + 0 >= d + 0 && pa + 0 <= pd + 0) ? "met" : "not met" }')
+goal_b=$(awk -v a="${RPS[a]}" -v b="${RPS[b]}" "$AWK_NUM"'
+  BEGIN { print !(num(a) && num(b)) ? "n/a" : (b + 0 >= 0.7 * a) ? "met" : "not met" }')
+goal_p=$(awk -v p="${RPS[p]}" -v d="${RPS[d]}" "$AWK_NUM"'
+  BEGIN { print !(num(p) && num(d)) ? "n/a" : (p + 0 >= 0.6 * d) ? "met" : "not met" }')
 echo "goal (a) >= 1.0x HAProxy req/s with p99 <= HAProxy's: $goal_a; goal (b) >= 0.7x (a): $goal_b;" \
   "goal (p) >= 0.6x HAProxy req/s: $goal_p"
 if [ ${#NODE_EXITS[@]} -eq 0 ]; then

@@ -1,4 +1,4 @@
-#include "runtime/node_options.hpp"
+#include "node/node_options.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "tools/troupectl/config.hpp"
+#include "config/config.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Checks the layering of troupe's source tree over its `#include "..."` lines.
+
+The rooms, from the bottom up (docs/architecture.md, "Layers"):
+
+  include/troupe  the public ABI of deployment libraries: nothing of troupe
+  schemas/        Cap'n Proto schemas of durable and wire data
+  runtime/        the base: status, errors, resources, address, log, wire types
+                  and atoms, CAF setup, security, the data channel
+  controller/     components: each may use runtime/ and schemas/ (and the
+  replica/        public ABI), never another component, config/, node/ or
+  proxy/          tools/. controller/core/ is the pure decision core: it uses
+                  only itself and runtime/.
+  config/         the YAML config library (uses the controller's model and the
+                  replica's import paths)
+  node/           troupe-node: composes the components
+  tools/          troupectl, chaos, benchmarks: on top of everything
+  tests/, examples/  users of the rooms above (examples: the public ABI only)
+
+Usage: check_layers.py [SOURCE_DIR]. Prints one line per offending include
+(file:line, the include, the rule it breaks) and exits 1 when there is any.
+"""
+
+import os
+import re
+import sys
+
+# Room -> the rooms it may include. The longest matching room applies.
+ALLOWED = {
+    "include": {"include"},
+    "schemas": {"schemas"},
+    "runtime": {"runtime", "schemas"},
+    # The plain-C++ part of runtime/ (troupe_common): no CAF, no logging.
+    "controller/core": {"controller/core", "runtime/address.hpp", "runtime/resources.hpp",
+                        "runtime/status.hpp", "runtime/time.hpp"},
+    "controller": {"controller", "runtime", "schemas", "include"},
+    "replica": {"replica", "runtime", "schemas", "include"},
+    "proxy": {"proxy", "runtime", "schemas", "include"},
+    "config": {"config", "controller", "replica", "runtime", "schemas", "include"},
+    "node": {"node", "controller", "replica", "proxy", "config", "runtime", "schemas", "include"},
+    "tools": {"tools", "node", "config", "controller", "replica", "proxy", "runtime", "schemas",
+              "include"},
+    "examples": {"examples", "include"},
+    "tests": None,  # anything
+}
+ROOMS = sorted(ALLOWED, key=len, reverse=True)
+SOURCE_EXTENSIONS = (".cpp", ".hpp", ".h", ".cc")
+SKIP_DIRS = {".git", "build", "docs"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def room_of(path):
+    """The room of a path relative to the source dir, or None."""
+    for room in ROOMS:
+        if path == room or path.startswith(room + "/"):
+            return room
+    return None
+
+
+def resolve(source_dir, including_file, included):
+    """The included file relative to the source dir: the tree's own paths are
+    relative to it; anything else is resolved next to the including file."""
+    if room_of(included) is not None and os.path.exists(os.path.join(source_dir, included)):
+        return included
+    if included.startswith("schemas/"):
+        return included  # generated headers (schemas/*.capnp.h) live in the build dir
+    local = os.path.normpath(os.path.join(os.path.dirname(including_file), included))
+    if os.path.exists(os.path.join(source_dir, local)):
+        return local
+    return included  # not a file of the tree: judged by its name, if it names a room
+
+
+def allowed(from_room, target):
+    rule = ALLOWED[from_room]
+    if rule is None or room_of(target) is None:
+        return True
+    return any(target == r or target.startswith(r + "/") for r in rule)
+
+
+def main():
+    source_dir = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                                 os.path.join(os.path.dirname(__file__), ".."))
+    problems = []
+    checked = 0
+    for dirpath, dirnames, filenames in os.walk(source_dir):
+        rel_dir = os.path.relpath(dirpath, source_dir)
+        dirnames[:] = sorted(d for d in dirnames
+                             if not (rel_dir == "." and (d in SKIP_DIRS or d.startswith("build"))))
+        for name in sorted(filenames):
+            if not name.endswith(SOURCE_EXTENSIONS):
+                continue
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            from_room = room_of(rel)
+            if from_room is None:
+                continue
+            checked += 1
+            with open(os.path.join(source_dir, rel), encoding="utf-8", errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    if not m:
+                        continue
+                    target = resolve(source_dir, rel, m.group(1))
+                    if not allowed(from_room, target):
+                        may = ", ".join(r if r.endswith(".hpp") else r + "/"
+                                        for r in sorted(ALLOWED[from_room]))
+                        problems.append(f'{rel}:{number}: #include "{m.group(1)}": {from_room}/ '
+                                        f'may not include {target} (it may include: {may})')
+    for p in problems:
+        print(p)
+    if checked == 0:
+        print(f"no source files found under {source_dir}")
+        return 1
+    if problems:
+        print(f"{len(problems)} include(s) break the layering (rules: tools/check_layers.py)")
+        return 1
+    print(f"{checked} files: the layering holds")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
