@@ -700,7 +700,7 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
                   st.hosted->size());
     if (decision.delay > RestartLimiter::duration::zero()) {
       self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(decision.delay),
-                         reconnect_atom::value);
+                         restart_atom::value);
       return;
     }
     start_agent(self, o);
@@ -715,7 +715,7 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
   });
   start_agent(self, o);
   return {
-      [=](reconnect_atom) {
+      [=](restart_atom) {
         auto& st = self->state;
         if (!st.stopping && !st.agent)
           start_agent(self, o);

@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
     // Requests reach this node's replica processes over their data channels.
     auto channels = std::make_shared<channel::Registry>();
     popts.channels = channels;
+    popts.on_give_up = on_give_up;
     auto started = proxy::Proxy::start(sys, popts);
     if (!started) {
       log::shutdown();

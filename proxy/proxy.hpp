@@ -57,6 +57,7 @@
 #include <caf/actor_system.hpp>
 
 #include "proxy/http_server.hpp"
+#include "runtime/keeper.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
@@ -83,6 +84,12 @@ struct ProxyOptions {
   // agent): a request to a local replica that has one goes over it, see
   // runtime/data_channel.hpp. Empty: every request goes over CAF.
   std::shared_ptr<channel::Registry> channels;
+  // How the keeper restarts a proxy actor that died (runtime/keeper.hpp);
+  // when it gives up it logs why, calls `on_give_up` with the message (from
+  // the keeper's thread; troupe-node then stops and exits with an error) and
+  // leaves the proxy without an actor: no new route tables.
+  RestartPolicy restart_policy;
+  std::function<void(const std::string&)> on_give_up;
 };
 
 class Proxy {

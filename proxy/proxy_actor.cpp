@@ -133,18 +133,44 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
 
 // Restarts the proxy actor when it dies of anything but a shutdown.
 caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
+  auto restarts = std::make_shared<RestartLimiter>(core->options.restart_policy);
+  auto restart = [self, core] {
+    // Under actor_mutex.
+    core->actor = self->spawn(proxy_actor, core);
+    self->monitor(core->actor);
+  };
   self->set_down_handler([=](caf::down_msg& dm) {
     std::lock_guard<std::mutex> lock(core->actor_mutex);
     if (core->stopped || dm.source != core->actor.address())
       return;
     if (dm.reason == caf::exit_reason::user_shutdown)
       return;
-    core->log->error("proxy actor died ({}); restarting it", self->home_system().render(dm.reason));
-    core->actor = self->spawn(proxy_actor, core);
-    self->monitor(core->actor);
+    auto reason = self->home_system().render(dm.reason);
+    core->actor = nullptr;
+    auto decision = restarts->on_death(std::chrono::steady_clock::now());
+    if (decision.give_up) {
+      auto message = restarts->give_up_message("proxy actor", reason);
+      core->log->critical("{}", message);
+      if (core->options.on_give_up)
+        core->options.on_give_up(message);
+      return;
+    }
+    core->log->error("proxy actor died ({}); restarting it", reason);
+    if (decision.delay > RestartLimiter::duration::zero()) {
+      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(decision.delay),
+                         restart_atom::value);
+      return;
+    }
+    restart();
   });
   return {
       [=](caf::actor& proxy) { self->monitor(proxy); },
+      // The restart policy's delay passed.
+      [=](restart_atom) {
+        std::lock_guard<std::mutex> lock(core->actor_mutex);
+        if (!core->stopped && !core->actor)
+          restart();
+      },
       // From the node agent after each (re-)registration: subscribe the
       // current proxy actor (a restarted one too) for a full snapshot.
       [=](subscribe_atom, const caf::actor& controller) {

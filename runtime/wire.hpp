@@ -39,6 +39,9 @@ using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
+// A keeper's own message: the restart policy's delay passed, start the
+// actor it keeps again.
+using restart_atom = caf::atom_constant<caf::atom("restart")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 // Replica lifecycle (controller -> node agent -> replica) and data path.
 using spawn_replica_atom = caf::atom_constant<caf::atom("spawnrep")>;
