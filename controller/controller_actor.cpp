@@ -606,6 +606,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
   char tag[16];
   std::snprintf(tag, sizeof(tag), "%06x", static_cast<unsigned>(seed >> 40) & 0xffffff);
   core_options.replica_id_tag = tag;
+  core_options.limits = options.limits;
   st.core = std::make_unique<StateManager>(*st.store, st.clock, *st.rng, core_options);
   auto tick = seconds(options.tick_interval_s);
 
