@@ -37,6 +37,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "controller/core/clock.hpp"
 #include "controller/core/limits.hpp"
 #include "runtime/status.hpp"
 
@@ -80,7 +81,11 @@ struct ControllerOptions {
 // controller must not start over it.
 Result<std::unique_ptr<CheckpointStore>> open_checkpoint(const std::string& state_dir);
 
+// `clock`: what liveness, proxy health checks and the recovery window are
+// measured on; nullptr is the steady clock. Tests pass a fake one (with CAF's
+// test scheduler, which runs timers on its own clock).
 caf::actor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
-                            std::shared_ptr<CheckpointStore> store);
+                            std::shared_ptr<CheckpointStore> store,
+                            std::shared_ptr<const Clock> clock = nullptr);
 
 }  // namespace troupe::controller

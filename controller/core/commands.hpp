@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/core/limits.hpp"
 #include "controller/core/model.hpp"
 #include "controller/core/version.hpp"
 #include "runtime/resources.hpp"
@@ -111,6 +112,10 @@ struct CoreOptions {
   // replicas, so the shell must pass a tag unique per incarnation (e.g. six
   // random letters, or the snapshot epoch in hex).
   std::string replica_id_tag;
+  // Caps on what the target state may ask for: deploy_application (and so
+  // deploy_deployment) and apply refuse a state above them with
+  // errc::invalid_argument before anything is validated or written.
+  Limits limits;
 };
 
 }  // namespace troupe::controller

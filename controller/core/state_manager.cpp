@@ -159,6 +159,14 @@ void StateManager::apply_target(std::map<std::string, DeployResult>* results) {
 Result<DeployResult> StateManager::deploy_application(const ApplicationSpec& app) {
   if (Status s = require_recovered(); !s)
     return s;
+  {
+    // Checked on the whole state: the cluster-wide total counts every other
+    // application too. Also for an unchanged spec, so a lowered limit shows.
+    TargetState next = target_;
+    next.applications[app.name] = app;
+    if (Status s = check_limits(next, options_.limits); !s)
+      return s;
+  }
   if (Status v = validate(app); !v)
     return v;
   auto current = target_.applications.find(app.name);
@@ -235,6 +243,8 @@ Result<std::map<std::string, DeployResult>> StateManager::apply(const TargetStat
   if (changed)
     *changed = false;
   if (Status s = require_recovered(); !s)
+    return s;
+  if (Status s = check_limits(declared, options_.limits); !s)
     return s;
   for (const auto& [name, app] : declared.applications) {
     if (name != app.name) {

@@ -99,6 +99,7 @@ class StateManager {
 
   // Creates or updates an application. Deployments no longer in the spec are
   // deleted. Identical spec: DeployResult::changed == false, nothing written.
+  // A target state above CoreOptions::limits is refused (errc::invalid_argument).
   Result<DeployResult> deploy_application(const ApplicationSpec& app);
 
   // Creates or updates one deployment of an existing application (also how a
@@ -113,6 +114,7 @@ class StateManager {
   // commit, so a crash leaves either all of it or none. An identical
   // declaration is a no-op (changed == false). Per-application results are
   // keyed by application name; deleted applications are listed in `removed`.
+  // A declaration above CoreOptions::limits is refused (errc::invalid_argument).
   Result<std::map<std::string, DeployResult>> apply(const TargetState& declared,
                                                     bool* changed = nullptr);
 

@@ -1,0 +1,37 @@
+// How the actor shell executes the core's Commands, decided as plain code:
+// which message goes where, or which event the core gets back at once when
+// the actor a command needs is not there. The shell does the sending and
+// feeds the answers back (see CommandKind for which event answers which).
+#pragma once
+
+#include "controller/core/commands.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::controller {
+
+enum class CommandAction {
+  spawn,           // start: ask the node's agent to spawn the replica (then initialize it)
+  no_agent,        // start on a node with no agent connected: on_replica_start_failed now
+  reconfigure,     // ask the replica to apply the new user_config
+  check_health,    // ask the replica for its health
+  query_version,   // recover: ask the replica what it runs
+  replica_gone,    // reconfigure / check_health / recover of no known replica actor:
+                   // on_replica_crashed now
+  already_gone,    // stop / kill of a replica never spawned or already gone: forget it,
+                   // on_replica_stopped now
+  exit_replica,    // stop / kill on a node whose agent is gone: an exit(kill) to the
+                   // replica (it dies with its node's connection anyway)
+  stop_via_agent,  // the agent stops the replica gracefully (exit(kill) if that fails)
+  kill_via_agent,  // the agent kills the replica process (exit(kill) if that fails)
+};
+
+const char* to_string(CommandAction a);
+
+// `agent_connected`: the command's node has an agent; `replica_known`: the
+// shell holds an actor handle for the command's replica.
+CommandAction plan_command(const Command& cmd, bool agent_connected, bool replica_known);
+
+// What a node agent needs to spawn the replica of a start command.
+ReplicaSpec wire_spec(const Command& cmd);
+
+}  // namespace troupe::controller

@@ -1,0 +1,163 @@
+#include "controller/shell/status_view.hpp"
+
+namespace troupe::controller {
+
+using nlohmann::json;
+
+namespace {
+
+json deployment_json(const StateManager& core, const DeploymentId& id, const DeploymentSpec& spec,
+                     const StartedAt& started_at) {
+  json d;
+  if (auto s = core.deployment_status(id)) {
+    d["status"] = to_string(s->status);
+    d["trigger"] = to_string(s->trigger);
+    d["message"] = s->message;
+  }
+  if (auto t = core.target_replicas(id))
+    d["target_replicas"] = *t;
+  d["isolation"] = to_string(spec.config.isolation);
+  d["memory_limit_bytes"] = spec.config.memory_limit_bytes;
+  json rows = json::array();
+  for (const auto& r : core.replicas(id)) {
+    rows.push_back({{"id", r.id},
+                    {"node", r.node_id},
+                    {"state", to_string(r.state)},
+                    {"version", r.version.code},
+                    {"pending_allocation", r.pending_allocation},
+                    {"started", started_at ? started_at(r.id) : 0.0}});
+  }
+  d["replicas"] = std::move(rows);
+  return d;
+}
+
+}  // namespace
+
+json render_status(const StateManager* core, bool recovering, const StartedAt& started_at) {
+  json apps = json::object();
+  if (!core)
+    return json{{"applications", apps}};
+  for (const auto& [name, app] : core->target_state().applications) {
+    json a;
+    a["route_prefix"] = app.route_prefix;
+    a["ingress"] = app.ingress;
+    if (auto s = core->application_status(name)) {
+      a["status"] = to_string(s->status);
+      a["message"] = s->message;
+    }
+    json deps = json::object();
+    for (const auto& spec : app.deployments)
+      deps[spec.name] = deployment_json(*core, DeploymentId{name, spec.name}, spec, started_at);
+    a["deployments"] = std::move(deps);
+    apps[name] = std::move(a);
+  }
+  return json{{"applications", apps}, {"recovering", recovering}};
+}
+
+json render_apply_result(const std::map<std::string, DeployResult>& results, bool changed,
+                         uint64_t generation) {
+  json out;
+  out["changed"] = changed;
+  out["generation"] = generation;
+  json apps = json::object();
+  for (const auto& [name, r] : results) {
+    json deps = json::object();
+    for (const auto& [dep, kind] : r.deployments)
+      deps[dep] = to_string(kind);
+    apps[name] = {{"deployments", deps}, {"removed", r.removed}};
+  }
+  out["applications"] = apps;
+  return out;
+}
+
+NodeStatus render_node(const NodeRecord& n, double now) {
+  NodeStatus s;
+  s.id = n.id;
+  s.address = n.host + ":" + std::to_string(n.http_port);
+  s.state = to_string(n.state);
+  s.resources = n.resources.to_string();
+  s.last_heartbeat_age_ms = static_cast<int64_t>((now - n.last_heartbeat) * 1000);
+  s.reason = n.reason;
+  s.pid = n.pid;
+  return s;
+}
+
+std::vector<NodeStatus> render_nodes(const Membership& membership,
+                                     const ProxyHealthMonitor& proxies, double now) {
+  std::vector<NodeStatus> out;
+  for (const auto& [id, node] : membership.nodes()) {
+    out.push_back(render_node(node, now));
+    out.back().proxy = proxies.node_health(id);
+  }
+  return out;
+}
+
+RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& target,
+                                const Membership& membership, double request_timeout_s,
+                                const HandleOf& handle_of) {
+  RoutingSnapshot out;
+  out.epoch = d.id.epoch;
+  out.seq = d.id.seq;
+  out.full = d.full;
+  out.routes_changed = d.routes_changed;
+  out.request_timeout_s = request_timeout_s;
+  for (const auto& r : d.routes)
+    out.routes.push_back({r.prefix, r.app, r.ingress});
+  for (const auto& dep : d.deployments) {
+    DeploymentEndpoints e{dep.id.app, dep.id.name, {}, -1};
+    if (auto app = target.applications.find(dep.id.app); app != target.applications.end()) {
+      for (const auto& spec : app->second.deployments) {
+        if (spec.name == dep.id.name)
+          e.max_queued_requests = spec.config.max_queued_requests;
+      }
+    }
+    for (const auto& r : dep.replicas) {
+      caf::actor handle = handle_of ? handle_of(r.replica_id) : caf::actor{};
+      if (!handle)
+        continue;
+      e.replicas.push_back({r.replica_id, r.node_id, r.max_ongoing_requests, handle});
+    }
+    out.deployments.push_back(std::move(e));
+  }
+  for (const auto& id : d.removed)
+    out.removed.emplace_back(id.app, id.name);
+  for (const auto& id : d.withheld)
+    out.withheld.emplace_back(id.app, id.name);
+  for (const auto& [id, n] : membership.nodes()) {
+    if (n.state == NodeState::dead)
+      out.dead_nodes.push_back(id);
+  }
+  return out;
+}
+
+std::string StatusChange::describe() const {
+  return "deployment " + deployment + ": " + (from.empty() ? "NEW" : from) + " -> " +
+         to_string(info.status) + " (" + to_string(info.trigger) + ")" +
+         (info.message.empty() ? "" : ": ") + info.message;
+}
+
+std::vector<StatusChange> StatusChangeLog::observe(const StateManager& core) {
+  std::vector<StatusChange> changes;
+  std::unordered_map<std::string, DeploymentStatus> now;
+  for (const auto& id : core.deployment_ids()) {
+    auto info = core.deployment_status(id);
+    if (!info)
+      continue;
+    auto key = id.to_string();
+    now[key] = info->status;
+    auto it = last_.find(key);
+    if (it != last_.end() && it->second == info->status)
+      continue;
+    StatusChange c;
+    c.deployment = key;
+    c.from = it == last_.end() ? "" : to_string(it->second);
+    c.info = *info;
+    c.warn = info->status == DeploymentStatus::unhealthy ||
+             info->status == DeploymentStatus::deploy_failed;
+    changes.push_back(std::move(c));
+  }
+  last_ = std::move(now);
+  return changes;
+}
+
+}  // namespace troupe::controller

@@ -1,0 +1,276 @@
+// The controller actor's wiring under CAF's deterministic test scheduler
+// (scheduler.policy = testing): messages run only when the test says so,
+// timers fire only when it advances CAF's clock, and the controller measures
+// time on a fake clock. Nothing waits on real time. The fixture's run() also
+// fires every timer, so with the controller's periodic tick it never ends:
+// the tests run the scheduler's own run() (messages only) instead.
+//
+// CAF's test DSL (caf/test/dsl.hpp) needs the definitions of CAF's own test
+// engine, which Debian ships as a header meant for the test's main file
+// (unit_test_impl.hpp); CAF_TEST_NO_MAIN leaves doctest's main in charge.
+#define CAF_TEST_NO_MAIN
+#include <caf/test/unit_test_impl.hpp>
+
+#include <caf/test/dsl.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "controller/controller_actor.hpp"
+#include "controller/store/codec.hpp"
+#include "runtime/time.hpp"
+#include "runtime/wire.hpp"
+#include "tests/controller/fakes.hpp"
+
+using namespace troupe;
+using namespace troupe::controller;
+using namespace troupe::controller::testing;
+
+namespace {
+
+struct WiringConfig : caf::actor_system_config {
+  WiringConfig() { register_wire_types(*this); }
+};
+
+// A replica that constructs at once and answers health checks.
+caf::behavior fake_replica(caf::event_based_actor*, ReplicaSpec spec) {
+  return {
+      [=](initialize_atom) {
+        return ReplicaMetadata{spec.replica_id,  "n1",        1, spec.code_version,
+                               spec.user_config, 1700000000.0};
+      },
+      [](health_atom) { return caf::ok_atom::value; },
+  };
+}
+
+struct Spawned {
+  std::vector<ReplicaSpec> specs;
+  std::vector<caf::actor> replicas;
+};
+
+// A node agent that spawns fake replicas and records what it was asked to run.
+caf::behavior fake_agent(caf::event_based_actor* self, std::shared_ptr<Spawned> spawned) {
+  self->set_default_handler(caf::drop);
+  return {
+      [=](spawn_replica_atom, const ReplicaSpec& spec) {
+        auto replica = self->spawn(fake_replica, spec);
+        spawned->specs.push_back(spec);
+        spawned->replicas.push_back(replica);
+        return replica;
+      },
+  };
+}
+
+// Answers health checks with an error while `*healthy` is false.
+caf::behavior fake_proxy(caf::event_based_actor*, std::shared_ptr<bool> healthy) {
+  return {
+      [=](health_atom) -> caf::result<caf::ok_atom> {
+        if (*healthy)
+          return caf::ok_atom::value;
+        return to_caf_error(Status(errc::unavailable, "io thread 0 has not run for 6.0 s"));
+      },
+      [](snapshot_atom, const RoutingSnapshot&) {},
+  };
+}
+
+struct Fixture : test_coordinator_fixture<WiringConfig> {
+  std::shared_ptr<FakeClock> clock = std::make_shared<FakeClock>();
+  std::shared_ptr<MemoryStore> store = std::make_shared<MemoryStore>();
+  std::shared_ptr<Spawned> spawned = std::make_shared<Spawned>();
+  ControllerOptions options;
+  caf::actor controller;
+  caf::actor agent;
+
+  Fixture() {
+    options.tick_interval_s = 0.25;  // exact in binary: ticks add up exactly
+    options.recovery_window_s = 3.0;
+    options.proxy_health_period_s = 1.0;
+    options.proxy_health_timeout_s = 0.5;
+    options.proxy_unhealthy_after = 3;
+    agent = sys.spawn(fake_agent, spawned);
+  }
+
+  ~Fixture() override {
+    for (auto& a : spawned->replicas)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : {controller, agent}) {
+      if (a)
+        caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    }
+    sched.run();
+  }
+
+  void start() {
+    controller = spawn_controller(sys, options, store, clock);
+    sched.run();
+  }
+
+  // Sends `xs` from the test's own actor, runs every actor until idle, and
+  // returns the controller's answer.
+  template <class... Ts>
+  caf::message call(Ts&&... xs) {
+    self->send(controller, std::forward<Ts>(xs)...);
+    sched.run();
+    // Every answer type the tests expect.
+    caf::message answer;
+    self->receive([&](uint64_t x) { answer = caf::make_message(x); },
+                  [&](bool b, uint64_t x) { answer = caf::make_message(b, x); },
+                  [&](std::string& x) { answer = caf::make_message(std::move(x)); },
+                  [&](std::vector<NodeStatus>& x) { answer = caf::make_message(std::move(x)); },
+                  [&](caf::error& x) { answer = caf::make_message(std::move(x)); },
+                  caf::after(std::chrono::seconds(0)) >> [] { FAIL("no answer"); });
+    return answer;
+  }
+
+  caf::message register_node() {
+    troupe::NodeInfo info{"n1", "127.0.0.1", 8001, "cpu=4", 4242, kProtocolVersion};
+    return call(register_atom::value, info, agent, std::vector<HostedReplicaInfo>{}, Credential{});
+  }
+
+  caf::message deploy(const ApplicationSpec& app) {
+    return call(deploy_atom::value, encode_application(app), Credential{});
+  }
+
+  nlohmann::json status() {
+    auto m = call(status_atom::value);
+    REQUIRE(m.match_elements<std::string>());
+    return nlohmann::json::parse(m.get_as<std::string>(0));
+  }
+
+  std::string proxy_column() {
+    auto m = call(nodes_atom::value);
+    REQUIRE(m.match_elements<std::vector<NodeStatus>>());
+    for (const auto& n : m.get_as<std::vector<NodeStatus>>(0)) {
+      if (n.id == "n1")
+        return n.proxy;
+    }
+    return "?";
+  }
+
+  // One controller tick: the fake clock and CAF's clock move together.
+  void tick() {
+    clock->advance(options.tick_interval_s);
+    sched.advance_time(seconds_as(options.tick_interval_s));
+    sched.run();
+  }
+};
+
+// The error an answer carries, or "" for none.
+std::string error_of(const caf::message& m) {
+  if (!m.match_elements<caf::error>())
+    return "";
+  return from_caf_error(m.get_as<caf::error>(0)).message();
+}
+
+}  // namespace
+
+TEST_CASE("wiring: a deploy makes the node's agent spawn the replica") {
+  Fixture f;
+  f.start();
+  auto reg = f.register_node();
+  REQUIRE(reg.match_elements<uint64_t>());
+  auto d = make_deployment("D", 1);
+  auto answer = f.deploy(make_app("a", "/a", {d}));
+  REQUIRE(answer.match_elements<bool, uint64_t>());
+  CHECK(answer.get_as<bool>(0));
+  REQUIRE(f.spawned->specs.size() == 1);
+  const auto& spec = f.spawned->specs.front();
+  CHECK(spec.app == "a");
+  CHECK(spec.deployment == "D");
+  CHECK(spec.import_path == d.import_path);
+  CHECK(spec.code_version.rfind("v1-", 0) == 0);  // "v1-<hash of the spec>"
+  // The replica constructed; the controller reports it running with the
+  // start time it gave.
+  auto s = f.status();
+  const auto& replica = s["applications"]["a"]["deployments"]["D"]["replicas"].at(0);
+  CHECK(replica["id"] == spec.replica_id);
+  CHECK(replica["node"] == "n1");
+  CHECK(replica["state"] == "RUNNING");
+  CHECK(replica["started"] == 1700000000.0);
+  CHECK(s["recovering"] == false);
+}
+
+TEST_CASE("wiring: a deploy above the limits is refused and spawns nothing") {
+  Fixture f;
+  f.options.limits.max_replicas_per_deployment = 2;
+  f.start();
+  f.register_node();
+  auto answer = f.deploy(make_app("a", "/a", {make_deployment("D", 3)}));
+  CHECK(error_of(answer).find("asks for 3 replicas") != std::string::npos);
+  CHECK(f.spawned->specs.empty());
+}
+
+TEST_CASE("wiring: after a restart calls are refused until the recovery window ends") {
+  Fixture f;
+  TargetState saved;
+  saved.generation = 1;
+  saved.applications["a"] = make_app("a", "/a", {make_deployment("D", 1)});
+  f.store->saved = saved;
+  f.start();
+  f.register_node();
+  CHECK(f.status()["recovering"] == true);
+  CHECK(error_of(f.deploy(make_app("b", "/b", {make_deployment("E", 1)}))) ==
+        "the controller is recovering its state after a restart; retry in a few seconds");
+  CHECK(f.spawned->specs.empty());  // nothing started while collecting
+  // The window ends on CAF's clock (its own message) or on the controller's
+  // (the next tick), whichever comes first.
+  f.clock->advance(f.options.recovery_window_s);
+  f.sched.advance_time(seconds_as(f.options.recovery_window_s));
+  f.sched.run();
+  CHECK(f.status()["recovering"] == false);
+  // The node hosted nothing: the checkpointed deployment starts its replica.
+  REQUIRE(f.spawned->specs.size() == 1);
+  CHECK(f.spawned->specs.front().deployment == "D");
+}
+
+TEST_CASE("wiring: a proxy failing its health checks is killed after the limit") {
+  Fixture f;
+  f.start();
+  f.register_node();
+  auto healthy = std::make_shared<bool>(true);
+  auto proxy = f.sys.spawn(fake_proxy, healthy);
+  f.self->send(f.controller, subscribe_atom::value, proxy, uint64_t{0}, uint64_t{0},
+               std::string("n1"));
+  f.sched.run();
+  CHECK(f.proxy_column() == "STARTING");
+  f.tick();  // the first check, answered at once
+  CHECK(f.proxy_column() == "HEALTHY");
+  f.self->monitor(proxy);
+  *healthy = false;
+  // One check per period (1 s; the last one settled at 0.25 s): the
+  // failures at 1.25 s and 2.25 s stay below the limit of three.
+  for (int i = 0; i < 8; ++i)
+    f.tick();
+  CHECK(f.proxy_column() == "HEALTHY");
+  for (int i = 0; i < 3; ++i)
+    f.tick();
+  CHECK(f.proxy_column() == "HEALTHY");
+  f.tick();  // 3.25 s: the third failure
+  bool down = false;
+  f.self->receive([&](caf::down_msg& dm) { down = dm.reason == caf::exit_reason::kill; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(down);
+  CHECK(f.proxy_column() == "NONE");
+}
+
+TEST_CASE("wiring: a replica that dies is reported to the core and replaced") {
+  Fixture f;
+  f.start();
+  f.register_node();
+  f.deploy(make_app("a", "/a", {make_deployment("D", 1)}));
+  REQUIRE(f.spawned->replicas.size() == 1);
+  auto first = f.spawned->specs.front().replica_id;
+  caf::anon_send_exit(f.spawned->replicas.front(), caf::exit_reason::kill);
+  f.sched.run();  // the controller's down handler reports the crash and reconciles
+  f.tick();       // the core replaces it at once or at the next tick
+  REQUIRE(f.spawned->specs.size() == 2);
+  CHECK(f.spawned->specs.back().replica_id != first);
+  auto replicas = f.status()["applications"]["a"]["deployments"]["D"]["replicas"];
+  REQUIRE(replicas.size() == 1);
+  CHECK(replicas.at(0)["id"] == f.spawned->specs.back().replica_id);
+  CHECK(replicas.at(0)["state"] == "RUNNING");
+}

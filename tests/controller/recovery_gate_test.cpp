@@ -1,0 +1,157 @@
+// Recovery after a controller restart as plain code: when it ends, what it
+// collects, what it refuses meanwhile; and the file of live nodes it reads.
+#include "controller/shell/recovery_gate.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "tests/controller/fakes.hpp"
+
+using namespace troupe;
+using namespace troupe::controller;
+using troupe::controller::testing::FakeClock;
+
+namespace {
+
+std::map<std::string, NodeRecord> nodes(std::map<std::string, NodeState> states) {
+  std::map<std::string, NodeRecord> out;
+  for (const auto& [id, s] : states) {
+    NodeRecord r;
+    r.id = id;
+    r.state = s;
+    out[id] = r;
+  }
+  return out;
+}
+
+// A fresh directory under the system's temporary directory.
+std::string temp_dir() {
+  char tmpl[] = "/tmp/troupe-recovery-gate-XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  REQUIRE(dir != nullptr);
+  return dir;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("recovery: once finished every call is admitted") {
+  // Also how the controller starts on an empty checkpoint: finished at once.
+  FakeClock clock;
+  RecoveryGate gate(clock, 3.0, {"a"});
+  CHECK(gate.finish().empty());
+  CHECK_FALSE(gate.is_recovering());
+  CHECK(gate.require_ready().is_ok());
+  CHECK_FALSE(gate.window_over());
+  CHECK_FALSE(gate.all_expected_back(nodes({{"a", NodeState::alive}})));
+}
+
+TEST_CASE("recovery: user calls are refused while recovering") {
+  FakeClock clock;
+  RecoveryGate gate(clock, 3.0, {"a"});
+  CHECK(gate.is_recovering());
+  auto s = gate.require_ready();
+  CHECK(s.code() == errc::unavailable);
+  CHECK(s.message() ==
+        "the controller is recovering its state after a restart; retry in a few seconds");
+  gate.finish();
+  CHECK(gate.require_ready().is_ok());
+}
+
+TEST_CASE("recovery: the window ends it when a node does not come back") {
+  FakeClock clock;
+  clock.set(100);
+  RecoveryGate gate(clock, 3.0, {"a", "b"});
+  CHECK(gate.deadline() == doctest::Approx(103));
+  auto known = nodes({{"a", NodeState::alive}});
+  CHECK_FALSE(gate.all_expected_back(known));
+  clock.set(102.9);
+  CHECK_FALSE(gate.window_over());
+  clock.set(103);
+  CHECK(gate.window_over());
+  gate.finish();
+  CHECK_FALSE(gate.window_over());  // over and done
+}
+
+TEST_CASE("recovery: ends early once every expected node registered again") {
+  FakeClock clock;
+  RecoveryGate gate(clock, 3.0, {"a", "b"});
+  CHECK_FALSE(gate.all_expected_back(nodes({})));
+  CHECK_FALSE(gate.all_expected_back(nodes({{"a", NodeState::alive}})));
+  // A node known but DEAD has not come back.
+  CHECK_FALSE(gate.all_expected_back(nodes({{"a", NodeState::alive}, {"b", NodeState::dead}})));
+  // DRAINING counts: it registered. A node not expected changes nothing.
+  CHECK(gate.all_expected_back(
+      nodes({{"a", NodeState::alive}, {"b", NodeState::draining}, {"c", NodeState::alive}})));
+  CHECK_FALSE(gate.window_over());
+  gate.finish();
+  CHECK(gate.expected_nodes().empty());
+  CHECK_FALSE(gate.all_expected_back(nodes({{"a", NodeState::alive}, {"b", NodeState::alive}})));
+}
+
+TEST_CASE("recovery: without known nodes it never ends early") {
+  FakeClock clock;
+  RecoveryGate gate(clock, 3.0, {});
+  CHECK_FALSE(gate.all_expected_back(nodes({{"a", NodeState::alive}})));
+  clock.advance(3);
+  CHECK(gate.window_over());
+}
+
+TEST_CASE("recovery: the replicas nodes report are handed over once") {
+  FakeClock clock;
+  RecoveryGate gate(clock, 3.0, {"a"});
+  gate.collect({{"r1", "app", "D", "a", false}});
+  gate.collect({{"r2", "app", "D", "b", true}, {"r3", "app", "E", "b", false}});
+  CHECK(gate.collected().size() == 3);
+  auto hosted = gate.finish();
+  REQUIRE(hosted.size() == 3);
+  CHECK(hosted[0].replica_id == "r1");
+  CHECK(hosted[1].stopping);
+  CHECK(hosted[2].node_id == "b");
+  CHECK(gate.collected().empty());
+  CHECK(gate.finish().empty());
+}
+
+TEST_CASE("nodes file: the live nodes - written only when they change") {
+  auto dir = temp_dir();
+  NodesFile file(dir);
+  CHECK(file.path() == dir + "/nodes");
+  CHECK(file.load().empty());  // none yet
+  auto view = nodes({{"a", NodeState::alive}, {"b", NodeState::dead}, {"c", NodeState::draining}});
+  CHECK(NodesFile::render(view) == "a\nc\n");
+  REQUIRE(file.save(view));
+  CHECK(read(dir + "/nodes") == "a\nc\n");
+  CHECK(file.load() == std::set<std::string>{"a", "c"});
+  // Unchanged: not rewritten (an edit by hand survives).
+  { std::ofstream(dir + "/nodes") << "x\n"; }
+  REQUIRE(file.save(view));
+  CHECK(read(dir + "/nodes") == "x\n");
+  REQUIRE(file.save(nodes({{"a", NodeState::alive}})));
+  CHECK(read(dir + "/nodes") == "a\n");
+  // A restarted controller reads what its predecessor wrote; blank lines are
+  // no nodes.
+  { std::ofstream(dir + "/nodes") << "a\n\nb\n"; }
+  CHECK(NodesFile(dir).load() == std::set<std::string>{"a", "b"});
+  std::remove((dir + "/nodes").c_str());
+  std::remove(dir.c_str());
+}
+
+TEST_CASE("nodes file: without a state directory there is none") {
+  NodesFile file("");
+  CHECK(file.path().empty());
+  CHECK(file.load().empty());
+  CHECK(file.save(nodes({{"a", NodeState::alive}})));
+}
+
+TEST_CASE("nodes file: a failed write reports it") {
+  NodesFile file("/nonexistent/troupe-state");
+  CHECK_FALSE(file.save(nodes({{"a", NodeState::alive}})));
+}
