@@ -87,12 +87,14 @@ TEST_CASE("wire types survive serialization") {
   CHECK(info2.resources == "cpu=2");
   CHECK(info2.pid == 42);
   CHECK(info2.protocol_version == kProtocolVersion);
-  std::vector<NodeStatus> rows{{"a", "h:1", "ALIVE", "cpu=1", 250, "registered", 7}};
+  std::vector<NodeStatus> rows{{"a", "h:1", "ALIVE", "cpu=1", 250, "registered", 7, "HEALTHY"}};
   auto rows2 = round_trip(sys, rows);
   REQUIRE(rows2.size() == 1);
   CHECK(rows2[0].state == "ALIVE");
   CHECK(rows2[0].last_heartbeat_age_ms == 250);
   CHECK(rows2[0].reason == "registered");
+  CHECK(rows2[0].pid == 7);
+  CHECK(rows2[0].proxy == "HEALTHY");
 }
 
 TEST_CASE("statuses cross the wire as CAF errors and come back intact") {
