@@ -3,6 +3,7 @@
 # side in one run, on loopback. See README.md next to this script.
 #
 #   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b p c d e"]
+#                           [--curve "1 8 32 128 512" | --no-curve] [--curve-duration S]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
 #   (a) troupe proxy on node A -> a no-op deployment, all replicas on node A,
@@ -11,12 +12,18 @@
 #       isolation: in_process
 #   (p) troupe proxy on node A -> the same, all replicas on node A,
 #       isolation: process (each replica its own troupe-replica process,
-#       reached over BASP on loopback; the default isolation)
+#       reached over its data channel; the default isolation; (a') of the
+#       data-path goals)
 #   (c) nginx reverse-proxying to nginx
 #   (d) HAProxy to nginx
 #   (e) nginx answering directly (the ceiling)
 # and prints requests/s, p50, p99 and the server side's CPU time per request
-# for each, the ratios troupe/peer and the goals ((p) >= 0.6x HAProxy's req/s).
+# for each, the ratios troupe/peer and the goals: (a) >= 1.3x HAProxy's req/s
+# with p99 no higher, (a') = (p) >= 0.9x HAProxy, (b) >= 0.7x (a), and the
+# floor (p) >= 0.6x HAProxy. Then the concurrency curve: req/s and p99 of (a),
+# (p), HAProxy (d) and nginx (c) at each connection count of --curve (S
+# seconds each, --curve-duration), and whether troupe's p99 grows no faster
+# than HAProxy's from the fewest to the most connections.
 # Environment: DEPLOYMENT (Noop: answers {"ok":true} like nginx in (e); Echo
 # builds a JSON document of each request), REPLICAS (2), MAX_ONGOING (16),
 # IO_THREADS (1) shape the troupe side (the same for (a), (b) and (p));
@@ -36,12 +43,17 @@ MAX_ONGOING=${MAX_ONGOING:-16}
 DEPLOYMENT=${DEPLOYMENT:-Noop}
 IO_THREADS=${IO_THREADS:-1}
 ONLY="a b p c d e"
+CURVE="1 8 32 128 512"
+CURVE_DURATION=4
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
     --duration) DURATION="$2"; shift 2 ;;
     --connections) CONNECTIONS="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;  # e.g. "a b": a subset of the cases (profiling)
+    --curve) CURVE="$2"; shift 2 ;;
+    --no-curve) CURVE=""; shift ;;
+    --curve-duration) CURVE_DURATION="$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -327,6 +339,22 @@ for k in e c d a b p; do
 done
 curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" >"$WORK/metrics.txt" || true
 
+# The concurrency curve: the cases of --only among a, p, d and c, at each
+# connection count.
+declare -A CRPS CP99
+CURVE_KEYS=""
+for k in a p d c; do
+  case " $ONLY " in *" $k "*) CURVE_KEYS="$CURVE_KEYS $k" ;; esac
+done
+for n in $CURVE; do
+  for k in $CURVE_KEYS; do
+    wrk -t1 -c"$n" -d1s "${URL[$k]}" >/dev/null 2>&1 || true
+    out=$(wrk -t1 -c"$n" -d"${CURVE_DURATION}s" --latency "${URL[$k]}" 2>&1 || true)
+    CRPS[$k:$n]=$(echo "$out" | awk '/^Requests\/sec:/ {printf "%.0f", $2}')
+    CP99[$k:$n]=$(to_ms "$(echo "$out" | awk '$1 == "99%" {print $2}')")
+  done
+done
+
 # --- stop the troupe nodes: SIGTERM, each must exit with status 0 ------------------
 NODE_EXITS=()  # "node: how it ended" for every node that did not exit 0
 stop_nodes() {
@@ -397,6 +425,38 @@ goal_p=$(awk -v p="${RPS[p]}" -v d="${RPS[d]}" "$AWK_NUM"'
   BEGIN { print !(num(p) && num(d)) ? "n/a" : (p + 0 >= 0.6 * d) ? "met" : "not met" }')
 echo "goal (a) >= 1.0x HAProxy req/s with p99 <= HAProxy's: $goal_a; goal (b) >= 0.7x (a): $goal_b;" \
   "goal (p) >= 0.6x HAProxy req/s: $goal_p"
+goal_a13=$(awk -v a="${RPS[a]}" -v d="${RPS[d]}" -v pa="${P99[a]}" -v pd="${P99[d]}" "$AWK_NUM"'
+  BEGIN { if (!(num(a) && num(d) && num(pa) && num(pd))) print "n/a"
+          else print (a + 0 >= 1.3 * d && pa + 0 <= pd + 0) ? "met" : "not met" }')
+goal_p09=$(awk -v p="${RPS[p]}" -v d="${RPS[d]}" "$AWK_NUM"'
+  BEGIN { print !(num(p) && num(d)) ? "n/a" : (p + 0 >= 0.9 * d) ? "met" : "not met" }')
+echo "data-path goals: (a) >= 1.3x HAProxy req/s with p99 <= HAProxy's: $goal_a13;" \
+  "(a') = (p) >= 0.9x HAProxy req/s: $goal_p09; (b) >= 0.7x (a): $goal_b"
+if [ -n "$CURVE" ] && [ -n "$CURVE_KEYS" ]; then
+  echo
+  echo "concurrency curve (wrk -t1, ${CURVE_DURATION}s per point): req/s / p99 ms"
+  printf '%-12s' connections
+  for k in $CURVE_KEYS; do printf ' %22s' "($k)"; done
+  echo
+  for n in $CURVE; do
+    printf '%-12s' "$n"
+    for k in $CURVE_KEYS; do printf ' %22s' "${CRPS[$k:$n]:-n/a} / ${CP99[$k:$n]:-n/a}"; done
+    echo
+  done
+  # p99 growth from the fewest to the most connections, troupe against HAProxy.
+  first=$(echo "$CURVE" | awk '{print $1}')
+  last=$(echo "$CURVE" | awk '{print $NF}')
+  for k in a p; do
+    case " $CURVE_KEYS " in *" $k "*) ;; *) continue ;; esac
+    g=$(awk -v t1="${CP99[$k:$first]:-}" -v tn="${CP99[$k:$last]:-}" -v h1="${CP99[d:$first]:-}" \
+          -v hn="${CP99[d:$last]:-}" -v first="$first" -v last="$last" "$AWK_NUM"'
+      BEGIN { if (!(num(t1) && num(tn) && num(h1) && num(hn))) { print "n/a"; exit }
+              tg = tn / t1; hg = hn / h1
+              printf "%s (p99 x%.1f from %s to %s connections; HAProxy x%.1f)",
+                     (tg <= hg) ? "met" : "not met", tg, first, last, hg }')
+    echo "goal ($k) p99 grows no faster than HAProxy's: $g"
+  done
+fi
 if [ ${#NODE_EXITS[@]} -eq 0 ]; then
   echo "troupe-node exits after SIGTERM: A 0, B 0"
 else
