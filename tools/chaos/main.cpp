@@ -924,6 +924,17 @@ int main_impl(int argc, char** argv) {
     opts.bin_dir = self_dir();
   if (opts.plugin_dir.empty())
     opts.plugin_dir = opts.bin_dir + "/../plugins";
+  // The nodes run in their own state directories: relative paths given here
+  // must not be read from there.
+  {
+    std::error_code ec;
+    auto bin = std::filesystem::absolute(opts.bin_dir, ec);
+    if (!ec)
+      opts.bin_dir = bin.lexically_normal().string();
+    auto plugins = std::filesystem::absolute(opts.plugin_dir, ec);
+    if (!ec)
+      opts.plugin_dir = plugins.lexically_normal().string();
+  }
   for (const char* b : {"troupe-node", "troupectl"}) {
     if (::access((opts.bin_dir + "/" + b).c_str(), X_OK) != 0)
       return usage_error(opts.bin_dir + "/" + b + " is not an executable (see --bin-dir)");
