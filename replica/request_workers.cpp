@@ -114,13 +114,15 @@ void channel_worker(Instance instance, DispatchPtr d) {
       continue;
     }
     if (d->stopping.load()) {
-      channel::send_refusal(answers, h.call, false, "replica " + d->replica_id + " is stopping");
+      channel::send_refusal(answers, h.call, false, "replica " + d->replica_id + " is stopping",
+                            ch.max_frame());
       continue;
     }
     if (!d->admit()) {
       channel::send_refusal(answers, h.call, true,
                             "replica " + d->replica_id + " is at max_ongoing_requests (" +
-                                std::to_string(d->limit) + ")");
+                                std::to_string(d->limit) + ")",
+                            ch.max_frame());
       continue;
     }
     auto out = run_handler(*instance, req);

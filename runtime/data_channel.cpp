@@ -305,7 +305,8 @@ bool send_answer(int fd, uint64_t call, const HttpResponse& answer, size_t max_f
   return send_message(fd, h, message, max_frame, true, 0) == Sent::sent;
 }
 
-bool send_refusal(int fd, uint64_t call, bool overloaded, const std::string& why) {
+bool send_refusal(int fd, uint64_t call, bool overloaded, const std::string& why,
+                  size_t max_frame) {
   capnp::MallocMessageBuilder message(estimate_words(why.size(), 0));
   auto r = message.initRoot<schema::ChannelRefusal>();
   r.setOverloaded(overloaded);
@@ -313,7 +314,7 @@ bool send_refusal(int fd, uint64_t call, bool overloaded, const std::string& why
   FrameHeader h;
   h.kind = Kind::refusal;
   h.call = call;
-  return send_message(fd, h, message, kMaxFrame, true, 0) == Sent::sent;
+  return send_message(fd, h, message, max_frame, true, 0) == Sent::sent;
 }
 
 Sent send_local(int fd, uint64_t token) {

@@ -131,7 +131,8 @@ Sent send_request(int fd, uint64_t call, uint8_t lane, const HttpRequest& reques
 // Sends an answer (blocking; in several frames when it is larger than
 // max_frame). False when the proxy's end is gone.
 bool send_answer(int fd, uint64_t call, const HttpResponse& answer, size_t max_frame);
-bool send_refusal(int fd, uint64_t call, bool overloaded, const std::string& message);
+bool send_refusal(int fd, uint64_t call, bool overloaded, const std::string& message,
+                  size_t max_frame);
 // A `local` frame (no payload), without blocking.
 Sent send_local(int fd, uint64_t token);
 

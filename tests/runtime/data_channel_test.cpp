@@ -157,7 +157,8 @@ TEST_CASE("data channel: a refusal and a local frame carry what the other side n
   auto& ch = *made.value().channel;
   auto end = replica_end(made.value());
 
-  REQUIRE(send_refusal(end->answer_fd(0), 77, true, "replica r1 is at max_ongoing_requests (4)"));
+  REQUIRE(send_refusal(end->answer_fd(0), 77, true, "replica r1 is at max_ongoing_requests (4)",
+                       end->max_frame()));
   FrameBuffer buffer(ch.max_frame());
   size_t n = receive(ch.answer_fd(0), buffer);
   REQUIRE(n > sizeof(FrameHeader));
