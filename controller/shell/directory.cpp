@@ -1,0 +1,223 @@
+#include "controller/shell/directory.hpp"
+
+#include <caf/exit_reason.hpp>
+
+namespace troupe::controller {
+
+const char* to_string(DownKind k) {
+  switch (k) {
+    case DownKind::unknown:
+      return "unknown";
+    case DownKind::replica_stopped:
+      return "replica_stopped";
+    case DownKind::replica_crashed:
+      return "replica_crashed";
+    case DownKind::agent_link_lost:
+      return "agent_link_lost";
+    case DownKind::agent_died:
+      return "agent_died";
+    case DownKind::subscriber:
+      return "subscriber";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------- replicas
+
+void ActorDirectory::remember_replica(const std::string& id, const std::string& node,
+                                      const caf::actor& handle) {
+  auto& ref = replicas_[id];
+  if (ref.handle && ref.handle != handle)
+    replica_of_.erase(ref.handle.address());
+  ref.handle = handle;
+  ref.node_id = node;
+  replica_of_[handle.address()] = id;
+  monitor_(handle);
+}
+
+void ActorDirectory::forget_replica(const std::string& id) {
+  auto it = replicas_.find(id);
+  if (it == replicas_.end())
+    return;
+  if (it->second.handle)
+    replica_of_.erase(it->second.handle.address());
+  replicas_.erase(it);
+}
+
+caf::actor ActorDirectory::replica(const std::string& id) const {
+  auto it = replicas_.find(id);
+  return it == replicas_.end() ? caf::actor{} : it->second.handle;
+}
+
+void ActorDirectory::mark_stopping(const std::string& id) {
+  if (auto it = replicas_.find(id); it != replicas_.end())
+    it->second.stopping = true;
+}
+
+void ActorDirectory::set_started_at(const std::string& id, double start_time) {
+  if (auto it = replicas_.find(id); it != replicas_.end())
+    it->second.started_at = start_time;
+}
+
+double ActorDirectory::started_at(const std::string& id) const {
+  auto it = replicas_.find(id);
+  return it == replicas_.end() ? 0.0 : it->second.started_at;
+}
+
+std::vector<HostedReplica> ActorDirectory::take_hosted(const std::string& node,
+                                                       const std::vector<HostedReplicaInfo>& hosted,
+                                                       bool recovering) {
+  std::vector<HostedReplica> adopt;
+  for (const auto& h : hosted) {
+    if (!h.handle)
+      continue;
+    auto known = replicas_.find(h.replica_id);
+    if (known == replicas_.end() || known->second.handle != h.handle) {
+      remember_replica(h.replica_id, node, h.handle);
+      replicas_[h.replica_id].stopping = h.stopping;
+    } else if (recovering) {
+      continue;  // already collected for the recovery
+    }
+    adopt.push_back({h.replica_id, h.app, h.deployment, node, h.stopping});
+  }
+  return adopt;
+}
+
+// ---------------------------------------------------------------- agents
+
+void ActorDirectory::attach_agent(const std::string& node, const caf::actor& agent,
+                                  uint64_t incarnation) {
+  for (auto it = agents_.begin(); it != agents_.end();) {
+    if (it->second.node_id == node && it->first != agent.address()) {
+      it = agents_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  agents_[agent.address()] = AgentRef{node, incarnation};
+  agent_of_[node] = agent;
+  monitor_(agent);
+}
+
+caf::actor ActorDirectory::agent(const std::string& node) const {
+  auto it = agent_of_.find(node);
+  return it == agent_of_.end() ? caf::actor{} : it->second;
+}
+
+std::vector<caf::actor> ActorDirectory::agents() const {
+  std::vector<caf::actor> out;
+  out.reserve(agent_of_.size());
+  for (const auto& [node, agent] : agent_of_)
+    out.push_back(agent);
+  return out;
+}
+
+void ActorDirectory::detach_node(const std::string& node) {
+  for (auto it = agents_.begin(); it != agents_.end();) {
+    if (it->second.node_id == node) {
+      demonitor_(it->first);
+      it = agents_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  agent_of_.erase(node);
+}
+
+// ---------------------------------------------------------------- subscribers
+
+ActorDirectory::Key ActorDirectory::add_subscriber(const caf::actor& subscriber, SnapshotId last) {
+  monitor_(subscriber);
+  auto [it, fresh] = subscriber_of_.emplace(subscriber.address(), next_subscriber_key_);
+  if (fresh)
+    ++next_subscriber_key_;  // a new proxy: a fresh health record
+  subscribers_[it->second] = Subscriber{subscriber, last};
+  return it->second;
+}
+
+caf::actor ActorDirectory::subscriber(Key key) const {
+  auto it = subscribers_.find(key);
+  return it == subscribers_.end() ? caf::actor{} : it->second.handle;
+}
+
+void ActorDirectory::mark_sent(Key key, SnapshotId id) {
+  if (auto it = subscribers_.find(key); it != subscribers_.end())
+    it->second.last = id;
+}
+
+void ActorDirectory::set_request_timeout(double seconds) {
+  if (seconds == request_timeout_s_)
+    return;
+  request_timeout_s_ = seconds;
+  for (auto& [key, sub] : subscribers_)
+    sub.last = SnapshotId{};  // push in full
+}
+
+// ---------------------------------------------------------------- kill, down
+
+Result<KillTarget> ActorDirectory::kill_target(const std::string& kind, const std::string& id,
+                                               const ProxyHealthMonitor& proxies) const {
+  auto not_found = [&](const std::string& what) {
+    return Status(errc::not_found, "no " + what + " '" + id + "'");
+  };
+  KillTarget t;
+  if (kind == "replica") {
+    t.actor = replica(id);
+    if (!t.actor)
+      return not_found("replica");
+    t.log_line = "killing replica " + id + " on operator request";
+  } else if (kind == "agent") {
+    t.actor = agent(id);
+    if (!t.actor)
+      return not_found("node agent of node");
+    t.log_line = "killing the node agent of " + id + " on operator request";
+  } else if (kind == "proxy") {
+    auto key = proxies.proxy_of(id);
+    t.actor = key ? subscriber(*key) : caf::actor{};
+    if (!t.actor)
+      return not_found("proxy on node");
+    t.log_line = "killing the proxy of " + id + " on operator request";
+  } else if (kind == "controller") {
+    t.controller = true;
+    t.log_line = "controller killed on operator request";
+  } else {
+    return Status(errc::invalid_argument, "kill: unknown kind '" + kind +
+                                              "'; expected replica, proxy, agent or controller");
+  }
+  return t;
+}
+
+DownEvent ActorDirectory::on_down(const caf::actor_addr& source, const caf::error& reason) {
+  DownEvent ev;
+  if (auto it = replica_of_.find(source); it != replica_of_.end()) {
+    ev.id = it->second;  // a copy: forget_replica() erases the entry
+    bool stopping = replicas_[ev.id].stopping;
+    forget_replica(ev.id);
+    ev.kind = stopping ? DownKind::replica_stopped : DownKind::replica_crashed;
+    // A replica process's handle ends with the cause of its exit.
+    if (!stopping && reason.category() == kErrorCategory)
+      ev.cause = from_caf_error(reason).message();
+    return ev;
+  }
+  if (auto it = subscriber_of_.find(source); it != subscriber_of_.end()) {
+    ev.kind = DownKind::subscriber;
+    ev.subscriber = it->second;
+    subscribers_.erase(it->second);
+    subscriber_of_.erase(it);
+    return ev;
+  }
+  if (auto it = agents_.find(source); it != agents_.end()) {
+    ev.id = it->second.node_id;
+    ev.incarnation = it->second.incarnation;
+    agent_of_.erase(ev.id);
+    agents_.erase(it);
+    // Only a dropped connection means the node is gone. The agent actor dying
+    // alone leaves its node process running, which starts a new agent that
+    // registers again with the replicas it hosts.
+    ev.kind = reason == caf::exit_reason::remote_link_unreachable ? DownKind::agent_link_lost
+                                                                  : DownKind::agent_died;
+  }
+  return ev;
+}
+
+}  // namespace troupe::controller
