@@ -1,0 +1,428 @@
+#include "controller/shell/controller_logic.hpp"
+
+#include <set>
+
+#include "controller/shell/admission.hpp"
+#include "controller/shell/startup.hpp"
+#include "controller/store/codec.hpp"
+#include "runtime/auth.hpp"
+
+namespace troupe::controller {
+
+ControllerLogic::ControllerLogic(const ControllerOptions& options,
+                                 std::shared_ptr<CheckpointStore> store,
+                                 std::shared_ptr<const Clock> clock, uint64_t seed,
+                                 ActorDirectory::Monitor monitor,
+                                 ActorDirectory::Demonitor demonitor,
+                                 std::shared_ptr<spdlog::logger> log)
+    : options_(options),
+      clock_(std::move(clock)),
+      log_(std::move(log)),
+      membership_(options.node_timeout_s),
+      rng_(seed),
+      store_(std::move(store)),
+      core_(std::make_unique<StateManager>(*store_, *clock_, rng_,
+                                           incarnation_options(seed, options.limits))),
+      // Recovering until start() has looked at the checkpoint.
+      recovery_(std::make_unique<RecoveryGate>(*clock_, options.recovery_window_s,
+                                               std::set<std::string>{})),
+      nodes_file_(options.state_dir),
+      proxies_(*clock_,
+               ProxyHealthOptions{options.proxy_health_period_s, options.proxy_unhealthy_after}),
+      actors_(std::move(monitor), std::move(demonitor)) {}
+
+// ---------------------------------------------------------------- startup
+
+bool ControllerLogic::start() {
+  auto expected = nodes_to_await(store_->load(), nodes_file_);
+  recovery_ = std::make_unique<RecoveryGate>(*clock_, options_.recovery_window_s,
+                                             expected.value_or(std::set<std::string>{}));
+  if (!expected)
+    return false;
+  log_->info(
+      "checkpoint found; collecting hosted replicas from {} known nodes for at most {:.1f} s",
+      expected->size(), options_.recovery_window_s);
+  return true;
+}
+
+Result<bool> ControllerLogic::finish_recovery() {
+  if (!recovering())
+    return false;
+  push_nodes();
+  auto status = core_->recover(recovery_->collected());
+  if (!status) {
+    log_->critical("cannot recover: {}", status.to_string());
+    return status;
+  }
+  log_->info("recovered {} applications; adopted {} replicas",
+             core_->target_state().applications.size(), recovery_->collected().size());
+  recovery_->finish();
+  save_live_nodes();
+  return true;
+}
+
+// ---------------------------------------------------------------- nodes
+
+void ControllerLogic::log_transitions(const std::vector<NodeTransition>& ts) {
+  for (const auto& t : ts)
+    log_->warn("node {} {} -> {}: {}", t.id, to_string(t.from), to_string(t.to), t.reason);
+}
+
+// Keeps <state_dir>/nodes equal to the set of live nodes; not while
+// recovering, when the membership is still filling up.
+void ControllerLogic::save_live_nodes() {
+  if (recovering())
+    return;
+  if (!nodes_file_.save(membership_.nodes())) {
+    log_->warn("cannot write {}: the next controller restart waits its full recovery window",
+               nodes_file_.path());
+  }
+}
+
+void ControllerLogic::push_nodes() {
+  save_live_nodes();
+  std::vector<controller::NodeInfo> view;
+  for (const auto& [id, n] : membership_.nodes())
+    view.push_back({id, n.state, n.resources});
+  core_->set_nodes(view);
+}
+
+void ControllerLogic::nodes_changed() {
+  if (!recovering())
+    push_nodes();
+}
+
+Result<ControllerLogic::Registration> ControllerLogic::register_node(
+    const troupe::NodeInfo& info, const caf::actor& agent,
+    const std::vector<HostedReplicaInfo>& hosted, const Credential& cred) {
+  auto rec = admit_node(options_.ca_pem, info, static_cast<bool>(agent), cred, *log_);
+  if (!rec)
+    return rec.status();
+  bool known = membership_.nodes().count(info.id) > 0;
+  Registration out;
+  out.incarnation = membership_.register_node(std::move(*rec), now());
+  actors_.attach_agent(info.id, agent, out.incarnation);
+  log_->info("node {} {} (pid {}, {}:{}, {}, {} replicas)", info.id,
+             known ? "re-registered" : "registered", info.pid, info.host, info.http_port,
+             info.resources, hosted.size());
+  auto adopt = actors_.take_hosted(info.id, hosted, recovering());
+  if (recovering()) {
+    recovery_->collect(std::move(adopt));
+    // Once every node that was alive before has registered again, there is
+    // nothing more to wait for.
+    out.recovery_complete = recovery_->all_expected_back(membership_.nodes());
+    if (out.recovery_complete)
+      log_->info("every node known before the restart has registered again");
+  } else {
+    push_nodes();
+    if (!adopt.empty())
+      core_->adopt_replicas(adopt);
+  }
+  return out;
+}
+
+Status ControllerLogic::heartbeat(const std::string& node_id, const Credential& cred) {
+  if (auto s = check_request(options_.ca_pem, cred, "heartbeat", {node_id}, node_id); !s)
+    return s;
+  return membership_.heartbeat(node_id, now());
+}
+
+Status ControllerLogic::deregister(const std::string& node_id, const Credential& cred) {
+  if (auto s = check_request(options_.ca_pem, cred, "deregister", {node_id}, node_id); !s)
+    return s;
+  if (auto s = membership_.deregister(node_id); !s)
+    return s;
+  actors_.detach_node(node_id);
+  log_->info("node {} left the cluster", node_id);
+  nodes_changed();
+  return Status::ok();
+}
+
+Status ControllerLogic::drain(const std::string& node_id, const Credential& cred) {
+  if (auto s = check_request(options_.ca_pem, cred, "drain", {node_id}); !s)
+    return s;
+  if (auto s = membership_.drain(node_id); !s)
+    return s;
+  log_->warn("node {} is DRAINING (operator request)", node_id);
+  nodes_changed();
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- user calls
+
+Result<DeployResult> ControllerLogic::deploy(const std::string& encoded, const Credential& cred) {
+  if (auto s = admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits); !s)
+    return s;
+  auto app = decode_application(encoded);
+  if (!app)
+    return app.status();
+  auto result = core_->deploy_application(*app);
+  if (!result) {
+    log_->warn("deploy of {} refused: {}", app->name, result.status().to_string());
+    return result.status();
+  }
+  log_->info("deploy of {}: {} (generation {})", app->name,
+             result->changed ? "accepted" : "unchanged", result->generation);
+  return result;
+}
+
+Result<std::string> ControllerLogic::apply(const std::string& encoded, double request_timeout_s,
+                                           const Credential& cred) {
+  if (auto s = admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits); !s)
+    return s;
+  auto declared = decode_target_state(encoded);
+  if (!declared)
+    return declared.status();
+  bool changed = false;
+  auto results = core_->apply(*declared, &changed);
+  if (!results) {
+    log_->warn("deploy refused: {}", results.status().to_string());
+    return results.status();
+  }
+  auto generation = core_->target_state().generation;
+  log_->info("deploy of {} applications: {} (generation {})", declared->applications.size(),
+             changed ? "accepted" : "unchanged", generation);
+  actors_.set_request_timeout(request_timeout_s);
+  return render_apply_result(*results, changed, generation).dump();
+}
+
+Status ControllerLogic::delete_application(const std::string& app, const Credential& cred) {
+  if (auto s = admit_operator_call(options_.ca_pem, cred, "delete", {app}, *recovery_); !s)
+    return s;
+  if (auto s = core_->delete_application(app); !s)
+    return s;
+  log_->info("application {} is being deleted", app);
+  return Status::ok();
+}
+
+Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {
+  std::vector<std::string> args{nodes ? "nodes" : ""};
+  if (auto s = admit_operator_call(options_.ca_pem, cred, "shutdown", args, *recovery_); !s)
+    return s;
+  if (auto s = core_->shutdown(); !s)
+    return s;
+  log_->warn("shutdown requested: deleting every application{}",
+             nodes ? ", then stopping every node" : "");
+  stop_nodes_when_empty_ = nodes;
+  return Status::ok();
+}
+
+Result<KillTarget> ControllerLogic::kill(const std::string& kind, const std::string& id,
+                                         const Credential& cred) {
+  if (auto s = check_request(options_.ca_pem, cred, "kill", {kind, id}); !s)
+    return s;
+  auto target = actors_.kill_target(kind, id, proxies_);
+  if (target)
+    log_->warn("{}", target->log_line);
+  return target;
+}
+
+// ---------------------------------------------------------------- queries
+
+std::string ControllerLogic::status() const {
+  auto started_at = [&](const std::string& id) { return actors_.started_at(id); };
+  return render_status(core_.get(), recovering(), started_at).dump();
+}
+
+std::vector<NodeStatus> ControllerLogic::nodes() const {
+  return render_nodes(membership_, proxies_, now());
+}
+
+RoutingSnapshot ControllerLogic::to_wire(const SnapshotDelta& delta) const {
+  auto handle_of = [&](const std::string& id) { return actors_.replica(id); };
+  return render_snapshot(delta, core_->target_state(), membership_, actors_.request_timeout_s(),
+                         handle_of);
+}
+
+Result<RoutingSnapshot> ControllerLogic::snapshot(uint64_t epoch, uint64_t seq) const {
+  if (auto s = recovery_->require_ready(); !s)
+    return s;
+  auto delta = core_->changes_since(SnapshotId{epoch, seq});
+  if (!delta) {
+    RoutingSnapshot same;
+    same.epoch = epoch;
+    same.seq = seq;
+    return same;
+  }
+  return to_wire(*delta);
+}
+
+Result<std::string> ControllerLogic::config() const {
+  if (auto s = recovery_->require_ready(); !s)
+    return s;
+  return encode_target_state(core_->target_state());
+}
+
+// ---------------------------------------------------------------- routes
+
+bool ControllerLogic::subscribe(const caf::actor& subscriber, SnapshotId last,
+                                const std::string& node_id) {
+  if (!subscriber)
+    return false;
+  proxies_.track(actors_.add_subscriber(subscriber, last), node_id);
+  return !recovering();
+}
+
+std::vector<std::pair<caf::actor, RoutingSnapshot>> ControllerLogic::due_pushes() {
+  std::vector<std::pair<caf::actor, RoutingSnapshot>> out;
+  for (const auto& [key, sub] : actors_.subscribers()) {
+    if (auto delta = core_->changes_since(sub.last)) {
+      out.emplace_back(sub.handle, to_wire(*delta));
+      actors_.mark_sent(key, delta->id);
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- reconciling
+
+std::vector<Command> ControllerLogic::update() {
+  if (recovering())
+    return {};
+  return core_->update();
+}
+
+ControllerLogic::Execution ControllerLogic::plan(const Command& cmd) {
+  const std::string& id = cmd.replica_id;
+  Execution out{CommandAction::spawn, actors_.agent(cmd.node_id), actors_.replica(id)};
+  if (cmd.kind == CommandKind::stop || cmd.kind == CommandKind::kill)
+    actors_.mark_stopping(id);
+  out.action = plan_command(cmd, static_cast<bool>(out.agent), static_cast<bool>(out.replica));
+  switch (out.action) {
+    case CommandAction::no_agent:
+      core_->on_replica_start_failed(id, "node " + cmd.node_id + " has no agent connected");
+      break;
+    case CommandAction::replica_gone:
+      core_->on_replica_crashed(id);
+      break;
+    case CommandAction::already_gone:
+      actors_.forget_replica(id);
+      core_->on_replica_stopped(id);
+      break;
+    default:
+      break;  // the actor sends the message
+  }
+  return out;
+}
+
+void ControllerLogic::log_status_changes() {
+  for (const auto& c : status_log_.observe(*core_))
+    log_->log(c.warn ? spdlog::level::warn : spdlog::level::info, "{}", c.describe());
+}
+
+// ---------------------------------------------------------------- reports
+
+void ControllerLogic::replica_metrics(const std::string& replica_id, double ongoing) {
+  if (!recovering())
+    core_->record_replica_metrics(replica_id, ongoing);
+}
+
+bool ControllerLogic::handle_metrics(const std::string& reporter, const std::string& app,
+                                     const std::string& deployment, double queued_and_inflight) {
+  if (recovering())
+    return false;
+  DeploymentId id{app, deployment};
+  core_->record_handle_metrics(reporter, id, queued_and_inflight);
+  return queued_and_inflight > 0 && core_->replicas(id).empty();
+}
+
+// ---------------------------------------------------------------- time
+
+bool ControllerLogic::tick() {
+  auto ts = membership_.check(now());
+  log_transitions(ts);
+  if (!ts.empty())
+    nodes_changed();
+  return recovery_->window_over();
+}
+
+std::vector<caf::actor> ControllerLogic::nodes_to_stop() {
+  if (recovering() || !stop_nodes_when_empty_ || !core_->is_shut_down())
+    return {};
+  stop_nodes_when_empty_ = false;
+  auto agents = actors_.agents();
+  log_->warn("every replica is gone; stopping {} nodes", agents.size());
+  return agents;
+}
+
+std::vector<std::pair<ProxyHealthMonitor::Key, caf::actor>> ControllerLogic::due_proxy_checks() {
+  std::vector<std::pair<ProxyHealthMonitor::Key, caf::actor>> out;
+  for (auto key : proxies_.start_due_checks()) {
+    if (auto proxy = actors_.subscriber(key))
+      out.emplace_back(key, proxy);  // tracked together: always there
+  }
+  return out;
+}
+
+caf::actor ControllerLogic::settle_proxy_check(ProxyHealthMonitor::Key key, bool ok,
+                                               const std::string& why) {
+  auto out = proxies_.settle(key, ok);
+  switch (out.verdict) {
+    case ProxyVerdict::gone:
+    case ProxyVerdict::healthy:
+    case ProxyVerdict::still_unhealthy:
+      return {};
+    case ProxyVerdict::recovered:
+      log_->info("proxy of node {} is HEALTHY again", out.node_id);
+      return {};
+    case ProxyVerdict::failed:
+      log_->warn("proxy of node {} failed a health check ({} of {}): {}", out.node_id, out.failures,
+                 options_.proxy_unhealthy_after, why);
+      return {};
+    case ProxyVerdict::became_unhealthy:
+      log_->warn(
+          "proxy of node {} is UNHEALTHY after {} failed health checks ({}); "
+          "restarting it",
+          out.node_id, out.failures, why);
+      return actors_.subscriber(key);
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------- down
+
+bool ControllerLogic::on_down(const caf::actor_addr& source, const caf::error& reason,
+                              const std::string& rendered) {
+  auto ev = actors_.on_down(source, reason);
+  switch (ev.kind) {
+    case DownKind::unknown:
+      return false;
+    case DownKind::subscriber:
+      proxies_.forget(ev.subscriber);
+      return false;
+    case DownKind::replica_stopped:
+      if (recovering())
+        return false;
+      core_->on_replica_stopped(ev.id);
+      return true;
+    case DownKind::replica_crashed:
+      if (recovering())
+        return false;
+      // A replica process's handle ends with the cause of its exit ("replica
+      // X exited: killed by SIGSEGV"): that is the status message.
+      log_->warn("replica {} went down: {}", ev.id, ev.cause.empty() ? rendered : ev.cause);
+      core_->on_replica_crashed(ev.id, ev.cause);
+      return true;
+    case DownKind::agent_died:
+      // The agent actor died but the connection to its node did not: the
+      // node process lives and restarts its agent, which registers again
+      // with the replicas it hosts (they keep serving meanwhile). Only the
+      // heartbeat timeout declares the node DEAD if no agent comes back.
+      log_->warn("lost the node agent of {}: {}", ev.id, rendered);
+      log_->info("node {} still connected; waiting for its new agent (node timeout {:.1f} s)",
+                 ev.id, membership_.node_timeout_s());
+      return false;
+    case DownKind::agent_link_lost: {
+      log_->warn("lost the node agent of {}: {}", ev.id, rendered);
+      auto ts = membership_.connection_lost(ev.id, ev.incarnation, now());
+      log_transitions(ts);
+      if (ts.empty())
+        return false;
+      nodes_changed();
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace troupe::controller

@@ -1,0 +1,214 @@
+// The controller's state and what every call and event does to it, as plain
+// C++ with an injected clock: the actor (controller/controller_actor.cpp)
+// turns a message into one call here, then does what the answer asks for —
+// reconcile, finish the recovery, send a push, a health check or an exit, or
+// quit — and feeds the answers of its requests back to the core. Nothing here
+// sends a message, so tests drive every flow directly
+// (tests/controller/controller_logic_test.cpp).
+//
+// It composes the parts, each tested on its own: the reconciler (StateManager,
+// controller/core), node liveness (Membership), the recovery window
+// (RecoveryGate, NodesFile, nodes_to_await), admission (admission.hpp), the
+// actor handles (ActorDirectory), proxy health (ProxyHealthMonitor) and the
+// rendering of answers (status_view.hpp). Log lines go to the logger given.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <spdlog/logger.h>
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+#include <caf/error.hpp>
+
+#include "controller/controller_actor.hpp"  // ControllerOptions
+#include "controller/core/checkpoint_store.hpp"
+#include "controller/core/clock.hpp"
+#include "controller/core/state_manager.hpp"
+#include "controller/membership.hpp"
+#include "controller/shell/admission.hpp"
+#include "controller/shell/command_plan.hpp"
+#include "controller/shell/directory.hpp"
+#include "controller/shell/proxy_health.hpp"
+#include "controller/shell/recovery_gate.hpp"
+#include "controller/shell/status_view.hpp"
+#include "runtime/status.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::controller {
+
+class ControllerLogic {
+ public:
+  // `seed`: drawn at random for every incarnation (incarnation_options, and
+  // the core's Random). `monitor` / `demonitor`: see ActorDirectory.
+  ControllerLogic(const ControllerOptions& options, std::shared_ptr<CheckpointStore> store,
+                  std::shared_ptr<const Clock> clock, uint64_t seed,
+                  ActorDirectory::Monitor monitor, ActorDirectory::Demonitor demonitor,
+                  std::shared_ptr<spdlog::logger> log);
+
+  // ------------------------------------------------------------ startup
+
+  // Loads the checkpoint and opens the recovery gate. True: there is state
+  // to recover; the actor ends the window after recovery_window_s (or
+  // register_node / tick end it earlier). False: nothing to recover; the
+  // actor calls finish_recovery() at once. Until start() the controller
+  // counts as recovering.
+  bool start();
+  // Ends the recovery: the core takes over the replicas nodes reported.
+  // True when it ended now, false when it had ended before. An error when
+  // the checkpoint cannot be recovered: the controller must stop with it.
+  Result<bool> finish_recovery();
+  bool recovering() const { return recovery_->is_recovering(); }
+
+  // ------------------------------------------------------------ node calls
+
+  struct Registration {
+    uint64_t incarnation = 0;
+    // While recovering: every node alive before the restart is back, so the
+    // actor ends the recovery now (finish_recovery()).
+    bool recovery_complete = false;
+  };
+  // A node agent (re-)registers with the replicas it hosts: admitted (see
+  // admit_node), the node is ALIVE, `agent` is its agent, and its replicas
+  // are collected for the recovery or adopted by the core.
+  Result<Registration> register_node(const troupe::NodeInfo& info, const caf::actor& agent,
+                                     const std::vector<HostedReplicaInfo>& hosted,
+                                     const Credential& cred);
+  Status heartbeat(const std::string& node_id, const Credential& cred);
+  // The node leaves on purpose: forgotten, its agent no longer monitored.
+  Status deregister(const std::string& node_id, const Credential& cred);
+  Status drain(const std::string& node_id, const Credential& cred);
+
+  // ------------------------------------------------------------ user calls
+
+  Result<DeployResult> deploy(const std::string& encoded_application, const Credential& cred);
+  // The declarative deploy: the answer is render_apply_result's JSON. A new
+  // `request_timeout_s` reaches every proxy with the next publish.
+  Result<std::string> apply(const std::string& encoded_target_state, double request_timeout_s,
+                            const Credential& cred);
+  Status delete_application(const std::string& app, const Credential& cred);
+  // Deletes every application; with `nodes`, nodes_to_stop() then names
+  // every agent once the last replica is gone.
+  Status shutdown(bool nodes, const Credential& cred);
+  // The actor `troupectl kill` reaches (see ActorDirectory::kill_target),
+  // logged; the actor sends it an exit(kill), or quits.
+  Result<KillTarget> kill(const std::string& kind, const std::string& id, const Credential& cred);
+
+  // ------------------------------------------------------------ queries
+
+  std::string status() const;  // the `status` JSON
+  std::vector<NodeStatus> nodes() const;
+  // A pull: what changed since (epoch, seq), or the same id when current.
+  Result<RoutingSnapshot> snapshot(uint64_t epoch, uint64_t seq) const;
+  Result<std::string> config() const;  // the target state record
+
+  // ------------------------------------------------------------ routes
+
+  // Tracks a route-table subscriber (a node's proxy) presenting `last`.
+  // True when the actor publishes now (not while recovering); an invalid
+  // handle is ignored.
+  bool subscribe(const caf::actor& subscriber, SnapshotId last, const std::string& node_id);
+  // The snapshot every subscriber is due (a delta since the last one it was
+  // sent, in full when it has none), marked as sent; none for a current one.
+  std::vector<std::pair<caf::actor, RoutingSnapshot>> due_pushes();
+
+  // ------------------------------------------------------------ reconciling
+
+  // The core's commands for the actor to execute (none while recovering).
+  std::vector<Command> update();
+  struct Execution {
+    CommandAction action;
+    caf::actor agent;    // the command's node's agent, if connected
+    caf::actor replica;  // the command's replica, if known
+  };
+  // How to execute `cmd` (plan_command). A replica to stop or kill is marked
+  // so its down message counts as a stop. Actions that need no message
+  // (no_agent, replica_gone, already_gone) are fed back to the core here;
+  // the actor sends what the others name.
+  Execution plan(const Command& cmd);
+  // Logs every change of a deployment's status since the last call: the
+  // operator's event trail. After the commands of an update() ran.
+  void log_status_changes();
+
+  // ------------------------------------------------------------ reports
+
+  void replica_metrics(const std::string& replica_id, double ongoing);
+  // A proxy's (or handle's) count for one deployment: the only signal when
+  // it has no replica. True when the actor reconciles now (a cold start),
+  // not at the next tick.
+  bool handle_metrics(const std::string& reporter, const std::string& app,
+                      const std::string& deployment, double queued_and_inflight);
+
+  // ------------------------------------------------------------ time
+
+  // The tick's liveness check: nodes silent past node_timeout_s are DEAD.
+  // True when the recovery window is over, so the actor ends the recovery
+  // (the window's own message may come first).
+  bool tick();
+  // After a tick's reconcile: the agents to send stop_node, once, when a
+  // `shutdown --nodes` has seen every replica gone; otherwise none.
+  std::vector<caf::actor> nodes_to_stop();
+
+  // The proxies due for a health check now, marked as being checked.
+  std::vector<std::pair<ProxyHealthMonitor::Key, caf::actor>> due_proxy_checks();
+  // A check's outcome (`why`: the error, empty when it answered), logged.
+  // The proxy to kill when it just became UNHEALTHY (its node's keeper
+  // starts a fresh one, which subscribes again); else an invalid handle.
+  caf::actor settle_proxy_check(ProxyHealthMonitor::Key key, bool ok, const std::string& why);
+
+  // ------------------------------------------------------------ down
+
+  // A monitored actor went down with `reason` (`rendered`: CAF's text for
+  // it, for the log). A replica's crash or stop goes to the core (not while
+  // recovering), an agent whose connection dropped makes its node DEAD, a
+  // subscriber's health record is dropped. True when the actor reconciles.
+  bool on_down(const caf::actor_addr& source, const caf::error& reason,
+               const std::string& rendered);
+
+  // ------------------------------------------------------------ parts
+
+  // For the actor, to feed the answers of its requests back.
+  StateManager& core() { return *core_; }
+  ActorDirectory& actors() { return actors_; }
+  const ControllerOptions& options() const { return options_; }
+  spdlog::logger& log() { return *log_; }
+  // For tests.
+  const StateManager& core() const { return *core_; }
+  const Membership& membership() const { return membership_; }
+  const ActorDirectory& actors() const { return actors_; }
+
+ private:
+  double now() const { return clock_->now_s(); }
+  void log_transitions(const std::vector<NodeTransition>& ts);
+  void save_live_nodes();
+  // The core learns the node table (and <state_dir>/nodes is kept).
+  void push_nodes();
+  // After a change of membership: the core learns of it (not while
+  // recovering; finish_recovery() pushes the nodes then).
+  void nodes_changed();
+  RoutingSnapshot to_wire(const SnapshotDelta& delta) const;
+
+  ControllerOptions options_;
+  std::shared_ptr<const Clock> clock_;
+  std::shared_ptr<spdlog::logger> log_;
+  Membership membership_;
+  SeededRandom rng_;
+  std::shared_ptr<CheckpointStore> store_;
+  std::unique_ptr<StateManager> core_;
+  std::unique_ptr<RecoveryGate> recovery_;
+  NodesFile nodes_file_;  // <state_dir>/nodes, for the next restart
+  ProxyHealthMonitor proxies_;
+  // Replicas, agents and subscribers (proxies; their health lives in
+  // `proxies_` under the same key): every actor the controller monitors.
+  ActorDirectory actors_;
+  // `troupectl shutdown --nodes`: stop the node processes once every replica
+  // is gone.
+  bool stop_nodes_when_empty_ = false;
+  // Last logged status per deployment, to log transitions.
+  StatusChangeLog status_log_;
+};
+
+}  // namespace troupe::controller

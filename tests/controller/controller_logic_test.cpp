@@ -1,0 +1,523 @@
+// The controller's state and what every call and event does to it, driven
+// without the actor: the test plays the actor's part (it runs the commands
+// update() returns by answering for the agents and replicas itself) on a fake
+// clock. Actor handles come from actors that end as soon as they are spawned:
+// only their identity matters.
+#include "controller/shell/controller_logic.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include <doctest/doctest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <nlohmann/json.hpp>
+
+#include "controller/store/codec.hpp"
+#include "tests/controller/fakes.hpp"
+
+using namespace troupe;
+using namespace troupe::controller;
+using namespace troupe::controller::testing;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/troupe-logic-XXXXXX";
+    const char* dir = mkdtemp(tmpl);
+    REQUIRE(dir != nullptr);
+    path = dir;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+struct Fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<FakeClock> clock = std::make_shared<FakeClock>();
+  std::shared_ptr<CheckpointStore> store = std::make_shared<MemoryStore>();
+  std::ostringstream log_text;
+  std::shared_ptr<spdlog::logger> log;
+  std::vector<caf::actor> monitored;
+  std::vector<caf::actor_addr> demonitored;
+  ControllerOptions options;
+  std::unique_ptr<ControllerLogic> logic;
+
+  Fixture() {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(log_text);
+    sink->set_pattern("%l %v");
+    log = std::make_shared<spdlog::logger>("logic-test", sink);
+    options.recovery_window_s = 3.0;
+    options.proxy_health_period_s = 1.0;
+    options.proxy_unhealthy_after = 3;
+  }
+
+  // Builds the controller; true when it waits for nodes (a checkpoint to
+  // recover), else it is ready.
+  bool start() {
+    logic = std::make_unique<ControllerLogic>(
+        options, store, clock, 0x5eed0000000000ffull,
+        [this](const caf::actor& a) { monitored.push_back(a); },
+        [this](const caf::actor_addr& a) { demonitored.push_back(a); }, log);
+    if (logic->start())
+      return true;
+    auto finished = logic->finish_recovery();
+    REQUIRE(finished);
+    CHECK(*finished);
+    return false;
+  }
+
+  caf::actor handle() {
+    return sys.spawn([] {});
+  }
+
+  ControllerLogic::Registration register_node(const std::string& id, const caf::actor& agent,
+                                              const std::vector<HostedReplicaInfo>& hosted = {}) {
+    troupe::NodeInfo info{id, "127.0.0.1", 8001, "cpu=4", 4242, kProtocolVersion};
+    auto reg = logic->register_node(info, agent, hosted, Credential{});
+    REQUIRE_MESSAGE(reg, reg.status().to_string());
+    return *reg;
+  }
+
+  Result<DeployResult> deploy(const ApplicationSpec& app) {
+    return logic->deploy(encode_application(app), Credential{});
+  }
+
+  // One reconcile as the actor runs it: the commands with how each is to be
+  // executed (what needs no message is fed back already).
+  std::vector<std::pair<Command, ControllerLogic::Execution>> reconcile() {
+    std::vector<std::pair<Command, ControllerLogic::Execution>> out;
+    for (const auto& cmd : logic->update())
+      out.emplace_back(cmd, logic->plan(cmd));
+    logic->log_status_changes();
+    return out;
+  }
+
+  // Deploys `app` on node n1 (registered with `agent`) and answers the spawn
+  // and the constructor like a replica that starts at once: its handle.
+  caf::actor running_replica(const caf::actor& agent, std::string* replica_id) {
+    register_node("n1", agent);
+    REQUIRE(deploy(make_app("a", "/a", {make_deployment("D", 1)})));
+    auto runs = reconcile();
+    REQUIRE(runs.size() == 1);
+    const auto& [cmd, run] = runs.front();
+    REQUIRE(run.action == CommandAction::spawn);
+    CHECK(run.agent == agent);
+    auto replica = handle();
+    logic->actors().remember_replica(cmd.replica_id, cmd.node_id, replica);
+    logic->core().on_replica_ready(cmd.replica_id, cmd.version);
+    reconcile();
+    *replica_id = cmd.replica_id;
+    return replica;
+  }
+
+  nlohmann::json status() const { return nlohmann::json::parse(logic->status()); }
+
+  std::string node_state(const std::string& id) const {
+    for (const auto& n : logic->nodes()) {
+      if (n.id == id)
+        return n.state;
+    }
+    return "none";
+  }
+
+  std::string proxy_column(const std::string& id) const {
+    for (const auto& n : logic->nodes()) {
+      if (n.id == id)
+        return n.proxy;
+    }
+    return "none";
+  }
+};
+
+caf::error troupe_error(const std::string& message) {
+  return to_caf_error(Status(errc::internal, message));
+}
+
+}  // namespace
+
+TEST_CASE("logic: with nothing to recover the controller is ready at once") {
+  Fixture f;
+  CHECK_FALSE(f.start());
+  CHECK_FALSE(f.logic->recovering());
+  CHECK(f.status()["recovering"] == false);
+  auto again = f.logic->finish_recovery();
+  REQUIRE(again);
+  CHECK_FALSE(*again);  // ended before: nothing more to do
+  CHECK(f.logic->config());
+  CHECK(f.logic->snapshot(0, 0));
+}
+
+TEST_CASE("logic: a registered node is ALIVE - it heartbeats - drains and leaves") {
+  Fixture f;
+  f.start();
+  auto agent = f.handle();
+  auto reg = f.register_node("n1", agent);
+  CHECK(reg.incarnation == 1);
+  CHECK_FALSE(reg.recovery_complete);
+  CHECK(f.logic->actors().agent("n1") == agent);
+  CHECK(std::count(f.monitored.begin(), f.monitored.end(), agent) == 1);
+  CHECK(f.node_state("n1") == "ALIVE");
+  CHECK(f.proxy_column("n1") == "NONE");
+  CHECK(contains(f.log_text.str(),
+                 "info node n1 registered (pid 4242, 127.0.0.1:8001, cpu=4, 0 "
+                 "replicas)"));
+  CHECK(f.logic->heartbeat("n1", Credential{}).is_ok());
+  CHECK(f.logic->heartbeat("n9", Credential{}).code() == errc::not_found);
+  CHECK(f.logic->drain("n1", Credential{}).is_ok());
+  CHECK(f.node_state("n1") == "DRAINING");
+  CHECK(f.register_node("n1", agent).incarnation == 2);
+  CHECK(contains(f.log_text.str(), "node n1 re-registered"));
+  CHECK(f.node_state("n1") == "DRAINING");  // the operator's, kept across reconnects
+  CHECK(f.logic->deregister("n1", Credential{}).is_ok());
+  CHECK(f.node_state("n1") == "none");
+  CHECK_FALSE(f.logic->actors().agent("n1"));
+  REQUIRE(f.demonitored.size() == 1);
+  CHECK(f.demonitored.front() == agent.address());
+  CHECK(f.logic->deregister("n1", Credential{}).code() == errc::not_found);
+}
+
+TEST_CASE("logic: a refused registration changes nothing") {
+  Fixture f;
+  f.start();
+  troupe::NodeInfo info{"n1", "127.0.0.1", 8001, "cpu=4", 4242, kProtocolVersion};
+  auto reg = f.logic->register_node(info, caf::actor{}, {}, Credential{});
+  REQUIRE_FALSE(reg);
+  CHECK(reg.status().message() == "no agent handle given");
+  CHECK(f.logic->nodes().empty());
+  CHECK(f.monitored.empty());
+}
+
+TEST_CASE("logic: a deploy becomes a start on the node's agent") {
+  Fixture f;
+  f.start();
+  auto agent = f.handle();
+  f.register_node("n1", agent);
+  auto app = make_app("a", "/a", {make_deployment("D", 1)});
+  auto first = f.deploy(app);
+  REQUIRE_MESSAGE(first, first.status().to_string());
+  CHECK(first->changed);
+  CHECK(first->generation == 1);
+  auto runs = f.reconcile();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].first.kind == CommandKind::start);
+  CHECK(runs[0].first.node_id == "n1");
+  CHECK(runs[0].second.action == CommandAction::spawn);
+  CHECK(runs[0].second.agent == agent);
+  CHECK(contains(runs[0].first.replica_id, "#5eed00-"));  // the incarnation's tag
+  auto same = f.deploy(app);
+  REQUIRE(same);
+  CHECK_FALSE(same->changed);
+  CHECK(contains(f.log_text.str(), "info deploy of a: unchanged (generation 1)"));
+  CHECK(f.logic->deploy("not a record", Credential{}).status().code() != errc::ok);
+}
+
+TEST_CASE("logic: an agent that died alone leaves its node ALIVE - starts there fail at once") {
+  Fixture f;
+  f.start();
+  auto agent = f.handle();
+  f.register_node("n1", agent);
+  CHECK_FALSE(f.logic->on_down(agent.address(), caf::exit_reason::kill, "killed"));
+  CHECK(f.node_state("n1") == "ALIVE");
+  CHECK(contains(f.log_text.str(), "warning lost the node agent of n1: killed"));
+  CHECK(contains(f.log_text.str(), "node n1 still connected; waiting for its new agent"));
+  REQUIRE(f.deploy(make_app("a", "/a", {make_deployment("D", 1)})));
+  auto runs = f.reconcile();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].second.action == CommandAction::no_agent);
+  // Every retry fails the same way (what needs no message is fed back at
+  // once), until the core gives the deployment up with that error.
+  nlohmann::json d;
+  for (int i = 0; i < 100 && d["status"] != "DEPLOY_FAILED"; ++i) {
+    f.clock->advance(1.0);
+    for (const auto& [cmd, run] : f.reconcile())
+      CHECK(run.action != CommandAction::spawn);
+    d = f.status()["applications"]["a"]["deployments"]["D"];
+  }
+  CHECK(d["status"] == "DEPLOY_FAILED");
+  CHECK_MESSAGE(contains(d["message"], "Error:\nnode n1 has no agent connected"), d.dump());
+}
+
+TEST_CASE("logic: an agent whose connection drops takes its node down - a late notice does not") {
+  Fixture f;
+  f.start();
+  auto old_agent = f.handle();
+  auto agent = f.handle();
+  f.register_node("n1", old_agent);
+  f.register_node("n1", agent);  // a new connection before the old one's notice
+  CHECK_FALSE(
+      f.logic->on_down(old_agent.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  CHECK(f.node_state("n1") == "ALIVE");
+  CHECK(f.logic->on_down(agent.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  CHECK(f.node_state("n1") == "DEAD");
+  CHECK(contains(f.log_text.str(), "warning node n1 ALIVE -> DEAD"));
+}
+
+TEST_CASE("logic: a replica's crash reaches the core with its cause - a stop is a stop") {
+  Fixture f;
+  f.start();
+  std::string id;
+  auto replica = f.running_replica(f.handle(), &id);
+  CHECK(f.status()["applications"]["a"]["deployments"]["D"]["replicas"][0]["state"] == "RUNNING");
+  CHECK(f.logic->on_down(replica.address(),
+                         troupe_error("replica " + id + " exited: killed by SIGSEGV"), "?"));
+  CHECK(contains(f.log_text.str(), "warning replica " + id + " went down: replica " + id +
+                                       " exited: killed by SIGSEGV"));
+  auto runs = f.reconcile();  // the core replaces it
+  auto d = f.status()["applications"]["a"]["deployments"]["D"];
+  CHECK(d["status"] == "UNHEALTHY");
+  CHECK_MESSAGE(contains(d["message"], "replica " + id + " exited: killed by SIGSEGV"), d.dump());
+  // Making sure the old one is gone, and a new one.
+  runs.erase(std::remove_if(runs.begin(), runs.end(),
+                            [](const auto& r) { return r.first.kind != CommandKind::start; }),
+             runs.end());
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].first.replica_id != id);
+
+  // The replacement runs; a delete stops it through its agent, and its down
+  // is then the stop.
+  auto replacement = f.handle();
+  f.logic->actors().remember_replica(runs[0].first.replica_id, "n1", replacement);
+  f.logic->core().on_replica_ready(runs[0].first.replica_id, runs[0].first.version);
+  f.reconcile();
+  REQUIRE(f.logic->delete_application("a", Credential{}).is_ok());
+  auto stops = f.reconcile();
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0].first.kind == CommandKind::stop);
+  CHECK(stops[0].second.action == CommandAction::stop_via_agent);
+  CHECK(stops[0].second.replica == replacement);
+  CHECK(f.logic->on_down(replacement.address(), caf::exit_reason::user_shutdown, "stopped"));
+  CHECK_FALSE(contains(f.log_text.str(), "replica " + runs[0].first.replica_id + " went down"));
+  f.reconcile();
+  CHECK(f.logic->core().target_state().applications.empty());
+  CHECK(f.status()["applications"].empty());
+}
+
+TEST_CASE("logic: after a restart registrations are collected until every known node is back") {
+  Fixture f;
+  TempDir dir;
+  f.options.state_dir = dir.path;
+  NodesFile before(dir.path);
+  NodeRecord n1, n2;
+  n1.id = "n1";
+  n2.id = "n2";
+  REQUIRE(before.save({{"n1", n1}, {"n2", n2}}));
+  TargetState saved;
+  saved.generation = 4;
+  saved.applications["a"] = make_app("a", "/a", {make_deployment("D", 1)});
+  std::static_pointer_cast<MemoryStore>(f.store)->saved = saved;
+  CHECK(f.start());
+  CHECK(f.logic->recovering());
+  CHECK(contains(f.log_text.str(), "checkpoint found; collecting hosted replicas from 2 known"));
+  // User calls and pulls wait; so do pushes.
+  CHECK(f.deploy(make_app("b", "/b", {make_deployment("E", 1)})).status().code() ==
+        errc::unavailable);
+  CHECK(f.logic->snapshot(0, 0).status().code() == errc::unavailable);
+  CHECK_FALSE(f.logic->subscribe(f.handle(), SnapshotId{}, "n1"));
+  CHECK(f.logic->update().empty());
+
+  HostedReplicaInfo h;
+  h.replica_id = "a#D#old-1";
+  h.app = "a";
+  h.deployment = "D";
+  h.handle = f.handle();
+  CHECK_FALSE(f.register_node("n1", f.handle(), {h}).recovery_complete);
+  CHECK(f.logic->recovering());
+  CHECK(f.register_node("n2", f.handle()).recovery_complete);
+  auto finished = f.logic->finish_recovery();
+  REQUIRE(finished);
+  CHECK(*finished);
+  CHECK(f.status()["recovering"] == false);
+  // The predecessor's replica is adopted: asked what it runs, not replaced.
+  auto runs = f.reconcile();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].first.kind == CommandKind::recover);
+  CHECK(runs[0].first.replica_id == "a#D#old-1");
+  CHECK(runs[0].second.action == CommandAction::query_version);
+  CHECK(runs[0].second.replica == h.handle);
+}
+
+TEST_CASE("logic: the recovery window ends the recovery when a node does not come back") {
+  Fixture f;
+  TargetState saved;
+  saved.generation = 1;
+  std::static_pointer_cast<MemoryStore>(f.store)->saved = saved;
+  CHECK(f.start());
+  f.clock->advance(2.9);
+  CHECK_FALSE(f.logic->tick());
+  f.clock->advance(0.1);
+  CHECK(f.logic->tick());
+  REQUIRE(f.logic->finish_recovery());
+  CHECK_FALSE(f.logic->recovering());
+  CHECK_FALSE(f.logic->tick());
+}
+
+TEST_CASE("logic: a checkpoint that cannot be recovered stops the controller") {
+  Fixture f;
+  f.store = std::make_shared<CorruptStore>();
+  CHECK(f.start());  // unreadable is not empty: the recovery goes on
+  auto finished = f.logic->finish_recovery();
+  REQUIRE_FALSE(finished);
+  CHECK(finished.status().code() == errc::corrupt);
+  CHECK(contains(f.log_text.str(), "critical cannot recover:"));
+  CHECK(f.logic->recovering());
+}
+
+TEST_CASE("logic: silent nodes turn DEAD on the tick") {
+  Fixture f;
+  f.options.node_timeout_s = 5.0;
+  f.start();
+  f.register_node("n1", f.handle());
+  f.clock->advance(4.0);
+  REQUIRE(f.logic->heartbeat("n1", Credential{}).is_ok());
+  f.clock->advance(4.0);
+  f.logic->tick();
+  CHECK(f.node_state("n1") == "ALIVE");
+  f.clock->advance(1.5);
+  f.logic->tick();
+  CHECK(f.node_state("n1") == "DEAD");
+}
+
+TEST_CASE("logic: subscribers get what changed - and all of it after a new request timeout") {
+  Fixture f;
+  f.start();
+  std::string id;
+  auto replica = f.running_replica(f.handle(), &id);
+  auto proxy = f.handle();
+  CHECK(f.logic->subscribe(proxy, SnapshotId{}, "n1"));
+  CHECK(f.proxy_column("n1") == "STARTING");
+  auto pushes = f.logic->due_pushes();
+  REQUIRE(pushes.size() == 1);
+  CHECK(pushes[0].first == proxy);
+  CHECK(pushes[0].second.full);
+  REQUIRE(pushes[0].second.deployments.size() == 1);
+  REQUIRE(pushes[0].second.deployments[0].replicas.size() == 1);
+  CHECK(pushes[0].second.request_timeout_s == 0);
+  CHECK(f.logic->due_pushes().empty());  // current
+
+  // The same config with a request timeout: nothing changed for the core,
+  // but every proxy must learn the timeout.
+  auto same = encode_target_state(f.logic->core().target_state());
+  auto json = f.logic->apply(same, 30, Credential{});
+  REQUIRE_MESSAGE(json, json.status().to_string());
+  CHECK(nlohmann::json::parse(*json)["changed"] == false);
+  pushes = f.logic->due_pushes();
+  REQUIRE(pushes.size() == 1);
+  CHECK(pushes[0].second.full);
+  CHECK(pushes[0].second.request_timeout_s == 30);
+  CHECK(f.logic->due_pushes().empty());
+  // A pull of an older id gets what changed since.
+  auto pulled = f.logic->snapshot(0, 0);
+  REQUIRE(pulled);
+  CHECK(pulled->request_timeout_s == 30);
+  CHECK(f.logic->subscribe(caf::actor{}, SnapshotId{}, "n1") == false);
+}
+
+TEST_CASE("logic: a proxy that fails its health checks is named for a kill at the limit") {
+  Fixture f;
+  f.start();
+  f.register_node("n1", f.handle());
+  auto proxy = f.handle();
+  f.logic->subscribe(proxy, SnapshotId{}, "n1");
+  auto due = f.logic->due_proxy_checks();
+  REQUIRE(due.size() == 1);
+  CHECK(due[0].second == proxy);
+  auto key = due[0].first;
+  CHECK_FALSE(f.logic->settle_proxy_check(key, true, ""));
+  CHECK(f.proxy_column("n1") == "HEALTHY");
+  CHECK(f.logic->due_proxy_checks().empty());  // not before its period
+  for (int failure = 1; failure <= 3; ++failure) {
+    f.clock->advance(1.0);
+    REQUIRE(f.logic->due_proxy_checks().size() == 1);
+    auto kill = f.logic->settle_proxy_check(key, false, "io thread 0 has not run for 6.0 s");
+    CHECK(static_cast<bool>(kill) == (failure == 3));
+    if (kill)
+      CHECK(kill == proxy);
+  }
+  CHECK(contains(f.log_text.str(),
+                 "warning proxy of node n1 failed a health check (1 of 3): io "
+                 "thread 0 has not run for 6.0 s"));
+  CHECK(contains(f.log_text.str(), "proxy of node n1 is UNHEALTHY after 3 failed health checks"));
+  CHECK(f.proxy_column("n1") == "UNHEALTHY");
+  // Killed: its down notice drops it.
+  CHECK_FALSE(f.logic->on_down(proxy.address(), caf::exit_reason::kill, "killed"));
+  CHECK(f.proxy_column("n1") == "NONE");
+}
+
+TEST_CASE("logic: shutdown --nodes stops every node once - after the last replica is gone") {
+  Fixture f;
+  f.start();
+  auto agent = f.handle();
+  std::string id;
+  auto replica = f.running_replica(agent, &id);
+  auto other = f.handle();
+  f.register_node("n2", other);
+  CHECK(f.logic->nodes_to_stop().empty());  // no shutdown asked
+  REQUIRE(f.logic->shutdown(true, Credential{}).is_ok());
+  auto stops = f.reconcile();
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0].second.action == CommandAction::stop_via_agent);
+  CHECK(f.logic->nodes_to_stop().empty());  // its replica still runs
+  CHECK(f.logic->on_down(replica.address(), caf::exit_reason::user_shutdown, "stopped"));
+  f.reconcile();
+  auto agents = f.logic->nodes_to_stop();
+  CHECK(agents.size() == 2);
+  CHECK(std::count(agents.begin(), agents.end(), agent) == 1);
+  CHECK(std::count(agents.begin(), agents.end(), other) == 1);
+  CHECK(contains(f.log_text.str(), "every replica is gone; stopping 2 nodes"));
+  CHECK(f.logic->nodes_to_stop().empty());  // once
+}
+
+TEST_CASE("logic: a plain shutdown leaves the nodes running") {
+  Fixture f;
+  f.start();
+  f.register_node("n1", f.handle());
+  REQUIRE(f.logic->shutdown(false, Credential{}).is_ok());
+  f.reconcile();
+  CHECK(f.logic->core().is_shut_down());
+  CHECK(f.logic->nodes_to_stop().empty());
+}
+
+TEST_CASE("logic: a handle's demand for a deployment without replicas reconciles at once") {
+  Fixture f;
+  f.start();
+  f.register_node("n1", f.handle());
+  REQUIRE(f.deploy(make_app("a", "/a", {make_deployment("D", 1)})));
+  CHECK_FALSE(f.logic->handle_metrics("proxy-n1", "a", "D", 0));
+  CHECK(f.logic->handle_metrics("proxy-n1", "a", "D", 2));
+  f.reconcile();  // a replica is starting: the next tick is soon enough
+  CHECK_FALSE(f.logic->handle_metrics("proxy-n1", "a", "D", 2));
+}
+
+TEST_CASE("logic: a kill is checked - named and logged") {
+  Fixture f;
+  f.options.ca_pem = "-----BEGIN CERTIFICATE-----";
+  f.start();
+  auto refused = f.logic->kill("controller", "", Credential{});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.status().code() == errc::permission_denied);
+  CHECK_FALSE(contains(f.log_text.str(), "on operator request"));
+
+  Fixture open;
+  open.start();
+  auto t = open.logic->kill("controller", "", Credential{});
+  REQUIRE(t);
+  CHECK(t->controller);
+  CHECK(contains(open.log_text.str(), "warning controller killed on operator request"));
+  CHECK(open.logic->kill("replica", "a#D#1", Credential{}).status().message() ==
+        "no replica 'a#D#1'");
+}
