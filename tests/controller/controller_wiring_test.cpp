@@ -151,6 +151,16 @@ struct Fixture : test_coordinator_fixture<WiringConfig> {
     return "?";
   }
 
+  std::string node_state() {
+    auto m = call(nodes_atom::value);
+    REQUIRE(m.match_elements<std::vector<NodeStatus>>());
+    for (const auto& n : m.get_as<std::vector<NodeStatus>>(0)) {
+      if (n.id == "n1")
+        return n.state;
+    }
+    return "?";
+  }
+
   // One controller tick: the fake clock and CAF's clock move together.
   void tick() {
     clock->advance(options.tick_interval_s);
@@ -273,4 +283,42 @@ TEST_CASE("wiring: a replica that dies is reported to the core and replaced") {
   REQUIRE(replicas.size() == 1);
   CHECK(replicas.at(0)["id"] == f.spawned->specs.back().replica_id);
   CHECK(replicas.at(0)["state"] == "RUNNING");
+}
+
+TEST_CASE("wiring: an agent that dies alone leaves its node ALIVE - a lost connection does not") {
+  Fixture f;
+  f.start();
+  f.register_node();
+  caf::anon_send_exit(f.agent, caf::exit_reason::kill);
+  f.sched.run();  // the down notice
+  CHECK(f.node_state() == "ALIVE");
+  // The node's keeper starts a new agent, which registers again.
+  f.agent = f.sys.spawn(fake_agent, f.spawned);
+  REQUIRE(f.register_node().match_elements<uint64_t>());
+  caf::anon_send_exit(f.agent, caf::exit_reason::remote_link_unreachable);
+  f.sched.run();
+  CHECK(f.node_state() == "DEAD");
+}
+
+TEST_CASE("wiring: kill answers what it cannot find and kills what it can") {
+  Fixture f;
+  f.start();
+  f.register_node();
+  CHECK(error_of(f.call(kill_atom::value, std::string("node"), std::string("n1"), Credential{})) ==
+        "kill: unknown kind 'node'; expected replica, proxy, agent or controller");
+  CHECK(error_of(f.call(kill_atom::value, std::string("replica"), std::string("a#D#1"),
+                        Credential{})) == "no replica 'a#D#1'");
+  f.self->monitor(f.agent);
+  f.self->send(f.controller, kill_atom::value, std::string("agent"), std::string("n1"),
+               Credential{});
+  f.sched.run();
+  bool ok = false;
+  bool killed = false;
+  for (int i = 0; i < 2; ++i) {
+    f.self->receive([&](caf::ok_atom) { ok = true; },
+                    [&](caf::down_msg& dm) { killed = dm.reason == caf::exit_reason::kill; },
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+  }
+  CHECK(ok);
+  CHECK(killed);
 }
