@@ -38,7 +38,11 @@ struct ControllerState {
   static inline const char* name = "troupe.controller";
 };
 
-using controller_actor = caf::stateful_actor<ControllerState>;
+// Its own messages besides its interface: the recovery window is over; time
+// for a tick.
+using ControllerImpl =
+    ControllerActor::extend<caf::reacts_to<recover_atom>, caf::reacts_to<tick_atom>>;
+using controller_actor = ControllerImpl::stateful_base<ControllerState>;
 
 ControllerLogic& logic(controller_actor* self) {
   return *self->state.logic;
@@ -77,13 +81,13 @@ void initialize_replica(controller_actor* self, const std::string& id, ReplicaVe
           [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); });
 }
 
-void spawn_replica(controller_actor* self, const caf::actor& agent, const Command& cmd) {
+void spawn_replica(controller_actor* self, const AgentActor& agent, const Command& cmd) {
   auto id = cmd.replica_id;
   auto version = cmd.version;
   auto node = cmd.node_id;
   self->request(agent, request_timeout(self), spawn_replica_atom::value, wire_spec(cmd))
       .then(
-          [=](const caf::actor& handle) {
+          [=](const ReplicaActor& handle) {
             logic(self).actors().remember_replica(id, node, handle);
             initialize_replica(self, id, version);
           },
@@ -93,7 +97,7 @@ void spawn_replica(controller_actor* self, const caf::actor& agent, const Comman
           });
 }
 
-void reconfigure_replica(controller_actor* self, const caf::actor& replica, const Command& cmd) {
+void reconfigure_replica(controller_actor* self, const ReplicaActor& replica, const Command& cmd) {
   auto id = cmd.replica_id;
   auto version = cmd.version;
   self->request(replica, caf::infinite, reconfigure_atom::value, cmd.version.user_config)
@@ -101,7 +105,8 @@ void reconfigure_replica(controller_actor* self, const caf::actor& replica, cons
             [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); });
 }
 
-void check_replica_health(controller_actor* self, const caf::actor& replica, const Command& cmd) {
+void check_replica_health(controller_actor* self, const ReplicaActor& replica,
+                          const Command& cmd) {
   auto id = cmd.replica_id;
   auto seq = cmd.check_seq;
   // The core times checks out itself (health_check_timeout_s); this bound
@@ -115,7 +120,8 @@ void check_replica_health(controller_actor* self, const caf::actor& replica, con
             });
 }
 
-void query_replica_version(controller_actor* self, const caf::actor& replica, const Command& cmd) {
+void query_replica_version(controller_actor* self, const ReplicaActor& replica,
+                           const Command& cmd) {
   auto id = cmd.replica_id;
   self->request(replica, request_timeout(self), version_atom::value)
       .then(
@@ -131,7 +137,7 @@ void query_replica_version(controller_actor* self, const caf::actor& replica, co
 
 // The agent stops (or kills) the replica process; if it cannot, the replica
 // actor gets an exit(kill).
-void stop_via_agent(controller_actor* self, const caf::actor& agent, const caf::actor& replica,
+void stop_via_agent(controller_actor* self, const AgentActor& agent, const ReplicaActor& replica,
                     const Command& cmd) {
   auto on_error = [=](caf::error&) { self->send_exit(replica, caf::exit_reason::kill); };
   if (cmd.kind == CommandKind::stop) {
@@ -250,7 +256,7 @@ caf::result<uint64_t> on_register(controller_actor* self, const troupe::NodeInfo
                                   const caf::actor& agent,
                                   const std::vector<HostedReplicaInfo>& hosted,
                                   const Credential& cred) {
-  auto reg = logic(self).register_node(info, agent, hosted, cred);
+  auto reg = logic(self).register_node(info, caf::actor_cast<AgentActor>(agent), hosted, cred);
   if (!reg)
     return to_caf_error(reg.status());
   if (reg->recovery_complete)
@@ -292,7 +298,7 @@ caf::result<caf::ok_atom> on_kill(controller_actor* self, const std::string& kin
 
 // The first push (or nothing, when the subscriber is current) follows at
 // once; later ones whenever the published view changes.
-void on_subscribe(controller_actor* self, const caf::actor& subscriber, SnapshotId last,
+void on_subscribe(controller_actor* self, const ProxyActor& subscriber, SnapshotId last,
                   const std::string& node_id) {
   if (logic(self).subscribe(subscriber, last, node_id))
     publish(self);
@@ -324,9 +330,9 @@ void start_recovery(controller_actor* self) {
                      recover_atom::value);
 }
 
-caf::behavior controller(controller_actor* self, ControllerOptions options,
-                         std::shared_ptr<CheckpointStore> store,
-                         std::shared_ptr<const Clock> clock) {
+ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptions options,
+                                         std::shared_ptr<CheckpointStore> store,
+                                         std::shared_ptr<const Clock> clock) {
   init_state(self, options, std::move(store), std::move(clock));
   start_recovery(self);
   self->set_down_handler([=](const caf::down_msg& dm) { on_down(self, dm); });
@@ -358,7 +364,7 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
       [=](snapshot_atom, uint64_t epoch, uint64_t seq) {
         return answer(logic(self).snapshot(epoch, seq));
       },
-      [=](subscribe_atom, const caf::actor& subscriber, uint64_t epoch, uint64_t seq,
+      [=](subscribe_atom, const ProxyActor& subscriber, uint64_t epoch, uint64_t seq,
           const std::string& node_id) {
         on_subscribe(self, subscriber, SnapshotId{epoch, seq}, node_id);
       },
@@ -400,10 +406,10 @@ Result<std::unique_ptr<CheckpointStore>> open_checkpoint(const std::string& stat
   return std::unique_ptr<CheckpointStore>(std::move(store.value()));
 }
 
-caf::actor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
-                            std::shared_ptr<CheckpointStore> store,
-                            std::shared_ptr<const Clock> clock) {
-  return sys.spawn(controller, options, std::move(store), std::move(clock));
+ControllerActor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
+                                 std::shared_ptr<CheckpointStore> store,
+                                 std::shared_ptr<const Clock> clock) {
+  return ControllerActor{sys.spawn(controller, options, std::move(store), std::move(clock))};
 }
 
 }  // namespace troupe::controller

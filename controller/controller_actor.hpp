@@ -4,31 +4,8 @@
 // every state change. It runs on the head node and is published there for
 // node agents and troupectl.
 //
-// Interface (failures answer with an error of category "troupe", see
-// runtime/wire.hpp):
-//   (hello, uint32 version)              -> (hello, uint32 version, string role)
-// Write requests end with a Credential (runtime/wire.hpp), checked when the
-// cluster runs with TLS (see ControllerOptions::ca_pem):
-//   (register, NodeInfo, actor agent, vector<HostedReplicaInfo>, Credential)
-//                                        -> (uint64 incarnation)
-//   (heartbeat, string node_id, Credential)  -> (ok)
-//   (deregister, string node_id, Credential) -> (ok)
-//   (nodes)                              -> (vector<NodeStatus>)
-//   (drain, string node_id, Credential)  -> (ok)
-//   (deploy, string application)         -> (bool changed, uint64 generation)
-//        the application is a Cap'n Proto record (encode_application)
-//   (apply, string target_state, double request_timeout_s)
-//                                        -> (string json)  declarative: exactly
-//        these applications (a Cap'n Proto TargetState record), one commit
-//   (config)                             -> (string target_state record)
-//   (delete, string app)                 -> (ok)
-//   (shutdown)                           -> (ok)  deletes every application
-//   (shutdown, bool nodes)               -> (ok)  ... and, once every replica
-//        is gone, asks every node agent to stop its node process
-//   (kill, string kind, string id)       -> (ok)  kind: replica, agent, proxy,
-//        controller — an exit(kill) to that actor, the chaos primitive
-//   (status)                             -> (string json)   see docs/architecture.md
-//   (metrics, string node, string replica, double ongoing)   from node agents
+// Its interface is ControllerActor (runtime/wire.hpp): every message it
+// takes and answers, checked by the compiler at both ends.
 #pragma once
 
 #include <memory>
@@ -40,6 +17,7 @@
 #include "controller/core/clock.hpp"
 #include "controller/core/limits.hpp"
 #include "runtime/status.hpp"
+#include "runtime/wire.hpp"
 
 namespace troupe::controller {
 
@@ -84,8 +62,8 @@ Result<std::unique_ptr<CheckpointStore>> open_checkpoint(const std::string& stat
 // `clock`: what liveness, proxy health checks and the recovery window are
 // measured on; nullptr is the steady clock. Tests pass a fake one (with CAF's
 // test scheduler, which runs timers on its own clock).
-caf::actor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
-                            std::shared_ptr<CheckpointStore> store,
-                            std::shared_ptr<const Clock> clock = nullptr);
+ControllerActor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
+                                 std::shared_ptr<CheckpointStore> store,
+                                 std::shared_ptr<const Clock> clock = nullptr);
 
 }  // namespace troupe::controller

@@ -14,13 +14,15 @@ namespace troupe {
 
 namespace {
 
+// Its own messages: publish the restarted controller again (attempt); the
+// restart policy's delay passed, start the controller that died.
 using publish_retry_atom = caf::atom_constant<caf::atom("republish")>;
-// Internal: start the controller that died (after the restart policy's delay).
-using restart_atom = caf::atom_constant<caf::atom("restart")>;
+using SupervisorImpl = HeadSupervisorActor::extend<caf::reacts_to<restart_atom>,
+                                                   caf::reacts_to<publish_retry_atom, int>>;
 
 struct SupervisorState {
   SupervisorOptions options;
-  caf::actor controller;  // empty while none runs
+  ControllerActor controller;  // empty while none runs
   bool stopping = false;
   int restarts = 0;
   RestartLimiter limiter;
@@ -29,13 +31,13 @@ struct SupervisorState {
   static inline const char* name = "troupe.supervisor";
 };
 
-using supervisor_actor = caf::stateful_actor<SupervisorState>;
+using supervisor_actor = SupervisorImpl::stateful_base<SupervisorState>;
 
 // Starts a controller in place of the one that died, and publishes it.
 void restart_controller(supervisor_actor* self) {
   auto& st = self->state;
-  st.controller =
-      controller::spawn_controller(self->home_system(), st.options.controller, st.options.store);
+  st.controller = caf::actor_cast<ControllerActor>(
+      controller::spawn_controller(self->home_system(), st.options.controller, st.options.store));
   self->monitor(st.controller);
   auto mm = security::transport_actor(self->home_system());
   // The port closes asynchronously in the middleman: retry the publish for
@@ -68,8 +70,8 @@ void restart_controller(supervisor_actor* self) {
   (*publish)(0);
 }
 
-caf::behavior supervisor(supervisor_actor* self, SupervisorOptions options,
-                         caf::actor first_controller) {
+SupervisorImpl::behavior_type supervisor(supervisor_actor* self, SupervisorOptions options,
+                                         ControllerActor first_controller) {
   auto& st = self->state;
   st.options = std::move(options);
   st.limiter = RestartLimiter(st.options.restart_policy);
@@ -105,7 +107,7 @@ caf::behavior supervisor(supervisor_actor* self, SupervisorOptions options,
     restart_controller(self);
   });
   return {
-      [=](caf::get_atom) -> caf::result<caf::actor> {
+      [=](caf::get_atom) -> caf::result<ControllerActor> {
         auto& st = self->state;
         if (!st.controller) {
           return to_caf_error(Status(errc::unavailable, "no controller is running"));
@@ -132,17 +134,20 @@ caf::behavior supervisor(supervisor_actor* self, SupervisorOptions options,
 
 }  // namespace
 
-Result<caf::actor> start_head_supervisor(caf::actor_system& sys, const SupervisorOptions& options) {
-  auto controller = controller::spawn_controller(sys, options.controller, options.store);
+Result<HeadSupervisorActor> start_head_supervisor(caf::actor_system& sys,
+                                                 const SupervisorOptions& options) {
+  auto controller = caf::actor_cast<ControllerActor>(
+      controller::spawn_controller(sys, options.controller, options.store));
   // Over TLS when the system runs CAF's OpenSSL module.
-  auto port = security::publish(controller, options.port, options.bind.c_str(), true);
+  auto port = security::publish(caf::actor_cast<caf::actor>(controller), options.port,
+                                options.bind.c_str(), true);
   if (!port) {
     caf::anon_send_exit(controller, caf::exit_reason::kill);
     return Status(errc::unavailable, "cannot listen on " + options.bind + ":" +
                                          std::to_string(options.port) + ": " +
                                          sys.render(port.error()));
   }
-  return sys.spawn(supervisor, options, controller);
+  return HeadSupervisorActor{sys.spawn(supervisor, options, controller)};
 }
 
 }  // namespace troupe

@@ -7,10 +7,6 @@
 // dying (e.g. its recovery fails every time) is not restarted forever: past
 // the restart policy the supervisor gives up (runtime/keeper.hpp).
 //
-// Interface:
-//   (get)                      -> (actor controller)  the current one, or an
-//                                 error while none runs
-//   (shutdown)                 -> (ok)  stops the controller for good
 #pragma once
 
 #include <functional>
@@ -21,6 +17,7 @@
 #include <caf/actor_system.hpp>
 
 #include "controller/controller_actor.hpp"
+#include "node/node_agent.hpp"
 #include "runtime/keeper.hpp"
 #include "runtime/status.hpp"
 
@@ -29,6 +26,11 @@ namespace troupe {
 namespace controller {
 class CheckpointStore;
 }
+
+// (get) -> the current controller, or an error while none runs (the head's
+// node agent asks it); (shutdown) -> (ok) stops the controller for good.
+using HeadSupervisorActor =
+    ControllerSourceActor::extend<caf::replies_to<shutdown_atom>::with<caf::ok_atom>>;
 
 struct SupervisorOptions {
   controller::ControllerOptions controller;
@@ -47,6 +49,6 @@ struct SupervisorOptions {
 // Spawns the supervisor and the first controller, and publishes it (blocking,
 // for main). A port that cannot be opened is an error; nothing is left
 // running then.
-Result<caf::actor> start_head_supervisor(caf::actor_system& sys, const SupervisorOptions& options);
+Result<HeadSupervisorActor> start_head_supervisor(caf::actor_system& sys, const SupervisorOptions& options);
 
 }  // namespace troupe

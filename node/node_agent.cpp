@@ -27,14 +27,22 @@ namespace troupe {
 
 namespace {
 
-// Internal: a replica process must have attached by now.
+// The agent's own messages besides its interface: a replica process must
+// have attached by now (id, pid); a replica's graceful stop deadline passed
+// (id).
 using attach_deadline_atom = caf::atom_constant<caf::atom("attachdl")>;
+using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
+using AgentImpl = AgentActor::extend_with<AgentLocalActor>::extend<
+    caf::reacts_to<reconnect_atom>, caf::reacts_to<tick_atom>,
+    caf::reacts_to<attach_deadline_atom, std::string, int32_t>,
+    caf::reacts_to<stop_due_atom, std::string>>;
+using KeeperImpl = AgentKeeperActor::extend<caf::reacts_to<restart_atom>>;
 
 struct Hosted {
   ReplicaSpec spec;
   // What everyone else holds: the replica's own handle (in process), or the
   // forwarding handle made when its process attached (empty before).
-  caf::actor handle;
+  ReplicaActor handle;
   bool stopping = false;
   // When stopping: when the agent kills it if it has not exited by then.
   std::chrono::steady_clock::time_point kill_at;
@@ -42,9 +50,9 @@ struct Hosted {
   bool process = false;
   pid_t pid = 0;
   std::string secret;  // one-time: cleared when the process attaches
-  caf::actor remote;   // its replica actor, in the process
+  ReplicaActor remote;  // its replica actor, in the process
   // Spawn requests answered when the process attaches.
-  std::vector<caf::response_promise> waiting;
+  std::vector<caf::typed_response_promise<ReplicaActor>> waiting;
 };
 
 // The replicas of this node, by id. They outlive the agent actor (they are
@@ -55,7 +63,7 @@ using HostedReplicas = std::map<std::string, Hosted>;
 
 struct AgentState {
   std::shared_ptr<HostedReplicas> hosted;
-  caf::actor controller;
+  ControllerActor controller;
   bool registered = false;
   bool connecting = false;
   bool stopping = false;
@@ -65,13 +73,13 @@ struct AgentState {
   // Replica actors in processes, by the address of their remote handle.
   std::unordered_map<caf::actor_addr, std::string> remote_ids;
   // Answered once every replica is gone and the node has deregistered.
-  std::optional<caf::response_promise> shutdown_promise;
+  std::optional<caf::typed_response_promise<caf::ok_atom>> shutdown_promise;
   std::minstd_rand rng{std::random_device{}()};
   std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
   static inline const char* name = "troupe.agent";
 };
 
-using agent_actor = caf::stateful_actor<AgentState>;
+using agent_actor = AgentImpl::stateful_base<AgentState>;
 
 std::vector<HostedReplicaInfo> hosted_list(const AgentState& st) {
   std::vector<HostedReplicaInfo> out;
@@ -100,7 +108,7 @@ void send_register(agent_actor* self, const AgentOptions& o) {
   auto controller = st.controller;
   self->request(controller, seconds_as(o.request_timeout_s), register_atom::value, o.info,
                 caf::actor_cast<caf::actor>(self), hosted_list(st),
-                sign_request(o.identity, "register", {o.info.id}))
+                sign_request(o.identity, Operation::register_node, {o.info.id}))
       .then(
           [=](uint64_t incarnation) {
             auto& st = self->state;
@@ -128,7 +136,7 @@ void send_register(agent_actor* self, const AgentOptions& o) {
           });
 }
 
-void adopt_controller(agent_actor* self, const AgentOptions& o, caf::actor controller) {
+void adopt_controller(agent_actor* self, const AgentOptions& o, ControllerActor controller) {
   auto& st = self->state;
   st.controller = std::move(controller);
   st.registered = false;
@@ -144,7 +152,7 @@ void connect(agent_actor* self, const AgentOptions& o) {
     st.connecting = true;
     self->request(o.local_supervisor, seconds_as(o.request_timeout_s), caf::get_atom::value)
         .then(
-            [=](const caf::actor& controller) {
+            [=](const ControllerActor& controller) {
               self->state.connecting = false;
               adopt_controller(self, o, controller);
             },
@@ -172,7 +180,7 @@ void connect(agent_actor* self, const AgentOptions& o) {
               return;
             }
             st.log->info("connected to the controller at {}", o.controller_endpoint.to_string());
-            adopt_controller(self, o, caf::actor_cast<caf::actor>(ptr));
+            adopt_controller(self, o, caf::actor_cast<ControllerActor>(ptr));
           },
           [=](caf::error& err) {
             auto& st = self->state;
@@ -198,7 +206,7 @@ void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
     return;
   }
   self->request(st.controller, seconds_as(o.request_timeout_s), deregister_atom::value, o.info.id,
-                sign_request(o.identity, "deregister", {o.info.id}))
+                sign_request(o.identity, Operation::deregister, {o.info.id}))
       .then(
           [=](caf::ok_atom) {
             self->state.log->info("deregistered from the controller");
@@ -230,12 +238,15 @@ void stop_replica(agent_actor* self, const AgentOptions& o, Hosted& h, double ti
   }
   if (!h.stopping) {
     h.stopping = true;
-    self->send(h.handle, stop_atom::value, timeout_s);
+    // Its answer (or error) tells nothing its exit does not: the down
+    // message, or the process's exit report, settles the stop.
+    self->request(h.handle, caf::infinite, stop_atom::value, timeout_s)
+        .then([](caf::ok_atom) {}, [](caf::error&) {});
   }
   // Enforce the timeout here too, so a stop survives a controller crash.
   auto grace = seconds_as(timeout_s + 0.5);
   h.kill_at = std::chrono::steady_clock::now() + grace;
-  self->delayed_send(self, grace, kill_replica_atom::value, h.spec.replica_id, false);
+  self->delayed_send(self, grace, stop_due_atom::value, h.spec.replica_id);
 }
 
 std::string make_secret() {
@@ -267,19 +278,19 @@ bool same_secret(const std::string& a, const std::string& b) {
 // handle dying with the connection does not end it with a reason that says
 // nothing. An exit message sent to it (the controller's kill) ends it
 // without reaching the process; the agent then kills the process.
-caf::actor make_forwarder(caf::actor_system& sys, caf::actor remote) {
+ReplicaActor make_forwarder(caf::actor_system& sys, ReplicaActor remote) {
   auto anchor = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
     return {[](caf::ok_atom) {}};
   });
   caf::scoped_execution_unit context{&sys};
-  return caf::actor_pool::make(
+  return caf::actor_cast<ReplicaActor>(caf::actor_pool::make(
       &context, 1, [&] { return anchor; },
       [remote](caf::actor_system&, caf::actor_pool::uplock& guard,
                const caf::actor_pool::actor_vec&, caf::mailbox_element_ptr& m,
                caf::execution_unit* eu) {
         guard.unlock();
         remote->enqueue(std::move(m), eu);
-      });
+      }));
 }
 
 // The process of `id` if `secret` is its one-time secret, else null (and the
@@ -303,7 +314,7 @@ Hosted* check_process(agent_actor* self, const std::string& id, const std::strin
 
 // Starts a troupe-replica process for `spec`; the spawn request is answered
 // when the process attaches (or fails when it exits or hangs before that).
-caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
+caf::result<ReplicaActor> spawn_process(agent_actor* self, const AgentOptions& o,
                                       const ReplicaSpec& spec) {
   auto& st = self->state;
   if (!o.processes || o.replica_binary.empty()) {
@@ -364,7 +375,7 @@ caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
   if (made.channel)
     o.channels->add(made.channel);
   h.pid = *pid;
-  auto rp = self->make_response_promise<caf::actor>();
+  auto rp = self->make_response_promise<ReplicaActor>();
   h.waiting.push_back(rp);
   (*st.hosted)[spec.replica_id] = std::move(h);
   self->delayed_send(self, seconds_as(o.attach_timeout_s), attach_deadline_atom::value,
@@ -380,8 +391,8 @@ caf::result<caf::actor> spawn_process(agent_actor* self, const AgentOptions& o,
 // `hosted`: the replicas of this node (those of a predecessor that died, or
 // none); `sink`: where replicas send their metrics (the keeper, which
 // outlives this actor and forwards them to the current agent).
-caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedReplicas> hosted,
-                    caf::actor sink) {
+AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
+                               std::shared_ptr<HostedReplicas> hosted, MetricsSinkActor sink) {
   self->state.hosted = std::move(hosted);
   {
     // A restarted agent: watch the replicas its predecessor spawned (one
@@ -406,7 +417,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
       if (h.stopping) {
         auto left = h.kill_at > now ? h.kill_at - now : std::chrono::steady_clock::duration{0};
         self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(left),
-                           kill_replica_atom::value, id, false);
+                           stop_due_atom::value, id);
       }
     }
     if (!st.hosted->empty())
@@ -467,8 +478,6 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
   self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
   return {
       [=](reconnect_atom) { connect(self, o); },
-      // A replica's answer to the stop sent in stop_replica().
-      [](caf::ok_atom) {},
       [=](tick_atom) {
         auto& st = self->state;
         if (st.stopping)
@@ -478,7 +487,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
           return;
         auto controller = st.controller;
         self->request(controller, seconds_as(o.request_timeout_s), heartbeat_atom::value, o.info.id,
-                      sign_request(o.identity, "heartbeat", {o.info.id}))
+                      sign_request(o.identity, Operation::heartbeat, {o.info.id}))
             .then([](caf::ok_atom) {},
                   [=](caf::error& err) {
                     auto& st = self->state;
@@ -495,7 +504,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
                     }
                   });
       },
-      [=](spawn_replica_atom, const ReplicaSpec& spec) -> caf::result<caf::actor> {
+      [=](spawn_replica_atom, const ReplicaSpec& spec) -> caf::result<ReplicaActor> {
         auto& st = self->state;
         if (st.stopping) {
           return to_caf_error(Status(errc::unavailable, "node " + o.info.id + " is shutting down"));
@@ -503,7 +512,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         if (auto it = st.hosted->find(spec.replica_id); it != st.hosted->end()) {
           if (it->second.handle)
             return it->second.handle;  // a retried request: same replica
-          auto rp = self->make_response_promise<caf::actor>();
+          auto rp = self->make_response_promise<ReplicaActor>();
           it->second.waiting.push_back(rp);
           return rp;
         }
@@ -528,7 +537,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
       },
       [=](list_replicas_atom) { return hosted_list(self->state); },
       [=](replica_hello_atom, const std::string& id, const std::string& secret)
-          -> caf::result<ReplicaSpec, caf::actor, caf::actor> {
+          -> caf::result<ReplicaSpec, MetricsSinkActor, ProxyKeeperActor> {
         auto* h = check_process(self, id, secret, "hello");
         if (!h) {
           return to_caf_error(
@@ -537,7 +546,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         return {h->spec, sink, o.proxy};
       },
       [=](replica_attach_atom, const std::string& id, const std::string& secret,
-          const caf::actor& remote) -> caf::result<caf::ok_atom> {
+          const ReplicaActor& remote) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         auto* h = check_process(self, id, secret, "attach");
         if (!h || !remote) {
@@ -614,7 +623,7 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
         kill_now(self, o, it->second);
         return caf::ok_atom::value;
       },
-      [=](kill_replica_atom, const std::string& id, bool) {
+      [=](stop_due_atom, const std::string& id) {
         // The graceful-stop deadline of a replica passed.
         auto& st = self->state;
         auto it = st.hosted->find(id);
@@ -647,11 +656,19 @@ caf::behavior agent(agent_actor* self, AgentOptions o, std::shared_ptr<HostedRep
   };
 }
 
+// A replica process's exit report (replica_exit_atom's arguments).
+struct ProcessExit {
+  std::string id;
+  int32_t pid = 0;
+  std::string cause;
+  bool clean = false;
+};
+
 struct KeeperState {
-  caf::actor agent;
+  AgentImpl agent;
   // Exit reports of replica processes that came while no agent ran; the
   // next agent gets them.
-  std::vector<caf::message> exits;
+  std::vector<ProcessExit> exits;
   std::shared_ptr<HostedReplicas> hosted = std::make_shared<HostedReplicas>();
   bool stopping = false;
   RestartLimiter restarts;
@@ -659,14 +676,14 @@ struct KeeperState {
   static inline const char* name = "troupe.agent-keeper";
 };
 
-using keeper_actor = caf::stateful_actor<KeeperState>;
+using keeper_actor = KeeperImpl::stateful_base<KeeperState>;
 
 void start_agent(keeper_actor* self, const AgentOptions& o) {
   auto& st = self->state;
-  st.agent = self->home_system().spawn(agent, o, st.hosted, caf::actor_cast<caf::actor>(self));
+  st.agent = self->home_system().spawn(agent, o, st.hosted, caf::actor_cast<MetricsSinkActor>(self));
   self->monitor(st.agent);
-  for (auto& m : st.exits)
-    self->send(st.agent, std::move(m));
+  for (auto& e : st.exits)
+    self->send(st.agent, replica_exit_atom::value, e.id, e.pid, e.cause, e.clean);
   st.exits.clear();
 }
 
@@ -674,7 +691,7 @@ void start_agent(keeper_actor* self, const AgentOptions& o) {
 // it dies of anything but a requested stop, e.g. `troupectl kill agent`, as
 // the proxy's keeper restarts the proxy actor. Forwards to the current agent
 // what outlives it: the shutdown request and the replicas' metrics.
-caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
+KeeperImpl::behavior_type agent_keeper(keeper_actor* self, AgentOptions o) {
   self->state.restarts = RestartLimiter(o.restart_policy);
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
@@ -735,16 +752,20 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
         if (auto& a = self->state.agent)
           self->send(a, atom, replica_id, ongoing);
       },
-      [=](caf::get_atom) { return self->state.agent; },
+      [=](caf::get_atom) -> caf::result<AgentActor> {
+        if (!self->state.agent)
+          return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
+        return caf::actor_cast<AgentActor>(self->state.agent);
+      },
       // From the replica gate: checked by the agent, which knows the secrets.
       [=](replica_hello_atom atom, const std::string& id, const std::string& secret)
-          -> caf::result<caf::message> {
+          -> caf::result<ReplicaSpec, MetricsSinkActor, ProxyKeeperActor> {
         if (!self->state.agent)
           return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
         return self->delegate(self->state.agent, atom, id, secret);
       },
       [=](replica_attach_atom atom, const std::string& id, const std::string& secret,
-          const caf::actor& remote) -> caf::result<caf::message> {
+          const ReplicaActor& remote) -> caf::result<caf::ok_atom> {
         if (!self->state.agent)
           return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
         return self->delegate(self->state.agent, atom, id, secret, remote);
@@ -756,14 +777,14 @@ caf::behavior agent_keeper(keeper_actor* self, AgentOptions o) {
         if (st.agent)
           self->send(st.agent, atom, id, pid, cause, clean);
         else
-          st.exits.push_back(caf::make_message(atom, id, pid, cause, clean));
+          st.exits.push_back(ProcessExit{id, pid, cause, clean});
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options) {
+AgentKeeperActor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options) {
   return sys.spawn(agent_keeper, options);
 }
 

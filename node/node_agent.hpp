@@ -3,32 +3,24 @@
 // reconnects with exponential backoff whenever the controller goes away, and
 // spawns, lists and stops the replicas of its node.
 //
-// Interface:
-//   (spawnrep, ReplicaSpec)            -> (actor)  spawns the replica (not yet
-//                                         initialized); idempotent per id
-//   (listrep)                          -> (vector<HostedReplicaInfo>)
-//   (stop, string replica_id, double timeout_s) -> (ok)  graceful stop; the
-//                                         agent kills it after the timeout,
-//                                         even if the controller is gone
-//   (killrep, string replica_id)       -> (ok)  terminate at once
-//   (shutdown, double grace_s)         -> (ok)  stops every replica
-//                                         gracefully, then deregisters
-//   (metrics, string replica_id, double) from replicas: forwarded to the
-//                                         controller with the node id
+// Its interface is AgentActor (runtime/wire.hpp): spawnrep (spawns a replica,
+// not yet initialized; idempotent per id), listrep, stop (graceful, the agent
+// kills the replica after the timeout even if the controller is gone),
+// killrep and stopnode. What the node's own parts send it goes through its
+// keeper (AgentLocalActor): the gate's calls, the replicas' metrics
+// (forwarded to the controller with the node id), their processes' exits and
+// the shutdown (stops every replica gracefully, then deregisters).
 //
 // Replicas of `isolation: process` run in troupe-replica processes that the
 // agent starts through its ProcessSupervisor. Such a process connects to the
 // node's replica gate (node/replica_gate.hpp) on loopback and, with the
-// one-time secret the agent wrote to its stdin,
-//   (rephello, id, secret)          -> (ReplicaSpec, sink, proxy)  what to run
-//   (repattach, id, secret, actor)  -> (ok)  its replica actor is ready
-// Everyone else holds a handle the agent makes in this process for it: an
-// actor pool that forwards every message to the remote replica actor in the
-// sender's context (no extra hop; answers go straight back). The supervisor
+// one-time secret the agent wrote to its stdin, asks what to run (rephello)
+// and says that its replica actor is ready (repattach). Everyone else holds
+// a handle the agent makes in this process for it: an actor pool that
+// forwards every message to the remote replica actor in the sender's context (no extra hop; answers go straight back). The supervisor
 // reports the process's exit at once (pidfd); the agent then ends that handle
 // with an error naming the cause ("replica X exited: killed by SIGSEGV"), so
 // the controller and every proxy see the replica go down with that reason.
-//   (repexit, id, pid, string cause, bool clean) from the supervisor
 #pragma once
 
 #include <caf/actor.hpp>
@@ -47,6 +39,12 @@
 
 namespace troupe {
 
+// Where a head node's agent gets the controller of its own process (the head
+// supervisor, node/head_supervisor.hpp): the current one, or an error while
+// none runs.
+using ControllerSourceActor =
+    caf::typed_actor<caf::replies_to<caf::get_atom>::with<ControllerActor>>;
+
 namespace node {
 class ProcessSupervisor;
 }
@@ -62,7 +60,7 @@ struct AgentOptions {
   // Exactly one of: the head's controller supervisor in this process (asked
   // for the current controller with `get`), or the endpoint where the
   // controller is published (worker node).
-  caf::actor local_supervisor;
+  ControllerSourceActor local_supervisor;
   Endpoint controller_endpoint;
   double heartbeat_interval_s = 1.0;
   double request_timeout_s = 2.0;
@@ -74,7 +72,7 @@ struct AgentOptions {
   // registers, the agent sends it (subscribe, controller), and the keeper
   // subscribes the current proxy actor, so the proxy gets a full snapshot
   // after every controller restart, also after a restart of the proxy actor.
-  caf::actor proxy;
+  ProxyKeeperActor proxy;
   // With TLS: this node's certificate, to sign register/heartbeat/deregister.
   std::optional<security::Identity> identity;
   // Given to every replica for its deployment handles (through this node's
@@ -116,6 +114,6 @@ struct AgentOptions {
 // controller adopts them). The keeper takes (shutdown, grace_s) -> (ok) and
 // forwards it to the current agent; an exit message to the keeper stops the
 // agent too; (get) -> the current agent (tests).
-caf::actor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options);
+AgentKeeperActor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options);
 
 }  // namespace troupe

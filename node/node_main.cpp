@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
 
     // The head's controller runs under a supervisor that restarts it over
     // the checkpoint if it dies.
-    caf::actor supervisor;
+    HeadSupervisorActor supervisor;
     if (o.head) {
       SupervisorOptions sopts;
       sopts.controller.node_timeout_s = o.node_timeout_s;
@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     // node through the replica gate on loopback.
     struct KeeperRef {
       std::mutex mutex;
-      caf::actor keeper;
+      AgentKeeperActor keeper;
     };
     auto keeper_ref = std::make_shared<KeeperRef>();
     auto keeper_of = [keeper_ref] {
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
     }
     std::shared_ptr<node::ProcessSupervisor> processes = std::move(started_processes.value());
     auto gate = node::spawn_replica_gate(sys, keeper_of);
-    auto gate_port = security::publish(gate, 0, "127.0.0.1");
+    auto gate_port = security::publish(caf::actor_cast<caf::actor>(gate), 0, "127.0.0.1");
     if (!gate_port) {
       caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
       http_proxy->stop();

@@ -14,9 +14,12 @@ struct GateState {
   static inline const char* name = "troupe.replica-gate";
 };
 
-caf::behavior gate(caf::stateful_actor<GateState>* self, std::function<caf::actor()> keeper_of) {
+using gate_actor = ReplicaGateActor::stateful_base<GateState>;
+
+ReplicaGateActor::behavior_type gate(gate_actor* self,
+                                     std::function<AgentKeeperActor()> keeper_of) {
   self->set_default_handler([](caf::scheduled_actor* s, caf::message_view& mv) -> caf::result<caf::message> {
-    auto* gs = static_cast<caf::stateful_actor<GateState>*>(s);
+    auto* gs = static_cast<gate_actor*>(s);
     auto sender = s->current_sender();
     gs->state.log->warn("replica gate: refused a message {} from node {}",
                         mv.content().stringify().substr(0, 80),
@@ -25,14 +28,14 @@ caf::behavior gate(caf::stateful_actor<GateState>* self, std::function<caf::acto
   });
   return {
       [=](replica_hello_atom atom, const std::string& id, const std::string& secret)
-          -> caf::result<caf::message> {
+          -> caf::result<ReplicaSpec, MetricsSinkActor, ProxyKeeperActor> {
         auto keeper = keeper_of();
         if (!keeper)
           return to_caf_error(Status(errc::unavailable, "the node is starting"));
         return self->delegate(keeper, atom, id, secret);
       },
       [=](replica_attach_atom atom, const std::string& id, const std::string& secret,
-          const caf::actor& replica) -> caf::result<caf::message> {
+          const ReplicaActor& replica) -> caf::result<caf::ok_atom> {
         auto keeper = keeper_of();
         if (!keeper)
           return to_caf_error(Status(errc::unavailable, "the node is starting"));
@@ -43,7 +46,8 @@ caf::behavior gate(caf::stateful_actor<GateState>* self, std::function<caf::acto
 
 }  // namespace
 
-caf::actor spawn_replica_gate(caf::actor_system& sys, std::function<caf::actor()> agent_keeper) {
+ReplicaGateActor spawn_replica_gate(caf::actor_system& sys,
+                                    std::function<AgentKeeperActor()> agent_keeper) {
   return sys.spawn(gate, std::move(agent_keeper));
 }
 

@@ -147,12 +147,12 @@ int main(int argc, char** argv) {
     }
     caf::actor_system sys{cfg};
     caf::scoped_actor self{sys};
-    caf::actor gate;
+    ReplicaGateActor gate;
     self->request(security::transport_actor(sys), std::chrono::seconds(10),
                   caf::connect_atom::value, std::string("127.0.0.1"), node_port)
         .receive(
             [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-              gate = caf::actor_cast<caf::actor>(ptr);
+              gate = caf::actor_cast<ReplicaGateActor>(ptr);
             },
             [&](caf::error& err) {
               fail("cannot reach the node on 127.0.0.1:" + std::to_string(node_port) + ": " +
@@ -163,11 +163,11 @@ int main(int argc, char** argv) {
     self->monitor(gate);
 
     ReplicaSpec spec;
-    caf::actor sink;
-    caf::actor proxy;
+    MetricsSinkActor sink;
+    ProxyKeeperActor proxy;
     self->request(gate, std::chrono::seconds(10), replica_hello_atom::value, replica_id, secret)
         .receive(
-            [&](ReplicaSpec& s, caf::actor& k, caf::actor& p) {
+            [&](ReplicaSpec& s, MetricsSinkActor& k, ProxyKeeperActor& p) {
               spec = std::move(s);
               sink = std::move(k);
               proxy = std::move(p);
@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
     // ended its replica actor: watch the replica actor itself, whose exit
     // reason tells a graceful stop (user_shutdown) from a fault.
     caf::actor inner;
-    self->request(replica, std::chrono::seconds(10), caf::sys_atom::value, caf::get_atom::value)
+    self->request(caf::actor_cast<caf::actor>(replica), std::chrono::seconds(10),
+                  caf::sys_atom::value, caf::get_atom::value)
         .receive(
             [&](std::vector<caf::actor>& workers) {
               if (!workers.empty())

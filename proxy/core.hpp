@@ -71,9 +71,9 @@ struct Proxy::Core : public Handler {
   }
 
   mutable std::mutex actor_mutex;
-  caf::actor actor;       // the current proxy actor
-  caf::actor keeper;      // restarts it
-  caf::actor controller;  // last one that pushed a snapshot
+  ProxyActor actor;           // the current proxy actor
+  ProxyKeeperActor keeper;    // restarts it
+  ControllerActor controller;  // last one that pushed a snapshot
   bool stopped = false;
 
   explicit Core(ProxyOptions o);
@@ -105,7 +105,7 @@ struct Proxy::Core : public Handler {
   // (metrics, reporter, app, deployment, queued + in flight) to the
   // controller, for autoscaling.
   void report_load(const std::string& app, const std::string& deployment, double value) {
-    caf::actor to;
+    ControllerActor to;
     {
       std::lock_guard<std::mutex> lock(actor_mutex);
       to = controller;
@@ -186,7 +186,11 @@ Response admin_response(Proxy::Core& core, boost::beast::string_view path, const
 // proxy_actor.cpp: the proxy actor (applies snapshots, monitors replicas,
 // answers health and handle calls) and the keeper that restarts it.
 using core_ptr = std::shared_ptr<Proxy::Core>;
-caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core);
-caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core);
+// Their own messages besides their interfaces: the proxy's once-a-second load
+// report; the keeper's restart policy delay passed.
+using ProxyImpl = ProxyActor::extend<caf::reacts_to<tick_atom>>;
+using ProxyKeeperImpl = ProxyKeeperActor::extend<caf::reacts_to<restart_atom>>;
+ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core);
+ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_ptr core);
 
 }  // namespace troupe::proxy

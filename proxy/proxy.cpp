@@ -132,14 +132,13 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   }
   core->actor = sys.spawn(proxy_actor, core);
   core->keeper = sys.spawn(keeper_actor, core);
-  caf::anon_send(core->keeper, core->actor);
   core->server->run();
   core->log->info("proxy listening on {}:{} ({} io threads)", core->options.server.bind,
                   core->server->port(), core->server->threads());
   return std::unique_ptr<Proxy>(new Proxy(core));
 }
 
-caf::actor Proxy::keeper() const {
+ProxyKeeperActor Proxy::keeper() const {
   return core_->keeper;
 }
 
@@ -158,7 +157,7 @@ Proxy::Caller Proxy::caller() const {
   };
 }
 
-caf::actor Proxy::actor() const {
+ProxyActor Proxy::actor() const {
   std::lock_guard<std::mutex> lock(core_->actor_mutex);
   return core_->actor;
 }
@@ -190,7 +189,7 @@ void Proxy::stop() {
     w->companion->on_enqueue(nullptr);
     w->companion->cleanup(caf::exit_reason::user_shutdown, w->unit.get());
   }
-  caf::actor proxy_actor;
+  ProxyActor proxy_actor;
   {
     std::lock_guard<std::mutex> lock(core.actor_mutex);
     proxy_actor = core.actor;  // not restarted any more: `stopped` is set

@@ -102,7 +102,7 @@ class Proxy {
   Proxy& operator=(const Proxy&) = delete;
 
   // The proxy actor (the current one: it changes when it is restarted).
-  caf::actor actor() const;
+  ProxyActor actor() const;
   uint16_t port() const;
   size_t io_threads() const;
   // Stops serving, drops open connections and stops the actors. Call before
@@ -111,7 +111,7 @@ class Proxy {
   // from the node agent and subscribes whichever proxy actor is current, and
   // (call, ...) requests (see above), delegated to the current proxy actor:
   // the stable handle to give a replica process.
-  caf::actor keeper() const;
+  ProxyKeeperActor keeper() const;
   void stop();
 
   // Deployment handles (include/troupe/deployment.hpp, "Deployment handles"):

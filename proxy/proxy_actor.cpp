@@ -23,11 +23,11 @@ constexpr double kIoStallLimit = 5.0;
 }  // namespace
 
 // The proxy actor: applies snapshots, monitors replicas, answers health.
-caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
+ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
   // The controller this actor monitors: its handle going down with the
   // connection means this node lost its route to every other node.
   auto watched = std::make_shared<caf::actor_addr>();
-  auto watch = [self, watched](const caf::actor& controller) {
+  auto watch = [self, watched](const ControllerActor& controller) {
     if (!controller || controller.address() == *watched)
       return;
     *watched = controller.address();
@@ -47,19 +47,19 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
   // controller for what changed since the snapshot it holds.
   for (const auto& h : core->router.handles())
     self->monitor(h);
-  caf::actor controller;
+  ControllerActor controller;
   {
     std::lock_guard<std::mutex> lock(core->actor_mutex);
     controller = core->controller;
   }
   if (controller) {
     watch(controller);
-    self->send(controller, subscribe_atom::value, caf::actor_cast<caf::actor>(self),
+    self->send(controller, subscribe_atom::value, caf::actor_cast<ProxyActor>(self),
                core->router.epoch(), core->router.seq(), core->options.node_id);
   }
   self->delayed_send(self, kReportInterval, tick_atom::value);
   return {
-      [=](snapshot_atom, RoutingSnapshot snap) {
+      [=](snapshot_atom, RoutingSnapshot& snap) {
         // CAF deserializes the handle of an actor of this node that is
         // already gone as an empty one: a replica here that died while the
         // snapshot naming it was on its way. It is not routable; the next
@@ -69,7 +69,8 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
                                           [](const ReplicaEndpoint& ep) { return !ep.handle; }),
                            d.replicas.end());
         }
-        if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
+        // Only the controller pushes snapshots.
+        if (auto sender = caf::actor_cast<ControllerActor>(self->current_sender())) {
           watch(sender);
           std::lock_guard<std::mutex> lock(core->actor_mutex);
           core->controller = sender;
@@ -132,7 +133,7 @@ caf::behavior proxy_actor(caf::event_based_actor* self, core_ptr core) {
 }
 
 // Restarts the proxy actor when it dies of anything but a shutdown.
-caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
+ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_ptr core) {
   auto restarts = std::make_shared<RestartLimiter>(core->options.restart_policy);
   auto restart = [self, core] {
     // Under actor_mutex.
@@ -163,8 +164,13 @@ caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
     }
     restart();
   });
+  {
+    // Spawned right after the first proxy actor.
+    std::lock_guard<std::mutex> lock(core->actor_mutex);
+    if (core->actor)
+      self->monitor(core->actor);
+  }
   return {
-      [=](caf::actor& proxy) { self->monitor(proxy); },
       // The restart policy's delay passed.
       [=](restart_atom) {
         std::lock_guard<std::mutex> lock(core->actor_mutex);
@@ -173,8 +179,8 @@ caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
       },
       // From the node agent after each (re-)registration: subscribe the
       // current proxy actor (a restarted one too) for a full snapshot.
-      [=](subscribe_atom, const caf::actor& controller) {
-        caf::actor current;
+      [=](subscribe_atom, const ControllerActor& controller) {
+        ProxyActor current;
         {
           std::lock_guard<std::mutex> lock(core->actor_mutex);
           current = core->actor;
@@ -191,7 +197,7 @@ caf::behavior keeper_actor(caf::event_based_actor* self, core_ptr core) {
       // the caller gets request_receiver_down.)
       [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
           double timeout_s) -> caf::result<HttpResponse> {
-        caf::actor current;
+        ProxyActor current;
         {
           std::lock_guard<std::mutex> lock(core->actor_mutex);
           if (!core->stopped)

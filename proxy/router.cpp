@@ -151,7 +151,7 @@ namespace {
 // Two handles of the same actor compare equal even when one is a dead proxy
 // of an old connection and the other the proxy of a new one: compare the
 // objects.
-bool same_object(const caf::actor& a, const caf::actor& b) {
+bool same_object(const ReplicaActor& a, const ReplicaActor& b) {
   // actor_cast of an empty handle calls through a null pointer in CAF 0.17.
   if (!a || !b)
     return !a && !b;
@@ -161,7 +161,7 @@ bool same_object(const caf::actor& a, const caf::actor& b) {
 }  // namespace
 
 void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
-                          std::vector<caf::actor>& added, std::vector<SlotPtr>& left) {
+                          std::vector<ReplicaActor>& added, std::vector<SlotPtr>& left) {
   std::vector<SlotPtr> next;
   next.reserve(endpoints.size());
   for (const auto& ep : endpoints) {
@@ -419,9 +419,9 @@ std::vector<Router::DeploymentView> Router::deployments() const {
   return out;
 }
 
-std::vector<caf::actor> Router::handles() const {
+std::vector<ReplicaActor> Router::handles() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<caf::actor> out;
+  std::vector<ReplicaActor> out;
   for (const auto& [addr, slot] : by_address_) {
     if (slot->handle)
       out.push_back(slot->handle);

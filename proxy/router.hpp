@@ -76,7 +76,7 @@ struct ReplicaSlot {
   std::string replica_id;
   std::string node_id;
   uint32_t max_ongoing = 1;
-  caf::actor handle;
+  ReplicaActor handle;
   bool local = false;
   // A local replica process's data channel (RouterOptions::channel_of), set
   // when the slot is made and constant after (read without the mutex). The
@@ -141,7 +141,7 @@ class Router {
   // lost: a replica stopping gracefully still answers what it took.
   struct Applied {
     std::vector<std::function<void()>> ready;
-    std::vector<caf::actor> added;
+    std::vector<ReplicaActor> added;
     std::vector<SlotPtr> lost;
   };
   Applied apply(const RoutingSnapshot& snapshot);
@@ -209,7 +209,7 @@ class Router {
   };
   std::vector<DeploymentView> deployments() const;
   // Every replica handle held (to monitor them again after a restart).
-  std::vector<caf::actor> handles() const;
+  std::vector<ReplicaActor> handles() const;
   // Drops every deployment and queued waiter without calling it (shutdown).
   void clear();
 
@@ -231,7 +231,7 @@ class Router {
   SlotPtr choose(Deployment& d, const std::vector<std::string>& exclude);
   bool has_room(const ReplicaSlot& s) const { return !s.dead && s.in_flight < s.max_ongoing; }
   void set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
-                    std::vector<caf::actor>& added, std::vector<SlotPtr>& left);
+                    std::vector<ReplicaActor>& added, std::vector<SlotPtr>& left);
   void drain(Deployment& d, std::vector<std::function<void()>>& ready);
   void drop(Deployment& d, std::vector<std::function<void()>>& ready, std::vector<SlotPtr>& left);
   uint64_t next_random();

@@ -55,7 +55,7 @@ class ProxyTransport : public HandleTransport {
 
 }  // namespace
 
-ProxyCall make_remote_proxy_call(caf::actor_system& sys, caf::actor proxy) {
+ProxyCall make_remote_proxy_call(caf::actor_system& sys, HandleCallActor proxy) {
   return [&sys, proxy](const std::string& app, const std::string& deployment, HttpRequest request,
                        double timeout_s, std::function<void(HttpResponse)> done) {
     // `done` runs once: the first of the answer, the error and the proxy's

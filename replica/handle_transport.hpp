@@ -37,7 +37,7 @@ using ProxyCall =
 // goes down before answering; at once, on the calling thread, when `proxy`
 // is invalid). `sys` must outlive the returned function and every call in
 // flight.
-ProxyCall make_remote_proxy_call(caf::actor_system& sys, caf::actor proxy);
+ProxyCall make_remote_proxy_call(caf::actor_system& sys, HandleCallActor proxy);
 
 // A transport for ReplicaContext::handles. A call's X-Request-Id is the
 // request's own X-Request-Id header when it has one, else the id of the

@@ -38,8 +38,8 @@ struct ReplicaState {
   DispatchPtr dispatch;
   caf::actor control;
   bool initialized = false;
-  std::optional<caf::response_promise> stop_promise;
-  std::vector<caf::response_promise> init_waiters;
+  std::optional<caf::typed_response_promise<caf::ok_atom>> stop_promise;
+  std::vector<caf::typed_response_promise<ReplicaMetadata>> init_waiters;
   bool init_running = false;
   std::string user_config;  // what it runs now
   double start_time = 0;
@@ -48,7 +48,14 @@ struct ReplicaState {
   static inline const char* name = "troupe.replica";
 };
 
-using replica_actor = caf::stateful_actor<ReplicaState>;
+// Its own messages besides its interface: a request thread finished the last
+// request of a stopping replica; the graceful stop's deadline passed; time
+// to report metrics.
+using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
+using report_atom = caf::atom_constant<caf::atom("report")>;
+using ReplicaImpl = ReplicaActor::extend<caf::reacts_to<done_atom>, caf::reacts_to<stop_due_atom>,
+                                         caf::reacts_to<report_atom>>;
+using replica_actor = ReplicaImpl::stateful_base<ReplicaState>;
 
 ReplicaMetadata metadata(const ReplicaState& st) {
   ReplicaMetadata m;
@@ -69,7 +76,7 @@ void finish_stop(replica_actor* self) {
   self->quit(caf::exit_reason::user_shutdown);
 }
 
-caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatch) {
+ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatch) {
   auto& st = self->state;
   st.options = o;
   st.dispatch = dispatch;
@@ -86,7 +93,7 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
       caf::anon_send_exit(w, caf::exit_reason::kill);
   });
   if (o.metrics_sink && o.spec.metrics_interval_s > 0) {
-    self->delayed_send(self, seconds_as(o.spec.metrics_interval_s), metrics_atom::value);
+    self->delayed_send(self, seconds_as(o.spec.metrics_interval_s), report_atom::value);
   }
   return {
       [=](initialize_atom) -> caf::result<ReplicaMetadata> {
@@ -134,7 +141,7 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
                   st.log->warn("replica {} failed to start: {}", st.options.spec.replica_id,
                                from_caf_error(err).message());
                   for (auto& w : st.init_waiters)
-                    w.deliver(err);
+                    w.deliver(caf::error(err));
                   st.init_waiters.clear();
                 });
         return rp;
@@ -150,7 +157,10 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
                 [=](caf::error& err) mutable { rp.deliver(err); });
         return rp;
       },
-      [=](health_atom) { return self->delegate(self->state.control, health_atom::value); },
+      [=](health_atom) -> caf::result<caf::ok_atom> {
+        self->delegate(self->state.control, health_atom::value);
+        return caf::delegated<caf::ok_atom>{};
+      },
       [=](version_atom) -> caf::result<ReplicaMetadata> {
         auto& st = self->state;
         if (!st.initialized) {
@@ -160,7 +170,7 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
       },
       // Requests reach the replica actor only while it is not ready (the
       // dispatch sends them to request threads afterwards).
-      [=](handle_atom, HttpRequest&) -> caf::result<caf::message> {
+      [=](handle_atom, const HttpRequest&) -> caf::result<HttpResponse> {
         auto& st = self->state;
         if (st.dispatch->stopping.load()) {
           return to_caf_error(
@@ -189,17 +199,17 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
         }
         auto rp = self->make_response_promise<caf::ok_atom>();
         st.stop_promise = rp;
-        self->delayed_send(self, seconds_as(timeout_s), stop_atom::value);
+        self->delayed_send(self, seconds_as(timeout_s), stop_due_atom::value);
         return rp;
       },
-      [=](stop_atom) {
+      [=](stop_due_atom) {
         // The graceful timeout expired with requests still in flight.
         self->state.log->warn("replica {} did not finish in time; exiting with {} in flight",
                               self->state.options.spec.replica_id,
                               self->state.dispatch->in_flight());
         finish_stop(self);
       },
-      [=](metrics_atom) {
+      [=](report_atom) {
         auto& st = self->state;
         auto now = Clock::now();
         double average = st.dispatch->take_average(st.window_start, now);
@@ -207,24 +217,24 @@ caf::behavior replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatc
         self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
                    average);
         self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s),
-                           metrics_atom::value);
+                           report_atom::value);
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
+ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
   auto dispatch = std::make_shared<Dispatch>();
   dispatch->replica_id = options.spec.replica_id;
   dispatch->channel = options.channel;
-  auto actor = sys.spawn(replica, std::move(options), dispatch);
+  auto actor = caf::actor_cast<caf::actor>(sys.spawn(replica, std::move(options), dispatch));
   dispatch->replica = caf::actor_cast<caf::weak_actor_ptr>(actor);
   // The handle everyone gets. Its only member is the replica actor: when that
   // exits the handle goes with it, and an exit sent to the handle reaches it.
   caf::scoped_execution_unit context{&sys};
-  return caf::actor_pool::make(
-      &context, 1, [&] { return actor; }, dispatch_policy(dispatch));
+  return caf::actor_cast<ReplicaActor>(caf::actor_pool::make(
+      &context, 1, [&] { return actor; }, dispatch_policy(dispatch)));
 }
 
 }  // namespace troupe::replica

@@ -16,19 +16,14 @@
 // goes to the replica actor. An exit sent to the handle reaches the replica
 // actor, and the handle exits with it.
 //
-// Interface:
-//   (init)                    -> (ReplicaMetadata)     runs the constructor and
-//                                reconfigure(user_config); idempotent
-//   (reconfig, string config) -> (ReplicaMetadata)     in place, no restart
-//   (health)                  -> (ok)                  error: unhealthy
-//   (version)                 -> (ReplicaMetadata)     what it runs now
-//   (handle, HttpRequest)     -> (HttpResponse)        errc::overloaded at
-//                                max_ongoing_requests, errc::unavailable
-//                                before init or while stopping
-//   (stop, double timeout_s)  -> (ok)                  stop accepting, finish
-//                                in-flight requests (at most timeout_s), exit
+// Its interface is ReplicaActor (runtime/wire.hpp): init (runs the
+// constructor and reconfigure(user_config); idempotent), reconfig (in place),
+// health, version, handle (errc::overloaded at max_ongoing_requests,
+// errc::unavailable before init or while stopping) and stop (finish what is
+// in flight, at most timeout_s, then exit).
 // Every metrics_interval_s it sends (metrics, string replica_id, double
-// average ongoing requests over the interval) to its metrics sink.
+// average ongoing requests over the interval) to its metrics sink
+// (MetricsSinkActor).
 #pragma once
 
 #include <memory>
@@ -53,7 +48,7 @@ struct ReplicaOptions {
   ReplicaSpec spec;
   std::string node_id;
   std::shared_ptr<PluginLoader> loader;
-  caf::actor metrics_sink;  // the node agent; may be empty
+  MetricsSinkActor metrics_sink;  // the node agent's keeper; may be empty
   // ReplicaContext::handles: deployment handles of the user's code (calls go
   // through this node's proxy). May be empty: every handle call answers 503.
   std::shared_ptr<const HandleTransport> handles;
@@ -64,6 +59,6 @@ struct ReplicaOptions {
   std::shared_ptr<channel::ReplicaEnd> channel;
 };
 
-caf::actor spawn_replica(caf::actor_system& sys, ReplicaOptions options);
+ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options);
 
 }  // namespace troupe::replica

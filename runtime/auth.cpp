@@ -4,25 +4,48 @@
 
 namespace troupe {
 
-std::string operation_digest(const std::string& operation, const std::vector<std::string>& args) {
-  return security::request_digest(operation, args);
+const char* operation_name(Operation op) {
+  switch (op) {
+    case Operation::register_node:
+      return "register";
+    case Operation::heartbeat:
+      return "heartbeat";
+    case Operation::deregister:
+      return "deregister";
+    case Operation::drain:
+      return "drain";
+    case Operation::deploy:
+      return "deploy";
+    case Operation::delete_app:
+      return "delete";
+    case Operation::shutdown:
+      return "shutdown";
+    case Operation::kill:
+      return "kill";
+  }
+  return "unknown";
 }
 
-Credential sign_request(const std::optional<security::Identity>& identity,
-                        const std::string& operation, const std::vector<std::string>& args) {
+std::string operation_digest(Operation op, const std::vector<std::string>& args) {
+  return security::request_digest(operation_name(op), args);
+}
+
+Credential sign_request(const std::optional<security::Identity>& identity, Operation op,
+                        const std::vector<std::string>& args) {
   if (!identity)
     return {};
   auto signed_credential =
-      security::sign(*identity, operation_digest(operation, args), std::time(nullptr));
+      security::sign(*identity, operation_digest(op, args), std::time(nullptr));
   if (!signed_credential)
     return {};  // the controller refuses it, naming why
   return {signed_credential->certificate_pem, signed_credential->timestamp,
           signed_credential->signature};
 }
 
-Status check_request(const std::string& ca_pem, const Credential& credential,
-                     const std::string& operation, const std::vector<std::string>& args,
+Status check_request(const std::string& ca_pem, const Credential& credential, Operation op,
+                     const std::vector<std::string>& args,
                      const std::optional<std::string>& node_id) {
+  const std::string operation = operation_name(op);
   if (ca_pem.empty())
     return Status::ok();
   if (credential.empty()) {
@@ -35,7 +58,7 @@ Status check_request(const std::string& ca_pem, const Credential& credential,
   if (!node_id) {
     return security::authorize(ca_pem, c, operation, args, security::Role::operator_, now);
   }
-  auto caller = security::verify_caller(ca_pem, c, operation_digest(operation, args), now);
+  auto caller = security::verify_caller(ca_pem, c, operation_digest(op, args), now);
   if (!caller)
     return caller.status();
   if (auto st = security::require_role(caller->role, security::Role::node, operation); !st)

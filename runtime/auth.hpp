@@ -14,18 +14,36 @@
 
 namespace troupe {
 
+// The write requests a credential signs. Node operations are signed by a
+// node certificate for that node; the others by an operator certificate.
+enum class Operation {
+  register_node,  // node
+  heartbeat,      // node
+  deregister,     // node
+  drain,
+  deploy,  // also apply
+  delete_app,
+  shutdown,
+  kill,
+};
+
+// The operation's name: part of the signed digest and of refusal messages,
+// so the names never change ("register", "heartbeat", "deregister", "drain",
+// "deploy", "delete", "shutdown", "kill").
+const char* operation_name(Operation op);
+
 // The digest both sides compute for an operation and its arguments.
-std::string operation_digest(const std::string& operation, const std::vector<std::string>& args);
+std::string operation_digest(Operation op, const std::vector<std::string>& args);
 
 // Signs with `identity` when there is one; an empty credential otherwise.
-Credential sign_request(const std::optional<security::Identity>& identity,
-                        const std::string& operation, const std::vector<std::string>& args);
+Credential sign_request(const std::optional<security::Identity>& identity, Operation op,
+                        const std::vector<std::string>& args);
 
 // Checks a credential against the cluster CA (`ca_pem`, empty: no checks).
 // `node_id` set: the caller must hold a node certificate for exactly that
 // node; otherwise it must hold an operator certificate.
-Status check_request(const std::string& ca_pem, const Credential& credential,
-                     const std::string& operation, const std::vector<std::string>& args,
+Status check_request(const std::string& ca_pem, const Credential& credential, Operation op,
+                     const std::vector<std::string>& args,
                      const std::optional<std::string>& node_id = std::nullopt);
 
 }  // namespace troupe

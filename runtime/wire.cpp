@@ -21,6 +21,13 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<DeploymentEndpoints>("troupe.DeploymentEndpoints");
   cfg.add_message_type<RoutingSnapshot>("troupe.RoutingSnapshot");
   cfg.add_message_type<Credential>("troupe.Credential");
+  // Handles that travel as message elements of their own.
+  cfg.add_message_type<ReplicaActor>("troupe.ReplicaActor");
+  cfg.add_message_type<MetricsSinkActor>("troupe.MetricsSinkActor");
+  cfg.add_message_type<ProxyActor>("troupe.ProxyActor");
+  cfg.add_message_type<AgentActor>("troupe.AgentActor");
+  cfg.add_message_type<ControllerActor>("troupe.ControllerActor");
+  cfg.add_message_type<ProxyKeeperActor>("troupe.ProxyKeeperActor");
   cfg.set("middleman.app-identifiers", std::vector<std::string>{kAppIdentifier});
   cfg.add_error_category(kErrorCategory,
                          [](uint8_t code, caf::atom_value, const caf::message& ctx) {

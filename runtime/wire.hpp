@@ -16,6 +16,8 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "runtime/status.hpp"
 
@@ -26,7 +28,7 @@ class actor_system_config;
 namespace troupe {
 
 // Bump on any change of a wire type or of a message's meaning.
-constexpr uint32_t kProtocolVersion = 4;
+constexpr uint32_t kProtocolVersion = 5;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -151,23 +153,6 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaMetadata& x) {
            x.code_version, x.user_config, x.start_time);
 }
 
-// A replica a node agent hosts, as listed for a (recovering) controller.
-struct HostedReplicaInfo {
-  std::string replica_id;
-  std::string app;
-  std::string deployment;
-  std::string code_version;
-  std::string user_config;
-  bool stopping = false;
-  caf::actor handle;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, HostedReplicaInfo& x) {
-  return f(caf::meta::type_name("troupe.HostedReplicaInfo"), x.replica_id, x.app, x.deployment,
-           x.code_version, x.user_config, x.stopping, x.handle);
-}
-
 // An HTTP request as a replica sees it: the path is relative to the
 // application's route prefix.
 struct HttpRequest {
@@ -196,6 +181,45 @@ typename Inspector::result_type inspect(Inspector& f, HttpResponse& x) {
   return f(caf::meta::type_name("troupe.HttpResponse"), x.status, x.headers, x.body);
 }
 
+// -- the replica's interface -------------------------------------------------
+// (Declared here, before the wire types that carry replica handles; the
+// other actors' interfaces are at the end of this file.)
+
+// What the controller, node agents, proxies and deployment handles send a
+// replica (replica/replica_actor.hpp; the handle is an actor pool, see
+// there). Failures answer with an error of category "troupe".
+using ReplicaActor = caf::typed_actor<
+    // Runs the constructor and reconfigure(user_config); idempotent.
+    caf::replies_to<initialize_atom>::with<ReplicaMetadata>,
+    // In place, no restart.
+    caf::replies_to<reconfigure_atom, std::string>::with<ReplicaMetadata>,
+    // An error: unhealthy.
+    caf::replies_to<health_atom>::with<caf::ok_atom>,
+    // What it runs now.
+    caf::replies_to<version_atom>::with<ReplicaMetadata>,
+    // errc::overloaded at max_ongoing_requests, errc::unavailable before init
+    // or while stopping.
+    caf::replies_to<handle_atom, HttpRequest>::with<HttpResponse>,
+    // Stop accepting, finish what is in flight (at most timeout_s), exit.
+    caf::replies_to<stop_atom, double>::with<caf::ok_atom>>;
+
+// A replica a node agent hosts, as listed for a (recovering) controller.
+struct HostedReplicaInfo {
+  std::string replica_id;
+  std::string app;
+  std::string deployment;
+  std::string code_version;
+  std::string user_config;
+  bool stopping = false;
+  ReplicaActor handle;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HostedReplicaInfo& x) {
+  return f(caf::meta::type_name("troupe.HostedReplicaInfo"), x.replica_id, x.app, x.deployment,
+           x.code_version, x.user_config, x.stopping, x.handle);
+}
+
 struct RouteEntry {
   std::string prefix;
   std::string app;
@@ -211,7 +235,7 @@ struct ReplicaEndpoint {
   std::string replica_id;
   std::string node_id;
   uint32_t max_ongoing_requests = 0;
-  caf::actor handle;
+  ReplicaActor handle;
 };
 
 template <class Inspector>
@@ -275,6 +299,118 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Credential& x) {
   return f(caf::meta::type_name("troupe.Credential"), x.certificate_pem, x.timestamp, x.signature);
 }
+
+// -- actor interfaces ----------------------------------------------------------
+// Every message that crosses between troupe's actors, checked by the
+// compiler at both ends: a handler whose arguments or answer differ from
+// these does not build, nor does a request for a message the receiver does
+// not take. (ReplicaActor is declared above, before the types that carry
+// its handle.) An actor's messages to itself (timers, deadlines) are not
+// part of its interface: its implementation extends the interface with them
+// in its own file.
+//
+// Handles of remote actors arrive untyped (CAF's connect) and are cast to
+// these after the hello handshake (runtime/address.hpp): CAF's typed
+// remote_actor would refuse a peer of another version before the handshake
+// could say so.
+
+// Where replicas send their metrics (the node agent's keeper): every
+// metrics_interval_s the replica's average ongoing requests.
+using MetricsSinkActor =
+    caf::typed_actor<caf::reacts_to<metrics_atom, std::string /*replica_id*/, double>>;
+
+// Whoever takes a deployment handle's call from another process (a proxy
+// or, usually, its keeper; replica/handle_transport.hpp): (app, deployment,
+// request, timeout_s) -> the answer, the proxy's error answers included.
+using HandleCallActor = caf::typed_actor<
+    caf::replies_to<call_atom, std::string, std::string, HttpRequest, double>::with<HttpResponse>>;
+
+// A node's HTTP proxy actor (proxy/proxy.hpp), as the controller sees it.
+using ProxyActor = HandleCallActor::extend<
+    // The route table and replica sets, full or a delta (see RoutingSnapshot).
+    caf::reacts_to<snapshot_atom, RoutingSnapshot>,
+    // Healthy while every io thread runs.
+    caf::replies_to<health_atom>::with<caf::ok_atom>>;
+
+// A node agent (node/node_agent.hpp), as the controller sees it.
+using AgentActor = caf::typed_actor<
+    // Spawns the replica (not yet initialized); idempotent per id.
+    caf::replies_to<spawn_replica_atom, ReplicaSpec>::with<ReplicaActor>,
+    caf::replies_to<list_replicas_atom>::with<std::vector<HostedReplicaInfo>>,
+    // Graceful stop (replica_id, timeout_s); the agent kills the replica
+    // after the timeout, even if the controller is gone.
+    caf::replies_to<stop_atom, std::string, double>::with<caf::ok_atom>,
+    // Terminate at once.
+    caf::replies_to<kill_replica_atom, std::string>::with<caf::ok_atom>,
+    // `troupectl shutdown --nodes`: stop the node process.
+    caf::reacts_to<stop_node_atom>>;
+
+// The controller (controller/controller_actor.hpp). Write requests end with
+// a Credential, checked when the cluster runs with TLS.
+using ControllerActor = caf::typed_actor<
+    // (version) -> (hello, the controller's version, "controller"), or
+    // errc::version_mismatch.
+    caf::replies_to<hello_atom, uint32_t>::with<hello_atom, uint32_t, std::string>,
+    // A node agent registers with the replicas it hosts -> its incarnation.
+    // The agent's handle travels untyped (an AgentActor): like hello, this
+    // handshake uses only types every version decodes, so a controller
+    // refuses an agent of another version by the version in its NodeInfo.
+    caf::replies_to<register_atom, NodeInfo, caf::actor, std::vector<HostedReplicaInfo>,
+                    Credential>::with<uint64_t>,
+    caf::replies_to<heartbeat_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
+    caf::replies_to<deregister_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
+    caf::replies_to<nodes_atom>::with<std::vector<NodeStatus>>,
+    caf::replies_to<drain_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
+    // One application (a Cap'n Proto record) -> (changed, generation).
+    caf::replies_to<deploy_atom, std::string, Credential>::with<bool, uint64_t>,
+    // Declarative: exactly these applications (a Cap'n Proto TargetState
+    // record) and the http request timeout, one commit -> a JSON summary.
+    caf::replies_to<apply_atom, std::string, double, Credential>::with<std::string>,
+    // The deployed target state (a Cap'n Proto record).
+    caf::replies_to<config_atom>::with<std::string>,
+    caf::replies_to<delete_atom, std::string /*app*/, Credential>::with<caf::ok_atom>,
+    // Deletes every application; `nodes`: then stops every node process.
+    caf::replies_to<shutdown_atom, bool /*nodes*/, Credential>::with<caf::ok_atom>,
+    // The chaos primitive: an exit(kill) to a replica, agent, proxy or the
+    // controller (kind, id).
+    caf::replies_to<kill_atom, std::string, std::string, Credential>::with<caf::ok_atom>,
+    // JSON, see docs/architecture.md.
+    caf::replies_to<status_atom>::with<std::string>,
+    // Pull: what changed since (epoch, seq).
+    caf::replies_to<snapshot_atom, uint64_t, uint64_t>::with<RoutingSnapshot>,
+    // Push: a proxy (holding epoch, seq) of a node gets every change.
+    caf::reacts_to<subscribe_atom, ProxyActor, uint64_t, uint64_t, std::string /*node_id*/>,
+    // From node agents: (node, replica, average ongoing requests).
+    caf::reacts_to<metrics_atom, std::string, std::string, double>,
+    // From proxies and handles: (reporter, app, deployment, queued + in flight).
+    caf::reacts_to<metrics_atom, std::string, std::string, std::string, double>>;
+
+// The keeper of a node's proxy (proxy/proxy.hpp): the handle that stays
+// valid across restarts of the proxy actor, held by the node agent and by
+// replica processes for their deployment handles.
+using ProxyKeeperActor = HandleCallActor::extend<
+    // After each registration of the node: subscribe the current proxy actor.
+    caf::reacts_to<subscribe_atom, ControllerActor>>;
+
+// What a replica process sends its node (node/replica_gate.hpp), with the
+// one-time secret the agent gave it: what to run, and that it is ready.
+using ReplicaGateActor = caf::typed_actor<
+    caf::replies_to<replica_hello_atom, std::string /*replica_id*/, std::string /*secret*/>::with<
+        ReplicaSpec, MetricsSinkActor, ProxyKeeperActor>,
+    caf::replies_to<replica_attach_atom, std::string, std::string, ReplicaActor>::with<caf::ok_atom>>;
+
+// What a node's own parts send its agent, through the agent's keeper
+// (node/node_agent.hpp), which forwards it to the current agent: the gate's
+// calls, the replicas' metrics and exits, the shutdown.
+using AgentLocalActor = ReplicaGateActor::extend_with<MetricsSinkActor>::extend<
+    // Stops every replica gracefully (grace_s), then deregisters.
+    caf::replies_to<shutdown_atom, double>::with<caf::ok_atom>,
+    // From the process supervisor: (replica_id, pid, cause, clean).
+    caf::reacts_to<replica_exit_atom, std::string, int32_t, std::string, bool>>;
+
+// The keeper of a node agent, as the node process sees it.
+using AgentKeeperActor =
+    AgentLocalActor::extend<caf::replies_to<caf::get_atom>::with<AgentActor>>;  // current agent
 
 // Registers every type above with CAF, and sets the app identifier. Call once
 // on every actor_system_config before the system starts.

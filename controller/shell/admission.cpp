@@ -17,7 +17,7 @@ Status check_protocol_version(uint32_t version) {
 Result<NodeRecord> admit_node(const std::string& ca_pem, const troupe::NodeInfo& info,
                               bool agent_given, const Credential& cred, spdlog::logger& log) {
   // The node signs its own id; only a certificate issued to that node passes.
-  if (auto s = check_request(ca_pem, cred, "register", {info.id}, info.id); !s) {
+  if (auto s = check_request(ca_pem, cred, Operation::register_node, {info.id}, info.id); !s) {
     log.warn("refused registration of node {} (pid {}): {}", info.id, info.pid, s.message());
     return s;
   }
@@ -45,7 +45,7 @@ Result<NodeRecord> admit_node(const std::string& ca_pem, const troupe::NodeInfo&
 }
 
 Status admit_operator_call(const std::string& ca_pem, const Credential& cred,
-                           const std::string& operation, const std::vector<std::string>& args,
+                           Operation operation, const std::vector<std::string>& args,
                            const RecoveryGate& recovery) {
   if (auto s = check_request(ca_pem, cred, operation, args); !s)
     return s;
@@ -54,7 +54,7 @@ Status admit_operator_call(const std::string& ca_pem, const Credential& cred,
 
 Status admit_deploy(const std::string& ca_pem, const Credential& cred, const std::string& encoded,
                     const RecoveryGate& recovery, const Limits& limits) {
-  if (auto s = admit_operator_call(ca_pem, cred, "deploy", {encoded}, recovery); !s)
+  if (auto s = admit_operator_call(ca_pem, cred, Operation::deploy, {encoded}, recovery); !s)
     return s;
   return check_config_size(encoded.size(), limits);
 }

@@ -17,6 +17,7 @@
 #include "controller/core/limits.hpp"
 #include "controller/membership.hpp"
 #include "controller/shell/recovery_gate.hpp"
+#include "runtime/auth.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
@@ -40,7 +41,7 @@ Result<NodeRecord> admit_node(const std::string& ca_pem, const troupe::NodeInfo&
 // them): an operator credential first, then a recovered controller
 // (errc::unavailable while `recovery` is still collecting, see RecoveryGate).
 Status admit_operator_call(const std::string& ca_pem, const Credential& cred,
-                           const std::string& operation, const std::vector<std::string>& args,
+                           Operation operation, const std::vector<std::string>& args,
                            const RecoveryGate& recovery);
 
 // What every deploy call (one application or a whole config) must pass

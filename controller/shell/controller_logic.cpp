@@ -93,7 +93,7 @@ void ControllerLogic::nodes_changed() {
 }
 
 Result<ControllerLogic::Registration> ControllerLogic::register_node(
-    const troupe::NodeInfo& info, const caf::actor& agent,
+    const troupe::NodeInfo& info, const AgentActor& agent,
     const std::vector<HostedReplicaInfo>& hosted, const Credential& cred) {
   auto rec = admit_node(options_.ca_pem, info, static_cast<bool>(agent), cred, *log_);
   if (!rec)
@@ -122,13 +122,13 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
 }
 
 Status ControllerLogic::heartbeat(const std::string& node_id, const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, "heartbeat", {node_id}, node_id); !s)
+  if (auto s = check_request(options_.ca_pem, cred, Operation::heartbeat, {node_id}, node_id); !s)
     return s;
   return membership_.heartbeat(node_id, now());
 }
 
 Status ControllerLogic::deregister(const std::string& node_id, const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, "deregister", {node_id}, node_id); !s)
+  if (auto s = check_request(options_.ca_pem, cred, Operation::deregister, {node_id}, node_id); !s)
     return s;
   if (auto s = membership_.deregister(node_id); !s)
     return s;
@@ -139,7 +139,7 @@ Status ControllerLogic::deregister(const std::string& node_id, const Credential&
 }
 
 Status ControllerLogic::drain(const std::string& node_id, const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, "drain", {node_id}); !s)
+  if (auto s = check_request(options_.ca_pem, cred, Operation::drain, {node_id}); !s)
     return s;
   if (auto s = membership_.drain(node_id); !s)
     return s;
@@ -187,7 +187,7 @@ Result<std::string> ControllerLogic::apply(const std::string& encoded, double re
 }
 
 Status ControllerLogic::delete_application(const std::string& app, const Credential& cred) {
-  if (auto s = admit_operator_call(options_.ca_pem, cred, "delete", {app}, *recovery_); !s)
+  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::delete_app, {app}, *recovery_); !s)
     return s;
   if (auto s = core_->delete_application(app); !s)
     return s;
@@ -197,7 +197,7 @@ Status ControllerLogic::delete_application(const std::string& app, const Credent
 
 Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {
   std::vector<std::string> args{nodes ? "nodes" : ""};
-  if (auto s = admit_operator_call(options_.ca_pem, cred, "shutdown", args, *recovery_); !s)
+  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::shutdown, args, *recovery_); !s)
     return s;
   if (auto s = core_->shutdown(); !s)
     return s;
@@ -209,7 +209,7 @@ Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {
 
 Result<KillTarget> ControllerLogic::kill(const std::string& kind, const std::string& id,
                                          const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, "kill", {kind, id}); !s)
+  if (auto s = check_request(options_.ca_pem, cred, Operation::kill, {kind, id}); !s)
     return s;
   auto target = actors_.kill_target(kind, id, proxies_);
   if (target)
@@ -255,7 +255,7 @@ Result<std::string> ControllerLogic::config() const {
 
 // ---------------------------------------------------------------- routes
 
-bool ControllerLogic::subscribe(const caf::actor& subscriber, SnapshotId last,
+bool ControllerLogic::subscribe(const ProxyActor& subscriber, SnapshotId last,
                                 const std::string& node_id) {
   if (!subscriber)
     return false;
@@ -263,8 +263,8 @@ bool ControllerLogic::subscribe(const caf::actor& subscriber, SnapshotId last,
   return !recovering();
 }
 
-std::vector<std::pair<caf::actor, RoutingSnapshot>> ControllerLogic::due_pushes() {
-  std::vector<std::pair<caf::actor, RoutingSnapshot>> out;
+std::vector<std::pair<ProxyActor, RoutingSnapshot>> ControllerLogic::due_pushes() {
+  std::vector<std::pair<ProxyActor, RoutingSnapshot>> out;
   for (const auto& [key, sub] : actors_.subscribers()) {
     if (auto delta = core_->changes_since(sub.last)) {
       out.emplace_back(sub.handle, to_wire(*delta));
@@ -336,7 +336,7 @@ bool ControllerLogic::tick() {
   return recovery_->window_over();
 }
 
-std::vector<caf::actor> ControllerLogic::nodes_to_stop() {
+std::vector<AgentActor> ControllerLogic::nodes_to_stop() {
   if (recovering() || !stop_nodes_when_empty_ || !core_->is_shut_down())
     return {};
   stop_nodes_when_empty_ = false;
@@ -345,8 +345,8 @@ std::vector<caf::actor> ControllerLogic::nodes_to_stop() {
   return agents;
 }
 
-std::vector<std::pair<ProxyHealthMonitor::Key, caf::actor>> ControllerLogic::due_proxy_checks() {
-  std::vector<std::pair<ProxyHealthMonitor::Key, caf::actor>> out;
+std::vector<std::pair<ProxyHealthMonitor::Key, ProxyActor>> ControllerLogic::due_proxy_checks() {
+  std::vector<std::pair<ProxyHealthMonitor::Key, ProxyActor>> out;
   for (auto key : proxies_.start_due_checks()) {
     if (auto proxy = actors_.subscriber(key))
       out.emplace_back(key, proxy);  // tracked together: always there
@@ -354,7 +354,7 @@ std::vector<std::pair<ProxyHealthMonitor::Key, caf::actor>> ControllerLogic::due
   return out;
 }
 
-caf::actor ControllerLogic::settle_proxy_check(ProxyHealthMonitor::Key key, bool ok,
+ProxyActor ControllerLogic::settle_proxy_check(ProxyHealthMonitor::Key key, bool ok,
                                                const std::string& why) {
   auto out = proxies_.settle(key, ok);
   switch (out.verdict) {

@@ -74,7 +74,7 @@ class ControllerLogic {
   // A node agent (re-)registers with the replicas it hosts: admitted (see
   // admit_node), the node is ALIVE, `agent` is its agent, and its replicas
   // are collected for the recovery or adopted by the core.
-  Result<Registration> register_node(const troupe::NodeInfo& info, const caf::actor& agent,
+  Result<Registration> register_node(const troupe::NodeInfo& info, const AgentActor& agent,
                                      const std::vector<HostedReplicaInfo>& hosted,
                                      const Credential& cred);
   Status heartbeat(const std::string& node_id, const Credential& cred);
@@ -110,10 +110,10 @@ class ControllerLogic {
   // Tracks a route-table subscriber (a node's proxy) presenting `last`.
   // True when the actor publishes now (not while recovering); an invalid
   // handle is ignored.
-  bool subscribe(const caf::actor& subscriber, SnapshotId last, const std::string& node_id);
+  bool subscribe(const ProxyActor& subscriber, SnapshotId last, const std::string& node_id);
   // The snapshot every subscriber is due (a delta since the last one it was
   // sent, in full when it has none), marked as sent; none for a current one.
-  std::vector<std::pair<caf::actor, RoutingSnapshot>> due_pushes();
+  std::vector<std::pair<ProxyActor, RoutingSnapshot>> due_pushes();
 
   // ------------------------------------------------------------ reconciling
 
@@ -121,8 +121,8 @@ class ControllerLogic {
   std::vector<Command> update();
   struct Execution {
     CommandAction action;
-    caf::actor agent;    // the command's node's agent, if connected
-    caf::actor replica;  // the command's replica, if known
+    AgentActor agent;      // the command's node's agent, if connected
+    ReplicaActor replica;  // the command's replica, if known
   };
   // How to execute `cmd` (plan_command). A replica to stop or kill is marked
   // so its down message counts as a stop. Actions that need no message
@@ -150,14 +150,14 @@ class ControllerLogic {
   bool tick();
   // After a tick's reconcile: the agents to send stop_node, once, when a
   // `shutdown --nodes` has seen every replica gone; otherwise none.
-  std::vector<caf::actor> nodes_to_stop();
+  std::vector<AgentActor> nodes_to_stop();
 
   // The proxies due for a health check now, marked as being checked.
-  std::vector<std::pair<ProxyHealthMonitor::Key, caf::actor>> due_proxy_checks();
+  std::vector<std::pair<ProxyHealthMonitor::Key, ProxyActor>> due_proxy_checks();
   // A check's outcome (`why`: the error, empty when it answered), logged.
   // The proxy to kill when it just became UNHEALTHY (its node's keeper
   // starts a fresh one, which subscribes again); else an invalid handle.
-  caf::actor settle_proxy_check(ProxyHealthMonitor::Key key, bool ok, const std::string& why);
+  ProxyActor settle_proxy_check(ProxyHealthMonitor::Key key, bool ok, const std::string& why);
 
   // ------------------------------------------------------------ down
 

@@ -25,14 +25,14 @@ const char* to_string(DownKind k) {
 // ---------------------------------------------------------------- replicas
 
 void ActorDirectory::remember_replica(const std::string& id, const std::string& node,
-                                      const caf::actor& handle) {
+                                      const ReplicaActor& handle) {
   auto& ref = replicas_[id];
   if (ref.handle && ref.handle != handle)
     replica_of_.erase(ref.handle.address());
   ref.handle = handle;
   ref.node_id = node;
   replica_of_[handle.address()] = id;
-  monitor_(handle);
+  monitor_(caf::actor_cast<caf::actor>(handle));
 }
 
 void ActorDirectory::forget_replica(const std::string& id) {
@@ -44,9 +44,9 @@ void ActorDirectory::forget_replica(const std::string& id) {
   replicas_.erase(it);
 }
 
-caf::actor ActorDirectory::replica(const std::string& id) const {
+ReplicaActor ActorDirectory::replica(const std::string& id) const {
   auto it = replicas_.find(id);
-  return it == replicas_.end() ? caf::actor{} : it->second.handle;
+  return it == replicas_.end() ? ReplicaActor{} : it->second.handle;
 }
 
 void ActorDirectory::mark_stopping(const std::string& id) {
@@ -85,7 +85,7 @@ std::vector<HostedReplica> ActorDirectory::take_hosted(const std::string& node,
 
 // ---------------------------------------------------------------- agents
 
-void ActorDirectory::attach_agent(const std::string& node, const caf::actor& agent,
+void ActorDirectory::attach_agent(const std::string& node, const AgentActor& agent,
                                   uint64_t incarnation) {
   for (auto it = agents_.begin(); it != agents_.end();) {
     if (it->second.node_id == node && it->first != agent.address()) {
@@ -96,16 +96,16 @@ void ActorDirectory::attach_agent(const std::string& node, const caf::actor& age
   }
   agents_[agent.address()] = AgentRef{node, incarnation};
   agent_of_[node] = agent;
-  monitor_(agent);
+  monitor_(caf::actor_cast<caf::actor>(agent));
 }
 
-caf::actor ActorDirectory::agent(const std::string& node) const {
+AgentActor ActorDirectory::agent(const std::string& node) const {
   auto it = agent_of_.find(node);
-  return it == agent_of_.end() ? caf::actor{} : it->second;
+  return it == agent_of_.end() ? AgentActor{} : it->second;
 }
 
-std::vector<caf::actor> ActorDirectory::agents() const {
-  std::vector<caf::actor> out;
+std::vector<AgentActor> ActorDirectory::agents() const {
+  std::vector<AgentActor> out;
   out.reserve(agent_of_.size());
   for (const auto& [node, agent] : agent_of_)
     out.push_back(agent);
@@ -126,8 +126,8 @@ void ActorDirectory::detach_node(const std::string& node) {
 
 // ---------------------------------------------------------------- subscribers
 
-ActorDirectory::Key ActorDirectory::add_subscriber(const caf::actor& subscriber, SnapshotId last) {
-  monitor_(subscriber);
+ActorDirectory::Key ActorDirectory::add_subscriber(const ProxyActor& subscriber, SnapshotId last) {
+  monitor_(caf::actor_cast<caf::actor>(subscriber));
   auto [it, fresh] = subscriber_of_.emplace(subscriber.address(), next_subscriber_key_);
   if (fresh)
     ++next_subscriber_key_;  // a new proxy: a fresh health record
@@ -135,9 +135,9 @@ ActorDirectory::Key ActorDirectory::add_subscriber(const caf::actor& subscriber,
   return it->second;
 }
 
-caf::actor ActorDirectory::subscriber(Key key) const {
+ProxyActor ActorDirectory::subscriber(Key key) const {
   auto it = subscribers_.find(key);
-  return it == subscribers_.end() ? caf::actor{} : it->second.handle;
+  return it == subscribers_.end() ? ProxyActor{} : it->second.handle;
 }
 
 void ActorDirectory::mark_sent(Key key, SnapshotId id) {
@@ -162,18 +162,18 @@ Result<KillTarget> ActorDirectory::kill_target(const std::string& kind, const st
   };
   KillTarget t;
   if (kind == "replica") {
-    t.actor = replica(id);
+    t.actor = caf::actor_cast<caf::actor>(replica(id));
     if (!t.actor)
       return not_found("replica");
     t.log_line = "killing replica " + id + " on operator request";
   } else if (kind == "agent") {
-    t.actor = agent(id);
+    t.actor = caf::actor_cast<caf::actor>(agent(id));
     if (!t.actor)
       return not_found("node agent of node");
     t.log_line = "killing the node agent of " + id + " on operator request";
   } else if (kind == "proxy") {
     auto key = proxies.proxy_of(id);
-    t.actor = key ? subscriber(*key) : caf::actor{};
+    t.actor = key ? caf::actor_cast<caf::actor>(subscriber(*key)) : caf::actor{};
     if (!t.actor)
       return not_found("proxy on node");
     t.log_line = "killing the proxy of " + id + " on operator request";

@@ -4,8 +4,8 @@
 // and what a down message was about. The actor shell owns one; it sends the
 // messages and feeds the core, the directory only keeps the books.
 //
-// It holds CAF's handle types directly rather than being a template over a
-// handle type: caf::actor and caf::actor_addr are value types (copyable,
+// It holds CAF's handle types directly (the typed ones of runtime/wire.hpp)
+// rather than being a template over a handle type: handles are value types (copyable,
 // comparable, hashable, no actor system needed to hold them), the directory
 // hands its handles on to CAF-typed code (render_snapshot's HandleOf, sends),
 // and a down message names its actor by address, which a fake handle would
@@ -69,7 +69,7 @@ struct KillTarget {
 
 // A route-table subscriber and the last snapshot it was sent.
 struct Subscriber {
-  caf::actor handle;
+  ProxyActor handle;
   SnapshotId last;
 };
 
@@ -90,11 +90,12 @@ class ActorDirectory {
 
   // `handle` is replica `id` on `node` (monitored). An older, different
   // handle of the id is forgotten: its down message no longer counts.
-  void remember_replica(const std::string& id, const std::string& node, const caf::actor& handle);
+  void remember_replica(const std::string& id, const std::string& node,
+                        const ReplicaActor& handle);
   // Forgets the replica; nothing when unknown.
   void forget_replica(const std::string& id);
   // The replica's handle; invalid when unknown.
-  caf::actor replica(const std::string& id) const;
+  ReplicaActor replica(const std::string& id) const;
   // A stop or kill was sent: the replica's down message is then a stop, not
   // a crash. Nothing for an unknown replica.
   void mark_stopping(const std::string& id);
@@ -119,11 +120,11 @@ class ActorDirectory {
 
   // `agent` is now the agent of `node` (monitored); an older agent of the
   // node is forgotten, so its down message no longer counts.
-  void attach_agent(const std::string& node, const caf::actor& agent, uint64_t incarnation);
+  void attach_agent(const std::string& node, const AgentActor& agent, uint64_t incarnation);
   // The agent of `node`; invalid when it has none.
-  caf::actor agent(const std::string& node) const;
+  AgentActor agent(const std::string& node) const;
   // Every node's agent.
-  std::vector<caf::actor> agents() const;
+  std::vector<AgentActor> agents() const;
   // The node left on purpose: forgets (and demonitors) its agents.
   void detach_node(const std::string& node);
 
@@ -132,9 +133,9 @@ class ActorDirectory {
   // Tracks `subscriber` (monitored) as having snapshot `last`, and returns
   // its key: a new key for a new subscriber, the same key when it subscribes
   // again (its health record stays).
-  Key add_subscriber(const caf::actor& subscriber, SnapshotId last);
+  Key add_subscriber(const ProxyActor& subscriber, SnapshotId last);
   // The subscriber of `key`; invalid when unknown.
-  caf::actor subscriber(Key key) const;
+  ProxyActor subscriber(Key key) const;
   const std::map<Key, Subscriber>& subscribers() const { return subscribers_; }
   // A push of snapshot `id` was sent to `key`.
   void mark_sent(Key key, SnapshotId id);
@@ -159,7 +160,7 @@ class ActorDirectory {
 
  private:
   struct ReplicaRef {
-    caf::actor handle;
+    ReplicaActor handle;
     std::string node_id;
     bool stopping = false;  // a stop or kill was sent: its down is a stop, not a crash
     double started_at = 0;  // Unix seconds when it became ready; 0: not yet
@@ -174,7 +175,7 @@ class ActorDirectory {
   std::unordered_map<std::string, ReplicaRef> replicas_;  // replica id -> handle
   std::unordered_map<caf::actor_addr, std::string> replica_of_;
   std::unordered_map<caf::actor_addr, AgentRef> agents_;  // agent -> node
-  std::unordered_map<std::string, caf::actor> agent_of_;  // node id -> agent
+  std::unordered_map<std::string, AgentActor> agent_of_;  // node id -> agent
   std::map<Key, Subscriber> subscribers_;                 // by key: subscription order
   std::unordered_map<caf::actor_addr, Key> subscriber_of_;
   Key next_subscriber_key_ = 1;

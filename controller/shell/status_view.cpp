@@ -112,7 +112,7 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
       }
     }
     for (const auto& r : dep.replicas) {
-      caf::actor handle = handle_of ? handle_of(r.replica_id) : caf::actor{};
+      ReplicaActor handle = handle_of ? handle_of(r.replica_id) : ReplicaActor{};
       if (!handle)
         continue;
       e.replicas.push_back({r.replica_id, r.node_id, r.max_ongoing_requests, handle});

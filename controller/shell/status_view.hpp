@@ -45,7 +45,7 @@ std::vector<NodeStatus> render_nodes(const Membership& membership,
 
 // The actor of a replica id; an invalid handle when the shell has none yet
 // (such replicas are left out of what is pushed).
-using HandleOf = std::function<caf::actor(const std::string& replica_id)>;
+using HandleOf = std::function<ReplicaActor(const std::string& replica_id)>;
 
 // A snapshot delta as pushed to route-table subscribers: routes, each
 // deployment's RUNNING replicas with their actors and its queue limit, the

@@ -60,7 +60,7 @@ struct TlsCluster {
     return *id;
   }
 
-  Credential sign(const std::string& name, const std::string& op,
+  Credential sign(const std::string& name, Operation op,
                   const std::vector<std::string>& args) {
     auto c = sign_request(identity(name), op, args);
     REQUIRE_FALSE(c.empty());
@@ -112,18 +112,18 @@ TEST_CASE("admission: a node registers only with its own node certificate") {
   TlsCluster cluster;
   CapturedLog log;
   auto own = admit_node(cluster.ca_pem, node_info("n1"), true,
-                        cluster.sign("n1", "register", {"n1"}), *log.logger);
+                        cluster.sign("n1", Operation::register_node, {"n1"}), *log.logger);
   CHECK_MESSAGE(own, own.status().to_string());
   CHECK(log.text().empty());
 
   auto other = admit_node(cluster.ca_pem, node_info("n1"), true,
-                          cluster.sign("n2", "register", {"n1"}), *log.logger);
+                          cluster.sign("n2", Operation::register_node, {"n1"}), *log.logger);
   REQUIRE_FALSE(other);
   CHECK(other.status().message() ==
         "permission denied: the certificate of node 'n2' cannot register node 'n1'");
 
   auto op = admit_node(cluster.ca_pem, node_info("n1"), true,
-                       cluster.sign("alice", "register", {"n1"}), *log.logger);
+                       cluster.sign("alice", Operation::register_node, {"n1"}), *log.logger);
   REQUIRE_FALSE(op);
   CHECK(op.status().message() ==
         "permission denied: register requires the node role (the caller's certificate has the "
@@ -131,7 +131,7 @@ TEST_CASE("admission: a node registers only with its own node certificate") {
 
   // Signed for another node id: the digest does not match the request.
   auto replayed = admit_node(cluster.ca_pem, node_info("n1"), true,
-                             cluster.sign("n1", "register", {"n2"}), *log.logger);
+                             cluster.sign("n1", Operation::register_node, {"n2"}), *log.logger);
   CHECK_FALSE(replayed);
   CHECK(replayed.status().code() == errc::permission_denied);
 }
@@ -190,13 +190,13 @@ TEST_CASE("admission: operator calls need an operator credential - then a recove
   RecoveryGate recovering(clock, 3.0, {"n1"});
   RecoveryGate ready(clock, 3.0, {});
   ready.finish();
-  CHECK(admit_operator_call("", Credential{}, "delete", {"a"}, ready).is_ok());
-  auto s = admit_operator_call("", Credential{}, "delete", {"a"}, recovering);
+  CHECK(admit_operator_call("", Credential{}, Operation::delete_app, {"a"}, ready).is_ok());
+  auto s = admit_operator_call("", Credential{}, Operation::delete_app, {"a"}, recovering);
   CHECK(s.code() == errc::unavailable);
   CHECK(s.message() ==
         "the controller is recovering its state after a restart; retry in a few seconds");
   // The credential first: a stranger learns nothing about the recovery.
-  s = admit_operator_call("-----BEGIN CERTIFICATE-----", Credential{}, "shutdown", {"nodes"},
+  s = admit_operator_call("-----BEGIN CERTIFICATE-----", Credential{}, Operation::shutdown, {"nodes"},
                           recovering);
   CHECK(s.code() == errc::permission_denied);
   CHECK(s.message() ==
@@ -204,14 +204,14 @@ TEST_CASE("admission: operator calls need an operator credential - then a recove
         "cluster)");
 
   TlsCluster cluster;
-  CHECK(admit_operator_call(cluster.ca_pem, cluster.sign("alice", "delete", {"a"}), "delete", {"a"},
+  CHECK(admit_operator_call(cluster.ca_pem, cluster.sign("alice", Operation::delete_app, {"a"}), Operation::delete_app, {"a"},
                             ready)
             .is_ok());
-  s = admit_operator_call(cluster.ca_pem, cluster.sign("n1", "delete", {"a"}), "delete", {"a"},
+  s = admit_operator_call(cluster.ca_pem, cluster.sign("n1", Operation::delete_app, {"a"}), Operation::delete_app, {"a"},
                           ready);
   CHECK(s.code() == errc::permission_denied);
   // Signed for another application.
-  s = admit_operator_call(cluster.ca_pem, cluster.sign("alice", "delete", {"b"}), "delete", {"a"},
+  s = admit_operator_call(cluster.ca_pem, cluster.sign("alice", Operation::delete_app, {"b"}), Operation::delete_app, {"a"},
                           ready);
   CHECK(s.code() == errc::permission_denied);
 }
@@ -234,10 +234,10 @@ TEST_CASE("admission: a deploy is also held to the config size limit") {
 
   TlsCluster cluster;
   CHECK(
-      admit_deploy(cluster.ca_pem, cluster.sign("alice", "deploy", {"1234"}), "1234", ready, limits)
+      admit_deploy(cluster.ca_pem, cluster.sign("alice", Operation::deploy, {"1234"}), "1234", ready, limits)
           .is_ok());
   // The signature covers the encoded config: other bytes are refused.
   CHECK(
-      admit_deploy(cluster.ca_pem, cluster.sign("alice", "deploy", {"1234"}), "4321", ready, limits)
+      admit_deploy(cluster.ca_pem, cluster.sign("alice", Operation::deploy, {"1234"}), "4321", ready, limits)
           .code() == errc::permission_denied);
 }

@@ -20,6 +20,7 @@
 
 #include "controller/store/codec.hpp"
 #include "tests/controller/fakes.hpp"
+#include "tests/support/any_handle.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -81,11 +82,12 @@ struct Fixture {
     return false;
   }
 
-  caf::actor handle() {
-    return sys.spawn([] {});
+  test::AnyHandle handle() {
+    return test::AnyHandle(sys.spawn([] {}));
   }
 
-  ControllerLogic::Registration register_node(const std::string& id, const caf::actor& agent,
+  ControllerLogic::Registration register_node(const std::string& id,
+                                              const test::AnyHandle& agent,
                                               const std::vector<HostedReplicaInfo>& hosted = {}) {
     troupe::NodeInfo info{id, "127.0.0.1", 8001, "cpu=4", 4242, kProtocolVersion};
     auto reg = logic->register_node(info, agent, hosted, Credential{});
@@ -109,7 +111,7 @@ struct Fixture {
 
   // Deploys `app` on node n1 (registered with `agent`) and answers the spawn
   // and the constructor like a replica that starts at once: its handle.
-  caf::actor running_replica(const caf::actor& agent, std::string* replica_id) {
+  test::AnyHandle running_replica(const test::AnyHandle& agent, std::string* replica_id) {
     register_node("n1", agent);
     REQUIRE(deploy(make_app("a", "/a", {make_deployment("D", 1)})));
     auto runs = reconcile();
@@ -195,7 +197,7 @@ TEST_CASE("logic: a refused registration changes nothing") {
   Fixture f;
   f.start();
   troupe::NodeInfo info{"n1", "127.0.0.1", 8001, "cpu=4", 4242, kProtocolVersion};
-  auto reg = f.logic->register_node(info, caf::actor{}, {}, Credential{});
+  auto reg = f.logic->register_node(info, AgentActor{}, {}, Credential{});
   REQUIRE_FALSE(reg);
   CHECK(reg.status().message() == "no agent handle given");
   CHECK(f.logic->nodes().empty());
@@ -424,7 +426,7 @@ TEST_CASE("logic: subscribers get what changed - and all of it after a new reque
   auto pulled = f.logic->snapshot(0, 0);
   REQUIRE(pulled);
   CHECK(pulled->request_timeout_s == 30);
-  CHECK(f.logic->subscribe(caf::actor{}, SnapshotId{}, "n1") == false);
+  CHECK(f.logic->subscribe(ProxyActor{}, SnapshotId{}, "n1") == false);
 }
 
 TEST_CASE("logic: a proxy that fails its health checks is named for a kill at the limit") {

@@ -60,7 +60,7 @@ caf::behavior fake_agent(caf::event_based_actor* self, std::shared_ptr<Spawned> 
         auto replica = self->spawn(fake_replica, spec);
         spawned->specs.push_back(spec);
         spawned->replicas.push_back(replica);
-        return replica;
+        return caf::actor_cast<ReplicaActor>(replica);
       },
   };
 }
@@ -105,7 +105,7 @@ struct Fixture : test_coordinator_fixture<WiringConfig> {
   }
 
   void start() {
-    controller = spawn_controller(sys, options, store, clock);
+    controller = caf::actor_cast<caf::actor>(spawn_controller(sys, options, store, clock));
     sched.run();
   }
 
@@ -243,7 +243,8 @@ TEST_CASE("wiring: a proxy failing its health checks is killed after the limit")
   f.register_node();
   auto healthy = std::make_shared<bool>(true);
   auto proxy = f.sys.spawn(fake_proxy, healthy);
-  f.self->send(f.controller, subscribe_atom::value, proxy, uint64_t{0}, uint64_t{0},
+  f.self->send(f.controller, subscribe_atom::value, caf::actor_cast<ProxyActor>(proxy),
+               uint64_t{0}, uint64_t{0},
                std::string("n1"));
   f.sched.run();
   CHECK(f.proxy_column() == "STARTING");

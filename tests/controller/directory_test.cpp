@@ -16,6 +16,7 @@
 #include <caf/exit_reason.hpp>
 
 #include "tests/controller/fakes.hpp"
+#include "tests/support/any_handle.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -32,8 +33,8 @@ struct Fixture {
                      [this](const caf::actor_addr& a) { demonitored.push_back(a); }};
 
   // A distinct handle; the actor behind it has ended already.
-  caf::actor handle() {
-    return sys.spawn([] {});
+  test::AnyHandle handle() {
+    return test::AnyHandle(sys.spawn([] {}));
   }
 
   size_t times_monitored(const caf::actor& a) const {
@@ -45,7 +46,8 @@ caf::error troupe_error(const std::string& message) {
   return to_caf_error(Status(errc::internal, message));
 }
 
-HostedReplicaInfo hosted(const std::string& id, const caf::actor& handle, bool stopping = false) {
+HostedReplicaInfo hosted(const std::string& id, const test::AnyHandle& handle,
+                          bool stopping = false) {
   HostedReplicaInfo h;
   h.replica_id = id;
   h.app = "a";
@@ -253,7 +255,7 @@ TEST_CASE("directory: a registering node's hosted replicas are remembered and ad
   auto r1 = f.handle();
   auto r2 = f.handle();
   auto adopt = f.dir.take_hosted(
-      "n1", {hosted("a#D#1", r1), hosted("a#D#2", r2, true), hosted("a#D#3", caf::actor{})}, false);
+      "n1", {hosted("a#D#1", r1), hosted("a#D#2", r2, true), hosted("a#D#3", test::AnyHandle{})}, false);
   CHECK(ids(adopt) == std::vector<std::string>{"a#D#1", "a#D#2"});  // no handle: skipped
   REQUIRE(adopt.size() == 2);
   CHECK(adopt[0].app == "a");

@@ -58,8 +58,8 @@ struct Fixture {
     o.proxy_health_period_s = 0.05;
     o.proxy_health_timeout_s = 0.5;
     o.proxy_unhealthy_after = 3;
-    controller =
-        controller::spawn_controller(*sys, o, std::make_shared<controller::testing::MemoryStore>());
+    controller = caf::actor_cast<caf::actor>(
+        controller::spawn_controller(*sys, o, std::make_shared<controller::testing::MemoryStore>()));
     agent = sys->spawn(fake_agent);
     NodeInfo info{"n1", "127.0.0.1", 8001, "cpu=1", 4242, kProtocolVersion};
     caf::scoped_actor self{*sys};
@@ -76,7 +76,8 @@ struct Fixture {
   }
 
   void subscribe(const caf::actor& proxy) {
-    caf::anon_send(controller, subscribe_atom::value, proxy, uint64_t{0}, uint64_t{0},
+    caf::anon_send(controller, subscribe_atom::value, caf::actor_cast<ProxyActor>(proxy),
+                   uint64_t{0}, uint64_t{0},
                    std::string("n1"));
   }
 

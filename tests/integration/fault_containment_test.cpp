@@ -421,7 +421,7 @@ TEST_CASE("a local process without the secret is refused by the replica port - r
   CHECK(refused(replica_hello_atom::value, std::string("nobody#X#1"), std::string("guess")));
   CHECK(refused(replica_hello_atom::value, on_w1, std::string(64, '0')));
   CHECK(refused(replica_attach_atom::value, on_w1, std::string(64, '0'),
-                caf::actor_cast<caf::actor>(self)));
+                caf::actor_cast<ReplicaActor>(self)));
   CHECK(refused(kill_replica_atom::value, on_w1));
   CHECK(wait_until(
       [&] {

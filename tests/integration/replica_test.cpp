@@ -55,7 +55,7 @@ struct Fixture : ClientCluster {
     return {};
   }
 
-  Result<HttpResponse> call(const caf::actor& replica, const std::string& path,
+  Result<HttpResponse> call(const ReplicaActor& replica, const std::string& path,
                             const std::string& query = "", double timeout_s = 10) {
     caf::scoped_actor self{*sys};
     Result<HttpResponse> out(errc::internal, "no answer");
@@ -331,7 +331,7 @@ TEST_CASE("a handler blocking for 5 s does not delay health checks of other repl
 
   caf::scoped_actor self{*f.sys};
   std::vector<double> latencies_ms;
-  auto check = [&](const caf::actor& replica) {
+  auto check = [&](const ReplicaActor& replica) {
     auto start = std::chrono::steady_clock::now();
     bool ok = false;
     self->request(replica, std::chrono::seconds(5), health_atom::value)

@@ -166,7 +166,7 @@ ReplicaEndpoint endpoint(const std::string& id, const std::string& node, caf::ac
   e.replica_id = id;
   e.node_id = node;
   e.max_ongoing_requests = 2;
-  e.handle = std::move(handle);
+  e.handle = caf::actor_cast<ReplicaActor>(std::move(handle));
   return e;
 }
 
@@ -607,14 +607,17 @@ TEST_CASE(
     "remote: a call from another actor system over the network - and after the proxy stopped") {
   Fixture f;
   f.publish();
-  auto published = f.sys->middleman().publish(f.proxy->keeper(), 0, "127.0.0.1");
+  // Published untyped, as troupe-node publishes its actors (runtime/wire.hpp).
+  auto published =
+      f.sys->middleman().publish(caf::actor_cast<caf::actor>(f.proxy->keeper()), 0, "127.0.0.1");
   REQUIRE_MESSAGE(published, f.sys->render(published.error()));
   caf::actor_system_config cfg;
   configure_actor_system(cfg, TransportOptions{});
   caf::actor_system other(cfg);
   auto keeper = other.middleman().remote_actor("127.0.0.1", *published);
   REQUIRE_MESSAGE(keeper, other.render(keeper.error()));
-  auto remote = replica::make_handle_transport(replica::make_remote_proxy_call(other, *keeper));
+  auto remote = replica::make_handle_transport(
+      replica::make_remote_proxy_call(other, caf::actor_cast<HandleCallActor>(*keeper)));
   Response r = DeploymentHandle(remote, "shop", "Back").call(post("over the wire", "/x"));
   REQUIRE(r.status == 200);
   auto body = json::parse(r.body);

@@ -400,7 +400,7 @@ TEST_CASE("proxy/router: a replica cut off with its connection is live with a ne
   auto old_handle = sys.spawn(idle);
   auto new_handle = sys.spawn(idle);
   auto with = [](ReplicaEndpoint e, caf::actor h) {
-    e.handle = std::move(h);
+    e.handle = caf::actor_cast<ReplicaActor>(std::move(h));
     return e;
   };
   Router r({"n1", 19});
@@ -450,7 +450,7 @@ TEST_CASE("proxy/router: a lost node takes every replica handle on it out at onc
   auto a = sys.spawn(idle);
   auto b = sys.spawn(idle);
   auto with = [](ReplicaEndpoint e, caf::actor h) {
-    e.handle = std::move(h);
+    e.handle = caf::actor_cast<ReplicaActor>(std::move(h));
     return e;
   };
   Router r({"n1", 23});

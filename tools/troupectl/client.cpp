@@ -22,7 +22,7 @@ Status ControllerClient::describe(const caf::error& err) const {
   return status;
 }
 
-Credential ControllerClient::sign(const std::string& operation,
+Credential ControllerClient::sign(Operation operation,
                                   const std::vector<std::string>& args) const {
   return sign_request(identity_, operation, args);
 }
@@ -31,7 +31,7 @@ Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const
                                                    double timeout_s,
                                                    std::optional<security::Identity> identity) {
   caf::scoped_actor self{sys};
-  caf::actor controller;
+  ControllerActor controller;
   Status failure;
   auto mm = security::transport_actor(sys);  // TLS when configured
   self->request(mm, seconds_as(timeout_s), caf::connect_atom::value, endpoint.host, endpoint.port)
@@ -41,7 +41,10 @@ Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const
               failure =
                   Status(errc::unavailable, "nothing is published at " + endpoint.to_string());
             } else {
-              controller = caf::actor_cast<caf::actor>(ptr);
+              // Typed from here on; a peer of another version says so in
+              // the hello below (CAF's typed connect would refuse it first,
+              // without saying why).
+              controller = caf::actor_cast<ControllerActor>(ptr);
             }
           },
           [&](caf::error& err) {
@@ -79,7 +82,7 @@ Status ControllerClient::drain(const std::string& node_id) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
   self->request(controller_, seconds_as(timeout_s_), drain_atom::value, node_id,
-                sign("drain", {node_id}))
+                sign(Operation::drain, {node_id}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -90,7 +93,7 @@ Status ControllerClient::drain(const std::string& node_id) {
 namespace troupe {
 
 template <class T, class... Ts>
-static Result<T> ask(caf::actor_system& sys, const caf::actor& dest, double timeout_s,
+static Result<T> ask(caf::actor_system& sys, const ControllerActor& dest, double timeout_s,
                      const std::function<Status(const caf::error&)>& describe, Ts&&... xs) {
   caf::scoped_actor self{sys};
   Result<T> out(errc::internal, "no answer");
@@ -106,7 +109,7 @@ Result<ControllerClient::DeployReply> ControllerClient::deploy(
   Result<DeployReply> out(errc::internal, "no answer");
   auto encoded = controller::encode_application(app);
   self->request(controller_, seconds_as(timeout_s_), deploy_atom::value, encoded,
-                sign("deploy", {encoded}))
+                sign(Operation::deploy, {encoded}))
       .receive(
           [&](bool changed, uint64_t generation) {
             out = DeployReply{changed, generation};
@@ -118,7 +121,7 @@ Result<ControllerClient::DeployReply> ControllerClient::deploy(
 Status ControllerClient::delete_application(const std::string& app) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
-  self->request(controller_, seconds_as(timeout_s_), delete_atom::value, app, sign("delete", {app}))
+  self->request(controller_, seconds_as(timeout_s_), delete_atom::value, app, sign(Operation::delete_app, {app}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -133,7 +136,7 @@ Result<std::string> ControllerClient::apply(const controller::TargetState& state
   auto encoded = controller::encode_target_state(state);
   return ask<std::string>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
-      apply_atom::value, encoded, request_timeout_s, sign("deploy", {encoded}));
+      apply_atom::value, encoded, request_timeout_s, sign(Operation::deploy, {encoded}));
 }
 
 Result<controller::TargetState> ControllerClient::config() {
@@ -149,7 +152,7 @@ Status ControllerClient::shutdown(bool nodes) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
   self->request(controller_, seconds_as(timeout_s_), shutdown_atom::value, nodes,
-                sign("shutdown", {nodes ? "nodes" : ""}))
+                sign(Operation::shutdown, {nodes ? "nodes" : ""}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) { out = describe(err); });
   return out;
@@ -159,7 +162,7 @@ Status ControllerClient::kill(const std::string& kind, const std::string& id) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");
   self->request(controller_, seconds_as(timeout_s_), kill_atom::value, kind, id,
-                sign("kill", {kind, id}))
+                sign(Operation::kill, {kind, id}))
       .receive([&](caf::ok_atom) { out = Status::ok(); },
                [&](caf::error& err) {
                  // Killing the controller: it may die before it answers.

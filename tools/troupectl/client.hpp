@@ -13,6 +13,7 @@
 
 #include "controller/core/model.hpp"
 #include "runtime/address.hpp"
+#include "runtime/auth.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
@@ -51,10 +52,10 @@ class ControllerClient {
   // (0/0: everything).
   Result<RoutingSnapshot> snapshot(uint64_t epoch = 0, uint64_t seq = 0);
 
-  const caf::actor& controller() const { return controller_; }
+  const ControllerActor& controller() const { return controller_; }
 
  private:
-  ControllerClient(caf::actor_system& sys, caf::actor controller, Endpoint endpoint,
+  ControllerClient(caf::actor_system& sys, ControllerActor controller, Endpoint endpoint,
                    double timeout_s, std::optional<security::Identity> identity)
       : sys_(&sys),
         controller_(std::move(controller)),
@@ -62,13 +63,13 @@ class ControllerClient {
         timeout_s_(timeout_s),
         identity_(std::move(identity)) {}
 
-  Credential sign(const std::string& operation, const std::vector<std::string>& args) const;
+  Credential sign(Operation operation, const std::vector<std::string>& args) const;
 
   // Prefixes failures with the controller's address.
   Status describe(const caf::error& err) const;
 
   caf::actor_system* sys_;
-  caf::actor controller_;
+  ControllerActor controller_;
   Endpoint endpoint_;
   double timeout_s_;
   std::optional<security::Identity> identity_;
