@@ -26,7 +26,9 @@ uint32_t capacity_adjusted(uint32_t n, std::optional<double> target_capacity) {
     return n;
   if (n == 0 || *target_capacity <= 0)
     return 0;
-  double scaled = std::ceil(static_cast<double>(n) * *target_capacity / 100.0 - 1e-9);
+  // Rounded half up, as Ray Serve does (4 replicas at 30 % is 1); the
+  // tolerance keeps 2.4999999999 from an exact 2.5 rounding down.
+  double scaled = std::floor(static_cast<double>(n) * *target_capacity / 100.0 + 0.5 + 1e-9);
   return std::max<uint32_t>(1, static_cast<uint32_t>(scaled));
 }
 

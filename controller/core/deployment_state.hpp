@@ -37,8 +37,8 @@ struct TickContext {
 };
 
 // Target replica count under a cluster-wide target_capacity (percent): absent
-// or >= 100 keeps n; 0 (or n == 0) gives 0; otherwise ceil(n * capacity / 100),
-// at least 1.
+// or >= 100 keeps n; 0 (or n == 0) gives 0; otherwise n * capacity / 100
+// rounded half up, at least 1 (Ray Serve's rule; docs/ray-serve.md).
 uint32_t capacity_adjusted(uint32_t n, std::optional<double> target_capacity);
 
 // The numeric suffix of a replica id "<app>#<deployment>#[<tag>-]<n>", or 0.

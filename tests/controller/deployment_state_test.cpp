@@ -148,12 +148,16 @@ TEST_CASE("deploy: prev_version rejects the call when the current version differ
   CHECK(ok->deployments.at("D") == ChangeKind::restart);
 }
 
-TEST_CASE("target capacity scales targets - rounding up - at least one") {
+TEST_CASE("target capacity scales targets - rounding half up as Ray Serve does - at least one") {
   CHECK(capacity_adjusted(10, std::nullopt) == 10);
   CHECK(capacity_adjusted(10, 100.0) == 10);
   CHECK(capacity_adjusted(10, 50.0) == 5);
-  CHECK(capacity_adjusted(10, 25.0) == 3);
-  CHECK(capacity_adjusted(10, 1.0) == 1);
+  CHECK(capacity_adjusted(10, 25.0) == 3);  // 2.5: half up
+  CHECK(capacity_adjusted(10, 24.0) == 2);  // 2.4: down
+  CHECK(capacity_adjusted(4, 30.0) == 1);   // 1.2: Ray's 1 (rounding up gave 2)
+  CHECK(capacity_adjusted(4, 40.0) == 2);   // 1.6: up
+  CHECK(capacity_adjusted(3, 50.0) == 2);   // 1.5: half up
+  CHECK(capacity_adjusted(10, 1.0) == 1);   // 0.1: at least one
   CHECK(capacity_adjusted(10, 0.0) == 0);
   CHECK(capacity_adjusted(0, 50.0) == 0);
 
