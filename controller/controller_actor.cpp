@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -456,8 +457,12 @@ void maybe_end_recovery_early(controller_actor* self) {
 // What every deploy call (one application or a whole config) must pass
 // before its bytes are even decoded: the caller's role, a recovered
 // controller, and the config size limit. The core checks the replica limits.
-Status admit_deploy(const ControllerState& st, const Credential& cred, const std::string& encoded) {
-  if (auto s = check_request(st.options.ca_pem, cred, "deploy", {encoded}); !s)
+// `signed_too`: further arguments the credential signs after the record.
+Status admit_deploy(const ControllerState& st, const Credential& cred, const std::string& encoded,
+                    const std::vector<std::string>& signed_too = {}) {
+  std::vector<std::string> args = {encoded};
+  args.insert(args.end(), signed_too.begin(), signed_too.end());
+  if (auto s = check_request(st.options.ca_pem, cred, "deploy", args); !s)
     return s;
   if (auto s = st.recovery->require_ready(); !s)
     return s;
@@ -639,16 +644,22 @@ caf::result<bool, uint64_t> on_deploy(controller_actor* self, const std::string&
   return {result->changed, result->generation};
 }
 
+// `if_generation`: optimistic concurrency (troupectl deploy --if-generation);
+// its credential signs the generation too.
 caf::result<std::string> on_apply(controller_actor* self, const std::string& encoded,
-                                  double request_timeout_s, const Credential& cred) {
+                                  double request_timeout_s, const Credential& cred,
+                                  std::optional<uint64_t> if_generation = std::nullopt) {
   auto& st = self->state;
-  if (auto s = admit_deploy(st, cred, encoded); !s)
+  std::vector<std::string> signed_too;
+  if (if_generation)
+    signed_too.push_back(std::to_string(*if_generation));
+  if (auto s = admit_deploy(st, cred, encoded, signed_too); !s)
     return to_caf_error(s);
   auto declared = decode_target_state(encoded);
   if (!declared)
     return to_caf_error(declared.status());
   bool changed = false;
-  auto results = st.core->apply(*declared, &changed);
+  auto results = st.core->apply(*declared, &changed, if_generation);
   if (!results) {
     st.log->warn("deploy refused: {}", results.status().to_string());
     return to_caf_error(results.status());
@@ -677,6 +688,46 @@ caf::result<caf::ok_atom> on_delete(controller_actor* self, const std::string& a
   st.log->info("application {} is being deleted", app);
   reconcile(self);
   return caf::ok_atom::value;
+}
+
+// One deployment of an application (troupectl delete APP/DEPLOYMENT).
+caf::result<caf::ok_atom> on_delete_deployment(controller_actor* self, const std::string& app,
+                                               const std::string& deployment,
+                                               const Credential& cred) {
+  auto& st = self->state;
+  if (auto s = check_request(st.options.ca_pem, cred, "delete", {app, deployment}); !s)
+    return to_caf_error(s);
+  if (auto s = st.recovery->require_ready(); !s)
+    return to_caf_error(s);
+  if (auto s = st.core->delete_deployment(app, deployment); !s) {
+    st.log->warn("delete of {}/{} refused: {}", app, deployment, s.to_string());
+    return to_caf_error(s);
+  }
+  st.log->info("deployment {}/{} is being deleted", app, deployment);
+  reconcile(self);
+  return caf::ok_atom::value;
+}
+
+// troupectl scale APP/DEPLOYMENT N: the core refuses autoscaled deployments.
+caf::result<bool, uint64_t> on_scale(controller_actor* self, const std::string& app,
+                                     const std::string& deployment, uint32_t replicas,
+                                     const Credential& cred) {
+  auto& st = self->state;
+  if (auto s = check_request(st.options.ca_pem, cred, "deploy",
+                             {app, deployment, std::to_string(replicas)});
+      !s)
+    return to_caf_error(s);
+  if (auto s = st.recovery->require_ready(); !s)
+    return to_caf_error(s);
+  auto result = st.core->scale_deployment(app, deployment, replicas);
+  if (!result) {
+    st.log->warn("scale of {}/{} refused: {}", app, deployment, result.status().to_string());
+    return to_caf_error(result.status());
+  }
+  st.log->info("scale of {}/{} to {} replicas: {} (generation {})", app, deployment, replicas,
+               result->changed ? "accepted" : "unchanged", result->generation);
+  reconcile(self);
+  return {result->changed, result->generation};
 }
 
 caf::result<caf::ok_atom> on_shutdown(controller_actor* self, bool nodes, const Credential& cred) {
@@ -955,6 +1006,14 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
       [=](apply_atom, const std::string& encoded, double request_timeout_s,
           const Credential& cred) { return on_apply(self, encoded, request_timeout_s, cred); },
       [=](config_atom) { return on_config(self->state); },
+      [=](delete_atom, const std::string& app, const std::string& deployment,
+          const Credential& cred) { return on_delete_deployment(self, app, deployment, cred); },
+      [=](scale_atom, const std::string& app, const std::string& deployment, uint32_t replicas,
+          const Credential& cred) { return on_scale(self, app, deployment, replicas, cred); },
+      [=](apply_atom, const std::string& encoded, double request_timeout_s,
+          uint64_t if_generation, const Credential& cred) {
+        return on_apply(self, encoded, request_timeout_s, cred, if_generation);
+      },
       [=](shutdown_atom, bool nodes, const Credential& cred) {
         return on_shutdown(self, nodes, cred);
       },

@@ -22,6 +22,15 @@
 //        these applications (a Cap'n Proto TargetState record), one commit
 //   (config)                             -> (string target_state record)
 //   (delete, string app)                 -> (ok)
+//   (delete, string app, string deployment) -> (ok)  one deployment (not the
+//        ingress, not one that carries traffic weight)
+//   (scale, string app, string deployment, uint32 replicas)
+//                                        -> (bool changed, uint64 generation)
+//        refused for an autoscaled deployment
+//   (apply, string target_state, double request_timeout_s, uint64 if_generation)
+//                                        -> (string json)  as apply, refused
+//        (conflict, naming the current generation) unless the target state's
+//        generation is if_generation
 //   (shutdown)                           -> (ok)  deletes every application
 //   (shutdown, bool nodes)               -> (ok)  ... and, once every replica
 //        is gone, asks every node agent to stop its node process

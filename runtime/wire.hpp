@@ -74,6 +74,9 @@ using stop_node_atom = caf::atom_constant<caf::atom("stopnode")>;
 // Route table and replica sets, pulled or pushed to subscribers (proxies).
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
+// Per-deployment operations and the traffic split (troupectl -> controller).
+using scale_atom = caf::atom_constant<caf::atom("scale")>;
+using traffic_atom = caf::atom_constant<caf::atom("traffic")>;
 
 // -- wire types --------------------------------------------------------------
 

@@ -238,12 +238,18 @@ Result<DeployResult> StateManager::deploy_deployment(
   return result;
 }
 
-Result<std::map<std::string, DeployResult>> StateManager::apply(const TargetState& declared,
-                                                                bool* changed) {
+Result<std::map<std::string, DeployResult>> StateManager::apply(
+    const TargetState& declared, bool* changed, const std::optional<uint64_t>& if_generation) {
   if (changed)
     *changed = false;
   if (Status s = require_recovered(); !s)
     return s;
+  if (if_generation && *if_generation != target_.generation) {
+    return Status(errc::conflict, "if_generation: " + std::to_string(*if_generation) +
+                                      " is not the current generation " +
+                                      std::to_string(target_.generation) +
+                                      " (the target state changed since; read it again)");
+  }
   if (Status s = check_limits(declared, options_.limits); !s)
     return s;
   for (const auto& [name, app] : declared.applications) {
@@ -278,6 +284,32 @@ Result<std::map<std::string, DeployResult>> StateManager::apply(const TargetStat
   if (changed)
     *changed = true;
   return results;
+}
+
+Result<DeployResult> StateManager::scale_deployment(const std::string& app,
+                                                    const std::string& deployment,
+                                                    uint32_t replicas) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  auto it = target_.applications.find(app);
+  if (it == target_.applications.end()) {
+    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+  }
+  const auto& deps = it->second.deployments;
+  auto current = std::find_if(deps.begin(), deps.end(),
+                              [&](const DeploymentSpec& d) { return d.name == deployment; });
+  const std::string path = app_path(app) + ".deployments[" + deployment + "]";
+  if (current == deps.end())
+    return Status(errc::not_found, path + ": \"" + deployment + "\" is not a known deployment");
+  if (current->config.autoscaling_config) {
+    return Status(errc::invalid_argument,
+                  path + ".num_replicas: the deployment is autoscaled (autoscaling_config is "
+                         "set), so its replica count is the autoscaler's; change min_replicas and "
+                         "max_replicas in its config instead");
+  }
+  DeploymentSpec next = *current;
+  next.config.num_replicas = replicas;
+  return deploy_deployment(app, next);
 }
 
 Status StateManager::delete_application(const std::string& app) {

@@ -51,7 +51,9 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
     a["deployments"] = std::move(deps);
     apps[name] = std::move(a);
   }
-  return json{{"applications", apps}, {"recovering", recovering}};
+  return json{{"applications", apps},
+              {"recovering", recovering},
+              {"generation", core->target_state().generation}};
 }
 
 json render_apply_result(const std::map<std::string, DeployResult>& results, bool changed,
