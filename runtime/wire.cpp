@@ -21,6 +21,7 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<DeploymentEndpoints>("troupe.DeploymentEndpoints");
   cfg.add_message_type<RoutingSnapshot>("troupe.RoutingSnapshot");
   cfg.add_message_type<Credential>("troupe.Credential");
+  cfg.add_message_type<TrafficWeights>("troupe.TrafficWeights");
   cfg.set("middleman.app-identifiers", std::vector<std::string>{kAppIdentifier});
   cfg.add_error_category(kErrorCategory,
                          [](uint8_t code, caf::atom_value, const caf::message& ctx) {

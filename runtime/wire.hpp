@@ -26,7 +26,7 @@ class actor_system_config;
 namespace troupe {
 
 // Bump on any change of a wire type or of a message's meaning.
-constexpr uint32_t kProtocolVersion = 4;
+constexpr uint32_t kProtocolVersion = 5;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -199,15 +199,24 @@ typename Inspector::result_type inspect(Inspector& f, HttpResponse& x) {
   return f(caf::meta::type_name("troupe.HttpResponse"), x.status, x.headers, x.body);
 }
 
+// An application's traffic split: (deployment, weight) pairs, sorted by
+// deployment; the weights sum to 1. Also the argument of (traffic, ...).
+using TrafficWeights = std::vector<std::pair<std::string, double>>;
+
 struct RouteEntry {
   std::string prefix;
   std::string app;
   std::string ingress;  // deployment that receives the application's requests
+  // The traffic split; empty: everything to `ingress`.
+  TrafficWeights traffic = {};
+  // With a split: the header whose value picks the deployment; "": random.
+  std::string traffic_key_header = {};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteEntry& x) {
-  return f(caf::meta::type_name("troupe.RouteEntry"), x.prefix, x.app, x.ingress);
+  return f(caf::meta::type_name("troupe.RouteEntry"), x.prefix, x.app, x.ingress, x.traffic,
+           x.traffic_key_header);
 }
 
 struct ReplicaEndpoint {

@@ -1,6 +1,7 @@
 #include "controller/core/state_manager.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 #include "controller/core/validate.hpp"
 
@@ -345,6 +346,17 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
                   path + ": \"" + deployment +
                       "\" is the ingress and cannot be deleted alone (delete the application)");
   }
+  if (auto w = next_app.traffic.find(deployment); w != next_app.traffic.end()) {
+    if (w->second > 0) {
+      std::ostringstream weight;
+      weight << w->second;
+      return Status(errc::invalid_argument,
+                    path + ": \"" + deployment + "\" carries traffic (" + app_path(app) +
+                        ".traffic[" + deployment + "] = " + weight.str() +
+                        ") and cannot be deleted; give its weight to other deployments first");
+    }
+    next_app.traffic.erase(w);
+  }
   next_app.deployments.erase(slot);
   TargetState next = target_;
   next.applications[app] = std::move(next_app);
@@ -352,6 +364,28 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
     return s;
   apply_target(nullptr);
   return Status::ok();
+}
+
+Result<uint64_t> StateManager::set_traffic(const std::string& app,
+                                           const std::map<std::string, double>& weights) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  auto it = target_.applications.find(app);
+  if (it == target_.applications.end()) {
+    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+  }
+  if (weights.empty()) {
+    return Status(errc::invalid_argument,
+                  app_path(app) + ".traffic: {} must name at least one deployment");
+  }
+  if (it->second.traffic == weights)
+    return target_.generation;
+  TargetState next = target_;
+  next.applications[app].traffic = weights;
+  if (Status s = commit(std::move(next)); !s)
+    return s;
+  apply_target(nullptr);
+  return target_.generation;
 }
 
 Status StateManager::set_target_capacity(std::optional<double> capacity) {
@@ -521,7 +555,8 @@ std::vector<Route> StateManager::current_routes() const {
   for (const auto& [name, app] : apps_) {
     if (app.deleting)
       continue;
-    routes.push_back({app.spec.route_prefix, name, app.spec.ingress});
+    routes.push_back({app.spec.route_prefix, name, app.spec.ingress, app.spec.traffic,
+                      app.spec.traffic_key_header});
   }
   std::sort(routes.begin(), routes.end(),
             [](const Route& a, const Route& b) { return a.prefix < b.prefix; });

@@ -132,8 +132,19 @@ class StateManager {
   Result<DeployResult> scale_deployment(const std::string& app, const std::string& deployment,
                                         uint32_t replicas);
 
+  // Replaces an application's traffic split (`troupectl traffic`, Ray
+  // Serve's set_traffic) without touching its deployments: written ahead,
+  // then published with the routes at the next update(). The same split is
+  // a no-op. Validated like a deploy: weights >= 0 summing to 1, names of
+  // the application's deployments (errc::invalid_argument); errc::not_found
+  // for an unknown application. Returns the generation after the call.
+  Result<uint64_t> set_traffic(const std::string& app, const std::map<std::string, double>& weights);
+
   Status delete_application(const std::string& app);
-  // The ingress deployment cannot be deleted on its own (delete the app).
+  // The ingress deployment cannot be deleted on its own (delete the app),
+  // nor one that carries traffic weight (errc::invalid_argument: move its
+  // weight first). A deployment named in the split with weight 0 leaves the
+  // split with it.
   Status delete_deployment(const std::string& app, const std::string& deployment);
   // Percent in [0, 100]; nullopt means 100. See capacity_adjusted().
   Status set_target_capacity(std::optional<double> capacity);
