@@ -730,6 +730,35 @@ caf::result<bool, uint64_t> on_scale(controller_actor* self, const std::string& 
   return {result->changed, result->generation};
 }
 
+// troupectl traffic APP NAME=W ...: the split changes without a redeploy;
+// reconcile() publishes the new routes to every proxy at once.
+caf::result<uint64_t> on_traffic(controller_actor* self, const std::string& app,
+                                 const TrafficWeights& weights, const Credential& cred) {
+  auto& st = self->state;
+  if (auto s = check_request(st.options.ca_pem, cred, "deploy", traffic_args(app, weights)); !s)
+    return to_caf_error(s);
+  if (auto s = st.recovery->require_ready(); !s)
+    return to_caf_error(s);
+  std::map<std::string, double> split;
+  for (const auto& [name, weight] : weights) {
+    if (!split.emplace(name, weight).second) {
+      return to_caf_error(Status(errc::invalid_argument, "applications[" + app + "].traffic[" +
+                                                             name + "]: given more than once"));
+    }
+  }
+  auto generation = st.core->set_traffic(app, split);
+  if (!generation) {
+    st.log->warn("traffic of {} refused: {}", app, generation.status().to_string());
+    return to_caf_error(generation.status());
+  }
+  std::string shown;
+  for (const auto& [name, weight] : split)
+    shown += (shown.empty() ? "" : " ") + name + "=" + std::to_string(weight);
+  st.log->info("traffic of {} is now {} (generation {})", app, shown, *generation);
+  reconcile(self);
+  return *generation;
+}
+
 caf::result<caf::ok_atom> on_shutdown(controller_actor* self, bool nodes, const Credential& cred) {
   auto& st = self->state;
   if (auto s = check_request(st.options.ca_pem, cred, "shutdown", {nodes ? "nodes" : ""}); !s)
@@ -1008,6 +1037,8 @@ caf::behavior controller(controller_actor* self, ControllerOptions options,
       [=](config_atom) { return on_config(self->state); },
       [=](delete_atom, const std::string& app, const std::string& deployment,
           const Credential& cred) { return on_delete_deployment(self, app, deployment, cred); },
+      [=](traffic_atom, const std::string& app, const TrafficWeights& weights,
+          const Credential& cred) { return on_traffic(self, app, weights, cred); },
       [=](scale_atom, const std::string& app, const std::string& deployment, uint32_t replicas,
           const Credential& cred) { return on_scale(self, app, deployment, replicas, cred); },
       [=](apply_atom, const std::string& encoded, double request_timeout_s,

@@ -27,6 +27,8 @@
 //   (scale, string app, string deployment, uint32 replicas)
 //                                        -> (bool changed, uint64 generation)
 //        refused for an autoscaled deployment
+//   (traffic, string app, TrafficWeights weights) -> (uint64 generation)
+//        replaces the application's traffic split; pushed to proxies at once
 //   (apply, string target_state, double request_timeout_s, uint64 if_generation)
 //                                        -> (string json)  as apply, refused
 //        (conflict, naming the current generation) unless the target state's

@@ -1,11 +1,22 @@
 #include "runtime/auth.hpp"
 
+#include <cstdio>
 #include <ctime>
 
 namespace troupe {
 
 std::string operation_digest(const std::string& operation, const std::vector<std::string>& args) {
   return security::request_digest(operation, args);
+}
+
+std::vector<std::string> traffic_args(const std::string& app, const TrafficWeights& weights) {
+  std::vector<std::string> out = {app};
+  for (const auto& [name, weight] : weights) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%a", weight);
+    out.push_back(name + "=" + text);
+  }
+  return out;
 }
 
 Credential sign_request(const std::optional<security::Identity>& identity,

@@ -17,6 +17,11 @@ namespace troupe {
 // The digest both sides compute for an operation and its arguments.
 std::string operation_digest(const std::string& operation, const std::vector<std::string>& args);
 
+// What a (traffic, app, weights) request signs: the application, then
+// "NAME=W" per weight with W in hexadecimal floating point (exact, so both
+// sides compute the same text).
+std::vector<std::string> traffic_args(const std::string& app, const TrafficWeights& weights);
+
 // Signs with `identity` when there is one; an empty credential otherwise.
 Credential sign_request(const std::optional<security::Identity>& identity,
                         const std::string& operation, const std::vector<std::string>& args);

@@ -56,7 +56,7 @@ TEST_CASE("troupectl args: NAME=W weights") {
   auto ok = parse_weights({"Hello=0.8", "Canary=.2", "Mirror=0"});
   REQUIRE(ok.has_value());
   CHECK(*ok == std::map<std::string, double>{{"Hello", 0.8}, {"Canary", 0.2}, {"Mirror", 0.0}});
-  // Negative weights and sums are the controller's rules (validate_traffic):
+  // Negative weights and sums are the controller's rules (validate):
   // parsed here, refused there.
   CHECK(parse_weights({"Hello=-0.5"}).value().at("Hello") == -0.5);
 

@@ -32,7 +32,7 @@ Result<uint64_t> parse_count(const std::string& text, const std::string& arg, ui
 // "Hello=0.8" "Canary=0.2" -> {Hello: 0.8, Canary: 0.2}. Each item is
 // NAME=W with a valid deployment name and a finite number; a name given
 // twice is refused. Whether the weights are >= 0 and sum to 1 is the
-// controller's rule (controller::validate_traffic), checked by the caller.
+// controller's rule (controller::validate), checked there: one source of truth.
 Result<std::map<std::string, double>> parse_weights(const std::vector<std::string>& items);
 
 }  // namespace troupe::ctl

@@ -136,6 +136,14 @@ Result<ControllerClient::DeployReply> ControllerClient::scale(const std::string&
   return out;
 }
 
+Result<uint64_t> ControllerClient::set_traffic(const std::string& app,
+                                               const std::map<std::string, double>& weights) {
+  TrafficWeights wire(weights.begin(), weights.end());
+  return ask<uint64_t>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      traffic_atom::value, app, wire, sign_request(identity_, "deploy", traffic_args(app, wire)));
+}
+
 Status ControllerClient::delete_deployment(const std::string& app, const std::string& deployment) {
   caf::scoped_actor self{*sys_};
   Status out(errc::internal, "no answer");

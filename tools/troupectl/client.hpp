@@ -3,6 +3,7 @@
 // connect time.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,8 @@ class ControllerClient {
   // Sets one deployment's num_replicas (not an autoscaled one).
   Result<DeployReply> scale(const std::string& app, const std::string& deployment,
                             uint32_t replicas);
+  // Replaces an application's traffic split; the generation after it.
+  Result<uint64_t> set_traffic(const std::string& app, const std::map<std::string, double>& weights);
   // Deletes one deployment of an application (not its ingress).
   Status delete_deployment(const std::string& app, const std::string& deployment);
   // The declared target state.

@@ -105,6 +105,18 @@ void print_status(const json& status, bool replicas) {
                 app.value("route_prefix", "").c_str());
     if (!app.value("message", "").empty())
       std::printf("  %s\n", app.value("message", "").c_str());
+    if (app.contains("traffic")) {
+      std::string shown;
+      for (const auto& [dname, weight] : app.at("traffic").items()) {
+        char w[32];
+        std::snprintf(w, sizeof w, "%g", weight.get<double>());
+        shown += (shown.empty() ? "" : ", ") + dname + "=" + w;
+      }
+      std::printf("  traffic: %s%s\n", shown.c_str(),
+                  app.contains("traffic_key_header")
+                      ? (" (by header " + app.value("traffic_key_header", "") + ")").c_str()
+                      : "");
+    }
     for (const auto& [dname, dep] : app.at("deployments").items()) {
       std::printf("  %-20s %-13s %zu/%d running", dname.c_str(), dep.value("status", "?").c_str(),
                   running_count(dep), dep.value("target_replicas", 0));
@@ -265,6 +277,14 @@ int main(int argc, char** argv) {
   scale_cmd->add_option("APP/DEPLOYMENT", scale_target, "the deployment")->required();
   scale_cmd->add_option("N", scale_count, "replicas")->required();
 
+  auto* traffic_cmd = app.add_subcommand(
+      "traffic", "set an application's traffic split without a redeploy (weights sum to 1)");
+  std::string traffic_app;
+  std::vector<std::string> traffic_items;
+  traffic_cmd->add_option("APP", traffic_app, "application name")->required();
+  traffic_cmd->add_option("NAME=W", traffic_items, "deployment and weight, e.g. Hello=0.9 Canary=0.1")
+      ->required();
+
   auto* shutdown_cmd = app.add_subcommand("shutdown", "delete every application");
   bool shutdown_nodes = false;
   shutdown_cmd->add_flag("--nodes", shutdown_nodes, "then stop every node process too");
@@ -335,6 +355,13 @@ int main(int argc, char** argv) {
     if (!ref)
       return fail(1, ref.status().message());
     delete_ref = *ref;
+  }
+  std::map<std::string, double> traffic_weights;
+  if (*traffic_cmd) {
+    auto w = ctl::parse_weights(traffic_items);
+    if (!w)
+      return fail(1, w.status().message());
+    traffic_weights = std::move(w.value());
   }
   ctl::DeploymentRef scale_ref;
   uint32_t scale_replicas = 0;
@@ -466,6 +493,20 @@ int main(int argc, char** argv) {
                 r->changed ? "accepted" : "unchanged", scale_ref.app.c_str(),
                 scale_ref.deployment.c_str(), scale_replicas,
                 static_cast<unsigned long long>(r->generation));
+    return 0;
+  }
+  if (*traffic_cmd) {
+    auto g = client->set_traffic(traffic_app, traffic_weights);
+    if (!g)
+      return fail(1, g.status().message());
+    std::string shown;
+    for (const auto& [name, weight] : traffic_weights) {
+      char w[32];
+      std::snprintf(w, sizeof w, "%g", weight);
+      shown += (shown.empty() ? "" : ", ") + name + "=" + w;
+    }
+    std::printf("traffic of %s: %s (generation %llu)\n", traffic_app.c_str(), shown.c_str(),
+                static_cast<unsigned long long>(*g));
     return 0;
   }
   if (*delete_cmd) {
