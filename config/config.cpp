@@ -49,7 +49,8 @@ namespace {
 const std::vector<std::string> kTopFields = {"http_options", "target_capacity", "applications"};
 const std::vector<std::string> kHttpFields = {"host", "port", "request_timeout_s",
                                               "keep_alive_timeout_s"};
-const std::vector<std::string> kAppFields = {"name", "route_prefix", "import_path", "args",
+const std::vector<std::string> kAppFields = {"name",    "route_prefix",       "import_path",
+                                             "args",    "traffic",            "traffic_key_header",
                                              "deployments"};
 const std::vector<std::string> kDeploymentFields = {"name",
                                                     "import_path",
@@ -363,6 +364,7 @@ class Parser {
   bool resources(const Field& f, Resources& out);
   bool isolation(const Field& f, Isolation& out);
   bool memory_limit(const Field& f, uint64_t& out);
+  bool traffic(const Field& f, const ApplicationSpec& app, std::map<std::string, double>& out);
 
   std::string file_;
   Status error_;
@@ -915,6 +917,55 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
   return true;
 }
 
+// After the deployments: every name must be one of them.
+bool Parser::traffic(const Field& f, const ApplicationSpec& app,
+                     std::map<std::string, double>& out) {
+  const std::string self = "traffic of application " + in_quotes(app.name);
+  if (!f.value.IsMap()) {
+    return fail(mark_of(f), self + ": expected a mapping of deployment names to weights like "
+                                   "{Hello: 0.9, Canary: 0.1}, got " +
+                                describe(f.value));
+  }
+  if (f.value.size() == 0) {
+    return fail(mark_of(f), self + ": must name at least one deployment (omit it to send "
+                                   "everything to the ingress)");
+  }
+  std::map<std::string, YAML::Mark> seen;
+  double sum = 0;
+  for (const auto& entry : f.value) {
+    const YAML::Node& key = entry.first;
+    if (!key.IsScalar())
+      return fail(key.Mark(), self + ": expected deployment names as keys, got " + describe(key));
+    const std::string name = key.Scalar();
+    auto [it, inserted] = seen.emplace(name, key.Mark());
+    if (!inserted) {
+      return fail(key.Mark(), self + ": duplicate deployment " + in_quotes(name) + " (first at " +
+                                  position_text(it->second) + ")");
+    }
+    bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
+                             [&](const DeploymentSpec& d) { return d.name == name; });
+    if (!known) {
+      std::string names;
+      for (const auto& d : app.deployments)
+        names += (names.empty() ? "" : ", ") + d.name;
+      return fail(key.Mark(), self + ": " + in_quotes(name) +
+                                  " is not a deployment of the application (it has " + names +
+                                  ")");
+    }
+    double w = 0;
+    if (!get_number(Field{key, entry.second}, "traffic: " + name, "a weight from 0 to 1",
+                    Bounds{0, true, 1}, w))
+      return false;
+    out[name] = w;
+    sum += w;
+  }
+  if (std::fabs(sum - 1.0) > controller::kTrafficSumTolerance) {
+    return fail(mark_of(f), self + ": the weights sum to " + format_double(sum) +
+                                "; they must sum to 1");
+  }
+  return true;
+}
+
 bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& out) {
   const std::string position = "applications[" + std::to_string(index) + "]";
   if (!node.IsMap())
@@ -992,6 +1043,22 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
     ingress.import_path = import_text;
     ingress.init_args = app_args;
     out.deployments.insert(out.deployments.begin(), std::move(ingress));
+  }
+  if (const Field* f = fields.given("traffic")) {
+    if (!traffic(*f, out, out.traffic))
+      return false;
+  }
+  if (const Field* f = fields.given("traffic_key_header")) {
+    if (!get_string(*f, "traffic_key_header", out.traffic_key_header))
+      return false;
+    if (!controller::valid_header_name(out.traffic_key_header)) {
+      return fail(mark_of(*f), "traffic_key_header " + in_quotes(out.traffic_key_header) +
+                                   " of " + self + " must be an HTTP header name");
+    }
+    if (out.traffic.empty()) {
+      return fail(mark_of(*f), "traffic_key_header of " + self +
+                                   " needs a traffic split (give 'traffic' too)");
+    }
   }
   return true;
 }
@@ -1291,6 +1358,19 @@ void emit_application(YAML::Emitter& out, const ApplicationSpec& app) {
   if (ingress && !ingress->init_args.empty()) {
     out << YAML::Key << "args" << YAML::Value;
     emit_json_text(out, ingress->init_args);
+  }
+  if (!app.traffic.empty()) {
+    out << YAML::Key << "traffic" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [name, weight] : app.traffic) {
+      out << YAML::Key;
+      emit_string(out, name);
+      out << YAML::Value << format_double(weight);
+    }
+    out << YAML::EndMap;
+  }
+  if (!app.traffic_key_header.empty()) {
+    out << YAML::Key << "traffic_key_header" << YAML::Value;
+    emit_string(out, app.traffic_key_header);
   }
   out << YAML::Key << "deployments" << YAML::Value << YAML::BeginSeq;
   for (const auto& d : app.deployments)

@@ -276,8 +276,9 @@ caf::result<bool, uint64_t> on_deploy(controller_actor* self, const std::string&
 }
 
 caf::result<std::string> on_apply(controller_actor* self, const std::string& encoded,
-                                  double request_timeout_s, const Credential& cred) {
-  auto json = logic(self).apply(encoded, request_timeout_s, cred);
+                                  double request_timeout_s, const Credential& cred,
+                                  std::optional<uint64_t> if_generation = std::nullopt) {
+  auto json = logic(self).apply(encoded, request_timeout_s, cred, if_generation);
   if (json)
     reconcile(self);
   return answer(std::move(json));
@@ -370,7 +371,30 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       },
       [=](apply_atom, const std::string& encoded, double request_timeout_s,
           const Credential& cred) { return on_apply(self, encoded, request_timeout_s, cred); },
+      [=](apply_atom, const std::string& encoded, double request_timeout_s,
+          uint64_t if_generation, const Credential& cred) {
+        return on_apply(self, encoded, request_timeout_s, cred, if_generation);
+      },
       [=](config_atom) { return answer(logic(self).config()); },
+      [=](delete_atom, const std::string& app, const std::string& deployment,
+          const Credential& cred) {
+        return reconciled(self, logic(self).delete_deployment(app, deployment, cred));
+      },
+      [=](scale_atom, const std::string& app, const std::string& deployment, uint32_t replicas,
+          const Credential& cred) -> caf::result<bool, uint64_t> {
+        auto result = logic(self).scale(app, deployment, replicas, cred);
+        if (!result)
+          return to_caf_error(result.status());
+        reconcile(self);
+        return {result->changed, result->generation};
+      },
+      [=](traffic_atom, const std::string& app, const TrafficWeights& weights,
+          const Credential& cred) -> caf::result<uint64_t> {
+        auto generation = logic(self).set_traffic(app, weights, cred);
+        if (generation)
+          reconcile(self);  // publishes the new routes at once
+        return answer(std::move(generation));
+      },
       [=](shutdown_atom, bool nodes, const Credential& cred) {
         return reconciled(self, logic(self).shutdown(nodes, cred));
       },

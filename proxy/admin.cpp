@@ -15,7 +15,20 @@ namespace {
 json routes_json(const Router& router) {
   json routes = json::array();
   for (const auto& r : router.routes()->routes()) {
-    routes.push_back({{"prefix", r.prefix}, {"application", r.app}, {"deployment", r.deployment}});
+    json route = {{"prefix", r.prefix}, {"application", r.app}, {"deployment", r.deployment}};
+    if (!r.split.empty()) {
+      // Each target's share, from the cumulative weights.
+      json traffic = json::object();
+      double from = 0;
+      for (const auto& t : r.split) {
+        traffic[t.route->deployment] = t.upto - from;
+        from = t.upto;
+      }
+      route["traffic"] = std::move(traffic);
+      if (!r.split_key_header.empty())
+        route["traffic_key_header"] = r.split_key_header;
+    }
+    routes.push_back(std::move(route));
   }
   json deployments = json::array();
   for (const auto& d : router.deployments()) {

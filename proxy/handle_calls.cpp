@@ -4,6 +4,7 @@
 #include "proxy/handle_calls.hpp"
 
 #include <boost/asio/post.hpp>
+#include <boost/beast/core/string.hpp>
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
@@ -83,6 +84,24 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
       c->handle_route = std::make_shared<Route>(
           Route{std::string(), app, deployment, deployment_key(app, deployment)});
       c->route = c->handle_route.get();
+      // A call to the application's ingress follows its traffic split, like
+      // an HTTP request to the application.
+      auto table = router.routes();
+      if (const Route* r = table->find_app(app); r && r->deployment == deployment &&
+                                                  !r->split.empty()) {
+        const std::string* key = nullptr;
+        if (!r->split_key_header.empty()) {
+          for (const auto& [name, value] : request.headers) {
+            if (boost::beast::iequals(name, r->split_key_header)) {
+              key = &value;
+              break;
+            }
+          }
+        }
+        c->route = &pick_target(*r, key ? key_point(*key)
+                                        : SplitRandom::thread_local_instance().next());
+        c->routes = std::move(table);
+      }
       c->worker = w;
       c->start = start;
       if (request.method.empty())

@@ -75,10 +75,21 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
                             "no application serves path '" + std::string(path) + "'", id));
     return;
   }
+  // The application's traffic split picks the deployment: by the key
+  // header's value when the route names one and the request carries it,
+  // else at random (this io thread's own generator).
+  const Route* to = match.route;
+  if (!to->split.empty()) {
+    auto key = to->split_key_header.empty() ? req.end() : req.find(to->split_key_header);
+    double point = key != req.end()
+                       ? key_point(std::string_view(key->value().data(), key->value().size()))
+                       : SplitRandom::thread_local_instance().next();
+    to = &pick_target(*match.route, point);
+  }
   auto c = std::make_shared<Call>();
   c->exchange = std::move(exchange);
   c->worker = w;
-  c->route = match.route;
+  c->route = to;  // kept alive by the table, which owns its split targets
   c->routes = std::move(table);
   c->start = start;
   auto& hr = c->request;

@@ -1,6 +1,7 @@
 #include "proxy/router.hpp"
 
 #include <algorithm>
+#include <random>
 #include <unordered_set>
 
 #include <caf/actor_cast.hpp>
@@ -10,8 +11,15 @@ namespace troupe::proxy {
 // --- route table -------------------------------------------------------------
 
 RouteTable::RouteTable(std::vector<Route> routes) : by_prefix_(std::move(routes)) {
-  for (auto& r : by_prefix_)
+  for (auto& r : by_prefix_) {
     r.key = deployment_key(r.app, r.deployment);
+    for (auto& t : r.split) {
+      auto target = std::make_shared<Route>(*t.route);
+      target->key = deployment_key(target->app, target->deployment);
+      target->split.clear();
+      t.route = std::move(target);
+    }
+  }
   std::sort(by_prefix_.begin(), by_prefix_.end(),
             [](const Route& a, const Route& b) { return a.prefix < b.prefix; });
   for (const auto& r : by_prefix_)
@@ -43,6 +51,59 @@ RouteTable::Match RouteTable::match(std::string_view path) const {
       return {r, path.substr(prefix.size())};
   }
   return {};
+}
+
+const Route* RouteTable::find_app(std::string_view app) const {
+  for (const auto& r : by_prefix_) {
+    if (r.app == app)
+      return &r;
+  }
+  return nullptr;
+}
+
+// --- traffic split -------------------------------------------------------------
+
+const Route& pick_target(const Route& route, double point) {
+  if (route.split.empty())
+    return route;
+  for (const auto& t : route.split) {
+    if (point < t.upto)
+      return *t.route;
+  }
+  return *route.split.back().route;  // point >= 1: cannot come from key_point or next()
+}
+
+double key_point(std::string_view key) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : key) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  // FNV's low bits mix poorly for short keys: finish with a multiply-xorshift
+  // (splitmix64's) so that the top 53 bits are spread over [0, 1).
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+SplitRandom::SplitRandom(uint64_t seed) : state_(seed ? seed : 0x9e3779b97f4a7c15ULL) {}
+
+double SplitRandom::next() {
+  state_ ^= state_ >> 12;
+  state_ ^= state_ << 25;
+  state_ ^= state_ >> 27;
+  return static_cast<double>((state_ * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
+}
+
+SplitRandom& SplitRandom::thread_local_instance() {
+  thread_local SplitRandom random([] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) | rd();
+  }());
+  return random;
 }
 
 std::string deployment_key(std::string_view app, std::string_view deployment) {
@@ -268,8 +329,22 @@ Router::Applied Router::apply(const RoutingSnapshot& snap) {
   if (snap.full || snap.routes_changed) {
     std::vector<Route> routes;
     routes.reserve(snap.routes.size());
-    for (const auto& r : snap.routes)
-      routes.push_back({r.prefix, r.app, r.ingress, {}});
+    for (const auto& r : snap.routes) {
+      Route route{r.prefix, r.app, r.ingress, {}, {}, r.traffic_key_header};
+      // Cumulative weights, zero weights left out; the last target ends at
+      // exactly 1 so that every point in [0, 1) has one.
+      double upto = 0;
+      for (const auto& [deployment, weight] : r.traffic) {
+        if (!(weight > 0))
+          continue;
+        upto += weight;
+        route.split.push_back(
+            {upto, std::make_shared<Route>(Route{r.prefix, r.app, deployment, {}, {}, {}})});
+      }
+      if (!route.split.empty())
+        route.split.back().upto = 1.0;
+      routes.push_back(std::move(route));
+    }
     routes_ = std::make_shared<RouteTable>(std::move(routes));
   }
   if (!snap.dead_nodes.empty()) {

@@ -36,12 +36,51 @@ class Channel;
 
 namespace troupe::proxy {
 
+struct Route;
+
+// One deployment of a traffic split: requests whose split point is below
+// `upto` (and at or above the previous target's) go to `route`.
+struct SplitTarget {
+  double upto = 0;
+  std::shared_ptr<const Route> route;  // prefix and app of its parent
+};
+
 // One route of the table.
 struct Route {
   std::string prefix;
   std::string app;
   std::string deployment;  // the application's ingress
   std::string key;         // deployment_key(app, deployment)
+  // The application's traffic split (RouteEntry::traffic): the deployments
+  // with weight > 0 by name, each with its cumulative weight; the last one's
+  // is exactly 1. Empty: every request goes to `deployment`.
+  std::vector<SplitTarget> split = {};
+  // With a split: the header whose value picks the target; "": random.
+  std::string split_key_header = {};
+};
+
+// Where a request on `route` goes: `route` itself without a split, else the
+// target whose share of [0, 1) holds `point`. The same point picks the same
+// target as long as the weights do not change; when they do, only points
+// between the old and new boundaries move.
+const Route& pick_target(const Route& route, double point);
+
+// The split point of a key (a traffic_key_header's value): a stable hash
+// (FNV-1a, 64 bits) mapped to [0, 1), equal on every node and process.
+double key_point(std::string_view key);
+
+// Per-thread pseudo-random split points: xorshift64*, one generator per
+// thread (no lock, no shared state on the data path), seeded from
+// std::random_device; or from `seed` for tests.
+class SplitRandom {
+ public:
+  explicit SplitRandom(uint64_t seed);
+  double next();  // in [0, 1)
+  // This thread's generator.
+  static SplitRandom& thread_local_instance();
+
+ private:
+  uint64_t state_;
 };
 
 // An immutable route table; longest prefix wins. A prefix matches a path when
@@ -61,6 +100,8 @@ class RouteTable {
   Match match(std::string_view path) const;
   // Sorted by prefix.
   const std::vector<Route>& routes() const { return by_prefix_; }
+  // The route of application `app`; nullptr when it has none.
+  const Route* find_app(std::string_view app) const;
 
  private:
   std::vector<Route> by_prefix_;

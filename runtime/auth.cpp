@@ -1,5 +1,6 @@
 #include "runtime/auth.hpp"
 
+#include <cstdio>
 #include <ctime>
 
 namespace troupe {
@@ -22,12 +23,26 @@ const char* operation_name(Operation op) {
       return "shutdown";
     case Operation::kill:
       return "kill";
+    case Operation::scale:
+      return "scale";
+    case Operation::traffic:
+      return "traffic";
   }
   return "unknown";
 }
 
 std::string operation_digest(Operation op, const std::vector<std::string>& args) {
   return security::request_digest(operation_name(op), args);
+}
+
+std::vector<std::string> traffic_args(const std::string& app, const TrafficWeights& weights) {
+  std::vector<std::string> out = {app};
+  for (const auto& [name, weight] : weights) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%a", weight);
+    out.push_back(name + "=" + text);
+  }
+  return out;
 }
 
 Credential sign_request(const std::optional<security::Identity>& identity, Operation op,

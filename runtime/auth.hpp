@@ -25,15 +25,22 @@ enum class Operation {
   delete_app,
   shutdown,
   kill,
+  scale,    // one deployment's replica count
+  traffic,  // an application's traffic split
 };
 
 // The operation's name: part of the signed digest and of refusal messages,
 // so the names never change ("register", "heartbeat", "deregister", "drain",
-// "deploy", "delete", "shutdown", "kill").
+// "deploy", "delete", "shutdown", "kill", "scale", "traffic").
 const char* operation_name(Operation op);
 
 // The digest both sides compute for an operation and its arguments.
 std::string operation_digest(Operation op, const std::vector<std::string>& args);
+
+// What a (traffic, app, weights) request signs: the application, then
+// "NAME=W" per weight with W in hexadecimal floating point (exact, so both
+// sides compute the same text).
+std::vector<std::string> traffic_args(const std::string& app, const TrafficWeights& weights);
 
 // Signs with `identity` when there is one; an empty credential otherwise.
 Credential sign_request(const std::optional<security::Identity>& identity, Operation op,

@@ -28,6 +28,7 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<AgentActor>("troupe.AgentActor");
   cfg.add_message_type<ControllerActor>("troupe.ControllerActor");
   cfg.add_message_type<ProxyKeeperActor>("troupe.ProxyKeeperActor");
+  cfg.add_message_type<TrafficWeights>("troupe.TrafficWeights");
   cfg.set("middleman.app-identifiers", std::vector<std::string>{kAppIdentifier});
   cfg.add_error_category(kErrorCategory,
                          [](uint8_t code, caf::atom_value, const caf::message& ctx) {

@@ -76,6 +76,9 @@ using stop_node_atom = caf::atom_constant<caf::atom("stopnode")>;
 // Route table and replica sets, pulled or pushed to subscribers (proxies).
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
+// Per-deployment operations and the traffic split (troupectl -> controller).
+using scale_atom = caf::atom_constant<caf::atom("scale")>;
+using traffic_atom = caf::atom_constant<caf::atom("traffic")>;
 
 // -- wire types --------------------------------------------------------------
 
@@ -219,16 +222,24 @@ typename Inspector::result_type inspect(Inspector& f, HostedReplicaInfo& x) {
   return f(caf::meta::type_name("troupe.HostedReplicaInfo"), x.replica_id, x.app, x.deployment,
            x.code_version, x.user_config, x.stopping, x.handle);
 }
+// An application's traffic split: (deployment, weight) pairs, sorted by
+// deployment; the weights sum to 1. Also the argument of (traffic, ...).
+using TrafficWeights = std::vector<std::pair<std::string, double>>;
 
 struct RouteEntry {
   std::string prefix;
   std::string app;
   std::string ingress;  // deployment that receives the application's requests
+  // The traffic split; empty: everything to `ingress`.
+  TrafficWeights traffic = {};
+  // With a split: the header whose value picks the deployment; "": random.
+  std::string traffic_key_header = {};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteEntry& x) {
-  return f(caf::meta::type_name("troupe.RouteEntry"), x.prefix, x.app, x.ingress);
+  return f(caf::meta::type_name("troupe.RouteEntry"), x.prefix, x.app, x.ingress, x.traffic,
+           x.traffic_key_header);
 }
 
 struct ReplicaEndpoint {
@@ -368,7 +379,21 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<apply_atom, std::string, double, Credential>::with<std::string>,
     // The deployed target state (a Cap'n Proto record).
     caf::replies_to<config_atom>::with<std::string>,
+    // Declarative with optimistic concurrency (deploy --if-generation):
+    // refused, naming the current generation, unless it is `if_generation`.
+    caf::replies_to<apply_atom, std::string, double, uint64_t /*if_generation*/,
+                    Credential>::with<std::string>,
     caf::replies_to<delete_atom, std::string /*app*/, Credential>::with<caf::ok_atom>,
+    // One deployment (not the ingress, not one that carries traffic weight).
+    caf::replies_to<delete_atom, std::string /*app*/, std::string /*deployment*/,
+                    Credential>::with<caf::ok_atom>,
+    // One deployment's replica count -> (changed, generation); refused for an
+    // autoscaled deployment.
+    caf::replies_to<scale_atom, std::string, std::string, uint32_t, Credential>::with<bool,
+                                                                                     uint64_t>,
+    // Replaces an application's traffic split; pushed to proxies at once ->
+    // the new generation.
+    caf::replies_to<traffic_atom, std::string, TrafficWeights, Credential>::with<uint64_t>,
     // Deletes every application; `nodes`: then stops every node process.
     caf::replies_to<shutdown_atom, bool /*nodes*/, Credential>::with<caf::ok_atom>,
     // The chaos primitive: an exit(kill) to a replica, agent, proxy or the

@@ -95,11 +95,22 @@ struct DeploymentSpec @0x97f5d1d179ca4da8 {
   config @4 :DeploymentConfig;
 }
 
+# One entry of an application's traffic split.
+struct TrafficWeight @0xaf56687cb12b6b25 {
+  deployment @0 :Text;
+  weight @1 :Float64;
+}
+
 struct ApplicationSpec @0x8ac0080a07b65914 {
   name @0 :Text;
   routePrefix @1 :Text;
   ingress @2 :Text;
   deployments @3 :List(DeploymentSpec);
+  # The traffic split, sorted by deployment name; empty: all to the ingress.
+  # A record with a split is written with format version 2 (codec.hpp): an
+  # older binary would drop it and send every request to the ingress.
+  traffic @4 :List(TrafficWeight);
+  trafficKeyHeader @5 :Text;  # "": a random pick per request
 }
 
 # The whole target state in one message (codec: encode_target_state).

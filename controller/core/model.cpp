@@ -51,7 +51,8 @@ bool operator==(const DeploymentSpec& a, const DeploymentSpec& b) {
 
 bool operator==(const ApplicationSpec& a, const ApplicationSpec& b) {
   auto tie = [](const ApplicationSpec& x) {
-    return std::tie(x.name, x.route_prefix, x.ingress, x.deployments);
+    return std::tie(x.name, x.route_prefix, x.ingress, x.deployments, x.traffic,
+                    x.traffic_key_header);
   };
   return tie(a) == tie(b);
 }

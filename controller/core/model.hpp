@@ -104,6 +104,15 @@ struct ApplicationSpec {
   std::string route_prefix;  // starts with '/'; unique among applications
   std::string ingress;       // name of the deployment that receives HTTP requests
   std::vector<DeploymentSpec> deployments;
+  // The traffic split (Ray Serve's set_traffic): each named deployment of
+  // this application receives that share of the application's HTTP requests
+  // and of the handle calls to its ingress. Weights are >= 0 and sum to 1
+  // (within kTrafficSumTolerance). Empty: everything goes to the ingress.
+  std::map<std::string, double> traffic;
+  // With a split: the request header whose value picks the deployment (by a
+  // hash of it), so requests with the same value go to the same deployment
+  // while the weights do not change. Empty: each request is picked at random.
+  std::string traffic_key_header;
 
   friend bool operator==(const ApplicationSpec&, const ApplicationSpec&);
   friend bool operator!=(const ApplicationSpec& a, const ApplicationSpec& b) { return !(a == b); }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,14 @@ struct Route {
   std::string prefix;
   std::string app;
   std::string ingress;  // deployment name
+  // The application's traffic split (ApplicationSpec::traffic); empty:
+  // everything to the ingress.
+  std::map<std::string, double> traffic = {};
+  std::string traffic_key_header = {};
 
   friend bool operator==(const Route& a, const Route& b) {
-    return a.prefix == b.prefix && a.app == b.app && a.ingress == b.ingress;
+    return a.prefix == b.prefix && a.app == b.app && a.ingress == b.ingress &&
+           a.traffic == b.traffic && a.traffic_key_header == b.traffic_key_header;
   }
 };
 

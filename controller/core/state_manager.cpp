@@ -1,6 +1,7 @@
 #include "controller/core/state_manager.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 #include "controller/core/validate.hpp"
 
@@ -238,12 +239,18 @@ Result<DeployResult> StateManager::deploy_deployment(
   return result;
 }
 
-Result<std::map<std::string, DeployResult>> StateManager::apply(const TargetState& declared,
-                                                                bool* changed) {
+Result<std::map<std::string, DeployResult>> StateManager::apply(
+    const TargetState& declared, bool* changed, const std::optional<uint64_t>& if_generation) {
   if (changed)
     *changed = false;
   if (Status s = require_recovered(); !s)
     return s;
+  if (if_generation && *if_generation != target_.generation) {
+    return Status(errc::conflict, "if_generation: " + std::to_string(*if_generation) +
+                                      " is not the current generation " +
+                                      std::to_string(target_.generation) +
+                                      " (the target state changed since; read it again)");
+  }
   if (Status s = check_limits(declared, options_.limits); !s)
     return s;
   for (const auto& [name, app] : declared.applications) {
@@ -280,6 +287,32 @@ Result<std::map<std::string, DeployResult>> StateManager::apply(const TargetStat
   return results;
 }
 
+Result<DeployResult> StateManager::scale_deployment(const std::string& app,
+                                                    const std::string& deployment,
+                                                    uint32_t replicas) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  auto it = target_.applications.find(app);
+  if (it == target_.applications.end()) {
+    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+  }
+  const auto& deps = it->second.deployments;
+  auto current = std::find_if(deps.begin(), deps.end(),
+                              [&](const DeploymentSpec& d) { return d.name == deployment; });
+  const std::string path = app_path(app) + ".deployments[" + deployment + "]";
+  if (current == deps.end())
+    return Status(errc::not_found, path + ": \"" + deployment + "\" is not a known deployment");
+  if (current->config.autoscaling_config) {
+    return Status(errc::invalid_argument,
+                  path + ".num_replicas: the deployment is autoscaled (autoscaling_config is "
+                         "set), so its replica count is the autoscaler's; change min_replicas and "
+                         "max_replicas in its config instead");
+  }
+  DeploymentSpec next = *current;
+  next.config.num_replicas = replicas;
+  return deploy_deployment(app, next);
+}
+
 Status StateManager::delete_application(const std::string& app) {
   if (Status s = require_recovered(); !s)
     return s;
@@ -313,6 +346,17 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
                   path + ": \"" + deployment +
                       "\" is the ingress and cannot be deleted alone (delete the application)");
   }
+  if (auto w = next_app.traffic.find(deployment); w != next_app.traffic.end()) {
+    if (w->second > 0) {
+      std::ostringstream weight;
+      weight << w->second;
+      return Status(errc::invalid_argument,
+                    path + ": \"" + deployment + "\" carries traffic (" + app_path(app) +
+                        ".traffic[" + deployment + "] = " + weight.str() +
+                        ") and cannot be deleted; give its weight to other deployments first");
+    }
+    next_app.traffic.erase(w);
+  }
   next_app.deployments.erase(slot);
   TargetState next = target_;
   next.applications[app] = std::move(next_app);
@@ -320,6 +364,28 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
     return s;
   apply_target(nullptr);
   return Status::ok();
+}
+
+Result<uint64_t> StateManager::set_traffic(const std::string& app,
+                                           const std::map<std::string, double>& weights) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  auto it = target_.applications.find(app);
+  if (it == target_.applications.end()) {
+    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+  }
+  if (weights.empty()) {
+    return Status(errc::invalid_argument,
+                  app_path(app) + ".traffic: {} must name at least one deployment");
+  }
+  if (it->second.traffic == weights)
+    return target_.generation;
+  TargetState next = target_;
+  next.applications[app].traffic = weights;
+  if (Status s = commit(std::move(next)); !s)
+    return s;
+  apply_target(nullptr);
+  return target_.generation;
 }
 
 Status StateManager::set_target_capacity(std::optional<double> capacity) {
@@ -489,7 +555,8 @@ std::vector<Route> StateManager::current_routes() const {
   for (const auto& [name, app] : apps_) {
     if (app.deleting)
       continue;
-    routes.push_back({app.spec.route_prefix, name, app.spec.ingress});
+    routes.push_back({app.spec.route_prefix, name, app.spec.ingress, app.spec.traffic,
+                      app.spec.traffic_key_header});
   }
   std::sort(routes.begin(), routes.end(),
             [](const Route& a, const Route& b) { return a.prefix < b.prefix; });

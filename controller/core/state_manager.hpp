@@ -115,11 +115,36 @@ class StateManager {
   // declaration is a no-op (changed == false). Per-application results are
   // keyed by application name; deleted applications are listed in `removed`.
   // A declaration above CoreOptions::limits is refused (errc::invalid_argument).
-  Result<std::map<std::string, DeployResult>> apply(const TargetState& declared,
-                                                    bool* changed = nullptr);
+  // With `if_generation` (optimistic concurrency, `troupectl deploy
+  // --if-generation N`: the seed's prev_version for a whole config), the call
+  // fails with errc::conflict, naming the current generation, unless the
+  // target state's generation is exactly that; nothing is written then.
+  Result<std::map<std::string, DeployResult>> apply(
+      const TargetState& declared, bool* changed = nullptr,
+      const std::optional<uint64_t>& if_generation = std::nullopt);
+
+  // Sets one deployment's num_replicas and keeps the rest of its spec
+  // (`troupectl scale`): deploy_deployment with that one change, so the same
+  // limits, validation and write-ahead apply; the same count is a no-op.
+  // errc::not_found for an unknown application or deployment;
+  // errc::invalid_argument for a deployment with an autoscaling_config (the
+  // autoscaler owns its count).
+  Result<DeployResult> scale_deployment(const std::string& app, const std::string& deployment,
+                                        uint32_t replicas);
+
+  // Replaces an application's traffic split (`troupectl traffic`, Ray
+  // Serve's set_traffic) without touching its deployments: written ahead,
+  // then published with the routes at the next update(). The same split is
+  // a no-op. Validated like a deploy: weights >= 0 summing to 1, names of
+  // the application's deployments (errc::invalid_argument); errc::not_found
+  // for an unknown application. Returns the generation after the call.
+  Result<uint64_t> set_traffic(const std::string& app, const std::map<std::string, double>& weights);
 
   Status delete_application(const std::string& app);
-  // The ingress deployment cannot be deleted on its own (delete the app).
+  // The ingress deployment cannot be deleted on its own (delete the app),
+  // nor one that carries traffic weight (errc::invalid_argument: move its
+  // weight first). A deployment named in the split with weight 0 leaves the
+  // split with it.
   Status delete_deployment(const std::string& app, const std::string& deployment);
   // Percent in [0, 100]; nullopt means 100. See capacity_adjusted().
   Status set_target_capacity(std::optional<double> capacity);

@@ -1,6 +1,9 @@
 #include "controller/core/validate.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <string_view>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -133,7 +136,61 @@ void check_deployment(Problems& p, const std::string& path, const DeploymentSpec
     check_autoscaling(p, cp + ".autoscaling_config", *c.autoscaling_config);
 }
 
-void check_app(Problems& p, const ApplicationSpec& app) {
+// `all`: the whole target state, when known, to name the application a
+// misplaced traffic entry belongs to.
+void check_traffic(Problems& p, const std::string& path, const ApplicationSpec& app,
+                   const TargetState* all) {
+  if (app.traffic.empty()) {
+    if (!app.traffic_key_header.empty()) {
+      p.add(path + ".traffic_key_header", quote(app.traffic_key_header),
+            "needs a traffic split (traffic is empty)");
+    }
+    return;
+  }
+  double sum = 0;
+  bool weights_ok = true;
+  for (const auto& [name, weight] : app.traffic) {
+    const std::string tpath = path + ".traffic[" + name + "]";
+    bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
+                             [&](const DeploymentSpec& d) { return d.name == name; });
+    if (!known) {
+      std::string other;
+      if (all) {
+        for (const auto& [key, a] : all->applications) {
+          if (key == app.name)
+            continue;
+          for (const auto& d : a.deployments) {
+            if (d.name == name && other.empty())
+              other = key;
+          }
+        }
+      }
+      p.add(tpath, quote(name),
+            "must name a deployment of application " + quote(app.name) +
+                (other.empty() ? std::string()
+                               : " (it is a deployment of application " + quote(other) + ")"));
+    }
+    if (!std::isfinite(weight) || weight < 0) {
+      p.add(tpath, fmt(weight), "must be a weight >= 0");
+      weights_ok = false;
+    } else {
+      sum += weight;
+    }
+  }
+  if (weights_ok && std::fabs(sum - 1.0) > kTrafficSumTolerance) {
+    std::ostringstream text;
+    text.precision(10);
+    text << sum;
+    p.add(path + ".traffic", "weights sum to " + text.str() + ",",
+          "must sum to 1 (within " + fmt(kTrafficSumTolerance) + ")");
+  }
+  if (!app.traffic_key_header.empty() && !valid_header_name(app.traffic_key_header)) {
+    p.add(path + ".traffic_key_header", quote(app.traffic_key_header),
+          "must be an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)");
+  }
+}
+
+void check_app(Problems& p, const ApplicationSpec& app, const TargetState* all = nullptr) {
   const std::string path = "applications[" + app.name + "]";
   if (!valid_name(app.name)) {
     p.add(path + ".name", quote(app.name),
@@ -162,6 +219,7 @@ void check_app(Problems& p, const ApplicationSpec& app) {
   if (!ingress_found) {
     p.add(path + ".ingress", quote(app.ingress), "must name one of the application's deployments");
   }
+  check_traffic(p, path, app, all);
 }
 
 }  // namespace
@@ -171,6 +229,17 @@ bool valid_name(const std::string& name) {
     return false;
   for (unsigned char c : name) {
     if (c == '#' || c == '/' || c <= ' ' || c == 0x7f)
+      return false;
+  }
+  return true;
+}
+
+bool valid_header_name(const std::string& name) {
+  if (name.empty() || name.size() > 100)
+    return false;
+  for (unsigned char c : name) {
+    if (!std::isalnum(c) && std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) ==
+                                std::string_view::npos)
       return false;
   }
   return true;
@@ -189,7 +258,7 @@ Status validate(const TargetState& state) {
     if (key != app.name) {
       p.add("applications[" + key + "].name", quote(app.name), "must equal its key " + quote(key));
     }
-    check_app(p, app);
+    check_app(p, app, &state);
     auto [it, inserted] = prefixes.emplace(app.route_prefix, app.name);
     if (!inserted) {
       p.add("applications[" + app.name + "].route_prefix", quote(app.route_prefix),

@@ -14,16 +14,24 @@ namespace troupe::controller {
 constexpr uint32_t kMaxReplicas = 100000;
 constexpr uint32_t kMaxOngoingRequests = 1000000;
 constexpr double kMaxTimeoutS = 86400.0;
+// How far the weights of a traffic split may sum from 1: the seed's (it
+// hands them to np.random.choice, whose tolerance this is).
+constexpr double kTrafficSumTolerance = 1e-8;
 
 // Checks one application on its own (names, ingress, every deployment).
 Status validate(const ApplicationSpec& app);
 
 // Checks every application plus the cross-application rules: unique route
-// prefixes, target_capacity in [0, 100].
+// prefixes, target_capacity in [0, 100]; a traffic split naming a deployment
+// of another application says so.
 Status validate(const TargetState& state);
 
 // True when `name` can name an application or deployment: non-empty, at most
 // 100 characters, no '#', '/', whitespace or control characters.
 bool valid_name(const std::string& name);
+
+// True when `name` can name an HTTP header field: 1-100 characters of the
+// token alphabet (RFC 9110: letters, digits and !#$%&'*+-.^_`|~).
+bool valid_header_name(const std::string& name);
 
 }  // namespace troupe::controller

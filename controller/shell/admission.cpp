@@ -53,8 +53,11 @@ Status admit_operator_call(const std::string& ca_pem, const Credential& cred,
 }
 
 Status admit_deploy(const std::string& ca_pem, const Credential& cred, const std::string& encoded,
-                    const RecoveryGate& recovery, const Limits& limits) {
-  if (auto s = admit_operator_call(ca_pem, cred, Operation::deploy, {encoded}, recovery); !s)
+                    const RecoveryGate& recovery, const Limits& limits,
+                    const std::vector<std::string>& signed_too) {
+  std::vector<std::string> args{encoded};
+  args.insert(args.end(), signed_too.begin(), signed_too.end());
+  if (auto s = admit_operator_call(ca_pem, cred, Operation::deploy, args, recovery); !s)
     return s;
   return check_config_size(encoded.size(), limits);
 }

@@ -45,10 +45,12 @@ Status admit_operator_call(const std::string& ca_pem, const Credential& cred,
                            const RecoveryGate& recovery);
 
 // What every deploy call (one application or a whole config) must pass
-// before its bytes are even decoded: admit_operator_call("deploy",
-// {encoded}), then the config size limit. The core checks the replica
-// limits.
+// before its bytes are even decoded: admit_operator_call(deploy,
+// {encoded, signed_too...}), then the config size limit. The core checks the
+// replica limits. `signed_too`: further arguments the caller signed (the
+// generation of `deploy --if-generation`).
 Status admit_deploy(const std::string& ca_pem, const Credential& cred, const std::string& encoded,
-                    const RecoveryGate& recovery, const Limits& limits);
+                    const RecoveryGate& recovery, const Limits& limits,
+                    const std::vector<std::string>& signed_too = {});
 
 }  // namespace troupe::controller

@@ -167,14 +167,20 @@ Result<DeployResult> ControllerLogic::deploy(const std::string& encoded, const C
 }
 
 Result<std::string> ControllerLogic::apply(const std::string& encoded, double request_timeout_s,
-                                           const Credential& cred) {
-  if (auto s = admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits); !s)
+                                           const Credential& cred,
+                                           std::optional<uint64_t> if_generation) {
+  std::vector<std::string> signed_too;
+  if (if_generation)
+    signed_too.push_back(std::to_string(*if_generation));
+  if (auto s = admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits,
+                            signed_too);
+      !s)
     return s;
   auto declared = decode_target_state(encoded);
   if (!declared)
     return declared.status();
   bool changed = false;
-  auto results = core_->apply(*declared, &changed);
+  auto results = core_->apply(*declared, &changed, if_generation);
   if (!results) {
     log_->warn("deploy refused: {}", results.status().to_string());
     return results.status();
@@ -193,6 +199,62 @@ Status ControllerLogic::delete_application(const std::string& app, const Credent
     return s;
   log_->info("application {} is being deleted", app);
   return Status::ok();
+}
+
+Status ControllerLogic::delete_deployment(const std::string& app, const std::string& deployment,
+                                          const Credential& cred) {
+  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::delete_app,
+                                   {app, deployment}, *recovery_);
+      !s)
+    return s;
+  if (auto s = core_->delete_deployment(app, deployment); !s) {
+    log_->warn("delete of {}/{} refused: {}", app, deployment, s.to_string());
+    return s;
+  }
+  log_->info("deployment {}/{} is being deleted", app, deployment);
+  return Status::ok();
+}
+
+Result<DeployResult> ControllerLogic::scale(const std::string& app, const std::string& deployment,
+                                            uint32_t replicas, const Credential& cred) {
+  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::scale,
+                                   {app, deployment, std::to_string(replicas)}, *recovery_);
+      !s)
+    return s;
+  auto result = core_->scale_deployment(app, deployment, replicas);
+  if (!result) {
+    log_->warn("scale of {}/{} refused: {}", app, deployment, result.status().to_string());
+    return result.status();
+  }
+  log_->info("scale of {}/{} to {} replicas: {} (generation {})", app, deployment, replicas,
+             result->changed ? "accepted" : "unchanged", result->generation);
+  return result;
+}
+
+Result<uint64_t> ControllerLogic::set_traffic(const std::string& app,
+                                              const TrafficWeights& weights,
+                                              const Credential& cred) {
+  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::traffic,
+                                   traffic_args(app, weights), *recovery_);
+      !s)
+    return s;
+  std::map<std::string, double> split;
+  for (const auto& [name, weight] : weights) {
+    if (!split.emplace(name, weight).second) {
+      return Status(errc::invalid_argument,
+                    "applications[" + app + "].traffic[" + name + "]: given more than once");
+    }
+  }
+  auto generation = core_->set_traffic(app, split);
+  if (!generation) {
+    log_->warn("traffic of {} refused: {}", app, generation.status().to_string());
+    return generation.status();
+  }
+  std::string shown;
+  for (const auto& [name, weight] : split)
+    shown += (shown.empty() ? "" : " ") + name + "=" + std::to_string(weight);
+  log_->info("traffic of {} is now {} (generation {})", app, shown, *generation);
+  return generation;
 }
 
 Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {

@@ -87,9 +87,24 @@ class ControllerLogic {
   Result<DeployResult> deploy(const std::string& encoded_application, const Credential& cred);
   // The declarative deploy: the answer is render_apply_result's JSON. A new
   // `request_timeout_s` reaches every proxy with the next publish.
+  // `if_generation` (deploy --if-generation): refused, naming the current
+  // generation, unless it is the target state's generation; the credential
+  // signs it too.
   Result<std::string> apply(const std::string& encoded_target_state, double request_timeout_s,
-                            const Credential& cred);
+                            const Credential& cred,
+                            std::optional<uint64_t> if_generation = std::nullopt);
   Status delete_application(const std::string& app, const Credential& cred);
+  // One deployment of an application (not its ingress, not one that carries
+  // traffic weight).
+  Status delete_deployment(const std::string& app, const std::string& deployment,
+                           const Credential& cred);
+  // One deployment's replica count; refused for an autoscaled deployment.
+  Result<DeployResult> scale(const std::string& app, const std::string& deployment,
+                             uint32_t replicas, const Credential& cred);
+  // Replaces the application's traffic split without a redeploy (written
+  // ahead; the next publish pushes the routes) -> the new generation.
+  Result<uint64_t> set_traffic(const std::string& app, const TrafficWeights& weights,
+                               const Credential& cred);
   // Deletes every application; with `nodes`, nodes_to_stop() then names
   // every agent once the last replica is gone.
   Status shutdown(bool nodes, const Credential& cred);

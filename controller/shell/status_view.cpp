@@ -41,6 +41,11 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
     json a;
     a["route_prefix"] = app.route_prefix;
     a["ingress"] = app.ingress;
+    // The traffic split, only when there is one (fields are only added).
+    if (!app.traffic.empty())
+      a["traffic"] = app.traffic;
+    if (!app.traffic_key_header.empty())
+      a["traffic_key_header"] = app.traffic_key_header;
     if (auto s = core->application_status(name)) {
       a["status"] = to_string(s->status);
       a["message"] = s->message;
@@ -51,7 +56,9 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
     a["deployments"] = std::move(deps);
     apps[name] = std::move(a);
   }
-  return json{{"applications", apps}, {"recovering", recovering}};
+  return json{{"applications", apps},
+              {"recovering", recovering},
+              {"generation", core->target_state().generation}};
 }
 
 json render_apply_result(const std::map<std::string, DeployResult>& results, bool changed,
@@ -101,8 +108,10 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
   out.full = d.full;
   out.routes_changed = d.routes_changed;
   out.request_timeout_s = request_timeout_s;
-  for (const auto& r : d.routes)
-    out.routes.push_back({r.prefix, r.app, r.ingress});
+  for (const auto& r : d.routes) {
+    TrafficWeights traffic(r.traffic.begin(), r.traffic.end());
+    out.routes.push_back({r.prefix, r.app, r.ingress, std::move(traffic), r.traffic_key_header});
+  }
   for (const auto& dep : d.deployments) {
     DeploymentEndpoints e{dep.id.app, dep.id.name, {}, -1};
     if (auto app = target.applications.find(dep.id.app); app != target.applications.end()) {

@@ -5,6 +5,7 @@
 #include <kj/array.h>
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -102,6 +103,26 @@ void write(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
   for (unsigned i = 0; i < in.deployments.size(); ++i) {
     write(in.deployments[i], list[i]);
   }
+  auto traffic = out.initTraffic(static_cast<unsigned>(in.traffic.size()));
+  unsigned t = 0;
+  for (const auto& [deployment, weight] : in.traffic) {
+    traffic[t].setDeployment(text(deployment));
+    traffic[t].setWeight(weight);
+    ++t;
+  }
+  out.setTrafficKeyHeader(text(in.traffic_key_header));
+}
+
+// The format version a record needs (see kFormatVersion).
+uint16_t version_for(const ApplicationSpec& app) {
+  return app.traffic.empty() && app.traffic_key_header.empty() ? 1 : 2;
+}
+
+uint16_t version_for(const TargetState& state) {
+  uint16_t v = 1;
+  for (const auto& [name, app] : state.applications)
+    v = std::max(v, version_for(app));
+  return v;
 }
 
 // Everything but the applications.
@@ -230,6 +251,13 @@ ApplicationSpec read(schema::ApplicationSpec::Reader in) {
   for (auto d : list) {
     out.deployments.push_back(read(d));
   }
+  for (auto t : in.getTraffic()) {
+    auto deployment = str(t.getDeployment());
+    if (!out.traffic.emplace(deployment, t.getWeight()).second) {
+      throw Malformed{"traffic names deployment '" + deployment + "' twice"};
+    }
+  }
+  out.traffic_key_header = str(in.getTrafficKeyHeader());
   return out;
 }
 
@@ -267,14 +295,14 @@ const char* kind_name(RecordKind kind) {
   return "unknown";
 }
 
-std::string frame(RecordKind kind, capnp::MessageBuilder& message) {
+std::string frame(RecordKind kind, capnp::MessageBuilder& message, uint16_t version) {
   auto words = capnp::messageToFlatArray(message);
   auto body = words.asBytes();
   std::string out;
   out.reserve(kEnvelopeSize + body.size());
   out.append(kCheckpointMagic, sizeof kCheckpointMagic);
-  out.push_back(static_cast<char>(kFormatVersion & 0xff));
-  out.push_back(static_cast<char>(kFormatVersion >> 8));
+  out.push_back(static_cast<char>(version & 0xff));
+  out.push_back(static_cast<char>(version >> 8));
   out.push_back(static_cast<char>(kind));
   out.push_back('\0');
   out.append(reinterpret_cast<const char*>(body.begin()), body.size());
@@ -355,7 +383,7 @@ auto decode_record(std::string_view bytes, RecordKind kind, Convert convert)
 std::string encode_target_state(const TargetState& state) {
   capnp::MallocMessageBuilder message;
   write(state, message.initRoot<schema::TargetState>());
-  return frame(RecordKind::target_state, message);
+  return frame(RecordKind::target_state, message, version_for(state));
 }
 
 Result<TargetState> decode_target_state(std::string_view bytes) {
@@ -366,7 +394,7 @@ Result<TargetState> decode_target_state(std::string_view bytes) {
 std::string encode_application(const ApplicationSpec& app) {
   capnp::MallocMessageBuilder message;
   write(app, message.initRoot<schema::ApplicationSpec>());
-  return frame(RecordKind::application, message);
+  return frame(RecordKind::application, message, version_for(app));
 }
 
 Result<ApplicationSpec> decode_application(std::string_view bytes) {
@@ -379,7 +407,7 @@ std::string encode_head(const TargetState& state, uint32_t application_count) {
   auto root = message.initRoot<schema::CheckpointHead>();
   write_top_level(state, root.initState());
   root.setApplicationCount(application_count);
-  return frame(RecordKind::head, message);
+  return frame(RecordKind::head, message, 1);
 }
 
 Result<CheckpointHead> decode_head(std::string_view bytes) {

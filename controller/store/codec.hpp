@@ -38,7 +38,14 @@
 namespace troupe::controller {
 
 inline constexpr char kCheckpointMagic[4] = {'T', 'R', 'C', 'P'};
-inline constexpr uint16_t kFormatVersion = 1;
+// The newest format version this binary reads and writes. Each record is
+// written with the lowest version that carries it, so that an older binary
+// reads what it understands and refuses what it would misread:
+//   1  everything but what follows
+//   2  an application with a traffic split (ApplicationSpec::traffic or
+//      traffic_key_header): version 1 binaries would drop the split and send
+//      every request to the ingress
+inline constexpr uint16_t kFormatVersion = 2;
 inline constexpr size_t kEnvelopeSize = 8;
 
 enum class RecordKind : uint8_t {

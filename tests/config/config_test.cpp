@@ -720,7 +720,78 @@ TEST_CASE("config error: unknown field - with the nearest valid name") {
 TEST_CASE("config error: unknown field far from any valid one lists the valid ones") {
   CHECK(error_of("applications:\n  - name: a\n    runtime_env: {}\n") ==
         "deploy.yaml:3:5: unknown field 'runtime_env' in application 'a'; valid fields: name, "
-        "route_prefix, import_path, args, deployments");
+        "route_prefix, import_path, args, traffic, traffic_key_header, deployments");
+}
+
+namespace {
+
+// An application with deployments Hello (the ingress) and Canary, and
+// `extra` as further application fields (4 spaces in), from line 4 on.
+std::string split_app(const std::string& extra) {
+  return "applications:\n"
+         "  - name: greet\n"
+         "    import_path: libtroupe_examples.so:Hello\n" +
+         extra +
+         "    deployments:\n"
+         "      - name: Hello\n"
+         "      - name: Canary\n"
+         "        import_path: libtroupe_examples.so:Hello\n"
+         "  - name: other\n"
+         "    route_prefix: /other\n"
+         "    import_path: libtroupe_examples.so:Echo\n";
+}
+
+}  // namespace
+
+TEST_CASE("config: a traffic split and its key header are read and printed back") {
+  auto r = parse_config(
+      split_app("    traffic: {Hello: 0.9, Canary: 0.1}\n    traffic_key_header: X-User\n"), kFile);
+  REQUIRE_MESSAGE(r.has_value(), r.status().to_string());
+  const auto& app = r->state.applications.at("greet");
+  CHECK(app.traffic == std::map<std::string, double>{{"Hello", 0.9}, {"Canary", 0.1}});
+  CHECK(app.traffic_key_header == "X-User");
+  const std::string yaml = to_yaml(*r);
+  CHECK(yaml.find("traffic: {Canary: 0.1, Hello: 0.9}") != std::string::npos);
+  CHECK(yaml.find("traffic_key_header: X-User") != std::string::npos);
+  CHECK(parse_config(yaml, kFile).value() == *r);
+  // Within the seed's tolerance of 1.
+  CHECK(parse_config(split_app("    traffic: {Hello: 0.300000001, Canary: 0.7}\n"), kFile)
+            .has_value());
+  // Without a split: nothing printed.
+  auto plain = parse_config(split_app(""), kFile);
+  REQUIRE(plain.has_value());
+  CHECK(plain->state.applications.at("greet").traffic.empty());
+  CHECK(to_yaml(*plain).find("traffic") == std::string::npos);
+}
+
+TEST_CASE("config error: every kind of bad traffic split - naming the field and its position") {
+  CHECK(error_of(split_app("    traffic: {Hello: 0.8, Canary: 0.1}\n")) ==
+        "deploy.yaml:4:14: traffic of application 'greet': the weights sum to 0.9; they must "
+        "sum to 1");
+  CHECK(error_of(split_app("    traffic: {Hello: 1.5, Canary: -0.5}\n")) ==
+        "deploy.yaml:4:22: traffic: Hello: 1.5 must be <= 1");
+  CHECK(error_of(split_app("    traffic: {Hello: 1, Canary: -0.5}\n")) ==
+        "deploy.yaml:4:33: traffic: Canary: -0.5 must be >= 0");
+  CHECK(error_of(split_app("    traffic: {Hello: 0.5, Canary: half}\n")) ==
+        "deploy.yaml:4:35: traffic: Canary: expected a weight from 0 to 1, got 'half'");
+  CHECK(error_of(split_app("    traffic: {Hello: 0.5, Echo: 0.5}\n")) ==
+        "deploy.yaml:4:27: traffic of application 'greet': 'Echo' is not a deployment of the "
+        "application (it has Hello, Canary)");
+  CHECK(error_of(split_app("    traffic: {}\n")) ==
+        "deploy.yaml:4:14: traffic of application 'greet': must name at least one deployment "
+        "(omit it to send everything to the ingress)");
+  CHECK(error_of(split_app("    traffic: [Hello, Canary]\n")) ==
+        "deploy.yaml:4:14: traffic of application 'greet': expected a mapping of deployment "
+        "names to weights like {Hello: 0.9, Canary: 0.1}, got a sequence");
+  CHECK(error_of(split_app("    traffic: {Hello: 0.5, Hello: 0.5}\n")) ==
+        "deploy.yaml:4:27: traffic of application 'greet': duplicate deployment 'Hello' (first "
+        "at line 4, column 15)");
+  CHECK(error_of(split_app("    traffic_key_header: X-User\n")) ==
+        "deploy.yaml:4:25: traffic_key_header of application 'greet' needs a traffic split "
+        "(give 'traffic' too)");
+  CHECK(error_of(split_app("    traffic: {Hello: 1}\n    traffic_key_header: \"X User\"\n")) ==
+        "deploy.yaml:5:25: traffic_key_header 'X User' of application 'greet' must be an HTTP "
+        "header name");
 }
 
 TEST_CASE("config error: a field given twice") {

@@ -46,8 +46,8 @@ auto fields(const DeploymentSpec& x) {
 }
 
 auto fields(const ApplicationSpec& x) {
-  const auto& [f0, f1, f2, f3] = x;
-  return std::tie(f0, f1, f2, f3);
+  const auto& [f0, f1, f2, f3, f4, f5] = x;
+  return std::tie(f0, f1, f2, f3, f4, f5);
 }
 
 template <class T>
@@ -139,13 +139,17 @@ const std::vector<Mutation<ApplicationSpec>>& application_mutations() {
          c.import_path = "libshop.so:C";
          x.deployments.push_back(c);
        }},
+      // A and S: B is renamed by a deployment mutation in every_field().
+      {"traffic", [](auto& x) { x.traffic = {{"A", 0.75}, {"S", 0.25}}; }},
+      {"traffic_key_header", [](auto& x) { x.traffic_key_header = "X-User"; }},
   };
   return m;
 }
 
 // --- the applications the checks run on ---------------------------------------
 
-// "shop": ingress A, B (which the deployment and config mutations change: the
+// "shop": ingress A (all traffic to A), B (which the deployment and config
+// mutations change: the
 // config file names an ingress after its class, so renaming the ingress is
 // not expressible) and S with an autoscaling_config (which the autoscaling
 // mutations change).
@@ -167,6 +171,9 @@ ApplicationSpec base_app() {
   scaling.max_replicas = 4;
   scaled.config.autoscaling_config = scaling;
   app.deployments = {a, b, scaled};
+  // A split, so that the traffic_key_header mutation alone is a valid config
+  // (a key header needs a split).
+  app.traffic = {{"A", 1.0}};
   return app;
 }
 

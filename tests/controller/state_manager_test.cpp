@@ -2,6 +2,7 @@
 // recovery after a controller crash, and versioned snapshots.
 #include <doctest/doctest.h>
 
+#include "controller/core/validate.hpp"
 #include "tests/controller/fakes.hpp"
 
 using namespace troupe;
@@ -442,4 +443,101 @@ TEST_CASE("apply: one invalid application rejects the whole declaration") {
   CHECK(r.status().message().find("/a") != std::string::npos);
   CHECK(h.core->target_state() == before);
   CHECK(h.store->saves == saves_before);
+}
+
+// ---------------------------------------------------------------- per-deployment operations
+
+TEST_CASE("scale: one deployment's replica count changes - written ahead - the rest of it kept") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  h.ticks(2);
+  const uint64_t generation = h.core->target_state().generation;
+  const int saves_before = h.store->saves;
+  auto r = h.core->scale_deployment("a", "E", 3);
+  REQUIRE(r.has_value());
+  CHECK(r->changed);
+  CHECK(r->generation == generation + 1);
+  CHECK(r->deployments == std::map<std::string, ChangeKind>{{"E", ChangeKind::scaled}});
+  CHECK(h.store->saves == saves_before + 1);
+  const auto& saved = h.store->saved->applications.at("a").deployments;
+  CHECK(saved[1].config.num_replicas == 3);
+  CHECK(saved[0] == two_deployments().deployments[0]);  // D untouched
+  auto started = without_nodes(h.tick());
+  CHECK(started == V{"start a#E#4", "start a#E#5"});
+  CHECK(h.core->target_replicas({"a", "E"}) == 3u);
+
+  // The same count again: unchanged, nothing written.
+  auto same = h.core->scale_deployment("a", "E", 3);
+  REQUIRE(same.has_value());
+  CHECK_FALSE(same->changed);
+  CHECK(h.store->saves == saves_before + 1);
+}
+
+TEST_CASE("scale: refused for an unknown name - an autoscaled deployment - above the limits") {
+  Harness h;
+  auto app = two_deployments();
+  AutoscalingConfig scaling;
+  scaling.max_replicas = 4;
+  app.deployments[1].config.autoscaling_config = scaling;
+  REQUIRE(h.core->deploy_application(app).has_value());
+  const TargetState before = h.core->target_state();
+  const int saves_before = h.store->saves;
+
+  auto no_app = h.core->scale_deployment("b", "D", 2);
+  REQUIRE_FALSE(no_app.has_value());
+  CHECK(no_app.status().code() == errc::not_found);
+  CHECK(no_app.status().message() == "applications[b]: \"b\" is not a known application");
+
+  auto no_dep = h.core->scale_deployment("a", "X", 2);
+  REQUIRE_FALSE(no_dep.has_value());
+  CHECK(no_dep.status().code() == errc::not_found);
+  CHECK(no_dep.status().message() ==
+        "applications[a].deployments[X]: \"X\" is not a known deployment");
+
+  auto autoscaled = h.core->scale_deployment("a", "E", 2);
+  REQUIRE_FALSE(autoscaled.has_value());
+  CHECK(autoscaled.status().code() == errc::invalid_argument);
+  CHECK(autoscaled.status().message().find("applications[a].deployments[E].num_replicas: the "
+                                           "deployment is autoscaled") == 0);
+
+  auto huge = h.core->scale_deployment("a", "D", kMaxReplicas + 1);
+  REQUIRE_FALSE(huge.has_value());
+  CHECK(huge.status().code() == errc::invalid_argument);
+  INFO(huge.status().message());
+  CHECK(huge.status().message().find("applications[a].deployments[D] asks for 100001 replicas") ==
+        0);
+
+  CHECK(h.core->target_state() == before);
+  CHECK(h.store->saves == saves_before);
+}
+
+TEST_CASE("apply: if_generation - accepted at the current generation - refused naming it otherwise") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 1)})).has_value());
+  const uint64_t current = h.core->target_state().generation;
+  REQUIRE(current == 1);
+  TargetState declared;
+  declared.applications["a"] = make_app("a", "/a", {make_deployment("D", 2)});
+
+  const int saves_before = h.store->saves;
+  auto stale = h.core->apply(declared, nullptr, current - 1);
+  REQUIRE_FALSE(stale.has_value());
+  CHECK(stale.status().code() == errc::conflict);
+  CHECK(stale.status().message().find("if_generation: 0 is not the current generation 1") == 0);
+  auto future = h.core->apply(declared, nullptr, current + 5);
+  REQUIRE_FALSE(future.has_value());
+  CHECK(future.status().code() == errc::conflict);
+  CHECK(h.store->saves == saves_before);
+  CHECK(h.core->target_replicas({"a", "D"}) == 1u);
+
+  bool changed = false;
+  auto ok = h.core->apply(declared, &changed, current);
+  REQUIRE(ok.has_value());
+  CHECK(changed);
+  CHECK(h.core->target_state().generation == current + 1);
+  CHECK(h.core->target_replicas({"a", "D"}) == 2u);
+  // The generation it was given is now stale: a second writer with it loses.
+  auto lost = h.core->apply(declared, &changed, current);
+  REQUIRE_FALSE(lost.has_value());
+  CHECK(lost.status().message().find("current generation 2") != std::string::npos);
 }

@@ -19,8 +19,9 @@ TEST_CASE("status: without a core there are no applications") {
 TEST_CASE("status: an empty controller") {
   Harness h;
   CHECK(render_status(h.core.get(), false, {}).dump() ==
-        R"({"applications":{},"recovering":false})");
-  CHECK(render_status(h.core.get(), true, {}).dump() == R"({"applications":{},"recovering":true})");
+        R"({"applications":{},"generation":0,"recovering":false})");
+  CHECK(render_status(h.core.get(), true, {}).dump() ==
+        R"({"applications":{},"generation":0,"recovering":true})");
 }
 
 TEST_CASE("status: applications - deployments and replicas with every field") {
@@ -50,7 +51,7 @@ TEST_CASE("status: applications - deployments and replicas with every field") {
             R"("}],)"
             R"("status":"HEALTHY","target_replicas":1,"trigger":"CONFIG_UPDATE_COMPLETED"}},)"
             R"("ingress":"D","message":"","route_prefix":"/a","status":"RUNNING"}},)"
-            R"("recovering":false})");
+            R"("generation":1,"recovering":false})");
 }
 
 TEST_CASE("status: a replica whose start time is unknown shows 0") {

@@ -166,6 +166,27 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   CHECK(node_deploy.exit_code == 1);
   CHECK(node_deploy.err.find("permission denied") != std::string::npos);
 
+  // The per-deployment operations and the traffic split need the operator
+  // role too; the operator's signatures (over the count, the exact weights,
+  // the generation) are accepted.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"scale", "echo/Echo", "3"}, {"traffic", "echo", "Echo=1"}, {"delete", "echo/Echo"}}) {
+    CAPTURE(args);
+    auto refused = s.ctl(s.as("w1", args));
+    CHECK(refused.exit_code == 1);
+    CHECK(refused.err.find("permission denied") != std::string::npos);
+  }
+  CHECK(s.ctl(s.as("alice", {"scale", "echo/Echo", "3"})).exit_code == 0);
+  auto traffic = s.ctl(s.as("alice", {"traffic", "echo", "Echo=1"}));
+  CAPTURE(traffic.err);
+  CHECK(traffic.exit_code == 0);
+  auto generation =
+      json::parse(s.ctl(s.as("alice", {"status", "--json"})).out).at("generation").get<uint64_t>();
+  auto guarded =
+      s.ctl(s.as("alice", {"deploy", file, "--if-generation", std::to_string(generation)}));
+  CAPTURE(guarded.err);
+  CHECK(guarded.exit_code == 0);
+
   // Many short operator sessions: each connects and leaves.
   for (int i = 0; i < 10; ++i)
     CHECK(s.ctl(s.as("alice", {"nodes"})).exit_code == 0);

@@ -267,3 +267,113 @@ TEST_CASE("limits: a config over the cluster's replica caps is refused - naming 
   REQUIRE(status.exit_code == 0);
   CHECK(json::parse(status.out).at("applications").empty());
 }
+
+namespace {
+
+const char* kShop = R"(applications:
+  - name: shop
+    route_prefix: /shop
+    import_path: libtroupe_examples.so:Hello
+    deployments:
+      - name: Hello
+        num_replicas: 1
+      - name: Counter
+        import_path: libtroupe_examples.so:Counter
+        num_replicas: 1
+      - name: Auto
+        import_path: libtroupe_examples.so:Echo
+        autoscaling_config: {min_replicas: 1, max_replicas: 2}
+)";
+
+// RUNNING replicas of shop/<deployment>; -1 when it is not in the status.
+int running(Ctl& c, const std::string& deployment) {
+  auto deps = c.status()["applications"]["shop"]["deployments"];
+  if (!deps.contains(deployment))
+    return -1;
+  int n = 0;
+  for (const auto& r : deps[deployment]["replicas"])
+    n += r["state"] == "RUNNING" ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("scale - delete APP/DEPLOYMENT - deploy --if-generation work and refuse what they must") {
+  Ctl c;
+  const auto file = c.write("shop.yaml", kShop);
+  auto deployed = c.ctl({"deploy", file, "--wait"});
+  CAPTURE(deployed.err);
+  REQUIRE(deployed.exit_code == 0);
+  const uint64_t g = c.status().at("generation").get<uint64_t>();
+
+  // scale: written, then reconciled.
+  auto scaled = c.ctl({"scale", "shop/Counter", "3"});
+  CAPTURE(scaled.err);
+  REQUIRE(scaled.exit_code == 0);
+  CHECK(scaled.out == "accepted: shop/Counter has 3 replicas as its target (generation " +
+                          std::to_string(g + 1) + ")\n");
+  CHECK(wait_until([&] { return running(c, "Counter") == 3; }, 30s, 100ms));
+  CHECK(c.status().at("generation") == g + 1);
+  auto again = c.ctl({"scale", "shop/Counter", "3"});
+  CHECK(again.exit_code == 0);
+  CHECK(again.out.rfind("unchanged: ", 0) == 0);
+
+  // Every refusal: exit 1, one line naming the argument or the rule,
+  // nothing changed.
+  auto before = c.fingerprint();
+  struct Refused {
+    std::vector<std::string> args;
+    std::string fragment;
+  };
+  const std::string g1 = std::to_string(g + 1);
+  std::vector<Refused> cases = {
+      {{"scale", "shop/Auto", "2"},
+       "applications[shop].deployments[Auto].num_replicas: the deployment is autoscaled"},
+      {{"scale", "nope/Counter", "2"}, "applications[nope]: \"nope\" is not a known application"},
+      {{"scale", "shop/Nope", "2"},
+       "applications[shop].deployments[Nope]: \"Nope\" is not a known deployment"},
+      {{"scale", "shop", "2"}, "APP/DEPLOYMENT: \"shop\" must name an application"},
+      {{"scale", "shop/Counter", "lots"}, "N: \"lots\" must be a whole number from 0 to 100000"},
+      {{"scale", "shop/Counter", "100001"}, "N: \"100001\" must be a whole number"},
+      {{"delete", "shop/Hello"}, "\"Hello\" is the ingress and cannot be deleted alone"},
+      {{"delete", "shop/Nope"}, "\"Nope\" is not a known deployment"},
+      {{"delete", "nope/Counter"}, "\"nope\" is not a known application"},
+      {{"delete", "shop/"}, "APP/DEPLOYMENT: \"shop/\": the deployment name \"\""},
+      {{"deploy", file, "--if-generation", std::to_string(g)},
+       "if_generation: " + std::to_string(g) + " is not the current generation " + g1},
+      {{"deploy", file, "--if-generation", "soon"},
+       "--if-generation: \"soon\" must be a whole number"},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.args);
+    auto r = c.ctl(k.args);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.rfind("troupectl: error: ", 0) == 0);
+    CHECK(r.err.find(k.fragment) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  CHECK(c.fingerprint() == before);
+  CHECK(c.status().at("generation") == g + 1);
+
+  // --if-generation at the current generation: accepted (the file's one
+  // Counter replica replaces the scaled three).
+  auto current = c.ctl({"deploy", file, "--if-generation", g1});
+  CAPTURE(current.err);
+  REQUIRE(current.exit_code == 0);
+  CHECK(current.out.find("accepted (generation " + std::to_string(g + 2) + ")") !=
+        std::string::npos);
+  CHECK(wait_until([&] { return running(c, "Counter") == 1; }, 30s, 100ms));
+
+  // delete APP/DEPLOYMENT: that one goes, the application stays.
+  auto del = c.ctl({"delete", "shop/Counter"});
+  CAPTURE(del.err);
+  REQUIRE(del.exit_code == 0);
+  CHECK(del.out == "deployment shop/Counter is being deleted\n");
+  CHECK(wait_until([&] { return running(c, "Counter") == -1; }, 30s, 100ms));
+  CHECK(running(c, "Hello") == 1);
+  auto config = c.ctl({"config"});
+  REQUIRE(config.exit_code == 0);
+  CHECK(config.out.find("Counter") == std::string::npos);
+  CHECK(config.out.find("Auto") != std::string::npos);
+}

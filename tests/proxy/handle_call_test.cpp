@@ -232,6 +232,22 @@ struct Fixture {
         10s));
   }
 
+  // shop's traffic split, pushed as a route change (publish() first).
+  void publish_traffic(TrafficWeights traffic) {
+    RoutingSnapshot s;
+    s.epoch = 1;
+    s.seq = 2;
+    s.routes_changed = true;
+    s.routes = {{"/shop", "shop", "Front", std::move(traffic)}};
+    caf::anon_send(proxy->actor(), snapshot_atom::value, s);
+    REQUIRE(wait_until(
+        [&] {
+          auto r = http_get(proxy->port(), "/-/routes", 5);
+          return r && r->status == 200 && json::parse(r->body).value("seq", 0) == 2;
+        },
+        10s));
+  }
+
   DeploymentHandle handle(const std::string& deployment) const {
     return DeploymentHandle(transport, "shop", deployment);
   }
@@ -370,6 +386,30 @@ TEST_CASE("handle: a call reaches a replica of the named deployment with the req
   CHECK(body["replica"] == "front-1");
   CHECK(body["method"] == "GET");
   CHECK(body["path"] == "/");
+}
+
+TEST_CASE("handle: calls to the ingress follow the application's traffic split - others do not") {
+  Fixture f;
+  f.publish();
+  auto replica_of = [](const Response& r) {
+    REQUIRE(r.status == 200);
+    return json::parse(r.body)["replica"].get<std::string>();
+  };
+  CHECK(replica_of(f.handle("Front").call(post("x"))) == "front-1");
+  // Everything to Back: calls to the ingress and HTTP requests go there.
+  f.publish_traffic({{"Back", 1.0}, {"Front", 0.0}});
+  for (int i = 0; i < 20; ++i) {
+    CHECK(replica_of(f.handle("Front").call(post("x"))).rfind("back-", 0) == 0);
+    auto http = http_get(f.proxy->port(), "/shop/x", 10);
+    REQUIRE(http);
+    CHECK(json::parse(http->body)["replica"].get<std::string>().rfind("back-", 0) == 0);
+  }
+  // A call naming another deployment goes to it, split or not.
+  f.publish_traffic({{"Front", 1.0}});
+  for (int i = 0; i < 5; ++i) {
+    CHECK(replica_of(f.handle("Front").call(post("x"))) == "front-1");
+    CHECK(replica_of(f.handle("Back").call(post("x"))).rfind("back-", 0) == 0);
+  }
 }
 
 TEST_CASE("handle: calls in flight together spread over the replicas") {

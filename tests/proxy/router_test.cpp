@@ -496,3 +496,102 @@ TEST_CASE("proxy/router: a lost node takes every replica handle on it out at onc
   for (auto& h : {a, b, a2, b2})
     caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
 }
+
+// ---------------------------------------------------------------- traffic split
+
+namespace {
+
+// A route table for greet (ingress Hello) with `traffic`, as a snapshot
+// pushes it.
+std::shared_ptr<const RouteTable> split_table(TrafficWeights traffic,
+                                              const std::string& key_header = "") {
+  Router router(RouterOptions{});
+  RoutingSnapshot s;
+  s.epoch = 1;
+  s.seq = 1;
+  s.full = true;
+  s.routes = {{"/greet", "greet", "Hello", std::move(traffic), key_header}};
+  router.apply(s);
+  return router.routes();
+}
+
+std::map<std::string, int> picks(const Route& route, const std::vector<double>& points) {
+  std::map<std::string, int> out;
+  for (double p : points)
+    ++out[pick_target(route, p).deployment];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("proxy/router: without a split every request goes to the ingress") {
+  auto table = split_table({});
+  const Route* r = table->match("/greet/x").route;
+  REQUIRE(r);
+  CHECK(r->split.empty());
+  for (double p : {0.0, 0.5, 0.999999})
+    CHECK(&pick_target(*r, p) == r);
+  CHECK(table->find_app("greet") == r);
+  CHECK(table->find_app("nope") == nullptr);
+}
+
+TEST_CASE("proxy/router: a split picks by cumulative weight - zero weights never") {
+  auto table = split_table({{"Canary", 0.2}, {"Hello", 0.8}, {"Mirror", 0.0}}, "X-User");
+  const Route* r = table->match("/greet").route;
+  REQUIRE(r);
+  REQUIRE(r->split.size() == 2);
+  CHECK(r->split_key_header == "X-User");
+  CHECK(r->split[0].route->deployment == "Canary");
+  CHECK(r->split[1].upto == 1.0);
+  const Route& canary = pick_target(*r, 0.0);
+  CHECK(canary.deployment == "Canary");
+  CHECK(canary.app == "greet");
+  CHECK(canary.prefix == "/greet");
+  CHECK(canary.key == deployment_key("greet", "Canary"));
+  CHECK(canary.split.empty());
+  CHECK(pick_target(*r, 0.1999).deployment == "Canary");
+  CHECK(pick_target(*r, 0.2).deployment == "Hello");
+  CHECK(pick_target(*r, 0.99999999).deployment == "Hello");
+
+  // Seeded: 100,000 random points give the weights within 1 %.
+  SplitRandom random(42);
+  std::vector<double> points(100000);
+  for (auto& p : points) {
+    p = random.next();
+    REQUIRE(p >= 0.0);
+    REQUIRE(p < 1.0);
+  }
+  auto n = picks(*r, points);
+  CHECK(n.count("Mirror") == 0);
+  CHECK(n["Canary"] + n["Hello"] == 100000);
+  CHECK(n["Canary"] == doctest::Approx(20000).epsilon(0.05));
+}
+
+TEST_CASE("proxy/router: a key picks the same deployment while the weights do not change") {
+  auto before = split_table({{"Canary", 0.1}, {"Hello", 0.9}}, "X-User");
+  auto after = split_table({{"Canary", 0.2}, {"Hello", 0.8}}, "X-User");
+  const Route& b = *before->match("/greet").route;
+  const Route& a = *after->match("/greet").route;
+  std::map<std::string, int> shares;
+  int moved = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::string user = "user-" + std::to_string(i);
+    const double p = key_point(user);
+    CHECK(p == key_point(user));  // stable
+    const std::string& was = pick_target(b, p).deployment;
+    const std::string& now = pick_target(a, p).deployment;
+    ++shares[now];
+    // Raising the canary's weight only moves keys onto it, never off it.
+    if (was == "Canary")
+      CHECK(now == "Canary");
+    moved += was != now ? 1 : 0;
+  }
+  // The hash spreads keys like the weights ...
+  CHECK(shares["Canary"] == doctest::Approx(4000).epsilon(0.1));
+  // ... and about a tenth of the keys move (0.1 of the weight did).
+  CHECK(moved == doctest::Approx(2000).epsilon(0.15));
+  // Pinned values: every node (and every build) maps a key to the same
+  // point, so a user stays on one deployment whichever proxy it reaches.
+  CHECK(key_point("alice") == 0.7727254287806008);
+  CHECK(key_point("") == 0.95767342524205612);
+}

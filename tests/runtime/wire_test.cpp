@@ -75,13 +75,14 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<AgentActor>(sys, "troupe.AgentActor");
   check_registered<ControllerActor>(sys, "troupe.ControllerActor");
   check_registered<ProxyKeeperActor>(sys, "troupe.ProxyKeeperActor");
+  check_registered<TrafficWeights>(sys, "troupe.TrafficWeights");
   CHECK(sys.types().make_value("troupe.NoSuchType") == nullptr);
   // A tripwire: a wire type registered in register_wire_types but not
   // checked above (add it there).
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 20);
+  CHECK(registered == 21);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -102,6 +103,12 @@ TEST_CASE("wire types survive serialization") {
   CHECK(rows2[0].reason == "registered");
   CHECK(rows2[0].pid == 7);
   CHECK(rows2[0].proxy == "HEALTHY");
+  RouteEntry route{"/greet", "greet", "Hello", {{"Canary", 0.25}, {"Hello", 0.75}}, "X-User"};
+  auto route2 = round_trip(sys, route);
+  CHECK(route2.prefix == "/greet");
+  CHECK(route2.ingress == "Hello");
+  CHECK(route2.traffic == TrafficWeights{{"Canary", 0.25}, {"Hello", 0.75}});
+  CHECK(route2.traffic_key_header == "X-User");
 }
 
 TEST_CASE("statuses cross the wire as CAF errors and come back intact") {

@@ -76,12 +76,14 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   const auto state = full_state();
   {
     const ApplicationSpec def;
-    const auto& [a0, a1, a2, a3] = state.applications.at("shop");
-    const auto& [d0, d1, d2, d3] = def;
+    const auto& [a0, a1, a2, a3, a4, a5] = state.applications.at("shop");
+    const auto& [d0, d1, d2, d3, d4, d5] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
     CHECK(a3 != d3);
+    CHECK(a4 != d4);
+    CHECK(a5 != d5);
   }
   {
     const TargetState def;
@@ -270,11 +272,36 @@ TEST_CASE("a record of a newer format version is refused with a clear message") 
   auto r = decode_target_state(bytes);
   REQUIRE_FALSE(r.has_value());
   CHECK(r.status().code() == errc::version_mismatch);
-  CHECK(contains(r.status().message(), "format version 2, newer than the 1 this binary reads"));
+  CHECK(contains(r.status().message(), "format version 3, newer than the 2 this binary reads"));
 
   bytes[4] = 0;
   bytes[5] = 0;
   CHECK(decode_target_state(bytes).status().code() == errc::corrupt);
+}
+
+TEST_CASE("a record is written with the lowest format version that carries it") {
+  auto version = [](const std::string& bytes) {
+    return static_cast<unsigned>(static_cast<unsigned char>(bytes[4]) |
+                                 (static_cast<unsigned char>(bytes[5]) << 8));
+  };
+  // Without a traffic split: version 1, which older binaries read.
+  auto plain = full_state().applications.at("search");
+  REQUIRE(plain.traffic.empty());
+  CHECK(version(encode_application(plain)) == 1);
+  CHECK(version(encode_head(full_state(), 3)) == 1);
+  TargetState without;
+  without.applications.emplace("search", plain);
+  CHECK(version(encode_target_state(without)) == 1);
+  // A split (or only its key header): version 2, which a version-1 binary
+  // refuses instead of sending every request to the ingress.
+  auto split = full_state().applications.at("shop");
+  CHECK(version(encode_application(split)) == 2);
+  CHECK(version(encode_target_state(full_state())) == 2);
+  split.traffic.clear();
+  CHECK(version(encode_application(split)) == 2);
+  // Both read back.
+  CHECK(decode_application(encode_application(plain)).value() == plain);
+  CHECK(decode_application(encode_application(split)).value() == split);
 }
 
 TEST_CASE("a record of another kind or with reserved bits set is refused") {

@@ -91,6 +91,8 @@ inline TargetState full_state() {
   shop.route_prefix = "/shop";
   shop.ingress = "frontend";
   shop.deployments = {full_deployment("frontend"), full_deployment("cart")};
+  shop.traffic = {{"frontend", 0.875}, {"cart", 0.125}};
+  shop.traffic_key_header = "X-User";
   s.applications.emplace(shop.name, shop);
 
   ApplicationSpec search;

@@ -38,9 +38,9 @@ std::optional<HttpReply> http_get(uint16_t port, const std::string& target, doub
   return http_request(port, "GET", target, "", timeout_s);
 }
 
-std::optional<HttpReply> http_request(uint16_t port, const std::string& method,
-                                      const std::string& target, const std::string& body,
-                                      double timeout_s) {
+std::optional<HttpReply> http_request(
+    uint16_t port, const std::string& method, const std::string& target, const std::string& body,
+    double timeout_s, const std::vector<std::pair<std::string, std::string>>& headers) {
   asio::io_context ioc;
   beast::tcp_stream stream(ioc);
   // One deadline for the whole exchange: connect, send, the whole answer.
@@ -56,6 +56,8 @@ std::optional<HttpReply> http_request(uint16_t port, const std::string& method,
   req.target(target);
   req.set(http::field::host, "127.0.0.1");
   req.set(http::field::connection, "close");
+  for (const auto& [name, value] : headers)
+    req.set(name, value);
   if (!body.empty() || method != "GET") {
     req.body() = body;
     req.prepare_payload();  // Content-Length

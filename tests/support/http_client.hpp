@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace troupe::testing {
 
@@ -19,9 +21,11 @@ struct HttpReply {
 // no complete answer arrives within `timeout_s`.
 std::optional<HttpReply> http_get(uint16_t port, const std::string& target, double timeout_s = 30);
 
-// Any method, with a body (sent with Content-Length).
-std::optional<HttpReply> http_request(uint16_t port, const std::string& method,
-                                      const std::string& target, const std::string& body,
-                                      double timeout_s = 30);
+// Any method, with a body (sent with Content-Length) and extra header
+// fields (name, value).
+std::optional<HttpReply> http_request(
+    uint16_t port, const std::string& method, const std::string& target, const std::string& body,
+    double timeout_s = 30,
+    const std::vector<std::pair<std::string, std::string>>& headers = {});
 
 }  // namespace troupe::testing

@@ -127,13 +127,51 @@ Status ControllerClient::delete_application(const std::string& app) {
   return out;
 }
 
+Result<ControllerClient::DeployReply> ControllerClient::scale(const std::string& app,
+                                                            const std::string& deployment,
+                                                            uint32_t replicas) {
+  caf::scoped_actor self{*sys_};
+  Result<DeployReply> out(errc::internal, "no answer");
+  self->request(controller_, seconds_as(timeout_s_), scale_atom::value, app, deployment, replicas,
+                sign(Operation::scale, {app, deployment, std::to_string(replicas)}))
+      .receive([&](bool changed, uint64_t generation) { out = DeployReply{changed, generation}; },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
+Result<uint64_t> ControllerClient::set_traffic(const std::string& app,
+                                               const std::map<std::string, double>& weights) {
+  TrafficWeights wire(weights.begin(), weights.end());
+  return ask<uint64_t>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      traffic_atom::value, app, wire, sign(Operation::traffic, traffic_args(app, wire)));
+}
+
+Status ControllerClient::delete_deployment(const std::string& app, const std::string& deployment) {
+  caf::scoped_actor self{*sys_};
+  Status out(errc::internal, "no answer");
+  self->request(controller_, seconds_as(timeout_s_), delete_atom::value, app, deployment,
+                sign(Operation::delete_app, {app, deployment}))
+      .receive([&](caf::ok_atom) { out = Status::ok(); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
 Status ControllerClient::kill_replica(const std::string& replica_id) {
   return kill("replica", replica_id);
 }
 
 Result<std::string> ControllerClient::apply(const controller::TargetState& state,
-                                            double request_timeout_s) {
+                                            double request_timeout_s,
+                                            std::optional<uint64_t> if_generation) {
   auto encoded = controller::encode_target_state(state);
+  if (if_generation) {
+    const std::string generation = std::to_string(*if_generation);
+    return ask<std::string>(
+        *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+        apply_atom::value, encoded, request_timeout_s, *if_generation,
+        sign(Operation::deploy, {encoded, generation}));
+  }
   return ask<std::string>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
       apply_atom::value, encoded, request_timeout_s, sign(Operation::deploy, {encoded}));

@@ -3,6 +3,7 @@
 // connect time.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,7 +39,17 @@ class ControllerClient {
   Status delete_application(const std::string& app);
   // Declarative deploy of a whole TargetState; the answer is the
   // controller's JSON summary ({"changed", "generation", "applications"}).
-  Result<std::string> apply(const controller::TargetState& state, double request_timeout_s);
+  // With `if_generation`, refused (errc::conflict, naming the current
+  // generation) unless the target state is at exactly that generation.
+  Result<std::string> apply(const controller::TargetState& state, double request_timeout_s,
+                            std::optional<uint64_t> if_generation = std::nullopt);
+  // Sets one deployment's num_replicas (not an autoscaled one).
+  Result<DeployReply> scale(const std::string& app, const std::string& deployment,
+                            uint32_t replicas);
+  // Replaces an application's traffic split; the generation after it.
+  Result<uint64_t> set_traffic(const std::string& app, const std::map<std::string, double>& weights);
+  // Deletes one deployment of an application (not its ingress).
+  Status delete_deployment(const std::string& app, const std::string& deployment);
   // The declared target state.
   Result<controller::TargetState> config();
   Status shutdown(bool nodes);

@@ -22,6 +22,8 @@
 #include "runtime/security/credentials.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
+#include "controller/core/validate.hpp"
+#include "tools/troupectl/args.hpp"
 #include "tools/troupectl/client.hpp"
 
 using namespace troupe;
@@ -103,6 +105,18 @@ void print_status(const json& status, bool replicas) {
                 app.value("route_prefix", "").c_str());
     if (!app.value("message", "").empty())
       std::printf("  %s\n", app.value("message", "").c_str());
+    if (app.contains("traffic")) {
+      std::string shown;
+      for (const auto& [dname, weight] : app.at("traffic").items()) {
+        char w[32];
+        std::snprintf(w, sizeof w, "%g", weight.get<double>());
+        shown += (shown.empty() ? "" : ", ") + dname + "=" + w;
+      }
+      std::printf("  traffic: %s%s\n", shown.c_str(),
+                  app.contains("traffic_key_header")
+                      ? (" (by header " + app.value("traffic_key_header", "") + ")").c_str()
+                      : "");
+    }
     for (const auto& [dname, dep] : app.at("deployments").items()) {
       std::printf("  %-20s %-13s %zu/%d running", dname.c_str(), dep.value("status", "?").c_str(),
                   running_count(dep), dep.value("target_replicas", 0));
@@ -235,6 +249,11 @@ int main(int argc, char** argv) {
   deploy_cmd->add_flag("--wait", wait, "show progress until every application is RUNNING");
   deploy_cmd->add_option("--wait-timeout", wait_timeout_s, "seconds --wait waits at most")
       ->capture_default_str();
+  std::string if_generation_text;
+  deploy_cmd->add_option("--if-generation", if_generation_text,
+                         "deploy only if the cluster's target state is still at generation N "
+                         "(as printed by deploy, scale, traffic and status --json); refused "
+                         "otherwise, naming the current generation");
 
   auto* status_cmd = app.add_subcommand("status", "applications, deployments and replicas");
   std::string status_app;
@@ -243,9 +262,28 @@ int main(int argc, char** argv) {
 
   auto* config_cmd = app.add_subcommand("config", "print the declared config as YAML");
 
-  auto* delete_cmd = app.add_subcommand("delete", "delete an application");
+  auto* delete_cmd =
+      app.add_subcommand("delete", "delete an application, or one deployment of one");
   std::string delete_app;
-  delete_cmd->add_option("APP", delete_app, "application name")->required();
+  delete_cmd
+      ->add_option("TARGET", delete_app,
+                   "APP, or APP/DEPLOYMENT (not the ingress, not one that carries traffic)")
+      ->required();
+
+  auto* scale_cmd = app.add_subcommand(
+      "scale", "set the replica count of one deployment (not an autoscaled one)");
+  std::string scale_target;
+  std::string scale_count;
+  scale_cmd->add_option("APP/DEPLOYMENT", scale_target, "the deployment")->required();
+  scale_cmd->add_option("N", scale_count, "replicas")->required();
+
+  auto* traffic_cmd = app.add_subcommand(
+      "traffic", "set an application's traffic split without a redeploy (weights sum to 1)");
+  std::string traffic_app;
+  std::vector<std::string> traffic_items;
+  traffic_cmd->add_option("APP", traffic_app, "application name")->required();
+  traffic_cmd->add_option("NAME=W", traffic_items, "deployment and weight, e.g. Hello=0.9 Canary=0.1")
+      ->required();
 
   auto* shutdown_cmd = app.add_subcommand("shutdown", "delete every application");
   bool shutdown_nodes = false;
@@ -295,14 +333,47 @@ int main(int argc, char** argv) {
     return fail(2, "kill " + kill_kind + " needs an ID");
   }
 
-  // Validate a config before contacting anyone: bad input never reaches the
-  // cluster.
+  // Validate a config and every argument's value before contacting anyone:
+  // bad input never reaches the cluster.
   std::optional<config::DeployConfig> declared;
+  std::optional<uint64_t> if_generation;
   if (*deploy_cmd) {
+    if (!if_generation_text.empty()) {
+      auto g = ctl::parse_count(if_generation_text, "--if-generation", UINT64_MAX);
+      if (!g)
+        return fail(1, g.status().message());
+      if_generation = *g;
+    }
     auto loaded = config::load_config_file(deploy_file);
     if (!loaded)
       return fail(1, loaded.status().message());
     declared = std::move(loaded.value());
+  }
+  std::optional<ctl::DeploymentRef> delete_ref;
+  if (*delete_cmd && delete_app.find('/') != std::string::npos) {
+    auto ref = ctl::parse_deployment_ref(delete_app, "APP/DEPLOYMENT");
+    if (!ref)
+      return fail(1, ref.status().message());
+    delete_ref = *ref;
+  }
+  std::map<std::string, double> traffic_weights;
+  if (*traffic_cmd) {
+    auto w = ctl::parse_weights(traffic_items);
+    if (!w)
+      return fail(1, w.status().message());
+    traffic_weights = std::move(w.value());
+  }
+  ctl::DeploymentRef scale_ref;
+  uint32_t scale_replicas = 0;
+  if (*scale_cmd) {
+    auto ref = ctl::parse_deployment_ref(scale_target, "APP/DEPLOYMENT");
+    if (!ref)
+      return fail(1, ref.status().message());
+    scale_ref = *ref;
+    auto n = ctl::parse_count(scale_count, "N", controller::kMaxReplicas);
+    if (!n)
+      return fail(1, n.status().message());
+    scale_replicas = static_cast<uint32_t>(*n);
   }
 
   caf::actor_system_config cfg;
@@ -357,7 +428,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*deploy_cmd) {
-    auto result = client->apply(declared->state, declared->http.request_timeout_s.value_or(0.0));
+    auto result = client->apply(declared->state, declared->http.request_timeout_s.value_or(0.0),
+                                if_generation);
     if (!result)
       return fail(1, result.status().message());
     auto summary = json::parse(*result);
@@ -403,6 +475,38 @@ int main(int argc, char** argv) {
     out.state = std::move(state.value());
     out.state.generation = 0;
     std::cout << config::to_yaml(out);
+    return 0;
+  }
+  if (*delete_cmd && delete_ref) {
+    auto st = client->delete_deployment(delete_ref->app, delete_ref->deployment);
+    if (!st)
+      return fail(1, st.message());
+    std::printf("deployment %s/%s is being deleted\n", delete_ref->app.c_str(),
+                delete_ref->deployment.c_str());
+    return 0;
+  }
+  if (*scale_cmd) {
+    auto r = client->scale(scale_ref.app, scale_ref.deployment, scale_replicas);
+    if (!r)
+      return fail(1, r.status().message());
+    std::printf("%s: %s/%s has %u replicas as its target (generation %llu)\n",
+                r->changed ? "accepted" : "unchanged", scale_ref.app.c_str(),
+                scale_ref.deployment.c_str(), scale_replicas,
+                static_cast<unsigned long long>(r->generation));
+    return 0;
+  }
+  if (*traffic_cmd) {
+    auto g = client->set_traffic(traffic_app, traffic_weights);
+    if (!g)
+      return fail(1, g.status().message());
+    std::string shown;
+    for (const auto& [name, weight] : traffic_weights) {
+      char w[32];
+      std::snprintf(w, sizeof w, "%g", weight);
+      shown += (shown.empty() ? "" : ", ") + name + "=" + w;
+    }
+    std::printf("traffic of %s: %s (generation %llu)\n", traffic_app.c_str(), shown.c_str(),
+                static_cast<unsigned long long>(*g));
     return 0;
   }
   if (*delete_cmd) {

@@ -1,0 +1,199 @@
+// The traffic split in the controller core: validation (the seed's rules),
+// set_traffic written ahead and published with the routes, deletes of
+// deployments that carry weight, and a restart that keeps the weights.
+#include <doctest/doctest.h>
+
+#include "controller/core/validate.hpp"
+#include "tests/controller/fakes.hpp"
+
+using namespace troupe;
+using namespace troupe::controller;
+using namespace troupe::controller::testing;
+using Weights = std::map<std::string, double>;
+
+namespace {
+
+// greet: Hello (the ingress) and Canary.
+ApplicationSpec greet(Weights traffic = {}) {
+  auto app = make_app("greet", "/greet", {make_deployment("Hello", 1), make_deployment("Canary", 1)});
+  app.traffic = std::move(traffic);
+  return app;
+}
+
+std::string problem(const ApplicationSpec& app) {
+  Status s = validate(app);
+  CHECK(s.code() == errc::invalid_argument);
+  return s.message();
+}
+
+// The route of `app` in the last snapshot a subscriber at `last` gets.
+std::optional<Route> published_route(const StateManager& core, const std::string& app,
+                                     SnapshotId last = {}) {
+  auto d = core.changes_since(last);
+  if (!d || !d->routes_changed)
+    return std::nullopt;
+  for (const auto& r : d->routes) {
+    if (r.app == app)
+      return r;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("traffic: valid splits - weights of the application's deployments summing to 1") {
+  CHECK(validate(greet()).is_ok());  // no split: all to the ingress
+  CHECK(validate(greet({{"Hello", 0.8}, {"Canary", 0.2}})).is_ok());
+  CHECK(validate(greet({{"Hello", 0}, {"Canary", 1}})).is_ok());
+  CHECK(validate(greet({{"Canary", 1}})).is_ok());
+  // The seed's tolerance: 1e-8.
+  CHECK(validate(greet({{"Hello", 0.7 + 5e-9}, {"Canary", 0.3}})).is_ok());
+  auto keyed = greet({{"Hello", 0.5}, {"Canary", 0.5}});
+  keyed.traffic_key_header = "X-User";
+  CHECK(validate(keyed).is_ok());
+}
+
+TEST_CASE("traffic: every kind of bad split is refused naming the field") {
+  CHECK(problem(greet({{"Hello", 0.8}, {"Canary", 0.1}})) ==
+        "applications[greet].traffic: weights sum to 0.9, must sum to 1 (within 1e-08)");
+  CHECK(problem(greet({{"Hello", 0.7 + 2e-8}, {"Canary", 0.3}})).find("must sum to 1") !=
+        std::string::npos);
+  CHECK(problem(greet({{"Hello", 1.5}, {"Canary", -0.5}})) ==
+        "applications[greet].traffic[Canary]: -0.5 must be a weight >= 0");
+  CHECK(problem(greet({{"Hello", NAN}, {"Canary", 1}})) ==
+        "applications[greet].traffic[Hello]: nan must be a weight >= 0");
+  CHECK(problem(greet({{"Hello", 0.5}, {"Nope", 0.5}})) ==
+        "applications[greet].traffic[Nope]: \"Nope\" must name a deployment of application "
+        "\"greet\"");
+  // With one deployment, naming another.
+  auto single = make_app("solo", "/solo", {make_deployment("Hello", 1)});
+  single.traffic = {{"Other", 1}};
+  CHECK(problem(single) ==
+        "applications[solo].traffic[Other]: \"Other\" must name a deployment of application "
+        "\"solo\"");
+  auto keyed = greet();
+  keyed.traffic_key_header = "X-User";
+  CHECK(problem(keyed) ==
+        "applications[greet].traffic_key_header: \"X-User\" needs a traffic split (traffic is "
+        "empty)");
+  keyed.traffic = {{"Hello", 1}};
+  keyed.traffic_key_header = "X User";
+  CHECK(problem(keyed).find("applications[greet].traffic_key_header: \"X User\" must be an HTTP "
+                            "header name") == 0);
+
+  // A deployment of another application: the message says whose it is.
+  TargetState state;
+  state.applications["greet"] = greet({{"Hello", 0.5}, {"Mirror", 0.5}});
+  state.applications["other"] = make_app("other", "/other", {make_deployment("Mirror", 1)});
+  Status s = validate(state);
+  CHECK(s.message() ==
+        "applications[greet].traffic[Mirror]: \"Mirror\" must name a deployment of application "
+        "\"greet\" (it is a deployment of application \"other\")");
+}
+
+TEST_CASE("traffic: set_traffic is written ahead - published with the routes - kept on restart") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(greet()).has_value());
+  h.ticks(2);
+  const SnapshotId before = h.core->snapshot_id();
+  auto route = published_route(*h.core, "greet");
+  REQUIRE(route);
+  CHECK(route->ingress == "Hello");
+  CHECK(route->traffic.empty());
+
+  const int saves = h.store->saves;
+  const uint64_t generation = h.core->target_state().generation;
+  auto r = h.core->set_traffic("greet", {{"Hello", 0.8}, {"Canary", 0.2}});
+  REQUIRE(r.has_value());
+  CHECK(*r == generation + 1);
+  CHECK(h.store->saves == saves + 1);
+  CHECK(h.store->saved->applications.at("greet").traffic == Weights{{"Hello", 0.8}, {"Canary", 0.2}});
+  // No replica restarts: the deployments did not change.
+  CHECK(h.tick() == std::vector<std::string>{});
+  auto delta = h.core->changes_since(before);
+  REQUIRE(delta);
+  CHECK_FALSE(delta->full);
+  CHECK(delta->routes_changed);
+  CHECK(delta->deployments.empty());
+  route = published_route(*h.core, "greet", before);
+  REQUIRE(route);
+  CHECK(route->traffic == Weights{{"Hello", 0.8}, {"Canary", 0.2}});
+
+  // The same split again: nothing written, nothing published.
+  const SnapshotId current = h.core->snapshot_id();
+  REQUIRE(h.core->set_traffic("greet", {{"Hello", 0.8}, {"Canary", 0.2}}).has_value());
+  CHECK(h.store->saves == saves + 1);
+  h.tick();
+  CHECK_FALSE(h.core->changes_since(current).has_value());
+
+  // A controller restart reads the weights back and publishes them.
+  h.restart();
+  h.ticks(2);
+  CHECK(h.core->target_state().applications.at("greet").traffic ==
+        Weights{{"Hello", 0.8}, {"Canary", 0.2}});
+  route = published_route(*h.core, "greet");
+  REQUIRE(route);
+  CHECK(route->traffic == Weights{{"Hello", 0.8}, {"Canary", 0.2}});
+}
+
+TEST_CASE("traffic: set_traffic refuses bad weights and unknown names - nothing changes") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(greet({{"Hello", 1}})).has_value());
+  REQUIRE(h.core->deploy_application(make_app("other", "/other", {make_deployment("Mirror", 1)}))
+              .has_value());
+  const TargetState before = h.core->target_state();
+  const int saves = h.store->saves;
+  struct Bad {
+    std::string app;
+    Weights weights;
+    errc code;
+    std::string message;
+  };
+  for (const Bad& b : {
+           Bad{"nope", {{"Hello", 1}}, errc::not_found,
+               "applications[nope]: \"nope\" is not a known application"},
+           Bad{"greet", {}, errc::invalid_argument,
+               "applications[greet].traffic: {} must name at least one deployment"},
+           Bad{"greet", {{"Hello", 0.5}, {"Canary", 0.4}}, errc::invalid_argument,
+               "applications[greet].traffic: weights sum to 0.9, must sum to 1 (within 1e-08)"},
+           Bad{"greet", {{"Hello", 1.2}, {"Canary", -0.2}}, errc::invalid_argument,
+               "applications[greet].traffic[Canary]: -0.2 must be a weight >= 0"},
+           Bad{"greet", {{"Hello", 0.5}, {"Mirror", 0.5}}, errc::invalid_argument,
+               "applications[greet].traffic[Mirror]: \"Mirror\" must name a deployment of "
+               "application \"greet\" (it is a deployment of application \"other\")"},
+       }) {
+    CAPTURE(b.message);
+    auto r = h.core->set_traffic(b.app, b.weights);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.status().code() == b.code);
+    CHECK(r.status().message() == b.message);
+  }
+  CHECK(h.core->target_state() == before);
+  CHECK(h.store->saves == saves);
+}
+
+TEST_CASE("traffic: a deployment that carries weight cannot be deleted - at weight 0 it can") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(greet({{"Hello", 0.9}, {"Canary", 0.1}})).has_value());
+  h.ticks(2);
+  const TargetState before = h.core->target_state();
+  Status refused = h.core->delete_deployment("greet", "Canary");
+  CHECK(refused.code() == errc::invalid_argument);
+  CHECK(refused.message() ==
+        "applications[greet].deployments[Canary]: \"Canary\" carries traffic "
+        "(applications[greet].traffic[Canary] = 0.1) and cannot be deleted; give its weight to "
+        "other deployments first");
+  CHECK(h.core->target_state() == before);
+  // A redeploy without it is refused too: the split would name a missing
+  // deployment.
+  auto without = greet({{"Hello", 0.9}, {"Canary", 0.1}});
+  without.deployments.pop_back();
+  auto r = h.core->deploy_application(without);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().message().find("traffic[Canary]") != std::string::npos);
+
+  REQUIRE(h.core->set_traffic("greet", {{"Hello", 1}, {"Canary", 0}}).has_value());
+  REQUIRE(h.core->delete_deployment("greet", "Canary").is_ok());
+  CHECK(h.core->target_state().applications.at("greet").traffic == Weights{{"Hello", 1}});
+  CHECK(h.core->target_state().applications.at("greet").deployments.size() == 1);
+}
