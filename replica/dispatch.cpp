@@ -106,8 +106,7 @@ Status Dispatch::check_progress(Clock::duration threshold, Clock::time_point now
   if (busy_for < threshold)
     return Status::ok();
   char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%.1f",
-                std::chrono::duration<double>(busy_for).count());
+  std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(busy_for).count());
   return Status(errc::unavailable, "stuck: all " + std::to_string(ongoing_) +
                                        " request threads busy for " + seconds +
                                        " s with none finished");

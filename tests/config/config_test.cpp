@@ -974,7 +974,8 @@ TEST_CASE("config: stuck_after_s - default 0 (derived) - seconds - printed when 
   CHECK(to_yaml(c).find("        stuck_after_s: 4.5\n") != std::string::npos);
   check_round_trip(c);
 
-  CHECK(only_app(parse_ok(with_fields("        stuck_after_s: 0\n"))).deployments[0]
+  CHECK(only_app(parse_ok(with_fields("        stuck_after_s: 0\n")))
+            .deployments[0]
             .config.stuck_after_s == 0);
   CHECK(error_of(with_fields("        stuck_after_s: -1\n")).find("stuck_after_s") !=
         std::string::npos);

@@ -352,7 +352,7 @@ TEST_CASE("health: a check that timed out is named as the last failure") {
   deploy(h, d);
   h.ticks(2);
   h.cluster.silent.insert("a#D#1");
-  h.ticks(30);                            // t = 32: failures at 17 and 27; check at 32
+  h.ticks(30);                             // t = 32: failures at 17 and 27; check at 32
   CHECK(h.tick(5) == V{"stop a#D#1 20"});  // t = 37: failure 3
   CHECK(h.status("a", "D").message ==
         "Replica a#D#1 failed 3 health checks in a row (last: no answer within "

@@ -13,8 +13,8 @@
 
 using namespace troupe::replica;
 using Clock = Dispatch::Clock;
-using troupe::Status;
 using std::chrono::seconds;
+using troupe::Status;
 
 namespace {
 
@@ -147,7 +147,8 @@ TEST_CASE("replica/dispatch: a parked request is taken once by its token") {
   CHECK(t3 != t2);
 }
 
-TEST_CASE("replica/dispatch: every request thread busy past the threshold with none finished is stuck") {
+TEST_CASE(
+    "replica/dispatch: every request thread busy past the threshold with none finished is stuck") {
   Dispatch d(t0);
   with_workers(d, 2);
   const auto threshold = seconds(30);
@@ -178,7 +179,8 @@ TEST_CASE("replica/dispatch: every request thread busy past the threshold with n
   CHECK(d.check_progress(Clock::duration::zero(), t0 + seconds(1000)).is_ok());
 }
 
-TEST_CASE("replica/dispatch: over a data channel every admitted slot busy past the threshold is stuck") {
+TEST_CASE(
+    "replica/dispatch: over a data channel every admitted slot busy past the threshold is stuck") {
   Dispatch d(t0);
   d.limit = 3;
   const auto threshold = seconds(6);
