@@ -68,7 +68,8 @@ const std::vector<std::string> kDeploymentFields = {"name",
                                                     "resources",
                                                     "max_replicas_per_node",
                                                     "isolation",
-                                                    "memory_limit"};
+                                                    "memory_limit",
+                                                    "stuck_after_s"};
 const std::vector<std::string> kAutoscalingFields = {"min_replicas",
                                                      "max_replicas",
                                                      "initial_replicas",
@@ -894,7 +895,8 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
       !get_seconds(fields, "health_check_timeout_s", false, c.health_check_timeout_s) ||
       !get_seconds(fields, "graceful_shutdown_wait_loop_s", false,
                    c.graceful_shutdown_wait_loop_s) ||
-      !get_seconds(fields, "graceful_shutdown_timeout_s", false, c.graceful_shutdown_timeout_s)) {
+      !get_seconds(fields, "graceful_shutdown_timeout_s", false, c.graceful_shutdown_timeout_s) ||
+      !get_seconds(fields, "stuck_after_s", true, c.stuck_after_s)) {
     return false;
   }
   if (const Field* f = fields.get("resources")) {
@@ -1337,6 +1339,8 @@ void emit_deployment(YAML::Emitter& out, const DeploymentSpec& spec, const std::
     out << YAML::Key << "isolation" << YAML::Value << controller::to_string(c.isolation);
   if (c.memory_limit_bytes != d.memory_limit_bytes)
     out << YAML::Key << "memory_limit" << YAML::Value << format_bytes(c.memory_limit_bytes);
+  if (c.stuck_after_s != d.stuck_after_s)
+    emit_number(out, "stuck_after_s", c.stuck_after_s);
   out << YAML::EndMap;
 }
 

@@ -85,7 +85,8 @@ void spawn_replica(controller_actor* self, const AgentActor& agent, const Comman
   auto id = cmd.replica_id;
   auto version = cmd.version;
   auto node = cmd.node_id;
-  self->request(agent, request_timeout(self), spawn_replica_atom::value, wire_spec(cmd))
+  self->request(agent, request_timeout(self), spawn_replica_atom::value,
+                wire_spec(cmd, logic(self).actors().request_timeout_s()))
       .then(
           [=](const ReplicaActor& handle) {
             logic(self).actors().remember_replica(id, node, handle);
@@ -114,9 +115,9 @@ void check_replica_health(controller_actor* self, const ReplicaActor& replica,
   self->request(replica, seconds_as(600), health_atom::value)
       .then([=](caf::ok_atom) { logic(self).core().on_health_check_result(id, true, seq); },
             [=](caf::error& err) {
-              logic(self).log().info("health check of {} failed: {}", id,
-                                     from_caf_error(err).message());
-              logic(self).core().on_health_check_result(id, false, seq);
+              auto why = from_caf_error(err).message();
+              logic(self).log().info("health check of {} failed: {}", id, why);
+              logic(self).core().on_health_check_result(id, false, seq, why);
             });
 }
 

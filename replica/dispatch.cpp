@@ -1,5 +1,7 @@
 #include "replica/dispatch.hpp"
 
+#include <cstdio>
+
 #include <caf/all.hpp>
 
 #include "runtime/data_channel.hpp"
@@ -13,6 +15,16 @@ void Dispatch::account_locked(Clock::time_point now) {
   last_change_ = now;
 }
 
+void Dispatch::started_locked(Clock::time_point now) {
+  if (limit > 0 && ongoing_ >= limit && !all_busy_since_)
+    all_busy_since_ = now;
+}
+
+void Dispatch::ended_locked(Clock::time_point now) {
+  last_finished_ = now;
+  all_busy_since_.reset();
+}
+
 bool Dispatch::claim(size_t& index, Clock::time_point now) {
   for (size_t i = 0; i < workers.size(); ++i) {
     bool idle = false;
@@ -21,6 +33,7 @@ bool Dispatch::claim(size_t& index, Clock::time_point now) {
       std::lock_guard<std::mutex> guard(mutex_);
       account_locked(now);
       ++ongoing_;
+      started_locked(now);
       index = i;
       return true;
     }
@@ -34,6 +47,7 @@ bool Dispatch::release(size_t index, Clock::time_point now) {
     std::lock_guard<std::mutex> guard(mutex_);
     account_locked(now);
     --ongoing_;
+    ended_locked(now);
     last = ongoing_ == 0;
   }
   busy[index].store(false, std::memory_order_release);
@@ -46,6 +60,7 @@ bool Dispatch::admit(Clock::time_point now) {
     return false;
   account_locked(now);
   ++ongoing_;
+  started_locked(now);
   return true;
 }
 
@@ -55,6 +70,7 @@ bool Dispatch::finish(Clock::time_point now) {
     std::lock_guard<std::mutex> guard(mutex_);
     account_locked(now);
     --ongoing_;
+    ended_locked(now);
     last = ongoing_ == 0;
   }
   if (last && stopping.load()) {
@@ -80,6 +96,25 @@ caf::mailbox_element_ptr Dispatch::take(uint64_t token) {
   auto m = std::move(it->second);
   tokens_.erase(it);
   return m;
+}
+
+Status Dispatch::check_progress(Clock::duration threshold, Clock::time_point now) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (threshold <= Clock::duration::zero() || !all_busy_since_)
+    return Status::ok();
+  const auto busy_for = now - *all_busy_since_;
+  if (busy_for < threshold)
+    return Status::ok();
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(busy_for).count());
+  return Status(errc::unavailable, "stuck: all " + std::to_string(ongoing_) +
+                                       " request threads busy for " + seconds +
+                                       " s with none finished");
+}
+
+std::optional<Dispatch::Clock::time_point> Dispatch::last_finished() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return last_finished_;
 }
 
 uint32_t Dispatch::in_flight() {

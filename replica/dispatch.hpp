@@ -8,8 +8,10 @@
 // Dispatch holds the admission (at most max_ongoing_requests in flight: CAF
 // request threads claimed with atomics, or a count for a data channel's
 // threads), the stopping flag, the time-weighted integral of requests in
-// flight that the metrics report averages, and the tokens of requests that
-// came over CAF to a replica with a data channel. Every method is
+// flight that the metrics report averages, the progress the health check
+// reads (since when every request slot is busy, when a request last
+// finished), and the tokens of requests that came over CAF to a replica with
+// a data channel. Every method is
 // thread-safe; those that account time take it as an argument (tests pass
 // their own).
 #pragma once
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,6 +30,8 @@
 #include <caf/actor_pool.hpp>
 #include <caf/mailbox_element.hpp>
 #include <caf/weak_intrusive_ptr.hpp>
+
+#include "runtime/status.hpp"
 
 namespace troupe::channel {
 class ReplicaEnd;
@@ -75,6 +80,17 @@ struct Dispatch {
 
   uint32_t in_flight();
 
+  // Whether the replica makes progress. A replica is stuck when all `limit`
+  // request slots have been busy for at least `threshold`, with no request
+  // finished since (a handler that never returns holds its slot for good:
+  // once every slot is held, every later request fails, while the user's
+  // check_health() may still pass). Then returns errc::unavailable with
+  // "stuck: all 2 request threads busy for 31.0 s with none finished"; else
+  // ok. A threshold <= 0 turns the check off.
+  Status check_progress(Clock::duration threshold, Clock::time_point now = Clock::now());
+  // When a request last finished; nullopt before the first.
+  std::optional<Clock::time_point> last_finished();
+
   // Average requests in flight over [window_start, now], weighted by time;
   // starts the next window at `now`. (With window_start == now: the number
   // in flight.)
@@ -82,6 +98,11 @@ struct Dispatch {
 
  private:
   void account_locked(Clock::time_point now);
+  // After a request started: starts the all-busy period when it took the
+  // last free slot.
+  void started_locked(Clock::time_point now);
+  // After a request ended: no slot is all-busy any more.
+  void ended_locked(Clock::time_point now);
 
   // Requests in flight and the time-weighted integral of that number since
   // the last metrics report.
@@ -89,6 +110,10 @@ struct Dispatch {
   uint32_t ongoing_ = 0;
   double ongoing_area_ = 0;
   Clock::time_point last_change_;
+  // Set while ongoing_ >= limit: since when. Every finish clears it, so it
+  // also means "no request finished since".
+  std::optional<Clock::time_point> all_busy_since_;
+  std::optional<Clock::time_point> last_finished_;
 
   std::mutex tokens_mutex_;
   std::unordered_map<uint64_t, caf::mailbox_element_ptr> tokens_;

@@ -158,7 +158,19 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         return rp;
       },
       [=](health_atom) -> caf::result<caf::ok_atom> {
-        self->delegate(self->state.control, health_atom::value);
+        // Checked here, not by user code: a replica whose handlers never
+        // return may still pass its own check_health(), and it answers no
+        // request any more. Failing the check makes the controller replace
+        // it (and kill it, when its graceful stop times out).
+        auto& st = self->state;
+        auto stuck_after = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(st.options.spec.stuck_after_s));
+        if (auto progress = st.dispatch->check_progress(stuck_after); !progress) {
+          st.log->warn("replica {} reports unhealthy: {}", st.options.spec.replica_id,
+                       progress.message());
+          return to_caf_error(progress);
+        }
+        self->delegate(st.control, health_atom::value);
         return caf::delegated<caf::ok_atom>{};
       },
       [=](version_atom) -> caf::result<ReplicaMetadata> {

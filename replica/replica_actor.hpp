@@ -18,7 +18,9 @@
 //
 // Its interface is ReplicaActor (runtime/wire.hpp): init (runs the
 // constructor and reconfigure(user_config); idempotent), reconfig (in place),
-// health, version, handle (errc::overloaded at max_ongoing_requests,
+// health (fails with "stuck: ..." when every request thread has been busy
+// for spec.stuck_after_s with none finished; else the user's check_health()),
+// version, handle (errc::overloaded at max_ongoing_requests,
 // errc::unavailable before init or while stopping) and stop (finish what is
 // in flight, at most timeout_s, then exit).
 // Every metrics_interval_s it sends (metrics, string replica_id, double

@@ -131,13 +131,17 @@ struct ReplicaSpec {
   double metrics_interval_s = 10.0;
   std::string isolation = "process";  // "process" or "in_process"
   uint64_t memory_limit_bytes = 0;    // per replica process; 0: none
+  // The health check fails when every request slot has been busy this long
+  // with no request finished (the controller resolves the deployment's
+  // stuck_after_s to this); 0: never.
+  double stuck_after_s = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaSpec& x) {
   return f(caf::meta::type_name("troupe.ReplicaSpec"), x.replica_id, x.app, x.deployment,
            x.import_path, x.init_args, x.code_version, x.user_config, x.max_ongoing_requests,
-           x.metrics_interval_s, x.isolation, x.memory_limit_bytes);
+           x.metrics_interval_s, x.isolation, x.memory_limit_bytes, x.stuck_after_s);
 }
 
 // What an initialized replica reports about itself.

@@ -79,6 +79,7 @@ struct DeploymentConfig @0xfc284f5555afc3f4 {
   # written before this field existed reads as `process`.
   isolation @12 :Isolation = process;
   memoryLimitBytes @13 :UInt64 = 0;  # per replica process; 0: no limit
+  stuckAfterS @14 :Float64 = 0;  # 0: derived from the request timeout
 }
 
 # troupe::controller::Isolation. Only ever append enumerants.

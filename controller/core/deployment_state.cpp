@@ -394,23 +394,31 @@ void DeploymentState::check_health(Replica& r, TickContext& ctx) {
       r.check_outstanding = false;
       if (r.health_result == 1) {
         r.consecutive_failures = 0;
+        r.last_failure.clear();
       } else {
         ++r.consecutive_failures;
+        r.last_failure = std::move(r.health_error);
       }
     }
     r.health_result = -1;
+    r.health_error.clear();
   } else if (r.check_outstanding && ctx.now >= r.check_deadline) {
     r.check_outstanding = false;
     ++r.consecutive_failures;
+    r.last_failure = "no answer within health_check_timeout_s";
   }
   if (r.consecutive_failures >= options_.health_check_failure_threshold) {
     const bool target = is_target(r);
     const uint32_t failures = r.consecutive_failures;
+    // The replica's own words ("stuck: all 2 request threads busy for 31.0 s
+    // with none finished"), so the status says why it is replaced.
+    const std::string why = r.last_failure.empty() ? "" : " (last: " + r.last_failure + ")";
     stop_replica(r, /*graceful=*/true, ctx);
     if (target && !deleting_) {
       set_status(DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed,
                  "Replica " + r.id + " failed " + std::to_string(failures) +
-                     " health checks in a row. This deployment is UNHEALTHY until the replica "
+                     " health checks in a row" + why +
+                     ". This deployment is UNHEALTHY until the replica "
                      "is replaced or a new deploy happens.");
     }
     return;

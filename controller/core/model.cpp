@@ -1,5 +1,6 @@
 #include "controller/core/model.hpp"
 
+#include <algorithm>
 #include <tuple>
 
 namespace troupe::controller {
@@ -37,9 +38,17 @@ bool operator==(const DeploymentConfig& a, const DeploymentConfig& b) {
     return std::tie(x.num_replicas, x.max_ongoing_requests, x.max_queued_requests, x.user_config,
                     x.autoscaling_config, x.health_check_period_s, x.health_check_timeout_s,
                     x.graceful_shutdown_wait_loop_s, x.graceful_shutdown_timeout_s, x.resources,
-                    x.max_replicas_per_node, x.isolation, x.memory_limit_bytes);
+                    x.max_replicas_per_node, x.isolation, x.memory_limit_bytes, x.stuck_after_s);
   };
   return tie(a) == tie(b);
+}
+
+double effective_stuck_after_s(double configured, double request_timeout_s) {
+  if (configured > 0)
+    return configured;
+  if (!(request_timeout_s > 0))
+    return 0;
+  return std::max(kStuckAfterFactor * request_timeout_s, kMinStuckAfterS);
 }
 
 bool operator==(const DeploymentSpec& a, const DeploymentSpec& b) {

@@ -54,6 +54,20 @@ std::optional<Isolation> parse_isolation(const std::string& text);
 // just to start and load its libraries.
 constexpr uint64_t kMinMemoryLimitBytes = 32ULL * 1024 * 1024;
 
+// DeploymentConfig::stuck_after_s when left at 0: this many request timeouts,
+// at least kMinStuckAfterS. Requests time out at the proxy after
+// request_timeout_s, so a replica whose slots stayed busy three times that
+// long with none finishing is held by requests nobody waits for any more; the
+// minimum keeps short timeouts from replacing replicas that merely have a
+// slow burst.
+constexpr double kStuckAfterFactor = 3.0;
+constexpr double kMinStuckAfterS = 30.0;
+
+// The stuck threshold a replica starts with (ReplicaSpec::stuck_after_s):
+// `configured` when positive, else derived from `request_timeout_s` as above;
+// 0 (no check) when both are 0.
+double effective_stuck_after_s(double configured, double request_timeout_s);
+
 // Per-deployment options; defaults are Ray Serve's where it has the field.
 struct DeploymentConfig {
   uint32_t num_replicas = 1;
@@ -75,6 +89,16 @@ struct DeploymentConfig {
   // Per-replica memory limit in bytes (0: none); enforced on the replica
   // process, so it needs isolation `process`. 0 or >= kMinMemoryLimitBytes.
   uint64_t memory_limit_bytes = 0;
+  // A replica whose every request slot has been busy this long, with no
+  // request finished, fails its health check ("stuck: ...") and is replaced
+  // like any unhealthy replica (with isolation `process` its process is
+  // killed when the graceful stop times out, which frees the threads a
+  // handler that never returns holds). 0 (default): derived when the replica
+  // starts, kStuckAfterFactor x the request_timeout_s then in force, at least
+  // kMinStuckAfterS; no stuck check when no request timeout is set (a request
+  // may then rightly run for any time). A positive value is used as given
+  // (no minimum). A change restarts the replicas.
+  double stuck_after_s = 0;
 
   friend bool operator==(const DeploymentConfig&, const DeploymentConfig&);
   friend bool operator!=(const DeploymentConfig& a, const DeploymentConfig& b) { return !(a == b); }

@@ -43,6 +43,7 @@ struct Replica {
   bool crashed = false;
   bool stopped = false;
   int8_t health_result = -1;  // -1 none, 0 failed, 1 ok
+  std::string health_error;   // what the failed check said; "" when it said nothing
 
   // --- health checking (RUNNING)
   bool check_outstanding = false;
@@ -50,6 +51,7 @@ struct Replica {
   double check_deadline = 0;
   double next_check_at = 0;
   uint32_t consecutive_failures = 0;
+  std::string last_failure;  // why the last failed check failed ("" unknown)
 
   // --- stopping
   double kill_at = 0;

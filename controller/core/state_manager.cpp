@@ -481,13 +481,15 @@ bool StateManager::on_replica_start_failed(const std::string& replica_id,
 }
 
 bool StateManager::on_health_check_result(const std::string& replica_id, bool ok,
-                                          uint64_t check_seq) {
+                                          uint64_t check_seq, const std::string& why) {
   Replica* r = find(replica_id);
   if (!r)
     return false;
   if (r->state == ReplicaState::running && r->check_outstanding &&
-      (check_seq == 0 || check_seq == r->check_seq))
+      (check_seq == 0 || check_seq == r->check_seq)) {
     r->health_result = ok ? 1 : 0;
+    r->health_error = ok ? std::string() : why;
+  }
   return true;
 }
 

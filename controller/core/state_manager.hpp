@@ -191,8 +191,12 @@ class StateManager {
   bool on_replica_ready(const std::string& replica_id, const ReplicaVersion& version);
   bool on_replica_start_failed(const std::string& replica_id, const std::string& error);
   // `check_seq` echoes Command::check_seq; an answer to an older check is
-  // ignored. 0 accepts the answer for whatever check is outstanding.
-  bool on_health_check_result(const std::string& replica_id, bool ok, uint64_t check_seq = 0);
+  // ignored. 0 accepts the answer for whatever check is outstanding. `why`:
+  // what a failed check said ("stuck: all 2 request threads busy ..."); the
+  // last one goes into the deployment's status message when the replica is
+  // replaced for failing.
+  bool on_health_check_result(const std::string& replica_id, bool ok, uint64_t check_seq = 0,
+                              const std::string& why = "");
   bool on_replica_stopped(const std::string& replica_id);
   // `cause`: what ended it, when known ("replica X exited: killed by
   // SIGSEGV"); it becomes the deployment's status message.

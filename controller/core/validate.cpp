@@ -132,6 +132,10 @@ void check_deployment(Problems& p, const std::string& path, const DeploymentSpec
           "needs isolation: process (it is enforced on the replica process; isolation is "
           "in_process)");
   }
+  if (!std::isfinite(c.stuck_after_s) || c.stuck_after_s < 0) {
+    p.add(cp + ".stuck_after_s", fmt(c.stuck_after_s),
+          "must be a finite number of seconds >= 0 (0: derived from request_timeout_s)");
+  }
   if (c.autoscaling_config)
     check_autoscaling(p, cp + ".autoscaling_config", *c.autoscaling_config);
 }

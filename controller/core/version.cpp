@@ -33,6 +33,9 @@ std::string code_identity(const DeploymentSpec& spec) {
     fnv_mix(h, std::string("isolation=") + to_string(spec.config.isolation));
   if (spec.config.memory_limit_bytes != 0)
     fnv_mix(h, "memory_limit=" + std::to_string(spec.config.memory_limit_bytes));
+  // Replicas get the threshold when they start: a change restarts them.
+  if (spec.config.stuck_after_s != 0)
+    fnv_mix(h, "stuck_after=" + std::to_string(spec.config.stuck_after_s));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   if (spec.code_version.empty())

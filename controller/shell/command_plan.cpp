@@ -50,7 +50,7 @@ CommandAction plan_command(const Command& cmd, bool agent_connected, bool replic
   return CommandAction::replica_gone;
 }
 
-ReplicaSpec wire_spec(const Command& cmd) {
+ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s) {
   ReplicaSpec spec;
   spec.replica_id = cmd.replica_id;
   spec.app = cmd.app;
@@ -67,6 +67,7 @@ ReplicaSpec wire_spec(const Command& cmd) {
                                 : 10.0;
   spec.isolation = to_string(cmd.spec->config.isolation);
   spec.memory_limit_bytes = cmd.spec->config.memory_limit_bytes;
+  spec.stuck_after_s = effective_stuck_after_s(cmd.spec->config.stuck_after_s, request_timeout_s);
   return spec;
 }
 

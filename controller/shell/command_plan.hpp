@@ -32,6 +32,8 @@ const char* to_string(CommandAction a);
 CommandAction plan_command(const Command& cmd, bool agent_connected, bool replica_known);
 
 // What a node agent needs to spawn the replica of a start command.
-ReplicaSpec wire_spec(const Command& cmd);
+// `request_timeout_s`: the one in force (0: none), from which the replica's
+// stuck threshold is derived unless the deployment sets stuck_after_s.
+ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s = 0);
 
 }  // namespace troupe::controller

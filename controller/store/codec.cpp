@@ -85,6 +85,7 @@ void write(const DeploymentConfig& in, schema::DeploymentConfig::Builder out) {
   out.setIsolation(in.isolation == Isolation::in_process ? schema::Isolation::IN_PROCESS
                                                          : schema::Isolation::PROCESS);
   out.setMemoryLimitBytes(in.memory_limit_bytes);
+  out.setStuckAfterS(in.stuck_after_s);
 }
 
 void write(const DeploymentSpec& in, schema::DeploymentSpec::Builder out) {
@@ -228,6 +229,7 @@ DeploymentConfig read(schema::DeploymentConfig::Reader in) {
                       std::to_string(static_cast<unsigned>(in.getIsolation()))};
   }
   out.memory_limit_bytes = in.getMemoryLimitBytes();
+  out.stuck_after_s = in.getStuckAfterS();
   return out;
 }
 

@@ -1034,3 +1034,22 @@ TEST_CASE("config error: args of the ingress given twice") {
 )") == "deploy.yaml:7:15: args of ingress deployment 'Hello' are given twice: here and at "
        "line 4, column 11 in the application; keep one");
 }
+
+TEST_CASE("config: stuck_after_s - default 0 (derived) - seconds - printed when set") {
+  const DeploymentConfig defaults = only_app(parse_ok(with_fields(""))).deployments[0].config;
+  CHECK(defaults.stuck_after_s == 0);
+  CHECK(to_yaml(parse_ok(with_fields(""))).find("stuck_after_s") == std::string::npos);
+
+  DeployConfig c = parse_ok(with_fields("        stuck_after_s: 4.5\n"));
+  CHECK(only_app(c).deployments[0].config.stuck_after_s == 4.5);
+  CHECK(to_yaml(c).find("        stuck_after_s: 4.5\n") != std::string::npos);
+  check_round_trip(c);
+
+  CHECK(only_app(parse_ok(with_fields("        stuck_after_s: 0\n")))
+            .deployments[0]
+            .config.stuck_after_s == 0);
+  CHECK(error_of(with_fields("        stuck_after_s: -1\n")).find("stuck_after_s") !=
+        std::string::npos);
+  CHECK(error_of(with_fields("        stuck_after_s: soon\n")) ==
+        "deploy.yaml:7:24: stuck_after_s: expected a number of seconds, got 'soon'");
+}

@@ -36,8 +36,8 @@ auto fields(const AutoscalingConfig& x) {
 }
 
 auto fields(const DeploymentConfig& x) {
-  const auto& [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12] = x;
-  return std::tie(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12);
+  const auto& [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13] = x;
+  return std::tie(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13);
 }
 
 auto fields(const DeploymentSpec& x) {
@@ -112,6 +112,7 @@ const std::vector<Mutation<DeploymentConfig>>& config_mutations() {
       {"max_replicas_per_node", [](auto& x) { x.max_replicas_per_node = 2; }},
       {"isolation", [](auto& x) { x.isolation = Isolation::in_process; }},
       {"memory_limit_bytes", [](auto& x) { x.memory_limit_bytes = 64ULL << 20; }},
+      {"stuck_after_s", [](auto& x) { x.stuck_after_s = 45; }},
   };
   return m;
 }

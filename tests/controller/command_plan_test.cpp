@@ -81,3 +81,20 @@ TEST_CASE("commands: a start carries the deployment's spec to the agent") {
   c.spec = std::make_shared<const DeploymentSpec>(d);
   CHECK(wire_spec(c).metrics_interval_s == 0.5);
 }
+
+TEST_CASE("command plan: the stuck threshold a replica starts with") {
+  auto d = make_deployment("D", 1);
+  Command c = command(CommandKind::start);
+  c.spec = std::make_shared<const DeploymentSpec>(d);
+  // Derived: 3 request timeouts, at least 30 s; none without a request timeout.
+  CHECK(wire_spec(c).stuck_after_s == 0);
+  CHECK(wire_spec(c, 0).stuck_after_s == 0);
+  CHECK(wire_spec(c, 2).stuck_after_s == 30);
+  CHECK(wire_spec(c, 10).stuck_after_s == 30);
+  CHECK(wire_spec(c, 25).stuck_after_s == 75);
+  // Set by the deployment: as given, with or without a request timeout.
+  d.config.stuck_after_s = 4;
+  c.spec = std::make_shared<const DeploymentSpec>(d);
+  CHECK(wire_spec(c).stuck_after_s == 4);
+  CHECK(wire_spec(c, 25).stuck_after_s == 4);
+}

@@ -330,6 +330,40 @@ TEST_CASE("health: no answer within health_check_timeout_s counts as a failure")
   CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 37: failure 3
 }
 
+TEST_CASE("health: the status says what the last failed check said") {
+  Harness h;
+  deploy(h, make_deployment("D", 1));
+  h.ticks(2);  // t = 2: RUNNING; checks at 12, 22, 32
+  h.cluster.unhealthy.insert("a#D#1");
+  // The first two failures say nothing, the last one why: the status quotes
+  // the last.
+  h.ticks(20);  // t = 22: failures at 12 and 22
+  h.cluster.unhealthy_why["a#D#1"] =
+      "stuck: all 2 request threads busy for 31.0 s with none finished";
+  h.ticks(10);                            // t = 32: third check
+  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 33: third failure in a row
+  expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+  CHECK(h.status("a", "D").message ==
+        "Replica a#D#1 failed 3 health checks in a row (last: stuck: all 2 request threads busy "
+        "for 31.0 s with none finished). This deployment is UNHEALTHY until the replica is "
+        "replaced or a new deploy happens.");
+}
+
+TEST_CASE("health: a check that timed out is named as the last failure") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  d.config.health_check_timeout_s = 5;
+  deploy(h, d);
+  h.ticks(2);
+  h.cluster.silent.insert("a#D#1");
+  h.ticks(30);                             // t = 32: failures at 17 and 27; check at 32
+  CHECK(h.tick(5) == V{"stop a#D#1 20"});  // t = 37: failure 3
+  CHECK(h.status("a", "D").message ==
+        "Replica a#D#1 failed 3 health checks in a row (last: no answer within "
+        "health_check_timeout_s). This deployment is UNHEALTHY until the replica is replaced or "
+        "a new deploy happens.");
+}
+
 TEST_CASE("health: a crash marks the replica unhealthy at once and replaces it") {
   Harness h;
   deploy(h, make_deployment("D", 2));

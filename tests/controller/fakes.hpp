@@ -120,6 +120,7 @@ class FakeCluster {
   std::set<std::string> ignore_stop;              // replicas that ignore graceful stops
   std::set<std::string> unhealthy;                // replicas failing health checks
   std::set<std::string> silent;                   // replicas not answering health checks
+  std::map<std::string, std::string> unhealthy_why;  // what a failing check says, by replica
   std::set<std::string> slow_ready;               // replicas whose start never answers
   std::set<std::string> succeed_ids;              // replicas that start despite fail_start
   std::set<std::string> fail_codes;               // code versions whose constructor fails
@@ -169,7 +170,10 @@ class FakeCluster {
               [id, ok, seq](StateManager& m) { m.on_health_check_result(id, ok, seq); });
           break;
         }
-        queue([id, ok, seq](StateManager& m) { m.on_health_check_result(id, ok, seq); });
+        std::string why;
+        if (auto it = unhealthy_why.find(id); !ok && it != unhealthy_why.end())
+          why = it->second;
+        queue([id, ok, seq, why](StateManager& m) { m.on_health_check_result(id, ok, seq, why); });
         break;
       }
       case CommandKind::recover: {

@@ -14,6 +14,7 @@
 using namespace troupe::replica;
 using Clock = Dispatch::Clock;
 using std::chrono::seconds;
+using troupe::Status;
 
 namespace {
 
@@ -144,4 +145,57 @@ TEST_CASE("replica/dispatch: a parked request is taken once by its token") {
   uint64_t t3 = d.park(msg(3));
   CHECK(t3 != t1);
   CHECK(t3 != t2);
+}
+
+TEST_CASE(
+    "replica/dispatch: every request thread busy past the threshold with none finished is stuck") {
+  Dispatch d(t0);
+  with_workers(d, 2);
+  const auto threshold = seconds(30);
+  size_t a = 0, b = 0;
+  CHECK(d.check_progress(threshold, t0).is_ok());
+  REQUIRE(d.claim(a, t0));
+  // One of two busy for ages: a long request, not a stuck replica.
+  CHECK(d.check_progress(threshold, t0 + seconds(100)).is_ok());
+  REQUIRE(d.claim(b, t0 + seconds(100)));
+  // All busy since 100 s: not yet at 129.9 s, stuck at 130 s.
+  CHECK(d.check_progress(threshold, t0 + std::chrono::milliseconds(129900)).is_ok());
+  Status at_threshold = d.check_progress(threshold, t0 + seconds(130));
+  CHECK(at_threshold.code() == troupe::errc::unavailable);
+  Status later = d.check_progress(threshold, t0 + seconds(131));
+  CHECK(later.message() == "stuck: all 2 request threads busy for 31.0 s with none finished");
+  CHECK_FALSE(d.last_finished().has_value());
+
+  // One finishes: progress, not stuck, even when its slot is taken again at
+  // once; the all-busy period starts over.
+  CHECK_FALSE(d.release(a, t0 + seconds(140)));
+  CHECK(d.last_finished() == t0 + seconds(140));
+  CHECK(d.check_progress(threshold, t0 + seconds(140)).is_ok());
+  REQUIRE(d.claim(a, t0 + seconds(140)));
+  CHECK(d.check_progress(threshold, t0 + seconds(169)).is_ok());
+  CHECK_FALSE(d.check_progress(threshold, t0 + seconds(170)).is_ok());
+
+  // A threshold of 0 turns the check off.
+  CHECK(d.check_progress(Clock::duration::zero(), t0 + seconds(1000)).is_ok());
+}
+
+TEST_CASE(
+    "replica/dispatch: over a data channel every admitted slot busy past the threshold is stuck") {
+  Dispatch d(t0);
+  d.limit = 3;
+  const auto threshold = seconds(6);
+  REQUIRE(d.admit(t0));
+  REQUIRE(d.admit(t0 + seconds(1)));
+  CHECK(d.check_progress(threshold, t0 + seconds(60)).is_ok());
+  REQUIRE(d.admit(t0 + seconds(2)));
+  CHECK_FALSE(d.admit(t0 + seconds(3)));  // refused: does not restart the period
+  CHECK(d.check_progress(threshold, t0 + seconds(7)).is_ok());
+  Status stuck = d.check_progress(threshold, t0 + seconds(8));
+  CHECK(stuck.message() == "stuck: all 3 request threads busy for 6.0 s with none finished");
+  // A request finishes: not stuck; the admission refills the last slot.
+  CHECK_FALSE(d.finish(t0 + seconds(9)));
+  CHECK(d.check_progress(threshold, t0 + seconds(100)).is_ok());
+  REQUIRE(d.admit(t0 + seconds(100)));
+  CHECK(d.check_progress(threshold, t0 + seconds(105)).is_ok());
+  CHECK_FALSE(d.check_progress(threshold, t0 + seconds(106)).is_ok());
 }

@@ -74,6 +74,7 @@ inline DeploymentSpec full_deployment(const std::string& name) {
   // isolation process); the codec stores it as it is.
   d.config.isolation = Isolation::in_process;
   d.config.memory_limit_bytes = 768ULL * 1024 * 1024 + 1;
+  d.config.stuck_after_s = 42.5;
   return d;
 }
 
