@@ -96,8 +96,9 @@ struct CoreOptions {
   uint32_t max_constructor_retry_count = 100;
   // Backoff between start retries after the threshold: 1, 2, 4, ... s, capped.
   double max_backoff_s = 64.0;
-  // Each backoff wait is multiplied by uniform(1, 1 + backoff_jitter).
-  double backoff_jitter = 0.1;
+  // Each backoff wait is extended by uniform(0, backoff_jitter_s), drawn once
+  // per wait (Ray Serve: random.uniform(0, 3)).
+  double backoff_jitter_s = 3.0;
   // Health-check periods are multiplied by uniform(1 - j, 1 + j).
   double health_check_jitter = 0.1;
   // Grace period for orphans (replicas of no known deployment).

@@ -261,7 +261,8 @@ void DeploymentState::autoscale(TickContext& ctx) {
 void DeploymentState::start_deleting() {
   deleting_ = true;
   target_ = 0;
-  set_status(DeploymentStatus::deleting, DeploymentTrigger::deleting, "Deleting.");
+  // Ray Serve reports a deployment being deleted as UPDATING, trigger DELETING.
+  set_status(DeploymentStatus::updating, DeploymentTrigger::deleting, "Deleting.");
 }
 
 void DeploymentState::adopt(const HostedReplica& hosted, TickContext& ctx) {
@@ -332,9 +333,10 @@ void DeploymentState::on_became_running(Replica& r, TickContext& ctx) {
   r.consecutive_failures = 0;
   r.check_outstanding = false;
   r.health_result = -1;
-  const double j = options_.health_check_jitter;
-  r.next_check_at =
-      ctx.now + spec_->config.health_check_period_s * ctx.rng.uniform(1.0 - j, 1.0 + j);
+  // The first check is due at once (at the next tick), as in Ray Serve, whose
+  // replica starts with its last check at time 0: a replica unhealthy from the
+  // start is found one period sooner than if it waited a whole period.
+  r.next_check_at = ctx.now;
   running_dirty_ = true;
   // One successful start of the target version stops the failure counting.
   if (is_target(r))
@@ -489,7 +491,9 @@ void DeploymentState::update(TickContext& ctx) {
   const uint32_t threshold = start_failure_threshold();
   if (failed_this_tick_ && threshold > 0 && start_failures_ >= threshold) {
     last_wait_s_ = backoff_s_;
-    retry_not_before_ = ctx.now + backoff_s_ * ctx.rng.uniform(1.0, 1.0 + options_.backoff_jitter);
+    // Ray Serve's offset: up to backoff_jitter_s more, so deployments that
+    // failed together do not retry together.
+    retry_not_before_ = ctx.now + backoff_s_ + ctx.rng.uniform(0.0, options_.backoff_jitter_s);
     backoff_s_ = std::min(backoff_s_ * 2, options_.max_backoff_s);
   }
 
@@ -788,9 +792,14 @@ void DeploymentState::check_status(TickContext& ctx) {
       if (status_.status == DeploymentStatus::downscaling) {
         t = DeploymentTrigger::downscale_completed;
       }
-      if (status_.status == DeploymentStatus::unhealthy)
-        t = DeploymentTrigger::health_recovered;
-      set_status(DeploymentStatus::healthy, t, "");
+      // Back from UNHEALTHY: Ray Serve's trigger is UNSPECIFIED; the message
+      // says what happened.
+      std::string message;
+      if (status_.status == DeploymentStatus::unhealthy) {
+        t = DeploymentTrigger::unspecified;
+        message = "Every replica is healthy again.";
+      }
+      set_status(DeploymentStatus::healthy, t, std::move(message));
     }
     return;
   }

@@ -32,8 +32,6 @@ const char* to_string(DeploymentStatus s) {
       return "DOWNSCALING";
     case DeploymentStatus::deploy_failed:
       return "DEPLOY_FAILED";
-    case DeploymentStatus::deleting:
-      return "DELETING";
   }
   return "?";
 }
@@ -56,8 +54,6 @@ const char* to_string(DeploymentTrigger t) {
       return "REPLICA_STARTUP_FAILED";
     case DeploymentTrigger::health_check_failed:
       return "HEALTH_CHECK_FAILED";
-    case DeploymentTrigger::health_recovered:
-      return "HEALTH_RECOVERED";
     case DeploymentTrigger::deleting:
       return "DELETING";
   }

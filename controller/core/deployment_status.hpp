@@ -37,9 +37,10 @@ enum class DeploymentStatus {
   upscaling,
   downscaling,
   deploy_failed,
-  deleting,
 };
 
+// Ray Serve's DeploymentStatusTrigger (a deployment being deleted is UPDATING
+// with trigger DELETING; one back from UNHEALTHY is HEALTHY with UNSPECIFIED).
 enum class DeploymentTrigger {
   unspecified,
   config_update_started,
@@ -49,7 +50,6 @@ enum class DeploymentTrigger {
   autoscaling,
   replica_startup_failed,
   health_check_failed,
-  health_recovered,
   deleting,
 };
 

@@ -1,6 +1,9 @@
 // Behaviour of one deployment, driven tick by tick with fake replicas and a
 // fake clock (every tick is 1 s unless stated). Answers to a tick's commands
 // arrive at the next tick.
+#include <algorithm>
+#include <cmath>
+
 #include <doctest/doctest.h>
 
 #include "controller/core/deployment_state.hpp"
@@ -271,20 +274,21 @@ TEST_CASE("health: checks every period with jitter from the injected random sour
     auto d = make_deployment("D", 1);
     deploy(h, d);
     h.tick(1.0);
-    h.tick(1.0);  // t = 2: RUNNING, first check due at 2 + 10 * uniform(0.9, 1.1)
-    const double due = 2 + 10 * (0.9 + 0.2 * fraction);
+    h.tick(1.0);  // t = 2: RUNNING; the first check is due at once (Ray Serve's)
+    const double period = 10 * (0.9 + 0.2 * fraction);  // 10 * uniform(0.9, 1.1)
     std::vector<double> checks;
-    for (int i = 0; i < 40; ++i) {
+    for (int i = 0; i < 60; ++i) {
       auto cmds = h.tick(0.5, true);
       if (!cmds.empty()) {
         CHECK(cmds == V{"check a#D#1"});
         checks.push_back(h.clock.now_s());
       }
     }
-    REQUIRE(checks.size() >= 1);
-    CHECK(checks[0] == doctest::Approx(due));
-    if (checks.size() >= 2)
-      CHECK(checks[1] - checks[0] == doctest::Approx(due - 2));
+    REQUIRE(checks.size() >= 3);
+    CHECK(checks[0] == doctest::Approx(2.5));  // the first tick after RUNNING
+    // Then every period, rounded up to the next 0.5 s tick.
+    CHECK(checks[1] == doctest::Approx(std::ceil((2.5 + period) * 2) / 2));
+    CHECK(checks[2] == doctest::Approx(std::ceil((checks[1] + period) * 2) / 2));
   }
 }
 
@@ -292,18 +296,18 @@ TEST_CASE(
     "health: failures below the threshold keep the replica - at the threshold it is replaced") {
   Harness h;
   deploy(h, make_deployment("D", 1));
-  h.ticks(2);  // t = 2: RUNNING; checks at 12, 22, 32, ...
+  h.ticks(2);  // t = 2: RUNNING; checks at 3, 13, 23, ... (the first at once)
   h.cluster.unhealthy.insert("a#D#1");
-  h.ticks(20);             // t = 22: check; its failed answer arrives at 23
-  CHECK(h.tick() == V{});  // t = 23: two consecutive failures
+  h.ticks(11);             // t = 13: check; its failed answer arrives at 14
+  CHECK(h.tick() == V{});  // t = 14: two consecutive failures (3 and 13)
   h.cluster.unhealthy.clear();
-  h.ticks(10);  // t = 33: the check at 32 succeeded, counter reset
+  h.ticks(10);  // t = 24: the check at 23 succeeded, counter reset
   h.cluster.unhealthy.insert("a#D#1");
-  h.ticks(20);  // t = 53: failures at 43 and 53
+  h.ticks(20);  // t = 44: failures at 33 and 43
   CHECK(h.count("a", "D", ReplicaState::running) == 1);
   expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
-  h.ticks(9);                             // t = 62: third check
-  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 63: third failure in a row
+  h.ticks(9);                             // t = 53: third check
+  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 54: third failure in a row
   expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
   CHECK(h.status("a", "D").message ==
         "Replica a#D#1 failed 3 health checks in a row. This deployment is UNHEALTHY until the "
@@ -311,7 +315,9 @@ TEST_CASE(
   CHECK(h.core->application_status("a")->status == ApplicationStatus::unhealthy);
   CHECK(h.tick() == V{"start a#D#2@n1"});  // gone: replaced
   CHECK(h.tick() == V{});
-  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::health_recovered);
+  // Ray Serve's names: HEALTHY with trigger UNSPECIFIED.
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::unspecified);
+  CHECK(h.status("a", "D").message == "Every replica is healthy again.");
 }
 
 TEST_CASE("health: no answer within health_check_timeout_s counts as a failure") {
@@ -321,27 +327,27 @@ TEST_CASE("health: no answer within health_check_timeout_s counts as a failure")
   deploy(h, d);
   h.ticks(2);
   h.cluster.silent.insert("a#D#1");
-  CHECK(h.tick(10, true) == V{"check a#D#1"});   // t = 12, deadline 17
-  CHECK(h.tick(4, true) == V{});                 // t = 16
-  CHECK(h.tick(1, true) == V{});                 // t = 17: failure 1, next check due at 22
-  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 22
-  CHECK(h.tick(5, true) == V{});                 // t = 27: failure 2
-  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 32
-  CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 37: failure 3
+  CHECK(h.tick(1, true) == V{"check a#D#1"});    // t = 3 (due at once), deadline 8
+  CHECK(h.tick(4, true) == V{});                 // t = 7
+  CHECK(h.tick(1, true) == V{});                 // t = 8: failure 1, next check due at 13
+  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 13
+  CHECK(h.tick(5, true) == V{});                 // t = 18: failure 2
+  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 23
+  CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 28: failure 3
 }
 
 TEST_CASE("health: the status says what the last failed check said") {
   Harness h;
   deploy(h, make_deployment("D", 1));
-  h.ticks(2);  // t = 2: RUNNING; checks at 12, 22, 32
+  h.ticks(2);  // t = 2: RUNNING; checks at 3, 13, 23
   h.cluster.unhealthy.insert("a#D#1");
   // The first two failures say nothing, the last one why: the status quotes
   // the last.
-  h.ticks(20);  // t = 22: failures at 12 and 22
+  h.ticks(11);  // t = 13: failures at 3 and 13
   h.cluster.unhealthy_why["a#D#1"] =
       "stuck: all 2 request threads busy for 31.0 s with none finished";
-  h.ticks(10);                            // t = 32: third check
-  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 33: third failure in a row
+  h.ticks(10);                            // t = 23: third check
+  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 24: third failure in a row
   expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
   CHECK(h.status("a", "D").message ==
         "Replica a#D#1 failed 3 health checks in a row (last: stuck: all 2 request threads busy "
@@ -356,8 +362,8 @@ TEST_CASE("health: a check that timed out is named as the last failure") {
   deploy(h, d);
   h.ticks(2);
   h.cluster.silent.insert("a#D#1");
-  h.ticks(30);                             // t = 32: failures at 17 and 27; check at 32
-  CHECK(h.tick(5) == V{"stop a#D#1 20"});  // t = 37: failure 3
+  h.ticks(21);                             // t = 23: failures at 8 and 18; check at 23
+  CHECK(h.tick(5) == V{"stop a#D#1 20"});  // t = 28: failure 3
   CHECK(h.status("a", "D").message ==
         "Replica a#D#1 failed 3 health checks in a row (last: no answer within "
         "health_check_timeout_s). This deployment is UNHEALTHY until the replica is replaced or "
@@ -376,7 +382,7 @@ TEST_CASE("health: a crash marks the replica unhealthy at once and replaces it")
         "Replica a#D#1 crashed. This deployment is UNHEALTHY until the replica is replaced or a "
         "new deploy happens.");
   CHECK(h.tick() == V{});
-  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::health_recovered);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::unspecified);
 }
 
 TEST_CASE("health: replicas on a node that died are replaced") {
@@ -430,19 +436,23 @@ TEST_CASE("start failures: DEPLOY_FAILED after 3 x target failures - then backof
 
 TEST_CASE("start failures: backoff waits are jittered through the random source") {
   Harness h;
-  h.rng.fraction = 1.0;  // wait x 1.1
+  h.rng.fraction = 0.9;  // every wait + uniform(0, 3) = + 2.7 s (Ray Serve's offset)
   h.cluster.fail_start["D"] = "boom";
   deploy(h, make_deployment("D", 1));
   std::vector<double> starts;
+  h.rng.uniform_calls.clear();
   for (int i = 0; i < 50; ++i) {
     for (const auto& op : h.tick(0.5)) {
       if (op.rfind("start", 0) == 0)
         starts.push_back(h.clock.now_s());
     }
   }
-  // Failures at 1, 2, 3; waits 1.1 (-> 4.1, next tick 4.5), 2.2 (fail 5 -> 7.2, tick 7.5),
-  // 4.4 (fail 8 -> 12.4, tick 12.5), 8.8 (fail 13 -> 21.8, tick 22).
-  CHECK(starts == std::vector<double>{0.5, 1.5, 2.5, 4.5, 7.5, 12.5, 22});
+  // Failures at 1, 2, 3; waits 1 + 2.7 (-> 6.7, next tick 7), 2 + 2.7 (fail 7.5 -> 12.2,
+  // tick 12.5), 4 + 2.7 (fail 13 -> 19.7, tick 20), 8 + 2.7 (fail 20.5 -> 31.2: after t = 25).
+  CHECK(starts == std::vector<double>{0.5, 1.5, 2.5, 7, 12.5, 20});
+  // One draw per wait, from [0, 3].
+  CHECK(std::count(h.rng.uniform_calls.begin(), h.rng.uniform_calls.end(),
+                   std::make_pair(0.0, 3.0)) == 4);
 }
 
 TEST_CASE("start failures: one success stops the counting (partial success)") {
@@ -622,10 +632,10 @@ TEST_CASE("health: the failure threshold is configurable") {
   h.options.health_check_failure_threshold = 1;
   h.restart();
   deploy(h, make_deployment("D", 1));
-  h.ticks(2);  // RUNNING at t = 2 (this incarnation tags its ids "r1"), first check at 12
+  h.ticks(2);  // RUNNING at t = 2 (this incarnation tags its ids "r1"), first check at 3
   h.cluster.unhealthy.insert("a#D#r1-1");
-  h.ticks(10);
-  CHECK(h.tick() == V{"stop a#D#r1-1 20"});  // t = 13: the first failure is enough
+  h.ticks(1);
+  CHECK(h.tick() == V{"stop a#D#r1-1 20"});  // t = 4: the first failure is enough
 }
 
 TEST_CASE("slow start: a reconfigure that does not answer for more than 30 s") {

@@ -26,7 +26,9 @@ TEST_CASE("delete: a deployment is stopped gracefully and removed once all repli
   h.ticks(2);
   CHECK(h.core->delete_deployment("a", "D").code() == errc::invalid_argument);  // the ingress
   REQUIRE(h.core->delete_deployment("a", "E").is_ok());
-  CHECK(h.status("a", "E").status == DeploymentStatus::deleting);
+  // Ray Serve's names: a deployment being deleted is UPDATING, trigger DELETING.
+  CHECK(h.status("a", "E").status == DeploymentStatus::updating);
+  CHECK(h.status("a", "E").trigger == DeploymentTrigger::deleting);
   CHECK(h.status("a", "E").trigger == DeploymentTrigger::deleting);
   CHECK(h.tick() == V{"stop a#E#3 20"});
   CHECK(h.core->deployment_status({"a", "E"}).has_value());
