@@ -33,6 +33,11 @@ std::string code_identity(const DeploymentSpec& spec) {
     fnv_mix(h, std::string("isolation=") + to_string(spec.config.isolation));
   if (spec.config.memory_limit_bytes != 0)
     fnv_mix(h, "memory_limit=" + std::to_string(spec.config.memory_limit_bytes));
+  // Where replicas may run, like Ray Serve's version (whose hash covers
+  // max_replicas_per_node): a new limit replaces the replicas by a rolling
+  // update, which places them under it.
+  if (spec.config.max_replicas_per_node != 0)
+    fnv_mix(h, "max_replicas_per_node=" + std::to_string(spec.config.max_replicas_per_node));
   // Replicas get the threshold when they start: a change restarts them.
   if (spec.config.stuck_after_s != 0)
     fnv_mix(h, "stuck_after=" + std::to_string(spec.config.stuck_after_s));

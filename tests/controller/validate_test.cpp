@@ -229,3 +229,21 @@ TEST_CASE("version: a change of isolation or memory_limit_bytes restarts replica
   // the fields existed, so replicas adopted after an upgrade are not replaced.
   CHECK(code_identity(a) == "v1-4706b5a7da7ad2ae");
 }
+
+TEST_CASE("version: max_replicas_per_node is part of the version (Ray Serve's)") {
+  const auto a = make_deployment("D", 3);
+  auto b = a;
+  b.config.max_replicas_per_node = 1;
+  // A new limit replaces the replicas (a rolling update places them under it).
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  CHECK(classify_change(b, a) == ChangeKind::restart);
+  CHECK(version_of(a) != version_of(b));
+  auto c = b;
+  c.config.max_replicas_per_node = 2;
+  CHECK(classify_change(b, c) == ChangeKind::restart);
+  // Together with a new count it is still a restart, not a scale.
+  c.config.num_replicas = 5;
+  CHECK(classify_change(b, c) == ChangeKind::restart);
+  // Without a limit the identity is the one from before the field counted.
+  CHECK(code_identity(a) == "v1-4706b5a7da7ad2ae");
+}
