@@ -114,6 +114,13 @@ struct ApplicationSpec @0x8ac0080a07b65914 {
   trafficKeyHeader @5 :Text;  # "": a random pick per request
 }
 
+# One autoscaler decision (TargetState::autoscaled_replicas).
+struct AutoscaledCount @0x903b2cc21c648461 {
+  application @0 :Text;
+  deployment @1 :Text;
+  replicas @2 :UInt32;
+}
+
 # The whole target state in one message (codec: encode_target_state).
 struct TargetState @0xd3e510a1aeff7cd6 {
   applications @0 :List(ApplicationSpec);  # unique names
@@ -122,6 +129,10 @@ struct TargetState @0xd3e510a1aeff7cd6 {
     value @2 :Float64;
   }
   generation @3 :UInt64;
+  # Sorted by application, then deployment. An older binary ignores it and
+  # starts an autoscaled deployment at the replicas it finds running (what
+  # troupe did before the counts were written ahead): no format bump.
+  autoscaledReplicas @4 :List(AutoscaledCount);
 }
 
 # The RocksDB store keeps each application under its own key and everything

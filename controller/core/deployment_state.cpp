@@ -217,6 +217,14 @@ void DeploymentState::set_autoscaled_target(uint32_t n, const std::string& reaso
                  (reason.empty() ? "." : ": " + reason + "."));
 }
 
+void DeploymentState::restore_autoscaled_target(uint32_t n) {
+  if (!spec_->config.autoscaling_config || deleting_)
+    return;
+  autoscaled_ = n;
+  autoscale_decided_ = true;
+  recompute_target();
+}
+
 void DeploymentState::record_replica_metrics(const std::string& replica_id, double ongoing,
                                              double now) {
   if (policy_)
@@ -251,6 +259,10 @@ void DeploymentState::autoscale(TickContext& ctx) {
   last_decision_ = policy_->decide(in);
   const AutoscalingDecision& d = *last_decision_;
   if (d.apply && d.proposed != target_) {
+    // Written ahead, like Ray Serve's target_num_replicas: a decision that
+    // cannot be saved is not taken (the policy proposes again).
+    if (ctx.write_ahead_autoscaled && !ctx.write_ahead_autoscaled(id_, d.proposed))
+      return;
     std::string reason = describe(a, in, d);
     if (target_capacity_ && *target_capacity_ < 100)
       reason += " (target_capacity " + seconds(*target_capacity_) + "%)";

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,9 @@ struct TickContext {
   ReplicaDirectory& directory;
   std::vector<Command>& out;
   uint64_t& next_replica_seq;
+  // Writes an autoscale decision ahead (StateManager: the checkpoint); false
+  // when that failed, and the decision is not taken. Empty: not written.
+  std::function<bool(const DeploymentId&, uint32_t)> write_ahead_autoscaled = nullptr;
 };
 
 // Target replica count under a cluster-wide target_capacity (percent): absent
@@ -76,6 +80,13 @@ class DeploymentState {
   // replicas: <reason>."). The policy run by update() moves on from this
   // count; a manual call is an override the policy may undo.
   void set_autoscaled_target(uint32_t n, const std::string& reason = "");
+  // The count a predecessor's autoscaler decided, from the checkpoint
+  // (recovery, before adopt()): the target resumes it, clamped to the
+  // current bounds, and the replicas adopted no longer raise it.
+  void restore_autoscaled_target(uint32_t n);
+  // The autoscaled count in force; nullopt before a decision or without an
+  // autoscaling_config.
+  std::optional<uint32_t> autoscaled_target() const { return autoscaled_; }
 
   // Ongoing-request reports (see OngoingRequestMetrics), taken at `now`.
   // Ignored without an autoscaling_config. The caller checks that the replica
@@ -93,11 +104,13 @@ class DeploymentState {
 
   // Adopts a replica reported by a node (recovery): RECOVERING, or STOPPING if
   // the node says it is already shutting down. Emits `recover`. With an
-  // autoscaling_config, and before the policy decided anything in this
-  // incarnation, the target rises to the replicas adopted (within the bounds):
-  // the autoscaled count is not checkpointed, and a restarted controller must
-  // not stop the capacity its predecessor scaled up to. The policy scales it
-  // down again after downscale_delay_s when the load does not need it.
+  // autoscaling_config, no count in the checkpoint (restore_autoscaled_
+  // target), and before the policy decided anything in this incarnation, the
+  // target rises to the replicas adopted (within the bounds): a checkpoint
+  // written before the counts were written ahead must not make a restarted
+  // controller stop the capacity its predecessor scaled up to. The policy
+  // scales it down again after downscale_delay_s when the load does not need
+  // it.
   void adopt(const HostedReplica& hosted, TickContext& ctx);
 
   // One reconcile step.

@@ -68,7 +68,7 @@ bool operator==(const ApplicationSpec& a, const ApplicationSpec& b) {
 
 bool operator==(const TargetState& a, const TargetState& b) {
   return a.applications == b.applications && a.target_capacity == b.target_capacity &&
-         a.generation == b.generation;
+         a.generation == b.generation && a.autoscaled_replicas == b.autoscaled_replicas;
 }
 
 }  // namespace troupe::controller

@@ -150,6 +150,13 @@ struct TargetState {
   std::optional<double> target_capacity;
   // Increases with every accepted change; lets a client detect lost updates.
   uint64_t generation = 0;
+  // The autoscaler's replica counts, application -> deployment -> count,
+  // written ahead of acting on them like Ray Serve's target_num_replicas, so
+  // a restarted controller resumes them. Not part of a declaration: a
+  // deploy keeps the entries of deployments that stay autoscaled and drops
+  // the rest, and an autoscale decision changes neither the declaration nor
+  // the generation.
+  std::map<std::string, std::map<std::string, uint32_t>> autoscaled_replicas;
 
   friend bool operator==(const TargetState&, const TargetState&);
   friend bool operator!=(const TargetState& a, const TargetState& b) { return !(a == b); }

@@ -30,7 +30,13 @@ StateManager::DeploymentMap::const_iterator StateManager::first_of(const std::st
 }
 
 TickContext StateManager::context(std::vector<Command>& out) {
-  return TickContext{clock_.now_s(), rng_, cluster_, options_, directory_, out, next_replica_seq_};
+  return TickContext{clock_.now_s(), rng_,
+                     cluster_,        options_,
+                     directory_,      out,
+                     next_replica_seq_,
+                     [this](const DeploymentId& id, uint32_t n) {
+                       return write_autoscaled(id, n).is_ok();
+                     }};
 }
 
 Status StateManager::require_recovered() const {
@@ -56,6 +62,14 @@ Status StateManager::recover(const std::vector<HostedReplica>& hosted) {
   }
   recovered_ = true;
   apply_target(nullptr);
+  // The autoscaler's counts resume before the replicas are adopted.
+  for (const auto& [app, counts] : target_.autoscaled_replicas) {
+    for (const auto& [name, replicas] : counts) {
+      auto it = deployments_.find(DeploymentId{app, name});
+      if (it != deployments_.end())
+        it->second->restore_autoscaled_target(replicas);
+    }
+  }
   adopt_replicas(hosted);
   return Status::ok();
 }
@@ -96,6 +110,21 @@ void StateManager::adopt_replicas(const std::vector<HostedReplica>& hosted) {
 
 Status StateManager::commit(TargetState next) {
   next.generation = target_.generation + 1;
+  // The autoscaler's counts are not the caller's to declare: those of
+  // deployments that stay autoscaled are kept, the rest dropped (a
+  // deployment that gets autoscaling again starts afresh).
+  next.autoscaled_replicas.clear();
+  for (const auto& [app, counts] : target_.autoscaled_replicas) {
+    auto a = next.applications.find(app);
+    if (a == next.applications.end())
+      continue;
+    for (const auto& [name, replicas] : counts) {
+      for (const auto& d : a->second.deployments) {
+        if (d.name == name && d.config.autoscaling_config)
+          next.autoscaled_replicas[app][name] = replicas;
+      }
+    }
+  }
   if (Status v = validate(next); !v)
     return v;
   // Written ahead: if the store fails, memory is untouched and the caller
@@ -104,6 +133,26 @@ Status StateManager::commit(TargetState next) {
     return s;
   target_ = std::move(next);
   return Status::ok();
+}
+
+Status StateManager::write_autoscaled(const DeploymentId& id, uint32_t replicas) {
+  auto& counts = target_.autoscaled_replicas[id.app];
+  auto it = counts.find(id.name);
+  if (it != counts.end() && it->second == replicas)
+    return Status::ok();
+  const std::optional<uint32_t> old =
+      it == counts.end() ? std::nullopt : std::optional<uint32_t>(it->second);
+  counts[id.name] = replicas;
+  Status s = store_.save(target_);
+  if (!s) {  // memory stays as the store has it
+    if (old)
+      counts[id.name] = *old;
+    else
+      counts.erase(id.name);
+    if (counts.empty())
+      target_.autoscaled_replicas.erase(id.app);
+  }
+  return s;
 }
 
 void StateManager::apply_target(std::map<std::string, DeployResult>* results) {
@@ -317,6 +366,11 @@ Status StateManager::delete_application(const std::string& app) {
   if (Status s = require_recovered(); !s)
     return s;
   if (target_.applications.count(app) == 0) {
+    // Asked again while its replicas stop (a client retrying after a lost
+    // answer): the delete it asks for is under way. Ray Serve's calls are
+    // idempotent the same way; a name never deployed stays an error.
+    if (auto a = apps_.find(app); a != apps_.end() && a->second.deleting)
+      return Status::ok();
     return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
   }
   TargetState next = target_;
@@ -339,6 +393,10 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
   auto slot = std::find_if(next_app.deployments.begin(), next_app.deployments.end(),
                            [&](const DeploymentSpec& d) { return d.name == deployment; });
   if (slot == next_app.deployments.end()) {
+    // Being deleted already (a retried call): under way, as asked.
+    if (auto d = deployments_.find(DeploymentId{app, deployment});
+        d != deployments_.end() && d->second->deleting())
+      return Status::ok();
     return Status(errc::not_found, path + ": \"" + deployment + "\" is not a known deployment");
   }
   if (deployment == next_app.ingress) {
@@ -425,7 +483,14 @@ Status StateManager::set_autoscaled_target(const DeploymentId& id, uint32_t repl
                                               "].autoscaling_config: none, so the replica count "
                                               "cannot be autoscaled");
   }
-  it->second->set_autoscaled_target(replicas);
+  // Clamped like a decision of the policy, and written ahead like one.
+  const AutoscalingConfig& a = *it->second->spec().config.autoscaling_config;
+  const uint32_t n =
+      std::clamp(replicas, capacity_adjusted(a.min_replicas, target_.target_capacity),
+                 capacity_adjusted(a.max_replicas, target_.target_capacity));
+  if (Status s = write_autoscaled(id, n); !s)
+    return s;
+  it->second->set_autoscaled_target(n);
   return Status::ok();
 }
 

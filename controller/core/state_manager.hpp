@@ -140,6 +140,10 @@ class StateManager {
   // for an unknown application. Returns the generation after the call.
   Result<uint64_t> set_traffic(const std::string& app, const std::map<std::string, double>& weights);
 
+  // Deletes are idempotent while under way: deleting an application (or
+  // deployment) whose replicas are still stopping answers ok again, so a
+  // client may retry a call whose answer it lost. A name that is not known
+  // at all is errc::not_found (a typo must not pass silently).
   Status delete_application(const std::string& app);
   // The ingress deployment cannot be deleted on its own (delete the app),
   // nor one that carries traffic weight (errc::invalid_argument: move its
@@ -152,7 +156,12 @@ class StateManager {
   // every replica is gone.
   Status shutdown();
 
-  // --- autoscaling (soft state, not checkpointed) --------------------------
+  // --- autoscaling ------------------------------------------------------------
+  //
+  // Every decision (of the policy, or set_autoscaled_target) is written ahead
+  // to the checkpoint (TargetState::autoscaled_replicas, without a new
+  // generation) before the target moves, as Ray Serve does; a restarted
+  // controller resumes the counts. The metrics are soft state.
   //
   // update() runs Ray Serve's request-based policy (controller/core/
   // autoscaling.hpp) for every deployment with an autoscaling_config and moves
@@ -238,6 +247,9 @@ class StateManager {
 
   // Write-ahead: validate `next`, save it, and only then adopt it as target_.
   Status commit(TargetState next);
+  // Writes one autoscaled count ahead (same generation); on error target_
+  // is unchanged.
+  Status write_autoscaled(const DeploymentId& id, uint32_t replicas);
   // Brings apps_/deployments_ in line with target_ (after a commit or load).
   void apply_target(std::map<std::string, DeployResult>* results);
   Status require_recovered() const;

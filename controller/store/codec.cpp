@@ -134,6 +134,19 @@ void write_top_level(const TargetState& in, schema::TargetState::Builder out) {
     out.getTargetCapacity().setNone();
   }
   out.setGeneration(in.generation);
+  std::size_t n = 0;
+  for (const auto& [app, counts] : in.autoscaled_replicas)
+    n += counts.size();
+  auto list = out.initAutoscaledReplicas(static_cast<unsigned>(n));
+  unsigned i = 0;
+  for (const auto& [app, counts] : in.autoscaled_replicas) {
+    for (const auto& [deployment, replicas] : counts) {
+      auto e = list[i++];
+      e.setApplication(text(app));
+      e.setDeployment(text(deployment));
+      e.setReplicas(replicas);
+    }
+  }
 }
 
 void write(const TargetState& in, schema::TargetState::Builder out) {
@@ -268,6 +281,13 @@ TargetState read_top_level(schema::TargetState::Reader in) {
   out.target_capacity =
       read_optional<schema::TargetState::TargetCapacity>(in.getTargetCapacity(), "targetCapacity");
   out.generation = in.getGeneration();
+  for (auto e : in.getAutoscaledReplicas()) {
+    auto& counts = out.autoscaled_replicas[str(e.getApplication())];
+    if (!counts.emplace(str(e.getDeployment()), e.getReplicas()).second) {
+      throw Malformed{"autoscaled replicas of '" + str(e.getApplication()) + "/" +
+                      str(e.getDeployment()) + "' appear twice"};
+    }
+  }
   return out;
 }
 

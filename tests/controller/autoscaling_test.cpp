@@ -806,3 +806,124 @@ TEST_CASE("autoscaling: a new autoscaling_config restarts the delay - other chan
   CHECK(load.tick().size() == 8);
   CHECK(h.core->target_replicas(kD) == 10u);
 }
+
+// ================================================================ write-ahead
+
+namespace {
+
+// A store whose saves fail while `failing` is set (a full disk for a while).
+class ToggleStore final : public MemoryStore {
+ public:
+  bool failing = false;
+  Status save(const TargetState& state) override {
+    if (failing)
+      return Status(errc::io_error, "write /var/lib/troupe/checkpoint: No space left on device");
+    return MemoryStore::save(state);
+  }
+};
+
+AutoscalingConfig eager(uint32_t min, uint32_t max) {
+  AutoscalingConfig a = bounded(min, max);
+  a.metrics_interval_s = 1;
+  a.look_back_period_s = 0.5;
+  a.upscale_delay_s = 0;
+  a.downscale_delay_s = 0;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("autoscaling: each decision is written ahead - without a new generation") {
+  Harness h;
+  deploy(h, autoscaled(eager(1, 10)));
+  const uint64_t generation = h.store->saved->generation;
+  CHECK(h.store->saved->autoscaled_replicas.empty());
+  Load load{h, 12.0, 1.0};  // wants 6
+  // Every save the decision makes already holds it (the store sees the count
+  // before the core acts on it).
+  std::vector<uint32_t> targets_at_save;
+  h.store->on_save = [&](const TargetState&) {
+    targets_at_save.push_back(h.core->target_replicas(kD).value_or(0));
+  };
+  load.until(5);
+  CHECK(h.core->target_replicas(kD) == 6u);
+  REQUIRE(h.store->saved.has_value());
+  CHECK(h.store->saved->autoscaled_replicas.at("a").at("D") == 6u);
+  CHECK(h.store->saved->generation == generation);  // not a user change
+  REQUIRE_FALSE(targets_at_save.empty());
+  CHECK(targets_at_save.front() == 1u);  // written before the target moved
+  // The manual override is written ahead the same way (clamped to the bounds).
+  REQUIRE(h.core->set_autoscaled_target(kD, 40).is_ok());
+  CHECK(h.store->saved->autoscaled_replicas.at("a").at("D") == 10u);
+  CHECK(h.core->target_replicas(kD) == 10u);
+}
+
+TEST_CASE("autoscaling: a restarted controller resumes the written count - not the replicas it finds") {
+  Harness h;
+  DeploymentSpec d = autoscaled(eager(1, 10));
+  d.config.max_replicas_per_node = 1;  // 3 nodes: at most 3 of the 6 can run
+  deploy(h, d);
+  Load load{h, 12.0, 1.0};  // wants 6
+  load.until(6);
+  CHECK(h.core->target_replicas(kD) == 6u);
+  CHECK(running(h) == 3);
+  h.restart();
+  // Three replicas are adopted, yet the target is the autoscaler's 6 (the
+  // three missing ones are still wanted when a node joins), as in Ray Serve.
+  CHECK(h.core->target_replicas(kD) == 6u);
+  load.until(9);
+  CHECK(h.core->target_replicas(kD) == 6u);
+  CHECK(h.cluster.alive_not_stopping("a", "D") == 3);
+  auto nodes = h.nodes;
+  nodes.push_back({"n4", NodeState::alive, *parse_resources("cpu=100")});
+  h.set_nodes(nodes);
+  load.until(11);
+  CHECK(h.cluster.alive_not_stopping("a", "D") == 4);
+}
+
+TEST_CASE("autoscaling: a decision the checkpoint refuses is not taken - it is retried") {
+  Harness h;
+  h.replace_store(std::make_unique<ToggleStore>());
+  auto* store = static_cast<ToggleStore*>(h.store);
+  deploy(h, autoscaled(eager(1, 10)));
+  Load load{h, 12.0, 1.0};  // wants 6
+  store->failing = true;
+  CHECK(load.until(10) == V{"start a#D#r1-1"});  // only the first replica
+  CHECK(h.core->target_replicas(kD) == 1u);
+  CHECK(h.core->set_autoscaled_target(kD, 4).code() == errc::io_error);
+  CHECK(h.core->target_replicas(kD) == 1u);
+  store->failing = false;
+  load.until(15);
+  CHECK(h.core->target_replicas(kD) == 6u);
+  CHECK(store->saved->autoscaled_replicas.at("a").at("D") == 6u);
+}
+
+TEST_CASE("autoscaling: a deploy keeps the counts of deployments that stay autoscaled - drops the rest") {
+  Harness h;
+  deploy(h, autoscaled(eager(1, 10)));
+  Load load{h, 12.0, 1.0};  // wants 6
+  load.until(5);
+  REQUIRE(h.store->saved->autoscaled_replicas.at("a").at("D") == 6u);
+  // New code, still autoscaled: kept, and a restart resumes it.
+  deploy(h, autoscaled(eager(1, 10), "v2"));
+  CHECK(h.store->saved->autoscaled_replicas.at("a").at("D") == 6u);
+  // A declaration cannot set the counts: they are the autoscaler's.
+  TargetState declared;
+  declared.applications.emplace("a", make_app("a", "/a", {autoscaled(eager(1, 10), "v2")}));
+  declared.autoscaled_replicas["a"]["D"] = 9;
+  REQUIRE(h.core->apply(declared).has_value());
+  CHECK(h.store->saved->autoscaled_replicas.at("a").at("D") == 6u);
+  // Autoscaling switched off: dropped.
+  deploy(h, make_deployment("D", 2, "v2"));
+  CHECK(h.store->saved->autoscaled_replicas.empty());
+  CHECK(h.core->target_replicas(kD) == 2u);
+  h.ticks(30);  // the rollout to v2 and the downscale complete
+  CHECK(running(h) == 2);
+  // On again: starts afresh (initial_replicas), even after a restart.
+  AutoscalingConfig a = eager(1, 10);
+  a.initial_replicas = 3;
+  deploy(h, autoscaled(a, "v2"));
+  CHECK(h.store->saved->autoscaled_replicas.empty());
+  h.restart();
+  CHECK(h.core->target_replicas(kD) == 3u);
+}

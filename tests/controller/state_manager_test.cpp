@@ -29,7 +29,6 @@ TEST_CASE("delete: a deployment is stopped gracefully and removed once all repli
   // Ray Serve's names: a deployment being deleted is UPDATING, trigger DELETING.
   CHECK(h.status("a", "E").status == DeploymentStatus::updating);
   CHECK(h.status("a", "E").trigger == DeploymentTrigger::deleting);
-  CHECK(h.status("a", "E").trigger == DeploymentTrigger::deleting);
   CHECK(h.tick() == V{"stop a#E#3 20"});
   CHECK(h.core->deployment_status({"a", "E"}).has_value());
   CHECK(h.tick() == V{});
@@ -51,6 +50,28 @@ TEST_CASE("delete: an application and everything in it") {
   CHECK_FALSE(h.core->application_status("a").has_value());
   CHECK(h.core->deployment_ids().empty());
   CHECK(h.cluster.actors.empty());
+}
+
+TEST_CASE("delete: asked again while under way it is ok - an unknown name is an error") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(two_deployments()).has_value());
+  h.ticks(2);
+  REQUIRE(h.core->delete_deployment("a", "E").is_ok());
+  const uint64_t generation = h.core->target_state().generation;
+  const int saves = h.store->saves;
+  // A client retrying a call whose answer it lost: the delete is under way.
+  CHECK(h.core->delete_deployment("a", "E").is_ok());
+  CHECK(h.core->target_state().generation == generation);
+  CHECK(h.store->saves == saves);
+  CHECK(h.core->delete_deployment("a", "X").code() == errc::not_found);
+  REQUIRE(h.core->delete_application("a").is_ok());
+  CHECK(h.core->delete_application("a").is_ok());
+  CHECK(h.core->target_state().generation == generation + 1);
+  CHECK(h.core->delete_application("nope").code() == errc::not_found);
+  // Once every replica is gone the name is unknown again.
+  h.ticks(3);
+  CHECK_FALSE(h.core->application_status("a").has_value());
+  CHECK(h.core->delete_application("a").code() == errc::not_found);
 }
 
 TEST_CASE("delete: dropping a deployment from the application spec deletes it") {

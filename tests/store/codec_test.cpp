@@ -88,11 +88,12 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   }
   {
     const TargetState def;
-    const auto& [a0, a1, a2] = state;
-    const auto& [d0, d1, d2] = def;
+    const auto& [a0, a1, a2, a3] = state;
+    const auto& [d0, d1, d2, d3] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
+    CHECK(a3 != d3);
   }
   {
     const Resources def;
