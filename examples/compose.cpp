@@ -11,10 +11,21 @@
 //      "gateway": {"replica_id": ..., "node_id": ...}}
 //   GET /compose/call/<Deployment>?text=...  -> that deployment's own answer,
 //     passed through as it is (an unknown name: the handle's 404)
+//   GET /compose/timed/<Deployment>?wait_ms=W&<query>  -> waits W ms, then
+//     calls that deployment with GET and <query> (without wait_ms) and
+//     answers {"status": <its status>, "elapsed_ms": <the call's duration>,
+//     "query": <the query it sent>};
+//     the call inherits what is left of this request's deadline, so with
+//     request_timeout_s 1 and wait_ms=700 it gets about 300 ms.
+//   GET /compose/last  -> the last /timed answer of this replica (the client
+//     of a /timed request may have had its own 504 before it came).
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <future>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <troupe/deployment.hpp>
 
@@ -47,6 +58,13 @@ class Gateway : public troupe::Deployment {
   troupe::Response handle(const troupe::Request& request) override {
     std::string text = request.body.empty() ? request.query_param("text") : request.body;
     static const std::string kCall = "/call/";
+    static const std::string kTimed = "/timed/";
+    if (request.path.compare(0, kTimed.size(), kTimed) == 0)
+      return timed(request, request.path.substr(kTimed.size()));
+    if (request.path == "/last") {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return troupe::Response::json(last_timed_);
+    }
     if (request.path.compare(0, kCall.size(), kCall) == 0) {
       // Any deployment of this application by name, answered as it is.
       troupe::Request forwarded;
@@ -77,9 +95,39 @@ class Gateway : public troupe::Deployment {
   }
 
  private:
+  troupe::Response timed(const troupe::Request& request, const std::string& deployment) {
+    const int wait_ms = std::stoi(request.query_param("wait_ms", "0"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    troupe::Request sub;
+    sub.method = "GET";
+    // The query without wait_ms.
+    std::string rest;
+    std::size_t pos = 0;
+    while (pos <= request.query.size()) {
+      std::size_t end = request.query.find('&', pos);
+      if (end == std::string::npos)
+        end = request.query.size();
+      std::string part = request.query.substr(pos, end - pos);
+      if (!part.empty() && part.compare(0, 8, "wait_ms=") != 0)
+        rest += (rest.empty() ? "" : "&") + part;
+      pos = end + 1;
+    }
+    sub.query = rest;
+    const auto start = std::chrono::steady_clock::now();
+    troupe::Response r = ctx_.handle(deployment).call(sub);
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    troupe::Json out = {{"status", r.status}, {"elapsed_ms", elapsed.count()}, {"query", rest}};
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_timed_ = out;
+    return troupe::Response::json(out);
+  }
+
   const troupe::ReplicaContext ctx_;
   const troupe::DeploymentHandle upper_;
   const troupe::DeploymentHandle reverse_;
+  std::mutex mutex_;
+  troupe::Json last_timed_ = troupe::Json::object();
 };
 
 class Upper : public troupe::Deployment {

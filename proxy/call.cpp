@@ -1,8 +1,12 @@
 #include "proxy/call.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include <boost/beast/http/field.hpp>
 #include <nlohmann/json.hpp>
@@ -253,6 +257,12 @@ void send(const CallPtr& c, SlotPtr slot) {
   }
   c->slot = std::move(slot);
   c->queued = false;
+  // What is left of the deadline goes with the request (a retry sends less),
+  // so the replica's handle calls inherit it.
+  if (c->deadline != Clock::time_point::max()) {
+    c->request.timeout_s = std::max(
+        std::chrono::duration<double>(c->deadline - Clock::now()).count(), 1e-3);
+  }
   uint32_t attempt = ++c->attempt;
   ++c->sends;
   if (send_channel(c)) {
@@ -414,6 +424,24 @@ void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double tim
   }
   c->attempts = Attempts(w->core->options.max_attempts);
   dispatch(c);
+}
+
+Result<double> parse_request_timeout(boost::beast::string_view value) {
+  const std::string text(value.data(), value.size());
+  auto bad = [&] {
+    return Status(errc::invalid_argument,
+                  std::string(kRequestTimeoutHeader) + ": '" + text.substr(0, 64) +
+                      "' is not a number of seconds greater than 0 and at most 86400");
+  };
+  if (text.empty() || text.size() > 32)
+    return bad();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v) || !(v > 0) ||
+      v > 86400)
+    return bad();
+  return v;
 }
 
 bool valid_request_id(boost::beast::string_view id) {

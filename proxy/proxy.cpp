@@ -86,6 +86,18 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
                        : SplitRandom::thread_local_instance().next();
     to = &pick_target(*match.route, point);
   }
+  // A client may ask for a shorter deadline than the application's
+  // request_timeout_s, never a longer one.
+  double timeout_s = request_timeout_s();
+  if (auto t = req.find(kRequestTimeoutHeader); t != req.end()) {
+    auto asked = parse_request_timeout(t->value());
+    if (!asked) {
+      answer_local(json_error(http::status::bad_request, asked.status().message(), id));
+      return;
+    }
+    if (!(timeout_s > 0) || *asked < timeout_s)
+      timeout_s = *asked;
+  }
   auto c = std::make_shared<Call>();
   c->exchange = std::move(exchange);
   c->worker = w;
@@ -102,7 +114,7 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     hr.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   hr.body = std::move(req.body());
   hr.request_id = std::move(id);
-  start_call(c, w, start, request_timeout_s());
+  start_call(c, w, start, timeout_s);
 }
 
 Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions options) {

@@ -1,5 +1,6 @@
 #include "replica/handle_transport.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <utility>
@@ -12,6 +13,8 @@ namespace troupe::replica {
 namespace {
 
 thread_local const std::string* current_id = nullptr;
+thread_local std::chrono::steady_clock::time_point current_deadline_at =
+    std::chrono::steady_clock::time_point::max();
 
 // How much longer than the call's own timeout the request to the proxy may
 // take (the proxy answers 504 at the call's timeout; this covers the way
@@ -44,7 +47,14 @@ class ProxyTransport : public HandleTransport {
                              double timeout_s) const override {
     auto promise = std::make_shared<std::promise<Response>>();
     auto future = promise->get_future();
-    call_(app, deployment, to_http_request(std::move(request), current_request_id()), timeout_s,
+    HttpRequest out = to_http_request(std::move(request), current_request_id());
+    const double bounded_s = inherited_timeout(timeout_s);
+    if (bounded_s < 0) {  // the calling request's deadline has passed
+      promise->set_value(to_response(error_answer(
+          504, "request timed out: the calling request's deadline passed", out.request_id)));
+      return future;
+    }
+    call_(app, deployment, std::move(out), bounded_s,
           [promise](HttpResponse answer) { promise->set_value(to_response(std::move(answer))); });
     return future;
   }
@@ -108,12 +118,35 @@ std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call) {
   return std::make_shared<ProxyTransport>(std::move(call));
 }
 
-RequestIdScope::RequestIdScope(const std::string& request_id) : previous_(current_id) {
+RequestIdScope::RequestIdScope(const std::string& request_id, double timeout_s)
+    : previous_(current_id), previous_deadline_(current_deadline_at) {
   current_id = &request_id;
+  if (timeout_s > 0) {
+    current_deadline_at = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_s));
+  } else {
+    current_deadline_at = std::chrono::steady_clock::time_point::max();
+  }
 }
 
 RequestIdScope::~RequestIdScope() {
   current_id = previous_;
+  current_deadline_at = previous_deadline_;
+}
+
+std::chrono::steady_clock::time_point current_deadline() {
+  return current_deadline_at;
+}
+
+double inherited_timeout(double timeout_s) {
+  if (current_deadline_at == std::chrono::steady_clock::time_point::max())
+    return timeout_s > 0 ? timeout_s : 0;
+  const double left =
+      std::chrono::duration<double>(current_deadline_at - std::chrono::steady_clock::now()).count();
+  if (left <= 0)
+    return -1;
+  return timeout_s > 0 ? std::min(timeout_s, left) : left;
 }
 
 const std::string& current_request_id() {

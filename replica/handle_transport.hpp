@@ -6,6 +6,7 @@
 // thread carry.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,21 +46,32 @@ ProxyCall make_remote_proxy_call(caf::actor_system& sys, HandleCallActor proxy);
 // makes one).
 std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call);
 
-// While it lives, handle calls made on this thread carry `request_id`. The
-// replica's request threads hold one around handle().
+// While it lives, handle calls made on this thread carry `request_id` and
+// inherit the request's deadline, `timeout_s` from now (0: none): a call
+// gets at most the time that is left (less when it asks for less), and one
+// made after the deadline passed answers 504 at once. The replica's request
+// threads hold one around handle().
 class RequestIdScope {
  public:
-  explicit RequestIdScope(const std::string& request_id);
+  explicit RequestIdScope(const std::string& request_id, double timeout_s = 0);
   ~RequestIdScope();
   RequestIdScope(const RequestIdScope&) = delete;
   RequestIdScope& operator=(const RequestIdScope&) = delete;
 
  private:
   const std::string* previous_;
+  std::chrono::steady_clock::time_point previous_deadline_;
 };
 
 // The id set by the innermost RequestIdScope of this thread, or "".
 const std::string& current_request_id();
+// The deadline set by the innermost RequestIdScope of this thread;
+// time_point::max() when there is none.
+std::chrono::steady_clock::time_point current_deadline();
+// The timeout a handle call asking for `timeout_s` (0: the callee's own)
+// gets under the current deadline: the smaller of the two; 0 when neither
+// bounds it; negative when the deadline has passed.
+double inherited_timeout(double timeout_s);
 
 // The Request a handle sends, as the replica that answers it receives it.
 HttpRequest to_http_request(Request request, const std::string& fallback_request_id);

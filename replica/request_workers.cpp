@@ -19,8 +19,9 @@ HttpResponse run_handler(Deployment& d, HttpRequest& req) {
   Request in{std::move(req.method), std::move(req.path), std::move(req.query),
              std::move(req.headers), std::move(req.body)};
   HttpResponse out;
-  // Handle calls made by handle() carry this request's id.
-  RequestIdScope scope(req.request_id);
+  // Handle calls made by handle() carry this request's id and inherit what
+  // is left of its deadline.
+  RequestIdScope scope(req.request_id, req.timeout_s);
   try {
     Response r = d.handle(in);
     out.status = r.status;

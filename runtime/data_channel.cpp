@@ -283,6 +283,7 @@ Sent send_request(int fd, uint64_t call, uint8_t lane, const HttpRequest& reques
   set_headers(r.initHeaders(static_cast<unsigned>(request.headers.size())), request.headers);
   r.setBody(data(request.body));
   r.setRequestId(text(request.request_id));
+  r.setTimeoutS(request.timeout_s);
   FrameHeader h;
   h.kind = Kind::request;
   h.lane = lane;
@@ -334,6 +335,7 @@ Status decode_request(const void* payload, size_t bytes, HttpRequest& out) {
     out.headers = get_headers(r.getHeaders());
     out.body = str(r.getBody());
     out.request_id = str(r.getRequestId());
+    out.timeout_s = r.getTimeoutS();
   });
 }
 

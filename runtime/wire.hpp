@@ -28,7 +28,7 @@ class actor_system_config;
 namespace troupe {
 
 // Bump on any change of a wire type or of a message's meaning.
-constexpr uint32_t kProtocolVersion = 5;
+constexpr uint32_t kProtocolVersion = 6;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -169,12 +169,16 @@ struct HttpRequest {
   HeaderList headers;
   std::string body;
   std::string request_id;
+  // The time the request had left when it was sent, in seconds (0: no
+  // deadline). Relative, not a point in time, so clocks of different hosts
+  // need not agree; the replica's handle calls inherit what remains of it.
+  double timeout_s = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HttpRequest& x) {
   return f(caf::meta::type_name("troupe.HttpRequest"), x.method, x.path, x.query, x.headers, x.body,
-           x.request_id);
+           x.request_id, x.timeout_s);
 }
 
 struct HttpResponse {

@@ -22,6 +22,7 @@ struct ChannelRequest @0x9d3770ab37526b35 {
   headers @3 :List(ChannelHeader);
   body @4 :Data;
   requestId @5 :Text;
+  timeoutS @6 :Float64;  # the time left when sent; 0: no deadline
 }
 
 # troupe::HttpResponse: replica process -> proxy.

@@ -212,6 +212,10 @@ struct Response {
 // so one client request keeps one id through every deployment it reaches
 // (unless the request given to the handle has an X-Request-Id header of its
 // own); elsewhere (the constructor, a thread of your own) the proxy makes one.
+// Deadlines: a call made on a request thread of handle() inherits what is
+// left of that request's deadline and never gets more (a handle's own
+// timeout can only shorten it); a call made after the deadline passed
+// answers 504 at once, without reaching the proxy.
 //
 // A blocking call holds the calling request thread: a deployment that calls
 // itself, or two that call each other, can run out of request threads and

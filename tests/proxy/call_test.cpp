@@ -448,3 +448,17 @@ TEST_CASE("proxy/call: a deployment that is gone answers 503 and an unknown hand
   CHECK(status_of(*ex2) == 503);
   h.give_back(slot);
 }
+
+TEST_CASE("proxy/call: X-Request-Timeout-Seconds takes a number of seconds above 0 - at most 86400") {
+  CHECK(parse_request_timeout("0.5").value() == doctest::Approx(0.5));
+  CHECK(parse_request_timeout("2").value() == doctest::Approx(2));
+  CHECK(parse_request_timeout("86400").value() == doctest::Approx(86400));
+  for (const char* bad : {"", "0", "-1", "abc", "1s", "nan", "inf", "86401", " ", "1e9"}) {
+    CAPTURE(bad);
+    auto r = parse_request_timeout(bad);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.status().message() == std::string("X-Request-Timeout-Seconds: '") + bad +
+                                      "' is not a number of seconds greater than 0 and at most "
+                                      "86400");
+  }
+}

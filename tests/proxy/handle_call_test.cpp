@@ -698,3 +698,37 @@ TEST_CASE("handle: a replica with an empty handle in a snapshot is never chosen"
     CHECK(json::parse(r.body)["replica"] == "back-2");
   }
 }
+
+TEST_CASE("handle: a call inherits what is left of the calling request's deadline - never more") {
+  using std::chrono::steady_clock;
+  // No deadline: the call's own timeout (0: the callee's).
+  CHECK(replica::current_deadline() == steady_clock::time_point::max());
+  CHECK(replica::inherited_timeout(0) == 0);
+  CHECK(replica::inherited_timeout(7) == 7);
+  {
+    std::string id = "with-deadline";
+    replica::RequestIdScope scope(id, 60);
+    // At most the time left (a little under 60 s), less when asked for less.
+    CHECK(replica::inherited_timeout(0) <= 60);
+    CHECK(replica::inherited_timeout(0) > 50);
+    CHECK(replica::inherited_timeout(3600) <= 60);
+    CHECK(replica::inherited_timeout(2) == 2);
+    {
+      std::string inner = "inner";
+      replica::RequestIdScope nested(inner);  // a scope without a deadline has none
+      CHECK(replica::inherited_timeout(0) == 0);
+    }
+    CHECK(replica::inherited_timeout(0) > 50);
+  }
+  CHECK(replica::current_deadline() == steady_clock::time_point::max());
+}
+
+TEST_CASE("handle: a call made after the calling request's deadline passed answers 504 at once") {
+  Fixture f;
+  f.publish();
+  std::string id = "late-caller";
+  replica::RequestIdScope scope(id, 1e-9);  // passed by the time the call is made
+  auto r = f.handle("Back").call(post("x"));
+  CHECK(r.status == 504);
+  CHECK(r.body.find("deadline passed") != std::string::npos);
+}
