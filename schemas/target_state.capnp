@@ -122,6 +122,16 @@ struct TargetState @0xd3e510a1aeff7cd6 {
     value @2 :Float64;
   }
   generation @3 :UInt64;
+  # The declared http_options (HttpSettings); a record with any of them set
+  # is format version 3 (controller/store/codec.hpp).
+  requestTimeoutS :union {
+    none @4 :Void;  # absent: the node's --request-timeout
+    value @5 :Float64;
+  }
+  keepAliveTimeoutS :union {
+    none @6 :Void;  # absent: the node's --proxy-idle-timeout
+    value @7 :Float64;
+  }
 }
 
 # The RocksDB store keeps each application under its own key and everything

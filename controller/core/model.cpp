@@ -66,9 +66,14 @@ bool operator==(const ApplicationSpec& a, const ApplicationSpec& b) {
   return tie(a) == tie(b);
 }
 
+bool operator==(const HttpSettings& a, const HttpSettings& b) {
+  return a.request_timeout_s == b.request_timeout_s &&
+         a.keep_alive_timeout_s == b.keep_alive_timeout_s;
+}
+
 bool operator==(const TargetState& a, const TargetState& b) {
   return a.applications == b.applications && a.target_capacity == b.target_capacity &&
-         a.generation == b.generation;
+         a.generation == b.generation && a.http == b.http;
 }
 
 }  // namespace troupe::controller
