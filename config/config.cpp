@@ -33,8 +33,17 @@ using controller::TargetState;
 using Json = nlohmann::json;
 
 bool operator==(const HttpOptions& a, const HttpOptions& b) {
-  return a.host == b.host && a.port == b.port && a.request_timeout_s == b.request_timeout_s &&
-         a.keep_alive_timeout_s == b.keep_alive_timeout_s;
+  return a.host == b.host && a.port == b.port;
+}
+
+std::optional<std::string> ignored_http_fields(const HttpOptions& http) {
+  if (!http.host && !http.port)
+    return std::nullopt;
+  std::string fields = http.host && http.port ? "host and port are"
+                       : http.host            ? "host is"
+                                              : "port is";
+  return "http_options: " + fields +
+         " ignored: each node's proxy listens where troupe-node --bind and --http-port say";
 }
 
 bool operator==(const DeployConfig& a, const DeployConfig& b) {
@@ -355,7 +364,7 @@ class Parser {
   bool to_json(const YAML::Node& node, const std::string& label, int depth, Json& out);
   bool scalar_to_json(const YAML::Node& node, const std::string& label, Json& out);
 
-  bool http_options(const YAML::Node& node, HttpOptions& out);
+  bool http_options(const YAML::Node& node, HttpOptions& out, controller::HttpSettings& settings);
   bool application(const YAML::Node& node, size_t index, ApplicationSpec& out);
   bool deployment(const YAML::Node& node, size_t index, const std::string& app_name,
                   const ImportPath& app_import, const std::string& app_import_text,
@@ -589,23 +598,30 @@ bool Parser::get_json(const Field& f, const std::string& label, bool mapping_onl
   return true;
 }
 
-bool Parser::http_options(const YAML::Node& node, HttpOptions& out) {
+bool Parser::http_options(const YAML::Node& node, HttpOptions& out,
+                          controller::HttpSettings& settings) {
   if (!node.IsMap())
     return fail(node.Mark(), "http_options: expected a mapping, got " + describe(node));
   Fields fields;
   if (!read_fields(node, kHttpFields, "in http_options", fields))
     return false;
   if (const Field* f = fields.get("host")) {
-    if (!get_string(*f, "host", out.host))
+    std::string host;
+    if (!get_string(*f, "host", host))
       return false;
-    if (out.host.empty() || out.host.find_first_of(" \t\r\n") != std::string::npos)
-      return fail(mark_of(*f), "host: " + in_quotes(out.host) + " is not a host name or address");
+    if (host.empty() || host.find_first_of(" \t\r\n") != std::string::npos)
+      return fail(mark_of(*f), "host: " + in_quotes(host) + " is not a host name or address");
+    out.host = host;
   }
-  if (!get_int_as(fields.get("port"), "port", "a port number (1-65535)", 1, 65535, out.port))
+  if (const Field* f = fields.get("port")) {
+    uint16_t port = 0;
+    if (!get_int_as(f, "port", "a port number (1-65535)", 1, 65535, port))
+      return false;
+    out.port = port;
+  }
+  if (!get_optional_seconds(fields, "request_timeout_s", settings.request_timeout_s))
     return false;
-  if (!get_optional_seconds(fields, "request_timeout_s", out.request_timeout_s))
-    return false;
-  return get_seconds(fields, "keep_alive_timeout_s", false, out.keep_alive_timeout_s);
+  return get_optional_seconds(fields, "keep_alive_timeout_s", settings.keep_alive_timeout_s);
 }
 
 bool Parser::resources(const Field& f, Resources& out) {
@@ -1093,7 +1109,7 @@ Result<DeployConfig> Parser::run(const std::string& text) {
 
   DeployConfig& config = config_;
   if (const Field* f = fields.given("http_options")) {
-    if (!http_options(f->value, config.http))
+    if (!http_options(f->value, config.http, config.state.http))
       return error_;
   }
   if (const Field* f = fields.given("target_capacity")) {
@@ -1414,20 +1430,20 @@ std::string to_yaml(const DeployConfig& config) {
   YAML::Emitter out;
   out.SetNullFormat(YAML::LowerNull);  // JSON's spelling
   out << YAML::BeginMap;
-  const HttpOptions d;
   const HttpOptions& h = config.http;
-  if (h != d) {
+  const controller::HttpSettings& settings = config.state.http;
+  if (h != HttpOptions{} || settings != controller::HttpSettings{}) {
     out << YAML::Key << "http_options" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    if (h.host != d.host) {
+    if (h.host) {
       out << YAML::Key << "host" << YAML::Value;
-      emit_string(out, h.host);
+      emit_string(out, *h.host);
     }
-    if (h.port != d.port)
-      out << YAML::Key << "port" << YAML::Value << std::to_string(h.port);
-    if (h.request_timeout_s)
-      emit_number(out, "request_timeout_s", *h.request_timeout_s);
-    if (h.keep_alive_timeout_s != d.keep_alive_timeout_s)
-      emit_number(out, "keep_alive_timeout_s", h.keep_alive_timeout_s);
+    if (h.port)
+      out << YAML::Key << "port" << YAML::Value << std::to_string(*h.port);
+    if (settings.request_timeout_s)
+      emit_number(out, "request_timeout_s", *settings.request_timeout_s);
+    if (settings.keep_alive_timeout_s)
+      emit_number(out, "keep_alive_timeout_s", *settings.keep_alive_timeout_s);
     out << YAML::EndMap;
   }
   if (config.state.target_capacity)

@@ -20,17 +20,16 @@
 
 namespace troupe::config {
 
-// Ray Serve's http_options. Kept apart from the target state: the proxy reads
-// them, the controller does not checkpoint them.
+// The part of Ray Serve's http_options that troupe does not apply from a
+// config: each node's proxy listens where `troupe-node --bind` and
+// `--http-port` say (as Ray's `serve start --http-options`, fixed when the
+// node starts). Recorded only as given, so that `troupectl deploy` can warn
+// that they are ignored; absent: not in the file. The other http_options
+// (request_timeout_s, keep_alive_timeout_s) are part of the declared state:
+// DeployConfig::state.http.
 struct HttpOptions {
-  // Loopback by default, so nothing is exposed unless asked for (Ray's config
-  // schema says 0.0.0.0; its `serve run` default is 127.0.0.1).
-  std::string host = "127.0.0.1";
-  uint16_t port = 8000;
-  // End-to-end deadline of one HTTP request; none by default (Ray's too).
-  std::optional<double> request_timeout_s;
-  // Idle time before the proxy closes a keep-alive connection (Ray: 5).
-  double keep_alive_timeout_s = 5.0;
+  std::optional<std::string> host;
+  std::optional<uint16_t> port;
 
   friend bool operator==(const HttpOptions& a, const HttpOptions& b);
   friend bool operator!=(const HttpOptions& a, const HttpOptions& b) { return !(a == b); }
@@ -60,5 +59,12 @@ Result<DeployConfig> load_config_file(const std::string& path);
 // autoscaling_config is set). parse_config(to_yaml(x)) == x for every x that
 // parse_config returns; docs/config.md states the exact conditions.
 std::string to_yaml(const DeployConfig& config);
+
+// A one-line warning naming the http_options fields `http` gives that a
+// deploy does not apply (host, port) and where the proxy's address is set
+// instead; nullopt when it gives none. Given means written in the file, even
+// with the value a node happens to use: troupe never compares them with a
+// node's address, which is not known when the file is read.
+std::optional<std::string> ignored_http_fields(const HttpOptions& http);
 
 }  // namespace troupe::config

@@ -86,7 +86,7 @@ void spawn_replica(controller_actor* self, const AgentActor& agent, const Comman
   auto version = cmd.version;
   auto node = cmd.node_id;
   self->request(agent, request_timeout(self), spawn_replica_atom::value,
-                wire_spec(cmd, logic(self).actors().request_timeout_s()))
+                wire_spec(cmd, logic(self).request_timeout_s()))
       .then(
           [=](const ReplicaActor& handle) {
             logic(self).actors().remember_replica(id, node, handle);
@@ -277,9 +277,9 @@ caf::result<bool, uint64_t> on_deploy(controller_actor* self, const std::string&
 }
 
 caf::result<std::string> on_apply(controller_actor* self, const std::string& encoded,
-                                  double request_timeout_s, const Credential& cred,
+                                  const Credential& cred,
                                   std::optional<uint64_t> if_generation = std::nullopt) {
-  auto json = logic(self).apply(encoded, request_timeout_s, cred, if_generation);
+  auto json = logic(self).apply(encoded, cred, if_generation);
   if (json)
     reconcile(self);
   return answer(std::move(json));
@@ -370,11 +370,11 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
           const std::string& node_id) {
         on_subscribe(self, subscriber, SnapshotId{epoch, seq}, node_id);
       },
-      [=](apply_atom, const std::string& encoded, double request_timeout_s,
-          const Credential& cred) { return on_apply(self, encoded, request_timeout_s, cred); },
-      [=](apply_atom, const std::string& encoded, double request_timeout_s,
-          uint64_t if_generation, const Credential& cred) {
-        return on_apply(self, encoded, request_timeout_s, cred, if_generation);
+      [=](apply_atom, const std::string& encoded, const Credential& cred) {
+        return on_apply(self, encoded, cred);
+      },
+      [=](apply_atom, const std::string& encoded, uint64_t if_generation, const Credential& cred) {
+        return on_apply(self, encoded, cred, if_generation);
       },
       [=](config_atom) { return answer(logic(self).config()); },
       [=](delete_atom, const std::string& app, const std::string& deployment,

@@ -48,7 +48,8 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   app.add_option("--proxy-io-threads", o.proxy_io_threads, "event-loop threads of the HTTP proxy")
       ->capture_default_str();
   app.add_option("--proxy-idle-timeout", o.proxy_idle_timeout_s,
-                 "seconds an idle or slow HTTP client may hold a connection")
+                 "seconds a slow HTTP client may take to send a request, and an idle one "
+                 "may hold a connection unless http_options set keep_alive_timeout_s")
       ->capture_default_str();
   app.add_option("--node-timeout", o.node_timeout_s,
                  "seconds without heartbeat before a node is DEAD")

@@ -23,7 +23,9 @@ struct NodeOptions {
   uint16_t http_port = 8000;
   // HTTP proxy: largest accepted request body (413 beyond), default request
   // timeout when the deployed http_options give none (0: none), event-loop
-  // threads, and how long an idle or slow client may keep a connection.
+  // threads, and how long an idle or slow client may keep a connection (the
+  // idle time between requests only while the deployed http_options give no
+  // keep_alive_timeout_s).
   uint64_t proxy_body_limit = 16u << 20;
   double proxy_request_timeout_s = 0;
   uint32_t proxy_io_threads = 1;

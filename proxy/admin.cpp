@@ -63,7 +63,12 @@ Response admin_response(Proxy::Core& core, boost::beast::string_view path, const
     r.body() = ok ? "success" : "no route table yet";
   } else if (path == "/-/routes") {
     r.set(http::field::content_type, "application/json");
-    r.body() = routes_json(core.router).dump();
+    auto body = routes_json(core.router);
+    // The timeouts in force here: the deployed http_options', else this
+    // node's own (0: no request timeout).
+    body["request_timeout_s"] = core.request_timeout_s();
+    body["keep_alive_timeout_s"] = core.server->idle_timeout_s();
+    r.body() = body.dump();
   } else if (path == "/-/metrics") {
     r.set(http::field::content_type, "text/plain; version=0.0.4");
     r.body() = core.metrics.render(core.router.deployments());

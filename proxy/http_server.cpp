@@ -25,6 +25,10 @@ std::chrono::steady_clock::duration duration_of(double s) {
       std::chrono::duration<double>(s));
 }
 
+// What an idle connection's first read takes at most; the parser reads the
+// rest of the request.
+constexpr size_t kFirstRead = 4096;
+
 class Session : public Exchange, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer& server, size_t thread)
@@ -51,10 +55,36 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   }
 
  private:
+  // An idle period (before the first request, or after an answer): wait for
+  // the next request's first bytes for the server's idle timeout as it is
+  // now, then read the whole request within the fixed
+  // ServerOptions::idle_timeout_s. Bytes a client already sent (pipelined)
+  // end the idle period at once.
   void read() {
     parser_.emplace();
     parser_->body_limit(server_.options().body_limit);
     parser_->header_limit(server_.options().header_limit);
+    if (buffer_.size() > 0) {
+      read_request();
+      return;
+    }
+    stream_.expires_after(duration_of(server_.idle_timeout_s()));
+    stream_.async_read_some(buffer_.prepare(kFirstRead),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->on_first_bytes(ec, n);
+                            });
+  }
+
+  void on_first_bytes(beast::error_code ec, size_t n) {
+    if (ec) {
+      close();  // idle too long, or the client closed or reset: nobody to answer
+      return;
+    }
+    buffer_.commit(n);
+    read_request();
+  }
+
+  void read_request() {
     stream_.expires_after(duration_of(server_.options().idle_timeout_s));
     http::async_read(
         stream_, buffer_, *parser_,
@@ -127,7 +157,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
 }  // namespace
 
 HttpServer::HttpServer(ServerOptions options, Handler& handler)
-    : options_(std::move(options)), handler_(handler) {
+    : options_(std::move(options)), handler_(handler), idle_timeout_s_(options_.idle_timeout_s) {
   size_t n = std::max<size_t>(1, options_.io_threads);
   for (size_t i = 0; i < n; ++i) {
     ios_.push_back(std::make_unique<asio::io_context>(1));

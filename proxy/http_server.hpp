@@ -8,10 +8,13 @@
 //
 // Answers of its own, with "Connection: close": 400 for a malformed request,
 // 431 when the header block is over header_limit, 413 when the body is over
-// body_limit. A client that sends nothing for idle_timeout_s between requests,
-// or takes longer than that to send one request, is disconnected.
+// body_limit. A client that sends nothing for the idle timeout between
+// requests (keep-alive; set_idle_timeout() changes it at run time), or takes
+// longer than ServerOptions::idle_timeout_s to send the rest of a request once
+// its first bytes arrived, is disconnected.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +40,9 @@ struct ServerOptions {
   size_t io_threads = 1;
   uint64_t body_limit = 16u << 20;
   uint32_t header_limit = 16u << 10;
+  // The idle timeout between two requests of a keep-alive connection until
+  // set_idle_timeout() says otherwise, and for good the time allowed to send
+  // one request once it started and to take one answer.
   double idle_timeout_s = 60;
   // After each burst of work an io thread keeps polling for up to spin_us
   // before it blocks in epoll: a replica's answer usually arrives within tens
@@ -91,11 +97,21 @@ class HttpServer {
   const ServerOptions& options() const { return options_; }
   Handler& handler() { return handler_; }
 
+  // The idle timeout between requests of keep-alive connections, from any
+  // thread. Each connection reads it when an idle period starts (a new
+  // connection, or an answer written): a connection that is idle already
+  // keeps the timeout it started with. Seconds > 0.
+  void set_idle_timeout(double seconds) {
+    idle_timeout_s_.store(seconds, std::memory_order_relaxed);
+  }
+  double idle_timeout_s() const { return idle_timeout_s_.load(std::memory_order_relaxed); }
+
  private:
   void accept();
 
   ServerOptions options_;
   Handler& handler_;
+  std::atomic<double> idle_timeout_s_;
   std::vector<std::unique_ptr<asio::io_context>> ios_;
   std::vector<std::shared_ptr<void>> guards_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;

@@ -20,6 +20,18 @@ constexpr auto kReportInterval = std::chrono::seconds(1);
 // reported by the health check.
 constexpr double kIoStallLimit = 5.0;
 
+// The declared keep-alive timeout of a snapshot (0: none, the node's
+// --proxy-idle-timeout) becomes the server's idle timeout between requests.
+// The server outlives the proxy actor (stop() waits for the actor first).
+void apply_keep_alive(Proxy::Core& core, double declared_s) {
+  double s = declared_s > 0 ? declared_s : core.options.server.idle_timeout_s;
+  if (!core.server || core.server->idle_timeout_s() == s)
+    return;
+  core.server->set_idle_timeout(s);
+  core.log->info("keep-alive idle timeout {} s{}", s,
+                 declared_s > 0 ? " (http_options)" : " (this node's default)");
+}
+
 }  // namespace
 
 // The proxy actor: applies snapshots, monitors replicas, answers health.
@@ -78,6 +90,7 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
         bool first = !core->router.has_routes();
         auto applied = core->router.apply(snap);
         core->snapshot_timeout_s.store(snap.request_timeout_s, std::memory_order_relaxed);
+        apply_keep_alive(*core, snap.keep_alive_timeout_s);
         for (const auto& h : applied.added)
           self->monitor(h);
         core->run(applied.ready);

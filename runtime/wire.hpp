@@ -296,12 +296,16 @@ struct RoutingSnapshot {
   // (A replica that merely left the set, e.g. stopping gracefully, still
   // answers what it took.)
   std::vector<std::string> dead_nodes;
+  // From the deployed http_options: the proxy's idle timeout for keep-alive
+  // connections between requests; 0: none declared (the node's own).
+  double keep_alive_timeout_s = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
   return f(caf::meta::type_name("troupe.RoutingSnapshot"), x.epoch, x.seq, x.full, x.routes_changed,
-           x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s, x.dead_nodes);
+           x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s, x.dead_nodes,
+           x.keep_alive_timeout_s);
 }
 
 // Proof of who sends a write request (see runtime/security/credentials.hpp):
@@ -382,14 +386,14 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<drain_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
     // One application (a Cap'n Proto record) -> (changed, generation).
     caf::replies_to<deploy_atom, std::string, Credential>::with<bool, uint64_t>,
-    // Declarative: exactly these applications (a Cap'n Proto TargetState
-    // record) and the http request timeout, one commit -> a JSON summary.
-    caf::replies_to<apply_atom, std::string, double, Credential>::with<std::string>,
+    // Declarative: exactly these applications and http settings (a Cap'n
+    // Proto TargetState record), one commit -> a JSON summary.
+    caf::replies_to<apply_atom, std::string, Credential>::with<std::string>,
     // The deployed target state (a Cap'n Proto record).
     caf::replies_to<config_atom>::with<std::string>,
     // Declarative with optimistic concurrency (deploy --if-generation):
     // refused, naming the current generation, unless it is `if_generation`.
-    caf::replies_to<apply_atom, std::string, double, uint64_t /*if_generation*/,
+    caf::replies_to<apply_atom, std::string, uint64_t /*if_generation*/,
                     Credential>::with<std::string>,
     caf::replies_to<delete_atom, std::string /*app*/, Credential>::with<caf::ok_atom>,
     // One deployment (not the ingress, not one that carries traffic weight).

@@ -129,10 +129,20 @@ struct TargetState @0xd3e510a1aeff7cd6 {
     value @2 :Float64;
   }
   generation @3 :UInt64;
+  # The declared http_options (HttpSettings); a record with any of them set
+  # is format version 3 (controller/store/codec.hpp).
+  requestTimeoutS :union {
+    none @4 :Void;  # absent: the node's --request-timeout
+    value @5 :Float64;
+  }
+  keepAliveTimeoutS :union {
+    none @6 :Void;  # absent: the node's --proxy-idle-timeout
+    value @7 :Float64;
+  }
   # Sorted by application, then deployment. An older binary ignores it and
   # starts an autoscaled deployment at the replicas it finds running (what
   # troupe did before the counts were written ahead): no format bump.
-  autoscaledReplicas @4 :List(AutoscaledCount);
+  autoscaledReplicas @8 :List(AutoscaledCount);
 }
 
 # The RocksDB store keeps each application under its own key and everything

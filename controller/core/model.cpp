@@ -66,9 +66,15 @@ bool operator==(const ApplicationSpec& a, const ApplicationSpec& b) {
   return tie(a) == tie(b);
 }
 
+bool operator==(const HttpSettings& a, const HttpSettings& b) {
+  return a.request_timeout_s == b.request_timeout_s &&
+         a.keep_alive_timeout_s == b.keep_alive_timeout_s;
+}
+
 bool operator==(const TargetState& a, const TargetState& b) {
   return a.applications == b.applications && a.target_capacity == b.target_capacity &&
-         a.generation == b.generation && a.autoscaled_replicas == b.autoscaled_replicas;
+         a.generation == b.generation && a.http == b.http &&
+         a.autoscaled_replicas == b.autoscaled_replicas;
 }
 
 }  // namespace troupe::controller

@@ -142,6 +142,25 @@ struct ApplicationSpec {
   friend bool operator!=(const ApplicationSpec& a, const ApplicationSpec& b) { return !(a == b); }
 };
 
+// Ray Serve's http_options that apply to every proxy of the cluster (host and
+// port do not: each node's proxy listens where `troupe-node --bind
+// --http-port` say). Pushed to every proxy with the routing snapshot.
+struct HttpSettings {
+  // End-to-end deadline of one HTTP request at the proxy (504 after it);
+  // absent: the node's `--request-timeout` (0 by default: none).
+  std::optional<double> request_timeout_s;
+  // How long a proxy keeps an idle keep-alive connection open between two
+  // requests; absent: the node's `--proxy-idle-timeout` (60 s by default).
+  // Not Ray's 5 s: a client or load balancer in front that reuses a connection
+  // the proxy has just closed sees a failed request, so the proxy should
+  // wait at least as long as they do (60 s is e.g. AWS ALB's idle timeout);
+  // an idle connection held longer only costs a socket.
+  std::optional<double> keep_alive_timeout_s;
+
+  friend bool operator==(const HttpSettings&, const HttpSettings&);
+  friend bool operator!=(const HttpSettings& a, const HttpSettings& b) { return !(a == b); }
+};
+
 // Everything the controller must keep across a crash.
 struct TargetState {
   std::map<std::string, ApplicationSpec> applications;  // by name
@@ -150,6 +169,9 @@ struct TargetState {
   std::optional<double> target_capacity;
   // Increases with every accepted change; lets a client detect lost updates.
   uint64_t generation = 0;
+  // The declared http_options (`troupectl deploy`); part of the signed,
+  // checkpointed declaration, so a controller restart keeps them.
+  HttpSettings http;
   // The autoscaler's replica counts, application -> deployment -> count,
   // written ahead of acting on them like Ray Serve's target_num_replicas, so
   // a restarted controller resumes them. Not part of a declaration: a

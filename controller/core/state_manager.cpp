@@ -312,7 +312,7 @@ Result<std::map<std::string, DeployResult>> StateManager::apply(
   }
   std::map<std::string, DeployResult> results;
   if (declared.applications == target_.applications &&
-      declared.target_capacity == target_.target_capacity) {
+      declared.target_capacity == target_.target_capacity && declared.http == target_.http) {
     for (const auto& [name, app] : declared.applications) {
       DeployResult& r = results[name];
       r.generation = target_.generation;
@@ -324,6 +324,7 @@ Result<std::map<std::string, DeployResult>> StateManager::apply(
   TargetState next = target_;
   next.applications = declared.applications;
   next.target_capacity = declared.target_capacity;
+  next.http = declared.http;
   if (Status s = commit(std::move(next)); !s)
     return s;
   apply_target(&results);

@@ -109,7 +109,7 @@ class StateManager {
   Result<DeployResult> deploy_deployment(const std::string& app, const DeploymentSpec& spec,
                                          const std::optional<std::string>& prev_version = {});
 
-  // Declarative: makes the set of applications (and target_capacity) exactly
+  // Declarative: makes the set of applications (and target_capacity, http) exactly
   // `declared`, deleting applications absent from it, in ONE write-ahead
   // commit, so a crash leaves either all of it or none. An identical
   // declaration is a no-op (changed == false). Per-application results are

@@ -275,6 +275,10 @@ Status validate(const TargetState& state) {
       p.add("target_capacity", fmt(tc), "must be within [0, 100]");
     }
   }
+  if (state.http.request_timeout_s)
+    p.positive_seconds("http_options.request_timeout_s", *state.http.request_timeout_s);
+  if (state.http.keep_alive_timeout_s)
+    p.positive_seconds("http_options.keep_alive_timeout_s", *state.http.keep_alive_timeout_s);
   return p.status();
 }
 

@@ -57,6 +57,9 @@ Result<bool> ControllerLogic::finish_recovery() {
   log_->info("recovered {} applications; adopted {} replicas",
              core_->target_state().applications.size(), recovery_->collected().size());
   recovery_->finish();
+  // The durable http settings go out with the first publish: every proxy
+  // subscribed during the recovery is due for a full push anyway.
+  actors_.set_http(core_->target_state().http);
   save_live_nodes();
   return true;
 }
@@ -166,8 +169,7 @@ Result<DeployResult> ControllerLogic::deploy(const std::string& encoded, const C
   return result;
 }
 
-Result<std::string> ControllerLogic::apply(const std::string& encoded, double request_timeout_s,
-                                           const Credential& cred,
+Result<std::string> ControllerLogic::apply(const std::string& encoded, const Credential& cred,
                                            std::optional<uint64_t> if_generation) {
   std::vector<std::string> signed_too;
   if (if_generation)
@@ -188,7 +190,7 @@ Result<std::string> ControllerLogic::apply(const std::string& encoded, double re
   auto generation = core_->target_state().generation;
   log_->info("deploy of {} applications: {} (generation {})", declared->applications.size(),
              changed ? "accepted" : "unchanged", generation);
-  actors_.set_request_timeout(request_timeout_s);
+  actors_.set_http(core_->target_state().http);
   return render_apply_result(*results, changed, generation).dump();
 }
 
@@ -290,10 +292,13 @@ std::vector<NodeStatus> ControllerLogic::nodes() const {
   return render_nodes(membership_, proxies_, now());
 }
 
+double ControllerLogic::request_timeout_s() const {
+  return core_->target_state().http.request_timeout_s.value_or(0);
+}
+
 RoutingSnapshot ControllerLogic::to_wire(const SnapshotDelta& delta) const {
   auto handle_of = [&](const std::string& id) { return actors_.replica(id); };
-  return render_snapshot(delta, core_->target_state(), membership_, actors_.request_timeout_s(),
-                         handle_of);
+  return render_snapshot(delta, core_->target_state(), membership_, handle_of);
 }
 
 Result<RoutingSnapshot> ControllerLogic::snapshot(uint64_t epoch, uint64_t seq) const {
@@ -304,6 +309,8 @@ Result<RoutingSnapshot> ControllerLogic::snapshot(uint64_t epoch, uint64_t seq) 
     RoutingSnapshot same;
     same.epoch = epoch;
     same.seq = seq;
+    same.request_timeout_s = request_timeout_s();
+    same.keep_alive_timeout_s = core_->target_state().http.keep_alive_timeout_s.value_or(0);
     return same;
   }
   return to_wire(*delta);

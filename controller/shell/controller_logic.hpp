@@ -85,13 +85,13 @@ class ControllerLogic {
   // ------------------------------------------------------------ user calls
 
   Result<DeployResult> deploy(const std::string& encoded_application, const Credential& cred);
-  // The declarative deploy: the answer is render_apply_result's JSON. A new
-  // `request_timeout_s` reaches every proxy with the next publish.
+  // The declarative deploy: the answer is render_apply_result's JSON. New
+  // http settings (the state's `http`) reach every proxy with the next
+  // publish.
   // `if_generation` (deploy --if-generation): refused, naming the current
   // generation, unless it is the target state's generation; the credential
   // signs it too.
-  Result<std::string> apply(const std::string& encoded_target_state, double request_timeout_s,
-                            const Credential& cred,
+  Result<std::string> apply(const std::string& encoded_target_state, const Credential& cred,
                             std::optional<uint64_t> if_generation = std::nullopt);
   Status delete_application(const std::string& app, const Credential& cred);
   // One deployment of an application (not its ingress, not one that carries
@@ -189,6 +189,9 @@ class ControllerLogic {
   StateManager& core() { return *core_; }
   ActorDirectory& actors() { return actors_; }
   const ControllerOptions& options() const { return options_; }
+  // The declared request timeout (the target state's http_options), 0: none.
+  // A replica's derived stuck_after_s is computed from it when it starts.
+  double request_timeout_s() const;
   spdlog::logger& log() { return *log_; }
   // For tests.
   const StateManager& core() const { return *core_; }

@@ -145,10 +145,10 @@ void ActorDirectory::mark_sent(Key key, SnapshotId id) {
     it->second.last = id;
 }
 
-void ActorDirectory::set_request_timeout(double seconds) {
-  if (seconds == request_timeout_s_)
+void ActorDirectory::set_http(const HttpSettings& http) {
+  if (http == http_)
     return;
-  request_timeout_s_ = seconds;
+  http_ = http;
   for (auto& [key, sub] : subscribers_)
     sub.last = SnapshotId{};  // push in full
 }

@@ -25,6 +25,7 @@
 #include <caf/error.hpp>
 
 #include "controller/core/commands.hpp"
+#include "controller/core/model.hpp"
 #include "controller/core/snapshot.hpp"
 #include "controller/shell/proxy_health.hpp"
 #include "runtime/status.hpp"
@@ -139,11 +140,11 @@ class ActorDirectory {
   const std::map<Key, Subscriber>& subscribers() const { return subscribers_; }
   // A push of snapshot `id` was sent to `key`.
   void mark_sent(Key key, SnapshotId id);
-  // The request timeout pushed with every snapshot. A snapshot is pushed
-  // only when the routes changed, so a new value makes every subscriber due
-  // for a full push at the next publish; the same value changes nothing.
-  void set_request_timeout(double seconds);
-  double request_timeout_s() const { return request_timeout_s_; }
+  // The http settings pushed with every snapshot (the target state's). A
+  // snapshot is pushed only when the routes changed, so new settings make
+  // every subscriber due for a full push at the next publish; the same
+  // settings change nothing. A new subscriber gets a full push anyway.
+  void set_http(const HttpSettings& http);
 
   // ------------------------------------------------------------ kill, down
 
@@ -179,9 +180,8 @@ class ActorDirectory {
   std::map<Key, Subscriber> subscribers_;                 // by key: subscription order
   std::unordered_map<caf::actor_addr, Key> subscriber_of_;
   Key next_subscriber_key_ = 1;
-  // From the deployed http_options. Kept in memory only: after a controller
-  // restart it applies again with the next deploy.
-  double request_timeout_s_ = 0;
+  // The last http settings given to set_http: only to tell a change.
+  HttpSettings http_;
 };
 
 }  // namespace troupe::controller

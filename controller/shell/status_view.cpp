@@ -56,9 +56,20 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
     a["deployments"] = std::move(deps);
     apps[name] = std::move(a);
   }
-  return json{{"applications", apps},
-              {"recovering", recovering},
-              {"generation", core->target_state().generation}};
+  json out{{"applications", apps},
+           {"recovering", recovering},
+           {"generation", core->target_state().generation}};
+  // The declared http timeouts, only those declared (fields are only added).
+  const HttpSettings& http = core->target_state().http;
+  if (http != HttpSettings{}) {
+    json h = json::object();
+    if (http.request_timeout_s)
+      h["request_timeout_s"] = *http.request_timeout_s;
+    if (http.keep_alive_timeout_s)
+      h["keep_alive_timeout_s"] = *http.keep_alive_timeout_s;
+    out["http_options"] = std::move(h);
+  }
+  return out;
 }
 
 json render_apply_result(const std::map<std::string, DeployResult>& results, bool changed,
@@ -100,14 +111,14 @@ std::vector<NodeStatus> render_nodes(const Membership& membership,
 }
 
 RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& target,
-                                const Membership& membership, double request_timeout_s,
-                                const HandleOf& handle_of) {
+                                const Membership& membership, const HandleOf& handle_of) {
   RoutingSnapshot out;
   out.epoch = d.id.epoch;
   out.seq = d.id.seq;
   out.full = d.full;
   out.routes_changed = d.routes_changed;
-  out.request_timeout_s = request_timeout_s;
+  out.request_timeout_s = target.http.request_timeout_s.value_or(0);
+  out.keep_alive_timeout_s = target.http.keep_alive_timeout_s.value_or(0);
   for (const auto& r : d.routes) {
     TrafficWeights traffic(r.traffic.begin(), r.traffic.end());
     out.routes.push_back({r.prefix, r.app, r.ingress, std::move(traffic), r.traffic_key_header});

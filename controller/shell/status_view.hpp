@@ -49,10 +49,10 @@ using HandleOf = std::function<ReplicaActor(const std::string& replica_id)>;
 
 // A snapshot delta as pushed to route-table subscribers: routes, each
 // deployment's RUNNING replicas with their actors and its queue limit, the
-// removed and withheld deployments, every DEAD node, and the request timeout.
+// removed and withheld deployments, every DEAD node, and the target's http
+// settings (request and keep-alive timeouts; 0 where none is declared).
 RoutingSnapshot render_snapshot(const SnapshotDelta& delta, const TargetState& target,
-                                const Membership& membership, double request_timeout_s,
-                                const HandleOf& handle_of);
+                                const Membership& membership, const HandleOf& handle_of);
 
 // One deployment whose status changed since the last observation: the
 // operator's event trail. `from` is empty for a deployment seen first.

@@ -119,8 +119,12 @@ uint16_t version_for(const ApplicationSpec& app) {
   return app.traffic.empty() && app.traffic_key_header.empty() ? 1 : 2;
 }
 
+uint16_t version_for(const HttpSettings& http) {
+  return http == HttpSettings{} ? 1 : 3;
+}
+
 uint16_t version_for(const TargetState& state) {
-  uint16_t v = 1;
+  uint16_t v = version_for(state.http);
   for (const auto& [name, app] : state.applications)
     v = std::max(v, version_for(app));
   return v;
@@ -134,6 +138,16 @@ void write_top_level(const TargetState& in, schema::TargetState::Builder out) {
     out.getTargetCapacity().setNone();
   }
   out.setGeneration(in.generation);
+  if (in.http.request_timeout_s) {
+    out.getRequestTimeoutS().setValue(*in.http.request_timeout_s);
+  } else {
+    out.getRequestTimeoutS().setNone();
+  }
+  if (in.http.keep_alive_timeout_s) {
+    out.getKeepAliveTimeoutS().setValue(*in.http.keep_alive_timeout_s);
+  } else {
+    out.getKeepAliveTimeoutS().setNone();
+  }
   std::size_t n = 0;
   for (const auto& [app, counts] : in.autoscaled_replicas)
     n += counts.size();
@@ -281,6 +295,10 @@ TargetState read_top_level(schema::TargetState::Reader in) {
   out.target_capacity =
       read_optional<schema::TargetState::TargetCapacity>(in.getTargetCapacity(), "targetCapacity");
   out.generation = in.getGeneration();
+  out.http.request_timeout_s = read_optional<schema::TargetState::RequestTimeoutS>(
+      in.getRequestTimeoutS(), "requestTimeoutS");
+  out.http.keep_alive_timeout_s = read_optional<schema::TargetState::KeepAliveTimeoutS>(
+      in.getKeepAliveTimeoutS(), "keepAliveTimeoutS");
   for (auto e : in.getAutoscaledReplicas()) {
     auto& counts = out.autoscaled_replicas[str(e.getApplication())];
     if (!counts.emplace(str(e.getDeployment()), e.getReplicas()).second) {
@@ -429,7 +447,7 @@ std::string encode_head(const TargetState& state, uint32_t application_count) {
   auto root = message.initRoot<schema::CheckpointHead>();
   write_top_level(state, root.initState());
   root.setApplicationCount(application_count);
-  return frame(RecordKind::head, message, 1);
+  return frame(RecordKind::head, message, version_for(state.http));
 }
 
 Result<CheckpointHead> decode_head(std::string_view bytes) {

@@ -45,7 +45,10 @@ inline constexpr char kCheckpointMagic[4] = {'T', 'R', 'C', 'P'};
 //   2  an application with a traffic split (ApplicationSpec::traffic or
 //      traffic_key_header): version 1 binaries would drop the split and send
 //      every request to the ingress
-inline constexpr uint16_t kFormatVersion = 2;
+//   3  a target state (or head) with http settings (TargetState::http):
+//      version 2 binaries would drop the request timeout, so requests that
+//      end in 504 would wait forever, and write the state back without it
+inline constexpr uint16_t kFormatVersion = 3;
 inline constexpr size_t kEnvelopeSize = 8;
 
 enum class RecordKind : uint8_t {

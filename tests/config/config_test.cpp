@@ -122,9 +122,8 @@ TEST_CASE("config: every examples/*.yaml parses - passes validate and round-trip
     auto r = load_config_file(entry.path().string());
     INFO(r.status().to_string());
     REQUIRE(r.has_value());
-    CHECK(r->http.host == "127.0.0.1");
-    CHECK(r->http.port == 8000);
-    CHECK(r->http.request_timeout_s == 30.0);
+    CHECK(r->http == HttpOptions{});  // no host or port: a deploy would warn
+    CHECK(r->state.http.request_timeout_s == 30.0);
     CHECK(r->state.generation == 0);
     CHECK_FALSE(r->state.target_capacity.has_value());
     // One application per example file; demo.yaml (what `./troupe up`
@@ -173,8 +172,10 @@ TEST_CASE("config: the full sample parses with exact values") {
   DeployConfig c = parse_ok(kFullSample);
   CHECK(c.http.host == "127.0.0.1");
   CHECK(c.http.port == 8000);
-  CHECK(c.http.request_timeout_s == 30.0);
-  CHECK(c.http.keep_alive_timeout_s == 5.0);
+  // The timeouts are part of the declared state (signed and checkpointed
+  // with it); host and port only recorded as given.
+  CHECK(c.state.http.request_timeout_s == 30.0);
+  CHECK_FALSE(c.state.http.keep_alive_timeout_s.has_value());
   CHECK(c.state.target_capacity == 100.0);
   CHECK(c.state.generation == 0);
   const ApplicationSpec& app = only_app(c);
@@ -208,10 +209,12 @@ TEST_CASE("config: the full sample parses with exact values") {
 TEST_CASE("config: fields left out take Ray Serve's defaults") {
   DeployConfig c = parse_ok("applications:\n  - import_path: libx.so:Api\n");
   CHECK(c.http == HttpOptions{});
-  CHECK(c.http.host == "127.0.0.1");
-  CHECK(c.http.port == 8000);
-  CHECK_FALSE(c.http.request_timeout_s.has_value());
-  CHECK(c.http.keep_alive_timeout_s == 5.0);
+  CHECK_FALSE(c.http.host.has_value());  // not given: nothing to warn about
+  CHECK_FALSE(c.http.port.has_value());
+  CHECK_FALSE(config::ignored_http_fields(c.http).has_value());
+  // No timeouts declared: each proxy uses its node's --request-timeout and
+  // --proxy-idle-timeout.
+  CHECK(c.state.http == controller::HttpSettings{});
   CHECK_FALSE(c.state.target_capacity.has_value());
   const ApplicationSpec& app = only_app(c);
   CHECK(app.name == "default");
@@ -235,6 +238,41 @@ TEST_CASE("config: fields left out take Ray Serve's defaults") {
   CHECK(d.config.resources.empty());
   CHECK(d.config.user_config == "");
   CHECK_FALSE(d.config.autoscaling_config.has_value());
+}
+
+TEST_CASE(
+    "config: http_options - the timeouts are declared state - host and port are only recorded") {
+  DeployConfig c = parse_ok(
+      "http_options: {request_timeout_s: 1.5, keep_alive_timeout_s: 75}\napplications: []\n");
+  CHECK(c.state.http.request_timeout_s == 1.5);
+  CHECK(c.state.http.keep_alive_timeout_s == 75.0);
+  CHECK(c.http == HttpOptions{});
+  CHECK_FALSE(config::ignored_http_fields(c.http).has_value());
+  CHECK(to_yaml(c) ==
+        "http_options: {request_timeout_s: 1.5, keep_alive_timeout_s: 75}\napplications: []\n");
+
+  // Given means written, even with the value a node may well use: the file
+  // cannot know where each node's proxy listens.
+  c = parse_ok("http_options: {port: 8000}\napplications: []\n");
+  CHECK(c.http.port == 8000);
+  CHECK_FALSE(c.http.host.has_value());
+  CHECK(c.state.http == controller::HttpSettings{});
+  CHECK(config::ignored_http_fields(c.http) ==
+        "http_options: port is ignored: each node's proxy listens where troupe-node --bind and "
+        "--http-port say");
+  c = parse_ok("http_options: {host: 0.0.0.0}\napplications: []\n");
+  CHECK(config::ignored_http_fields(c.http) ==
+        "http_options: host is ignored: each node's proxy listens where troupe-node --bind and "
+        "--http-port say");
+  c = parse_ok(
+      "http_options: {host: 127.0.0.1, port: 9000, keep_alive_timeout_s: null}\n"
+      "applications: []\n");
+  CHECK_FALSE(c.state.http.keep_alive_timeout_s.has_value());
+  CHECK(config::ignored_http_fields(c.http) ==
+        "http_options: host and port are ignored: each node's proxy listens where troupe-node "
+        "--bind and --http-port say");
+  CHECK(error_of("http_options: {keep_alive_timeout_s: 0}\napplications: []\n") ==
+        "deploy.yaml:1:38: keep_alive_timeout_s: 0 must be > 0");
 }
 
 TEST_CASE("config: an empty autoscaling_config is Ray Serve's default autoscaling") {
@@ -261,7 +299,7 @@ TEST_CASE("config: null means absent for optional fields") {
                   "        args:\n"
                   "        autoscaling_config: null\n"
                   "        num_replicas: 2\n"));
-  CHECK_FALSE(c.http.request_timeout_s.has_value());
+  CHECK_FALSE(c.state.http.request_timeout_s.has_value());
   CHECK_FALSE(c.state.target_capacity.has_value());
   const DeploymentSpec& d = only_app(c).deployments[0];
   CHECK(d.config.user_config == "");
@@ -566,8 +604,8 @@ applications:
 
 TEST_CASE("config: round trip of a state built in code") {
   DeployConfig c;
-  c.http.request_timeout_s = 1.0 / 3;
-  c.http.keep_alive_timeout_s = 0.1 + 0.2;  // not a short decimal
+  c.state.http.request_timeout_s = 1.0 / 3;
+  c.state.http.keep_alive_timeout_s = 0.1 + 0.2;  // not a short decimal
   c.state.target_capacity = 0.0;
   ApplicationSpec app;
   app.name = "calc";

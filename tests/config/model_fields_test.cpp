@@ -50,6 +50,11 @@ auto fields(const ApplicationSpec& x) {
   return std::tie(f0, f1, f2, f3, f4, f5);
 }
 
+auto fields(const HttpSettings& x) {
+  const auto& [f0, f1] = x;
+  return std::tie(f0, f1);
+}
+
 template <class T>
 constexpr size_t field_count() {
   return std::tuple_size_v<decltype(fields(std::declval<const T&>()))>;
@@ -309,4 +314,24 @@ TEST_CASE("config fields: the config file carries every field") {
     check_config_round_trip(c);
   }
   check_config_round_trip(as_config(every_field(true)));
+}
+
+TEST_CASE("config fields: every http setting is seen by operator== - the codec - the config file") {
+  const std::vector<Mutation<HttpSettings>> mutations = {
+      {"request_timeout_s", [](auto& x) { x.request_timeout_s = 2.5; }},
+      {"keep_alive_timeout_s", [](auto& x) { x.keep_alive_timeout_s = 75; }},
+  };
+  check_mutations_cover_every_field(mutations, HttpSettings{});
+  for (const auto& m : mutations) {
+    CAPTURE(m.field);
+    TargetState state;
+    m.apply(state.http);
+    CHECK(state != TargetState{});
+    auto decoded = decode_target_state(encode_target_state(state));
+    REQUIRE(decoded.has_value());
+    CHECK(*decoded == state);
+    config::DeployConfig c;
+    c.state = state;
+    check_config_round_trip(c);
+  }
 }

@@ -330,6 +330,8 @@ TEST_CASE("logic: after a restart registrations are collected until every known 
   TargetState saved;
   saved.generation = 4;
   saved.applications["a"] = make_app("a", "/a", {make_deployment("D", 1)});
+  saved.http.request_timeout_s = 1.5;
+  saved.http.keep_alive_timeout_s = 7;
   std::static_pointer_cast<MemoryStore>(f.store)->saved = saved;
   CHECK(f.start());
   CHECK(f.logic->recovering());
@@ -360,6 +362,14 @@ TEST_CASE("logic: after a restart registrations are collected until every known 
   CHECK(runs[0].first.replica_id == "a#D#old-1");
   CHECK(runs[0].second.action == CommandAction::query_version);
   CHECK(runs[0].second.replica == h.handle);
+  // The checkpoint's http settings are in force again: the proxy that
+  // subscribed while the controller recovered gets them with the first push.
+  CHECK(f.logic->request_timeout_s() == 1.5);
+  auto pushes = f.logic->due_pushes();
+  REQUIRE(pushes.size() == 1);
+  CHECK(pushes[0].second.full);
+  CHECK(pushes[0].second.request_timeout_s == 1.5);
+  CHECK(pushes[0].second.keep_alive_timeout_s == 7);
 }
 
 TEST_CASE("logic: the recovery window ends the recovery when a node does not come back") {
@@ -403,7 +413,7 @@ TEST_CASE("logic: silent nodes turn DEAD on the tick") {
   CHECK(f.node_state("n1") == "DEAD");
 }
 
-TEST_CASE("logic: subscribers get what changed - and all of it after a new request timeout") {
+TEST_CASE("logic: subscribers get what changed - and all of it after new http settings") {
   Fixture f;
   f.start();
   std::string id;
@@ -418,23 +428,36 @@ TEST_CASE("logic: subscribers get what changed - and all of it after a new reque
   REQUIRE(pushes[0].second.deployments.size() == 1);
   REQUIRE(pushes[0].second.deployments[0].replicas.size() == 1);
   CHECK(pushes[0].second.request_timeout_s == 0);
+  CHECK(pushes[0].second.keep_alive_timeout_s == 0);
   CHECK(f.logic->due_pushes().empty());  // current
 
-  // The same config with a request timeout: nothing changed for the core,
-  // but every proxy must learn the timeout.
-  auto same = encode_target_state(f.logic->core().target_state());
-  auto json = f.logic->apply(same, 30, Credential{});
+  // The same applications with http settings: a new generation of the
+  // target state (written ahead, so a restart keeps them), the same routes;
+  // every proxy must learn the timeouts.
+  TargetState declared = f.logic->core().target_state();
+  declared.http.request_timeout_s = 30;
+  declared.http.keep_alive_timeout_s = 75;
+  auto json = f.logic->apply(encode_target_state(declared), Credential{});
   REQUIRE_MESSAGE(json, json.status().to_string());
-  CHECK(nlohmann::json::parse(*json)["changed"] == false);
+  CHECK(nlohmann::json::parse(*json)["changed"] == true);
+  CHECK(f.logic->core().target_state().http == declared.http);
+  CHECK(f.logic->request_timeout_s() == 30);
   pushes = f.logic->due_pushes();
   REQUIRE(pushes.size() == 1);
   CHECK(pushes[0].second.full);
   CHECK(pushes[0].second.request_timeout_s == 30);
+  CHECK(pushes[0].second.keep_alive_timeout_s == 75);
+  CHECK(f.logic->due_pushes().empty());
+  // Declaring them again changes nothing.
+  json = f.logic->apply(encode_target_state(declared), Credential{});
+  REQUIRE_MESSAGE(json, json.status().to_string());
+  CHECK(nlohmann::json::parse(*json)["changed"] == false);
   CHECK(f.logic->due_pushes().empty());
   // A pull of an older id gets what changed since.
   auto pulled = f.logic->snapshot(0, 0);
   REQUIRE(pulled);
   CHECK(pulled->request_timeout_s == 30);
+  CHECK(pulled->keep_alive_timeout_s == 75);
   CHECK(f.logic->subscribe(ProxyActor{}, SnapshotId{}, "n1") == false);
 }
 

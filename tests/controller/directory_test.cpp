@@ -234,20 +234,23 @@ TEST_CASE("directory: subscribers keep their key when they subscribe again") {
   CHECK(k3 != k2);
 }
 
-TEST_CASE("directory: a new request timeout makes every subscriber due for a full push") {
+TEST_CASE("directory: new http settings make every subscriber due for a full push") {
   Fixture f;
   auto k1 = f.dir.add_subscriber(f.handle(), SnapshotId{5, 3});
   auto k2 = f.dir.add_subscriber(f.handle(), SnapshotId{5, 2});
-  CHECK(f.dir.request_timeout_s() == 0);
-  f.dir.set_request_timeout(0);  // unchanged: nothing to push
+  f.dir.set_http(HttpSettings{});  // unchanged: nothing to push
   CHECK(f.dir.subscribers().at(k1).last == SnapshotId{5, 3});
-  f.dir.set_request_timeout(30);
-  CHECK(f.dir.request_timeout_s() == 30);
+  HttpSettings http;
+  http.request_timeout_s = 30;
+  f.dir.set_http(http);
   CHECK(f.dir.subscribers().at(k1).last == SnapshotId{});
   CHECK(f.dir.subscribers().at(k2).last == SnapshotId{});
   f.dir.mark_sent(k1, SnapshotId{5, 4});
-  f.dir.set_request_timeout(30);
+  f.dir.set_http(http);
   CHECK(f.dir.subscribers().at(k1).last == SnapshotId{5, 4});
+  http.keep_alive_timeout_s = 75;  // the keep-alive timeout alone is a change too
+  f.dir.set_http(http);
+  CHECK(f.dir.subscribers().at(k1).last == SnapshotId{});
 }
 
 TEST_CASE("directory: a registering node's hosted replicas are remembered and adopted") {

@@ -119,11 +119,14 @@ TEST_CASE("snapshot: routes - deployments with their queue limit - removed and D
   m.register_node(rec, 0.0);
   m.check(10.0);  // no heartbeat: DEAD
   // No actor for the replica yet: it is left out.
-  auto out = render_snapshot(*delta, h.core->target_state(), m, 2.5, {});
+  TargetState target = h.core->target_state();
+  target.http.request_timeout_s = 2.5;
+  auto out = render_snapshot(*delta, target, m, {});
   CHECK(out.epoch == delta->id.epoch);
   CHECK(out.seq == delta->id.seq);
   CHECK(out.full);
   CHECK(out.request_timeout_s == 2.5);
+  CHECK(out.keep_alive_timeout_s == 0);  // none declared: the node's own
   REQUIRE(out.routes.size() == 1);
   CHECK(out.routes[0].prefix == "/a");
   CHECK(out.routes[0].app == "a");
@@ -139,7 +142,7 @@ TEST_CASE("snapshot: routes - deployments with their queue limit - removed and D
   h.ticks(2);
   auto gone = h.core->changes_since(delta->id);
   REQUIRE(gone.has_value());
-  auto out2 = render_snapshot(*gone, h.core->target_state(), m, 0, {});
+  auto out2 = render_snapshot(*gone, h.core->target_state(), m, {});
   REQUIRE(out2.removed.size() == 1);
   CHECK(out2.removed[0] == std::make_pair(std::string("a"), std::string("D")));
 }

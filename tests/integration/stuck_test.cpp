@@ -79,7 +79,8 @@ TEST_CASE("twelve requests that never end - each gets 504 - the stuck replicas a
   config.stuck_after_s = 3;  // the default would be max(3 x 2 s, 30 s)
   controller::TargetState state;
   state.applications[app.name] = app;
-  auto applied = f.client->apply(state, /*request_timeout_s=*/2);
+  state.http.request_timeout_s = 2;
+  auto applied = f.client->apply(state);
   REQUIRE_MESSAGE(applied.has_value(), applied.status().message());
   REQUIRE(f.wait_healthy("sleep", "Sleep", 2));
   const auto first = replica_ids(f.deployment("sleep", "Sleep"));

@@ -26,7 +26,11 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
     ++files;
     CAPTURE(entry.path().string());
     const YAML::Node config = YAML::LoadFile(entry.path().string());
-    CHECK(config["http_options"]["port"].as<int>() == 8000);
+    // Every example declares a request timeout, and no host or port (which
+    // a deploy does not apply: troupectl would warn).
+    CHECK(config["http_options"]["request_timeout_s"].as<double>() == 30);
+    CHECK_FALSE(config["http_options"]["port"]);
+    CHECK_FALSE(config["http_options"]["host"]);
     const YAML::Node apps = config["applications"];
     REQUIRE(apps.size() == 1);
     const YAML::Node app = apps[0];

@@ -130,3 +130,16 @@ TEST_CASE("the app identifier is set so foreign CAF systems are refused") {
   auto ids = caf::get_or(s.cfg, "middleman.app-identifiers", std::vector<std::string>{});
   CHECK(ids == std::vector<std::string>{kAppIdentifier});
 }
+
+TEST_CASE("a routing snapshot carries the declared http timeouts") {
+  System s;
+  caf::actor_system sys{s.cfg};
+  RoutingSnapshot snap;
+  snap.epoch = 3;
+  snap.request_timeout_s = 1.5;
+  snap.keep_alive_timeout_s = 75;
+  auto back = round_trip(sys, snap);
+  CHECK(back.epoch == 3);
+  CHECK(back.request_timeout_s == 1.5);
+  CHECK(back.keep_alive_timeout_s == 75);
+}

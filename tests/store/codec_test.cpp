@@ -88,12 +88,20 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   }
   {
     const TargetState def;
-    const auto& [a0, a1, a2, a3] = state;
-    const auto& [d0, d1, d2, d3] = def;
+    const auto& [a0, a1, a2, a3, a4] = state;
+    const auto& [d0, d1, d2, d3, d4] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
     CHECK(a3 != d3);
+    CHECK(a4 != d4);
+  }
+  {
+    const HttpSettings def;
+    const auto& [a0, a1] = state.http;
+    const auto& [d0, d1] = def;
+    CHECK(a0 != d0);
+    CHECK(a1 != d1);
   }
   {
     const Resources def;
@@ -213,6 +221,24 @@ TEST_CASE("application and head records round-trip") {
   CHECK(head->state.applications.empty());
   CHECK(head->state.generation == state.generation);
   CHECK(head->state.target_capacity == state.target_capacity);
+  CHECK(head->state.http == state.http);
+}
+
+TEST_CASE("http settings round-trip - each alone - and absent reads as none") {
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    TargetState s;
+    if (i & 1)
+      s.http.request_timeout_s = 0.25;
+    if (i & 2)
+      s.http.keep_alive_timeout_s = 86400;
+    auto decoded = decode_target_state(encode_target_state(s));
+    REQUIRE_MESSAGE(decoded.has_value(), decoded.status().to_string());
+    CHECK(decoded->http == s.http);
+    auto head = decode_head(encode_head(s, 0));
+    REQUIRE_MESSAGE(head.has_value(), head.status().to_string());
+    CHECK(head->state.http == s.http);
+  }
 }
 
 TEST_CASE("every truncation of a valid encoding is corrupt - never a crash") {
@@ -274,7 +300,7 @@ TEST_CASE("a record of a newer format version is refused with a clear message") 
   auto r = decode_target_state(bytes);
   REQUIRE_FALSE(r.has_value());
   CHECK(r.status().code() == errc::version_mismatch);
-  CHECK(contains(r.status().message(), "format version 3, newer than the 2 this binary reads"));
+  CHECK(contains(r.status().message(), "format version 4, newer than the 3 this binary reads"));
 
   bytes[4] = 0;
   bytes[5] = 0;
@@ -290,15 +316,27 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
   auto plain = full_state().applications.at("search");
   REQUIRE(plain.traffic.empty());
   CHECK(version(encode_application(plain)) == 1);
-  CHECK(version(encode_head(full_state(), 3)) == 1);
   TargetState without;
   without.applications.emplace("search", plain);
   CHECK(version(encode_target_state(without)) == 1);
+  CHECK(version(encode_head(without, 1)) == 1);
   // A split (or only its key header): version 2, which a version-1 binary
   // refuses instead of sending every request to the ingress.
   auto split = full_state().applications.at("shop");
   CHECK(version(encode_application(split)) == 2);
-  CHECK(version(encode_target_state(full_state())) == 2);
+  without.applications.emplace("shop", split);
+  CHECK(version(encode_target_state(without)) == 2);
+  // Http settings (either one): version 3, which a version-2 binary refuses
+  // instead of running without the request timeout.
+  CHECK(version(encode_target_state(full_state())) == 3);
+  CHECK(version(encode_head(full_state(), 3)) == 3);
+  TargetState http;
+  http.http.keep_alive_timeout_s = 30;
+  CHECK(version(encode_target_state(http)) == 3);
+  CHECK(version(encode_head(http, 0)) == 3);
+  http.http = HttpSettings{};
+  http.http.request_timeout_s = 30;
+  CHECK(version(encode_head(http, 0)) == 3);
   split.traffic.clear();
   CHECK(version(encode_application(split)) == 2);
   // Both read back.

@@ -139,6 +139,10 @@ TEST_CASE("a target state written with the v0 schema decodes with defaults for n
   CHECK(d1.config.isolation == Isolation::process);
   CHECK(d1.config.memory_limit_bytes == 0u);
   CHECK_FALSE(decoded->target_capacity.has_value());
+  // A checkpoint from before http settings: no timeouts declared (each
+  // proxy uses its node's own).
+  CHECK_FALSE(decoded->http.request_timeout_s.has_value());
+  CHECK_FALSE(decoded->http.keep_alive_timeout_s.has_value());
 }
 
 TEST_CASE("a checkpoint database written by a v0 binary loads with the current store") {
@@ -174,9 +178,13 @@ TEST_CASE("a checkpoint database written by a v0 binary loads with the current s
   TargetState expected;
   expected.applications.emplace("shop", expected_app());
   CHECK(**loaded == expected);
+  CHECK((*loaded)->http == HttpSettings{});  // the head had none
 
-  // Saving with the current binary upgrades the records in place.
+  // Saving with the current binary upgrades the records in place; the head
+  // then carries the http settings.
   expected.generation = 2;
+  expected.http.request_timeout_s = 1;
+  expected.http.keep_alive_timeout_s = 90;
   REQUIRE((*store)->save(expected).is_ok());
   store->reset();
   auto reopened = RocksCheckpointStore::open(path);

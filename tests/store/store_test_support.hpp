@@ -86,6 +86,8 @@ inline TargetState full_state() {
   TargetState s;
   s.generation = 0x1234567890abcdefULL;
   s.target_capacity = 62.5;
+  s.http.request_timeout_s = 12.5;
+  s.http.keep_alive_timeout_s = 75;
   s.autoscaled_replicas["shop"] = {{"cart", 7}, {"frontend", 0}};
   s.autoscaled_replicas["search"] = {{"index", 4294967295u}};
 

@@ -162,19 +162,17 @@ Status ControllerClient::kill_replica(const std::string& replica_id) {
 }
 
 Result<std::string> ControllerClient::apply(const controller::TargetState& state,
-                                            double request_timeout_s,
                                             std::optional<uint64_t> if_generation) {
   auto encoded = controller::encode_target_state(state);
   if (if_generation) {
     const std::string generation = std::to_string(*if_generation);
     return ask<std::string>(
         *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
-        apply_atom::value, encoded, request_timeout_s, *if_generation,
-        sign(Operation::deploy, {encoded, generation}));
+        apply_atom::value, encoded, *if_generation, sign(Operation::deploy, {encoded, generation}));
   }
   return ask<std::string>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
-      apply_atom::value, encoded, request_timeout_s, sign(Operation::deploy, {encoded}));
+      apply_atom::value, encoded, sign(Operation::deploy, {encoded}));
 }
 
 Result<controller::TargetState> ControllerClient::config() {

@@ -37,11 +37,12 @@ class ControllerClient {
   };
   Result<DeployReply> deploy(const controller::ApplicationSpec& app);
   Status delete_application(const std::string& app);
-  // Declarative deploy of a whole TargetState; the answer is the
-  // controller's JSON summary ({"changed", "generation", "applications"}).
+  // Declarative deploy of a whole TargetState (its http settings too: they
+  // are signed with it); the answer is the controller's JSON summary
+  // ({"changed", "generation", "applications"}).
   // With `if_generation`, refused (errc::conflict, naming the current
   // generation) unless the target state is at exactly that generation.
-  Result<std::string> apply(const controller::TargetState& state, double request_timeout_s,
+  Result<std::string> apply(const controller::TargetState& state,
                             std::optional<uint64_t> if_generation = std::nullopt);
   // Sets one deployment's num_replicas (not an autoscaled one).
   Result<DeployReply> scale(const std::string& app, const std::string& deployment,

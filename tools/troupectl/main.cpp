@@ -348,6 +348,9 @@ int main(int argc, char** argv) {
     if (!loaded)
       return fail(1, loaded.status().message());
     declared = std::move(loaded.value());
+    // Not an error: the rest of the file deploys as it would without them.
+    if (auto ignored = config::ignored_http_fields(declared->http))
+      std::fprintf(stderr, "troupectl: warning: %s\n", ignored->c_str());
   }
   std::optional<ctl::DeploymentRef> delete_ref;
   if (*delete_cmd && delete_app.find('/') != std::string::npos) {
@@ -428,8 +431,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*deploy_cmd) {
-    auto result = client->apply(declared->state, declared->http.request_timeout_s.value_or(0.0),
-                                if_generation);
+    auto result = client->apply(declared->state, if_generation);
     if (!result)
       return fail(1, result.status().message());
     auto summary = json::parse(*result);
