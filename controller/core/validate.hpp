@@ -22,8 +22,8 @@ constexpr double kTrafficSumTolerance = 1e-8;
 Status validate(const ApplicationSpec& app);
 
 // Checks every application plus the cross-application rules: unique route
-// prefixes, target_capacity in [0, 100]; a traffic split naming a deployment
-// of another application says so.
+// prefixes, target_capacity in [0, 100]; a traffic split or shadow naming a
+// deployment of another application says so.
 Status validate(const TargetState& state);
 
 // True when `name` can name an application or deployment: non-empty, at most

@@ -45,7 +45,9 @@ inline constexpr char kCheckpointMagic[4] = {'T', 'R', 'C', 'P'};
 //   2  an application with a traffic split (ApplicationSpec::traffic or
 //      traffic_key_header): version 1 binaries would drop the split and send
 //      every request to the ingress
-inline constexpr uint16_t kFormatVersion = 2;
+//   3  an application with shadow traffic (ApplicationSpec::shadow):
+//      version 2 binaries would drop it and silently stop the copies
+inline constexpr uint16_t kFormatVersion = 3;
 inline constexpr size_t kEnvelopeSize = 8;
 
 enum class RecordKind : uint8_t {
