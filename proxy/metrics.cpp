@@ -124,7 +124,7 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
   out +=
       "# HELP troupe_proxy_shadow_requests_total Shadow copies of requests, by application, "
       "shadow deployment and outcome: the status code of the copy's answer (discarded), or "
-      "dropped (the shadow had no free slot).\n";
+      "dropped (the shadow had no free slot, or its replica refused it).\n";
   out += "# TYPE troupe_proxy_shadow_requests_total counter\n";
   for (const auto& [key, n] : shadow_) {
     const auto& [app, deployment, outcome] = key;
