@@ -184,6 +184,8 @@ TEST_CASE(
   CHECK(deleted.err.find("is a shadow of the application") != std::string::npos);
   CHECK(t.status()["applications"]["greet"]["shadow"] == json({{"Mirror", 0.5}}));
 
+  MESSAGE("before: copies to the mirror answered ", t.shadow_metric("greet", "Mirror", "200"),
+          ", dropped ", t.shadow_metric("greet", "Mirror", "dropped"));
   // 1,000 requests: every answer from Hello, about half copied to Mirror.
   const int n = 1000;
   int from_hello = 0;
@@ -200,9 +202,10 @@ TEST_CASE(
           " requests");
   CHECK(answered + dropped >= n / 2 - n / 20);  // 50 % +- 5 %
   CHECK(answered + dropped <= n / 2 + n / 20);
-  // The mirror is fast and alone with the copies: it is rarely full (a copy
-  // it refuses because its previous answer was sent, but its thread not yet
-  // free, counts as dropped).
+  // The mirror is fast and alone with the copies: it is rarely full. (On a
+  // loaded machine its process may fall behind the primary's for a moment;
+  // then the copies beyond its 5 slots are dropped, as they should be. Seen:
+  // 0 to 69 of about 500.)
   CHECK(dropped <= n / 5);
 
   // What the mirror itself observed: give it the traffic (the shadow goes,
