@@ -58,9 +58,9 @@ namespace {
 const std::vector<std::string> kTopFields = {"http_options", "target_capacity", "applications"};
 const std::vector<std::string> kHttpFields = {"host", "port", "request_timeout_s",
                                               "keep_alive_timeout_s"};
-const std::vector<std::string> kAppFields = {"name",    "route_prefix",       "import_path",
-                                             "args",    "traffic",            "traffic_key_header",
-                                             "deployments"};
+const std::vector<std::string> kAppFields = {"name",   "route_prefix", "import_path",
+                                             "args",   "traffic",      "traffic_key_header",
+                                             "shadow", "deployments"};
 const std::vector<std::string> kDeploymentFields = {"name",
                                                     "import_path",
                                                     "args",
@@ -375,6 +375,7 @@ class Parser {
   bool isolation(const Field& f, Isolation& out);
   bool memory_limit(const Field& f, uint64_t& out);
   bool traffic(const Field& f, const ApplicationSpec& app, std::map<std::string, double>& out);
+  bool shadow(const Field& f, const ApplicationSpec& app, std::map<std::string, double>& out);
 
   std::string file_;
   Status error_;
@@ -984,6 +985,47 @@ bool Parser::traffic(const Field& f, const ApplicationSpec& app,
   return true;
 }
 
+// After the deployments: every name must be one of them, each probability in
+// [0, 1]. That a shadow receives no real traffic is the controller's rule
+// (controller::validate, run on the whole config at the end).
+bool Parser::shadow(const Field& f, const ApplicationSpec& app,
+                    std::map<std::string, double>& out) {
+  const std::string self = "shadow of application " + in_quotes(app.name);
+  if (!f.value.IsMap()) {
+    return fail(mark_of(f), self +
+                                ": expected a mapping of deployment names to probabilities "
+                                "like {Mirror: 0.5}, got " +
+                                describe(f.value));
+  }
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& entry : f.value) {
+    const YAML::Node& key = entry.first;
+    if (!key.IsScalar())
+      return fail(key.Mark(), self + ": expected deployment names as keys, got " + describe(key));
+    const std::string name = key.Scalar();
+    auto [it, inserted] = seen.emplace(name, key.Mark());
+    if (!inserted) {
+      return fail(key.Mark(), self + ": duplicate deployment " + in_quotes(name) + " (first at " +
+                                  position_text(it->second) + ")");
+    }
+    bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
+                             [&](const DeploymentSpec& d) { return d.name == name; });
+    if (!known) {
+      std::string names;
+      for (const auto& d : app.deployments)
+        names += (names.empty() ? "" : ", ") + d.name;
+      return fail(key.Mark(), self + ": " + in_quotes(name) +
+                                  " is not a deployment of the application (it has " + names + ")");
+    }
+    double p = 0;
+    if (!get_number(Field{key, entry.second}, "shadow: " + name, "a probability from 0 to 1",
+                    Bounds{0, true, 1}, p))
+      return false;
+    out[name] = p;
+  }
+  return true;
+}
+
 bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& out) {
   const std::string position = "applications[" + std::to_string(index) + "]";
   if (!node.IsMap())
@@ -1077,6 +1119,10 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
       return fail(mark_of(*f), "traffic_key_header of " + self +
                                    " needs a traffic split (give 'traffic' too)");
     }
+  }
+  if (const Field* f = fields.given("shadow")) {
+    if (!shadow(*f, out, out.shadow))
+      return false;
   }
   return true;
 }
@@ -1391,6 +1437,15 @@ void emit_application(YAML::Emitter& out, const ApplicationSpec& app) {
   if (!app.traffic_key_header.empty()) {
     out << YAML::Key << "traffic_key_header" << YAML::Value;
     emit_string(out, app.traffic_key_header);
+  }
+  if (!app.shadow.empty()) {
+    out << YAML::Key << "shadow" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [name, probability] : app.shadow) {
+      out << YAML::Key;
+      emit_string(out, name);
+      out << YAML::Value << format_double(probability);
+    }
+    out << YAML::EndMap;
   }
   out << YAML::Key << "deployments" << YAML::Value << YAML::BeginSeq;
   for (const auto& d : app.deployments)

@@ -28,6 +28,12 @@ json routes_json(const Router& router) {
       if (!r.split_key_header.empty())
         route["traffic_key_header"] = r.split_key_header;
     }
+    if (!r.shadow.empty()) {
+      json shadow = json::object();
+      for (const auto& t : r.shadow)
+        shadow[t.route->deployment] = t.probability;
+      route["shadow"] = std::move(shadow);
+    }
     routes.push_back(std::move(route));
   }
   json deployments = json::array();

@@ -40,6 +40,10 @@ std::string_view path_of(Call& c) {
 }
 
 void finish(const CallPtr& c, Response&& r) {
+  if (c->shadow) {
+    end_shadow(c, std::to_string(r.result_int()));
+    return;
+  }
   if (c->done)
     return;
   c->done = true;
@@ -137,6 +141,11 @@ void crashed(const CallPtr& c, const std::string& why) {
 // the connection to the controller's node) it is not the request's fault:
 // at most max_attempts replicas in all, then 503. The counts: Attempts.
 void retry(const CallPtr& c, const std::string& why, bool crash) {
+  if (c->shadow) {
+    // A copy is never sent twice: lost with its replica, it ends as 502.
+    finish(c, json_error(http::status::bad_gateway, why, c->request.request_id));
+    return;
+  }
   auto* core = c->worker->core;
   if (c->slot)
     c->tried.push_back(c->slot->replica_id);
@@ -166,6 +175,12 @@ void retry(const CallPtr& c, const std::string& why, bool crash) {
 // request waits 1, 2, 4 ... 50 ms before it is placed again (until the
 // request timeout, or Attempts::kMaxRefusals refusals: 503).
 void refused(const CallPtr& c, const std::string& why) {
+  if (c->shadow) {
+    // Its replica is full (other proxies' requests): the copy is dropped,
+    // never placed again.
+    end_shadow(c, "dropped");
+    return;
+  }
   auto* core = c->worker->core;
   auto next = c->attempts.refused();
   if (next.kind == Attempts::Refusal::give_up) {

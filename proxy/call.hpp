@@ -69,6 +69,9 @@ struct Call : std::enable_shared_from_this<Call> {
   uint64_t ticket = 0;
   bool queued = false;
   bool done = false;
+  // A shadow copy (shadow.cpp): its answer is counted and discarded; it is
+  // never queued, retried or placed again.
+  bool shadow = false;
 };
 using CallPtr = std::shared_ptr<Call>;
 
@@ -143,5 +146,21 @@ std::string_view path_of(Call& c);
 // has none (or a broken one), the request does not fit in a frame or the
 // channel is full: then it goes over CAF.
 bool send_channel(const CallPtr& c);
+
+// --- shadow traffic (shadow.cpp) ------------------------------------------------
+
+// After a request to an application (`route`: its route, which the table
+// keeps alive) was started: copies of `request` to the shadows pick_shadows()
+// draws, each placed only on a free slot (Router::admit_if_free) and sent at
+// once, else dropped and counted. Never delays or changes the request itself;
+// runs on the worker's io thread. `timeout_s`: the copies' deadline, like the
+// request's (0: none).
+void send_shadows(Worker* w, const Route& route, const std::shared_ptr<const RouteTable>& table,
+                  const HttpRequest& request, double timeout_s);
+
+// A shadow copy ends (once; later calls do nothing): counted under `outcome`
+// (a status code as text, or "dropped"), its answer discarded. Like finish(),
+// it does not release the slot.
+void end_shadow(const CallPtr& c, const std::string& outcome);
 
 }  // namespace troupe::proxy

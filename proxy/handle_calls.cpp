@@ -87,8 +87,12 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
       // A call to the application's ingress follows its traffic split, like
       // an HTTP request to the application.
       auto table = router.routes();
-      if (const Route* r = table->find_app(app); r && r->deployment == deployment &&
-                                                  !r->split.empty()) {
+      // The application's route when the call is to its ingress: its split
+      // and its shadows apply.
+      const Route* app_route = table->find_app(app);
+      if (app_route && app_route->deployment != deployment)
+        app_route = nullptr;
+      if (const Route* r = app_route; r && !r->split.empty()) {
         const std::string* key = nullptr;
         if (!r->split_key_header.empty()) {
           for (const auto& [name, value] : request.headers) {
@@ -100,7 +104,7 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
         }
         c->route = &pick_target(*r, key ? key_point(*key)
                                         : SplitRandom::thread_local_instance().next());
-        c->routes = std::move(table);
+        c->routes = table;
       }
       c->worker = w;
       c->start = start;
@@ -123,7 +127,10 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
         finish(c, std::move(r));
         return;
       }
-      start_call(c, w, start, timeout_s > 0 ? timeout_s : request_timeout_s());
+      double deadline_s = timeout_s > 0 ? timeout_s : request_timeout_s();
+      start_call(c, w, start, deadline_s);
+      if (app_route && !app_route->shadow.empty())
+        send_shadows(w, *app_route, table, c->request, deadline_s);
     });
   }
 }

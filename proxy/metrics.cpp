@@ -60,6 +60,19 @@ uint64_t Metrics::crashes(const std::string& app) const {
   return it == crashed_.end() ? 0 : it->second;
 }
 
+void Metrics::shadow(const std::string& app, const std::string& deployment,
+                     const std::string& outcome) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++shadow_[{app, deployment, outcome}];
+}
+
+uint64_t Metrics::shadow_count(const std::string& app, const std::string& deployment,
+                               const std::string& outcome) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = shadow_.find({app, deployment, outcome});
+  return it == shadow_.end() ? 0 : it->second;
+}
+
 uint64_t Metrics::count(const std::string& app, int status) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = requests_.find({app, status});
@@ -107,6 +120,17 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
   for (const auto& [app, n] : crashed_) {
     out += "troupe_proxy_requests_crashed_total{application=\"" + escape(app) + "\"} " +
            std::to_string(n) + "\n";
+  }
+  out +=
+      "# HELP troupe_proxy_shadow_requests_total Shadow copies of requests, by application, "
+      "shadow deployment and outcome: the status code of the copy's answer (discarded), or "
+      "dropped (the shadow had no free slot, or its replica refused it).\n";
+  out += "# TYPE troupe_proxy_shadow_requests_total counter\n";
+  for (const auto& [key, n] : shadow_) {
+    const auto& [app, deployment, outcome] = key;
+    out += "troupe_proxy_shadow_requests_total{application=\"" + escape(app) + "\",deployment=\"" +
+           escape(deployment) + "\",outcome=\"" + escape(outcome) + "\"} " + std::to_string(n) +
+           "\n";
   }
   out +=
       "# HELP troupe_proxy_replica_sends_total Requests sent to replicas (retries included), by "

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,14 @@ class Metrics {
   uint64_t sent_over(bool channel) const {
     return (channel ? sent_channel_ : sent_caf_).load(std::memory_order_relaxed);
   }
+  // A shadow copy of a request to `app` for its shadow `deployment`, once it
+  // ends: `outcome` is the status code of its answer ("200", or the proxy's
+  // own "502"/"504" when it failed or timed out) or "dropped" (not sent: the
+  // shadow had no free slot; or refused by its replica). See shadow.hpp.
+  void shadow(const std::string& app, const std::string& deployment, const std::string& outcome);
+  // Copies counted by shadow(); for tests.
+  uint64_t shadow_count(const std::string& app, const std::string& deployment,
+                        const std::string& outcome) const;
   void request_started() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
   void request_finished() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
@@ -61,6 +70,8 @@ class Metrics {
   std::map<std::string, Histogram> latency_;
   std::map<std::string, uint64_t> retries_;
   std::map<std::string, uint64_t> crashed_;
+  // (application, deployment, outcome) of shadow copies.
+  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> shadow_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> sent_channel_{0};
   std::atomic<uint64_t> sent_caf_{0};

@@ -115,6 +115,10 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   hr.body = std::move(req.body());
   hr.request_id = std::move(id);
   start_call(c, w, start, timeout_s);
+  // Copies to the application's shadows, after the request itself is on its
+  // way (its request stays intact in the call for retries).
+  if (!match.route->shadow.empty())
+    send_shadows(w, *match.route, c->routes, c->request, timeout_s);
 }
 
 Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions options) {

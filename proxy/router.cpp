@@ -19,6 +19,13 @@ RouteTable::RouteTable(std::vector<Route> routes) : by_prefix_(std::move(routes)
       target->split.clear();
       t.route = std::move(target);
     }
+    for (auto& t : r.shadow) {
+      auto target = std::make_shared<Route>(*t.route);
+      target->key = deployment_key(target->app, target->deployment);
+      target->split.clear();
+      target->shadow.clear();
+      t.route = std::move(target);
+    }
   }
   std::sort(by_prefix_.begin(), by_prefix_.end(),
             [](const Route& a, const Route& b) { return a.prefix < b.prefix; });
@@ -87,6 +94,18 @@ double key_point(std::string_view key) {
   h *= 0x94d049bb133111ebULL;
   h ^= h >> 31;
   return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+// --- shadow traffic ------------------------------------------------------------
+
+std::vector<const Route*> pick_shadows(const Route& route, SplitRandom& random) {
+  std::vector<const Route*> out;
+  for (const auto& t : route.shadow) {
+    // next() is in [0, 1): probability 0 never copies, 1 always does.
+    if (random.next() < t.probability)
+      out.push_back(t.route.get());
+  }
+  return out;
 }
 
 SplitRandom::SplitRandom(uint64_t seed) : state_(seed ? seed : 0x9e3779b97f4a7c15ULL) {}
@@ -343,6 +362,10 @@ Router::Applied Router::apply(const RoutingSnapshot& snap) {
       }
       if (!route.split.empty())
         route.split.back().upto = 1.0;
+      for (const auto& [deployment, probability] : r.shadow) {
+        route.shadow.push_back(
+            {probability, std::make_shared<Route>(Route{r.prefix, r.app, deployment, {}, {}, {}})});
+      }
       routes.push_back(std::move(route));
     }
     routes_ = std::make_shared<RouteTable>(std::move(routes));
@@ -418,6 +441,27 @@ Router::Admission Router::admit(const std::string& key, const std::vector<std::s
   out.queued = d->queue.size();
   out.no_replicas = std::none_of(d->replicas.begin(), d->replicas.end(),
                                  [](const SlotPtr& s) { return !s->dead; });
+  return out;
+}
+
+Router::Admission Router::admit_if_free(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Admission out;
+  auto* d = find(key);
+  if (!d) {
+    out.kind = Admit::no_deployment;
+    return out;
+  }
+  if (d->queue.empty()) {
+    if (auto slot = choose(*d, {})) {
+      ++slot->in_flight;
+      out.kind = Admit::assigned;
+      out.slot = std::move(slot);
+      return out;
+    }
+  }
+  out.kind = Admit::queue_full;
+  out.queued = d->queue.size();
   return out;
 }
 

@@ -45,6 +45,13 @@ struct SplitTarget {
   std::shared_ptr<const Route> route;  // prefix and app of its parent
 };
 
+// One shadow deployment of an application: each request to the application
+// also goes, with `probability`, as a copy to `route` (answer discarded).
+struct ShadowTarget {
+  double probability = 0;
+  std::shared_ptr<const Route> route;  // prefix and app of its parent
+};
+
 // One route of the table.
 struct Route {
   std::string prefix;
@@ -57,6 +64,9 @@ struct Route {
   std::vector<SplitTarget> split = {};
   // With a split: the header whose value picks the target; "": random.
   std::string split_key_header = {};
+  // The application's shadow deployments (RouteEntry::shadow), by name.
+  // Empty: no copies.
+  std::vector<ShadowTarget> shadow = {};
 };
 
 // Where a request on `route` goes: `route` itself without a split, else the
@@ -82,6 +92,12 @@ class SplitRandom {
  private:
   uint64_t state_;
 };
+
+// The shadows of `route` that get a copy of one request: each one
+// independently, with its probability (one draw of `random` per shadow, so
+// a seeded generator gives the same picks). Empty (no allocation) when the
+// route has no shadow or none was picked.
+std::vector<const Route*> pick_shadows(const Route& route, SplitRandom& random);
 
 // An immutable route table; longest prefix wins. A prefix matches a path when
 // it is equal to it, or is followed in the path by '/' (so "/echo" matches
@@ -215,6 +231,12 @@ class Router {
   // `exclude`: replica ids already tried by this request; they are chosen only
   // when no other replica has room. Does not call `waiter` synchronously.
   Admission admit(const std::string& key, const std::vector<std::string>& exclude, Waiter waiter);
+  // A shadow copy's placement: a slot only when a replica has room now and
+  // no request waits (assigned); never queued (queue_full: the copy is
+  // dropped). So the copies in flight on a deployment never exceed its
+  // replicas' max_ongoing_requests, and never take a slot a queued request
+  // of that deployment waits for.
+  Admission admit_if_free(const std::string& key);
 
   // Gives a slot back. Returns waiters to run (now admitted on a free slot).
   std::vector<std::function<void()>> release(const SlotPtr& slot, Outcome outcome);

@@ -242,12 +242,15 @@ struct RouteEntry {
   TrafficWeights traffic = {};
   // With a split: the header whose value picks the deployment; "": random.
   std::string traffic_key_header = {};
+  // Shadow traffic: (deployment, probability) pairs sorted by deployment;
+  // each gets a copy of a request with its probability. Empty: no copies.
+  TrafficWeights shadow = {};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteEntry& x) {
   return f(caf::meta::type_name("troupe.RouteEntry"), x.prefix, x.app, x.ingress, x.traffic,
-           x.traffic_key_header);
+           x.traffic_key_header, x.shadow);
 }
 
 struct ReplicaEndpoint {

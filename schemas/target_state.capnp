@@ -102,6 +102,12 @@ struct TrafficWeight @0xaf56687cb12b6b25 {
   weight @1 :Float64;
 }
 
+# One shadow deployment of an application: the probability of a copy.
+struct ShadowTarget @0xdda1a4c2bcb8a019 {
+  deployment @0 :Text;
+  probability @1 :Float64;
+}
+
 struct ApplicationSpec @0x8ac0080a07b65914 {
   name @0 :Text;
   routePrefix @1 :Text;
@@ -112,6 +118,10 @@ struct ApplicationSpec @0x8ac0080a07b65914 {
   # older binary would drop it and send every request to the ingress.
   traffic @4 :List(TrafficWeight);
   trafficKeyHeader @5 :Text;  # "": a random pick per request
+  # Shadow traffic, sorted by deployment name; empty: no copies. A record
+  # with shadows is written with format version 3 (codec.hpp): an older
+  # binary would drop them and silently stop the copies.
+  shadow @6 :List(ShadowTarget);
 }
 
 # One autoscaler decision (TargetState::autoscaled_replicas).

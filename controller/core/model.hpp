@@ -137,6 +137,15 @@ struct ApplicationSpec {
   // hash of it), so requests with the same value go to the same deployment
   // while the weights do not change. Empty: each request is picked at random.
   std::string traffic_key_header;
+  // Shadow traffic: each named deployment of this application also receives,
+  // with that probability (in [0, 1]) and independently of the others, a copy
+  // of each of the application's HTTP requests and handle calls to its
+  // ingress. The copy's answer is discarded: it never delays, fails or
+  // changes the client's answer, and it is dropped (and counted) when the
+  // shadow has no free slot. A shadow never receives real traffic: it is not
+  // the ingress of an application without a split, nor carries weight in
+  // `traffic` (validate.cpp). Empty: no copies.
+  std::map<std::string, double> shadow;
 
   friend bool operator==(const ApplicationSpec&, const ApplicationSpec&);
   friend bool operator!=(const ApplicationSpec& a, const ApplicationSpec& b) { return !(a == b); }

@@ -31,10 +31,14 @@ struct Route {
   // everything to the ingress.
   std::map<std::string, double> traffic = {};
   std::string traffic_key_header = {};
+  // The application's shadow deployments and their probabilities
+  // (ApplicationSpec::shadow); empty: no copies.
+  std::map<std::string, double> shadow = {};
 
   friend bool operator==(const Route& a, const Route& b) {
     return a.prefix == b.prefix && a.app == b.app && a.ingress == b.ingress &&
-           a.traffic == b.traffic && a.traffic_key_header == b.traffic_key_header;
+           a.traffic == b.traffic && a.traffic_key_header == b.traffic_key_header &&
+           a.shadow == b.shadow;
   }
 };
 

@@ -13,6 +13,22 @@ std::string app_path(const std::string& app) {
   return "applications[" + app + "]";
 }
 
+// A shadow deployment cannot be deleted alone: the application's shadow
+// field names it (errc::invalid_argument saying so).
+Status check_not_shadow(const std::string& app, const ApplicationSpec& spec,
+                        const std::string& deployment) {
+  auto s = spec.shadow.find(deployment);
+  if (s == spec.shadow.end())
+    return Status::ok();
+  std::ostringstream probability;
+  probability << s->second;
+  return Status(errc::invalid_argument,
+                app_path(app) + ".deployments[" + deployment + "]: \"" + deployment +
+                    "\" is a shadow of the application (" + app_path(app) + ".shadow[" +
+                    deployment + "] = " + probability.str() +
+                    ") and cannot be deleted; deploy the application without it in shadow first");
+}
+
 }  // namespace
 
 StateManager::StateManager(CheckpointStore& store, const Clock& clock, Random& rng,
@@ -405,6 +421,8 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
                   path + ": \"" + deployment +
                       "\" is the ingress and cannot be deleted alone (delete the application)");
   }
+  if (Status s = check_not_shadow(app, next_app, deployment); !s)
+    return s;
   if (auto w = next_app.traffic.find(deployment); w != next_app.traffic.end()) {
     if (w->second > 0) {
       std::ostringstream weight;
@@ -624,7 +642,7 @@ std::vector<Route> StateManager::current_routes() const {
     if (app.deleting)
       continue;
     routes.push_back({app.spec.route_prefix, name, app.spec.ingress, app.spec.traffic,
-                      app.spec.traffic_key_header});
+                      app.spec.traffic_key_header, app.spec.shadow});
   }
   std::sort(routes.begin(), routes.end(),
             [](const Route& a, const Route& b) { return a.prefix < b.prefix; });

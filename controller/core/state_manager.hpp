@@ -147,8 +147,9 @@ class StateManager {
   Status delete_application(const std::string& app);
   // The ingress deployment cannot be deleted on its own (delete the app),
   // nor one that carries traffic weight (errc::invalid_argument: move its
-  // weight first). A deployment named in the split with weight 0 leaves the
-  // split with it.
+  // weight first), nor a shadow of the application (errc::invalid_argument:
+  // deploy the application without it in `shadow` first). A deployment named
+  // in the split with weight 0 leaves the split with it.
   Status delete_deployment(const std::string& app, const std::string& deployment);
   // Percent in [0, 100]; nullopt means 100. See capacity_adjusted().
   Status set_target_capacity(std::optional<double> capacity);

@@ -194,6 +194,46 @@ void check_traffic(Problems& p, const std::string& path, const ApplicationSpec& 
   }
 }
 
+// Shadow traffic: probabilities in [0, 1], deployments of this application
+// that receive no real traffic (the rule: a deployment either serves the
+// application's requests or gets copies of them, never both, so that its
+// answers and metrics never mix the two).
+void check_shadow(Problems& p, const std::string& path, const ApplicationSpec& app,
+                  const TargetState* all) {
+  for (const auto& [name, probability] : app.shadow) {
+    const std::string spath = path + ".shadow[" + name + "]";
+    bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
+                             [&](const DeploymentSpec& d) { return d.name == name; });
+    if (!known) {
+      std::string other;
+      if (all) {
+        for (const auto& [key, a] : all->applications) {
+          for (const auto& d : a.deployments) {
+            if (key != app.name && d.name == name && other.empty())
+              other = key;
+          }
+        }
+      }
+      p.add(spath, quote(name),
+            "must name a deployment of application " + quote(app.name) +
+                (other.empty() ? std::string()
+                               : " (it is a deployment of application " + quote(other) + ")"));
+    }
+    if (!std::isfinite(probability) || probability < 0 || probability > 1)
+      p.add(spath, fmt(probability), "must be a probability from 0 to 1");
+    if (app.traffic.empty() && name == app.ingress) {
+      p.add(spath, quote(name),
+            "is the ingress, which receives the application's requests (there is no traffic "
+            "split); a shadow cannot also receive real traffic");
+    }
+    if (auto w = app.traffic.find(name); w != app.traffic.end() && w->second > 0) {
+      p.add(spath, quote(name),
+            "carries traffic (" + path + ".traffic[" + name + "] = " + fmt(w->second) +
+                "); a shadow cannot also receive real traffic");
+    }
+  }
+}
+
 void check_app(Problems& p, const ApplicationSpec& app, const TargetState* all = nullptr) {
   const std::string path = "applications[" + app.name + "]";
   if (!valid_name(app.name)) {
@@ -224,6 +264,7 @@ void check_app(Problems& p, const ApplicationSpec& app, const TargetState* all =
     p.add(path + ".ingress", quote(app.ingress), "must name one of the application's deployments");
   }
   check_traffic(p, path, app, all);
+  check_shadow(p, path, app, all);
 }
 
 }  // namespace

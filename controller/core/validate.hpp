@@ -23,7 +23,7 @@ Status validate(const ApplicationSpec& app);
 
 // Checks every application plus the cross-application rules: unique route
 // prefixes, target_capacity in [0, 100], http timeouts in (0, 86400] s; a
-// traffic split naming a deployment of another application says so.
+// traffic split or shadow naming a deployment of another application says so.
 Status validate(const TargetState& state);
 
 // True when `name` can name an application or deployment: non-empty, at most

@@ -46,6 +46,8 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
       a["traffic"] = app.traffic;
     if (!app.traffic_key_header.empty())
       a["traffic_key_header"] = app.traffic_key_header;
+    if (!app.shadow.empty())
+      a["shadow"] = app.shadow;
     if (auto s = core->application_status(name)) {
       a["status"] = to_string(s->status);
       a["message"] = s->message;
@@ -121,7 +123,9 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
   out.keep_alive_timeout_s = target.http.keep_alive_timeout_s.value_or(0);
   for (const auto& r : d.routes) {
     TrafficWeights traffic(r.traffic.begin(), r.traffic.end());
-    out.routes.push_back({r.prefix, r.app, r.ingress, std::move(traffic), r.traffic_key_header});
+    TrafficWeights shadow(r.shadow.begin(), r.shadow.end());
+    out.routes.push_back(
+        {r.prefix, r.app, r.ingress, std::move(traffic), r.traffic_key_header, std::move(shadow)});
   }
   for (const auto& dep : d.deployments) {
     DeploymentEndpoints e{dep.id.app, dep.id.name, {}, -1};

@@ -96,6 +96,16 @@ void write(const DeploymentSpec& in, schema::DeploymentSpec::Builder out) {
   write(in.config, out.initConfig());
 }
 
+void write_shadow(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
+  auto shadow = out.initShadow(static_cast<unsigned>(in.shadow.size()));
+  unsigned i = 0;
+  for (const auto& [deployment, probability] : in.shadow) {
+    shadow[i].setDeployment(text(deployment));
+    shadow[i].setProbability(probability);
+    ++i;
+  }
+}
+
 void write(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
   out.setName(text(in.name));
   out.setRoutePrefix(text(in.route_prefix));
@@ -112,10 +122,13 @@ void write(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
     ++t;
   }
   out.setTrafficKeyHeader(text(in.traffic_key_header));
+  write_shadow(in, out);
 }
 
 // The format version a record needs (see kFormatVersion).
 uint16_t version_for(const ApplicationSpec& app) {
+  if (!app.shadow.empty())
+    return 3;
   return app.traffic.empty() && app.traffic_key_header.empty() ? 1 : 2;
 }
 
@@ -287,6 +300,13 @@ ApplicationSpec read(schema::ApplicationSpec::Reader in) {
     }
   }
   out.traffic_key_header = str(in.getTrafficKeyHeader());
+  // Records older than version 3 have no shadow list: it reads as empty.
+  for (auto t : in.getShadow()) {
+    auto deployment = str(t.getDeployment());
+    if (!out.shadow.emplace(deployment, t.getProbability()).second) {
+      throw Malformed{"shadow names deployment '" + deployment + "' twice"};
+    }
+  }
   return out;
 }
 

@@ -45,9 +45,11 @@ inline constexpr char kCheckpointMagic[4] = {'T', 'R', 'C', 'P'};
 //   2  an application with a traffic split (ApplicationSpec::traffic or
 //      traffic_key_header): version 1 binaries would drop the split and send
 //      every request to the ingress
-//   3  a target state (or head) with http settings (TargetState::http):
+//   3  a target state (or head) with http settings (TargetState::http), or
+//      an application with shadow traffic (ApplicationSpec::shadow):
 //      version 2 binaries would drop the request timeout, so requests that
-//      end in 504 would wait forever, and write the state back without it
+//      end in 504 would wait forever, and write the state back without it;
+//      they would drop a shadow and silently stop the copies
 inline constexpr uint16_t kFormatVersion = 3;
 inline constexpr size_t kEnvelopeSize = 8;
 

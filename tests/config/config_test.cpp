@@ -758,7 +758,7 @@ TEST_CASE("config error: unknown field - with the nearest valid name") {
 TEST_CASE("config error: unknown field far from any valid one lists the valid ones") {
   CHECK(error_of("applications:\n  - name: a\n    runtime_env: {}\n") ==
         "deploy.yaml:3:5: unknown field 'runtime_env' in application 'a'; valid fields: name, "
-        "route_prefix, import_path, args, traffic, traffic_key_header, deployments");
+        "route_prefix, import_path, args, traffic, traffic_key_header, shadow, deployments");
 }
 
 namespace {
@@ -830,6 +830,57 @@ TEST_CASE("config error: every kind of bad traffic split - naming the field and 
   CHECK(error_of(split_app("    traffic: {Hello: 1}\n    traffic_key_header: \"X User\"\n")) ==
         "deploy.yaml:5:25: traffic_key_header 'X User' of application 'greet' must be an HTTP "
         "header name");
+}
+
+TEST_CASE("config: shadow traffic is read and printed back") {
+  auto r = parse_config(split_app("    shadow: {Canary: 0.5}\n"), kFile);
+  REQUIRE_MESSAGE(r.has_value(), r.status().to_string());
+  const auto& app = r->state.applications.at("greet");
+  CHECK(app.shadow == std::map<std::string, double>{{"Canary", 0.5}});
+  CHECK(app.traffic.empty());
+  const std::string yaml = to_yaml(*r);
+  CHECK(yaml.find("shadow: {Canary: 0.5}") != std::string::npos);
+  CHECK(parse_config(yaml, kFile).value() == *r);
+  // Beside a split, on a deployment without weight (here the ingress), and
+  // at the bounds.
+  auto both = parse_config(split_app("    traffic: {Canary: 1}\n    shadow: {Hello: 1}\n"), kFile);
+  REQUIRE_MESSAGE(both.has_value(), both.status().to_string());
+  CHECK(both->state.applications.at("greet").shadow == std::map<std::string, double>{{"Hello", 1}});
+  CHECK(parse_config(split_app("    shadow: {Canary: 0}\n"), kFile).has_value());
+  // Without: nothing printed.
+  auto plain = parse_config(split_app(""), kFile);
+  REQUIRE(plain.has_value());
+  CHECK(plain->state.applications.at("greet").shadow.empty());
+  CHECK(to_yaml(*plain).find("shadow") == std::string::npos);
+}
+
+TEST_CASE("config error: every kind of bad shadow - naming the field") {
+  CHECK(error_of(split_app("    shadow: {Canary: 1.5}\n")) ==
+        "deploy.yaml:4:22: shadow: Canary: 1.5 must be <= 1");
+  CHECK(error_of(split_app("    shadow: {Canary: -0.5}\n")) ==
+        "deploy.yaml:4:22: shadow: Canary: -0.5 must be >= 0");
+  CHECK(error_of(split_app("    shadow: {Canary: half}\n")) ==
+        "deploy.yaml:4:22: shadow: Canary: expected a probability from 0 to 1, got 'half'");
+  CHECK(error_of(split_app("    shadow: {Echo: 0.5}\n")) ==
+        "deploy.yaml:4:14: shadow of application 'greet': 'Echo' is not a deployment of the "
+        "application (it has Hello, Canary)");
+  CHECK(
+      error_of(split_app("    shadow: [Canary]\n"))
+          .find("deploy.yaml:4:13: shadow of application 'greet': expected a mapping of deployment "
+                "names to probabilities like {Mirror: 0.5}") == 0);
+  CHECK(error_of(split_app("    shadow: {Canary: 0.5, Canary: 0.5}\n")) ==
+        "deploy.yaml:4:27: shadow of application 'greet': duplicate deployment 'Canary' (first "
+        "at line 4, column 14)");
+  // The ingress without a split, and a deployment that carries weight:
+  // the controller's rules, checked on the whole file.
+  CHECK(error_of(split_app("    shadow: {Hello: 0.5}\n")) ==
+        "deploy.yaml: applications[greet].shadow[Hello]: \"Hello\" is the ingress, which "
+        "receives the application's requests (there is no traffic split); a shadow cannot also "
+        "receive real traffic");
+  CHECK(
+      error_of(split_app("    traffic: {Hello: 0.9, Canary: 0.1}\n    shadow: {Canary: 0.5}\n")) ==
+      "deploy.yaml: applications[greet].shadow[Canary]: \"Canary\" carries traffic "
+      "(applications[greet].traffic[Canary] = 0.1); a shadow cannot also receive real traffic");
 }
 
 TEST_CASE("config error: a field given twice") {

@@ -46,8 +46,8 @@ auto fields(const DeploymentSpec& x) {
 }
 
 auto fields(const ApplicationSpec& x) {
-  const auto& [f0, f1, f2, f3, f4, f5] = x;
-  return std::tie(f0, f1, f2, f3, f4, f5);
+  const auto& [f0, f1, f2, f3, f4, f5, f6] = x;
+  return std::tie(f0, f1, f2, f3, f4, f5, f6);
 }
 
 auto fields(const HttpSettings& x) {
@@ -146,8 +146,16 @@ const std::vector<Mutation<ApplicationSpec>>& application_mutations() {
          x.deployments.push_back(c);
        }},
       // A and S: B is renamed by a deployment mutation in every_field().
-      {"traffic", [](auto& x) { x.traffic = {{"A", 0.75}, {"S", 0.25}}; }},
+      {"traffic",
+       [](auto& x) {
+         x.traffic = {{"A", 0.75}, {"S", 0.25}};
+       }},
       {"traffic_key_header", [](auto& x) { x.traffic_key_header = "X-User"; }},
+      // M: the deployment that receives no traffic in any combination.
+      {"shadow",
+       [](auto& x) {
+         x.shadow = {{"M", 0.5}};
+       }},
   };
   return m;
 }
@@ -158,7 +166,8 @@ const std::vector<Mutation<ApplicationSpec>>& application_mutations() {
 // mutations change: the
 // config file names an ingress after its class, so renaming the ingress is
 // not expressible) and S with an autoscaling_config (which the autoscaling
-// mutations change).
+// mutations change), and M, which no traffic reaches (the shadow mutation
+// names it).
 ApplicationSpec base_app() {
   ApplicationSpec app;
   app.name = "shop";
@@ -176,7 +185,10 @@ ApplicationSpec base_app() {
   AutoscalingConfig scaling;
   scaling.max_replicas = 4;
   scaled.config.autoscaling_config = scaling;
-  app.deployments = {a, b, scaled};
+  DeploymentSpec mirror;
+  mirror.name = "M";
+  mirror.import_path = "libshop.so:M";
+  app.deployments = {a, b, scaled, mirror};
   // A split, so that the traffic_key_header mutation alone is a valid config
   // (a key header needs a split).
   app.traffic = {{"A", 1.0}};

@@ -248,6 +248,34 @@ struct Fixture {
         10s));
   }
 
+  // shop's shadows, pushed as a route change (publish() first).
+  void publish_shadow(TrafficWeights shadow) {
+    RoutingSnapshot s;
+    s.epoch = 1;
+    s.seq = 2;
+    s.routes_changed = true;
+    s.routes = {{"/shop", "shop", "Front", {}, "", std::move(shadow)}};
+    caf::anon_send(proxy->actor(), snapshot_atom::value, s);
+    REQUIRE(wait_until(
+        [&] {
+          auto r = http_get(proxy->port(), "/-/routes", 5);
+          return r && r->status == 200 && json::parse(r->body).value("seq", 0) == 2;
+        },
+        10s));
+  }
+
+  // troupe_proxy_shadow_requests_total of shop's `deployment` with `outcome`.
+  long long shadow_count(const std::string& deployment, const std::string& outcome) const {
+    auto r = http_get(proxy->port(), "/-/metrics", 5);
+    if (!r || r->status != 200)
+      return -1;
+    const std::string line =
+        "troupe_proxy_shadow_requests_total{application=\"shop\",deployment=\"" + deployment +
+        "\",outcome=\"" + outcome + "\"} ";
+    auto at = r->body.find(line);
+    return at == std::string::npos ? 0 : std::stoll(r->body.substr(at + line.size()));
+  }
+
   DeploymentHandle handle(const std::string& deployment) const {
     return DeploymentHandle(transport, "shop", deployment);
   }
@@ -410,6 +438,38 @@ TEST_CASE("handle: calls to the ingress follow the application's traffic split -
     CHECK(replica_of(f.handle("Front").call(post("x"))) == "front-1");
     CHECK(replica_of(f.handle("Back").call(post("x"))).rfind("back-", 0) == 0);
   }
+}
+
+TEST_CASE("handle: shadow copies of calls to the ingress - never waited for - dropped when full") {
+  Fixture f;
+  auto gate = std::make_shared<Gate>();  // holds Back's replicas: a shadow that never answers
+  f.publish(gate);
+  f.publish_shadow({{"Back", 1.0}});
+  auto routes = http_get(f.proxy->port(), "/-/routes", 5);
+  REQUIRE(routes);
+  CHECK(json::parse(routes->body)["routes"][0]["shadow"] == json({{"Back", 1.0}}));
+  // Every answer comes from Front at once, while Back holds its copies.
+  for (int i = 0; i < 10; ++i) {
+    Response r = f.handle("Front").call(post("x"));
+    REQUIRE(r.status == 200);
+    CHECK(json::parse(r.body)["replica"] == "front-1");
+    auto http = http_get(f.proxy->port(), "/shop/x", 10);
+    REQUIRE(http);
+    REQUIRE(http->status == 200);
+    CHECK(json::parse(http->body)["replica"] == "front-1");
+  }
+  // Back has room for 4 (2 replicas x max_ongoing_requests 2): 4 copies
+  // held, the other 16 dropped, none queued.
+  CHECK(wait_until([&] { return gate->total() == 4; }, 10s));
+  CHECK(f.shadow_count("Back", "dropped") == 16);
+  CHECK(f.shadow_count("Back", "200") == 0);
+  // A call naming Back itself is no copy: it queues behind the held copies
+  // like any call, and is answered once they are.
+  auto direct = std::async(std::launch::async, [&] { return f.handle("Back").call(post("x")); });
+  gate->release();
+  CHECK(direct.get().status == 200);
+  CHECK(wait_until([&] { return f.shadow_count("Back", "200") == 4; }, 10s));
+  CHECK(f.shadow_count("Back", "dropped") == 16);
 }
 
 TEST_CASE("handle: calls in flight together spread over the replicas") {

@@ -59,3 +59,26 @@ TEST_CASE("proxy/metrics: requests that crashed two replicas by application") {
   CHECK(text.find("troupe_proxy_requests_crashed_total{application=\"a\\\"b\"} 1\n") !=
         std::string::npos);
 }
+
+TEST_CASE("proxy/metrics: shadow copies by application - deployment and outcome") {
+  Metrics m;
+  auto text = m.render({});
+  CHECK(text.find("# TYPE troupe_proxy_shadow_requests_total counter\n") != std::string::npos);
+  CHECK(text.find("troupe_proxy_shadow_requests_total{") == std::string::npos);
+  m.shadow("greet", "Mirror", "200");
+  m.shadow("greet", "Mirror", "200");
+  m.shadow("greet", "Mirror", "dropped");
+  m.shadow("greet", "Slow", "504");
+  CHECK(m.shadow_count("greet", "Mirror", "200") == 2);
+  CHECK(m.shadow_count("greet", "Mirror", "dropped") == 1);
+  CHECK(m.shadow_count("greet", "Mirror", "500") == 0);
+  text = m.render({});
+  CHECK(text.find("troupe_proxy_shadow_requests_total{application=\"greet\",deployment=\"Mirror\","
+                  "outcome=\"200\"} 2\n") != std::string::npos);
+  CHECK(text.find("troupe_proxy_shadow_requests_total{application=\"greet\",deployment=\"Mirror\","
+                  "outcome=\"dropped\"} 1\n") != std::string::npos);
+  CHECK(text.find("troupe_proxy_shadow_requests_total{application=\"greet\",deployment=\"Slow\","
+                  "outcome=\"504\"} 1\n") != std::string::npos);
+  // Copies are not requests of the application.
+  CHECK(m.count("greet", 200) == 0);
+}

@@ -3,6 +3,7 @@
 // snapshot application. Deterministic: seeded randomness, no threads.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -594,4 +595,108 @@ TEST_CASE("proxy/router: a key picks the same deployment while the weights do no
   // point, so a user stays on one deployment whichever proxy it reaches.
   CHECK(key_point("alice") == 0.7727254287806008);
   CHECK(key_point("") == 0.95767342524205612);
+}
+
+// ---------------------------------------------------------------- shadow traffic
+
+namespace {
+
+// A route table for greet (ingress Hello) with `shadow`, as a snapshot pushes
+// it.
+std::shared_ptr<const RouteTable> shadow_table(TrafficWeights shadow, TrafficWeights traffic = {}) {
+  Router router(RouterOptions{});
+  RoutingSnapshot s;
+  s.epoch = 1;
+  s.seq = 1;
+  s.full = true;
+  s.routes = {{"/greet", "greet", "Hello", std::move(traffic), "", std::move(shadow)}};
+  router.apply(s);
+  return router.routes();
+}
+
+}  // namespace
+
+TEST_CASE("proxy/router: shadow targets come with the route - no shadow no copies") {
+  auto plain = shadow_table({});
+  const Route* p = plain->match("/greet").route;
+  REQUIRE(p);
+  CHECK(p->shadow.empty());
+  SplitRandom random(7);
+  for (int i = 0; i < 100; ++i)
+    CHECK(pick_shadows(*p, random).empty());
+
+  auto table = shadow_table({{"Mirror", 0.5}, {"Never", 0.0}}, {{"Canary", 0.5}, {"Hello", 0.5}});
+  const Route* r = table->match("/greet/x").route;
+  REQUIRE(r);
+  REQUIRE(r->shadow.size() == 2);
+  const Route& mirror = *r->shadow[0].route;
+  CHECK(r->shadow[0].probability == 0.5);
+  CHECK(mirror.deployment == "Mirror");
+  CHECK(mirror.app == "greet");
+  CHECK(mirror.prefix == "/greet");
+  CHECK(mirror.key == deployment_key("greet", "Mirror"));
+  CHECK(mirror.split.empty());
+  CHECK(mirror.shadow.empty());
+  CHECK(r->shadow[1].route->deployment == "Never");
+  // The split's targets carry no shadow of their own: copies are made once
+  // per request, from the application's route.
+  for (const auto& t : r->split)
+    CHECK(t.route->shadow.empty());
+}
+
+TEST_CASE("proxy/router: each shadow gets a copy with its probability - independently") {
+  auto table = shadow_table({{"Always", 1.0}, {"Mirror", 0.5}, {"Never", 0.0}, {"Tenth", 0.1}});
+  const Route& r = *table->match("/greet").route;
+  SplitRandom random(42);
+  std::map<std::string, int> copies;
+  int both = 0;
+  const int n = 10000;
+  for (int i = 0; i < n; ++i) {
+    auto picked = pick_shadows(r, random);
+    bool mirror = false, tenth = false;
+    for (const Route* s : picked) {
+      ++copies[s->deployment];
+      mirror = mirror || s->deployment == "Mirror";
+      tenth = tenth || s->deployment == "Tenth";
+    }
+    both += mirror && tenth ? 1 : 0;
+  }
+  CHECK(copies["Always"] == n);
+  CHECK(copies.count("Never") == 0);
+  // 0.5 within 2 % (of the draws), 0.1 likewise.
+  CHECK(std::abs(copies["Mirror"] - n / 2) <= n * 2 / 100);
+  CHECK(std::abs(copies["Tenth"] - n / 10) <= n * 2 / 100);
+  // Independent draws: both in about 0.5 x 0.1 of the requests.
+  CHECK(std::abs(both - n / 20) <= n * 1 / 100);
+
+  // Seeded: the same seed makes the same picks.
+  SplitRandom a(9), b(9);
+  for (int i = 0; i < 1000; ++i)
+    CHECK(pick_shadows(r, a) == pick_shadows(r, b));
+}
+
+TEST_CASE("proxy/router: a shadow copy takes a free slot or none - never queues") {
+  Router r({"n1", 1});
+  r.apply(full_snapshot({replica("a", "n1", 2)}, 10));
+  auto c1 = r.admit_if_free(kEcho);
+  auto c2 = r.admit_if_free(kEcho);
+  REQUIRE(c1.kind == Router::Admit::assigned);
+  REQUIRE(c2.kind == Router::Admit::assigned);
+  CHECK(c1.slot->in_flight == 2);
+  // Full: the copy is dropped, nothing waits.
+  CHECK(r.admit_if_free(kEcho).kind == Router::Admit::queue_full);
+  CHECK(r.deployments()[0].queued == 0);
+  // A request queued behind the full replica gets the next free slot, not a
+  // copy.
+  std::vector<SlotPtr> got;
+  REQUIRE(r.admit(kEcho, {}, [&](SlotPtr s) { got.push_back(s); }).kind == Router::Admit::queued);
+  auto ready = r.release(c1.slot, Outcome::answered);
+  REQUIRE(ready.size() == 1);
+  ready[0]();
+  CHECK(r.admit_if_free(kEcho).kind == Router::Admit::queue_full);
+  CHECK(r.release(c2.slot, Outcome::answered).empty());
+  auto c3 = r.admit_if_free(kEcho);
+  CHECK(c3.kind == Router::Admit::assigned);
+  // An unknown deployment.
+  CHECK(r.admit_if_free(deployment_key("echo", "Nope")).kind == Router::Admit::no_deployment);
 }

@@ -109,6 +109,11 @@ TEST_CASE("wire types survive serialization") {
   CHECK(route2.ingress == "Hello");
   CHECK(route2.traffic == TrafficWeights{{"Canary", 0.25}, {"Hello", 0.75}});
   CHECK(route2.traffic_key_header == "X-User");
+  CHECK(route2.shadow.empty());
+  route.shadow = {{"Mirror", 0.5}, {"Slow", 1.0}};
+  auto route3 = round_trip(sys, route);
+  CHECK(route3.shadow == TrafficWeights{{"Mirror", 0.5}, {"Slow", 1.0}});
+  CHECK(route3.traffic == route.traffic);
 }
 
 TEST_CASE("statuses cross the wire as CAF errors and come back intact") {

@@ -77,14 +77,15 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   const auto state = full_state();
   {
     const ApplicationSpec def;
-    const auto& [a0, a1, a2, a3, a4, a5] = state.applications.at("shop");
-    const auto& [d0, d1, d2, d3, d4, d5] = def;
+    const auto& [a0, a1, a2, a3, a4, a5, a6] = state.applications.at("shop");
+    const auto& [d0, d1, d2, d3, d4, d5, d6] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
     CHECK(a3 != d3);
     CHECK(a4 != d4);
     CHECK(a5 != d5);
+    CHECK(a6 != d6);
   }
   {
     const TargetState def;
@@ -323,12 +324,15 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
   // A split (or only its key header): version 2, which a version-1 binary
   // refuses instead of sending every request to the ingress.
   auto split = full_state().applications.at("shop");
+  split.shadow.clear();
   CHECK(version(encode_application(split)) == 2);
+  auto key_only = split;
+  key_only.traffic.clear();
+  CHECK(version(encode_application(key_only)) == 2);
   without.applications.emplace("shop", split);
   CHECK(version(encode_target_state(without)) == 2);
   // Http settings (either one): version 3, which a version-2 binary refuses
   // instead of running without the request timeout.
-  CHECK(version(encode_target_state(full_state())) == 3);
   CHECK(version(encode_head(full_state(), 3)) == 3);
   TargetState http;
   http.http.keep_alive_timeout_s = 30;
@@ -337,11 +341,24 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
   http.http = HttpSettings{};
   http.http.request_timeout_s = 30;
   CHECK(version(encode_head(http, 0)) == 3);
-  split.traffic.clear();
-  CHECK(version(encode_application(split)) == 2);
-  // Both read back.
+  // Shadow traffic: version 3 too, which a version-2 binary refuses instead
+  // of silently stopping the copies.
+  auto shadowed = full_state().applications.at("shop");
+  CHECK(version(encode_application(shadowed)) == 3);
+  CHECK(version(encode_target_state(full_state())) == 3);
+  auto shadow_only = plain;
+  shadow_only.deployments[1].name = "mirror";
+  shadow_only.shadow = {{"mirror", 1.0}};
+  CHECK(version(encode_application(shadow_only)) == 3);
+  // All read back; the version 1 and 2 records with an empty shadow.
   CHECK(decode_application(encode_application(plain)).value() == plain);
   CHECK(decode_application(encode_application(split)).value() == split);
+  CHECK(decode_application(encode_application(split)).value().shadow.empty());
+  CHECK(decode_application(encode_application(key_only)).value() == key_only);
+  CHECK(decode_application(encode_application(shadowed)).value() == shadowed);
+  CHECK(decode_application(encode_application(shadowed)).value().shadow ==
+        std::map<std::string, double>{{"mirror", 0.375}});
+  CHECK(decode_application(encode_application(shadow_only)).value() == shadow_only);
 }
 
 TEST_CASE("a record of another kind or with reserved bits set is refused") {

@@ -95,9 +95,11 @@ inline TargetState full_state() {
   shop.name = "shop";
   shop.route_prefix = "/shop";
   shop.ingress = "frontend";
-  shop.deployments = {full_deployment("frontend"), full_deployment("cart")};
+  shop.deployments = {full_deployment("frontend"), full_deployment("cart"),
+                      full_deployment("mirror")};
   shop.traffic = {{"frontend", 0.875}, {"cart", 0.125}};
   shop.traffic_key_header = "X-User";
+  shop.shadow = {{"mirror", 0.375}};
   s.applications.emplace(shop.name, shop);
 
   ApplicationSpec search;

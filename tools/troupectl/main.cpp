@@ -117,6 +117,15 @@ void print_status(const json& status, bool replicas) {
                       ? (" (by header " + app.value("traffic_key_header", "") + ")").c_str()
                       : "");
     }
+    if (app.contains("shadow")) {
+      std::string shown;
+      for (const auto& [dname, probability] : app.at("shadow").items()) {
+        char p[32];
+        std::snprintf(p, sizeof p, "%g", probability.get<double>());
+        shown += (shown.empty() ? "" : ", ") + dname + "=" + p;
+      }
+      std::printf("  shadow: %s (copies, answers discarded)\n", shown.c_str());
+    }
     for (const auto& [dname, dep] : app.at("deployments").items()) {
       std::printf("  %-20s %-13s %zu/%d running", dname.c_str(), dep.value("status", "?").c_str(),
                   running_count(dep), dep.value("target_replicas", 0));
@@ -267,7 +276,8 @@ int main(int argc, char** argv) {
   std::string delete_app;
   delete_cmd
       ->add_option("TARGET", delete_app,
-                   "APP, or APP/DEPLOYMENT (not the ingress, not one that carries traffic)")
+                   "APP, or APP/DEPLOYMENT (not the ingress, not one that carries traffic or is a "
+                   "shadow)")
       ->required();
 
   auto* scale_cmd = app.add_subcommand(
