@@ -181,9 +181,92 @@ SlotPtr Router::choose(Deployment& d, const std::vector<std::string>& exclude) {
   return nullptr;
 }
 
+SlotPtr Router::choose_for_model(Deployment& d, const std::vector<std::string>& exclude,
+                                 const std::string& model_id) {
+  if (model_id.empty())
+    return choose(d, exclude);
+  auto holds = [&](const ReplicaSlot& s) {
+    return std::find(s.model_ids.begin(), s.model_ids.end(), model_id) != s.model_ids.end();
+  };
+  auto eligible = [&](const ReplicaSlot& s) {
+    return has_room(s) && std::find(exclude.begin(), exclude.end(), s.replica_id) == exclude.end();
+  };
+  // 1. A replica that holds the model: the least loaded, local when equal.
+  SlotPtr best;
+  for (const auto& s : d.replicas) {
+    if (!eligible(*s) || !holds(*s))
+      continue;
+    if (!best || s->in_flight < best->in_flight ||
+        (s->in_flight == best->in_flight && s->local && !best->local)) {
+      best = s;
+    }
+  }
+  if (best)
+    return best;
+  // 2. None with room holds it: a replica that will load it. Rank by the
+  // models only it holds (evicting one of those makes the next request for
+  // it load again), then by how many it holds.
+  std::unordered_map<std::string, uint32_t> holders;
+  for (const auto& s : d.replicas) {
+    if (s->dead)
+      continue;
+    for (const auto& m : s->model_ids)
+      ++holders[m];
+  }
+  auto rank = [&](const ReplicaSlot& s) {
+    size_t sole = 0;
+    for (const auto& m : s.model_ids)
+      sole += holders[m] == 1 ? 1 : 0;
+    return std::make_pair(sole, s.model_ids.size());
+  };
+  std::vector<const SlotPtr*> group;
+  std::pair<size_t, size_t> lowest{SIZE_MAX, SIZE_MAX};
+  for (const auto& s : d.replicas) {
+    if (!eligible(*s))
+      continue;
+    auto r = rank(*s);
+    if (r < lowest) {
+      lowest = r;
+      group.clear();
+    }
+    if (r == lowest)
+      group.push_back(&s);
+  }
+  SlotPtr chosen;
+  if (group.size() == 1) {
+    chosen = *group[0];
+  } else if (group.size() > 1) {
+    size_t i = next_random() % group.size();
+    size_t j = next_random() % (group.size() - 1);
+    if (j >= i)
+      ++j;
+    const SlotPtr& a = *group[i];
+    const SlotPtr& b = *group[j];
+    if (b->in_flight < a->in_flight || (b->in_flight == a->in_flight && b->local && !a->local))
+      chosen = b;
+    else
+      chosen = a;
+  } else {
+    chosen = choose(d, exclude);  // only replicas this request tried have room
+  }
+  if (chosen && !holds(*chosen))
+    chosen->model_ids.push_back(model_id);
+  return chosen;
+}
+
+void Router::learn_models(const SlotPtr& slot, uint64_t seq, std::vector<std::string> model_ids) {
+  if (!slot)
+    return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seq <= slot->model_ids_seq)
+    return;
+  slot->model_ids_seq = seq;
+  slot->model_ids = std::move(model_ids);
+}
+
 void Router::drain(Deployment& d, std::vector<std::function<void()>>& ready) {
   while (!d.queue.empty()) {
-    auto slot = choose(d, d.queue.front().exclude);
+    auto slot = choose_for_model(d, d.queue.front().exclude, d.queue.front().model_id);
     if (!slot)
       return;
     ++slot->in_flight;
@@ -268,6 +351,11 @@ void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& end
       }
     }
     slot->max_ongoing = std::max<uint32_t>(1, ep.max_ongoing_requests);
+    // The controller's list, unless an answer of the replica told a newer one.
+    if (ep.model_ids_seq > slot->model_ids_seq) {
+      slot->model_ids_seq = ep.model_ids_seq;
+      slot->model_ids = ep.model_ids;
+    }
     slot->owner = &d;
     next.push_back(std::move(slot));
   }
@@ -389,7 +477,7 @@ uint64_t Router::seq() const {
 }
 
 Router::Admission Router::admit(const std::string& key, const std::vector<std::string>& exclude,
-                                Waiter waiter) {
+                                Waiter waiter, const std::string& model_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   Admission out;
   auto* d = find(key);
@@ -399,7 +487,7 @@ Router::Admission Router::admit(const std::string& key, const std::vector<std::s
   }
   // A request never overtakes the queue: if others wait, it waits behind them.
   if (d->queue.empty()) {
-    if (auto slot = choose(*d, exclude)) {
+    if (auto slot = choose_for_model(*d, exclude, model_id)) {
       ++slot->in_flight;
       out.kind = Admit::assigned;
       out.slot = std::move(slot);
@@ -414,7 +502,7 @@ Router::Admission Router::admit(const std::string& key, const std::vector<std::s
   }
   out.kind = Admit::queued;
   out.ticket = next_ticket_++;
-  d->queue.push_back({out.ticket, exclude, std::move(waiter)});
+  d->queue.push_back({out.ticket, exclude, std::move(waiter), model_id});
   out.queued = d->queue.size();
   out.no_replicas = std::none_of(d->replicas.begin(), d->replicas.end(),
                                  [](const SlotPtr& s) { return !s->dead; });
@@ -484,7 +572,8 @@ std::vector<Router::DeploymentView> Router::deployments() const {
     v.max_queued = d->max_queued;
     v.queued = d->queue.size();
     for (const auto& s : d->replicas) {
-      v.replicas.push_back({s->replica_id, s->node_id, s->max_ongoing, s->in_flight, s->local});
+      v.replicas.push_back(
+          {s->replica_id, s->node_id, s->max_ongoing, s->in_flight, s->local, s->model_ids});
     }
     out.push_back(std::move(v));
   }

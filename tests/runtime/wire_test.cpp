@@ -130,3 +130,25 @@ TEST_CASE("the app identifier is set so foreign CAF systems are refused") {
   auto ids = caf::get_or(s.cfg, "middleman.app-identifiers", std::vector<std::string>{});
   CHECK(ids == std::vector<std::string>{kAppIdentifier});
 }
+
+TEST_CASE("model multiplexing fields survive serialization - ReplicaSpec - and ReplicaEndpoint inspects them") {
+  System s;
+  caf::actor_system sys{s.cfg};
+  ReplicaSpec spec;
+  spec.replica_id = "a#M#1";
+  spec.max_num_models_per_replica = 3;
+  auto spec2 = round_trip(sys, spec);
+  CHECK(spec2.replica_id == "a#M#1");
+  CHECK(spec2.max_num_models_per_replica == 3);
+  CHECK(ReplicaSpec{}.max_num_models_per_replica == -1);
+  // A ReplicaEndpoint carries an actor handle, which a serializer without a
+  // connection cannot load: check that inspect() covers the new fields.
+  ReplicaEndpoint ep;
+  ep.replica_id = "a#M#1";
+  ep.model_ids = {"m1", "m,2"};
+  ep.model_ids_seq = 17;
+  const std::string text = caf::deep_to_string(ep);
+  CAPTURE(text);
+  CHECK(text.find("\"m1\", \"m,2\"") != std::string::npos);
+  CHECK(text.find("17") != std::string::npos);
+}
