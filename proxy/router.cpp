@@ -181,6 +181,16 @@ SlotPtr Router::choose(Deployment& d, const std::vector<std::string>& exclude) {
   return nullptr;
 }
 
+namespace {
+
+// How many models choose_for_model() notes on a replica that has reported its
+// list (answers and snapshots replace the list, so only the notes made since
+// the last one count), and on one that never did.
+constexpr size_t kMaxNotedModels = 256;
+constexpr size_t kMaxNotedUnreported = 4;
+
+}  // namespace
+
 SlotPtr Router::choose_for_model(Deployment& d, const std::vector<std::string>& exclude,
                                  const std::string& model_id) {
   if (model_id.empty())
@@ -249,7 +259,11 @@ SlotPtr Router::choose_for_model(Deployment& d, const std::vector<std::string>& 
   } else {
     chosen = choose(d, exclude);  // only replicas this request tried have room
   }
-  if (chosen && !holds(*chosen))
+  // Noted until the replica's next list replaces it. Bounded: a deployment
+  // without a ModelCache never reports a list, and requests naming ever new
+  // ids must not grow it (nor the scans above).
+  const size_t most = chosen && chosen->model_ids_seq > 0 ? kMaxNotedModels : kMaxNotedUnreported;
+  if (chosen && !holds(*chosen) && chosen->model_ids.size() < most)
     chosen->model_ids.push_back(model_id);
   return chosen;
 }

@@ -28,7 +28,7 @@
 // (MetricsSinkActor), and, once its ModelCache reported anything, (models,
 // replica_id, seq, ids): with every metrics report (a restarted controller
 // learns them again) and whenever they change, at most every
-// ModelReport::kMinReportGap.
+// ModelReport::kMinReportGap (10 ms).
 #pragma once
 
 #include <memory>

@@ -514,7 +514,7 @@ struct ReplicaContext {
   int32_t max_num_models_per_replica = -1;
   // Set by the runtime: where a ModelCache built from this context reports
   // the models it holds. May be empty (nothing is reported).
-  std::shared_ptr<ModelIdsListener> models;
+  std::shared_ptr<ModelIdsListener> models = nullptr;
 
   // A handle to the deployment `deployment` of this replica's application.
   // Whether it exists is known only when it is called (404).

@@ -127,9 +127,9 @@ TEST_CASE(
         30s, 100ms));
   }
 
-  // Warm-up: 20 requests per model on average, loads placed and settled.
+  // Warm-up: 40 requests per model on average, loads placed and settled.
   Tally warmup;
-  run_load(ports, 20, 1, warmup);
+  run_load(ports, 40, 1, warmup);
   INFO("warm-up: ", warmup.hits, " hits of ", warmup.answers, ", failed ", warmup.failed, " (",
        warmup.last_failure, ")");
   CHECK(warmup.failed == 0);

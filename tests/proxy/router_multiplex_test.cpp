@@ -184,3 +184,15 @@ TEST_CASE(
   CHECK(resumed->replica_id == "a");
   CHECK(models_of(r, "a") == std::vector<std::string>{"m1", "m2"});
 }
+
+TEST_CASE("router multiplex: a replica that never reported models gets at most 4 noted") {
+  Router r({"n1", 13});
+  ReplicaEndpoint plain;
+  plain.replica_id = "a";
+  plain.node_id = "n1";
+  plain.max_ongoing_requests = 1000;
+  r.apply(snapshot({plain}));
+  for (int i = 0; i < 100; ++i)
+    admit(r, "random-" + std::to_string(i));
+  CHECK(models_of(r, "a").size() == 4);
+}
