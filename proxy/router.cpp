@@ -242,20 +242,23 @@ SlotPtr Router::choose_for_model(Deployment& d, const std::vector<std::string>& 
     if (r == lowest)
       group.push_back(&s);
   }
+  // Within the group, rendezvous hashing of (model, replica) rather than two
+  // random choices: proxies that see the same lists place a new model on the
+  // same replica (one load), where random choices would load it on two and
+  // evict a model from each. Every member has room.
   SlotPtr chosen;
-  if (group.size() == 1) {
-    chosen = *group[0];
-  } else if (group.size() > 1) {
-    size_t i = next_random() % group.size();
-    size_t j = next_random() % (group.size() - 1);
-    if (j >= i)
-      ++j;
-    const SlotPtr& a = *group[i];
-    const SlotPtr& b = *group[j];
-    if (b->in_flight < a->in_flight || (b->in_flight == a->in_flight && b->local && !a->local))
-      chosen = b;
-    else
-      chosen = a;
+  if (!group.empty()) {
+    double highest = -1;
+    for (const SlotPtr* s : group) {
+      std::string key = model_id;
+      key.push_back('\0');
+      key += (*s)->replica_id;
+      double point = key_point(key);
+      if (point > highest) {
+        highest = point;
+        chosen = *s;
+      }
+    }
   } else {
     chosen = choose(d, exclude);  // only replicas this request tried have room
   }

@@ -287,8 +287,9 @@ class Router {
   SlotPtr choose(Deployment& d, const std::vector<std::string>& exclude);
   // Model multiplexing (`model_id` not empty): a replica with room that holds
   // the model, the least loaded of them (local first when equal); when none
-  // does, power of two choices among the replicas with room that hold the
-  // fewest models no other replica holds, then the fewest models (so a load
+  // does, among the replicas with room that hold the fewest models no other
+  // replica holds, then the fewest models, the one rendezvous hashing of
+  // (model, replica) ranks first, the same on every proxy (so a load
   // fills a free slot, or evicts a model that stays loaded elsewhere, before
   // it evicts the only copy of another); else choose(). The chosen replica
   // is noted as holding the model from now on (it loads it), so that the
