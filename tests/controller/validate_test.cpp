@@ -230,7 +230,7 @@ TEST_CASE("version: a change of isolation or memory_limit_bytes restarts replica
   CHECK(code_identity(a) == "v1-4706b5a7da7ad2ae");
 }
 
-TEST_CASE("validate: max_num_models_per_replica is -1 or within [1, 1000000]") {
+TEST_CASE("validate: max_num_models_per_replica is -1 or from 1 to 1000000") {
   auto app = greeter();
   for (int32_t ok : {-1, 1, 2, 1000000}) {
     app.deployments[0].config.max_num_models_per_replica = ok;
