@@ -78,7 +78,8 @@ const std::vector<std::string> kDeploymentFields = {"name",
                                                     "max_replicas_per_node",
                                                     "isolation",
                                                     "memory_limit",
-                                                    "stuck_after_s"};
+                                                    "stuck_after_s",
+                                                    "max_num_models_per_replica"};
 const std::vector<std::string> kAutoscalingFields = {"min_replicas",
                                                      "max_replicas",
                                                      "initial_replicas",
@@ -358,6 +359,8 @@ class Parser {
   bool get_number(const Field& f, const std::string& label, const std::string& expected,
                   const Bounds& bounds, double& out);
   bool get_seconds(const Fields& fields, const std::string& name, bool zero_ok, double& out);
+  // max_num_models_per_replica: -1 (no limit) or 1 to kMaxNumModelsPerReplica.
+  bool max_num_models(const Field* f, int32_t& out);
   bool get_optional_seconds(const Fields& fields, const std::string& name,
                             std::optional<double>& out);
   bool get_json(const Field& f, const std::string& label, bool mapping_only, std::string& out);
@@ -457,6 +460,19 @@ bool Parser::get_number(const Field& f, const std::string& label, const std::str
   if (*v > bounds.hi)
     return fail(mark_of(f), label + ": " + text + " must be <= " + format_double(bounds.hi));
   out = *v;
+  return true;
+}
+
+bool Parser::max_num_models(const Field* f, int32_t& out) {
+  static const std::string kLabel = "max_num_models_per_replica";
+  long long v = -1;
+  if (f && !get_integer(*f, kLabel, "a positive integer (-1 for no limit)", -1,
+                        controller::kMaxNumModelsPerReplica, v)) {
+    return false;
+  }
+  if (v == 0)
+    return fail(mark_of(*f), kLabel + ": 0 must be >= 1 (or -1 for no limit)");
+  out = static_cast<int32_t>(v);
   return true;
 }
 
@@ -901,7 +917,8 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
                   c.max_queued_requests) ||
       !get_int_as(fields.get("max_replicas_per_node"), "max_replicas_per_node",
                   "a non-negative integer (0 for no limit)", 0, max_replicas,
-                  c.max_replicas_per_node)) {
+                  c.max_replicas_per_node) ||
+      !max_num_models(fields.given("max_num_models_per_replica"), c.max_num_models_per_replica)) {
     return false;
   }
   if (const Field* f = fields.get("user_config")) {
@@ -1403,6 +1420,10 @@ void emit_deployment(YAML::Emitter& out, const DeploymentSpec& spec, const std::
     out << YAML::Key << "memory_limit" << YAML::Value << format_bytes(c.memory_limit_bytes);
   if (c.stuck_after_s != d.stuck_after_s)
     emit_number(out, "stuck_after_s", c.stuck_after_s);
+  if (c.max_num_models_per_replica != d.max_num_models_per_replica) {
+    out << YAML::Key << "max_num_models_per_replica" << YAML::Value
+        << std::to_string(c.max_num_models_per_replica);
+  }
   out << YAML::EndMap;
 }
 

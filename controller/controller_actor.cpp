@@ -410,6 +410,13 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
         if (logic(self).handle_metrics(reporter, app, deployment, queued_and_inflight))
           reconcile(self);  // cold start now, not at the next tick
       },
+      [=](models_atom, const std::string&, const std::string& replica, uint64_t seq,
+          std::vector<std::string>& model_ids) {
+        // Replicas send at most one report per 100 ms each: pushing every
+        // change at once costs a delta per report.
+        if (logic(self).replica_models(replica, seq, std::move(model_ids)))
+          reconcile(self);
+      },
       [=](recover_atom) { finish_recovery(self); },
       [=](tick_atom) {
         on_tick(self);

@@ -638,6 +638,16 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
           self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing);
         }
       },
+      [=](models_atom, const std::string& replica_id, uint64_t seq,
+          std::vector<std::string>& model_ids) {
+        // Lost while unregistered: the replica repeats it with every metrics
+        // report.
+        auto& st = self->state;
+        if (st.registered && st.controller) {
+          self->send(st.controller, models_atom::value, o.info.id, replica_id, seq,
+                     std::move(model_ids));
+        }
+      },
       [=](stop_node_atom) {
         // `troupectl shutdown --nodes`: the same path as SIGTERM.
         self->state.log->warn("the controller asks this node to stop");
@@ -751,6 +761,11 @@ KeeperImpl::behavior_type agent_keeper(keeper_actor* self, AgentOptions o) {
       [=](metrics_atom atom, const std::string& replica_id, double ongoing) {
         if (auto& a = self->state.agent)
           self->send(a, atom, replica_id, ongoing);
+      },
+      [=](models_atom atom, const std::string& replica_id, uint64_t seq,
+          std::vector<std::string>& model_ids) {
+        if (auto& a = self->state.agent)
+          self->send(a, atom, replica_id, seq, std::move(model_ids));
       },
       [=](caf::get_atom) -> caf::result<AgentActor> {
         if (!self->state.agent)

@@ -40,11 +40,14 @@ json routes_json(const Router& router) {
   for (const auto& d : router.deployments()) {
     json replicas = json::array();
     for (const auto& r : d.replicas) {
-      replicas.push_back({{"id", r.replica_id},
-                          {"node", r.node_id},
-                          {"local", r.local},
-                          {"in_flight", r.in_flight},
-                          {"max_ongoing_requests", r.max_ongoing}});
+      json replica = {{"id", r.replica_id},
+                      {"node", r.node_id},
+                      {"local", r.local},
+                      {"in_flight", r.in_flight},
+                      {"max_ongoing_requests", r.max_ongoing}};
+      if (!r.model_ids.empty())
+        replica["model_ids"] = r.model_ids;  // model multiplexing
+      replicas.push_back(std::move(replica));
     }
     deployments.push_back({{"application", d.app},
                            {"deployment", d.deployment},

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proxy/core.hpp"
+#include "runtime/multiplex.hpp"
 #include "runtime/time.hpp"
 
 namespace troupe::proxy {
@@ -77,8 +78,29 @@ void release(const CallPtr& c, Outcome outcome) {
   c->worker->core->run(ready);
 }
 
+namespace {
+
+// Model multiplexing: an answer to a request that names a model says which
+// models its replica holds now (multiplex::kHeldModelsHeader, never passed to
+// the client). The router learns it at once, one answer after a load or an
+// eviction instead of one controller round trip later.
+void learn_held_models(const CallPtr& c, HttpResponse& answer) {
+  auto it = std::find_if(answer.headers.begin(), answer.headers.end(), [](const auto& h) {
+    return boost::beast::iequals(h.first, multiplex::kHeldModelsHeader);
+  });
+  if (it == answer.headers.end())
+    return;
+  multiplex::HeldModels held;
+  if (!c->model_id.empty() && c->slot && multiplex::decode_held(it->second, held))
+    c->worker->core->router.learn_models(c->slot, held.seq, std::move(held.model_ids));
+  answer.headers.erase(it);
+}
+
+}  // namespace
+
 void on_answer(const CallPtr& c, HttpResponse& answer) {
   c->worker->untrack(c.get());
+  learn_held_models(c, answer);
   release(c, Outcome::answered);
   if (answer.status < 100 || answer.status > 999) {
     finish(c, json_error(http::status::bad_gateway,
@@ -374,11 +396,14 @@ void resumed(const CallPtr& c, SlotPtr slot) {
 void dispatch(const CallPtr& c) {
   auto* w = c->worker;
   auto* core = w->core;
-  auto admission = core->router.admit(c->route->key, c->tried, [c](SlotPtr slot) {
-    // Runs where the slot was freed: continue on the call's own thread.
-    c->worker->core->post(c->worker->io,
-                          [c, slot = std::move(slot)]() mutable { resumed(c, std::move(slot)); });
-  });
+  auto admission = core->router.admit(
+      c->route->key, c->tried,
+      [c](SlotPtr slot) {
+        // Runs where the slot was freed: continue on the call's own thread.
+        c->worker->core->post(
+            c->worker->io, [c, slot = std::move(slot)]() mutable { resumed(c, std::move(slot)); });
+      },
+      c->model_id);
   switch (admission.kind) {
     case Router::Admit::assigned:
       send(c, std::move(admission.slot));
@@ -438,6 +463,7 @@ void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double tim
     });
   }
   c->attempts = Attempts(w->core->options.max_attempts);
+  c->model_id = multiplex::model_id_of(c->request.headers);
   dispatch(c);
 }
 

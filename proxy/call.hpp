@@ -53,6 +53,9 @@ struct Call : std::enable_shared_from_this<Call> {
   // A deployment handle's call: its target, which `route` points to.
   std::shared_ptr<const Route> handle_route;
   HttpRequest request;
+  // Model multiplexing: the model the request names ("" none), set by
+  // start_call from its headers (runtime/multiplex.hpp).
+  std::string model_id;
   std::vector<std::string> tried;  // replica ids that refused or died
   SlotPtr slot;
   uint32_t attempt = 0;  // answers of an earlier attempt are ignored

@@ -200,9 +200,109 @@ SlotPtr Router::choose(Deployment& d, const std::vector<std::string>& exclude) {
   return nullptr;
 }
 
+namespace {
+
+// How many models choose_for_model() notes on a replica that has reported its
+// list (answers and snapshots replace the list, so only the notes made since
+// the last one count), and on one that never did.
+constexpr size_t kMaxNotedModels = 256;
+constexpr size_t kMaxNotedUnreported = 4;
+
+}  // namespace
+
+SlotPtr Router::choose_for_model(Deployment& d, const std::vector<std::string>& exclude,
+                                 const std::string& model_id) {
+  if (model_id.empty())
+    return choose(d, exclude);
+  auto holds = [&](const ReplicaSlot& s) {
+    return std::find(s.model_ids.begin(), s.model_ids.end(), model_id) != s.model_ids.end();
+  };
+  auto eligible = [&](const ReplicaSlot& s) {
+    return has_room(s) && std::find(exclude.begin(), exclude.end(), s.replica_id) == exclude.end();
+  };
+  // 1. A replica that holds the model: the least loaded, local when equal.
+  SlotPtr best;
+  for (const auto& s : d.replicas) {
+    if (!eligible(*s) || !holds(*s))
+      continue;
+    if (!best || s->in_flight < best->in_flight ||
+        (s->in_flight == best->in_flight && s->local && !best->local)) {
+      best = s;
+    }
+  }
+  if (best)
+    return best;
+  // 2. None with room holds it: a replica that will load it. Rank by the
+  // models only it holds (evicting one of those makes the next request for
+  // it load again), then by how many it holds.
+  std::unordered_map<std::string, uint32_t> holders;
+  for (const auto& s : d.replicas) {
+    if (s->dead)
+      continue;
+    for (const auto& m : s->model_ids)
+      ++holders[m];
+  }
+  auto rank = [&](const ReplicaSlot& s) {
+    size_t sole = 0;
+    for (const auto& m : s.model_ids)
+      sole += holders[m] == 1 ? 1 : 0;
+    return std::make_pair(sole, s.model_ids.size());
+  };
+  std::vector<const SlotPtr*> group;
+  std::pair<size_t, size_t> lowest{SIZE_MAX, SIZE_MAX};
+  for (const auto& s : d.replicas) {
+    if (!eligible(*s))
+      continue;
+    auto r = rank(*s);
+    if (r < lowest) {
+      lowest = r;
+      group.clear();
+    }
+    if (r == lowest)
+      group.push_back(&s);
+  }
+  // Within the group, rendezvous hashing of (model, replica) rather than two
+  // random choices: proxies that see the same lists place a new model on the
+  // same replica (one load), where random choices would load it on two and
+  // evict a model from each. Every member has room.
+  SlotPtr chosen;
+  if (!group.empty()) {
+    double highest = -1;
+    for (const SlotPtr* s : group) {
+      std::string key = model_id;
+      key.push_back('\0');
+      key += (*s)->replica_id;
+      double point = key_point(key);
+      if (point > highest) {
+        highest = point;
+        chosen = *s;
+      }
+    }
+  } else {
+    chosen = choose(d, exclude);  // only replicas this request tried have room
+  }
+  // Noted until the replica's next list replaces it. Bounded: a deployment
+  // without a ModelCache never reports a list, and requests naming ever new
+  // ids must not grow it (nor the scans above).
+  const size_t most = chosen && chosen->model_ids_seq > 0 ? kMaxNotedModels : kMaxNotedUnreported;
+  if (chosen && !holds(*chosen) && chosen->model_ids.size() < most)
+    chosen->model_ids.push_back(model_id);
+  return chosen;
+}
+
+void Router::learn_models(const SlotPtr& slot, uint64_t seq, std::vector<std::string> model_ids) {
+  if (!slot)
+    return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seq <= slot->model_ids_seq)
+    return;
+  slot->model_ids_seq = seq;
+  slot->model_ids = std::move(model_ids);
+}
+
 void Router::drain(Deployment& d, std::vector<std::function<void()>>& ready) {
   while (!d.queue.empty()) {
-    auto slot = choose(d, d.queue.front().exclude);
+    auto slot = choose_for_model(d, d.queue.front().exclude, d.queue.front().model_id);
     if (!slot)
       return;
     ++slot->in_flight;
@@ -287,6 +387,11 @@ void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& end
       }
     }
     slot->max_ongoing = std::max<uint32_t>(1, ep.max_ongoing_requests);
+    // The controller's list, unless an answer of the replica told a newer one.
+    if (ep.model_ids_seq > slot->model_ids_seq) {
+      slot->model_ids_seq = ep.model_ids_seq;
+      slot->model_ids = ep.model_ids;
+    }
     slot->owner = &d;
     next.push_back(std::move(slot));
   }
@@ -412,7 +517,7 @@ uint64_t Router::seq() const {
 }
 
 Router::Admission Router::admit(const std::string& key, const std::vector<std::string>& exclude,
-                                Waiter waiter) {
+                                Waiter waiter, const std::string& model_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   Admission out;
   auto* d = find(key);
@@ -422,7 +527,7 @@ Router::Admission Router::admit(const std::string& key, const std::vector<std::s
   }
   // A request never overtakes the queue: if others wait, it waits behind them.
   if (d->queue.empty()) {
-    if (auto slot = choose(*d, exclude)) {
+    if (auto slot = choose_for_model(*d, exclude, model_id)) {
       ++slot->in_flight;
       out.kind = Admit::assigned;
       out.slot = std::move(slot);
@@ -437,7 +542,7 @@ Router::Admission Router::admit(const std::string& key, const std::vector<std::s
   }
   out.kind = Admit::queued;
   out.ticket = next_ticket_++;
-  d->queue.push_back({out.ticket, exclude, std::move(waiter)});
+  d->queue.push_back({out.ticket, exclude, std::move(waiter), model_id});
   out.queued = d->queue.size();
   out.no_replicas = std::none_of(d->replicas.begin(), d->replicas.end(),
                                  [](const SlotPtr& s) { return !s->dead; });
@@ -528,7 +633,8 @@ std::vector<Router::DeploymentView> Router::deployments() const {
     v.max_queued = d->max_queued;
     v.queued = d->queue.size();
     for (const auto& s : d->replicas) {
-      v.replicas.push_back({s->replica_id, s->node_id, s->max_ongoing, s->in_flight, s->local});
+      v.replicas.push_back(
+          {s->replica_id, s->node_id, s->max_ongoing, s->in_flight, s->local, s->model_ids});
     }
     out.push_back(std::move(v));
   }

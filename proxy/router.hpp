@@ -154,6 +154,12 @@ struct ReplicaSlot {
   bool unreachable = false;
   bool no_route = false;
   void* owner = nullptr;  // the deployment it belongs to; null once removed
+  // Model multiplexing: the models the replica holds as far as this router
+  // knows (from snapshots and from the replica's answers, whichever has the
+  // higher `model_ids_seq`; plus the models of requests sent to it since,
+  // which it is loading). Guarded by the router's mutex.
+  std::vector<std::string> model_ids;
+  uint64_t model_ids_seq = 0;
 };
 using SlotPtr = std::shared_ptr<ReplicaSlot>;
 
@@ -230,13 +236,20 @@ class Router {
   };
   // `exclude`: replica ids already tried by this request; they are chosen only
   // when no other replica has room. Does not call `waiter` synchronously.
-  Admission admit(const std::string& key, const std::vector<std::string>& exclude, Waiter waiter);
+  // `model_id` (model multiplexing; "" for none): see choose_for_model().
+  Admission admit(const std::string& key, const std::vector<std::string>& exclude, Waiter waiter,
+                  const std::string& model_id = std::string());
   // A shadow copy's placement: a slot only when a replica has room now and
   // no request waits (assigned); never queued (queue_full: the copy is
   // dropped). So the copies in flight on a deployment never exceed its
   // replicas' max_ongoing_requests, and never take a slot a queued request
   // of that deployment waits for.
   Admission admit_if_free(const std::string& key);
+
+  // Model multiplexing: `slot`'s replica said (in an answer) that it holds
+  // `model_ids`, as its list number `seq`; kept unless the router knows a
+  // newer one.
+  void learn_models(const SlotPtr& slot, uint64_t seq, std::vector<std::string> model_ids);
 
   // Gives a slot back. Returns waiters to run (now admitted on a free slot).
   std::vector<std::function<void()>> release(const SlotPtr& slot, Outcome outcome);
@@ -267,6 +280,7 @@ class Router {
       uint32_t max_ongoing = 0;
       uint32_t in_flight = 0;
       bool local = false;
+      std::vector<std::string> model_ids = {};
     };
     std::vector<Replica> replicas;
   };
@@ -281,6 +295,7 @@ class Router {
     uint64_t ticket;
     std::vector<std::string> exclude;
     Waiter waiter;
+    std::string model_id = {};
   };
   struct Deployment {
     std::string app;
@@ -292,6 +307,17 @@ class Router {
 
   Deployment* find(const std::string& key);
   SlotPtr choose(Deployment& d, const std::vector<std::string>& exclude);
+  // Model multiplexing (`model_id` not empty): a replica with room that holds
+  // the model, the least loaded of them (local first when equal); when none
+  // does, among the replicas with room that hold the fewest models no other
+  // replica holds, then the fewest models, the one rendezvous hashing of
+  // (model, replica) ranks first, the same on every proxy (so a load
+  // fills a free slot, or evicts a model that stays loaded elsewhere, before
+  // it evicts the only copy of another); else choose(). The chosen replica
+  // is noted as holding the model from now on (it loads it), so that the
+  // next requests for it follow before its answer says so.
+  SlotPtr choose_for_model(Deployment& d, const std::vector<std::string>& exclude,
+                           const std::string& model_id);
   bool has_room(const ReplicaSlot& s) const { return !s.dead && s.in_flight < s.max_ongoing; }
   void set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
                     std::vector<ReplicaActor>& added, std::vector<SlotPtr>& left);

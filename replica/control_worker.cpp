@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include "replica/model_report.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
@@ -42,6 +43,8 @@ caf::behavior control_worker(caf::stateful_actor<ControlState>* self, ReplicaOpt
           return to_caf_error(s);
         ReplicaContext ctx{o.spec.app, o.spec.deployment,   o.spec.replica_id,
                            o.node_id,  o.spec.code_version, o.handles};
+        ctx.max_num_models_per_replica = o.spec.max_num_models_per_replica;
+        ctx.models = o.models;
         try {
           Instance made((*factory)->create(args, ctx));
           if (!o.spec.user_config.empty()) {

@@ -31,6 +31,7 @@
 #include <caf/mailbox_element.hpp>
 #include <caf/weak_intrusive_ptr.hpp>
 
+#include "replica/model_report.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe::channel {
@@ -57,6 +58,10 @@ struct Dispatch {
   // The replica actor, for everything but requests. Weak: the replica actor
   // holds this object.
   caf::weak_actor_ptr replica;
+  // What the user's ModelCache holds (model multiplexing); set before the
+  // replica starts, constant after. Answers to requests that name a model
+  // carry it (runtime/multiplex.hpp).
+  std::shared_ptr<ModelReport> models;
 
   // Claims an idle request thread (CAF's request workers); false when all
   // are busy.

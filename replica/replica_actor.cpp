@@ -44,17 +44,23 @@ struct ReplicaState {
   std::string user_config;  // what it runs now
   double start_time = 0;
   Clock::time_point window_start = Clock::now();
+  // Model multiplexing: the last list sent to the metrics sink, when, and
+  // whether a delayed send is due (ModelReport::kMinReportGap apart).
+  uint64_t models_sent_seq = 0;
+  Clock::time_point models_sent_at;
+  bool models_flush_due = false;
   std::shared_ptr<spdlog::logger> log = troupe::log::get("replica");
   static inline const char* name = "troupe.replica";
 };
 
 // Its own messages besides its interface: a request thread finished the last
 // request of a stopping replica; the graceful stop's deadline passed; time
-// to report metrics.
+// to report metrics; the ModelCache's list changed (models_atom, from
+// ModelReport, or a delayed send of its own).
 using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
 using report_atom = caf::atom_constant<caf::atom("report")>;
 using ReplicaImpl = ReplicaActor::extend<caf::reacts_to<done_atom>, caf::reacts_to<stop_due_atom>,
-                                         caf::reacts_to<report_atom>>;
+                                         caf::reacts_to<report_atom>, caf::reacts_to<models_atom>>;
 using replica_actor = ReplicaImpl::stateful_base<ReplicaState>;
 
 ReplicaMetadata metadata(const ReplicaState& st) {
@@ -66,6 +72,32 @@ ReplicaMetadata metadata(const ReplicaState& st) {
   m.user_config = st.user_config;
   m.start_time = st.start_time;
   return m;
+}
+
+// Sends the models the replica's ModelCache holds to the metrics sink, when
+// there is anything new (or `always`, the periodic report), unless the last
+// send was less than kMinReportGap ago: then once when the gap has passed.
+void report_models(replica_actor* self, bool always) {
+  auto& st = self->state;
+  if (!st.options.metrics_sink || !st.dispatch->models)
+    return;
+  auto held = st.dispatch->models->held();
+  if (held.seq == 0 || (!always && held.seq == st.models_sent_seq))
+    return;
+  auto now = Clock::now();
+  auto next = st.models_sent_at + ModelReport::kMinReportGap;
+  if (!always && now < next) {
+    if (!st.models_flush_due) {
+      st.models_flush_due = true;
+      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(next - now),
+                         models_atom::value);
+    }
+    return;
+  }
+  st.models_sent_seq = held.seq;
+  st.models_sent_at = now;
+  self->send(st.options.metrics_sink, models_atom::value, st.options.spec.replica_id, held.seq,
+             std::move(held.model_ids));
 }
 
 void finish_stop(replica_actor* self) {
@@ -228,8 +260,14 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         st.window_start = now;
         self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
                    average);
+        report_models(self, true);
         self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s),
                            report_atom::value);
+      },
+      [=](models_atom) {
+        // From ModelReport (the list changed) or our own delayed send.
+        self->state.models_flush_due = false;
+        report_models(self, false);
       },
   };
 }
@@ -240,8 +278,12 @@ ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
   auto dispatch = std::make_shared<Dispatch>();
   dispatch->replica_id = options.spec.replica_id;
   dispatch->channel = options.channel;
+  if (!options.models)
+    options.models = std::make_shared<ModelReport>();
+  dispatch->models = options.models;
   auto actor = caf::actor_cast<caf::actor>(sys.spawn(replica, std::move(options), dispatch));
   dispatch->replica = caf::actor_cast<caf::weak_actor_ptr>(actor);
+  dispatch->models->set_replica(dispatch->replica);
   // The handle everyone gets. Its only member is the replica actor: when that
   // exits the handle goes with it, and an exit sent to the handle reaches it.
   caf::scoped_execution_unit context{&sys};

@@ -25,7 +25,10 @@
 // in flight, at most timeout_s, then exit).
 // Every metrics_interval_s it sends (metrics, string replica_id, double
 // average ongoing requests over the interval) to its metrics sink
-// (MetricsSinkActor).
+// (MetricsSinkActor), and, once its ModelCache reported anything, (models,
+// replica_id, seq, ids): with every metrics report (a restarted controller
+// learns them again) and whenever they change, at most every
+// ModelReport::kMinReportGap (10 ms).
 #pragma once
 
 #include <memory>
@@ -46,6 +49,8 @@ class ReplicaEnd;
 
 namespace troupe::replica {
 
+class ModelReport;
+
 struct ReplicaOptions {
   ReplicaSpec spec;
   std::string node_id;
@@ -59,6 +64,9 @@ struct ReplicaOptions {
   // take requests from the channel (those that come over CAF are queued
   // into it too), instead of CAF detached actors. Empty: CAF only.
   std::shared_ptr<channel::ReplicaEnd> channel;
+  // ReplicaContext::models (model multiplexing). Set by spawn_replica when
+  // empty.
+  std::shared_ptr<ModelReport> models;
 };
 
 ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options);

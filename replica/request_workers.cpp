@@ -11,11 +11,12 @@
 #include "replica/handle_transport.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/log.hpp"
+#include "runtime/multiplex.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe::replica {
 
-HttpResponse run_handler(Deployment& d, HttpRequest& req) {
+HttpResponse run_handler(Deployment& d, HttpRequest& req, const ModelReport* models) {
   Request in{std::move(req.method), std::move(req.path), std::move(req.query),
              std::move(req.headers), std::move(req.body)};
   HttpResponse out;
@@ -38,6 +39,8 @@ HttpResponse run_handler(Deployment& d, HttpRequest& req) {
   }
   if (!req.request_id.empty())
     out.headers.emplace_back("X-Request-Id", req.request_id);
+  if (models && models->active() && !in.multiplexed_model_id().empty())
+    out.headers.emplace_back(multiplex::kHeldModelsHeader, multiplex::encode_held(models->held()));
   return out;
 }
 
@@ -45,7 +48,7 @@ caf::behavior request_worker(caf::event_based_actor*, Instance instance, Dispatc
                              size_t index) {
   return {
       [=](handle_atom, HttpRequest& req) -> HttpResponse {
-        auto out = run_handler(*instance, req);
+        auto out = run_handler(*instance, req, dispatch->models.get());
         if (dispatch->release(index)) {
           if (auto replica = dispatch->replica.lock())
             caf::anon_send(caf::actor_cast<caf::actor>(replica), done_atom::value);
@@ -83,7 +86,7 @@ void channel_worker(Instance instance, DispatchPtr d) {
         continue;
       HttpResponse out;
       if (m->content().match_elements<handle_atom, HttpRequest>())
-        out = run_handler(*instance, m->content().get_mutable_as<HttpRequest>(1));
+        out = run_handler(*instance, m->content().get_mutable_as<HttpRequest>(1), d->models.get());
       d->finish();
       if (m->sender && m->mid.is_request()) {
         m->sender->enqueue(nullptr, m->mid.response_id(), caf::make_message(std::move(out)),
@@ -126,7 +129,7 @@ void channel_worker(Instance instance, DispatchPtr d) {
                             ch.max_frame());
       continue;
     }
-    auto out = run_handler(*instance, req);
+    auto out = run_handler(*instance, req, d->models.get());
     d->finish();
     channel::send_answer(answers, h.call, out, ch.max_frame());
   }

@@ -19,7 +19,10 @@
 namespace troupe::replica {
 
 // Runs the user's handler; what it throws becomes a 500 with a JSON body.
-HttpResponse run_handler(Deployment& d, HttpRequest& req);
+// With `models` (the replica's ModelCache report) and a request that names a
+// model, the answer carries the models the replica holds after it
+// (multiplex::kHeldModelsHeader), for the proxy's router.
+HttpResponse run_handler(Deployment& d, HttpRequest& req, const ModelReport* models = nullptr);
 
 //   (handle, HttpRequest) -> (HttpResponse), then releases request thread
 //   `index`, and tells a stopping replica actor (done) after its last request.

@@ -28,6 +28,10 @@ class actor_system_config;
 namespace troupe {
 
 // Bump on any change of a wire type or of a message's meaning.
+// 6: model multiplexing (ReplicaSpec, ReplicaEndpoint, the models report),
+//    the declared http timeouts in snapshots and the apply message without
+//    its separate timeout, HttpRequest::timeout_s (deadlines across calls),
+//    RouteEntry::shadow.
 constexpr uint32_t kProtocolVersion = 6;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
@@ -64,6 +68,9 @@ using handle_atom = caf::atom_constant<caf::atom("handle")>;
 using call_atom = caf::atom_constant<caf::atom("call")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
+// The models a replica holds (model multiplexing): replica -> its node agent
+// -> the controller, which pushes them to proxies with the replica sets.
+using models_atom = caf::atom_constant<caf::atom("models")>;
 // Operator calls (troupectl -> controller).
 using deploy_atom = caf::atom_constant<caf::atom("deploy")>;
 using delete_atom = caf::atom_constant<caf::atom("delete")>;
@@ -135,13 +142,17 @@ struct ReplicaSpec {
   // with no request finished (the controller resolves the deployment's
   // stuck_after_s to this); 0: never.
   double stuck_after_s = 0;
+  // ReplicaContext::max_num_models_per_replica: what a ModelCache of the
+  // replica holds at most; -1: no limit.
+  int32_t max_num_models_per_replica = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaSpec& x) {
   return f(caf::meta::type_name("troupe.ReplicaSpec"), x.replica_id, x.app, x.deployment,
            x.import_path, x.init_args, x.code_version, x.user_config, x.max_ongoing_requests,
-           x.metrics_interval_s, x.isolation, x.memory_limit_bytes, x.stuck_after_s);
+           x.metrics_interval_s, x.isolation, x.memory_limit_bytes, x.stuck_after_s,
+           x.max_num_models_per_replica);
 }
 
 // What an initialized replica reports about itself.
@@ -258,12 +269,18 @@ struct ReplicaEndpoint {
   std::string node_id;
   uint32_t max_ongoing_requests = 0;
   ReplicaActor handle;
+  // Model multiplexing: the models the replica reported holding, and the
+  // number of that report (the replica's, grows with every change; 0: none
+  // yet). A router keeps the newer of this and what the replica's answers
+  // told it (runtime/multiplex.hpp).
+  std::vector<std::string> model_ids = {};
+  uint64_t model_ids_seq = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaEndpoint& x) {
   return f(caf::meta::type_name("troupe.ReplicaEndpoint"), x.replica_id, x.node_id,
-           x.max_ongoing_requests, x.handle);
+           x.max_ongoing_requests, x.handle, x.model_ids, x.model_ids_seq);
 }
 
 struct DeploymentEndpoints {
@@ -342,8 +359,11 @@ typename Inspector::result_type inspect(Inspector& f, Credential& x) {
 
 // Where replicas send their metrics (the node agent's keeper): every
 // metrics_interval_s the replica's average ongoing requests.
-using MetricsSinkActor =
-    caf::typed_actor<caf::reacts_to<metrics_atom, std::string /*replica_id*/, double>>;
+// And the models it holds, when they change (rate-limited) and with every
+// metrics report: (models, replica_id, seq, model ids).
+using MetricsSinkActor = caf::typed_actor<
+    caf::reacts_to<metrics_atom, std::string /*replica_id*/, double>,
+    caf::reacts_to<models_atom, std::string /*replica_id*/, uint64_t, std::vector<std::string>>>;
 
 // Whoever takes a deployment handle's call from another process (a proxy
 // or, usually, its keeper; replica/handle_transport.hpp): (app, deployment,
@@ -423,7 +443,9 @@ using ControllerActor = caf::typed_actor<
     // From node agents: (node, replica, average ongoing requests).
     caf::reacts_to<metrics_atom, std::string, std::string, double>,
     // From proxies and handles: (reporter, app, deployment, queued + in flight).
-    caf::reacts_to<metrics_atom, std::string, std::string, std::string, double>>;
+    caf::reacts_to<metrics_atom, std::string, std::string, std::string, double>,
+    // From node agents: (node, replica, seq, the model ids it holds).
+    caf::reacts_to<models_atom, std::string, std::string, uint64_t, std::vector<std::string>>>;
 
 // The keeper of a node's proxy (proxy/proxy.hpp): the handle that stays
 // valid across restarts of the proxy actor, held by the node agent and by

@@ -80,6 +80,7 @@ struct DeploymentConfig @0xfc284f5555afc3f4 {
   isolation @12 :Isolation = process;
   memoryLimitBytes @13 :UInt64 = 0;  # per replica process; 0: no limit
   stuckAfterS @14 :Float64 = 0;  # 0: derived from the request timeout
+  maxNumModelsPerReplica @15 :Int32 = -1;  # model multiplexing; -1: no limit
 }
 
 # troupe::controller::Isolation. Only ever append enumerants.

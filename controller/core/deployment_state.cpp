@@ -864,7 +864,8 @@ std::vector<RunningReplicaInfo> DeploymentState::running_set() const {
     const Replica& r = *rp;
     if (r.removed || r.state != ReplicaState::running)
       continue;
-    out.push_back({r.id, r.node_id, spec_->config.max_ongoing_requests});
+    out.push_back(
+        {r.id, r.node_id, spec_->config.max_ongoing_requests, r.model_ids, r.model_ids_seq});
   }
   std::sort(out.begin(), out.end(), [](const RunningReplicaInfo& a, const RunningReplicaInfo& b) {
     return a.replica_id < b.replica_id;

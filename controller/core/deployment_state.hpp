@@ -139,6 +139,8 @@ class DeploymentState {
   // True when the RUNNING set (or max_ongoing_requests) changed since the
   // last publish.
   bool running_set_dirty() const { return running_dirty_; }
+  // A replica's model list changed (model multiplexing): publish again.
+  void mark_running_set_dirty() { running_dirty_ = true; }
   std::vector<RunningReplicaInfo> running_set() const;
   void mark_published(uint64_t seq, std::vector<RunningReplicaInfo> set);
   uint64_t published_seq() const { return published_seq_; }

@@ -38,7 +38,8 @@ bool operator==(const DeploymentConfig& a, const DeploymentConfig& b) {
     return std::tie(x.num_replicas, x.max_ongoing_requests, x.max_queued_requests, x.user_config,
                     x.autoscaling_config, x.health_check_period_s, x.health_check_timeout_s,
                     x.graceful_shutdown_wait_loop_s, x.graceful_shutdown_timeout_s, x.resources,
-                    x.max_replicas_per_node, x.isolation, x.memory_limit_bytes, x.stuck_after_s);
+                    x.max_replicas_per_node, x.isolation, x.memory_limit_bytes, x.stuck_after_s,
+                    x.max_num_models_per_replica);
   };
   return tie(a) == tie(b);
 }

@@ -54,6 +54,9 @@ std::optional<Isolation> parse_isolation(const std::string& text);
 // just to start and load its libraries.
 constexpr uint64_t kMinMemoryLimitBytes = 32ULL * 1024 * 1024;
 
+// Upper bound of DeploymentConfig::max_num_models_per_replica.
+constexpr int32_t kMaxNumModelsPerReplica = 1000000;
+
 // DeploymentConfig::stuck_after_s when left at 0: this many request timeouts,
 // at least kMinStuckAfterS. Requests time out at the proxy after
 // request_timeout_s, so a replica whose slots stayed busy three times that
@@ -99,6 +102,12 @@ struct DeploymentConfig {
   // may then rightly run for any time). A positive value is used as given
   // (no minimum). A change restarts the replicas.
   double stuck_after_s = 0;
+  // Model multiplexing: how many models a replica's ModelCache holds at most
+  // (ReplicaContext::max_num_models_per_replica); -1 (default): no limit, else
+  // 1 to kMaxNumModelsPerReplica. Replicas read it when they start, so a
+  // change restarts them (in Ray Serve it is an argument of
+  // @serve.multiplexed, i.e. part of the code).
+  int32_t max_num_models_per_replica = -1;
 
   friend bool operator==(const DeploymentConfig&, const DeploymentConfig&);
   friend bool operator!=(const DeploymentConfig& a, const DeploymentConfig& b) { return !(a == b); }

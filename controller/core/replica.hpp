@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "controller/core/commands.hpp"
 #include "controller/core/deployment_status.hpp"
@@ -44,6 +45,11 @@ struct Replica {
   bool stopped = false;
   int8_t health_result = -1;  // -1 none, 0 failed, 1 ok
   std::string health_error;   // what the failed check said; "" when it said nothing
+
+  // --- model multiplexing (soft state: a restarted controller learns it
+  // again from the replicas' periodic reports)
+  std::vector<std::string> model_ids;  // the models its ModelCache holds
+  uint64_t model_ids_seq = 0;          // the replica's number of that list
 
   // --- health checking (RUNNING)
   bool check_outstanding = false;

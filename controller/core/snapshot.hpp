@@ -46,10 +46,16 @@ struct RunningReplicaInfo {
   std::string replica_id;
   std::string node_id;
   uint32_t max_ongoing_requests = 0;
+  // Model multiplexing: the models it reported holding, and the replica's
+  // number of that report (0: none). A change is a change of the set: it is
+  // pushed as a delta like a replica that came or went.
+  std::vector<std::string> model_ids = {};
+  uint64_t model_ids_seq = 0;
 
   friend bool operator==(const RunningReplicaInfo& a, const RunningReplicaInfo& b) {
     return a.replica_id == b.replica_id && a.node_id == b.node_id &&
-           a.max_ongoing_requests == b.max_ongoing_requests;
+           a.max_ongoing_requests == b.max_ongoing_requests && a.model_ids == b.model_ids &&
+           a.model_ids_seq == b.model_ids_seq;
   }
 };
 

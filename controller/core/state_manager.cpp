@@ -520,6 +520,19 @@ void StateManager::record_replica_metrics(const std::string& replica_id, double 
   r->owner->record_replica_metrics(replica_id, ongoing, clock_.now_s());
 }
 
+bool StateManager::record_multiplexed_replica_info(const std::string& replica_id, uint64_t seq,
+                                                   std::vector<std::string> model_ids) {
+  Replica* r = find(replica_id);
+  if (!r || !r->owner || r->removed || seq <= r->model_ids_seq)
+    return false;
+  r->model_ids_seq = seq;
+  if (r->model_ids == model_ids)
+    return false;  // periodic repeat: nothing to push
+  r->model_ids = std::move(model_ids);
+  r->owner->mark_running_set_dirty();
+  return true;
+}
+
 void StateManager::record_handle_metrics(const std::string& reporter_id, const DeploymentId& id,
                                          double queued_and_inflight) {
   auto it = deployments_.find(id);

@@ -186,6 +186,19 @@ class StateManager {
   void record_handle_metrics(const std::string& reporter_id, const DeploymentId& id,
                              double queued_and_inflight);
 
+  // --- model multiplexing (soft state, not checkpointed) --------------------
+  //
+  // Ray Serve's record_multiplexed_replica_info: a replica reports the models
+  // its ModelCache holds, numbered by the replica (`seq` grows with every
+  // change). A newer list than the one recorded is kept and published with
+  // the replica set at the next update(): subscribers get a delta. Returns
+  // true when it recorded something new (the shell then updates at once, so
+  // that proxies learn it without waiting for the tick). Ignored (false) for
+  // an unknown or removed replica, or an older or equal seq. (A replica that
+  // is not RUNNING yet keeps its list for when it is.)
+  bool record_multiplexed_replica_info(const std::string& replica_id, uint64_t seq,
+                                       std::vector<std::string> model_ids);
+
   // Manual override of the autoscaled count (clamped to the bounds); the
   // policy moves on from it at the next update(). errc::not_found for an
   // unknown deployment, errc::invalid_argument without autoscaling_config.

@@ -136,6 +136,12 @@ void check_deployment(Problems& p, const std::string& path, const DeploymentSpec
     p.add(cp + ".stuck_after_s", fmt(c.stuck_after_s),
           "must be a finite number of seconds >= 0 (0: derived from request_timeout_s)");
   }
+  if (c.max_num_models_per_replica != -1 &&
+      (c.max_num_models_per_replica < 1 ||
+       c.max_num_models_per_replica > kMaxNumModelsPerReplica)) {
+    p.add(cp + ".max_num_models_per_replica", std::to_string(c.max_num_models_per_replica),
+          "must be -1 (no limit) or within [1, " + std::to_string(kMaxNumModelsPerReplica) + "]");
+  }
   if (c.autoscaling_config)
     check_autoscaling(p, cp + ".autoscaling_config", *c.autoscaling_config);
 }

@@ -41,6 +41,10 @@ std::string code_identity(const DeploymentSpec& spec) {
   // Replicas get the threshold when they start: a change restarts them.
   if (spec.config.stuck_after_s != 0)
     fnv_mix(h, "stuck_after=" + std::to_string(spec.config.stuck_after_s));
+  // A replica's ModelCache takes its capacity when it is built: a change
+  // restarts the replicas (Ray Serve: an argument of @serve.multiplexed).
+  if (spec.config.max_num_models_per_replica != -1)
+    fnv_mix(h, "max_models=" + std::to_string(spec.config.max_num_models_per_replica));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   if (spec.code_version.empty())

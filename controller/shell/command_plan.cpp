@@ -68,6 +68,7 @@ ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s) {
   spec.isolation = to_string(cmd.spec->config.isolation);
   spec.memory_limit_bytes = cmd.spec->config.memory_limit_bytes;
   spec.stuck_after_s = effective_stuck_after_s(cmd.spec->config.stuck_after_s, request_timeout_s);
+  spec.max_num_models_per_replica = cmd.spec->config.max_num_models_per_replica;
   return spec;
 }
 

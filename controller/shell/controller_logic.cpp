@@ -386,6 +386,15 @@ void ControllerLogic::replica_metrics(const std::string& replica_id, double ongo
     core_->record_replica_metrics(replica_id, ongoing);
 }
 
+bool ControllerLogic::replica_models(const std::string& replica_id, uint64_t seq,
+                                     std::vector<std::string> model_ids) {
+  // While recovering, replicas are not adopted yet; their periodic report
+  // repeats the list.
+  if (recovering())
+    return false;
+  return core_->record_multiplexed_replica_info(replica_id, seq, std::move(model_ids));
+}
+
 bool ControllerLogic::handle_metrics(const std::string& reporter, const std::string& app,
                                      const std::string& deployment, double queued_and_inflight) {
   if (recovering())

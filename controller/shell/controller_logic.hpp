@@ -151,6 +151,10 @@ class ControllerLogic {
   // ------------------------------------------------------------ reports
 
   void replica_metrics(const std::string& replica_id, double ongoing);
+  // The models a replica holds (model multiplexing). True when the actor
+  // reconciles now, so that proxies get the change at once.
+  bool replica_models(const std::string& replica_id, uint64_t seq,
+                      std::vector<std::string> model_ids);
   // A proxy's (or handle's) count for one deployment: the only signal when
   // it has no replica. True when the actor reconciles now (a cold start),
   // not at the next tick.

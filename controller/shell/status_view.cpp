@@ -139,7 +139,8 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
       ReplicaActor handle = handle_of ? handle_of(r.replica_id) : ReplicaActor{};
       if (!handle)
         continue;
-      e.replicas.push_back({r.replica_id, r.node_id, r.max_ongoing_requests, handle});
+      e.replicas.push_back(
+          {r.replica_id, r.node_id, r.max_ongoing_requests, handle, r.model_ids, r.model_ids_seq});
     }
     out.deployments.push_back(std::move(e));
   }

@@ -86,6 +86,7 @@ void write(const DeploymentConfig& in, schema::DeploymentConfig::Builder out) {
                                                          : schema::Isolation::PROCESS);
   out.setMemoryLimitBytes(in.memory_limit_bytes);
   out.setStuckAfterS(in.stuck_after_s);
+  out.setMaxNumModelsPerReplica(in.max_num_models_per_replica);
 }
 
 void write(const DeploymentSpec& in, schema::DeploymentSpec::Builder out) {
@@ -270,6 +271,7 @@ DeploymentConfig read(schema::DeploymentConfig::Reader in) {
   }
   out.memory_limit_bytes = in.getMemoryLimitBytes();
   out.stuck_after_s = in.getStuckAfterS();
+  out.max_num_models_per_replica = in.getMaxNumModelsPerReplica();
   return out;
 }
 

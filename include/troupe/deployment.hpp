@@ -50,10 +50,17 @@
 // Json and std::string objects cross the boundary.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <future>
+#include <list>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -66,7 +73,15 @@ namespace troupe {
 // Bumped whenever this header changes in a way that breaks binary
 // compatibility; a library built against another version is refused.
 // 2: ReplicaContext carries the handle transport (deployment handles).
-constexpr uint32_t kDeploymentAbiVersion = 2;
+// 3: ReplicaContext carries max_num_models_per_replica and the model
+//    multiplexing listener (ModelCache).
+constexpr uint32_t kDeploymentAbiVersion = 3;
+
+// Model multiplexing (Ray Serve's): the request header that names the model a
+// request is for, and troupe's own spelling of it. Header names compare
+// case-insensitively; the first one present wins.
+constexpr const char* kMultiplexedModelIdHeader = "serve_multiplexed_model_id";
+constexpr const char* kModelIdHeader = "X-Troupe-Model-Id";
 
 using Json = nlohmann::json;
 using Headers = std::vector<std::pair<std::string, std::string>>;
@@ -155,6 +170,15 @@ struct Request {
       pos = end + 1;
     }
     return fallback;
+  }
+
+  // The model this request is for (model multiplexing, see ModelCache): the
+  // value of the `serve_multiplexed_model_id` header (Ray Serve's), else of
+  // `X-Troupe-Model-Id`; "" when the request names none. The proxies route a
+  // request that names a model to a replica that holds it.
+  std::string multiplexed_model_id() const {
+    std::string id = header(kMultiplexedModelIdHeader);
+    return id.empty() ? header(kModelIdHeader) : id;
   }
 };
 
@@ -249,10 +273,24 @@ class DeploymentHandle {
   const std::string& deployment() const { return deployment_; }
   double timeout_s() const { return timeout_s_; }
 
+  const std::string& multiplexed_model_id() const { return model_id_; }
+
   // The same handle with its own timeout for every call (seconds; 0: the
   // application's request_timeout_s).
   DeploymentHandle with_timeout(double seconds) const {
-    return DeploymentHandle(transport_, app_, deployment_, seconds > 0 ? seconds : 0);
+    DeploymentHandle h(transport_, app_, deployment_, seconds > 0 ? seconds : 0);
+    h.model_id_ = model_id_;
+    return h;
+  }
+
+  // The same handle, every call of which is for model `model_id` (Ray
+  // Serve's handle.options(multiplexed_model_id=...)): the request gets the
+  // serve_multiplexed_model_id header (replacing one it has), and is routed
+  // to a replica that holds the model when one has room. "": none.
+  DeploymentHandle with_multiplexed_model_id(std::string model_id) const {
+    DeploymentHandle h = *this;
+    h.model_id_ = std::move(model_id);
+    return h;
   }
 
   // Starts the call and returns at once; the future always gets a Response.
@@ -266,6 +304,16 @@ class DeploymentHandle {
           503));
       return unavailable.get_future();
     }
+    if (!model_id_.empty()) {
+      Headers kept;
+      for (auto& h : request.headers) {
+        if (!detail::ascii_iequals(h.first, kMultiplexedModelIdHeader) &&
+            !detail::ascii_iequals(h.first, kModelIdHeader))
+          kept.push_back(std::move(h));
+      }
+      kept.emplace_back(kMultiplexedModelIdHeader, model_id_);
+      request.headers = std::move(kept);
+    }
     return transport_->call(app_, deployment_, std::move(request), timeout_s_);
   }
 
@@ -277,6 +325,182 @@ class DeploymentHandle {
   std::string app_;
   std::string deployment_;
   double timeout_s_ = 0;
+  std::string model_id_;
+};
+
+// --- Model multiplexing -------------------------------------------------------
+//
+// One deployment serves many models (Ray Serve's serve.multiplexed): a request
+// names its model in the `serve_multiplexed_model_id` header (or
+// `X-Troupe-Model-Id`; Request::multiplexed_model_id()), each replica keeps at
+// most max_num_models_per_replica models loaded in a ModelCache, and the
+// proxies send a request to a replica that already holds its model (when one
+// has room under max_ongoing_requests; else to the less loaded of two, as
+// usual, which then loads it).
+//
+//   class ModelHost : public troupe::Deployment {
+//    public:
+//     ModelHost(const troupe::Json&, const troupe::ReplicaContext& ctx)
+//         : models_(ctx, [](const std::string& id) { return load_model(id); }) {}
+//     troupe::Response handle(const troupe::Request& request) override {
+//       std::shared_ptr<Model> m = models_.get(request.multiplexed_model_id());
+//       ...
+//     }
+//    private:
+//     troupe::ModelCache<Model> models_;
+//   };
+//
+// A cache built from the ReplicaContext reports the ids it holds to the
+// runtime by itself (whenever they change), which tells the controller and
+// the proxies: user code cannot forget it. Use one such cache per replica.
+
+struct ReplicaContext;
+
+// Told the ids of the models a replica holds whenever they change.
+// Implemented by the runtime (ReplicaContext::models) and by tests.
+class ModelIdsListener {
+ public:
+  virtual ~ModelIdsListener() = default;
+  // `model_ids`: every model held now, most recently used first; called when
+  // a model was loaded or evicted (not when only the order changed). Called
+  // with the cache's lock held, so calls come in the order of the changes:
+  // keep it short and never call back into the cache.
+  virtual void models_changed(const std::vector<std::string>& model_ids) = 0;
+};
+
+// A thread-safe LRU cache of loaded models. get(id) returns the model, and
+// on a miss calls the loader (outside the cache's lock, so other models are
+// served meanwhile); concurrent misses for the same id wait for one load.
+// Before a load, and again when it ends, the least recently used loaded
+// models are evicted so that at most `capacity` models are held (loads in
+// progress are not evicted; a model in use by a request stays alive until the
+// request drops its shared_ptr). A loader that throws fails every get()
+// waiting for that load with its exception (a 500 for those requests), and
+// the next get() tries again.
+template <class T>
+class ModelCache {
+ public:
+  using Loader = std::function<std::shared_ptr<T>(const std::string& model_id)>;
+  using OnChange = std::function<void(const std::vector<std::string>& model_ids)>;
+
+  // The usual form: capacity from ctx.max_num_models_per_replica (the
+  // deployment's option; -1: unlimited) and changes reported to ctx.models.
+  ModelCache(const ReplicaContext& ctx, Loader loader);
+
+  // Without a ReplicaContext (tests, or a cache of your own): `capacity` 0
+  // means unlimited; `on_change` is called like ModelIdsListener.
+  ModelCache(std::size_t capacity, Loader loader, OnChange on_change = nullptr)
+      : capacity_(capacity), loader_(std::move(loader)), on_change_(std::move(on_change)) {}
+
+  ModelCache(const ModelCache&) = delete;
+  ModelCache& operator=(const ModelCache&) = delete;
+
+  struct Lookup {
+    std::shared_ptr<T> model;
+    // True when the model was loaded already when get() was called; false
+    // when this call loaded it or waited for a load in progress.
+    bool hit = false;
+  };
+
+  // The model `model_id`, loaded if needed; rethrows the loader's exception.
+  // An empty id is refused (std::invalid_argument): a request that names no
+  // model has nothing to look up.
+  Lookup lookup(const std::string& model_id) {
+    if (model_id.empty())
+      throw std::invalid_argument("no multiplexed model id: the request has no " +
+                                  std::string(kMultiplexedModelIdHeader) + " header");
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto it = entries_.find(model_id);
+    if (it != entries_.end()) {
+      Entry& e = it->second;
+      if (e.loaded) {
+        touch(it);
+        return {e.model, true};
+      }
+      std::shared_future<std::shared_ptr<T>> pending = e.pending;
+      lock.unlock();
+      return {pending.get(), false};  // the loader's exception, if it threw
+    }
+    // A miss: make room first (a model is big; the new one needs the memory).
+    evict_beyond(capacity_ == 0 ? 0 : capacity_ - 1);
+    std::promise<std::shared_ptr<T>> promise;
+    Entry& e = entries_[model_id];
+    e.pending = promise.get_future().share();
+    lock.unlock();
+    std::shared_ptr<T> model;
+    try {
+      model = loader_(model_id);
+    } catch (...) {
+      lock.lock();
+      entries_.erase(model_id);
+      lock.unlock();
+      promise.set_exception(std::current_exception());
+      throw;
+    }
+    lock.lock();
+    auto done = entries_.find(model_id);
+    done->second.loaded = true;
+    done->second.model = model;
+    lru_.push_front(model_id);
+    done->second.position = lru_.begin();
+    evict_beyond(capacity_);  // loads that ran at once may have overfilled it
+    notify();
+    lock.unlock();
+    promise.set_value(model);
+    return {std::move(model), false};
+  }
+
+  std::shared_ptr<T> get(const std::string& model_id) { return lookup(model_id).model; }
+
+  // The ids of the loaded models, most recently used first.
+  std::vector<std::string> model_ids() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {lru_.begin(), lru_.end()};
+  }
+
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  struct Entry {
+    bool loaded = false;
+    std::shared_ptr<T> model;
+    std::shared_future<std::shared_ptr<T>> pending;
+    typename std::list<std::string>::iterator position;
+  };
+  using Iterator = typename std::map<std::string, Entry>::iterator;
+
+  void touch(Iterator it) {
+    // Only the order changes: not worth a report (routing needs the set).
+    if (it->second.position != lru_.begin())
+      lru_.splice(lru_.begin(), lru_, it->second.position);
+  }
+
+  // Evicts least recently used loaded models until at most `keep` are
+  // loaded; 0 with an unlimited cache keeps everything.
+  void evict_beyond(std::size_t keep) {
+    if (capacity_ == 0)
+      return;
+    bool changed = false;
+    while (lru_.size() > keep) {
+      entries_.erase(lru_.back());
+      lru_.pop_back();
+      changed = true;
+    }
+    if (changed)
+      notify();
+  }
+
+  void notify() {
+    if (on_change_)
+      on_change_(std::vector<std::string>(lru_.begin(), lru_.end()));
+  }
+
+  const std::size_t capacity_;
+  const Loader loader_;
+  const OnChange on_change_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry> entries_;
+  std::list<std::string> lru_;  // loaded ids, most recently used first
 };
 
 // Where a replica runs, passed to constructors that take it. Values are
@@ -289,6 +513,12 @@ struct ReplicaContext {
   std::string version;     // the deployment's code version
   // Set by the runtime; see "Deployment handles" above.
   std::shared_ptr<const HandleTransport> handles;
+  // The deployment's max_num_models_per_replica (-1: unlimited), for a
+  // ModelCache built from this context.
+  int32_t max_num_models_per_replica = -1;
+  // Set by the runtime: where a ModelCache built from this context reports
+  // the models it holds. May be empty (nothing is reported).
+  std::shared_ptr<ModelIdsListener> models = nullptr;
 
   // A handle to the deployment `deployment` of this replica's application.
   // Whether it exists is known only when it is called (404).
@@ -296,6 +526,18 @@ struct ReplicaContext {
     return DeploymentHandle(handles, app, deployment);
   }
 };
+
+template <class T>
+ModelCache<T>::ModelCache(const ReplicaContext& ctx, Loader loader)
+    : ModelCache(ctx.max_num_models_per_replica > 0
+                     ? static_cast<std::size_t>(ctx.max_num_models_per_replica)
+                     : 0,
+                 std::move(loader),
+                 ctx.models
+                     ? OnChange([listener = ctx.models](const std::vector<std::string>& ids) {
+                         listener->models_changed(ids);
+                       })
+                     : OnChange()) {}
 
 class Deployment {
  public:

@@ -1142,3 +1142,35 @@ TEST_CASE("config: stuck_after_s - default 0 (derived) - seconds - printed when 
   CHECK(error_of(with_fields("        stuck_after_s: soon\n")) ==
         "deploy.yaml:7:24: stuck_after_s: expected a number of seconds, got 'soon'");
 }
+
+TEST_CASE(
+    "config: max_num_models_per_replica - default -1 (no limit) - at least 1 - printed when set") {
+  const DeploymentConfig defaults = only_app(parse_ok(with_fields(""))).deployments[0].config;
+  CHECK(defaults.max_num_models_per_replica == -1);
+  CHECK(to_yaml(parse_ok(with_fields(""))).find("max_num_models") == std::string::npos);
+
+  DeployConfig c = parse_ok(with_fields("        max_num_models_per_replica: 2\n"));
+  CHECK(only_app(c).deployments[0].config.max_num_models_per_replica == 2);
+  CHECK(to_yaml(c).find("        max_num_models_per_replica: 2\n") != std::string::npos);
+  check_round_trip(c);
+  CHECK(only_app(parse_ok(with_fields("        max_num_models_per_replica: -1\n")))
+            .deployments[0]
+            .config.max_num_models_per_replica == -1);
+  CHECK(only_app(parse_ok(with_fields("        max_num_models_per_replica:\n")))
+            .deployments[0]
+            .config.max_num_models_per_replica == -1);
+
+  CHECK(error_of(with_fields("        max_num_models_per_replica: 0\n")) ==
+        "deploy.yaml:7:37: max_num_models_per_replica: 0 must be >= 1 (or -1 for no limit)");
+  CHECK(error_of(with_fields("        max_num_models_per_replica: -2\n")) ==
+        "deploy.yaml:7:37: max_num_models_per_replica: -2 must be >= -1");
+  CHECK(error_of(with_fields("        max_num_models_per_replica: many\n")) ==
+        "deploy.yaml:7:37: max_num_models_per_replica: expected a positive integer (-1 for no "
+        "limit), got 'many'");
+  CHECK(error_of(with_fields("        max_num_models_per_replica: 2.5\n"))
+            .find("max_num_models_per_replica: expected a positive integer") != std::string::npos);
+  CHECK(error_of(with_fields("        max_num_models_per_replica: 1000001\n")) ==
+        "deploy.yaml:7:37: max_num_models_per_replica: 1000001 must be <= 1000000");
+  CHECK(error_of(with_fields("        max_models_per_replica: 2\n"))
+            .find("did you mean 'max_num_models_per_replica'") != std::string::npos);
+}

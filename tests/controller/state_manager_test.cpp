@@ -564,3 +564,35 @@ TEST_CASE("apply: if_generation - accepted at the current generation - refused n
   REQUIRE_FALSE(lost.has_value());
   CHECK(lost.status().message().find("current generation 2") != std::string::npos);
 }
+
+TEST_CASE("snapshots: a replica's model list is recorded by seq and pushed as a delta") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
+  h.ticks(2);
+  auto s = h.core->changes_since({});
+  REQUIRE(s);
+  // A new list: a delta with the replica's models; the other replica as it was.
+  CHECK(h.core->record_multiplexed_replica_info("a#D#1", 1, {"m1"}));
+  h.tick();
+  auto d1 = h.core->changes_since(s->id);
+  REQUIRE(d1);
+  CHECK_FALSE(d1->full);
+  REQUIRE(d1->deployments.size() == 1);
+  CHECK(d1->deployments[0].replicas ==
+        std::vector<RunningReplicaInfo>{{"a#D#1", "n1", 5, {"m1"}, 1}, {"a#D#2", "n2", 5}});
+  // The same list again (the periodic report), or an older one: nothing new.
+  CHECK_FALSE(h.core->record_multiplexed_replica_info("a#D#1", 1, {"m1"}));
+  CHECK_FALSE(h.core->record_multiplexed_replica_info("a#D#1", 2, {"m1"}));
+  CHECK_FALSE(h.core->record_multiplexed_replica_info("a#D#1", 1, {"old"}));
+  h.tick();
+  CHECK_FALSE(h.core->changes_since(d1->id).has_value());
+  // A change: another delta.
+  CHECK(h.core->record_multiplexed_replica_info("a#D#1", 3, {"m2", "m1"}));
+  h.tick();
+  auto d2 = h.core->changes_since(d1->id);
+  REQUIRE(d2);
+  CHECK(d2->deployments[0].replicas[0].model_ids == std::vector<std::string>{"m2", "m1"});
+  CHECK(d2->deployments[0].replicas[0].model_ids_seq == 3);
+  // Unknown replicas are ignored.
+  CHECK_FALSE(h.core->record_multiplexed_replica_info("nope", 1, {"m1"}));
+}

@@ -247,3 +247,30 @@ TEST_CASE("version: max_replicas_per_node is part of the version (Ray Serve's)")
   // Without a limit the identity is the one from before the field counted.
   CHECK(code_identity(a) == "v1-4706b5a7da7ad2ae");
 }
+
+TEST_CASE("validate: max_num_models_per_replica is -1 or from 1 to 1000000") {
+  auto app = greeter();
+  for (int32_t ok : {-1, 1, 2, 1000000}) {
+    app.deployments[0].config.max_num_models_per_replica = ok;
+    CHECK(validate(app).is_ok());
+  }
+  app.deployments[0].config.max_num_models_per_replica = 0;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].max_num_models_per_replica: 0 must be -1 (no "
+        "limit) or within [1, 1000000]");
+  app.deployments[0].config.max_num_models_per_replica = -2;
+  CHECK(error_of(app).find("max_num_models_per_replica: -2 must be") != std::string::npos);
+}
+
+TEST_CASE("version: a change of max_num_models_per_replica restarts replicas") {
+  const auto a = make_deployment("D", 3);
+  auto b = a;
+  b.config.max_num_models_per_replica = 2;
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  auto c = b;
+  c.config.max_num_models_per_replica = 3;
+  CHECK(classify_change(b, c) == ChangeKind::restart);
+  CHECK(classify_change(c, a) == ChangeKind::restart);
+  // The default keeps the identity it had before the field existed.
+  CHECK(code_identity(a) == "v1-4706b5a7da7ad2ae");
+}

@@ -792,3 +792,68 @@ TEST_CASE("handle: a call made after the calling request's deadline passed answe
   CHECK(r.status == 504);
   CHECK(r.body.find("deadline passed") != std::string::npos);
 }
+
+namespace {
+
+// A replica whose ModelCache holds models: answers like fake_replica, plus
+// the held-models header a replica process adds (runtime/multiplex.hpp).
+caf::behavior model_replica(caf::event_based_actor*, std::string id, std::string held) {
+  return {
+      [id, held](handle_atom, HttpRequest& r) -> HttpResponse {
+        auto out = echo(id, r);
+        out.headers.emplace_back("X-Troupe-Held-Models", held);
+        return out;
+      },
+  };
+}
+
+}  // namespace
+
+TEST_CASE(
+    "multiplex: a handle call for a model goes to its holder - the answer's held models are learnt "
+    "and stripped") {
+  Fixture f;
+  auto spawn = [&](const std::string& id, const std::string& held) {
+    f.replicas.push_back(f.sys->spawn(model_replica, id, held));
+    return f.replicas.back();
+  };
+  auto local = endpoint("shop#Back#1", "n1", spawn("back-1", "5 m1"));
+  auto remote = endpoint("shop#Back#2", "n2", spawn("back-2", "9 m7,m8"));
+  remote.model_ids = {"m7"};
+  remote.model_ids_seq = 1;
+  RoutingSnapshot s;
+  s.epoch = 1;
+  s.seq = 1;
+  s.full = true;
+  s.routes = {{"/shop", "shop", "Back"}};
+  s.deployments = {{"shop", "Back", {local, remote}, -1}};
+  caf::anon_send(f.proxy->actor(), snapshot_atom::value, s);
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(f.proxy->port(), "/-/healthz", 5);
+        return r && r->status == 200;
+      },
+      10s));
+  auto replica_of = [](const Response& r) {
+    REQUIRE(r.status == 200);
+    for (const auto& [name, value] : r.headers)
+      CHECK_FALSE(name == "X-Troupe-Held-Models");  // never passed on
+    return json::parse(r.body)["replica"].get<std::string>();
+  };
+  auto m7 = f.handle("Back").with_multiplexed_model_id("m7");
+  // The remote holder, not the idle local replica.
+  for (int i = 0; i < 5; ++i)
+    CHECK(replica_of(m7.call(post("x"))) == "back-2");
+  // back-2's answers said it holds m8 too (its list number 9 > 1).
+  CHECK(replica_of(f.handle("Back").with_multiplexed_model_id("m8").call(post("x"))) == "back-2");
+  // Without a model: the local replica, as usual.
+  CHECK(replica_of(f.handle("Back").call(post("x"))) == "back-1");
+  // HTTP requests name the model in a header, either spelling.
+  for (const char* header : {"serve_multiplexed_model_id", "X-Troupe-Model-Id"}) {
+    CAPTURE(header);
+    auto r = http_request(f.proxy->port(), "GET", "/shop/", "", 10, {{header, "m7"}});
+    REQUIRE(r);
+    CHECK(json::parse(r->body)["replica"] == "back-2");
+    CHECK(r->head.find("X-Troupe-Held-Models") == std::string::npos);
+  }
+}

@@ -148,3 +148,25 @@ TEST_CASE("a routing snapshot carries the declared http timeouts") {
   CHECK(back.request_timeout_s == 1.5);
   CHECK(back.keep_alive_timeout_s == 75);
 }
+
+TEST_CASE("model multiplexing fields survive serialization - ReplicaSpec - and ReplicaEndpoint inspects them") {
+  System s;
+  caf::actor_system sys{s.cfg};
+  ReplicaSpec spec;
+  spec.replica_id = "a#M#1";
+  spec.max_num_models_per_replica = 3;
+  auto spec2 = round_trip(sys, spec);
+  CHECK(spec2.replica_id == "a#M#1");
+  CHECK(spec2.max_num_models_per_replica == 3);
+  CHECK(ReplicaSpec{}.max_num_models_per_replica == -1);
+  // A ReplicaEndpoint carries an actor handle, which a serializer without a
+  // connection cannot load: check that inspect() covers the new fields.
+  ReplicaEndpoint ep;
+  ep.replica_id = "a#M#1";
+  ep.model_ids = {"m1", "m,2"};
+  ep.model_ids_seq = 17;
+  const std::string text = caf::deep_to_string(ep);
+  CAPTURE(text);
+  CHECK(text.find("\"m1\", \"m,2\"") != std::string::npos);
+  CHECK(text.find("17") != std::string::npos);
+}

@@ -47,8 +47,8 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   const auto dep = full_deployment("x");
   {
     const DeploymentConfig def;
-    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13] = dep.config;
-    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13] = def;
+    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14] = dep.config;
+    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
@@ -63,6 +63,7 @@ TEST_CASE("full_state sets every model field to a non-default value") {
     CHECK(a11 != d11);
     CHECK(a12 != d12);
     CHECK(a13 != d13);
+    CHECK(a14 != d14);
   }
   {
     const DeploymentSpec def;

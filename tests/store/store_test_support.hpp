@@ -75,6 +75,7 @@ inline DeploymentSpec full_deployment(const std::string& name) {
   d.config.isolation = Isolation::in_process;
   d.config.memory_limit_bytes = 768ULL * 1024 * 1024 + 1;
   d.config.stuck_after_s = 42.5;
+  d.config.max_num_models_per_replica = 7;
   return d;
 }
 
