@@ -379,6 +379,9 @@ class Parser {
   bool memory_limit(const Field& f, uint64_t& out);
   bool traffic(const Field& f, const ApplicationSpec& app, std::map<std::string, double>& out);
   bool shadow(const Field& f, const ApplicationSpec& app, std::map<std::string, double>& out);
+  bool deployment_shares(const Field& f, const ApplicationSpec& app, const std::string& field,
+                         const std::string& self, const std::string& what,
+                         const std::string& example, std::map<std::string, double>& out);
 
   std::string file_;
   Status error_;
@@ -953,66 +956,17 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
   return true;
 }
 
-// After the deployments: every name must be one of them.
-bool Parser::traffic(const Field& f, const ApplicationSpec& app,
-                     std::map<std::string, double>& out) {
-  const std::string self = "traffic of application " + in_quotes(app.name);
+// A mapping of the application's deployment names to numbers in [0, 1]
+// (`field` of `self`: the weights of a traffic split, the probabilities of
+// shadows), each name once and one of the deployments. `example` ("weights
+// like {...}") shows the expected shape in the error for a value that is not
+// a mapping.
+bool Parser::deployment_shares(const Field& f, const ApplicationSpec& app, const std::string& field,
+                               const std::string& self, const std::string& what,
+                               const std::string& example, std::map<std::string, double>& out) {
   if (!f.value.IsMap()) {
-    return fail(mark_of(f), self + ": expected a mapping of deployment names to weights like "
-                                   "{Hello: 0.9, Canary: 0.1}, got " +
-                                describe(f.value));
-  }
-  if (f.value.size() == 0) {
-    return fail(mark_of(f), self + ": must name at least one deployment (omit it to send "
-                                   "everything to the ingress)");
-  }
-  std::map<std::string, YAML::Mark> seen;
-  double sum = 0;
-  for (const auto& entry : f.value) {
-    const YAML::Node& key = entry.first;
-    if (!key.IsScalar())
-      return fail(key.Mark(), self + ": expected deployment names as keys, got " + describe(key));
-    const std::string name = key.Scalar();
-    auto [it, inserted] = seen.emplace(name, key.Mark());
-    if (!inserted) {
-      return fail(key.Mark(), self + ": duplicate deployment " + in_quotes(name) + " (first at " +
-                                  position_text(it->second) + ")");
-    }
-    bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
-                             [&](const DeploymentSpec& d) { return d.name == name; });
-    if (!known) {
-      std::string names;
-      for (const auto& d : app.deployments)
-        names += (names.empty() ? "" : ", ") + d.name;
-      return fail(key.Mark(), self + ": " + in_quotes(name) +
-                                  " is not a deployment of the application (it has " + names +
-                                  ")");
-    }
-    double w = 0;
-    if (!get_number(Field{key, entry.second}, "traffic: " + name, "a weight from 0 to 1",
-                    Bounds{0, true, 1}, w))
-      return false;
-    out[name] = w;
-    sum += w;
-  }
-  if (std::fabs(sum - 1.0) > controller::kTrafficSumTolerance) {
-    return fail(mark_of(f), self + ": the weights sum to " + format_double(sum) +
-                                "; they must sum to 1");
-  }
-  return true;
-}
-
-// After the deployments: every name must be one of them, each probability in
-// [0, 1]. That a shadow receives no real traffic is the controller's rule
-// (controller::validate, run on the whole config at the end).
-bool Parser::shadow(const Field& f, const ApplicationSpec& app,
-                    std::map<std::string, double>& out) {
-  const std::string self = "shadow of application " + in_quotes(app.name);
-  if (!f.value.IsMap()) {
-    return fail(mark_of(f), self +
-                                ": expected a mapping of deployment names to probabilities "
-                                "like {Mirror: 0.5}, got " +
-                                describe(f.value));
+    return fail(mark_of(f), self + ": expected a mapping of deployment names to " + example +
+                                ", got " + describe(f.value));
   }
   std::map<std::string, YAML::Mark> seen;
   for (const auto& entry : f.value) {
@@ -1034,13 +988,46 @@ bool Parser::shadow(const Field& f, const ApplicationSpec& app,
       return fail(key.Mark(), self + ": " + in_quotes(name) +
                                   " is not a deployment of the application (it has " + names + ")");
     }
-    double p = 0;
-    if (!get_number(Field{key, entry.second}, "shadow: " + name, "a probability from 0 to 1",
-                    Bounds{0, true, 1}, p))
+    double v = 0;
+    if (!get_number(Field{key, entry.second}, field + ": " + name, "a " + what + " from 0 to 1",
+                    Bounds{0, true, 1}, v))
       return false;
-    out[name] = p;
+    out[name] = v;
   }
   return true;
+}
+
+// After the deployments: every name must be one of them, the weights sum
+// to 1.
+bool Parser::traffic(const Field& f, const ApplicationSpec& app,
+                     std::map<std::string, double>& out) {
+  const std::string self = "traffic of application " + in_quotes(app.name);
+  if (f.value.IsMap() && f.value.size() == 0) {
+    return fail(mark_of(f), self +
+                                ": must name at least one deployment (omit it to send "
+                                "everything to the ingress)");
+  }
+  if (!deployment_shares(f, app, "traffic", self, "weight",
+                         "weights like {Hello: 0.9, Canary: 0.1}", out))
+    return false;
+  double sum = 0;
+  for (const auto& [name, w] : out)
+    sum += w;
+  if (std::fabs(sum - 1.0) > controller::kTrafficSumTolerance) {
+    return fail(mark_of(f),
+                self + ": the weights sum to " + format_double(sum) + "; they must sum to 1");
+  }
+  return true;
+}
+
+// After the deployments: every name must be one of them, each probability in
+// [0, 1]. That a shadow receives no real traffic is the controller's rule
+// (controller::validate, run on the whole config at the end).
+bool Parser::shadow(const Field& f, const ApplicationSpec& app,
+                    std::map<std::string, double>& out) {
+  const std::string self = "shadow of application " + in_quotes(app.name);
+  return deployment_shares(f, app, "shadow", self, "probability",
+                           "probabilities like {Mirror: 0.5}", out);
 }
 
 bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& out) {
@@ -1129,12 +1116,12 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
     if (!get_string(*f, "traffic_key_header", out.traffic_key_header))
       return false;
     if (!controller::valid_header_name(out.traffic_key_header)) {
-      return fail(mark_of(*f), "traffic_key_header " + in_quotes(out.traffic_key_header) +
-                                   " of " + self + " must be an HTTP header name");
+      return fail(mark_of(*f), "traffic_key_header " + in_quotes(out.traffic_key_header) + " of " +
+                                   self + " must be an HTTP header name");
     }
     if (out.traffic.empty()) {
-      return fail(mark_of(*f), "traffic_key_header of " + self +
-                                   " needs a traffic split (give 'traffic' too)");
+      return fail(mark_of(*f),
+                  "traffic_key_header of " + self + " needs a traffic split (give 'traffic' too)");
     }
   }
   if (const Field* f = fields.given("shadow")) {
