@@ -69,6 +69,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       return;
     }
     stream_.expires_after(duration_of(server_.idle_timeout_s()));
+    server_.idle_started();
     stream_.async_read_some(buffer_.prepare(kFirstRead),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
                               self->on_first_bytes(ec, n);
@@ -76,6 +77,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   }
 
   void on_first_bytes(beast::error_code ec, size_t n) {
+    server_.idle_ended();
     if (ec) {
       close();  // idle too long, or the client closed or reset: nobody to answer
       return;

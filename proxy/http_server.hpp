@@ -105,6 +105,11 @@ class HttpServer {
     idle_timeout_s_.store(seconds, std::memory_order_relaxed);
   }
   double idle_timeout_s() const { return idle_timeout_s_.load(std::memory_order_relaxed); }
+  // Connections in an idle period now (waiting for a request's first bytes,
+  // with the idle timeout they read when it started).
+  size_t idle_connections() const { return idle_connections_.load(std::memory_order_relaxed); }
+  void idle_started() { idle_connections_.fetch_add(1, std::memory_order_relaxed); }
+  void idle_ended() { idle_connections_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   void accept();
@@ -112,6 +117,7 @@ class HttpServer {
   ServerOptions options_;
   Handler& handler_;
   std::atomic<double> idle_timeout_s_;
+  std::atomic<size_t> idle_connections_{0};
   std::vector<std::unique_ptr<asio::io_context>> ios_;
   std::vector<std::shared_ptr<void>> guards_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;

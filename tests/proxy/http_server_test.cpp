@@ -15,6 +15,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <boost/beast/http/status.hpp>
 
@@ -34,6 +35,19 @@ struct Ok : Handler {
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Polls `condition` every millisecond until it holds (true) or `deadline_s`
+// passed (false).
+template <class Condition>
+bool wait_for(Condition condition, double deadline_s) {
+  auto start = Clock::now();
+  while (!condition()) {
+    if (since(start) > deadline_s)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 // One keep-alive client connection.
@@ -124,9 +138,11 @@ TEST_CASE("http server: a new idle timeout applies from each connection's next i
   server.run();
   CHECK(server.idle_timeout_s() == 30);
 
-  // A connection idle under the old timeout keeps it ...
+  // A connection idle under the old timeout keeps it (once its idle period
+  // has started: the server starts it after the answer went out) ...
   Client before(server.port());
   REQUIRE(before.get());
+  REQUIRE(wait_for([&] { return server.idle_connections() == 1; }, 5));
   server.set_idle_timeout(0.5);
   CHECK(server.idle_timeout_s() == 0.5);
 
