@@ -453,15 +453,19 @@ void on_timeout(const CallPtr& c) {
   finish(c, json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
 }
 
+void arm_deadline(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s) {
+  if (!(timeout_s > 0))
+    return;
+  c->deadline = start + seconds_as<Clock::duration>(timeout_s);
+  c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
+  c->timer->async_wait([c](const boost::system::error_code& ec) {
+    if (!ec)
+      on_timeout(c);
+  });
+}
+
 void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s) {
-  if (timeout_s > 0) {
-    c->deadline = start + seconds_as<Clock::duration>(timeout_s);
-    c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
-    c->timer->async_wait([c](const boost::system::error_code& ec) {
-      if (!ec)
-        on_timeout(c);
-    });
-  }
+  arm_deadline(c, w, start, timeout_s);
   c->attempts = Attempts(w->core->options.max_attempts);
   c->model_id = multiplex::model_id_of(c->request.headers);
   dispatch(c);

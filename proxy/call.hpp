@@ -81,9 +81,12 @@ using CallPtr = std::shared_ptr<Call>;
 // A JSON error answer: {"error": message, "request_id": id}.
 Response json_error(http::status status, const std::string& message, const std::string& id);
 
-// Arms the call's deadline (`timeout_s` after `start`; none when 0) and
-// routes it: the common start of HTTP requests and handle calls. The call's
-// exchange, worker, route and request are set.
+// Arms the call's deadline, `timeout_s` after `start` (none when 0): its
+// timer answers 504 then (on_timeout).
+void arm_deadline(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s);
+
+// Arms the call's deadline and routes it: the common start of HTTP requests
+// and handle calls. The call's exchange, worker, route and request are set.
 void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s);
 
 // Places the call on a replica (Router::admit): sent, queued, or answered

@@ -516,6 +516,19 @@ uint64_t Router::seq() const {
   return seq_;
 }
 
+bool Router::assign_now(Deployment& d, const std::vector<std::string>& exclude,
+                        const std::string& model_id, Admission& out) {
+  if (!d.queue.empty())
+    return false;
+  auto slot = choose_for_model(d, exclude, model_id);
+  if (!slot)
+    return false;
+  ++slot->in_flight;
+  out.kind = Admit::assigned;
+  out.slot = std::move(slot);
+  return true;
+}
+
 Router::Admission Router::admit(const std::string& key, const std::vector<std::string>& exclude,
                                 Waiter waiter, const std::string& model_id) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -526,14 +539,8 @@ Router::Admission Router::admit(const std::string& key, const std::vector<std::s
     return out;
   }
   // A request never overtakes the queue: if others wait, it waits behind them.
-  if (d->queue.empty()) {
-    if (auto slot = choose_for_model(*d, exclude, model_id)) {
-      ++slot->in_flight;
-      out.kind = Admit::assigned;
-      out.slot = std::move(slot);
-      return out;
-    }
-  }
+  if (assign_now(*d, exclude, model_id, out))
+    return out;
   size_t cap =
       d->max_queued < 0 ? options_.unlimited_queue_cap : static_cast<size_t>(d->max_queued);
   if (d->queue.size() >= cap) {
@@ -557,14 +564,8 @@ Router::Admission Router::admit_if_free(const std::string& key) {
     out.kind = Admit::no_deployment;
     return out;
   }
-  if (d->queue.empty()) {
-    if (auto slot = choose(*d, {})) {
-      ++slot->in_flight;
-      out.kind = Admit::assigned;
-      out.slot = std::move(slot);
-      return out;
-    }
-  }
+  if (assign_now(*d, {}, std::string(), out))
+    return out;
   out.kind = Admit::queue_full;
   out.queued = d->queue.size();
   return out;

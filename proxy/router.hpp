@@ -307,6 +307,10 @@ class Router {
 
   Deployment* find(const std::string& key);
   SlotPtr choose(Deployment& d, const std::vector<std::string>& exclude);
+  // A slot now, when nothing waits in `d`'s queue and a replica has room
+  // (choose_for_model): `out` is `assigned` and the slot's in_flight counted.
+  bool assign_now(Deployment& d, const std::vector<std::string>& exclude,
+                  const std::string& model_id, Admission& out);
   // Model multiplexing (`model_id` not empty): a replica with room that holds
   // the model, the least loaded of them (local first when equal); when none
   // does, among the replicas with room that hold the fewest models no other

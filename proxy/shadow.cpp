@@ -67,14 +67,7 @@ void send_shadows(Worker* w, const Route& route, const std::shared_ptr<const Rou
     // side effects that must happen once).
     c->request.headers.emplace_back("X-Troupe-Shadow", "1");
     c->attempts = Attempts(core->options.max_attempts);
-    if (timeout_s > 0) {
-      c->deadline = start + seconds_as<Clock::duration>(timeout_s);
-      c->timer = std::make_unique<asio::steady_timer>(*w->io, c->deadline);
-      c->timer->async_wait([c](const boost::system::error_code& ec) {
-        if (!ec)
-          on_timeout(c);
-      });
-    }
+    arm_deadline(c, w, start, timeout_s);
     send(c, std::move(admission.slot));
   }
 }

@@ -146,6 +146,30 @@ void check_deployment(Problems& p, const std::string& path, const DeploymentSpec
     check_autoscaling(p, cp + ".autoscaling_config", *c.autoscaling_config);
 }
 
+// `name` (at `where`, in a traffic split or the shadows of `app`) must be a
+// deployment of `app`; the error names the application it belongs to when
+// it is another one of `all`.
+void check_own_deployment(Problems& p, const std::string& where, const std::string& name,
+                          const ApplicationSpec& app, const TargetState* all) {
+  bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
+                           [&](const DeploymentSpec& d) { return d.name == name; });
+  if (known)
+    return;
+  std::string other;
+  if (all) {
+    for (const auto& [key, a] : all->applications) {
+      for (const auto& d : a.deployments) {
+        if (key != app.name && d.name == name && other.empty())
+          other = key;
+      }
+    }
+  }
+  p.add(where, quote(name),
+        "must name a deployment of application " + quote(app.name) +
+            (other.empty() ? std::string()
+                           : " (it is a deployment of application " + quote(other) + ")"));
+}
+
 // `all`: the whole target state, when known, to name the application a
 // misplaced traffic entry belongs to.
 void check_traffic(Problems& p, const std::string& path, const ApplicationSpec& app,
@@ -161,25 +185,7 @@ void check_traffic(Problems& p, const std::string& path, const ApplicationSpec& 
   bool weights_ok = true;
   for (const auto& [name, weight] : app.traffic) {
     const std::string tpath = path + ".traffic[" + name + "]";
-    bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
-                             [&](const DeploymentSpec& d) { return d.name == name; });
-    if (!known) {
-      std::string other;
-      if (all) {
-        for (const auto& [key, a] : all->applications) {
-          if (key == app.name)
-            continue;
-          for (const auto& d : a.deployments) {
-            if (d.name == name && other.empty())
-              other = key;
-          }
-        }
-      }
-      p.add(tpath, quote(name),
-            "must name a deployment of application " + quote(app.name) +
-                (other.empty() ? std::string()
-                               : " (it is a deployment of application " + quote(other) + ")"));
-    }
+    check_own_deployment(p, tpath, name, app, all);
     if (!std::isfinite(weight) || weight < 0) {
       p.add(tpath, fmt(weight), "must be a weight >= 0");
       weights_ok = false;
@@ -208,23 +214,7 @@ void check_shadow(Problems& p, const std::string& path, const ApplicationSpec& a
                   const TargetState* all) {
   for (const auto& [name, probability] : app.shadow) {
     const std::string spath = path + ".shadow[" + name + "]";
-    bool known = std::any_of(app.deployments.begin(), app.deployments.end(),
-                             [&](const DeploymentSpec& d) { return d.name == name; });
-    if (!known) {
-      std::string other;
-      if (all) {
-        for (const auto& [key, a] : all->applications) {
-          for (const auto& d : a.deployments) {
-            if (key != app.name && d.name == name && other.empty())
-              other = key;
-          }
-        }
-      }
-      p.add(spath, quote(name),
-            "must name a deployment of application " + quote(app.name) +
-                (other.empty() ? std::string()
-                               : " (it is a deployment of application " + quote(other) + ")"));
-    }
+    check_own_deployment(p, spath, name, app, all);
     if (!std::isfinite(probability) || probability < 0 || probability > 1)
       p.add(spath, fmt(probability), "must be a probability from 0 to 1");
     if (app.traffic.empty() && name == app.ingress) {
