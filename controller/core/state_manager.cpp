@@ -13,6 +13,18 @@ std::string app_path(const std::string& app) {
   return "applications[" + app + "]";
 }
 
+// The answer for an application the target state does not have.
+Status unknown_application(const std::string& app) {
+  return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+}
+
+// The deployment of that name in `deps`, or deps.end().
+std::vector<DeploymentSpec>::const_iterator find_deployment(const std::vector<DeploymentSpec>& deps,
+                                                            const std::string& name) {
+  return std::find_if(deps.begin(), deps.end(),
+                      [&](const DeploymentSpec& d) { return d.name == name; });
+}
+
 // A shadow deployment cannot be deleted alone: the application's shadow
 // field names it (errc::invalid_argument saying so).
 Status check_not_shadow(const std::string& app, const ApplicationSpec& spec,
@@ -46,13 +58,15 @@ StateManager::DeploymentMap::const_iterator StateManager::first_of(const std::st
 }
 
 TickContext StateManager::context(std::vector<Command>& out) {
-  return TickContext{clock_.now_s(), rng_,
-                     cluster_,        options_,
-                     directory_,      out,
-                     next_replica_seq_,
-                     [this](const DeploymentId& id, uint32_t n) {
-                       return write_autoscaled(id, n).is_ok();
-                     }};
+  return TickContext{
+      clock_.now_s(),
+      rng_,
+      cluster_,
+      options_,
+      directory_,
+      out,
+      next_replica_seq_,
+      [this](const DeploymentId& id, uint32_t n) { return write_autoscaled(id, n).is_ok(); }};
 }
 
 Status StateManager::require_recovered() const {
@@ -262,11 +276,10 @@ Result<DeployResult> StateManager::deploy_deployment(
     return s;
   auto it = target_.applications.find(app);
   if (it == target_.applications.end()) {
-    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+    return unknown_application(app);
   }
   const auto& deps = it->second.deployments;
-  auto current = std::find_if(deps.begin(), deps.end(),
-                              [&](const DeploymentSpec& d) { return d.name == spec.name; });
+  auto current = find_deployment(deps, spec.name);
   const std::string path = app_path(app) + ".deployments[" + spec.name + "]";
   if (prev_version) {
     if (current == deps.end()) {
@@ -360,19 +373,19 @@ Result<DeployResult> StateManager::scale_deployment(const std::string& app,
     return s;
   auto it = target_.applications.find(app);
   if (it == target_.applications.end()) {
-    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+    return unknown_application(app);
   }
   const auto& deps = it->second.deployments;
-  auto current = std::find_if(deps.begin(), deps.end(),
-                              [&](const DeploymentSpec& d) { return d.name == deployment; });
+  auto current = find_deployment(deps, deployment);
   const std::string path = app_path(app) + ".deployments[" + deployment + "]";
   if (current == deps.end())
     return Status(errc::not_found, path + ": \"" + deployment + "\" is not a known deployment");
   if (current->config.autoscaling_config) {
     return Status(errc::invalid_argument,
-                  path + ".num_replicas: the deployment is autoscaled (autoscaling_config is "
-                         "set), so its replica count is the autoscaler's; change min_replicas and "
-                         "max_replicas in its config instead");
+                  path +
+                      ".num_replicas: the deployment is autoscaled (autoscaling_config is "
+                      "set), so its replica count is the autoscaler's; change min_replicas and "
+                      "max_replicas in its config instead");
   }
   DeploymentSpec next = *current;
   next.config.num_replicas = replicas;
@@ -388,7 +401,7 @@ Status StateManager::delete_application(const std::string& app) {
     // idempotent the same way; a name never deployed stays an error.
     if (auto a = apps_.find(app); a != apps_.end() && a->second.deleting)
       return Status::ok();
-    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+    return unknown_application(app);
   }
   TargetState next = target_;
   next.applications.erase(app);
@@ -403,7 +416,7 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
     return s;
   auto it = target_.applications.find(app);
   if (it == target_.applications.end()) {
-    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+    return unknown_application(app);
   }
   const std::string path = app_path(app) + ".deployments[" + deployment + "]";
   ApplicationSpec next_app = it->second;
@@ -449,7 +462,7 @@ Result<uint64_t> StateManager::set_traffic(const std::string& app,
     return s;
   auto it = target_.applications.find(app);
   if (it == target_.applications.end()) {
-    return Status(errc::not_found, app_path(app) + ": \"" + app + "\" is not a known application");
+    return unknown_application(app);
   }
   if (weights.empty()) {
     return Status(errc::invalid_argument,
