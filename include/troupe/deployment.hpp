@@ -50,6 +50,7 @@
 // Json and std::string objects cross the boundary.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -75,7 +77,9 @@ namespace troupe {
 // 2: ReplicaContext carries the handle transport (deployment handles).
 // 3: ReplicaContext carries max_num_models_per_replica and the model
 //    multiplexing listener (ModelCache).
-constexpr uint32_t kDeploymentAbiVersion = 3;
+// 4: streaming answers (Response::stream, StreamWriter) and cancellation
+//    (Request::control, RequestControl).
+constexpr uint32_t kDeploymentAbiVersion = 4;
 
 // Model multiplexing (Ray Serve's): the request header that names the model a
 // request is for, and troupe's own spelling of it. Header names compare
@@ -133,6 +137,98 @@ inline std::string form_decode(const std::string& in, std::size_t begin, std::si
 
 }  // namespace detail
 
+// --- Cancellation and deadlines ---------------------------------------------
+//
+// Every request a replica runs has a RequestControl (Request::control): it is
+// cancelled when the client went away (closed its connection, or the caller
+// of a deployment handle gave up), when the proxy answered 504 because the
+// deadline passed, or by the deadline itself (the application's
+// request_timeout_s, shortened by X-Request-Timeout-Seconds or inherited from
+// the caller of a handle). A handler that works for long should look at it and
+// stop early: what it would produce nobody reads any more, and its request
+// slot is held until it returns.
+//
+//   for (int step = 0; step < steps; ++step) {
+//     if (request.cancelled()) return troupe::Response::text("cancelled", 499);
+//     work(step);
+//   }
+//   // or, instead of sleeping:
+//   if (request.wait_cancelled(std::chrono::milliseconds(200))) ...
+//
+// A queued request whose client left is dropped by the proxy and never
+// reaches a replica.
+class RequestControl {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit RequestControl(Clock::time_point deadline = Clock::time_point::max())
+      : deadline_(deadline) {}
+  RequestControl(const RequestControl&) = delete;
+  RequestControl& operator=(const RequestControl&) = delete;
+
+  // The deadline of the request; time_point::max() when it has none.
+  Clock::time_point deadline() const { return deadline_; }
+
+  // True once the request was cancelled or its deadline passed.
+  bool cancelled() const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cancelled_)
+        return true;
+    }
+    return deadline_ != Clock::time_point::max() && Clock::now() >= deadline_;
+  }
+
+  // Waits up to `timeout` (and never past the deadline) for the request to
+  // be cancelled; true when it is. Use it instead of sleeping.
+  template <class Rep, class Period>
+  bool wait_cancelled(std::chrono::duration<Rep, Period> timeout) const {
+    auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+    if (deadline_ < until)
+      until = deadline_;
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_until(lock, until, [&] { return cancelled_; });
+    lock.unlock();
+    return cancelled();
+  }
+
+  // Calls `f` once when the request is cancelled (on a runtime thread: keep
+  // it short and never block in it), or at once when it is already. The
+  // deadline passing by itself does not call it until the proxy cancels the
+  // request (at its 504, moments later).
+  void on_cancel(std::function<void()> f) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cancelled_) {
+      callbacks_.push_back(std::move(f));
+      return;
+    }
+    lock.unlock();
+    f();
+  }
+
+  // Cancels the request (the runtime does; also usable by tests). Idempotent.
+  void cancel() {
+    std::vector<std::function<void()>> callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cancelled_)
+        return;
+      cancelled_ = true;
+      callbacks.swap(callbacks_);
+    }
+    changed_.notify_all();
+    for (auto& f : callbacks)
+      f();
+  }
+
+ private:
+  const Clock::time_point deadline_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  bool cancelled_ = false;
+  std::vector<std::function<void()>> callbacks_;
+};
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // after the application's route prefix; starts with '/'
@@ -180,12 +276,124 @@ struct Request {
     std::string id = header(kMultiplexedModelIdHeader);
     return id.empty() ? header(kModelIdHeader) : id;
   }
+
+  // Set by the runtime for every request it runs (see RequestControl); null
+  // in a Request built by hand, which is never cancelled and has no deadline.
+  std::shared_ptr<RequestControl> control;
+
+  bool cancelled() const { return control && control->cancelled(); }
+  // Waits up to `timeout` for cancellation (never past the deadline); true
+  // when the request is cancelled. Without a control it just waits.
+  template <class Rep, class Period>
+  bool wait_cancelled(std::chrono::duration<Rep, Period> timeout) const {
+    if (control)
+      return control->wait_cancelled(timeout);
+    std::mutex m;
+    std::condition_variable never;
+    std::unique_lock<std::mutex> lock(m);
+    never.wait_for(lock, timeout, [] { return false; });
+    return false;
+  }
+  // The request's deadline; time_point::max() when it has none.
+  std::chrono::steady_clock::time_point deadline() const {
+    return control ? control->deadline() : std::chrono::steady_clock::time_point::max();
+  }
+};
+
+// --- Streaming answers ---------------------------------------------------------
+//
+// A handler that produces its answer over time (tokens of a generated text,
+// server-sent events, a large export) returns Response::streaming() or
+// Response::event_stream() with a producer. The runtime sends the status and
+// headers first, then runs the producer on the same request thread; each
+// write() goes to the client as it is written (chunked transfer encoding),
+// through the proxy of any node and across nodes.
+//
+//   troupe::Response handle(const troupe::Request& request) override {
+//     int n = std::stoi(request.query_param("n", "5"));
+//     return troupe::Response::event_stream([n, &request](troupe::StreamWriter& out) {
+//       for (int i = 0; i < n; ++i) {
+//         if (!out.event(std::to_string(i)))
+//           return;  // the client is gone: stop producing
+//         if (request.wait_cancelled(std::chrono::milliseconds(200)))
+//           return;
+//       }
+//     });
+//   }
+//
+// Flow control: write() blocks while the client is a bounded window behind
+// (a slow client slows the producer; memory stays bounded on every hop).
+// write() returns false when the stream cannot go on — the client went away,
+// the request was cancelled or its deadline passed — and the producer should
+// return then. A producer that throws ends the stream early: the client sees
+// an incomplete body (no final chunk), never a clean end. The request (and
+// everything handle() captured by reference from it) stays valid while the
+// producer runs. A streamed answer is never retried on another replica: its
+// first bytes may have reached the client. Through a deployment handle a
+// streamed answer arrives whole, as one Response.
+class StreamWriter {
+ public:
+  virtual ~StreamWriter() = default;
+
+  // Sends `chunk` as it is (an empty chunk sends nothing). Blocks while the
+  // window is full; false when the stream cannot go on.
+  virtual bool write(std::string_view chunk) = 0;
+
+  // True once the request was cancelled (see RequestControl).
+  virtual bool cancelled() const = 0;
+
+  // One server-sent event (text/event-stream): an optional `event:` name and
+  // `id:`, then every line of `data` as a `data:` line, then a blank line.
+  bool event(std::string_view data, std::string_view event_name = {}, std::string_view id = {}) {
+    std::string text;
+    text.reserve(data.size() + event_name.size() + id.size() + 24);
+    if (!event_name.empty())
+      text.append("event: ").append(event_name).append("\n");
+    if (!id.empty())
+      text.append("id: ").append(id).append("\n");
+    std::size_t pos = 0;
+    for (;;) {
+      std::size_t end = data.find('\n', pos);
+      std::string_view line =
+          data.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
+      if (!line.empty() && line.back() == '\r')
+        line.remove_suffix(1);
+      text.append("data: ").append(line).append("\n");
+      if (end == std::string_view::npos)
+        break;
+      pos = end + 1;
+    }
+    text.append("\n");
+    return write(text);
+  }
 };
 
 struct Response {
   int status = 200;
   Headers headers;
   std::string body;
+  // Set by streaming()/event_stream(): the answer is streamed (see
+  // StreamWriter) and `body` is not sent.
+  std::function<void(StreamWriter&)> stream;
+
+  // A streamed answer of `content_type`, whose body is what `produce` writes.
+  static Response streaming(std::function<void(StreamWriter&)> produce,
+                            std::string content_type = "application/octet-stream",
+                            int status = 200) {
+    Response response;
+    response.status = status;
+    response.headers.emplace_back("Content-Type", std::move(content_type));
+    response.stream = std::move(produce);
+    return response;
+  }
+
+  // Server-sent events: a streamed "text/event-stream" answer that caches
+  // nowhere (write events with StreamWriter::event()).
+  static Response event_stream(std::function<void(StreamWriter&)> produce) {
+    Response response = streaming(std::move(produce), "text/event-stream");
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    return response;
+  }
 
   // `body` as "text/plain; charset=utf-8".
   static Response text(std::string body, int status = 200) {
