@@ -222,18 +222,26 @@ Response stream_head() {
   return head;
 }
 
+// A running server for a Holding handler; the held exchanges (connections)
+// go before the server's io contexts.
 struct Server {
-  explicit Server(Handler& handler, double idle_timeout_s = 30) : server(options(idle_timeout_s), handler) {
+  explicit Server(Holding& handler, double idle_timeout_s = 30)
+      : holding(handler), server(options(idle_timeout_s), handler) {
     REQUIRE(server.listen().is_ok());
     server.run();
   }
-  ~Server() { server.stop(); }
+  ~Server() {
+    server.stop();
+    std::lock_guard<std::mutex> lock(holding.mutex);
+    holding.held.clear();
+  }
   static ServerOptions options(double idle_timeout_s) {
     ServerOptions o;
     o.port = 0;
     o.idle_timeout_s = idle_timeout_s;
     return o;
   }
+  Holding& holding;
   HttpServer server;
 };
 
@@ -538,4 +546,34 @@ TEST_CASE("http server: exchanges that are no connection collect a stream into o
   CHECK(broken.answers[0].result_int() == 502);
   CHECK(broken.answers[0].body() == "{\"error\":\"the stream ended early\"}");
   CHECK(broken.answers[0]["X-Request-Id"] == "r-1");
+}
+
+TEST_CASE("http server: a stream write the client takes nothing of ends after the idle timeout") {
+  Holding handler;
+  Server s(handler, 0.5);
+  Client c(s.server.port(), 64 << 10);
+  REQUIRE(c.send(kGetStream));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  std::atomic<int> ok{0}, failed{0};
+  auto sent = Clock::now();
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    for (int i = 0; i < 64; ++i)
+      e->write_chunk(std::string(256 << 10, 'a'), [&](bool good) { (good ? ok : failed) += 1; });
+  });
+  // Every chunk is accounted for: the written ones, and false for the rest
+  // once the stuck write timed out; the producer hears of it as gone too.
+  REQUIRE(wait_for([&] { return ok + failed == 64; }, 10));
+  CHECK(failed > 0);
+  CHECK(since(sent) >= 0.45);
+  CHECK(wait_for([&] { return handler.gone == 1; }, 5));
+  std::atomic<bool> gone{false};
+  Holding::on_io(e, [&] {
+    gone = e->client_gone();
+    e->write_chunk("late", [&](bool good) { (good ? ok : failed) += 1; });  // false at once
+    e->end_stream(true);
+  });
+  CHECK(gone);
+  CHECK(ok + failed == 65);
 }
