@@ -1,15 +1,25 @@
 #include "proxy/http_server.hpp"
 
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <deque>
 #include <optional>
+#include <utility>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
 namespace troupe::proxy {
@@ -17,6 +27,44 @@ namespace troupe::proxy {
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+
+// The default streaming implementation, for exchanges that are not
+// connections: collect, then answer in one piece.
+
+void Exchange::begin_stream(Response&& head) {
+  collected_ = std::make_unique<Response>(std::move(head));
+  collected_->body().clear();
+}
+
+void Exchange::write_chunk(std::string data, std::function<void(bool ok)> written) {
+  if (!collected_)
+    collected_ = std::make_unique<Response>(http::status::ok, 11);
+  collected_->body() += data;
+  if (written)
+    written(true);
+}
+
+void Exchange::end_stream(bool complete) {
+  Response r = collected_ ? std::move(*collected_) : Response{http::status::ok, 11};
+  collected_.reset();
+  if (complete) {
+    r.erase(http::field::transfer_encoding);
+    r.prepare_payload();
+    respond(std::move(r));
+    return;
+  }
+  Response error{http::status::bad_gateway, r.version()};
+  if (auto id = r.find("X-Request-Id"); id != r.end())
+    error.set("X-Request-Id", id->value());
+  error.set(http::field::content_type, "application/json");
+  error.body() = "{\"error\":\"the stream ended early\"}";
+  error.prepare_payload();
+  respond(std::move(error));
+}
+
+void Exchange::on_client_gone(std::function<void()> /*f*/) {}
+
+bool Exchange::client_gone() const { return false; }
 
 namespace {
 
@@ -41,6 +89,14 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   asio::io_context& io() override { return server_.io(thread_); }
 
   void respond(Response&& response) override {
+    end_answer();
+    if (watching_) {
+      // Nothing else is pending on the socket between a request and its
+      // answer: this cancels only the disconnect watch.
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      watching_ = false;
+    }
     response_ = std::move(response);
     bool keep_alive = !close_after_ && parser_ && parser_->get().keep_alive();
     response_.keep_alive(keep_alive);
@@ -54,7 +110,243 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
   }
 
+  void begin_stream(Response&& head) override {
+    auto s = std::make_unique<Stream>();
+    s->head = http::response<http::empty_body>(std::move(head.base()));
+    s->keep_alive = !close_after_ && parser_ && parser_->get().keep_alive();
+    s->head_only = parser_ && parser_->get().method() == http::verb::head;
+    s->head.erase(http::field::content_length);
+    s->head.chunked(true);
+    s->head.keep_alive(s->keep_alive);
+    stream_state_ = std::move(s);
+    stream_state_->serializer.emplace(stream_state_->head);
+    pump();
+  }
+
+  void write_chunk(std::string data, std::function<void(bool ok)> written) override {
+    auto* s = stream_state_.get();
+    if (!s || s->dead) {
+      if (written)
+        written(false);
+      return;
+    }
+    if (data.empty() || s->head_only) {
+      if (written)
+        written(true);
+      return;
+    }
+    s->queue.emplace_back(std::move(data), std::move(written));
+    pump();
+  }
+
+  void end_stream(bool complete) override {
+    end_answer();
+    if (!stream_state_)
+      begin_stream(Response{http::status::ok, 11});
+    auto& s = *stream_state_;
+    s.ended = true;
+    s.complete = complete;
+    if (!complete && gone_ && !s.dead) {
+      // Nobody to flush the queued chunks to.
+      stream_failed();
+      return;
+    }
+    pump();
+  }
+
+  void on_client_gone(std::function<void()> f) override {
+    if (!answering_)
+      return;
+    gone_callback_ = std::move(f);
+    if (gone_)
+      asio::post(io(), [self = shared_from_this(), generation = generation_] {
+        if (generation == self->generation_)
+          self->fire_gone();
+      });
+  }
+
+  bool client_gone() const override { return gone_; }
+
  private:
+  // A streamed answer being written: its head, then its chunks one write at
+  // a time, then the last chunk (or a close).
+  struct Stream {
+    http::response<http::empty_body> head;
+    std::optional<http::response_serializer<http::empty_body>> serializer;
+    std::deque<std::pair<std::string, std::function<void(bool)>>> queue;
+    std::array<char, 24> size_line{};
+    bool keep_alive = false;
+    bool head_only = false;
+    bool head_written = false;
+    bool writing = false;
+    bool ended = false;
+    bool complete = false;
+    bool dead = false;  // the connection failed: everything else gets false
+  };
+
+  // Starts the next write of the stream, if none is under way.
+  void pump() {
+    auto& s = *stream_state_;
+    if (s.writing || s.dead)
+      return;
+    stream_.expires_after(duration_of(server_.options().idle_timeout_s));
+    if (!s.head_written) {
+      s.writing = true;
+      http::async_write_header(stream_, *s.serializer,
+                               [self = shared_from_this()](beast::error_code ec, size_t) {
+                                 self->on_stream_written(ec, false);
+                               });
+      return;
+    }
+    if (!s.queue.empty()) {
+      const std::string& data = s.queue.front().first;
+      int n = std::snprintf(s.size_line.data(), s.size_line.size(), "%zx\r\n", data.size());
+      std::array<asio::const_buffer, 3> buffers{
+          asio::buffer(s.size_line.data(), static_cast<size_t>(n)), asio::buffer(data),
+          asio::buffer("\r\n", 2)};
+      s.writing = true;
+      asio::async_write(stream_, buffers,
+                        [self = shared_from_this()](beast::error_code ec, size_t) {
+                          self->on_stream_written(ec, true);
+                        });
+      return;
+    }
+    if (!s.ended) {
+      stream_.expires_never();  // the producer may take its time
+      return;
+    }
+    if (!s.complete) {
+      stream_state_.reset();
+      close();  // no last chunk: the client sees an incomplete body
+      return;
+    }
+    if (s.head_only) {
+      stream_finished();
+      return;
+    }
+    s.writing = true;
+    asio::async_write(stream_, asio::buffer("0\r\n\r\n", 5),
+                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                        self->stream_state_->writing = false;
+                        if (ec)
+                          self->stream_failed();
+                        else
+                          self->stream_finished();
+                      });
+  }
+
+  void on_stream_written(beast::error_code ec, bool chunk) {
+    auto& s = *stream_state_;
+    s.writing = false;
+    std::function<void(bool)> written;
+    if (chunk) {
+      written = std::move(s.queue.front().second);
+      s.queue.pop_front();
+    } else {
+      s.head_written = true;
+    }
+    if (ec) {
+      stream_failed();
+      if (written)
+        written(false);
+      return;
+    }
+    if (written)
+      written(true);  // may write more or end the stream
+    if (stream_state_)
+      pump();
+  }
+
+  // The last chunk is out: the connection goes on as after respond().
+  void stream_finished() {
+    bool keep_alive = stream_state_->keep_alive;
+    stream_state_.reset();
+    if (watching_) {
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);  // nothing else is pending now
+      watching_ = false;
+    }
+    if (!keep_alive) {
+      close();
+      return;
+    }
+    read();
+  }
+
+  // A write failed (the client went away, or took no data for the idle
+  // timeout): close, tell the queued chunks' owners, and the gone callback.
+  void stream_failed() {
+    auto& s = *stream_state_;
+    s.dead = true;
+    auto queue = std::move(s.queue);
+    s.queue.clear();
+    close();
+    client_went();
+    for (auto& [data, written] : queue)
+      if (written)
+        written(false);
+  }
+
+  // The request is handled: watch the socket for the client going away.
+  // (Bytes of a next request already read, or arriving, make that
+  // impossible to tell: no watch then.)
+  void watch() {
+    if (gone_ || buffer_.size() > 0)
+      return;
+    watching_ = true;
+    stream_.socket().async_wait(tcp::socket::wait_read,
+                                [weak = weak_from_this(), generation = generation_](
+                                    beast::error_code ec) {
+                                  if (auto self = weak.lock())
+                                    self->on_readable(ec, generation);
+                                });
+  }
+
+  void on_readable(beast::error_code ec, uint64_t generation) {
+    if (generation != generation_)
+      return;  // an earlier answer's watch
+    watching_ = false;
+    if (!answering_ || ec == asio::error::operation_aborted)
+      return;
+    if (ec) {
+      client_went();
+      return;
+    }
+    char b;
+    auto n = ::recv(stream_.socket().native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) {
+      client_went();  // EOF: closed or half-closed
+    } else if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        watch();
+      else
+        client_went();  // reset
+    }
+    // n > 0: the client pipelined its next request; cannot tell.
+  }
+
+  void client_went() {
+    if (gone_)
+      return;
+    gone_ = true;
+    fire_gone();
+  }
+
+  void fire_gone() {
+    if (!answering_ || !gone_callback_)
+      return;
+    auto f = std::move(gone_callback_);
+    gone_callback_ = nullptr;
+    f();
+  }
+
+  // respond() or end_stream(): no gone callback from now on.
+  void end_answer() {
+    answering_ = false;
+    ++generation_;
+    gone_callback_ = nullptr;
+  }
+
   // An idle period (before the first request, or after an answer): wait for
   // the next request's first bytes for the server's idle timeout as it is
   // now, then read the whole request within the fixed
@@ -120,7 +412,12 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     // Handling may take long (a slow replica); the request timeout, not the
     // idle timeout, bounds it.
     stream_.expires_never();
+    answering_ = true;
+    ++generation_;
     server_.handler().on_request(shared_from_this());
+    // Not answered at once: watch for the client going away meanwhile.
+    if (answering_)
+      watch();
   }
 
   void reject(http::status status, const std::string& message) {
@@ -154,6 +451,15 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   Response response_;
   bool close_after_ = false;
+  std::unique_ptr<Stream> stream_state_;
+  // Between the hand-over of a request and respond() / end_stream().
+  bool answering_ = false;
+  bool watching_ = false;  // a disconnect watch is pending
+  bool gone_ = false;      // the client is known gone
+  // Counts requests and answers: a watch (or posted gone call) of an earlier
+  // one does nothing.
+  uint64_t generation_ = 0;
+  std::function<void()> gone_callback_;
 };
 
 }  // namespace

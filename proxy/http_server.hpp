@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,7 +55,8 @@ struct ServerOptions {
 };
 
 // One request of a connection. The connection reads its next request only
-// after respond(), so there is at most one Exchange per connection at a time.
+// after respond() (or end_stream(true)), so there is at most one Exchange per
+// connection at a time.
 class Exchange {
  public:
   virtual ~Exchange() = default;
@@ -64,6 +66,45 @@ class Exchange {
   virtual void respond(Response&& response) = 0;
   virtual size_t thread() const = 0;
   virtual asio::io_context& io() = 0;
+
+  // Streaming answers (chunked transfer encoding), instead of respond(). All
+  // on io(): begin_stream once, then any number of write_chunk, then
+  // end_stream once.
+  //
+  // begin_stream() sends the status line and the headers of `head` as given
+  // (its body is ignored); the server sets Transfer-Encoding: chunked and
+  // keep-alive and drops any Content-Length. write_chunk() sends `data` as one
+  // HTTP chunk (empty data: nothing sent) and calls `written(true)` on io()
+  // once the chunk is in the socket, or `written(false)` when the connection
+  // is gone (at once, inline, when it is known gone already). The server
+  // queues whatever it is given: the caller bounds what is outstanding, e.g.
+  // grants its producer more on each `written`. end_stream(true) sends the
+  // final zero-length chunk (after the queued ones) and the connection then
+  // reads its next request; end_stream(false) closes the connection after
+  // the queued chunks without it, so the client sees an incomplete body. For
+  // a HEAD request only the head is sent (chunks: `written(true)` at once).
+  //
+  // Default (exchanges that are not connections): collects the head and the
+  // chunks, calls `written(true)` at once, and at end_stream(true) respond()s
+  // with the body concatenated (Content-Length); end_stream(false) respond()s
+  // a 502 JSON {"error":"the stream ended early"}.
+  virtual void begin_stream(Response&& head);
+  virtual void write_chunk(std::string data, std::function<void(bool ok)> written);
+  virtual void end_stream(bool complete);
+
+  // `f` is called once, on io(), when the client goes away (the connection
+  // closed, half-closed or reset) while its request is being handled or its
+  // stream written, so the caller can cancel the work. Set it any time before
+  // the answer ends (a second call replaces it); if the client is known gone
+  // already, it is called soon after (posted, never inline). Never called
+  // after respond() / end_stream(). Default: never called.
+  virtual void on_client_gone(std::function<void()> f);
+  // True once the client is known gone. Default: false.
+  virtual bool client_gone() const;
+
+ private:
+  // The default streaming implementation's head and body so far.
+  std::unique_ptr<Response> collected_;
 };
 using ExchangePtr = std::shared_ptr<Exchange>;
 

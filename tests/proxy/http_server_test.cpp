@@ -1,5 +1,6 @@
 // The HTTP server's idle timeout between requests of a keep-alive connection,
-// changed at run time (the deployed http_options' keep_alive_timeout_s): a
+// changed at run time (the deployed http_options' keep_alive_timeout_s),
+// streamed (chunked) answers and the detection of clients that go away: a
 // real server on 127.0.0.1, spoken to with blocking sockets. Every wait is a
 // poll() on a condition with a deadline.
 #include "proxy/http_server.hpp"
@@ -12,11 +13,16 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include <boost/asio/post.hpp>
 #include <boost/beast/http/status.hpp>
 
 using namespace troupe::proxy;
@@ -53,8 +59,12 @@ bool wait_for(Condition condition, double deadline_s) {
 // One keep-alive client connection.
 class Client {
  public:
-  explicit Client(uint16_t port) {
+  // rcvbuf > 0: a small receive buffer (before connecting), for a client
+  // that stops reading to fill up quickly.
+  explicit Client(uint16_t port, int rcvbuf = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0)
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -107,6 +117,39 @@ class Client {
     return std::nullopt;
   }
 
+  // Reads into `in` until `done(in)` holds (true), or EOF, an error or
+  // `deadline_s` (false; *eof tells whether it was EOF or reset).
+  template <class Done>
+  bool read_until_done(std::string& in, Done done, double deadline_s, bool* eof = nullptr) {
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(deadline_s));
+    if (eof)
+      *eof = false;
+    while (!done(in)) {
+      if (!readable_before(deadline))
+        return false;
+      char buf[65536];
+      auto n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        if (eof)
+          *eof = true;
+        return false;
+      }
+      in.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  bool read_until(std::string& in, const std::string& marker, double deadline_s) {
+    return read_until_done(
+        in, [&](const std::string& s) { return s.find(marker) != std::string::npos; }, deadline_s);
+  }
+
+  void close() {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = -1;
+  }
+
  private:
   bool readable_before(Clock::time_point deadline) {
     for (;;) {
@@ -124,6 +167,102 @@ class Client {
 
   int fd_ = -1;
   bool connected_ = false;
+};
+
+// "/ok" is answered 200 "ok" at once; any other request is held for the
+// test, which answers or streams it by posting to its io thread. Every
+// exchange gets a gone callback that counts.
+struct Holding : Handler {
+  void on_request(ExchangePtr exchange) override {
+    exchange->on_client_gone([this] { ++gone; });
+    if (exchange->request().target() == "/ok") {
+      Response r{boost::beast::http::status::ok, 11};
+      r.body() = "ok";
+      exchange->respond(std::move(r));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    held.push_back(std::move(exchange));
+  }
+
+  // The held exchange number `i`, once the request arrived (within 5 s).
+  ExchangePtr at(size_t i) {
+    ExchangePtr e;
+    wait_for(
+        [&] {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (held.size() > i)
+            e = held[i];
+          return e != nullptr;
+        },
+        5);
+    return e;
+  }
+
+  // Runs `f` on the exchange's io thread and waits (5 s) until it ran.
+  static void on_io(const ExchangePtr& e, std::function<void()> f) {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    boost::asio::post(e->io(), [f = std::move(f), done] {
+      f();
+      *done = true;
+    });
+    wait_for([&] { return done->load(); }, 5);
+  }
+
+  std::atomic<int> gone{0};
+  std::mutex mutex;
+  std::vector<ExchangePtr> held;
+};
+
+Response stream_head() {
+  Response head{boost::beast::http::status::ok, 11};
+  head.set("X-Request-Id", "r-1");
+  head.set(boost::beast::http::field::content_type, "text/plain");
+  head.set(boost::beast::http::field::content_length, "999");  // dropped
+  return head;
+}
+
+// A running server for a Holding handler; the held exchanges (connections)
+// go before the server's io contexts.
+struct Server {
+  explicit Server(Holding& handler, double idle_timeout_s = 30)
+      : holding(handler), server(options(idle_timeout_s), handler) {
+    REQUIRE(server.listen().is_ok());
+    server.run();
+  }
+  ~Server() {
+    server.stop();
+    std::lock_guard<std::mutex> lock(holding.mutex);
+    holding.held.clear();
+  }
+  static ServerOptions options(double idle_timeout_s) {
+    ServerOptions o;
+    o.port = 0;
+    o.idle_timeout_s = idle_timeout_s;
+    return o;
+  }
+  Holding& holding;
+  HttpServer server;
+};
+
+const std::string kGetStream = "GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Collects what an Exchange that is no connection answers.
+class Collecting : public Exchange {
+ public:
+  Request& request() override { return request_; }
+  void respond(Response&& response) override { answers.push_back(std::move(response)); }
+  size_t thread() const override { return 0; }
+  asio::io_context& io() override { return io_; }
+  std::vector<Response> answers;
+
+ private:
+  asio::io_context io_;
+  Request request_;
 };
 
 }  // namespace
@@ -198,4 +337,243 @@ TEST_CASE("http server: the idle timeout bounds only the wait for a request's fi
   REQUIRE(closed.has_value());
   CHECK(since(sent) >= 0.45);
   server.stop();
+}
+
+TEST_CASE("http server: a streamed answer arrives chunk by chunk and the connection goes on") {
+  Holding handler;
+  Server s(handler);
+  Client c(s.server.port());
+  REQUIRE(c.send(kGetStream));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  std::atomic<int> written{0};
+  auto count = [&](bool ok) { written += ok ? 1 : 100; };
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    e->write_chunk("hello", count);
+  });
+  // The head and the first chunk arrive before the second is written.
+  std::string in;
+  REQUIRE(c.read_until(in, "\r\n\r\n5\r\nhello\r\n", 5));
+  auto head = in.substr(0, in.find("\r\n\r\n"));
+  CHECK(head.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(head.find("Transfer-Encoding: chunked") != std::string::npos);
+  CHECK(head.find("X-Request-Id: r-1") != std::string::npos);
+  CHECK(head.find("Content-Length") == std::string::npos);
+  CHECK(head.find("Connection: close") == std::string::npos);
+  CHECK(wait_for([&] { return written == 1; }, 5));
+  Holding::on_io(e, [&] {
+    e->write_chunk("", count);  // nothing sent
+    e->write_chunk(std::string(20, 'x'), count);
+  });
+  REQUIRE(c.read_until(in, "14\r\n" + std::string(20, 'x') + "\r\n", 5));
+  CHECK(in.find("0\r\n\r\n") == std::string::npos);
+  Holding::on_io(e, [&] { e->end_stream(true); });
+  REQUIRE(c.read_until_done(in, [](const std::string& s) { return ends_with(s, "\r\n0\r\n\r\n"); }, 5));
+  CHECK(written == 3);
+  // The same connection serves the next request; the stream's gone callback
+  // never fires.
+  REQUIRE(c.get("GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  CHECK_FALSE(e->client_gone());
+  CHECK(handler.gone == 0);
+}
+
+TEST_CASE("http server: end_stream(false) closes the connection without the last chunk") {
+  Holding handler;
+  Server s(handler);
+  Client c(s.server.port());
+  REQUIRE(c.send(kGetStream));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  std::atomic<int> written{0};
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    e->write_chunk("partial", [&](bool ok) { written += ok; });
+    e->end_stream(false);  // the queued chunk goes out first
+  });
+  std::string in;
+  bool eof = false;
+  CHECK_FALSE(c.read_until_done(in, [](const std::string&) { return false; }, 5, &eof));
+  CHECK(eof);
+  CHECK(in.find("7\r\npartial\r\n") != std::string::npos);
+  CHECK(in.find("0\r\n\r\n") == std::string::npos);
+  CHECK(written == 1);
+}
+
+TEST_CASE("http server: a client that goes away while its request is handled is noticed") {
+  Holding handler;
+  Server s(handler);
+  // Answered normally, then closed: no gone callback.
+  {
+    Client c(s.server.port());
+    REQUIRE(c.get("GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    REQUIRE(c.send(kGetStream));
+    auto e = handler.at(0);
+    REQUIRE(e);
+    Holding::on_io(e, [&] {
+      Response r{boost::beast::http::status::ok, 11};
+      r.body() = "ok";
+      e->respond(std::move(r));
+    });
+    std::string in;
+    REQUIRE(c.read_until(in, "\r\n\r\nok", 5));
+  }
+  // Held (never answered), then closed: the gone callback fires.
+  Client c(s.server.port());
+  REQUIRE(c.send(kGetStream));
+  auto e = handler.at(1);
+  REQUIRE(e);
+  CHECK_FALSE(e->client_gone());
+  c.close();
+  REQUIRE(wait_for([&] { return handler.gone == 1; }, 5));
+  std::atomic<bool> gone{false};
+  Holding::on_io(e, [&] { gone = e->client_gone(); });
+  CHECK(gone);
+  // Set after the client went: called soon after.
+  std::atomic<int> late{0};
+  Holding::on_io(e, [&] { e->on_client_gone([&] { ++late; }); });
+  CHECK(wait_for([&] { return late == 1; }, 5));
+  // An answer to nobody is dropped; still only the one gone callback.
+  Holding::on_io(e, [&] { e->respond(Response{boost::beast::http::status::ok, 11}); });
+  CHECK_FALSE(wait_for([&] { return handler.gone != 1; }, 0.2));
+  CHECK(late == 1);
+}
+
+TEST_CASE("http server: a client that goes away mid-stream stops the producer") {
+  Holding handler;
+  Server s(handler);
+  Client c(s.server.port());
+  REQUIRE(c.send(kGetStream));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  std::atomic<int> ok{0}, failed{0};
+  auto count = [&](bool good) { (good ? ok : failed) += 1; };
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    e->write_chunk("first", count);
+  });
+  std::string in;
+  REQUIRE(c.read_until(in, "5\r\nfirst\r\n", 5));
+  c.close();
+  REQUIRE(wait_for([&] { return handler.gone == 1; }, 5));
+  // A producer that goes on writing is told: written(false) within a few
+  // writes (the first may still land in the kernel before the reset).
+  CHECK(wait_for(
+      [&] {
+        Holding::on_io(e, [&] { e->write_chunk("more", count); });
+        return failed > 0;
+      },
+      5));
+  Holding::on_io(e, [&] { e->end_stream(false); });
+  CHECK(ok >= 1);
+  CHECK(handler.gone == 1);
+}
+
+TEST_CASE("http server: written callbacks stop while the client reads nothing") {
+  Holding handler;
+  Server s(handler);
+  Client c(s.server.port(), 64 << 10);
+  REQUIRE(c.send(kGetStream));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  constexpr int kChunks = 64;
+  constexpr size_t kSize = 256 << 10;
+  std::atomic<int> ok{0}, failed{0};
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    for (int i = 0; i < kChunks; ++i)
+      e->write_chunk(std::string(kSize, 'a'), [&](bool good) { (good ? ok : failed) += 1; });
+    e->end_stream(true);
+  });
+  // The socket buffers fill up: the callbacks stop short of all chunks.
+  CHECK_FALSE(wait_for([&] { return ok == kChunks; }, 1));
+  CHECK(ok < kChunks);
+  CHECK(failed == 0);
+  std::string in;
+  in.reserve(kChunks * (kSize + 16) + 1024);
+  REQUIRE(c.read_until_done(in, [](const std::string& s) { return ends_with(s, "\r\n0\r\n\r\n"); }, 20));
+  CHECK(wait_for([&] { return ok == kChunks; }, 5));
+  CHECK(failed == 0);
+  auto body = in.size() - (in.find("\r\n\r\n") + 4);
+  CHECK(body == kChunks * (kSize + std::string("40000\r\n\r\n").size()) + 5);
+  CHECK(handler.gone == 0);
+}
+
+TEST_CASE("http server: a streamed answer to HEAD sends only the head") {
+  Holding handler;
+  Server s(handler);
+  Client c(s.server.port());
+  REQUIRE(c.send("HEAD /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  std::atomic<int> ok{0};
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    e->write_chunk("body", [&](bool good) { ok += good; });
+    e->end_stream(true);
+  });
+  std::string in;
+  REQUIRE(c.read_until(in, "\r\n\r\n", 5));
+  CHECK(in.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(in.find("X-Request-Id: r-1") != std::string::npos);
+  CHECK(ends_with(in, "\r\n\r\n"));  // nothing after the head
+  CHECK(ok == 1);
+  // The next answer on the connection starts right after the head.
+  REQUIRE(c.get("GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+}
+
+TEST_CASE("http server: exchanges that are no connection collect a stream into one answer") {
+  Collecting e;
+  int ok = 0;
+  e.begin_stream(stream_head());
+  e.write_chunk("ab", [&](bool good) { ok += good; });
+  e.write_chunk("cd", [&](bool good) { ok += good; });
+  CHECK(ok == 2);
+  CHECK(e.answers.empty());
+  e.end_stream(true);
+  REQUIRE(e.answers.size() == 1);
+  CHECK(e.answers[0].result_int() == 200);
+  CHECK(e.answers[0].body() == "abcd");
+  CHECK(e.answers[0][boost::beast::http::field::content_length] == "4");
+  CHECK(e.answers[0]["X-Request-Id"] == "r-1");
+  CHECK_FALSE(e.client_gone());
+
+  Collecting broken;
+  broken.begin_stream(stream_head());
+  broken.write_chunk("ab", nullptr);
+  broken.end_stream(false);
+  REQUIRE(broken.answers.size() == 1);
+  CHECK(broken.answers[0].result_int() == 502);
+  CHECK(broken.answers[0].body() == "{\"error\":\"the stream ended early\"}");
+  CHECK(broken.answers[0]["X-Request-Id"] == "r-1");
+}
+
+TEST_CASE("http server: a stream write the client takes nothing of ends after the idle timeout") {
+  Holding handler;
+  Server s(handler, 0.5);
+  Client c(s.server.port(), 64 << 10);
+  REQUIRE(c.send(kGetStream));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  std::atomic<int> ok{0}, failed{0};
+  auto sent = Clock::now();
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    for (int i = 0; i < 64; ++i)
+      e->write_chunk(std::string(256 << 10, 'a'), [&](bool good) { (good ? ok : failed) += 1; });
+  });
+  // Every chunk is accounted for: the written ones, and false for the rest
+  // once the stuck write timed out; the producer hears of it as gone too.
+  REQUIRE(wait_for([&] { return ok + failed == 64; }, 10));
+  CHECK(failed > 0);
+  CHECK(since(sent) >= 0.45);
+  CHECK(wait_for([&] { return handler.gone == 1; }, 5));
+  std::atomic<bool> gone{false};
+  Holding::on_io(e, [&] {
+    gone = e->client_gone();
+    e->write_chunk("late", [&](bool good) { (good ? ok : failed) += 1; });  // false at once
+    e->end_stream(true);
+  });
+  CHECK(gone);
+  CHECK(ok + failed == 65);
 }
