@@ -47,6 +47,10 @@ void finish(const CallPtr& c, Response&& r) {
   }
   if (c->done)
     return;
+  if (c->streaming) {
+    end_stream_early(c, r.result_int());
+    return;
+  }
   c->done = true;
   auto* core = c->worker->core;
   if (c->timer)
@@ -56,6 +60,7 @@ void finish(const CallPtr& c, Response&& r) {
   int status = r.result_int();
   double elapsed = std::chrono::duration<double>(Clock::now() - c->start).count();
   core->metrics.observe(c->route->app, status, elapsed);
+  core->metrics.first_byte(c->route->app, elapsed);
   core->metrics.request_finished();
   if (status >= 500) {
     // The path only: a query may carry what does not belong in a log.
@@ -163,6 +168,11 @@ void crashed(const CallPtr& c, const std::string& why) {
 // the connection to the controller's node) it is not the request's fault:
 // at most max_attempts replicas in all, then 503. The counts: Attempts.
 void retry(const CallPtr& c, const std::string& why, bool crash) {
+  if (c->streaming) {
+    // Its first bytes may have reached the client: never sent again.
+    stream_lost(c, Outcome::died, why);
+    return;
+  }
   if (c->shadow) {
     // A copy is never sent twice: lost with its replica, it ends as 502.
     finish(c, json_error(http::status::bad_gateway, why, c->request.request_id));
@@ -302,6 +312,8 @@ void send(const CallPtr& c, SlotPtr slot) {
   }
   uint32_t attempt = ++c->attempt;
   ++c->sends;
+  c->key = w->new_key();
+  c->request.call_key = c->key;
   if (send_channel(c)) {
     w->core->metrics.sent(true);
     return;
@@ -321,9 +333,18 @@ void send(const CallPtr& c, SlotPtr slot) {
   w->track(c.get());
   self->add_multiplexed_response_handler(id.response_id(),
                                          caf::behavior{
-                                             [c, attempt](HttpResponse& answer) {
-                                               if (attempt != c->attempt)
-                                                 return;  // superseded: retried after a down
+                                             [c, attempt, handle = c->slot->handle](
+                                                 HttpResponse& answer) {
+                                               if (attempt != c->attempt) {
+                                                 // Superseded: retried after a down. A
+                                                 // stream of it is not wanted.
+                                                 if (answer.stream != 0)
+                                                   caf::anon_send(handle, cancel_atom::value,
+                                                                  answer.stream);
+                                                 return;
+                                               }
+                                               if (answer.stream != 0)
+                                                 return on_stream_head(c, answer, true);
                                                if (c->done)
                                                  return late_answer(c, Outcome::answered);
                                                on_answer(c, answer);
@@ -347,9 +368,14 @@ void sweep(Worker* w) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
       std::memory_order_relaxed);
   std::vector<CallPtr> expired;  // over a data channel
+  std::vector<CallPtr> stalled;  // streams
   for (Call* c : w->active) {
     if (now - c->sent_at < limit)
       continue;
+    if (c->streaming) {
+      stalled.push_back(c->shared_from_this());
+      continue;
+    }
     if (c->channel_call != 0) {
       expired.push_back(c->shared_from_this());
       continue;
@@ -357,6 +383,15 @@ void sweep(Worker* w) {
     w->companion->enqueue(nullptr, c->response_id,
                           caf::make_message(caf::make_error(caf::sec::request_timeout)),
                           w->unit.get());
+  }
+  for (auto& c : stalled) {
+    // No piece of the stream for max_request_time_s.
+    cancel_at_replica(c);
+    if (c->channel_call != 0)
+      w->pending.erase(c->channel_call);
+    c->channel_call = 0;
+    w->untrack(c.get());
+    stream_lost(c, Outcome::abandoned, "the stream made no progress for max_request_time_s");
   }
   for (auto& c : expired) {
     w->pending.erase(c->channel_call);
@@ -450,6 +485,9 @@ void dispatch(const CallPtr& c) {
 void on_timeout(const CallPtr& c) {
   if (c->done)
     return;
+  // The replica learns it (its RequestControl's on_cancel callbacks run).
+  if (c->slot && !c->streaming)
+    cancel_at_replica(c);
   finish(c, json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
 }
 
@@ -529,6 +567,10 @@ void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, c
       w->companion->enqueue(nullptr, c->response_id,
                             caf::make_message(caf::make_error(caf::sec::request_timeout)),
                             w->unit.get());
+    }
+    if (c->streaming) {
+      stream_lost(c, outcome, "replica " + c->slot->replica_id + " " + what + " mid-stream");
+      continue;
     }
     if (c->done) {
       release(c, outcome);

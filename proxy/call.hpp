@@ -75,6 +75,18 @@ struct Call : std::enable_shared_from_this<Call> {
   // A shadow copy (shadow.cpp): its answer is counted and discarded; it is
   // never queued, retried or placed again.
   bool shadow = false;
+  // The current attempt's name at its replica (HttpRequest::call_key; the
+  // call id of a data channel frame): cancellations and credits use it.
+  uint64_t key = 0;
+  // The replica answered with a stream (streams.cpp): its head went to the
+  // client (unless the call was done), the body follows in chunks; the slot
+  // is held until the replica ends the stream. Never retried from here on.
+  bool streaming = false;
+  bool stream_over_caf = false;  // chunks come as CAF messages (else frames)
+  uint64_t next_seq = 0;         // the next chunk over CAF
+  int stream_status = 0;
+  uint64_t credit_owed = 0;  // not yet granted: the lane was full
+  std::unique_ptr<asio::steady_timer> credit_timer;
 };
 using CallPtr = std::shared_ptr<Call>;
 
@@ -152,6 +164,38 @@ std::string_view path_of(Call& c);
 // has none (or a broken one), the request does not fit in a frame or the
 // channel is full: then it goes over CAF.
 bool send_channel(const CallPtr& c);
+
+// --- streamed answers and cancellation (streams.cpp) ---------------------------
+
+// The replica began a stream (a head with HttpResponse::stream, over CAF or
+// a data channel): the head goes to the client, chunks and the end follow.
+void on_stream_head(const CallPtr& c, HttpResponse& head, bool over_caf);
+// A piece of the body: written to the client; once it is in the socket the
+// replica gets credit for as many bytes.
+void on_stream_chunk(const CallPtr& c, std::string data);
+// The replica ended the stream: with the final chunk when `complete`, else
+// the client's connection closes without it.
+void on_stream_end(const CallPtr& c, bool complete, const std::string& why);
+// Over CAF, on the worker's io thread: (chunk, key, seq, data) and (chunk,
+// key, seq, complete, why) from a replica.
+void stream_chunk_message(Worker* w, uint64_t key, uint64_t seq, std::string& data);
+void stream_end_message(Worker* w, uint64_t key, uint64_t seq, bool complete,
+                        const std::string& why);
+// Tells the replica that has the call's current attempt that it is
+// cancelled (its client left, or its deadline passed).
+void cancel_at_replica(const CallPtr& c);
+// The client went away: a queued call is dropped (never sent), one in
+// flight or streaming is cancelled at its replica. Counted as 499.
+void client_gone(const CallPtr& c);
+// The call's stream is forgotten here (its replica is lost or it stalled):
+// no end will come.
+void forget_stream(const CallPtr& c);
+// finish() of a call whose stream began: the client cannot get another
+// answer, so its stream ends early (no final chunk) and the replica stops.
+void end_stream_early(const CallPtr& c, int status);
+// The replica of a streaming call is lost (or the stream stalled): the slot
+// is released with `outcome`, the stream ends early, and is forgotten.
+void stream_lost(const CallPtr& c, Outcome outcome, const std::string& why);
 
 // --- shadow traffic (shadow.cpp) ------------------------------------------------
 

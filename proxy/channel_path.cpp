@@ -55,6 +55,10 @@ void lane_closed(Worker* w, Lane* lane, const std::string& why) {
     w->pending.erase(c->channel_call);
     c->channel_call = 0;
     w->untrack(c.get());
+    if (c->streaming) {
+      stream_lost(c, Outcome::died, "replica " + c->slot->replica_id + " died mid-stream");
+      continue;
+    }
     if (c->done) {
       release(c, Outcome::died);
       continue;
@@ -66,6 +70,44 @@ void lane_closed(Worker* w, Lane* lane, const std::string& why) {
   }
 }
 
+// A frame of a streamed answer: the head, a chunk or the end. The call stays
+// pending (by its key) until the end.
+bool on_stream_frame(Worker* w, Lane* lane, const channel::FrameHeader& h, const void* payload,
+                     size_t bytes) {
+  auto it = w->pending.find(h.call);
+  if (it == w->pending.end())
+    return true;  // given up here meanwhile; the replica was told to stop
+  CallPtr c = it->second;
+  if (!c->slot || c->slot->channel != lane->channel) {
+    w->core->log->warn("replica {} streamed to a request it was not sent; closing its data channel",
+                       lane->channel->replica_id());
+    return false;
+  }
+  if (h.kind == channel::Kind::head) {
+    if (c->streaming)
+      return false;  // a second head
+    HttpResponse head;
+    auto st = channel::decode_answer(payload, bytes, head);
+    if (!st) {
+      w->core->log->warn("replica {}: {}", lane->channel->replica_id(), st.message());
+      return false;
+    }
+    on_stream_head(c, head, false);
+    return true;
+  }
+  if (!c->streaming)
+    return false;  // a chunk or an end before the head
+  if (h.kind == channel::Kind::chunk) {
+    on_stream_chunk(c, std::string(static_cast<const char*>(payload), bytes));
+    return true;
+  }
+  w->pending.erase(it);
+  c->channel_call = 0;
+  on_stream_end(c, (h.flags & channel::kComplete) != 0,
+                std::string(static_cast<const char*>(payload), bytes));
+  return true;
+}
+
 // One frame from a lane, in w->frame (`size` bytes). False when the replica
 // broke the protocol (the lane is closed then).
 bool on_frame(Worker* w, Lane* lane, size_t size) {
@@ -73,11 +115,15 @@ bool on_frame(Worker* w, Lane* lane, size_t size) {
   if (size < sizeof(channel::FrameHeader) || size > w->frame.size() * sizeof(uint64_t))
     return false;
   channel::FrameHeader h = *reinterpret_cast<const channel::FrameHeader*>(w->frame.data());
-  if (h.version != channel::kVersion ||
-      (h.kind != channel::Kind::answer && h.kind != channel::Kind::refusal))
+  if (h.version != channel::kVersion)
     return false;
   const void* payload = w->frame.data() + 2;
   size_t bytes = size - sizeof(channel::FrameHeader);
+  if (h.kind == channel::Kind::head || h.kind == channel::Kind::chunk ||
+      h.kind == channel::Kind::end)
+    return on_stream_frame(w, lane, h, payload, bytes);
+  if (h.kind != channel::Kind::answer && h.kind != channel::Kind::refusal)
+    return false;
   auto part = lane->partial.find(h.call);
   if ((h.flags & channel::kMore) != 0 || part != lane->partial.end()) {
     if (part == lane->partial.end())
@@ -198,7 +244,7 @@ bool send_channel(const CallPtr& c) {
   const auto& ch = c->slot->channel;
   if (!ch || ch->broken() || !lane_of(w, ch))
     return false;
-  uint64_t id = ++w->next_call;
+  uint64_t id = c->key;
   auto sent = channel::send_request(ch->request_fd(), id, static_cast<uint8_t>(w->index),
                                     c->request, ch->max_frame());
   if (sent == channel::Sent::closed)

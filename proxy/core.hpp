@@ -153,6 +153,8 @@ struct Worker {
   std::unordered_map<const channel::Channel*, std::unique_ptr<Lane>> lanes;
   std::unordered_map<uint64_t, CallPtr> pending;
   uint64_t next_call = 0;
+  // Calls whose replica streams its answer over CAF, by key.
+  std::unordered_map<uint64_t, CallPtr> streams;
   std::vector<uint64_t> frame;
   std::unique_ptr<asio::steady_timer> sweeper;
   // When this io thread last ran its sweep (steady clock, ns): the proxy's
@@ -175,6 +177,10 @@ struct Worker {
   // A request id for a request that brings none: the proxy's random prefix,
   // this io thread's index and a counter.
   std::string new_request_id();
+  // A call key (HttpRequest::call_key): unique per proxy (this io thread's
+  // index and a counter) and, with the proxy's random base, between proxies.
+  uint64_t new_key() { return core_key_base + (uint64_t(index) << 48) + ++next_call; }
+  uint64_t core_key_base = 0;
 };
 
 // An X-Request-Id the proxy keeps: printable, at most 128 bytes.

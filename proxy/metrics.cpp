@@ -31,17 +31,57 @@ std::string number(double v) {
 
 }  // namespace
 
-void Metrics::observe(const std::string& app, int status, double seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++requests_[{app, status}];
-  auto& h = latency_[app];
+void Metrics::render_histogram(std::string& out, const char* name, const std::string& app,
+                               const Histogram& h) {
+  std::string label = "application=\"" + escape(app) + "\"";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kBuckets.size(); ++i) {
+    cumulative += h.buckets[i];
+    out += std::string(name) + "_bucket{" + label + ",le=\"" + number(kBuckets[i]) + "\"} " +
+           std::to_string(cumulative) + "\n";
+  }
+  out += std::string(name) + "_bucket{" + label + ",le=\"+Inf\"} " + std::to_string(h.count) +
+         "\n";
+  out += std::string(name) + "_sum{" + label + "} " + number(h.sum) + "\n";
+  out += std::string(name) + "_count{" + label + "} " + std::to_string(h.count) + "\n";
+}
+
+void Metrics::Histogram::add(double seconds) {
   size_t i = 0;
   while (i < kBuckets.size() && seconds > kBuckets[i])
     ++i;
   if (i < kBuckets.size())
-    ++h.buckets[i];
-  ++h.count;
-  h.sum += seconds;
+    ++buckets[i];
+  ++count;
+  sum += seconds;
+}
+
+void Metrics::observe(const std::string& app, int status, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{app, status}];
+  latency_[app].add(seconds);
+}
+
+void Metrics::first_byte(const std::string& app, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  first_byte_[app].add(seconds);
+}
+
+void Metrics::stream_ended(const std::string& app, const std::string& outcome) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++streams_[{app, outcome}];
+}
+
+uint64_t Metrics::streams(const std::string& app, const std::string& outcome) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = streams_.find({app, outcome});
+  return it == streams_.end() ? 0 : it->second;
+}
+
+uint64_t Metrics::first_bytes(const std::string& app) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = first_byte_.find(app);
+  return it == first_byte_.end() ? 0 : it->second.count;
 }
 
 void Metrics::retried(const std::string& app) {
@@ -90,19 +130,22 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
   }
   out += "# HELP troupe_proxy_request_duration_seconds Time from a parsed request to its answer.\n";
   out += "# TYPE troupe_proxy_request_duration_seconds histogram\n";
-  for (const auto& [app, h] : latency_) {
-    std::string label = "application=\"" + escape(app) + "\"";
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < kBuckets.size(); ++i) {
-      cumulative += h.buckets[i];
-      out += "troupe_proxy_request_duration_seconds_bucket{" + label + ",le=\"" +
-             number(kBuckets[i]) + "\"} " + std::to_string(cumulative) + "\n";
-    }
-    out += "troupe_proxy_request_duration_seconds_bucket{" + label + ",le=\"+Inf\"} " +
-           std::to_string(h.count) + "\n";
-    out += "troupe_proxy_request_duration_seconds_sum{" + label + "} " + number(h.sum) + "\n";
-    out += "troupe_proxy_request_duration_seconds_count{" + label + "} " + std::to_string(h.count) +
-           "\n";
+  for (const auto& [app, h] : latency_)
+    render_histogram(out, "troupe_proxy_request_duration_seconds", app, h);
+  out +=
+      "# HELP troupe_proxy_time_to_first_byte_seconds Time from a parsed request to the first "
+      "byte of its answer (a stream's head, or the whole answer).\n";
+  out += "# TYPE troupe_proxy_time_to_first_byte_seconds histogram\n";
+  for (const auto& [app, h] : first_byte_)
+    render_histogram(out, "troupe_proxy_time_to_first_byte_seconds", app, h);
+  out +=
+      "# HELP troupe_proxy_streams_total Streamed answers, by application and outcome: complete, "
+      "early (the producer failed, the replica was lost or the deadline passed; the client saw "
+      "no final chunk) or client_gone.\n";
+  out += "# TYPE troupe_proxy_streams_total counter\n";
+  for (const auto& [key, n] : streams_) {
+    out += "troupe_proxy_streams_total{application=\"" + escape(key.first) + "\",outcome=\"" +
+           escape(key.second) + "\"} " + std::to_string(n) + "\n";
   }
   out += "# HELP troupe_proxy_requests_in_flight Requests received and not yet answered.\n";
   out += "# TYPE troupe_proxy_requests_in_flight gauge\n";

@@ -25,6 +25,15 @@ class Metrics {
   // A finished request: `app` is "" for requests that matched no application
   // (404s, malformed requests, /-/ endpoints).
   void observe(const std::string& app, int status, double seconds);
+  // The first byte of the answer went to the client, `seconds` after the
+  // request was parsed: the head of a stream, or the whole answer.
+  void first_byte(const std::string& app, double seconds);
+  // A streamed answer ended: `outcome` is complete, early (the replica's
+  // producer failed, the replica was lost or the deadline passed) or
+  // client_gone.
+  void stream_ended(const std::string& app, const std::string& outcome);
+  uint64_t streams(const std::string& app, const std::string& outcome) const;
+  uint64_t first_bytes(const std::string& app) const;
   void retried(const std::string& app);
   // A request that crashed two replicas (a "query of death"): answered 502
   // and never sent again. See call.cpp: crashed(), and attempts.hpp.
@@ -64,10 +73,15 @@ class Metrics {
     std::array<uint64_t, kBuckets.size()> buckets{};  // not cumulative
     uint64_t count = 0;
     double sum = 0;
+    void add(double seconds);
   };
+  static void render_histogram(std::string& out, const char* name, const std::string& app,
+                               const Histogram& h);
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, Histogram> latency_;
+  std::map<std::string, Histogram> first_byte_;
+  std::map<std::pair<std::string, std::string>, uint64_t> streams_;
   std::map<std::string, uint64_t> retries_;
   std::map<std::string, uint64_t> crashed_;
   // (application, deployment, outcome) of shadow copies.

@@ -114,6 +114,12 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     hr.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   hr.body = std::move(req.body());
   hr.request_id = std::move(id);
+  // A client that leaves is not waited for: its call is dropped from the
+  // queue, or cancelled at its replica.
+  c->exchange->on_client_gone([weak = std::weak_ptr<Call>(c)] {
+    if (auto call = weak.lock())
+      client_gone(call);
+  });
   start_call(c, w, start, timeout_s);
   // Copies to the application's shadows, after the request itself is on its
   // way (its request stays intact in the call for retries).
@@ -124,11 +130,13 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
 Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions options) {
   auto core = std::make_shared<Core>(std::move(options));
   core->sys = &sys;
+  uint64_t key_base = 0;
   {
     std::random_device rd;
     char buf[16];
     std::snprintf(buf, sizeof(buf), "%06x", rd() & 0xffffff);
     core->id_prefix = buf;
+    key_base = (uint64_t(rd()) << 32) ^ rd();
   }
   core->server = std::make_unique<HttpServer>(core->options.server, *core);
   if (auto st = core->server->listen(); !st)
@@ -137,15 +145,27 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
     auto w = std::make_unique<Worker>();
     w->core = core.get();
     w->index = i;
+    w->core_key_base = key_base;
     w->io = &core->server->io(i);
     w->unit = std::make_unique<caf::scoped_execution_unit>(&sys);
     w->companion_handle = sys.spawn<caf::actor_companion>();
     w->companion = static_cast<caf::actor_companion*>(
         caf::actor_cast<caf::abstract_actor*>(w->companion_handle));
     w->companion->context(w->unit.get());
-    // Without a behavior the companion would terminate after its first
-    // answer; it receives nothing but answers and timeouts.
-    w->companion->become(caf::behavior{[](caf::ok_atom) {}});
+    // Besides answers and timeouts, the companion receives the pieces of
+    // streamed answers (streams.cpp). (Without a behavior it would terminate
+    // after its first answer.)
+    Worker* self_worker = w.get();
+    w->companion->become(caf::behavior{
+        [](caf::ok_atom) {},
+        [self_worker](chunk_atom, uint64_t key, uint64_t seq, std::string& data) {
+          stream_chunk_message(self_worker, key, seq, data);
+        },
+        [self_worker](chunk_atom, uint64_t key, uint64_t seq, bool complete,
+                      const std::string& why) {
+          stream_end_message(self_worker, key, seq, complete, why);
+        },
+    });
     w->companion->set_default_handler(caf::drop);
     Worker* raw = w.get();
     w->companion->on_enqueue([raw](caf::mailbox_element_ptr m) {

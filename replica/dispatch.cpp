@@ -145,6 +145,16 @@ caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
   return [d](caf::actor_system&, caf::actor_pool::uplock& guard, const caf::actor_pool::actor_vec&,
              caf::mailbox_element_ptr& m, caf::execution_unit* eu) {
     guard.unlock();
+    // Credits and cancellations of requests in flight: applied here, in the
+    // sender's context, also while every request thread is busy.
+    if (m->content().match_elements<credit_atom, uint64_t, uint64_t>()) {
+      d->inflight.grant(m->content().get_as<uint64_t>(1), m->content().get_as<uint64_t>(2));
+      return;
+    }
+    if (m->content().match_elements<cancel_atom, uint64_t>()) {
+      d->inflight.cancel(m->content().get_as<uint64_t>(1));
+      return;
+    }
     if (d->ready.load(std::memory_order_acquire) &&
         m->content().match_elements<handle_atom, HttpRequest>()) {
       if (d->stopping.load()) {

@@ -32,6 +32,7 @@
 #include <caf/weak_intrusive_ptr.hpp>
 
 #include "replica/model_report.hpp"
+#include "replica/streams.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe::channel {
@@ -62,6 +63,8 @@ struct Dispatch {
   // replica starts, constant after. Answers to requests that name a model
   // carry it (runtime/multiplex.hpp).
   std::shared_ptr<ModelReport> models;
+  // The requests running now, by call key: cancellation and stream credits.
+  Inflight inflight;
 
   // Claims an idle request thread (CAF's request workers); false when all
   // are busy.

@@ -149,6 +149,7 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
                     // Plain threads; they end with the process.
                     for (size_t i = 0; i < n; ++i)
                       std::thread(channel_worker, instance, st.dispatch).detach();
+                    std::thread(lane_reader, st.dispatch).detach();
                   } else {
                     d.busy = std::make_unique<std::atomic<bool>[]>(n);
                     for (size_t i = 0; i < n; ++i) {
@@ -223,6 +224,11 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         return to_caf_error(
             Status(errc::unavailable, "replica " + st.options.spec.replica_id + " is not ready"));
       },
+      // Normally applied by the dispatch policy before they get here.
+      [=](credit_atom, uint64_t key, uint64_t bytes) {
+        self->state.dispatch->inflight.grant(key, bytes);
+      },
+      [=](cancel_atom, uint64_t key) { self->state.dispatch->inflight.cancel(key); },
       [=](done_atom) {
         // The last request of a stopping replica ended.
         auto& st = self->state;

@@ -1,5 +1,6 @@
 #include "replica/request_workers.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -16,44 +17,54 @@
 
 namespace troupe::replica {
 
-HttpResponse run_handler(Deployment& d, HttpRequest& req, const ModelReport* models) {
-  Request in{std::move(req.method), std::move(req.path), std::move(req.query),
-             std::move(req.headers), std::move(req.body)};
-  HttpResponse out;
-  // Handle calls made by handle() carry this request's id and inherit what
-  // is left of its deadline.
-  RequestIdScope scope(req.request_id, req.timeout_s);
-  try {
-    Response r = d.handle(in);
-    out.status = r.status;
-    out.headers = std::move(r.headers);
-    out.body = std::move(r.body);
-  } catch (const std::exception& e) {
-    out.status = 500;
-    out.headers = {{"Content-Type", "application/json"}};
-    out.body = Json{{"error", std::string("handler raised: ") + e.what()}}.dump();
-  } catch (...) {
-    out.status = 500;
-    out.headers = {{"Content-Type", "application/json"}};
-    out.body = Json{{"error", "handler raised a non-standard exception"}}.dump();
-  }
-  if (!req.request_id.empty())
-    out.headers.emplace_back("X-Request-Id", req.request_id);
-  if (models && models->active() && !in.multiplexed_model_id().empty())
-    out.headers.emplace_back(multiplex::kHeldModelsHeader, multiplex::encode_held(models->held()));
-  return out;
-}
+namespace {
 
-caf::behavior request_worker(caf::event_based_actor*, Instance instance, DispatchPtr dispatch,
-                             size_t index) {
+// Answers into the lane of the proxy io thread that sent the request.
+class ChannelSink : public Sink {
+ public:
+  ChannelSink(int fd, uint64_t call, size_t max_frame)
+      : fd_(fd), call_(call), max_frame_(max_frame) {}
+  void answer(HttpResponse&& answer) override {
+    channel::send_answer(fd_, call_, answer, max_frame_);
+  }
+  bool head(HttpResponse&& head) override {
+    if (channel::send_head(fd_, call_, head, max_frame_))
+      return true;
+    // Headers too large for a frame (or the proxy is gone): a 500 instead.
+    HttpResponse bad;
+    bad.status = 500;
+    bad.headers = {{"Content-Type", "application/json"}};
+    bad.body = Json{{"error", "the stream's headers do not fit in a data channel frame"}}.dump();
+    channel::send_answer(fd_, call_, bad, max_frame_);
+    return false;
+  }
+  bool chunk(std::string_view data) override {
+    return channel::send_chunk(fd_, call_, data.data(), data.size(), max_frame_);
+  }
+  void end(bool complete, const std::string& why) override {
+    channel::send_end(fd_, call_, complete, why, max_frame_);
+  }
+
+ private:
+  int fd_;
+  uint64_t call_;
+  size_t max_frame_;
+};
+
+}  // namespace
+
+caf::behavior request_worker(caf::event_based_actor* self, Instance instance,
+                             DispatchPtr dispatch, size_t index) {
   return {
-      [=](handle_atom, HttpRequest& req) -> HttpResponse {
-        auto out = run_handler(*instance, req, dispatch->models.get());
+      [=](handle_atom, HttpRequest& req) -> caf::result<HttpResponse> {
+        // Answered by the sink (a stream is more than one message).
+        CafSink sink(self->current_sender(), self->current_message_id());
+        serve(*instance, req, dispatch->models.get(), dispatch->inflight, sink);
         if (dispatch->release(index)) {
           if (auto replica = dispatch->replica.lock())
             caf::anon_send(caf::actor_cast<caf::actor>(replica), done_atom::value);
         }
-        return out;
+        return caf::delegated<HttpResponse>{};
       },
   };
 }
@@ -84,14 +95,14 @@ void channel_worker(Instance instance, DispatchPtr d) {
       auto m = d->take(h.call);
       if (!m)
         continue;
-      HttpResponse out;
-      if (m->content().match_elements<handle_atom, HttpRequest>())
-        out = run_handler(*instance, m->content().get_mutable_as<HttpRequest>(1), d->models.get());
-      d->finish();
-      if (m->sender && m->mid.is_request()) {
-        m->sender->enqueue(nullptr, m->mid.response_id(), caf::make_message(std::move(out)),
-                           nullptr);
+      CafSink sink(m->sender, m->mid);
+      if (m->content().match_elements<handle_atom, HttpRequest>()) {
+        serve(*instance, m->content().get_mutable_as<HttpRequest>(1), d->models.get(),
+              d->inflight, sink);
+      } else {
+        sink.answer(HttpResponse{});
       }
+      d->finish();
       continue;
     }
     if (h.version != channel::kVersion || h.kind != channel::Kind::request ||
@@ -129,9 +140,45 @@ void channel_worker(Instance instance, DispatchPtr d) {
                             ch.max_frame());
       continue;
     }
-    auto out = run_handler(*instance, req, d->models.get());
+    // The proxy names the request by its call key in the frame.
+    req.call_key = h.call;
+    ChannelSink sink(answers, h.call, ch.max_frame());
+    serve(*instance, req, d->models.get(), d->inflight, sink);
     d->finish();
-    channel::send_answer(answers, h.call, out, ch.max_frame());
+  }
+}
+
+void lane_reader(DispatchPtr d) {
+  auto& ch = *d->channel;
+  std::vector<pollfd> fds;
+  for (size_t i = 0; i < ch.lanes(); ++i)
+    fds.push_back(pollfd{ch.answer_fd(i), POLLIN, 0});
+  channel::FrameHeader h;
+  size_t open = fds.size();
+  while (open > 0) {
+    int n = ::poll(fds.data(), fds.size(), -1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return;
+    for (auto& p : fds) {
+      if (p.fd < 0 || p.revents == 0)
+        continue;
+      ssize_t got = ::recv(p.fd, &h, sizeof(h), MSG_DONTWAIT | MSG_TRUNC);
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        continue;
+      if (got <= 0) {
+        p.fd = -1;  // that io thread's end is gone
+        --open;
+        continue;
+      }
+      if (static_cast<size_t>(got) != sizeof(h) || h.version != channel::kVersion)
+        continue;
+      if (h.kind == channel::Kind::credit)
+        d->inflight.grant(h.call, h.amount);
+      else if (h.kind == channel::Kind::cancel)
+        d->inflight.cancel(h.call);
+    }
   }
 }
 

@@ -14,22 +14,24 @@
 
 #include "replica/dispatch.hpp"
 #include "replica/instance.hpp"
+#include "replica/streams.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe::replica {
 
-// Runs the user's handler; what it throws becomes a 500 with a JSON body.
-// With `models` (the replica's ModelCache report) and a request that names a
-// model, the answer carries the models the replica holds after it
-// (multiplex::kHeldModelsHeader), for the proxy's router.
-HttpResponse run_handler(Deployment& d, HttpRequest& req, const ModelReport* models = nullptr);
-
-//   (handle, HttpRequest) -> (HttpResponse), then releases request thread
-//   `index`, and tells a stopping replica actor (done) after its last request.
+//   (handle, HttpRequest) -> (HttpResponse) (or a stream, see streams.hpp),
+//   then releases request thread `index`, and tells a stopping replica actor
+//   (done) after its last request.
 caf::behavior request_worker(caf::event_based_actor*, Instance instance, DispatchPtr dispatch,
                              size_t index);
 
 // Runs on a thread of its own until the node's end of the channel closes.
 void channel_worker(Instance instance, DispatchPtr d);
+
+// One thread per replica process with a data channel: reads the credit and
+// cancel frames the proxy's io threads write into their lanes and applies
+// them to the requests in flight (Dispatch::inflight). Returns when every
+// lane is closed.
+void lane_reader(DispatchPtr d);
 
 }  // namespace troupe::replica

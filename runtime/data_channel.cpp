@@ -223,7 +223,8 @@ Result<Made> make_channel(const std::string& replica_id, size_t lanes) {
     node_fds.push_back(pair[0]);
     child_fds.push_back(pair[1]);
     smallest = std::min(smallest, grow_send_buffer(pair[1]));
-    // The node never writes into a lane; a small buffer is enough.
+    // The node writes only credits and cancellations into a lane: the
+    // default buffer is enough.
   }
   // A quarter of the buffer per frame, so that several fit at once.
   size_t max_frame =
@@ -322,6 +323,53 @@ Sent send_local(int fd, uint64_t token) {
   FrameHeader h;
   h.kind = Kind::local;
   h.call = token;
+  iovec iov{&h, sizeof(h)};
+  return classify(send_iov(fd, &iov, 1, MSG_DONTWAIT));
+}
+
+bool send_head(int fd, uint64_t call, const HttpResponse& head, size_t max_frame) {
+  size_t bytes = 0;
+  for (const auto& [name, value] : head.headers)
+    bytes += name.size() + value.size();
+  capnp::MallocMessageBuilder message(estimate_words(bytes, head.headers.size()));
+  auto a = message.initRoot<schema::ChannelAnswer>();
+  a.setStatus(head.status);
+  set_headers(a.initHeaders(static_cast<unsigned>(head.headers.size())), head.headers);
+  FrameHeader h;
+  h.kind = Kind::head;
+  h.call = call;
+  return send_message(fd, h, message, max_frame, false, 0) == Sent::sent;
+}
+
+bool send_chunk(int fd, uint64_t call, const char* data, size_t bytes, size_t max_frame) {
+  FrameHeader h;
+  h.kind = Kind::chunk;
+  h.call = call;
+  size_t piece = max_frame - sizeof(FrameHeader);
+  for (size_t off = 0; off < bytes; off += piece) {
+    size_t n = std::min(piece, bytes - off);
+    iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(data) + off, n}};
+    if (classify(send_iov(fd, iov, 2, 0)) != Sent::sent)
+      return false;
+  }
+  return true;
+}
+
+bool send_end(int fd, uint64_t call, bool complete, const std::string& why, size_t max_frame) {
+  FrameHeader h;
+  h.kind = Kind::end;
+  h.flags = complete ? kComplete : 0;
+  h.call = call;
+  size_t n = std::min(why.size(), max_frame - sizeof(FrameHeader));
+  iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(why.data()), n}};
+  return classify(send_iov(fd, iov, n > 0 ? 2 : 1, 0)) == Sent::sent;
+}
+
+Sent send_control(int fd, Kind kind, uint64_t call, uint32_t amount) {
+  FrameHeader h;
+  h.kind = kind;
+  h.call = call;
+  h.amount = amount;
   iovec iov{&h, sizeof(h)};
   return classify(send_iov(fd, &iov, 1, MSG_DONTWAIT));
 }

@@ -21,7 +21,11 @@
 //              ran a request writes the answer into the lane the request
 //              named; that io thread reads it on its own event loop. An
 //              answer larger than max_frame goes as several frames (kMore),
-//              reassembled by call id.
+//              reassembled by call id. A streamed answer is a `head`, any
+//              number of `chunk`s and an `end` on the lane. The other way,
+//              the io thread writes `credit` (room for more of a stream) and
+//              `cancel` frames into its lane, read by one thread of the
+//              process (replica/streams.hpp).
 // Nothing else can reach these sockets: they are inherited by that one
 // process and have no name. A process that dies closes its ends: the proxy
 // reads end-of-file on its lanes and fails its requests over at once.
@@ -51,16 +55,22 @@ enum class Kind : uint8_t {
   answer = 2,   // ChannelAnswer, replica -> proxy
   refusal = 3,  // ChannelRefusal, replica -> proxy
   local = 4,    // no payload: a request the process queued for itself
+  head = 5,     // ChannelAnswer without body, replica -> proxy: a stream begins
+  chunk = 6,    // raw bytes of a stream, replica -> proxy
+  end = 7,      // a stream ends (kComplete, else early; payload: why, raw text)
+  credit = 8,   // no payload, proxy -> replica: `amount` more bytes of `call`
+  cancel = 9,   // no payload, proxy -> replica: request `call` is cancelled
 };
 
-constexpr uint8_t kMore = 1;  // flags: more frames of this answer follow
+constexpr uint8_t kMore = 1;      // flags: more frames of this answer follow
+constexpr uint8_t kComplete = 2;  // flags of an `end`: the stream is whole
 
 struct FrameHeader {
   uint8_t version = kVersion;
   Kind kind = Kind::request;
   uint8_t flags = 0;
   uint8_t lane = 0;  // requests: the answer lane
-  uint32_t reserved = 0;
+  uint32_t amount = 0;  // credits: bytes granted (else 0)
   uint64_t call = 0;  // the sender's id of the request (local: its token)
 };
 static_assert(sizeof(FrameHeader) == 16, "a frame header is two words");
@@ -135,6 +145,15 @@ bool send_refusal(int fd, uint64_t call, bool overloaded, const std::string& mes
                   size_t max_frame);
 // A `local` frame (no payload), without blocking.
 Sent send_local(int fd, uint64_t token);
+
+// Streams (blocking, like send_answer; false when the proxy's end is gone).
+// The head is the answer's status and headers; it must fit in one frame.
+bool send_head(int fd, uint64_t call, const HttpResponse& head, size_t max_frame);
+// `data` as one or more chunk frames.
+bool send_chunk(int fd, uint64_t call, const char* data, size_t bytes, size_t max_frame);
+bool send_end(int fd, uint64_t call, bool complete, const std::string& why, size_t max_frame);
+// A credit or cancel frame (no payload), without blocking.
+Sent send_control(int fd, Kind kind, uint64_t call, uint32_t amount);
 
 // A received payload (after the header): word-aligned, as Cap'n Proto reads it.
 // The decoders return an error naming what is wrong with a malformed payload.

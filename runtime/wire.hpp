@@ -32,7 +32,9 @@ namespace troupe {
 //    the declared http timeouts in snapshots and the apply message without
 //    its separate timeout, HttpRequest::timeout_s (deadlines across calls),
 //    RouteEntry::shadow.
-constexpr uint32_t kProtocolVersion = 6;
+// 7: streaming answers and cancellation (HttpRequest::call_key,
+//    HttpResponse::stream, the chunk, credit and cancel messages).
+constexpr uint32_t kProtocolVersion = 7;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -86,6 +88,13 @@ using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 // Per-deployment operations and the traffic split (troupectl -> controller).
 using scale_atom = caf::atom_constant<caf::atom("scale")>;
 using traffic_atom = caf::atom_constant<caf::atom("traffic")>;
+// Streaming answers and cancellation on the data path (replica/streams.hpp):
+// a replica sends the pieces of a streamed answer to whoever sent the request
+// (chunk), the proxy grants it room for more (credit) and cancels requests
+// whose client left or whose deadline passed (cancel).
+using chunk_atom = caf::atom_constant<caf::atom("chunk")>;
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 
 // -- wire types --------------------------------------------------------------
 
@@ -184,23 +193,32 @@ struct HttpRequest {
   // deadline). Relative, not a point in time, so clocks of different hosts
   // need not agree; the replica's handle calls inherit what remains of it.
   double timeout_s = 0;
+  // The sender's name for this attempt of the request, unique per proxy
+  // (0: none): credits and cancellation name the request by it, and the
+  // pieces of a streamed answer carry it.
+  uint64_t call_key = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HttpRequest& x) {
   return f(caf::meta::type_name("troupe.HttpRequest"), x.method, x.path, x.query, x.headers, x.body,
-           x.request_id, x.timeout_s);
+           x.request_id, x.timeout_s, x.call_key);
 }
 
 struct HttpResponse {
   int32_t status = 200;
   HeaderList headers;
   std::string body;
+  // Not 0: the head of a streamed answer (the request's call_key); the body
+  // follows as (chunk, key, seq, data) messages and ends with (chunk, key,
+  // seq, complete, error), each of which the receiver acknowledges with
+  // (credit, key, bytes) once it passed the bytes on (replica/streams.hpp).
+  uint64_t stream = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HttpResponse& x) {
-  return f(caf::meta::type_name("troupe.HttpResponse"), x.status, x.headers, x.body);
+  return f(caf::meta::type_name("troupe.HttpResponse"), x.status, x.headers, x.body, x.stream);
 }
 
 // -- the replica's interface -------------------------------------------------
@@ -222,6 +240,10 @@ using ReplicaActor = caf::typed_actor<
     // errc::overloaded at max_ongoing_requests, errc::unavailable before init
     // or while stopping.
     caf::replies_to<handle_atom, HttpRequest>::with<HttpResponse>,
+    // Room for `bytes` more of the streamed answer to request `key`.
+    caf::reacts_to<credit_atom, uint64_t /*key*/, uint64_t /*bytes*/>,
+    // Request `key` is cancelled: its client left or its deadline passed.
+    caf::reacts_to<cancel_atom, uint64_t /*key*/>,
     // Stop accepting, finish what is in flight (at most timeout_s), exit.
     caf::replies_to<stop_atom, double>::with<caf::ok_atom>>;
 

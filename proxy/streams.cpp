@@ -1,0 +1,279 @@
+// Streamed answers and cancellation on the proxy's data path (part of the
+// call state machine, call.hpp). A replica that streams answers with a head
+// (HttpResponse::stream, over CAF; a `head` frame over a data channel), then
+// chunks, then an end. The head goes to the client at once
+// (Exchange::begin_stream: chunked transfer encoding), each chunk as it
+// comes; once a chunk is in the client's socket the replica gets credit for
+// its bytes, so a replica never has more than its window
+// (replica/streams.hpp) unacknowledged and a slow client slows it down: this
+// io thread holds at most a window per stream. The replica's slot stays taken
+// until the stream ends. A stream is never retried (its first bytes may have
+// reached the client): a replica lost mid-stream, a deadline that passes or
+// a stream that stalls ends it early — the client's connection closes
+// without the final chunk, which clients detect.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "proxy/call.hpp"
+#include "proxy/core.hpp"
+#include "runtime/multiplex.hpp"
+
+namespace troupe::proxy {
+
+namespace {
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// This worker's lane of the call's replica process, when the stream (or the
+// request) went over its data channel.
+int lane_fd(const CallPtr& c) {
+  if (!c->slot || !c->slot->channel)
+    return -1;
+  auto it = c->worker->lanes.find(c->slot->channel.get());
+  return it == c->worker->lanes.end() ? -1 : it->second->fd.native_handle();
+}
+
+void grant(const CallPtr& c, uint64_t bytes);
+
+void retry_credit(const CallPtr& c) {
+  if (!c->credit_timer)
+    c->credit_timer = std::make_unique<asio::steady_timer>(*c->worker->io);
+  c->credit_timer->expires_after(std::chrono::milliseconds(1));
+  c->credit_timer->async_wait([c](const boost::system::error_code& ec) {
+    if (ec || c->credit_owed == 0)
+      return;
+    uint64_t owed = c->credit_owed;
+    c->credit_owed = 0;
+    grant(c, owed);
+  });
+}
+
+// Room for `bytes` more at the replica.
+void grant(const CallPtr& c, uint64_t bytes) {
+  if (!c->slot || !c->streaming)
+    return;  // the stream ended (or was given up) meanwhile
+  if (c->stream_over_caf) {
+    caf::anon_send(c->slot->handle, credit_atom::value, c->key, bytes);
+    return;
+  }
+  int fd = lane_fd(c);
+  if (fd < 0)
+    return;
+  auto sent = channel::send_control(fd, channel::Kind::credit, c->key,
+                                    static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX)));
+  if (sent == channel::Sent::busy) {
+    // The process reads its lanes on a thread of its own; a full lane is
+    // momentary. Owed, and sent again shortly.
+    bool armed = c->credit_owed > 0;
+    c->credit_owed += bytes;
+    if (!armed)
+      retry_credit(c);
+  }
+}
+
+}  // namespace
+
+void cancel_at_replica(const CallPtr& c) {
+  if (!c->slot || c->key == 0)
+    return;
+  if (c->streaming ? !c->stream_over_caf : c->channel_call != 0) {
+    if (int fd = lane_fd(c); fd >= 0) {
+      // Best effort: a full lane loses it, and the replica sees the deadline
+      // or the closed connection's missing credits instead.
+      (void)channel::send_control(fd, channel::Kind::cancel, c->key, 0);
+    }
+    return;
+  }
+  if (c->slot->handle)
+    caf::anon_send(c->slot->handle, cancel_atom::value, c->key);
+}
+
+void on_stream_head(const CallPtr& c, HttpResponse& head, bool over_caf) {
+  auto* w = c->worker;
+  auto* core = w->core;
+  c->streaming = true;
+  c->stream_over_caf = over_caf;
+  c->stream_status = head.status;
+  c->sent_at = Clock::now();  // progress, for the sweep
+  if (over_caf)
+    w->streams[c->key] = c;
+  if (c->shadow) {
+    // A copy's answer is discarded: counted by its status, and the replica
+    // stops producing.
+    end_shadow(c, std::to_string(head.status));
+    cancel_at_replica(c);
+    return;
+  }
+  if (c->done) {
+    // The client had its answer (504) or left: nobody reads the stream.
+    cancel_at_replica(c);
+    return;
+  }
+  // The same headers as a whole answer would have.
+  auto held = std::find_if(head.headers.begin(), head.headers.end(), [](const auto& h) {
+    return boost::beast::iequals(h.first, multiplex::kHeldModelsHeader);
+  });
+  if (held != head.headers.end()) {
+    multiplex::HeldModels models;
+    if (!c->model_id.empty() && multiplex::decode_held(held->second, models))
+      core->router.learn_models(c->slot, models.seq, std::move(models.model_ids));
+    head.headers.erase(held);
+  }
+  if (head.status < 100 || head.status > 999) {
+    cancel_at_replica(c);
+    finish(c, json_error(http::status::bad_gateway,
+                         "replica answered with invalid status " + std::to_string(head.status),
+                         c->request.request_id));
+    return;
+  }
+  Response r{static_cast<http::status>(head.status), 11};
+  for (auto& [name, value] : head.headers) {
+    auto field = http::string_to_field(name);
+    if (field == http::field::content_length || field == http::field::transfer_encoding ||
+        field == http::field::connection || boost::beast::iequals(name, "X-Request-Id"))
+      continue;
+    r.insert(name, value);
+  }
+  r.set("X-Request-Id", c->request.request_id);
+  core->metrics.first_byte(c->route->app, seconds_since(c->start));
+  c->exchange->begin_stream(std::move(r));
+}
+
+void on_stream_chunk(const CallPtr& c, std::string data) {
+  c->sent_at = Clock::now();
+  if (c->done || data.empty())
+    return;  // cancelled at the replica already; it stops soon
+  uint64_t bytes = data.size();
+  c->exchange->write_chunk(std::move(data), [c, bytes](bool ok) {
+    if (ok)
+      grant(c, bytes);
+  });
+}
+
+void on_stream_end(const CallPtr& c, bool complete, const std::string& why) {
+  auto* w = c->worker;
+  auto* core = w->core;
+  if (c->stream_over_caf)
+    w->streams.erase(c->key);
+  w->untrack(c.get());
+  release(c, Outcome::answered);
+  c->streaming = false;
+  if (c->credit_timer)
+    c->credit_timer->cancel();
+  if (c->done || c->shadow)
+    return;
+  c->done = true;
+  if (c->timer)
+    c->timer->cancel();
+  double elapsed = seconds_since(c->start);
+  core->metrics.observe(c->route->app, c->stream_status, elapsed);
+  core->metrics.request_finished();
+  core->metrics.stream_ended(c->route->app, complete ? "complete" : "early");
+  if (!complete) {
+    core->log->warn("request {} {} {}: stream ended early after {:.1f} ms: {}",
+                    c->request.request_id, c->request.method, path_of(*c), elapsed * 1000, why);
+  }
+  auto ex = std::move(c->exchange);
+  ex->end_stream(complete);
+}
+
+void forget_stream(const CallPtr& c) {
+  if (c->stream_over_caf)
+    c->worker->streams.erase(c->key);
+  c->streaming = false;
+  if (c->credit_timer)
+    c->credit_timer->cancel();
+}
+
+void stream_chunk_message(Worker* w, uint64_t key, uint64_t seq, std::string& data) {
+  auto it = w->streams.find(key);
+  if (it == w->streams.end())
+    return;  // given up here (replica lost, stalled) or cancelled
+  CallPtr c = it->second;
+  if (seq != c->next_seq) {
+    // CAF delivers in order; a gap means pieces were lost with a connection.
+    w->core->log->warn("request {}: stream piece {} arrived where {} was expected; ending it",
+                       c->request.request_id, seq, c->next_seq);
+    cancel_at_replica(c);
+    on_stream_end(c, false, "pieces of the stream were lost");
+    return;
+  }
+  ++c->next_seq;
+  on_stream_chunk(c, std::move(data));
+}
+
+void stream_end_message(Worker* w, uint64_t key, uint64_t seq, bool complete,
+                        const std::string& why) {
+  auto it = w->streams.find(key);
+  if (it == w->streams.end())
+    return;
+  CallPtr c = it->second;
+  bool whole = complete && seq == c->next_seq;
+  on_stream_end(c, whole, whole || !complete ? why : "pieces of the stream were lost");
+}
+
+void client_gone(const CallPtr& c) {
+  if (c->done)
+    return;
+  auto* core = c->worker->core;
+  core->log->debug("request {} {} {}: the client went away", c->request.request_id,
+                   c->request.method, path_of(*c));
+  if (c->streaming) {
+    cancel_at_replica(c);
+    c->done = true;
+    if (c->timer)
+      c->timer->cancel();
+    core->metrics.observe(c->route->app, 499, seconds_since(c->start));
+    core->metrics.request_finished();
+    core->metrics.stream_ended(c->route->app, "client_gone");
+    auto ex = std::move(c->exchange);
+    ex->end_stream(false);
+    return;
+  }
+  // In flight: the replica learns it (a handler that looks at
+  // Request::cancelled() stops; its slot frees when it returns). Queued:
+  // finish() takes it out of the queue, and it never runs.
+  if (c->slot)
+    cancel_at_replica(c);
+  Response r{static_cast<http::status>(499), 11};
+  r.set(http::field::content_type, "application/json");
+  r.body() = nlohmann::json{{"error", "the client closed the connection"},
+                            {"request_id", c->request.request_id}}
+                 .dump();
+  finish(c, std::move(r));
+}
+
+// Used by finish() for a call whose stream began: the client cannot get
+// another answer, so the stream ends early (and the replica stops).
+void end_stream_early(const CallPtr& c, int status) {
+  auto* core = c->worker->core;
+  cancel_at_replica(c);
+  c->done = true;
+  if (c->timer)
+    c->timer->cancel();
+  core->metrics.observe(c->route->app, c->stream_status, seconds_since(c->start));
+  core->metrics.request_finished();
+  core->metrics.stream_ended(c->route->app, "early");
+  core->log->warn("request {} {} {}: stream ended early ({})", c->request.request_id,
+                  c->request.method, path_of(*c), status == 504 ? "its deadline passed" : "failed");
+  auto ex = std::move(c->exchange);
+  ex->end_stream(false);
+}
+
+void stream_lost(const CallPtr& c, Outcome outcome, const std::string& why) {
+  release(c, outcome);
+  if (!c->done && !c->shadow) {
+    c->worker->core->log->warn("request {}: {}", c->request.request_id, why);
+    end_stream_early(c, 502);
+  }
+  forget_stream(c);
+}
+
+}  // namespace troupe::proxy

@@ -1,0 +1,235 @@
+#include "replica/streams.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include <caf/all.hpp>
+
+#include "replica/handle_transport.hpp"
+#include "runtime/multiplex.hpp"
+
+namespace troupe::replica {
+
+// --- Flow ----------------------------------------------------------------------
+
+Flow::Flow(std::shared_ptr<RequestControl> control, bool windowed)
+    : control_(std::move(control)), windowed_(windowed) {}
+
+bool Flow::acquire(size_t bytes) {
+  const auto deadline = control_->deadline();
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto room = [&] {
+    return cancelled_ || !windowed_ || unacknowledged_ == 0 ||
+           unacknowledged_ + bytes <= kStreamWindow;
+  };
+  // A receiver that acknowledges nothing for kStallLimit is taken as gone
+  // (a proxy whose node vanished sends no cancel).
+  auto until = std::min(deadline, RequestControl::Clock::now() + kStallLimit);
+  if (!changed_.wait_until(lock, until, room))
+    return false;  // the deadline passed, or the stall limit, while the receiver was behind
+  if (cancelled_)
+    return false;
+  unacknowledged_ += bytes;
+  lock.unlock();
+  return !control_->cancelled();
+}
+
+void Flow::grant(uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    unacknowledged_ = bytes >= unacknowledged_ ? 0 : unacknowledged_ - bytes;
+  }
+  changed_.notify_all();
+}
+
+void Flow::cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled_ = true;
+  }
+  changed_.notify_all();
+  control_->cancel();
+}
+
+// --- Inflight ------------------------------------------------------------------
+
+FlowPtr Inflight::add(uint64_t key, std::shared_ptr<RequestControl> control) {
+  auto flow = std::make_shared<Flow>(std::move(control), key != 0);
+  if (key != 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    flows_[key] = flow;
+  }
+  return flow;
+}
+
+void Inflight::remove(uint64_t key) {
+  if (key == 0)
+    return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  flows_.erase(key);
+}
+
+void Inflight::grant(uint64_t key, uint64_t bytes) {
+  FlowPtr flow;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = flows_.find(key);
+    if (it == flows_.end())
+      return;
+    flow = it->second;
+  }
+  flow->grant(bytes);
+}
+
+void Inflight::cancel(uint64_t key) {
+  FlowPtr flow;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = flows_.find(key);
+    if (it == flows_.end())
+      return;
+    flow = it->second;
+  }
+  flow->cancel();  // outside the lock: it runs the user's on_cancel callbacks
+}
+
+size_t Inflight::size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return flows_.size();
+}
+
+// --- serve ---------------------------------------------------------------------
+
+namespace {
+
+HttpResponse error_answer(const std::string& message) {
+  HttpResponse out;
+  out.status = 500;
+  out.headers = {{"Content-Type", "application/json"}};
+  out.body = Json{{"error", message}}.dump();
+  return out;
+}
+
+// The producer's writer: each piece waits for room in the window, then goes
+// to the sink.
+class Writer : public StreamWriter {
+ public:
+  Writer(Flow& flow, Sink& sink) : flow_(flow), sink_(sink) {}
+  bool write(std::string_view chunk) override {
+    if (broken_)
+      return false;
+    if (chunk.empty())
+      return !flow_.control()->cancelled();
+    if (!flow_.acquire(chunk.size()) || !sink_.chunk(chunk)) {
+      broken_ = true;
+      return false;
+    }
+    return true;
+  }
+  bool cancelled() const override { return broken_ || flow_.control()->cancelled(); }
+  bool broken() const { return broken_; }
+
+ private:
+  Flow& flow_;
+  Sink& sink_;
+  bool broken_ = false;
+};
+
+// Removes the request from the table however serve() ends.
+struct Registered {
+  Inflight& inflight;
+  uint64_t key;
+  ~Registered() { inflight.remove(key); }
+};
+
+}  // namespace
+
+void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight& inflight,
+           Sink& sink) {
+  auto deadline = RequestControl::Clock::time_point::max();
+  if (req.timeout_s > 0) {
+    deadline = RequestControl::Clock::now() +
+               std::chrono::duration_cast<RequestControl::Clock::duration>(
+                   std::chrono::duration<double>(req.timeout_s));
+  }
+  auto control = std::make_shared<RequestControl>(deadline);
+  FlowPtr flow = inflight.add(req.call_key, control);
+  Registered registered{inflight, req.call_key};
+  Request in{std::move(req.method), std::move(req.path), std::move(req.query),
+             std::move(req.headers), std::move(req.body), control};
+  // Handle calls made by handle() (and by a stream's producer) carry this
+  // request's id and inherit what is left of its deadline.
+  RequestIdScope scope(req.request_id, req.timeout_s);
+  HttpResponse out;
+  std::function<void(StreamWriter&)> produce;
+  try {
+    Response r = d.handle(in);
+    out.status = r.status;
+    out.headers = std::move(r.headers);
+    out.body = std::move(r.body);
+    produce = std::move(r.stream);
+  } catch (const std::exception& e) {
+    out = error_answer(std::string("handler raised: ") + e.what());
+  } catch (...) {
+    out = error_answer("handler raised a non-standard exception");
+  }
+  if (!req.request_id.empty())
+    out.headers.emplace_back("X-Request-Id", req.request_id);
+  if (models && models->active() && !in.multiplexed_model_id().empty())
+    out.headers.emplace_back(multiplex::kHeldModelsHeader, multiplex::encode_held(models->held()));
+  if (!produce) {
+    sink.answer(std::move(out));
+    return;
+  }
+  out.body.clear();
+  out.stream = req.call_key != 0 ? req.call_key : 1;
+  if (!sink.head(std::move(out)))
+    return;
+  Writer writer(*flow, sink);
+  try {
+    produce(writer);
+  } catch (const std::exception& e) {
+    sink.end(false, std::string("the stream's producer raised: ") + e.what());
+    return;
+  } catch (...) {
+    sink.end(false, "the stream's producer raised a non-standard exception");
+    return;
+  }
+  if (writer.broken())
+    sink.end(false, control->cancelled() ? "cancelled" : "the receiver is gone");
+  else
+    sink.end(true, "");
+}
+
+// --- CafSink -------------------------------------------------------------------
+
+void CafSink::answer(HttpResponse&& answer) {
+  if (sender_ && request_id_.is_request())
+    sender_->enqueue(nullptr, request_id_.response_id(), caf::make_message(std::move(answer)),
+                     nullptr);
+}
+
+bool CafSink::head(HttpResponse&& head) {
+  if (!sender_ || !request_id_.is_request())
+    return false;
+  key_ = head.stream;
+  sender_->enqueue(nullptr, request_id_.response_id(), caf::make_message(std::move(head)),
+                   nullptr);
+  return true;
+}
+
+bool CafSink::chunk(std::string_view data) {
+  sender_->enqueue(nullptr, caf::make_message_id(),
+                   caf::make_message(chunk_atom::value, key_, seq_++, std::string(data)), nullptr);
+  return true;
+}
+
+void CafSink::end(bool complete, const std::string& why) {
+  sender_->enqueue(nullptr, caf::make_message_id(),
+                   caf::make_message(chunk_atom::value, key_, seq_++, complete, why), nullptr);
+}
+
+}  // namespace troupe::replica

@@ -1,0 +1,131 @@
+// Running one request in a replica, streamed answers and cancellation
+// (internal to replica/; the user's side is include/troupe/deployment.hpp:
+// RequestControl, StreamWriter, Response::stream).
+//
+// Every request a replica runs is registered by its call key (the sender's
+// name for it, HttpRequest::call_key) in the replica's Inflight table with a
+// Flow: the request's RequestControl, which a cancel from the proxy sets,
+// and, for a streamed answer, its credit window. A stream may have at most
+// kStreamWindow bytes sent and not yet acknowledged by the receiver (the
+// proxy acknowledges bytes once they are in the client's socket): write()
+// blocks beyond that, so a slow client slows the producer and no hop buffers
+// more than a window per stream.
+//
+// Where the answer goes is a Sink: the lane of a data channel (a replica
+// process and its node's proxy) or CAF (the request's sender: a proxy of any
+// node). Credits and cancellations come back as frames on the lanes (read
+// by one thread of the process, lane_reader) or as (credit, key, bytes) and
+// (cancel, key) messages to the replica's handle (applied in the dispatch
+// policy, in the sender's context).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <caf/message_id.hpp>
+#include <caf/actor_addr.hpp>
+#include <caf/actor_control_block.hpp>
+#include <troupe/deployment.hpp>
+
+#include "replica/model_report.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::replica {
+
+// Bytes a stream may have in flight unacknowledged.
+constexpr uint64_t kStreamWindow = 256 << 10;
+// A stream whose receiver acknowledges nothing for this long while the
+// window is full ends (early): its receiver is taken as gone. Longer than
+// the proxy's own limit for a client that reads nothing (its idle timeout).
+constexpr std::chrono::seconds kStallLimit{180};
+
+// One request in flight: its cancellation and, when it streams, its window.
+class Flow {
+ public:
+  explicit Flow(std::shared_ptr<RequestControl> control, bool windowed);
+
+  const std::shared_ptr<RequestControl>& control() const { return control_; }
+
+  // Waits until `bytes` more may be sent (at most kStreamWindow unacknowledged;
+  // a larger piece waits until nothing is), then counts them as sent. False
+  // when the request is cancelled or its deadline passed first.
+  bool acquire(size_t bytes);
+  // The receiver passed `bytes` on.
+  void grant(uint64_t bytes);
+  void cancel();
+
+ private:
+  std::shared_ptr<RequestControl> control_;
+  const bool windowed_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  uint64_t unacknowledged_ = 0;
+  bool cancelled_ = false;
+};
+using FlowPtr = std::shared_ptr<Flow>;
+
+// The requests a replica runs, by call key. Thread-safe.
+class Inflight {
+ public:
+  // Registers a request (key 0: not registered; nothing can cancel it).
+  FlowPtr add(uint64_t key, std::shared_ptr<RequestControl> control);
+  void remove(uint64_t key);
+  void grant(uint64_t key, uint64_t bytes);
+  void cancel(uint64_t key);
+  size_t size();
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, FlowPtr> flows_;
+};
+
+// Where one request's answer goes.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // A whole answer.
+  virtual void answer(HttpResponse&& answer) = 0;
+  // A stream: its head (head.stream is the call key), its pieces, its end.
+  // False when the receiver is gone.
+  virtual bool head(HttpResponse&& head) = 0;
+  virtual bool chunk(std::string_view data) = 0;
+  virtual void end(bool complete, const std::string& why) = 0;
+};
+
+// Runs `req` in the user's handle() and sends what it answers to `sink`: a
+// Response, or a stream (the head, then what the producer writes under the
+// flow control above, then the end: complete, or early when the producer
+// threw or the stream could not go on). An exception from handle() becomes
+// a 500 with a JSON body. With `models` (the replica's ModelCache report)
+// and a request that names a model, the answer carries the models the
+// replica holds after it (multiplex::kHeldModelsHeader), for the proxy's
+// router. The request is in `inflight` while it runs.
+void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight& inflight,
+           Sink& sink);
+
+// Answers over CAF to the request (`sender`, `request_id`): the answer or the
+// head as the response, the pieces of a stream as (chunk, ...) messages.
+class CafSink : public Sink {
+ public:
+  CafSink(caf::strong_actor_ptr sender, caf::message_id request_id)
+      : sender_(std::move(sender)), request_id_(request_id) {}
+  void answer(HttpResponse&& answer) override;
+  bool head(HttpResponse&& head) override;
+  bool chunk(std::string_view data) override;
+  void end(bool complete, const std::string& why) override;
+
+ private:
+  caf::strong_actor_ptr sender_;
+  caf::message_id request_id_;
+  uint64_t key_ = 0;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace troupe::replica
