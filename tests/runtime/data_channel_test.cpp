@@ -219,3 +219,68 @@ TEST_CASE("data channel: the registry finds a replica's channel until it is remo
   for (int child : made.value().child_fds)
     ::close(child);
 }
+
+TEST_CASE("data channel: a stream is a head - chunks split at max_frame - an end; credit and cancel go the other way") {
+  auto made = make_channel("r1", 1);
+  REQUIRE(made);
+  auto ch = made.value().channel;
+  auto end = replica_end(made.value());
+  int replica_lane = end->answer_fd(0);
+  int node_lane = ch->answer_fd(0);
+  FrameBuffer buffer(ch->max_frame());
+
+  HttpResponse head;
+  head.status = 201;
+  head.headers = {{"Content-Type", "text/event-stream"}};
+  REQUIRE(send_head(replica_lane, 42, head, ch->max_frame()));
+  size_t n = receive(node_lane, buffer);
+  REQUIRE(n > sizeof(FrameHeader));
+  CHECK(buffer.header().kind == Kind::head);
+  CHECK(buffer.header().call == 42);
+  HttpResponse got;
+  REQUIRE(decode_answer(buffer.payload(), n - sizeof(FrameHeader), got));
+  CHECK(got.status == 201);
+  CHECK(got.headers == head.headers);
+  CHECK(got.body.empty());
+
+  // A chunk larger than a frame arrives as several chunk frames, in order.
+  std::string data(ch->max_frame() * 2 + 5, 'a');
+  for (size_t i = 0; i < data.size(); i += 13)
+    data[i] = static_cast<char>(i % 251);
+  REQUIRE(send_chunk(replica_lane, 42, data.data(), data.size(), ch->max_frame()));
+  std::string joined;
+  int frames = 0;
+  while ((n = receive(node_lane, buffer)) > 0) {
+    CHECK(buffer.header().kind == Kind::chunk);
+    CHECK(buffer.header().call == 42);
+    CHECK(n <= ch->max_frame());
+    joined.append(static_cast<const char*>(buffer.payload()), n - sizeof(FrameHeader));
+    ++frames;
+  }
+  CHECK(frames == 3);
+  CHECK(joined == data);
+
+  REQUIRE(send_end(replica_lane, 42, false, "the producer raised", ch->max_frame()));
+  n = receive(node_lane, buffer);
+  REQUIRE(n > sizeof(FrameHeader));
+  CHECK(buffer.header().kind == Kind::end);
+  CHECK((buffer.header().flags & kComplete) == 0);
+  CHECK(std::string(static_cast<const char*>(buffer.payload()), n - sizeof(FrameHeader)) ==
+        "the producer raised");
+  REQUIRE(send_end(replica_lane, 42, true, "", ch->max_frame()));
+  n = receive(node_lane, buffer);
+  CHECK(n == sizeof(FrameHeader));
+  CHECK((buffer.header().flags & kComplete) != 0);
+
+  // The node writes credits and cancellations into its end of the lane.
+  CHECK(send_control(node_lane, Kind::credit, 42, 65536) == Sent::sent);
+  CHECK(send_control(node_lane, Kind::cancel, 43, 0) == Sent::sent);
+  n = receive(replica_lane, buffer);
+  CHECK(n == sizeof(FrameHeader));
+  CHECK(buffer.header().kind == Kind::credit);
+  CHECK(buffer.header().call == 42);
+  CHECK(buffer.header().amount == 65536);
+  n = receive(replica_lane, buffer);
+  CHECK(buffer.header().kind == Kind::cancel);
+  CHECK(buffer.header().call == 43);
+}
