@@ -86,6 +86,11 @@ struct Proxy::Core : public Handler {
   // A deployment handle's call (Proxy::caller()); handle_calls.cpp.
   void call(const std::string& app, const std::string& deployment, HttpRequest request,
             double timeout_s, CallDone done);
+  // Both kinds of handle calls: `make` builds the call's exchange for the io
+  // thread that takes it (null when the proxy is stopped).
+  void start_handle_call(const std::string& app, const std::string& deployment,
+                         HttpRequest request, double timeout_s,
+                         const std::function<ExchangePtr(Worker*)>& make);
   std::atomic<size_t> next_call_worker{0};
 
   void run(std::vector<std::function<void()>>& ready) {
@@ -137,6 +142,13 @@ struct Lane {
       : channel(std::move(ch)), fd(io, dup) {}
 };
 
+// What a relayed handle call's exchange takes from its caller (handle_calls.cpp).
+struct Relay {
+  virtual ~Relay() = default;
+  virtual void credit(uint64_t bytes) = 0;
+  virtual void cancel() = 0;
+};
+
 // Per io thread: the companion actor that sends requests to replicas and
 // receives their answers on this thread, and the calls in flight here.
 struct Worker {
@@ -155,6 +167,9 @@ struct Worker {
   uint64_t next_call = 0;
   // Calls whose replica streams its answer over CAF, by key.
   std::unordered_map<uint64_t, CallPtr> streams;
+  // Streamed handle calls relayed to their callers (handle_calls.cpp), by
+  // the key their pieces carry.
+  std::unordered_map<uint64_t, std::weak_ptr<Relay>> relays;
   std::vector<uint64_t> frame;
   std::unique_ptr<asio::steady_timer> sweeper;
   // When this io thread last ran its sweep (steady clock, ns): the proxy's

@@ -3,6 +3,9 @@
 // synthetic Exchange and takes the data path of HTTP requests unchanged.
 #include "proxy/handle_calls.hpp"
 
+#include <deque>
+#include <functional>
+
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/string.hpp>
 #include <caf/all.hpp>
@@ -62,21 +65,169 @@ class HandleExchange : public Exchange {
   asio::io_context* io_ = nullptr;
 };
 
+// The Exchange of a handle call from another process whose answer is relayed
+// as the callee streams it (relay_call): a whole answer goes as the response,
+// a stream's head too, then its pieces as (chunk, ...) messages to the
+// caller; a piece is released to the callee (`written`) when the caller
+// acknowledges it. Lives on its worker's io thread.
+class RelayExchange : public Exchange,
+                      public Relay,
+                      public std::enable_shared_from_this<RelayExchange> {
+ public:
+  explicit RelayExchange(const caf::mailbox_element& m) : reply_(m), caller_(m.sender) {}
+  ~RelayExchange() override {
+    if (!answered_) {
+      HttpResponse r;
+      r.status = 503;
+      r.headers = {{"Content-Type", "application/json"}, {"Retry-After", "1"}};
+      r.body =
+          json{{"error", "the proxy of this node stopped before the call was answered"}}.dump();
+      reply_.send(std::move(r));
+    }
+  }
+  void bind(Worker* w) {
+    worker_ = w;
+    key_ = w->new_key();
+  }
+  Request& request() override { return request_; }
+  size_t thread() const override { return worker_->index; }
+  asio::io_context& io() override { return *worker_->io; }
+
+  void respond(Response&& response) override {
+    answered_ = true;
+    reply_.send(to_http(response));
+  }
+  void begin_stream(Response&& head) override {
+    answered_ = true;
+    streaming_ = true;
+    worker_->relays[key_] = shared_from_this();
+    auto r = to_http(head);
+    r.body.clear();
+    r.stream = key_;
+    // From the companion: the caller sends its credits there.
+    reply_.send(std::move(r), worker_->companion->ctrl());
+  }
+  void write_chunk(std::string data, std::function<void(bool)> written) override {
+    if (!streaming_ || !caller_) {
+      written(false);
+      return;
+    }
+    sent_ += data.size();
+    unacknowledged_.emplace_back(sent_, std::move(written));
+    caller_->enqueue(worker_->companion->ctrl(), caf::make_message_id(),
+                     caf::make_message(chunk_atom::value, key_, seq_++, std::move(data)),
+                     nullptr);
+  }
+  void end_stream(bool complete) override {
+    if (!streaming_)
+      return;
+    streaming_ = false;
+    worker_->relays.erase(key_);
+    if (caller_) {
+      caller_->enqueue(worker_->companion->ctrl(), caf::make_message_id(),
+                       caf::make_message(chunk_atom::value, key_, seq_++, complete,
+                                         std::string(complete ? "" : "the stream ended early")),
+                       nullptr);
+    }
+    // The callbacks hold the call: release them.
+    auto pending = std::move(unacknowledged_);
+    for (auto& [end, written] : pending)
+      written(false);
+  }
+  void on_client_gone(std::function<void()> f) override { gone_ = std::move(f); }
+
+  void credit(uint64_t bytes) override {
+    acknowledged_ += bytes;
+    while (!unacknowledged_.empty() && unacknowledged_.front().first <= acknowledged_) {
+      auto written = std::move(unacknowledged_.front().second);
+      unacknowledged_.pop_front();
+      written(true);
+    }
+  }
+  void cancel() override {
+    if (auto f = std::move(gone_))
+      f();
+  }
+
+ private:
+  static HttpResponse to_http(Response& response) {
+    HttpResponse r;
+    r.status = response.result_int();
+    for (const auto& f : response)
+      r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    r.body = std::move(response.body());
+    return r;
+  }
+
+  ReplyTo reply_;
+  caf::strong_actor_ptr caller_;
+  Worker* worker_ = nullptr;
+  uint64_t key_ = 0;
+  uint64_t seq_ = 0;
+  bool answered_ = false;
+  bool streaming_ = false;
+  uint64_t sent_ = 0;
+  uint64_t acknowledged_ = 0;
+  // (bytes sent up to and including the piece, its callback)
+  std::deque<std::pair<uint64_t, std::function<void(bool)>>> unacknowledged_;
+  std::function<void()> gone_;
+  Request request_;  // method and target, for log lines
+};
+
 }  // namespace
+
+void relay_call(Proxy::Core& core, const std::string& app, const std::string& deployment,
+                HttpRequest request, double timeout_s, const caf::mailbox_element& m) {
+  core.start_handle_call(app, deployment, std::move(request), timeout_s, [&m](Worker* w) {
+    auto ex = std::make_shared<RelayExchange>(m);
+    if (w)
+      ex->bind(w);
+    return ex;
+  });
+}
+
+void relay_credit(Worker* w, uint64_t key, uint64_t bytes) {
+  auto it = w->relays.find(key);
+  if (it == w->relays.end())
+    return;
+  if (auto relay = it->second.lock())
+    relay->credit(bytes);
+}
+
+void relay_cancel(Worker* w, uint64_t key) {
+  auto it = w->relays.find(key);
+  if (it == w->relays.end())
+    return;
+  if (auto relay = it->second.lock())
+    relay->cancel();
+}
 
 void Proxy::Core::call(const std::string& app, const std::string& deployment, HttpRequest request,
                        double timeout_s, CallDone done) {
+  auto shared_done = std::make_shared<CallDone>(std::move(done));
+  start_handle_call(app, deployment, std::move(request), timeout_s, [shared_done](Worker* w) {
+    auto ex = std::make_shared<HandleExchange>(std::move(*shared_done));
+    if (w)
+      ex->bind(w->index, w->io);
+    return ex;
+  });
+}
+
+void Proxy::Core::start_handle_call(const std::string& app, const std::string& deployment,
+                                    HttpRequest request, double timeout_s,
+                                    const std::function<ExchangePtr(Worker*)>& make) {
   auto start = Clock::now();
-  auto ex = std::make_shared<HandleExchange>(std::move(done));
   Worker* w = nullptr;
   {
     // Under the mutex stop() takes first: nothing is posted to an io_context
     // that is going away.
     std::lock_guard<std::mutex> lock(actor_mutex);
-    if (stopped || workers.empty())
-      return;  // `ex` answers 503 as it goes
+    if (stopped || workers.empty()) {
+      make(nullptr);  // unbound, it answers 503 as it goes
+      return;
+    }
     w = workers[next_call_worker.fetch_add(1, std::memory_order_relaxed) % workers.size()].get();
-    ex->bind(w->index, w->io);
+    ExchangePtr ex = make(w);
     metrics.request_started();
     asio::post(*w->io, [this, w, ex, app, deployment, request = std::move(request), timeout_s,
                         start]() mutable {
@@ -135,7 +286,7 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
   }
 }
 
-void ReplyTo::send(HttpResponse answer) {
+void ReplyTo::send(HttpResponse answer, caf::strong_actor_ptr from) {
   auto msg = caf::make_message(std::move(answer));
   if (!stages_.empty()) {
     // Forwarded with stages left: the next stage receives the answer as the
@@ -148,7 +299,7 @@ void ReplyTo::send(HttpResponse answer) {
     return;
   }
   if (sender_ && mid_.is_request())
-    sender_->enqueue(nullptr, mid_.response_id(), std::move(msg), nullptr);
+    sender_->enqueue(std::move(from), mid_.response_id(), std::move(msg), nullptr);
   sender_ = nullptr;
 }
 

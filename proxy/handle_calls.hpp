@@ -5,9 +5,12 @@
 
 #include <caf/mailbox_element.hpp>
 
+#include "proxy/proxy.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe::proxy {
+
+struct Worker;
 
 // Where the answer of a (call) request goes: the reply address of the request
 // message, taken in the actor that received it.
@@ -27,13 +30,26 @@ class ReplyTo {
   explicit ReplyTo(const caf::mailbox_element& m)
       : sender_(m.sender), mid_(m.mid), stages_(m.stages) {}
 
-  // Once; from any thread.
-  void send(HttpResponse answer);
+  // Once; from any thread. `from`: the sender the caller sees (none: anonymous).
+  void send(HttpResponse answer, caf::strong_actor_ptr from = nullptr);
+  const caf::strong_actor_ptr& caller() const { return sender_; }
 
  private:
   caf::strong_actor_ptr sender_;
   caf::message_id mid_;
   caf::mailbox_element::forwarding_stack stages_;
 };
+
+// A handle call from another process whose answer is relayed as the callee
+// streams it: the head (or a whole answer) as the response to `m`, each
+// piece as (chunk, key, seq, data) from the io thread's companion, released
+// to the callee's replica (Exchange::write_chunk's `written`) only when the
+// caller acknowledges it with (credit, key, bytes): the caller's reading
+// paces the callee. (cancel, key) from the caller cancels the call.
+void relay_call(Proxy::Core& core, const std::string& app, const std::string& deployment,
+                HttpRequest request, double timeout_s, const caf::mailbox_element& m);
+// The companion's handlers of those two messages, on the worker's io thread.
+void relay_credit(Worker* w, uint64_t key, uint64_t bytes);
+void relay_cancel(Worker* w, uint64_t key);
 
 }  // namespace troupe::proxy

@@ -15,6 +15,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/handle_calls.hpp"
 
 namespace troupe::proxy {
 
@@ -165,6 +166,11 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
                       const std::string& why) {
           stream_end_message(self_worker, key, seq, complete, why);
         },
+        // From the callers of streamed handle calls (handle_calls.hpp).
+        [self_worker](credit_atom, uint64_t key, uint64_t bytes) {
+          relay_credit(self_worker, key, bytes);
+        },
+        [self_worker](cancel_atom, uint64_t key) { relay_cancel(self_worker, key); },
     });
     w->companion->set_default_handler(caf::drop);
     Worker* raw = w.get();

@@ -142,6 +142,14 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
                    [reply](HttpResponse answer) { reply->send(std::move(answer)); });
         return caf::delegated<HttpResponse>{};
       },
+      // The same, its answer relayed as the callee streams it
+      // (make_remote_proxy_stream; handle_calls.hpp: relay_call).
+      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
+          double timeout_s, bool) -> caf::result<HttpResponse> {
+        relay_call(*core, app, deployment, std::move(request), timeout_s,
+                   *self->current_mailbox_element());
+        return caf::delegated<HttpResponse>{};
+      },
   };
 }
 
@@ -220,6 +228,20 @@ ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_
           return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
         self->delegate(current, call_atom::value, std::move(app), std::move(deployment),
                        std::move(request), timeout_s);
+        return caf::delegated<HttpResponse>{};
+      },
+      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
+          double timeout_s, bool streamed) -> caf::result<HttpResponse> {
+        ProxyActor current;
+        {
+          std::lock_guard<std::mutex> lock(core->actor_mutex);
+          if (!core->stopped)
+            current = core->actor;
+        }
+        if (!current)
+          return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
+        self->delegate(current, call_atom::value, std::move(app), std::move(deployment),
+                       std::move(request), timeout_s, streamed);
         return caf::delegated<HttpResponse>{};
       },
   };

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <future>
+#include <mutex>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -41,7 +44,23 @@ HttpResponse error_answer(int32_t status, const std::string& message,
 
 class ProxyTransport : public HandleTransport {
  public:
-  explicit ProxyTransport(ProxyCall call) : call_(std::move(call)) {}
+  ProxyTransport(ProxyCall call, ProxyStream stream)
+      : call_(std::move(call)), stream_(std::move(stream)) {}
+
+  std::shared_ptr<StreamSource> stream(const std::string& app, const std::string& deployment,
+                                       Request request, double timeout_s) const override {
+    if (!stream_)
+      return HandleTransport::stream(app, deployment, std::move(request), timeout_s);
+    HttpRequest out = to_http_request(std::move(request), current_request_id());
+    const double bounded_s = inherited_timeout(timeout_s);
+    if (bounded_s < 0) {
+      std::promise<Response> late;
+      late.set_value(to_response(error_answer(
+          504, "request timed out: the calling request's deadline passed", out.request_id)));
+      return std::make_shared<detail::WholeAnswer>(late.get_future());
+    }
+    return stream_(app, deployment, std::move(out), bounded_s);
+  }
 
   std::future<Response> call(const std::string& app, const std::string& deployment, Request request,
                              double timeout_s) const override {
@@ -61,9 +80,191 @@ class ProxyTransport : public HandleTransport {
 
  private:
   ProxyCall call_;
+  ProxyStream stream_;
+};
+
+// The reading end of a streaming handle call: what the caller's actor
+// receives, queued for the user's thread. Thread-safe.
+class RemoteStream : public StreamSource {
+ public:
+  // From the caller's actor.
+  void head(HttpResponse& r, caf::strong_actor_ptr relay) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status_ = r.status;
+    headers_ = std::move(r.headers);
+    key_ = r.stream;
+    relay_ = caf::actor_cast<caf::actor>(relay);
+    has_head_ = true;
+    if (r.stream == 0) {
+      // A whole answer: one piece, and the end.
+      if (!r.body.empty())
+        pieces_.push_back(std::move(r.body));
+      ended_ = true;
+      complete_ = true;
+    }
+    changed_.notify_all();
+  }
+  void piece(std::string& data) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!cancelled_)
+      pieces_.push_back(std::move(data));
+    changed_.notify_all();
+  }
+  void end(bool complete) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = true;
+    complete_ = complete;
+    changed_.notify_all();
+  }
+  // The call failed before a head: the error answer is the whole answer.
+  void fail(HttpResponse r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (has_head_) {
+      ended_ = true;  // mid-stream: the stream breaks
+      changed_.notify_all();
+      return;
+    }
+    lock_free_head(std::move(r));
+  }
+  bool ended() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ended_;
+  }
+  void set_actor(caf::actor a) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    actor_ = std::move(a);
+  }
+
+  int status() override {
+    wait_head();
+    return status_;
+  }
+  const Headers& headers() override {
+    wait_head();
+    return headers_;
+  }
+  bool next(std::string& chunk) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !pieces_.empty() || ended_ || cancelled_; });
+    if (cancelled_ || pieces_.empty())
+      return false;
+    chunk = std::move(pieces_.front());
+    pieces_.pop_front();
+    // Taken: the relay may send as much more.
+    if (key_ != 0 && relay_)
+      caf::anon_send(relay_, credit_atom::value, key_, uint64_t{chunk.size()});
+    return true;
+  }
+  bool complete() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ended_ && complete_ && !cancelled_ && pieces_.empty();
+  }
+  void cancel() override {
+    caf::actor relay, actor;
+    uint64_t key = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cancelled_)
+        return;
+      cancelled_ = true;
+      pieces_.clear();
+      relay = relay_;
+      actor = actor_;
+      key = key_;
+      changed_.notify_all();
+    }
+    if (key != 0 && relay)
+      caf::anon_send(relay, cancel_atom::value, key);
+    if (actor)
+      caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+
+ private:
+  void wait_head() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return has_head_; });
+  }
+  // With mutex_ held.
+  void lock_free_head(HttpResponse r) {
+    status_ = r.status;
+    headers_ = std::move(r.headers);
+    if (!r.body.empty())
+      pieces_.push_back(std::move(r.body));
+    has_head_ = true;
+    ended_ = true;
+    complete_ = true;
+    changed_.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool has_head_ = false;
+  int status_ = 0;
+  Headers headers_;
+  std::deque<std::string> pieces_;
+  bool ended_ = false;
+  bool complete_ = false;
+  bool cancelled_ = false;
+  uint64_t key_ = 0;
+  caf::actor relay_;
+  caf::actor actor_;
 };
 
 }  // namespace
+
+ProxyStream make_remote_proxy_stream(caf::actor_system& sys, HandleCallActor proxy) {
+  return [&sys, proxy](const std::string& app, const std::string& deployment, HttpRequest request,
+                       double timeout_s) -> std::shared_ptr<StreamSource> {
+    auto source = std::make_shared<RemoteStream>();
+    std::string id = request.request_id;
+    if (!proxy) {
+      source->fail(error_answer(503, "no proxy to send the call to", id));
+      return source;
+    }
+    double bound_s = timeout_s > 0 ? timeout_s + kRemoteCallMargin_s : kRemoteCallBound_s;
+    auto bound = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(bound_s));
+    auto actor = sys.spawn([proxy, app, deployment, request = std::move(request), timeout_s, bound,
+                            source, id](caf::event_based_actor* self) mutable -> caf::behavior {
+      self->monitor(proxy);
+      self->set_down_handler([self, source, id](caf::down_msg&) {
+        source->fail(error_answer(503, "the proxy went away before the call's answer ended", id));
+        self->quit();
+      });
+      self->request(proxy, bound, call_atom::value, app, deployment, std::move(request), timeout_s,
+                    true)
+          .then(
+              [self, source](HttpResponse& r) {
+                bool whole = r.stream == 0;
+                source->head(r, self->current_sender());
+                if (whole)
+                  self->quit();
+                // Else the pieces follow; the relay's io thread sends them.
+              },
+              [self, source, id](caf::error& err) {
+                if (err == caf::sec::request_timeout) {
+                  source->fail(error_answer(504, "request timed out", id));
+                } else {
+                  source->fail(error_answer(
+                      503, "the call could not reach the proxy: " + from_caf_error(err).message(),
+                      id));
+                }
+                self->quit();
+              });
+      return {
+          [source](chunk_atom, uint64_t, uint64_t, std::string& data) {
+            source->piece(data);
+          },
+          [self, source](chunk_atom, uint64_t, uint64_t, bool complete, const std::string&) {
+            source->end(complete);
+            self->quit();
+          },
+      };
+    });
+    source->set_actor(actor);
+    return source;
+  };
+}
 
 ProxyCall make_remote_proxy_call(caf::actor_system& sys, HandleCallActor proxy) {
   return [&sys, proxy](const std::string& app, const std::string& deployment, HttpRequest request,
@@ -114,8 +315,8 @@ ProxyCall make_remote_proxy_call(caf::actor_system& sys, HandleCallActor proxy) 
   };
 }
 
-std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call) {
-  return std::make_shared<ProxyTransport>(std::move(call));
+std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call, ProxyStream stream) {
+  return std::make_shared<ProxyTransport>(std::move(call), std::move(stream));
 }
 
 RequestIdScope::RequestIdScope(const std::string& request_id, double timeout_s)

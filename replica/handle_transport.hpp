@@ -40,11 +40,30 @@ using ProxyCall =
 // flight.
 ProxyCall make_remote_proxy_call(caf::actor_system& sys, HandleCallActor proxy);
 
+// Starts one call whose answer is read as it arrives (DeploymentHandle::
+// stream()); the source always ends, with an error answer when the call
+// fails.
+using ProxyStream = std::function<std::shared_ptr<StreamSource>(
+    const std::string& app, const std::string& deployment, HttpRequest request, double timeout_s)>;
+
+// A ProxyStream for a replica process: each call is a CAF request (call,
+// app, deployment, HttpRequest, timeout_s, true) to `proxy`, made by an actor
+// of `sys` that lives until the answer ended. The proxy answers a whole
+// answer as usual, or the head of a stream (HttpResponse::stream), whose
+// pieces then come from the proxy's io thread as (chunk, ...) messages; the
+// reader acknowledges each piece it took with (credit, key, bytes) to that
+// sender, and cancels with (cancel, key). Like make_remote_proxy_call
+// otherwise (bounds, errors, the proxy going down).
+ProxyStream make_remote_proxy_stream(caf::actor_system& sys, HandleCallActor proxy);
+
 // A transport for ReplicaContext::handles. A call's X-Request-Id is the
 // request's own X-Request-Id header when it has one, else the id of the
 // request the calling thread handles (RequestIdScope), else none (the proxy
 // makes one).
-std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call);
+// `stream`: how stream() calls go; without one, stream() reads the whole
+// answer of call().
+std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call,
+                                                             ProxyStream stream = nullptr);
 
 // While it lives, handle calls made on this thread carry `request_id` and
 // inherit the request's deadline, `timeout_s` from now (0: none): a call

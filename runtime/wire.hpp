@@ -391,7 +391,13 @@ using MetricsSinkActor = caf::typed_actor<
 // or, usually, its keeper; replica/handle_transport.hpp): (app, deployment,
 // request, timeout_s) -> the answer, the proxy's error answers included.
 using HandleCallActor = caf::typed_actor<
-    caf::replies_to<call_atom, std::string, std::string, HttpRequest, double>::with<HttpResponse>>;
+    caf::replies_to<call_atom, std::string, std::string, HttpRequest, double>::with<HttpResponse>,
+    // The same with the answer streamed when the callee streams it (true):
+    // the head is the response (HttpResponse::stream), the pieces follow as
+    // (chunk, ...) messages from the proxy's io thread, which takes (credit,
+    // key, bytes) and (cancel, key) from the caller.
+    caf::replies_to<call_atom, std::string, std::string, HttpRequest, double,
+                    bool>::with<HttpResponse>>;
 
 // A node's HTTP proxy actor (proxy/proxy.hpp), as the controller sees it.
 using ProxyActor = HandleCallActor::extend<

@@ -329,8 +329,9 @@ struct Request {
 // an incomplete body (no final chunk), never a clean end. The request (and
 // everything handle() captured by reference from it) stays valid while the
 // producer runs. A streamed answer is never retried on another replica: its
-// first bytes may have reached the client. Through a deployment handle a
-// streamed answer arrives whole, as one Response.
+// first bytes may have reached the client. Through a deployment handle,
+// call() gets a streamed answer whole, as one Response; stream() reads it
+// piece by piece (ResponseStream).
 class StreamWriter {
  public:
   virtual ~StreamWriter() = default;
@@ -455,6 +456,59 @@ struct Response {
 // with a ReplicaContext built by hand (tests) every call answers 503 unless
 // `handles` is set.
 
+// The answer of a streaming handle call as it arrives (DeploymentHandle::
+// stream(), ResponseStream). Implemented by the runtime (and by tests).
+class StreamSource {
+ public:
+  virtual ~StreamSource() = default;
+  // Block until the answer's head is there.
+  virtual int status() = 0;
+  virtual const Headers& headers() = 0;
+  // The next piece of the body (blocks until it is there); false at the end.
+  virtual bool next(std::string& chunk) = 0;
+  // After next() returned false: true when the answer ended whole.
+  virtual bool complete() = 0;
+  // The caller stops reading: the callee is cancelled; next() returns false.
+  virtual void cancel() = 0;
+};
+
+namespace detail {
+
+// A whole answer (or an error answer) read as a stream of one piece.
+class WholeAnswer : public StreamSource {
+ public:
+  explicit WholeAnswer(std::future<Response> answer) : answer_(std::move(answer)) {}
+  int status() override { return get().status; }
+  const Headers& headers() override { return get().headers; }
+  bool next(std::string& chunk) override {
+    Response& r = get();
+    if (taken_ || r.body.empty()) {
+      taken_ = true;
+      return false;
+    }
+    taken_ = true;
+    chunk = std::move(r.body);
+    return true;
+  }
+  bool complete() override { return true; }
+  void cancel() override { taken_ = true; }
+
+ private:
+  Response& get() {
+    if (!ready_) {
+      response_ = answer_.get();
+      ready_ = true;
+    }
+    return response_;
+  }
+  std::future<Response> answer_;
+  Response response_;
+  bool ready_ = false;
+  bool taken_ = false;
+};
+
+}  // namespace detail
+
 // The transport of handles. Implemented by the runtime (and by tests); user
 // code only calls it through DeploymentHandle.
 class HandleTransport {
@@ -465,6 +519,64 @@ class HandleTransport {
   // always gets a Response, never an exception.
   virtual std::future<Response> call(const std::string& app, const std::string& deployment,
                                      Request request, double timeout_s) const = 0;
+  // The same call, its answer read as it arrives. This default reads the
+  // whole answer (a transport that cannot stream).
+  virtual std::shared_ptr<StreamSource> stream(const std::string& app,
+                                               const std::string& deployment, Request request,
+                                               double timeout_s) const {
+    return std::make_shared<detail::WholeAnswer>(
+        call(app, deployment, std::move(request), timeout_s));
+  }
+};
+
+// The answer of DeploymentHandle::stream(), read piece by piece as the called
+// deployment streams it (a whole answer, or an error answer of the proxy,
+// reads as one piece). Flow control reaches the producer: it waits while the
+// reader is a window behind. Dropping a stream before its end cancels the
+// called request.
+//
+//   troupe::ResponseStream in = ctx.handle("Ticker").stream(r);
+//   std::string piece;
+//   while (in.next(piece))
+//     if (!out.write(piece)) break;   // relays it to this request's client
+//   bool whole = in.complete();
+class ResponseStream {
+ public:
+  explicit ResponseStream(std::shared_ptr<StreamSource> source) : source_(std::move(source)) {}
+  ResponseStream(ResponseStream&&) = default;
+  ResponseStream& operator=(ResponseStream&&) = default;
+  ResponseStream(const ResponseStream&) = delete;
+  ResponseStream& operator=(const ResponseStream&) = delete;
+  ~ResponseStream() {
+    if (source_ && !ended_)
+      source_->cancel();
+  }
+
+  // The answer's status and headers (block until the head arrived).
+  int status() { return source_->status(); }
+  const Headers& headers() { return source_->headers(); }
+  // The next piece; false at the end of the answer.
+  bool next(std::string& chunk) {
+    if (ended_)
+      return false;
+    if (source_->next(chunk))
+      return true;
+    ended_ = true;
+    return false;
+  }
+  // After next() returned false: whether the answer ended whole (false when
+  // the callee failed mid-stream, its replica was lost, the deadline passed
+  // or the stream was cancelled).
+  bool complete() { return ended_ && source_->complete(); }
+  void cancel() {
+    if (!ended_)
+      source_->cancel();
+    ended_ = true;
+  }
+
+ private:
+  std::shared_ptr<StreamSource> source_;
+  bool ended_ = false;
 };
 
 class DeploymentHandle {
@@ -503,15 +615,37 @@ class DeploymentHandle {
 
   // Starts the call and returns at once; the future always gets a Response.
   std::future<Response> call_async(Request request) const {
-    if (!transport_) {
-      std::promise<Response> unavailable;
-      unavailable.set_value(Response::json(
-          Json{{"error",
-                "no handle transport: deployment handles work only in a replica run by "
-                "troupe-node"}},
-          503));
-      return unavailable.get_future();
-    }
+    if (!transport_)
+      return unavailable();
+    return transport_->call(app_, deployment_, prepared(std::move(request)), timeout_s_);
+  }
+
+  // Blocks until the answer (or the error response) is there.
+  Response call(Request request) const { return call_async(std::move(request)).get(); }
+
+  // Starts the call and returns at once; its answer is read as the called
+  // deployment streams it (see ResponseStream). Errors read as their error
+  // answer, like call().
+  ResponseStream stream(Request request) const {
+    if (!transport_)
+      return ResponseStream(std::make_shared<detail::WholeAnswer>(unavailable()));
+    return ResponseStream(
+        transport_->stream(app_, deployment_, prepared(std::move(request)), timeout_s_));
+  }
+
+ private:
+  static std::future<Response> unavailable() {
+    std::promise<Response> unavailable;
+    unavailable.set_value(Response::json(
+        Json{{"error",
+              "no handle transport: deployment handles work only in a replica run by "
+              "troupe-node"}},
+        503));
+    return unavailable.get_future();
+  }
+
+  // The request with the handle's model id header.
+  Request prepared(Request request) const {
     if (!model_id_.empty()) {
       Headers kept;
       for (auto& h : request.headers) {
@@ -522,13 +656,9 @@ class DeploymentHandle {
       kept.emplace_back(kMultiplexedModelIdHeader, model_id_);
       request.headers = std::move(kept);
     }
-    return transport_->call(app_, deployment_, std::move(request), timeout_s_);
+    return request;
   }
 
-  // Blocks until the answer (or the error response) is there.
-  Response call(Request request) const { return call_async(std::move(request)).get(); }
-
- private:
   std::shared_ptr<const HandleTransport> transport_;
   std::string app_;
   std::string deployment_;
