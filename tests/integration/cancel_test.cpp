@@ -1,0 +1,300 @@
+// Cancellation on a real one-node cluster (replicas in their own
+// processes): a client that leaves a Ticker stream stops its producer within
+// 100 ms; a Sleep request whose client left ends within 100 ms and frees its
+// slot (max_ongoing_requests 1) for the next request; a queued request whose
+// client left never reaches the replica. The deployments record, in their
+// /stats, the steady_clock time (CLOCK_MONOTONIC, the same clock as this
+// test's on one host) at which they noticed a cancellation. Every wait is a
+// condition with a deadline; the fixture stops every process it starts.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <future>
+#include <optional>
+#include <string>
+
+#include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
+
+using namespace troupe::testing;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Ticker streams at /stream; Sleep at /sleep with one slot and a long queue.
+const char* kCancel = R"(http_options: {request_timeout_s: 120}
+applications:
+  - name: stream
+    route_prefix: /stream
+    import_path: libtroupe_examples.so:Ticker
+    deployments:
+      - name: Ticker
+        num_replicas: 1
+        max_ongoing_requests: 10
+  - name: sleep
+    route_prefix: /sleep
+    import_path: libtroupe_examples.so:Sleep
+    deployments:
+      - name: Sleep
+        num_replicas: 1
+        max_ongoing_requests: 1
+        max_queued_requests: 1000
+)";
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// A raw-socket GET whose connection the test closes when it wants to: the
+// client leaving.
+class RawGet {
+ public:
+  RawGet(uint16_t port, const std::string& target) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0)
+      return;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close();
+      return;
+    }
+    const std::string request = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" +
+                                std::to_string(port) + "\r\nAccept: */*\r\n\r\n";
+    std::size_t done = 0;
+    while (done < request.size()) {
+      ssize_t n = ::send(fd_, request.data() + done, request.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) {
+        close();
+        return;
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    sent_ = true;
+  }
+  ~RawGet() { close(); }
+  RawGet(const RawGet&) = delete;
+  RawGet& operator=(const RawGet&) = delete;
+
+  bool sent() const { return sent_; }
+
+  // Reads until `text` is among the bytes received (head and body, raw);
+  // false at the end of the connection or the deadline.
+  bool read_until(const std::string& text, Clock::time_point deadline) {
+    while (received_.find(text) == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (fd_ < 0 || left.count() < 0)
+        return false;
+      pollfd p{fd_, POLLIN, 0};
+      int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1000)));
+      if (ready < 0 && errno != EINTR)
+        return false;
+      if (ready <= 0)
+        continue;
+      char buf[4096];
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return false;
+      received_.append(buf, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  const std::string& received() const { return received_; }
+
+  // The client leaves.
+  void close() {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool sent_ = false;
+  std::string received_;
+};
+
+struct CancelCluster {
+  Cluster cluster;
+  uint16_t proxy = 0;
+
+  CancelCluster() {
+    cluster.start_head();
+    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+    proxy = cluster.http_ports.at("head");
+    std::ofstream(cluster.dir / "cancel.yaml") << kCancel;
+    auto r = ctl({"deploy", cluster.dir / "cancel.yaml", "--wait"});
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(wait_until(
+        [&] {
+          auto a = http_get(proxy, "/stream/stats", 5);
+          auto b = http_get(proxy, "/sleep/stats", 5);
+          return a && a->status == 200 && b && b->status == 200;
+        },
+        30s, 100ms));
+  }
+
+  RunResult ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, 60s);
+  }
+
+  json stats(const std::string& prefix) {
+    auto r = http_get(proxy, prefix + "/stats", 10);
+    if (!r || r->status != 200)
+      return json();
+    return json::parse(r->body, nullptr, false);
+  }
+
+  // The proxy's view of (app, deployment) in /-/routes: {queued, replicas:
+  // [{in_flight, ...}]}; null when it did not answer.
+  json route(const std::string& app, const std::string& deployment) {
+    auto r = http_get(proxy, "/-/routes", 5);
+    if (!r || r->status != 200)
+      return json();
+    json view = json::parse(r->body, nullptr, false);
+    if (!view.is_object())
+      return json();
+    for (const auto& d : view.value("deployments", json::array())) {
+      if (d.value("application", "") == app && d.value("deployment", "") == deployment)
+        return d;
+    }
+    return json();
+  }
+
+  // Requests the proxy has at Sleep's replica right now (-1: unknown).
+  int64_t sleep_in_flight() {
+    json d = route("sleep", "Sleep");
+    if (!d.is_object() || d.value("replicas", json::array()).size() != 1)
+      return -1;
+    return d["replicas"][0].value("in_flight", int64_t{-1});
+  }
+
+  int64_t sleep_queued() {
+    json d = route("sleep", "Sleep");
+    return d.is_object() ? d.value("queued", int64_t{-1}) : -1;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cancel: a client that leaves a Ticker stream cancels its producer within 100 ms") {
+  CancelCluster c;
+  json before = c.stats("/stream");
+  REQUIRE(before.is_object());
+  const int64_t cancelled_before = before.value("streams_cancelled", int64_t{0});
+
+  RawGet stream(c.proxy, "/stream?n=1000&ms=300");
+  REQUIRE(stream.sent());
+  // The head and the first event ("data: 0" and the blank line ending it).
+  REQUIRE(stream.read_until("data: 0\n\n", Clock::now() + 10s));
+  const int64_t t0 = now_ns();
+  stream.close();
+
+  json after;
+  REQUIRE(wait_until(
+      [&] {
+        after = c.stats("/stream");
+        return after.is_object() && after.value("streams_cancelled", int64_t{0}) > cancelled_before;
+      },
+      10s, 20ms));
+  CAPTURE(after.dump());
+  const int64_t noticed = after.value("last_cancel_ns", int64_t{0}) - t0;
+  CAPTURE(noticed);
+  CHECK(noticed >= 0);
+  CHECK(noticed < 100'000'000);  // 100 ms
+
+  // The producer stopped: events_sent does not grow over the next second
+  // (one more event at most, written while the cancellation was on its way).
+  const int64_t sent = after.value("events_sent", int64_t{-1});
+  REQUIRE(sent >= 1);
+  int64_t most = sent;
+  const auto until = Clock::now() + 1s;
+  CHECK(wait_until(
+      [&] {
+        json s = c.stats("/stream");
+        if (s.is_object())
+          most = std::max(most, s.value("events_sent", int64_t{-1}));
+        return Clock::now() >= until;
+      },
+      5s, 100ms));
+  CHECK(most <= sent + 1);
+  json last = c.stats("/stream");
+  CAPTURE(last.dump());
+  CHECK(last.value("streams_completed", int64_t{-1}) == 0);
+  CHECK(last.value("streams_started", int64_t{-1}) == 1);
+}
+
+TEST_CASE("cancel: a Sleep request cancelled by its client frees its slot within 100 ms") {
+  CancelCluster c;
+  RawGet held(c.proxy, "/sleep?ms=20000");
+  REQUIRE(held.sent());
+  // The request runs at the replica (its only slot).
+  REQUIRE(wait_until([&] { return c.sleep_in_flight() == 1; }, 10s, 20ms));
+
+  const int64_t t0 = now_ns();
+  held.close();
+  const auto sent = Clock::now();
+  auto next = http_get(c.proxy, "/sleep?ms=0", 10);
+  const double took = std::chrono::duration<double>(Clock::now() - sent).count();
+  REQUIRE(next.has_value());
+  CAPTURE(next->body);
+  CHECK(next->status == 200);
+  CHECK(took < 5.0);  // not after the 20 s sleep
+
+  json stats = c.stats("/sleep");
+  CAPTURE(stats.dump());
+  CHECK(stats.value("cancelled", int64_t{-1}) == 1);
+  CHECK(stats.value("completed", int64_t{-1}) == 1);  // request 2
+  const int64_t noticed = stats.value("last_cancel_ns", int64_t{0}) - t0;
+  CAPTURE(noticed);
+  CHECK(noticed >= 0);
+  CHECK(noticed < 100'000'000);  // 100 ms
+}
+
+TEST_CASE("cancel: a queued request whose client left never runs") {
+  CancelCluster c;
+  // A holds Sleep's only slot for 1.5 s.
+  auto a = std::async(std::launch::async, [&] { return http_get(c.proxy, "/sleep?ms=1500", 30); });
+  REQUIRE(wait_until([&] { return c.sleep_in_flight() == 1; }, 10s, 20ms));
+  {
+    // B waits in the proxy's queue, then its client leaves.
+    RawGet b(c.proxy, "/sleep?ms=0");
+    REQUIRE(b.sent());
+    REQUIRE(wait_until([&] { return c.sleep_queued() == 1; }, 5s, 10ms));
+    b.close();
+  }
+  auto answer = a.get();
+  REQUIRE(answer.has_value());
+  CHECK(answer->status == 200);
+  // B is dropped from the queue, by the time A is done or moments later.
+  CHECK(wait_until([&] { return c.sleep_queued() == 0; }, 5s, 20ms));
+  // Had B been sent to the replica, it would have run (0 ms) before this
+  // /stats request, queued behind it on the one slot.
+  json stats = c.stats("/sleep");
+  CAPTURE(stats.dump());
+  CHECK(stats.value("completed", int64_t{-1}) == 1);  // A only
+  CHECK(stats.value("cancelled", int64_t{-1}) == 0);
+}

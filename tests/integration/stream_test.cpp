@@ -1,0 +1,608 @@
+// Streamed answers on a real loopback cluster (replicas in their own
+// processes): Ticker's server-sent events reach the client event by event
+// through the proxy of the replica's node and through the proxy of another
+// node; a slow client reading a 50 MiB Bytes stream keeps the memory of the
+// node and of the replica bounded (flow control on every hop); a producer
+// that throws mid-stream ends the body without its final chunk. The client
+// is a raw-socket HTTP/1.1 client of this file that decodes the chunked
+// encoding as it arrives and records when each chunk came. Every wait is a
+// condition with a deadline; the fixture stops every process it starts.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
+
+using namespace troupe::testing;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Two applications, since only an ingress is reachable over HTTP: Ticker at
+// /stream and Bytes at /bytes, one replica each. The request timeout is long
+// enough for a 50 MiB stream read at 1 MiB/s.
+const char* kStream = R"(http_options: {request_timeout_s: 300}
+applications:
+  - name: stream
+    route_prefix: /stream
+    import_path: libtroupe_examples.so:Ticker
+    deployments:
+      - name: Ticker
+        num_replicas: 1
+        max_ongoing_requests: 10
+  - name: bytes
+    route_prefix: /bytes
+    import_path: libtroupe_examples.so:Bytes
+    deployments:
+      - name: Bytes
+        num_replicas: 1
+        max_ongoing_requests: 10
+)";
+
+// A raw-socket HTTP/1.1 client for one streamed GET: sends the request,
+// reads the head, then decodes the chunked body incrementally, recording
+// when each chunk's last byte arrived. Optionally reads at most
+// `rate_bytes_per_s` (a token bucket, in reads of at most `read_size`).
+class StreamClient {
+ public:
+  struct Chunk {
+    std::string data;
+    Clock::time_point at;  // when its last byte arrived
+  };
+  enum class Next {
+    chunk,    // `out` holds the next chunk
+    end,      // the final zero chunk (and the empty trailer) arrived: a clean end
+    eof,      // the connection ended before the final chunk
+    timeout,  // nothing complete before the deadline
+    error,    // a malformed chunk or a socket error
+  };
+
+  StreamClient() = default;
+  ~StreamClient() { close(); }
+  StreamClient(const StreamClient&) = delete;
+  StreamClient& operator=(const StreamClient&) = delete;
+
+  void limit_rate(double bytes_per_s, std::size_t read_size = 16 * 1024) {
+    rate_ = bytes_per_s;
+    read_size_ = read_size;
+    tokens_ = 0;
+    refilled_ = Clock::now();
+  }
+
+  // Connects to 127.0.0.1:port and sends GET `target`. The send time is
+  // `sent_at`.
+  bool get(uint16_t port, const std::string& target) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0)
+      return false;
+    if (rate_ > 0) {
+      // A small receive buffer, so that the kernel does not read far ahead
+      // of the rate limit.
+      int size = 64 * 1024;
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+      return false;
+    const std::string request = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" +
+                                std::to_string(port) + "\r\nAccept: */*\r\n\r\n";
+    sent_at = Clock::now();
+    std::size_t done = 0;
+    while (done < request.size()) {
+      ssize_t n = ::send(fd_, request.data() + done, request.size() - done, MSG_NOSIGNAL);
+      if (n <= 0)
+        return false;
+      done += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  // Reads the status line and the header fields.
+  bool read_head(Clock::time_point deadline) {
+    for (;;) {
+      auto end = buf_.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        head = buf_.substr(0, end + 2);
+        buf_.erase(0, end + 4);
+        std::istringstream line(head);
+        std::string version;
+        line >> version >> status;
+        return status > 0;
+      }
+      if (fill(deadline) <= 0)
+        return false;
+    }
+  }
+
+  // The value of header `name` (case-insensitive), "" when absent.
+  std::string header(const std::string& name) const {
+    std::istringstream in(head);
+    std::string line;
+    std::getline(in, line);  // status line
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r')
+        line.pop_back();
+      auto colon = line.find(':');
+      if (colon == std::string::npos || colon != name.size())
+        continue;
+      bool same = true;
+      for (std::size_t i = 0; i < colon; ++i)
+        same = same && std::tolower(static_cast<unsigned char>(line[i])) ==
+                           std::tolower(static_cast<unsigned char>(name[i]));
+      if (!same)
+        continue;
+      std::string value = line.substr(colon + 1);
+      value.erase(0, value.find_first_not_of(" \t"));
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
+        value.pop_back();
+      return value;
+    }
+    return "";
+  }
+
+  // The next chunk of a chunked body.
+  Next next_chunk(Chunk& out, Clock::time_point deadline) {
+    // The size line.
+    std::string line;
+    if (Next r = read_line(line, deadline); r != Next::chunk)
+      return r;
+    auto semi = line.find(';');
+    std::string hex = line.substr(0, semi);
+    while (!hex.empty() && (hex.back() == ' ' || hex.back() == '\t'))
+      hex.pop_back();
+    if (hex.empty() || hex.size() > 15 ||
+        hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      return Next::error;
+    const std::size_t size = std::stoull(hex, nullptr, 16);
+    if (size == 0) {
+      // Trailer fields, then an empty line.
+      for (;;) {
+        if (Next r = read_line(line, deadline); r != Next::chunk)
+          return r;
+        if (line.empty())
+          return Next::end;
+      }
+    }
+    while (buf_.size() < size + 2) {
+      ssize_t n = fill(deadline);
+      if (n == 0)
+        return Next::eof;
+      if (n < 0)
+        return n == -2 ? Next::timeout : Next::error;
+    }
+    if (buf_.compare(size, 2, "\r\n") != 0)
+      return Next::error;
+    out.data = buf_.substr(0, size);
+    out.at = last_read_;
+    buf_.erase(0, size + 2);
+    return Next::chunk;
+  }
+
+  void close() {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = -1;
+  }
+
+  int status = 0;
+  std::string head;
+  Clock::time_point sent_at;
+
+ private:
+  Next read_line(std::string& line, Clock::time_point deadline) {
+    for (;;) {
+      auto end = buf_.find("\r\n");
+      if (end != std::string::npos) {
+        line = buf_.substr(0, end);
+        buf_.erase(0, end + 2);
+        return Next::chunk;
+      }
+      if (buf_.size() > 4096)
+        return Next::error;
+      ssize_t n = fill(deadline);
+      if (n == 0)
+        return Next::eof;
+      if (n < 0)
+        return n == -2 ? Next::timeout : Next::error;
+    }
+  }
+
+  // Reads more into buf_: the byte count, 0 at the end of the connection,
+  // -1 on an error, -2 at the deadline.
+  ssize_t fill(Clock::time_point deadline) {
+    std::size_t want = read_size_;
+    if (rate_ > 0) {
+      // Token bucket: at most `rate_` bytes per second, bursts of read_size_.
+      for (;;) {
+        auto now = Clock::now();
+        tokens_ = std::min<double>(static_cast<double>(read_size_),
+                                   tokens_ + rate_ * std::chrono::duration<double>(now - refilled_).count());
+        refilled_ = now;
+        if (tokens_ >= 1)
+          break;
+        if (now >= deadline)
+          return -2;
+        // Pacing the reads is the point here, not waiting for a condition.
+        auto until = now + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>((1 - tokens_) / rate_));
+        std::this_thread::sleep_until(std::min(until, deadline));
+      }
+      want = std::min<std::size_t>(want, static_cast<std::size_t>(tokens_));
+    }
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() < 0)
+        return -2;
+      pollfd p{fd_, POLLIN, 0};
+      int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1000)));
+      if (ready < 0 && errno == EINTR)
+        continue;
+      if (ready < 0)
+        return -1;
+      if (ready == 0)
+        continue;
+      std::string piece(want, '\0');
+      ssize_t n = ::recv(fd_, piece.data(), piece.size(), 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return errno == ECONNRESET ? 0 : -1;  // a reset ends the body too
+      if (n > 0) {
+        buf_.append(piece.data(), static_cast<std::size_t>(n));
+        last_read_ = Clock::now();
+        if (rate_ > 0)
+          tokens_ -= static_cast<double>(n);
+      }
+      return n;
+    }
+  }
+
+  int fd_ = -1;
+  std::string buf_;
+  Clock::time_point last_read_;
+  double rate_ = 0;
+  std::size_t read_size_ = 64 * 1024;
+  double tokens_ = 0;
+  Clock::time_point refilled_;
+};
+
+const char* describe(StreamClient::Next n) {
+  switch (n) {
+    case StreamClient::Next::chunk:
+      return "chunk";
+    case StreamClient::Next::end:
+      return "end";
+    case StreamClient::Next::eof:
+      return "eof";
+    case StreamClient::Next::timeout:
+      return "timeout";
+    case StreamClient::Next::error:
+      return "error";
+  }
+  return "?";
+}
+
+struct Event {
+  std::string text;  // the event's lines, without the blank line that ends it
+  Clock::time_point at;
+};
+
+// Reads a text/event-stream body to its end: every event with the time the
+// chunk completing it arrived, and how the body ended.
+std::pair<std::vector<Event>, StreamClient::Next> read_events(StreamClient& c,
+                                                              Clock::time_point deadline) {
+  std::vector<Event> events;
+  std::string pending;
+  StreamClient::Chunk chunk;
+  for (;;) {
+    auto r = c.next_chunk(chunk, deadline);
+    if (r != StreamClient::Next::chunk)
+      return {events, r};
+    pending += chunk.data;
+    for (auto end = pending.find("\n\n"); end != std::string::npos; end = pending.find("\n\n")) {
+      events.push_back({pending.substr(0, end), chunk.at});
+      pending.erase(0, end + 2);
+    }
+  }
+}
+
+int64_t ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
+// VmRSS of `pid` in bytes (/proc/<pid>/status); -1 when unreadable.
+int64_t rss_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream value(line.substr(6));
+      int64_t kb = -1;
+      value >> kb;
+      return kb < 0 ? -1 : kb * 1024;
+    }
+  }
+  return -1;
+}
+
+// The troupe-replica processes whose parent is `parent` (scanning /proc:
+// the node starts them from several threads, so no thread's `children` file
+// lists them all).
+std::vector<pid_t> replica_children(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d)
+    return out;
+  while (auto* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (!end || *end != '\0' || pid <= 0)
+      continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/stat");
+    std::string line;
+    if (!std::getline(in, line))
+      continue;
+    auto open = line.find('(');
+    auto close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 2 > line.size())
+      continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = '?';
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z' && line.substr(open + 1, close - open - 1) == "troupe-replica")
+      out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+struct StreamCluster {
+  Cluster cluster;
+
+  explicit StreamCluster(bool with_worker) {
+    cluster.start_head();
+    std::map<std::string, std::string> expected = {{"head", "ALIVE"}};
+    if (with_worker) {
+      cluster.start_worker("w1");
+      expected["w1"] = "ALIVE";
+    }
+    REQUIRE(cluster.wait_states(expected, 20s));
+    std::ofstream(cluster.dir / "stream.yaml") << kStream;
+    auto r = ctl({"deploy", cluster.dir / "stream.yaml", "--wait"});
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+    // Every proxy routes both applications to their replica.
+    for (const auto& [node, port] : cluster.http_ports) {
+      CAPTURE(node);
+      REQUIRE(wait_until(
+          [&, port = port] {
+            auto a = http_get(port, "/stream/stats", 5);
+            auto b = http_get(port, "/bytes/stats", 5);
+            return a && a->status == 200 && b && b->status == 200;
+          },
+          30s, 100ms));
+    }
+  }
+
+  RunResult ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, 60s);
+  }
+
+  // The node that runs the replica of (app, deployment), as the proxy on
+  // `port` routes it ("" until it routes to exactly one).
+  std::string replica_node(uint16_t port, const std::string& app, const std::string& deployment) {
+    auto r = http_get(port, "/-/routes", 5);
+    if (!r || r->status != 200)
+      return "";
+    json view = json::parse(r->body, nullptr, false);
+    if (!view.is_object())
+      return "";
+    for (const auto& d : view.value("deployments", json::array())) {
+      if (d.value("application", "") == app && d.value("deployment", "") == deployment &&
+          d.value("replicas", json::array()).size() == 1)
+        return d["replicas"][0].value("node", "");
+    }
+    return "";
+  }
+
+  json stats(uint16_t port, const std::string& prefix) {
+    auto r = http_get(port, prefix + "/stats", 10);
+    if (!r || r->status != 200)
+      return json();
+    return json::parse(r->body, nullptr, false);
+  }
+};
+
+// GET /stream?n=5&ms=300 through `port`: five events in order, one by one,
+// the first within 400 ms and the last at least 1.2 s after the request,
+// then the final zero chunk.
+void check_ticker_stream(uint16_t port) {
+  StreamClient c;
+  REQUIRE(c.get(port, "/stream?n=5&ms=300"));
+  const auto deadline = Clock::now() + 20s;
+  REQUIRE(c.read_head(deadline));
+  CAPTURE(c.head);
+  CHECK(c.status == 200);
+  CHECK(c.header("Transfer-Encoding").find("chunked") != std::string::npos);
+  CHECK(c.header("Content-Type").rfind("text/event-stream", 0) == 0);
+  CHECK(c.header("Content-Length").empty());
+  auto [events, end] = read_events(c, deadline);
+  CHECK_MESSAGE(end == StreamClient::Next::end, "the body ended with: " << describe(end));
+  REQUIRE(events.size() == 5);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    CAPTURE(i);
+    CHECK(events[i].text == "data: " + std::to_string(i));
+    if (i > 0) {
+      // Event by event: about 300 ms apart, not all at the end.
+      CHECK(ms_between(events[i - 1].at, events[i].at) >= 150);
+    }
+  }
+  CHECK(ms_between(c.sent_at, events.front().at) < 400);
+  CHECK(ms_between(c.sent_at, events.back().at) >= 1200);
+}
+
+}  // namespace
+
+TEST_CASE("stream: a Ticker stream arrives event by event through the proxy of its node and of another node") {
+  StreamCluster s(true);
+  const uint16_t head_proxy = s.cluster.http_ports.at("head");
+  std::string host;
+  REQUIRE(wait_until([&] { return !(host = s.replica_node(head_proxy, "stream", "Ticker")).empty(); },
+                     20s, 100ms));
+  REQUIRE(s.cluster.http_ports.count(host) == 1);
+  const std::string other = host == "head" ? "w1" : "head";
+  // The other node's proxy knows the replica's place too.
+  REQUIRE(wait_until(
+      [&] { return s.replica_node(s.cluster.http_ports.at(other), "stream", "Ticker") == host; },
+      20s, 100ms));
+
+  {
+    INFO("through the proxy of the replica's node ", host);
+    check_ticker_stream(s.cluster.http_ports.at(host));
+  }
+  {
+    INFO("through the proxy of the other node ", other);
+    check_ticker_stream(s.cluster.http_ports.at(other));
+  }
+  json stats = s.stats(head_proxy, "/stream");
+  CAPTURE(stats.dump());
+  CHECK(stats.value("streams_completed", int64_t{-1}) == 2);
+  CHECK(stats.value("events_sent", int64_t{-1}) == 10);
+  CHECK(stats.value("streams_cancelled", int64_t{-1}) == 0);
+}
+
+TEST_CASE("stream: a slow client reading a 50 MB stream keeps the node's memory bounded") {
+  StreamCluster s(false);  // one node: the Bytes replica runs behind the head's proxy
+  const uint16_t proxy = s.cluster.http_ports.at("head");
+  REQUIRE(s.replica_node(proxy, "bytes", "Bytes") == "head");
+  const pid_t node_pid = s.cluster.nodes.at("head").pid();
+  // One replica of each application runs in its own troupe-replica process;
+  // Bytes' is the one whose RSS we can tell apart only by elimination, so
+  // watch every replica of the node (Ticker's idles).
+  std::vector<pid_t> replicas;
+  REQUIRE(wait_until([&] { return (replicas = replica_children(node_pid)).size() == 2; }, 10s,
+                     100ms));
+
+  const int64_t node_before = rss_bytes(node_pid);
+  REQUIRE(node_before > 0);
+  std::vector<int64_t> replicas_before;
+  for (pid_t pid : replicas)
+    replicas_before.push_back(rss_bytes(pid));
+  int64_t node_max = node_before;
+  std::vector<int64_t> replicas_max = replicas_before;
+  auto next_sample = Clock::now();
+  auto sample = [&] {
+    if (Clock::now() < next_sample)
+      return;
+    next_sample += 500ms;
+    node_max = std::max(node_max, rss_bytes(node_pid));
+    for (std::size_t i = 0; i < replicas.size(); ++i)
+      replicas_max[i] = std::max(replicas_max[i], rss_bytes(replicas[i]));
+  };
+
+  constexpr int64_t kMiB = 1024 * 1024;
+  StreamClient c;
+  c.limit_rate(1.0 * kMiB, 16 * 1024);  // 1 MiB/s in 16 KiB reads
+  REQUIRE(c.get(proxy, "/bytes?mb=50&chunk=65536"));
+  const auto deadline = Clock::now() + 120s;
+  REQUIRE(c.read_head(deadline));
+  CAPTURE(c.head);
+  CHECK(c.status == 200);
+  CHECK(c.header("Transfer-Encoding").find("chunked") != std::string::npos);
+  CHECK(c.header("Content-Type").rfind("application/octet-stream", 0) == 0);
+  int64_t received = 0;
+  bool pattern_ok = true;
+  StreamClient::Chunk chunk;
+  StreamClient::Next end;
+  while ((end = c.next_chunk(chunk, deadline)) == StreamClient::Next::chunk) {
+    // Every 64 KiB chunk Bytes writes is 'a' + i % 26 from its start: byte
+    // `at` of the stream is 'a' + (at % 65536) % 26, however the hops
+    // re-chunk it.
+    for (std::size_t i = 0; i < chunk.data.size() && pattern_ok; i += 997) {
+      const int64_t at = received + static_cast<int64_t>(i);
+      pattern_ok = chunk.data[i] == static_cast<char>('a' + (at % 65536) % 26);
+    }
+    received += static_cast<int64_t>(chunk.data.size());
+    sample();
+  }
+  sample();
+  CHECK_MESSAGE(end == StreamClient::Next::end, "the body ended with: " << describe(end));
+  CHECK(received == 50 * kMiB);
+  CHECK(pattern_ok);
+  const double took = std::chrono::duration<double>(Clock::now() - c.sent_at).count();
+  CHECK(took >= 45);  // the client's rate limit held
+
+  MESSAGE("node RSS before " << node_before / kMiB << " MiB, max " << node_max / kMiB << " MiB");
+  CHECK(node_max - node_before < 16 * kMiB);
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    CAPTURE(replicas[i]);
+    MESSAGE("replica " << replicas[i] << " RSS before " << replicas_before[i] / kMiB
+                       << " MiB, max " << replicas_max[i] / kMiB << " MiB");
+    CHECK(replicas_before[i] > 0);
+    CHECK(replicas_max[i] - replicas_before[i] < 16 * kMiB);
+  }
+  json stats = s.stats(proxy, "/bytes");
+  CAPTURE(stats.dump());
+  CHECK(stats.value("streams_completed", int64_t{-1}) == 1);
+  CHECK(stats.value("bytes_sent", int64_t{-1}) == 50 * kMiB);
+}
+
+TEST_CASE("stream: an error mid-stream is not a clean end") {
+  StreamCluster s(false);
+  const uint16_t proxy = s.cluster.http_ports.at("head");
+  StreamClient c;
+  // Ticker throws after 2 events.
+  REQUIRE(c.get(proxy, "/stream?n=5&ms=100&fail_after=2"));
+  const auto deadline = Clock::now() + 20s;
+  REQUIRE(c.read_head(deadline));
+  CAPTURE(c.head);
+  CHECK(c.status == 200);  // the head went out before the producer failed
+  auto [events, end] = read_events(c, deadline);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].text == "data: 0");
+  CHECK(events[1].text == "data: 1");
+  // The connection ends without the final zero chunk (or is reset): never
+  // a clean end, and not left hanging either.
+  CAPTURE(describe(end));
+  CHECK(end != StreamClient::Next::end);
+  CHECK(end != StreamClient::Next::timeout);
+  CHECK(end != StreamClient::Next::chunk);
+
+  json stats = s.stats(proxy, "/stream");
+  CAPTURE(stats.dump());
+  CHECK(stats.value("streams_failed", int64_t{-1}) == 1);
+  CHECK(stats.value("streams_completed", int64_t{-1}) == 0);
+  // The proxy still serves streams afterwards.
+  check_ticker_stream(proxy);
+}
