@@ -6,6 +6,8 @@
 // events (the client sees the stream end without its final chunk).
 // Bytes: `?mb=N&chunk=K` (defaults 1 and 65536) streams exactly N MiB of a
 // fixed pattern in chunks of K bytes (application/octet-stream).
+// Relay: an ingress that streams what another deployment (init_args `to`,
+// default Ticker) streams, piece by piece through a deployment handle.
 // Both answer their statistics at `/stats` (JSON): how many streams started,
 // completed and were cancelled, what was sent, and `last_cancel_ns`, the
 // steady_clock time (CLOCK_MONOTONIC, ns) at which a producer last noticed
@@ -175,3 +177,47 @@ class Bytes : public troupe::Deployment {
 };
 
 TROUPE_DEPLOYMENT(Bytes)
+
+// Relay: an ingress that streams what another deployment of its application
+// streams, through a deployment handle (DeploymentHandle::stream): every path
+// and query goes to the deployment named by init_args `to` (default
+// "Ticker"), and each piece is written on as it arrives. The reader's pace
+// reaches the producer (a slow client slows the Ticker too), and a client
+// that leaves cancels both. A callee that fails mid-stream makes this stream
+// end early as well.
+class Relay : public troupe::Deployment {
+ public:
+  Relay(const troupe::Json& init_args, const troupe::ReplicaContext& ctx)
+      : to_(ctx.handle(init_args.value("to", std::string("Ticker")))) {}
+
+  troupe::Response handle(const troupe::Request& request) override {
+    troupe::Request forwarded;
+    forwarded.path = request.path;
+    forwarded.query = request.query;
+    auto in = std::make_shared<troupe::ResponseStream>(to_.stream(forwarded));
+    int status = in->status();
+    std::string content_type = "application/octet-stream";
+    for (const auto& [name, value] : in->headers()) {
+      if (troupe::detail::ascii_iequals(name, "Content-Type"))
+        content_type = value;
+    }
+    return troupe::Response::streaming(
+        [in](troupe::StreamWriter& out) {
+          std::string piece;
+          while (in->next(piece)) {
+            if (!out.write(piece)) {
+              in->cancel();
+              return;
+            }
+          }
+          if (!in->complete())
+            throw std::runtime_error("the relayed stream ended early");
+        },
+        content_type, status);
+  }
+
+ private:
+  troupe::DeploymentHandle to_;
+};
+
+TROUPE_DEPLOYMENT(Relay)

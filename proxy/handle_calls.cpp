@@ -279,6 +279,12 @@ void Proxy::Core::start_handle_call(const std::string& app, const std::string& d
         return;
       }
       double deadline_s = timeout_s > 0 ? timeout_s : request_timeout_s();
+      // A caller that gives up (a relayed stream's reader cancels) cancels
+      // the call like an HTTP client that leaves.
+      c->exchange->on_client_gone([weak = std::weak_ptr<Call>(c)] {
+        if (auto call = weak.lock())
+          client_gone(call);
+      });
       start_call(c, w, start, deadline_s);
       if (app_route && !app_route->shadow.empty())
         send_shadows(w, *app_route, table, c->request, deadline_s);

@@ -43,8 +43,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Two applications, since only an ingress is reachable over HTTP: Ticker at
-// /stream and Bytes at /bytes, one replica each. The request timeout is long
+// Three applications, since only an ingress is reachable over HTTP: Ticker
+// at /stream, Bytes at /bytes, and at /relay a Relay that streams what a
+// Ticker of its application streams through a deployment handle (its /stats
+// are the Ticker's); one replica each. The request timeout is long
 // enough for a 50 MiB stream read at 1 MiB/s.
 const char* kStream = R"(http_options: {request_timeout_s: 300}
 applications:
@@ -53,6 +55,17 @@ applications:
     import_path: libtroupe_examples.so:Ticker
     deployments:
       - name: Ticker
+        num_replicas: 1
+        max_ongoing_requests: 10
+  - name: relay
+    route_prefix: /relay
+    import_path: libtroupe_examples.so:Relay
+    deployments:
+      - name: Relay
+        num_replicas: 1
+        max_ongoing_requests: 10
+      - name: Ticker
+        import_path: libtroupe_examples.so:Ticker
         num_replicas: 1
         max_ongoing_requests: 10
   - name: bytes
@@ -407,7 +420,8 @@ struct StreamCluster {
           [&, port = port] {
             auto a = http_get(port, "/stream/stats", 5);
             auto b = http_get(port, "/bytes/stats", 5);
-            return a && a->status == 200 && b && b->status == 200;
+            auto c = http_get(port, "/relay/stats", 5);
+            return a && a->status == 200 && b && b->status == 200 && c && c->status == 200;
           },
           30s, 100ms));
     }
@@ -447,9 +461,9 @@ struct StreamCluster {
 // GET /stream?n=5&ms=300 through `port`: five events in order, one by one,
 // the first within 400 ms and the last at least 1.2 s after the request,
 // then the final zero chunk.
-void check_ticker_stream(uint16_t port) {
+void check_ticker_stream(uint16_t port, const std::string& prefix = "/stream") {
   StreamClient c;
-  REQUIRE(c.get(port, "/stream?n=5&ms=300"));
+  REQUIRE(c.get(port, prefix + "?n=5&ms=300"));
   const auto deadline = Clock::now() + 20s;
   REQUIRE(c.read_head(deadline));
   CAPTURE(c.head);
@@ -605,4 +619,57 @@ TEST_CASE("stream: an error mid-stream is not a clean end") {
   CHECK(stats.value("streams_completed", int64_t{-1}) == 0);
   // The proxy still serves streams afterwards.
   check_ticker_stream(proxy);
+}
+
+TEST_CASE("stream: a stream relayed through a deployment handle arrives event by event - its end and its cancellation cross the handle") {
+  StreamCluster s(true);
+  // Relay and its Ticker are placed by the controller: the handle call may
+  // cross nodes, and each proxy is tried.
+  for (const auto& [node, port] : s.cluster.http_ports) {
+    INFO("through the proxy of ", node);
+    check_ticker_stream(port, "/relay");
+  }
+  const uint16_t proxy = s.cluster.http_ports.at("head");
+  {
+    INFO("the callee fails after two events: the relayed stream ends early too");
+    StreamClient c;
+    REQUIRE(c.get(proxy, "/relay?n=5&ms=100&fail_after=2"));
+    const auto deadline = Clock::now() + 20s;
+    REQUIRE(c.read_head(deadline));
+    CHECK(c.status == 200);
+    auto [events, end] = read_events(c, deadline);
+    REQUIRE(events.size() == 2);
+    CHECK(events[1].text == "data: 1");
+    CAPTURE(describe(end));
+    CHECK(end != StreamClient::Next::end);
+    CHECK(end != StreamClient::Next::timeout);
+  }
+  {
+    INFO("the client leaves: the callee's producer is cancelled");
+    json before = s.stats(proxy, "/relay");
+    REQUIRE(before.is_object());
+    StreamClient c;
+    REQUIRE(c.get(proxy, "/relay?n=1000&ms=300"));
+    const auto deadline = Clock::now() + 20s;
+    REQUIRE(c.read_head(deadline));
+    StreamClient::Chunk first;
+    REQUIRE(c.next_chunk(first, deadline) == StreamClient::Next::chunk);
+    CHECK(first.data == "data: 0\n\n");
+    c.close();
+    json after;
+    CHECK(wait_until(
+        [&] {
+          after = s.stats(proxy, "/relay");
+          return after.is_object() && after.value("streams_cancelled", int64_t{0}) >
+                                          before.value("streams_cancelled", int64_t{0});
+        },
+        10s, 50ms));
+    CAPTURE(after.dump());
+    CHECK(after.value("streams_completed", int64_t{-1}) ==
+          before.value("streams_completed", int64_t{-2}));
+  }
+  json stats = s.stats(proxy, "/relay");
+  CAPTURE(stats.dump());
+  CHECK(stats.value("streams_completed", int64_t{-1}) == 2);  // one per proxy
+  CHECK(stats.value("streams_failed", int64_t{-1}) == 1);
 }
