@@ -2,12 +2,15 @@
 // Useful to fill max_ongoing_requests and to test timeouts. It waits with
 // Request::wait_cancelled, so a request whose client left (or whose deadline
 // passed) ends at once with 499 {"cancelled": true, "slept_ms": <actual>}.
+// `?cancel=ignore` sleeps without looking at cancellation: a handler that
+// never returns early (stuck replicas, tests/integration/stuck_test.cpp).
 // `/stats` answers {completed, cancelled, last_cancel_ns, replica_id}:
 // last_cancel_ns is the steady_clock time (CLOCK_MONOTONIC, ns) at which a
 // request last noticed its cancellation (0: never).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include <troupe/deployment.hpp>
 
@@ -36,6 +39,11 @@ class Sleep : public troupe::Deployment {
         return troupe_examples::bad_ms(text);
     }
     const auto start = std::chrono::steady_clock::now();
+    if (request.query_param("cancel") == "ignore") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      ++completed_;
+      return troupe::Response::json({{"slept_ms", ms}, {"replica_id", ctx_.replica_id}});
+    }
     if (request.wait_cancelled(std::chrono::milliseconds(ms))) {
       const auto now = std::chrono::steady_clock::now();
       last_cancel_ns_ =

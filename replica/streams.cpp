@@ -46,12 +46,14 @@ void Flow::grant(uint64_t bytes) {
 }
 
 void Flow::cancel() {
+  // The request is cancelled before a producer waiting here wakes: it tells
+  // why it stopped by the request's state.
+  control_->cancel();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     cancelled_ = true;
   }
   changed_.notify_all();
-  control_->cancel();
 }
 
 // --- Inflight ------------------------------------------------------------------

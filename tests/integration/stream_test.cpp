@@ -43,8 +43,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Three applications, since only an ingress is reachable over HTTP: Ticker
-// at /stream, Bytes at /bytes, and at /relay a Relay that streams what a
+// Four applications, since only an ingress is reachable over HTTP: Ticker
+// at /stream, Bytes at /bytes, a Ticker in its node's process (isolation:
+// in_process) at /inproc, and at /relay a Relay that streams what a
 // Ticker of its application streams through a deployment handle (its /stats
 // are the Ticker's); one replica each. The request timeout is long
 // enough for a 50 MiB stream read at 1 MiB/s.
@@ -68,6 +69,14 @@ applications:
         import_path: libtroupe_examples.so:Ticker
         num_replicas: 1
         max_ongoing_requests: 10
+  - name: inproc
+    route_prefix: /inproc
+    import_path: libtroupe_examples.so:Ticker
+    deployments:
+      - name: Ticker
+        num_replicas: 1
+        max_ongoing_requests: 10
+        isolation: in_process
   - name: bytes
     route_prefix: /bytes
     import_path: libtroupe_examples.so:Bytes
@@ -421,7 +430,9 @@ struct StreamCluster {
             auto a = http_get(port, "/stream/stats", 5);
             auto b = http_get(port, "/bytes/stats", 5);
             auto c = http_get(port, "/relay/stats", 5);
-            return a && a->status == 200 && b && b->status == 200 && c && c->status == 200;
+            auto d = http_get(port, "/inproc/stats", 5);
+            return a && a->status == 200 && b && b->status == 200 && c && c->status == 200 &&
+                   d && d->status == 200;
           },
           30s, 100ms));
     }
@@ -514,6 +525,29 @@ TEST_CASE("stream: a Ticker stream arrives event by event through the proxy of i
   CHECK(stats.value("streams_completed", int64_t{-1}) == 2);
   CHECK(stats.value("events_sent", int64_t{-1}) == 10);
   CHECK(stats.value("streams_cancelled", int64_t{-1}) == 0);
+
+  // A replica in its node's own process streams the same way (over CAF from
+  // both proxies), and a client that leaves cancels it.
+  for (const auto& [node, port] : s.cluster.http_ports) {
+    INFO("in_process: through the proxy of ", node);
+    check_ticker_stream(port, "/inproc");
+  }
+  StreamClient c;
+  REQUIRE(c.get(head_proxy, "/inproc?n=1000&ms=300"));
+  const auto deadline = Clock::now() + 20s;
+  REQUIRE(c.read_head(deadline));
+  StreamClient::Chunk first;
+  REQUIRE(c.next_chunk(first, deadline) == StreamClient::Next::chunk);
+  c.close();
+  json inproc;
+  CHECK(wait_until(
+      [&] {
+        inproc = s.stats(head_proxy, "/inproc");
+        return inproc.is_object() && inproc.value("streams_cancelled", int64_t{0}) == 1;
+      },
+      10s, 50ms));
+  CAPTURE(inproc.dump());
+  CHECK(inproc.value("streams_completed", int64_t{-1}) == 2);
 }
 
 TEST_CASE("stream: a slow client reading a 50 MB stream keeps the node's memory bounded") {
@@ -521,11 +555,12 @@ TEST_CASE("stream: a slow client reading a 50 MB stream keeps the node's memory 
   const uint16_t proxy = s.cluster.http_ports.at("head");
   REQUIRE(s.replica_node(proxy, "bytes", "Bytes") == "head");
   const pid_t node_pid = s.cluster.nodes.at("head").pid();
-  // One replica of each application runs in its own troupe-replica process;
-  // Bytes' is the one whose RSS we can tell apart only by elimination, so
-  // watch every replica of the node (Ticker's idles).
+  // Every replica but /inproc's runs in a troupe-replica process of its own
+  // (stream's Ticker, relay's Relay and Ticker, Bytes); Bytes' is the one
+  // whose RSS we can tell apart only by elimination, so watch every replica
+  // of the node (the others idle).
   std::vector<pid_t> replicas;
-  REQUIRE(wait_until([&] { return (replicas = replica_children(node_pid)).size() == 2; }, 10s,
+  REQUIRE(wait_until([&] { return (replicas = replica_children(node_pid)).size() == 4; }, 10s,
                      100ms));
 
   const int64_t node_before = rss_bytes(node_pid);

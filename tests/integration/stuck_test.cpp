@@ -90,9 +90,11 @@ TEST_CASE("twelve requests that never end - each gets 504 - the stuck replicas a
   const auto first_pids = live_replica_children(node);
 
   // Twelve requests that sleep for the longest the example allows (an hour:
-  // forever for this test), all at once: four hold the two replicas' request
-  // threads, the proxy queues the rest; every client gets 504 after the 2 s
-  // request timeout.
+  // forever for this test) without looking at their cancellation
+  // (cancel=ignore: Sleep otherwise returns when the proxy cancels it at its
+  // 504), all at once: four hold the two replicas' request threads, the
+  // proxy queues the rest; every client gets 504 after the 2 s request
+  // timeout.
   const auto hang_start = std::chrono::steady_clock::now();
   std::vector<int> statuses(12, 0);
   std::vector<double> waited(12, 0);
@@ -101,7 +103,7 @@ TEST_CASE("twelve requests that never end - each gets 504 - the stuck replicas a
     for (size_t i = 0; i < statuses.size(); ++i) {
       clients.emplace_back([&, i] {
         auto t0 = std::chrono::steady_clock::now();
-        auto r = http_get(port, "/sleep/?ms=3600000", 20);
+        auto r = http_get(port, "/sleep/?ms=3600000&cancel=ignore", 20);
         waited[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         statuses[i] = r ? r->status : -1;
       });

@@ -220,7 +220,7 @@ TEST_CASE("data channel: the registry finds a replica's channel until it is remo
     ::close(child);
 }
 
-TEST_CASE("data channel: a stream is a head - chunks split at max_frame - an end; credit and cancel go the other way") {
+TEST_CASE("data channel: a stream is a head - chunks split at max_frame - an end - credit and cancel go the other way") {
   auto made = make_channel("r1", 1);
   REQUIRE(made);
   auto ch = made.value().channel;
