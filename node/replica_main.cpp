@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
     options.channel = data_channel;
     if (proxy)
       options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys, proxy),
-                                                       replica::make_remote_proxy_stream(sys, proxy));
+                                                       replica::make_remote_proxy_stream(sys, proxy),
+                                                       replica::make_remote_proxy_cancel(proxy));
     auto replica = replica::spawn_replica(sys, std::move(options));
     // The handle is an actor pool that ends with `out_of_workers` whatever
     // ended its replica actor: watch the replica actor itself, whose exit

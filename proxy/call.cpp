@@ -340,7 +340,7 @@ void send(const CallPtr& c, SlotPtr slot) {
                                                  // stream of it is not wanted.
                                                  if (answer.stream != 0)
                                                    caf::anon_send(handle, cancel_atom::value,
-                                                                  answer.stream);
+                                                                  answer.stream, false);
                                                  return;
                                                }
                                                if (answer.stream != 0)
@@ -400,6 +400,13 @@ void sweep(Worker* w) {
       late_answer(c, Outcome::abandoned);
     else
       on_error(c, caf::make_error(caf::sec::request_timeout));
+  }
+  // Handle calls that ended cannot be cancelled any more.
+  for (auto it = w->handle_calls.begin(); it != w->handle_calls.end();) {
+    if (it->second.expired())
+      it = w->handle_calls.erase(it);
+    else
+      ++it;
   }
   w->sweeper->expires_after(std::min<Clock::duration>(std::chrono::seconds(1), limit / 4));
   w->sweeper->async_wait([w](const boost::system::error_code& ec) {
@@ -487,7 +494,7 @@ void on_timeout(const CallPtr& c) {
     return;
   // The replica learns it (its RequestControl's on_cancel callbacks run).
   if (c->slot && !c->streaming)
-    cancel_at_replica(c);
+    cancel_at_replica(c, true);
   finish(c, json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
 }
 

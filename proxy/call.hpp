@@ -86,6 +86,9 @@ struct Call : std::enable_shared_from_this<Call> {
   uint64_t next_seq = 0;         // the next chunk over CAF
   int stream_status = 0;
   uint64_t credit_owed = 0;  // not yet granted: the lane was full
+  // A handle call from another process: the caller's key for it, by which
+  // the caller cancels it (Worker::handle_calls); 0: none.
+  uint64_t caller_key = 0;
   std::unique_ptr<asio::steady_timer> credit_timer;
 };
 using CallPtr = std::shared_ptr<Call>;
@@ -182,8 +185,8 @@ void stream_chunk_message(Worker* w, uint64_t key, uint64_t seq, std::string& da
 void stream_end_message(Worker* w, uint64_t key, uint64_t seq, bool complete,
                         const std::string& why);
 // Tells the replica that has the call's current attempt that it is
-// cancelled (its client left, or its deadline passed).
-void cancel_at_replica(const CallPtr& c);
+// cancelled: its client left, or (`deadline_passed`) its deadline passed.
+void cancel_at_replica(const CallPtr& c, bool deadline_passed = false);
 // The client went away: a queued call is dropped (never sent), one in
 // flight or streaming is cancelled at its replica. Counted as 499.
 void client_gone(const CallPtr& c);

@@ -88,6 +88,9 @@ struct Proxy::Core : public Handler {
             double timeout_s, CallDone done);
   // Both kinds of handle calls: `make` builds the call's exchange for the io
   // thread that takes it (null when the proxy is stopped).
+  // The caller of the handle call `key` (its HttpRequest::call_key) gave
+  // up: cancelled like an HTTP client that left (client_gone).
+  void cancel_handle_call(uint64_t key);
   void start_handle_call(const std::string& app, const std::string& deployment,
                          HttpRequest request, double timeout_s,
                          const std::function<ExchangePtr(Worker*)>& make);
@@ -170,6 +173,9 @@ struct Worker {
   // Streamed handle calls relayed to their callers (handle_calls.cpp), by
   // the key their pieces carry.
   std::unordered_map<uint64_t, std::weak_ptr<Relay>> relays;
+  // Handle calls by their caller's key (Call::caller_key), so that the caller
+  // can cancel them; the sweep forgets those that ended.
+  std::unordered_map<uint64_t, std::weak_ptr<Call>> handle_calls;
   std::vector<uint64_t> frame;
   std::unique_ptr<asio::steady_timer> sweeper;
   // When this io thread last ran its sweep (steady clock, ns): the proxy's

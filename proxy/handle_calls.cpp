@@ -186,6 +186,20 @@ void relay_call(Proxy::Core& core, const std::string& app, const std::string& de
   });
 }
 
+void Proxy::Core::cancel_handle_call(uint64_t key) {
+  for (auto& w : workers) {
+    post(w->io, [w = w.get(), key] {
+      auto it = w->handle_calls.find(key);
+      if (it == w->handle_calls.end())
+        return;
+      auto c = it->second.lock();
+      w->handle_calls.erase(it);
+      if (c)
+        client_gone(c);
+    });
+  }
+}
+
 void relay_credit(Worker* w, uint64_t key, uint64_t bytes) {
   auto it = w->relays.find(key);
   if (it == w->relays.end())
@@ -269,6 +283,9 @@ void Proxy::Core::start_handle_call(const std::string& app, const std::string& d
       shown.method_string(request.method);
       shown.target("handle:" + deployment + request.path);
       c->exchange = std::move(ex);
+      c->caller_key = request.call_key;
+      if (c->caller_key != 0)
+        w->handle_calls[c->caller_key] = c;
       c->request = std::move(request);
       if (!router.has_routes()) {
         auto r =

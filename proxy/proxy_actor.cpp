@@ -150,6 +150,7 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
                    *self->current_mailbox_element());
         return caf::delegated<HttpResponse>{};
       },
+      [=](cancel_atom, uint64_t key) { core->cancel_handle_call(key); },
   };
 }
 
@@ -244,6 +245,8 @@ ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_
                        std::move(request), timeout_s, streamed);
         return caf::delegated<HttpResponse>{};
       },
+      // Calls live in the proxy's io threads, which outlive its actor.
+      [=](cancel_atom, uint64_t key) { core->cancel_handle_call(key); },
   };
 }
 

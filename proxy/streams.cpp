@@ -80,19 +80,19 @@ void grant(const CallPtr& c, uint64_t bytes) {
 
 }  // namespace
 
-void cancel_at_replica(const CallPtr& c) {
+void cancel_at_replica(const CallPtr& c, bool deadline_passed) {
   if (!c->slot || c->key == 0)
     return;
   if (c->streaming ? !c->stream_over_caf : c->channel_call != 0) {
     if (int fd = lane_fd(c); fd >= 0) {
       // Best effort: a full lane loses it, and the replica sees the deadline
       // or the closed connection's missing credits instead.
-      (void)channel::send_control(fd, channel::Kind::cancel, c->key, 0);
+      (void)channel::send_control(fd, channel::Kind::cancel, c->key, deadline_passed ? 1 : 0);
     }
     return;
   }
   if (c->slot->handle)
-    caf::anon_send(c->slot->handle, cancel_atom::value, c->key);
+    caf::anon_send(c->slot->handle, cancel_atom::value, c->key, deadline_passed);
 }
 
 void on_stream_head(const CallPtr& c, HttpResponse& head, bool over_caf) {
@@ -254,7 +254,7 @@ void client_gone(const CallPtr& c) {
 // another answer, so the stream ends early (and the replica stops).
 void end_stream_early(const CallPtr& c, int status) {
   auto* core = c->worker->core;
-  cancel_at_replica(c);
+  cancel_at_replica(c, status == 504);
   c->done = true;
   if (c->timer)
     c->timer->cancel();

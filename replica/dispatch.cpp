@@ -151,8 +151,8 @@ caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
       d->inflight.grant(m->content().get_as<uint64_t>(1), m->content().get_as<uint64_t>(2));
       return;
     }
-    if (m->content().match_elements<cancel_atom, uint64_t>()) {
-      d->inflight.cancel(m->content().get_as<uint64_t>(1));
+    if (m->content().match_elements<cancel_atom, uint64_t, bool>()) {
+      d->inflight.cancel(m->content().get_as<uint64_t>(1), m->content().get_as<bool>(2));
       return;
     }
     if (d->ready.load(std::memory_order_acquire) &&

@@ -6,6 +6,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <random>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -18,6 +19,16 @@ namespace {
 thread_local const std::string* current_id = nullptr;
 thread_local std::chrono::steady_clock::time_point current_deadline_at =
     std::chrono::steady_clock::time_point::max();
+thread_local std::shared_ptr<RequestControl> current_control_at;
+
+// A random call key per handle call (never 0).
+uint64_t new_call_key() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  uint64_t key = 0;
+  while (key == 0)
+    key = rng();
+  return key;
+}
 
 // How much longer than the call's own timeout the request to the proxy may
 // take (the proxy answers 504 at the call's timeout; this covers the way
@@ -41,47 +52,6 @@ HttpResponse error_answer(int32_t status, const std::string& message,
   r.body = nlohmann::json{{"error", message}, {"request_id", request_id}}.dump();
   return r;
 }
-
-class ProxyTransport : public HandleTransport {
- public:
-  ProxyTransport(ProxyCall call, ProxyStream stream)
-      : call_(std::move(call)), stream_(std::move(stream)) {}
-
-  std::shared_ptr<StreamSource> stream(const std::string& app, const std::string& deployment,
-                                       Request request, double timeout_s) const override {
-    if (!stream_)
-      return HandleTransport::stream(app, deployment, std::move(request), timeout_s);
-    HttpRequest out = to_http_request(std::move(request), current_request_id());
-    const double bounded_s = inherited_timeout(timeout_s);
-    if (bounded_s < 0) {
-      std::promise<Response> late;
-      late.set_value(to_response(error_answer(
-          504, "request timed out: the calling request's deadline passed", out.request_id)));
-      return std::make_shared<detail::WholeAnswer>(late.get_future());
-    }
-    return stream_(app, deployment, std::move(out), bounded_s);
-  }
-
-  std::future<Response> call(const std::string& app, const std::string& deployment, Request request,
-                             double timeout_s) const override {
-    auto promise = std::make_shared<std::promise<Response>>();
-    auto future = promise->get_future();
-    HttpRequest out = to_http_request(std::move(request), current_request_id());
-    const double bounded_s = inherited_timeout(timeout_s);
-    if (bounded_s < 0) {  // the calling request's deadline has passed
-      promise->set_value(to_response(error_answer(
-          504, "request timed out: the calling request's deadline passed", out.request_id)));
-      return future;
-    }
-    call_(app, deployment, std::move(out), bounded_s,
-          [promise](HttpResponse answer) { promise->set_value(to_response(std::move(answer))); });
-    return future;
-  }
-
- private:
-  ProxyCall call_;
-  ProxyStream stream_;
-};
 
 // The reading end of a streaming handle call: what the caller's actor
 // receives, queued for the user's thread. Thread-safe.
@@ -134,6 +104,11 @@ class RemoteStream : public StreamSource {
     std::lock_guard<std::mutex> lock(mutex_);
     actor_ = std::move(a);
   }
+  // How to cancel the call before its head named a relay.
+  void set_cancel(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancel_call_ = std::move(f);
+  }
 
   int status() override {
     wait_head();
@@ -162,6 +137,8 @@ class RemoteStream : public StreamSource {
   void cancel() override {
     caf::actor relay, actor;
     uint64_t key = 0;
+    std::function<void()> cancel_call;
+    bool ended = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (cancelled_)
@@ -171,10 +148,14 @@ class RemoteStream : public StreamSource {
       relay = relay_;
       actor = actor_;
       key = key_;
+      cancel_call = cancel_call_;
+      ended = ended_;
       changed_.notify_all();
     }
     if (key != 0 && relay)
       caf::anon_send(relay, cancel_atom::value, key);
+    else if (cancel_call && !ended)
+      cancel_call();  // no head yet: through the proxy, by the call's own key
     if (actor)
       caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
@@ -208,6 +189,76 @@ class RemoteStream : public StreamSource {
   uint64_t key_ = 0;
   caf::actor relay_;
   caf::actor actor_;
+  std::function<void()> cancel_call_;
+};
+
+class ProxyTransport : public HandleTransport {
+ public:
+  ProxyTransport(ProxyCall call, ProxyStream stream, ProxyCancel cancel)
+      : call_(std::move(call)), stream_(std::move(stream)), cancel_(std::move(cancel)) {}
+
+  std::shared_ptr<StreamSource> stream(const std::string& app, const std::string& deployment,
+                                       Request request, double timeout_s) const override {
+    if (!stream_)
+      return HandleTransport::stream(app, deployment, std::move(request), timeout_s);
+    HttpRequest out = to_http_request(std::move(request), current_request_id());
+    const double bounded_s = inherited_timeout(timeout_s);
+    if (bounded_s < 0) {
+      std::promise<Response> late;
+      late.set_value(to_response(error_answer(
+          504, "request timed out: the calling request's deadline passed", out.request_id)));
+      return std::make_shared<detail::WholeAnswer>(late.get_future());
+    }
+    const uint64_t key = follow_caller(out);
+    auto source = stream_(app, deployment, std::move(out), bounded_s);
+    if (key != 0) {
+      if (auto remote = std::dynamic_pointer_cast<RemoteStream>(source))
+        remote->set_cancel([cancel = cancel_, key] { cancel(key); });
+    }
+    return source;
+  }
+
+  std::future<Response> call(const std::string& app, const std::string& deployment, Request request,
+                             double timeout_s) const override {
+    auto promise = std::make_shared<std::promise<Response>>();
+    auto future = promise->get_future();
+    HttpRequest out = to_http_request(std::move(request), current_request_id());
+    const double bounded_s = inherited_timeout(timeout_s);
+    if (bounded_s < 0) {  // the calling request's deadline has passed
+      promise->set_value(to_response(error_answer(
+          504, "request timed out: the calling request's deadline passed", out.request_id)));
+      return future;
+    }
+    follow_caller(out);
+    call_(app, deployment, std::move(out), bounded_s,
+          [promise](HttpResponse answer) { promise->set_value(to_response(std::move(answer))); });
+    return future;
+  }
+
+ private:
+  // With a way to cancel: the call gets a key, and the request this thread
+  // runs (if any) cancels it when it is cancelled itself. Returns the key
+  // (0: none).
+  uint64_t follow_caller(HttpRequest& out) const {
+    if (!cancel_)
+      return 0;
+    out.call_key = new_call_key();
+    if (auto control = current_control()) {
+      // A caller whose deadline passed needs nothing: the call has the same
+      // deadline at most, and its proxy answers it 504 by itself.
+      std::weak_ptr<RequestControl> weak = control;
+      control->on_cancel([cancel = cancel_, key = out.call_key, weak] {
+        auto caller = weak.lock();
+        if (!caller || !caller->timed_out())
+          cancel(key);
+      });
+    }
+    return out.call_key;
+  }
+
+  ProxyCall call_;
+  ProxyStream stream_;
+  ProxyCancel cancel_;
 };
 
 }  // namespace
@@ -315,13 +366,25 @@ ProxyCall make_remote_proxy_call(caf::actor_system& sys, HandleCallActor proxy) 
   };
 }
 
-std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call, ProxyStream stream) {
-  return std::make_shared<ProxyTransport>(std::move(call), std::move(stream));
+std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call, ProxyStream stream,
+                                                             ProxyCancel cancel) {
+  return std::make_shared<ProxyTransport>(std::move(call), std::move(stream), std::move(cancel));
 }
 
-RequestIdScope::RequestIdScope(const std::string& request_id, double timeout_s)
-    : previous_(current_id), previous_deadline_(current_deadline_at) {
+ProxyCancel make_remote_proxy_cancel(HandleCallActor proxy) {
+  return [proxy](uint64_t key) {
+    if (proxy)
+      caf::anon_send(proxy, cancel_atom::value, key);
+  };
+}
+
+RequestIdScope::RequestIdScope(const std::string& request_id, double timeout_s,
+                               std::shared_ptr<RequestControl> control)
+    : previous_(current_id),
+      previous_deadline_(current_deadline_at),
+      previous_control_(std::move(current_control_at)) {
   current_id = &request_id;
+  current_control_at = std::move(control);
   if (timeout_s > 0) {
     current_deadline_at = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -334,6 +397,11 @@ RequestIdScope::RequestIdScope(const std::string& request_id, double timeout_s)
 RequestIdScope::~RequestIdScope() {
   current_id = previous_;
   current_deadline_at = previous_deadline_;
+  current_control_at = std::move(previous_control_);
+}
+
+std::shared_ptr<RequestControl> current_control() {
+  return current_control_at;
 }
 
 std::chrono::steady_clock::time_point current_deadline() {

@@ -56,14 +56,25 @@ using ProxyStream = std::function<std::shared_ptr<StreamSource>(
 // otherwise (bounds, errors, the proxy going down).
 ProxyStream make_remote_proxy_stream(caf::actor_system& sys, HandleCallActor proxy);
 
+// Cancels the handle call whose HttpRequest::call_key was `key` (chosen by
+// the transport): the proxy treats it like an HTTP client that left.
+using ProxyCancel = std::function<void(uint64_t key)>;
+
+// A ProxyCancel for a replica process: (cancel, key) to `proxy`.
+ProxyCancel make_remote_proxy_cancel(HandleCallActor proxy);
+
 // A transport for ReplicaContext::handles. A call's X-Request-Id is the
 // request's own X-Request-Id header when it has one, else the id of the
 // request the calling thread handles (RequestIdScope), else none (the proxy
 // makes one).
 // `stream`: how stream() calls go; without one, stream() reads the whole
-// answer of call().
+// answer of call(). `cancel`: how calls are cancelled; with one, every call
+// gets a random call key, and a call made while a request runs (a
+// RequestIdScope with its RequestControl) is cancelled when that request is
+// (its client left, its deadline passed), so cancellation crosses handles.
 std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call,
-                                                             ProxyStream stream = nullptr);
+                                                             ProxyStream stream = nullptr,
+                                                             ProxyCancel cancel = nullptr);
 
 // While it lives, handle calls made on this thread carry `request_id` and
 // inherit the request's deadline, `timeout_s` from now (0: none): a call
@@ -72,7 +83,10 @@ std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call,
 // threads hold one around handle().
 class RequestIdScope {
  public:
-  explicit RequestIdScope(const std::string& request_id, double timeout_s = 0);
+  // `control`: the request's cancellation, which handle calls made in the
+  // scope follow (see make_handle_transport).
+  explicit RequestIdScope(const std::string& request_id, double timeout_s = 0,
+                          std::shared_ptr<RequestControl> control = nullptr);
   ~RequestIdScope();
   RequestIdScope(const RequestIdScope&) = delete;
   RequestIdScope& operator=(const RequestIdScope&) = delete;
@@ -80,7 +94,12 @@ class RequestIdScope {
  private:
   const std::string* previous_;
   std::chrono::steady_clock::time_point previous_deadline_;
+  std::shared_ptr<RequestControl> previous_control_;
 };
+
+// The RequestControl of the innermost RequestIdScope of this thread (null
+// when there is none, or it has none).
+std::shared_ptr<RequestControl> current_control();
 
 // The id set by the innermost RequestIdScope of this thread, or "".
 const std::string& current_request_id();

@@ -228,7 +228,9 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
       [=](credit_atom, uint64_t key, uint64_t bytes) {
         self->state.dispatch->inflight.grant(key, bytes);
       },
-      [=](cancel_atom, uint64_t key) { self->state.dispatch->inflight.cancel(key); },
+      [=](cancel_atom, uint64_t key, bool deadline_passed) {
+        self->state.dispatch->inflight.cancel(key, deadline_passed);
+      },
       [=](done_atom) {
         // The last request of a stopping replica ended.
         auto& st = self->state;

@@ -177,7 +177,7 @@ void lane_reader(DispatchPtr d) {
       if (h.kind == channel::Kind::credit)
         d->inflight.grant(h.call, h.amount);
       else if (h.kind == channel::Kind::cancel)
-        d->inflight.cancel(h.call);
+        d->inflight.cancel(h.call, h.amount != 0);
     }
   }
 }

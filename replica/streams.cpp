@@ -45,10 +45,10 @@ void Flow::grant(uint64_t bytes) {
   changed_.notify_all();
 }
 
-void Flow::cancel() {
+void Flow::cancel(bool deadline_passed) {
   // The request is cancelled before a producer waiting here wakes: it tells
   // why it stopped by the request's state.
-  control_->cancel();
+  control_->cancel(deadline_passed);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     cancelled_ = true;
@@ -86,7 +86,7 @@ void Inflight::grant(uint64_t key, uint64_t bytes) {
   flow->grant(bytes);
 }
 
-void Inflight::cancel(uint64_t key) {
+void Inflight::cancel(uint64_t key, bool deadline_passed) {
   FlowPtr flow;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -95,7 +95,7 @@ void Inflight::cancel(uint64_t key) {
       return;
     flow = it->second;
   }
-  flow->cancel();  // outside the lock: it runs the user's on_cancel callbacks
+  flow->cancel(deadline_passed);  // outside the lock: it runs the user's on_cancel callbacks
 }
 
 size_t Inflight::size() {
@@ -164,7 +164,7 @@ void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight&
              std::move(req.headers), std::move(req.body), control};
   // Handle calls made by handle() (and by a stream's producer) carry this
   // request's id and inherit what is left of its deadline.
-  RequestIdScope scope(req.request_id, req.timeout_s);
+  RequestIdScope scope(req.request_id, req.timeout_s, control);
   HttpResponse out;
   std::function<void(StreamWriter&)> produce;
   try {

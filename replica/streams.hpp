@@ -59,7 +59,8 @@ class Flow {
   bool acquire(size_t bytes);
   // The receiver passed `bytes` on.
   void grant(uint64_t bytes);
-  void cancel();
+  // `deadline_passed`: why (RequestControl::cancel).
+  void cancel(bool deadline_passed);
 
  private:
   std::shared_ptr<RequestControl> control_;
@@ -78,7 +79,7 @@ class Inflight {
   FlowPtr add(uint64_t key, std::shared_ptr<RequestControl> control);
   void remove(uint64_t key);
   void grant(uint64_t key, uint64_t bytes);
-  void cancel(uint64_t key);
+  void cancel(uint64_t key, bool deadline_passed);
   size_t size();
 
  private:

@@ -60,6 +60,7 @@ enum class Kind : uint8_t {
   end = 7,      // a stream ends (kComplete, else early; payload: why, raw text)
   credit = 8,   // no payload, proxy -> replica: `amount` more bytes of `call`
   cancel = 9,   // no payload, proxy -> replica: request `call` is cancelled
+                // (`amount` 1: its deadline passed; 0: its client left)
 };
 
 constexpr uint8_t kMore = 1;      // flags: more frames of this answer follow

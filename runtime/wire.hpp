@@ -242,8 +242,9 @@ using ReplicaActor = caf::typed_actor<
     caf::replies_to<handle_atom, HttpRequest>::with<HttpResponse>,
     // Room for `bytes` more of the streamed answer to request `key`.
     caf::reacts_to<credit_atom, uint64_t /*key*/, uint64_t /*bytes*/>,
-    // Request `key` is cancelled: its client left or its deadline passed.
-    caf::reacts_to<cancel_atom, uint64_t /*key*/>,
+    // Request `key` is cancelled: its client left, or (true) its deadline
+    // passed.
+    caf::reacts_to<cancel_atom, uint64_t /*key*/, bool /*deadline_passed*/>,
     // Stop accepting, finish what is in flight (at most timeout_s), exit.
     caf::replies_to<stop_atom, double>::with<caf::ok_atom>>;
 
@@ -397,7 +398,10 @@ using HandleCallActor = caf::typed_actor<
     // (chunk, ...) messages from the proxy's io thread, which takes (credit,
     // key, bytes) and (cancel, key) from the caller.
     caf::replies_to<call_atom, std::string, std::string, HttpRequest, double,
-                    bool>::with<HttpResponse>>;
+                    bool>::with<HttpResponse>,
+    // The caller gave up on its call whose HttpRequest::call_key was `key`
+    // (the request that made it was cancelled, or a stream's reader left).
+    caf::reacts_to<cancel_atom, uint64_t>>;
 
 // A node's HTTP proxy actor (proxy/proxy.hpp), as the controller sees it.
 using ProxyActor = HandleCallActor::extend<

@@ -206,14 +206,29 @@ class RequestControl {
     f();
   }
 
-  // Cancels the request (the runtime does; also usable by tests). Idempotent.
-  void cancel() {
+  // True when the request's deadline passed (whether or not the runtime
+  // cancelled it yet); false for a request cancelled because its client
+  // left.
+  bool timed_out() const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (timed_out_)
+        return true;
+    }
+    return deadline_ != Clock::time_point::max() && Clock::now() >= deadline_;
+  }
+
+  // Cancels the request (the runtime does; also usable by tests): because its
+  // deadline passed (`deadline_passed`), else because its client left.
+  // Idempotent.
+  void cancel(bool deadline_passed = false) {
     std::vector<std::function<void()>> callbacks;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (cancelled_)
         return;
       cancelled_ = true;
+      timed_out_ = deadline_passed;
       callbacks.swap(callbacks_);
     }
     changed_.notify_all();
@@ -226,6 +241,7 @@ class RequestControl {
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   bool cancelled_ = false;
+  bool timed_out_ = false;
   std::vector<std::function<void()>> callbacks_;
 };
 

@@ -35,7 +35,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Ticker streams at /stream; Sleep at /sleep with one slot and a long queue.
+// Ticker streams at /stream; Sleep at /sleep with one slot and a long queue;
+// at /compose a Gateway that calls a Sleep of its application through a
+// deployment handle (/compose/timed/Sleep?ms=N).
 const char* kCancel = R"(http_options: {request_timeout_s: 120}
 applications:
   - name: stream
@@ -53,6 +55,16 @@ applications:
         num_replicas: 1
         max_ongoing_requests: 1
         max_queued_requests: 1000
+  - name: compose
+    route_prefix: /compose
+    import_path: libtroupe_examples.so:Gateway
+    deployments:
+      - name: Gateway
+        num_replicas: 1
+      - name: Sleep
+        import_path: libtroupe_examples.so:Sleep
+        num_replicas: 1
+        max_ongoing_requests: 10
 )";
 
 int64_t now_ns() {
@@ -185,6 +197,13 @@ struct CancelCluster {
   }
 
   // Requests the proxy has at Sleep's replica right now (-1: unknown).
+  int64_t in_flight(const std::string& app, const std::string& deployment) {
+    json d = route(app, deployment);
+    if (!d.is_object() || d.value("replicas", json::array()).size() != 1)
+      return -1;
+    return d["replicas"][0].value("in_flight", int64_t{-1});
+  }
+
   int64_t sleep_in_flight() {
     json d = route("sleep", "Sleep");
     if (!d.is_object() || d.value("replicas", json::array()).size() != 1)
@@ -297,4 +316,31 @@ TEST_CASE("cancel: a queued request whose client left never runs") {
   CAPTURE(stats.dump());
   CHECK(stats.value("completed", int64_t{-1}) == 1);  // A only
   CHECK(stats.value("cancelled", int64_t{-1}) == 0);
+}
+
+TEST_CASE("cancel: a client that leaves cancels the handle calls its request made") {
+  CancelCluster c;
+  // Gateway calls Sleep (20 s) through a handle and waits for its answer.
+  RawGet held(c.proxy, "/compose/timed/Sleep?wait_ms=0&ms=20000");
+  REQUIRE(held.sent());
+  REQUIRE(wait_until(
+      [&] { return c.in_flight("compose", "Sleep") == 1 && c.in_flight("compose", "Gateway") == 1; },
+      10s, 20ms));
+
+  const auto left = Clock::now();
+  held.close();
+  // The Gateway's request is cancelled at its replica, which cancels the
+  // call it is waiting for: Sleep notices and returns, and both slots free
+  // long before the 20 s.
+  CHECK(wait_until(
+      [&] { return c.in_flight("compose", "Sleep") == 0 && c.in_flight("compose", "Gateway") == 0; },
+      10s, 20ms));
+  const double took = std::chrono::duration<double>(Clock::now() - left).count();
+  CAPTURE(took);
+  CHECK(took < 5.0);
+  auto metrics = http_get(c.proxy, "/-/metrics", 10);
+  REQUIRE(metrics.has_value());
+  // The client's request and the cancelled handle call, both counted as 499.
+  CHECK(metrics->body.find("troupe_proxy_requests_total{application=\"compose\",code=\"499\"} 2") !=
+        std::string::npos);
 }

@@ -217,7 +217,7 @@ TEST_CASE("serve: a cancel stops a producer waiting for credit - and a handler w
   while (sink.chunks() < 1 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
   REQUIRE(sink.chunks() == 1);
-  inflight.cancel(11);
+  inflight.cancel(11, false);
   REQUIRE(stream.wait_for(10s) == std::future_status::ready);
   auto ev = sink.events();
   CHECK(ev.back().kind == "end");
@@ -234,7 +234,7 @@ TEST_CASE("serve: a cancel stops a producer waiting for credit - and a handler w
     std::this_thread::yield();
   REQUIRE(inflight.size() == 1);
   auto started = std::chrono::steady_clock::now();
-  inflight.cancel(12);
+  inflight.cancel(12, false);
   REQUIRE(waiting.wait_for(10s) == std::future_status::ready);
   CHECK(std::chrono::steady_clock::now() - started < 5s);  // not the 60 s wait
   CHECK(sink2.events().at(0).response.body == "cancelled");
@@ -294,7 +294,14 @@ TEST_CASE("RequestControl: on_cancel runs once - at once when already cancelled 
   control.on_cancel([&] { ++calls; });
   CHECK(calls == 2);
 
+  CHECK_FALSE(control.timed_out());  // cancelled: its client left
+
+  RequestControl expired;
+  expired.cancel(true);
+  CHECK(expired.timed_out());
+
   RequestControl past(std::chrono::steady_clock::now() - 1ms);
+  CHECK(past.timed_out());
   CHECK(past.cancelled());
   CHECK(past.wait_cancelled(10s));  // at once: the deadline passed
 
