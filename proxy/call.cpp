@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <boost/beast/http/field.hpp>
@@ -103,16 +104,10 @@ void learn_held_models(const CallPtr& c, HttpResponse& answer) {
 
 }  // namespace
 
-void on_answer(const CallPtr& c, HttpResponse& answer) {
-  c->worker->untrack(c.get());
+std::optional<Response> client_head(const CallPtr& c, HttpResponse& answer) {
   learn_held_models(c, answer);
-  release(c, Outcome::answered);
-  if (answer.status < 100 || answer.status > 999) {
-    finish(c, json_error(http::status::bad_gateway,
-                         "replica answered with invalid status " + std::to_string(answer.status),
-                         c->request.request_id));
-    return;
-  }
+  if (answer.status < 100 || answer.status > 999)
+    return std::nullopt;
   Response r{static_cast<http::status>(answer.status), 11};
   for (auto& [name, value] : answer.headers) {
     auto field = http::string_to_field(name);
@@ -121,8 +116,25 @@ void on_answer(const CallPtr& c, HttpResponse& answer) {
       continue;
     r.insert(name, value);
   }
-  r.body() = std::move(answer.body);
-  finish(c, std::move(r));
+  return r;
+}
+
+Response invalid_status(const CallPtr& c, int status) {
+  return json_error(http::status::bad_gateway,
+                    "replica answered with invalid status " + std::to_string(status),
+                    c->request.request_id);
+}
+
+void on_answer(const CallPtr& c, HttpResponse& answer) {
+  c->worker->untrack(c.get());
+  auto r = client_head(c, answer);
+  release(c, Outcome::answered);
+  if (!r) {
+    finish(c, invalid_status(c, answer.status));
+    return;
+  }
+  r->body() = std::move(answer.body);
+  finish(c, std::move(*r));
 }
 
 namespace {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,6 +125,13 @@ void release(const CallPtr& c, Outcome outcome);
 
 // The replica's answer (the call is not done).
 void on_answer(const CallPtr& c, HttpResponse& answer);
+
+// The status and headers the client gets for a replica's answer or a
+// stream's head (headers the proxy sets itself dropped; the held-models
+// header learned and removed); nullopt when the status is invalid
+// (answered with invalid_status()).
+std::optional<Response> client_head(const CallPtr& c, HttpResponse& answer);
+Response invalid_status(const CallPtr& c, int status);
 
 // The request failed at its replica (the call is not done): a refusal is
 // placed again, a lost replica retried (see retry()), a request_timeout

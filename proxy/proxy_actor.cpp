@@ -154,6 +154,16 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
   };
 }
 
+namespace {
+
+// The proxy actor handle calls are delegated to; null once stopped.
+ProxyActor current_proxy(Proxy::Core& core) {
+  std::lock_guard<std::mutex> lock(core.actor_mutex);
+  return core.stopped ? ProxyActor() : core.actor;
+}
+
+}  // namespace
+
 // Restarts the proxy actor when it dies of anything but a shutdown.
 ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_ptr core) {
   auto restarts = std::make_shared<RestartLimiter>(core->options.restart_policy);
@@ -219,12 +229,7 @@ ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_
       // the caller gets request_receiver_down.)
       [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
           double timeout_s) -> caf::result<HttpResponse> {
-        ProxyActor current;
-        {
-          std::lock_guard<std::mutex> lock(core->actor_mutex);
-          if (!core->stopped)
-            current = core->actor;
-        }
+        ProxyActor current = current_proxy(*core);
         if (!current)
           return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
         self->delegate(current, call_atom::value, std::move(app), std::move(deployment),
@@ -233,12 +238,7 @@ ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_
       },
       [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
           double timeout_s, bool streamed) -> caf::result<HttpResponse> {
-        ProxyActor current;
-        {
-          std::lock_guard<std::mutex> lock(core->actor_mutex);
-          if (!core->stopped)
-            current = core->actor;
-        }
+        ProxyActor current = current_proxy(*core);
         if (!current)
           return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
         self->delegate(current, call_atom::value, std::move(app), std::move(deployment),

@@ -21,7 +21,6 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
-#include "runtime/multiplex.hpp"
 
 namespace troupe::proxy {
 
@@ -116,34 +115,19 @@ void on_stream_head(const CallPtr& c, HttpResponse& head, bool over_caf) {
     cancel_at_replica(c);
     return;
   }
-  // The same headers as a whole answer would have.
-  auto held = std::find_if(head.headers.begin(), head.headers.end(), [](const auto& h) {
-    return boost::beast::iequals(h.first, multiplex::kHeldModelsHeader);
-  });
-  if (held != head.headers.end()) {
-    multiplex::HeldModels models;
-    if (!c->model_id.empty() && multiplex::decode_held(held->second, models))
-      core->router.learn_models(c->slot, models.seq, std::move(models.model_ids));
-    head.headers.erase(held);
-  }
-  if (head.status < 100 || head.status > 999) {
+  // The same head as a whole answer would have.
+  auto r = client_head(c, head);
+  if (!r) {
+    // Ends the stream before it began: the client gets the 502.
+    c->streaming = false;
     cancel_at_replica(c);
-    finish(c, json_error(http::status::bad_gateway,
-                         "replica answered with invalid status " + std::to_string(head.status),
-                         c->request.request_id));
+    finish(c, invalid_status(c, head.status));
+    c->streaming = true;  // the replica's end still comes, and frees the slot
     return;
   }
-  Response r{static_cast<http::status>(head.status), 11};
-  for (auto& [name, value] : head.headers) {
-    auto field = http::string_to_field(name);
-    if (field == http::field::content_length || field == http::field::transfer_encoding ||
-        field == http::field::connection || boost::beast::iequals(name, "X-Request-Id"))
-      continue;
-    r.insert(name, value);
-  }
-  r.set("X-Request-Id", c->request.request_id);
+  r->set("X-Request-Id", c->request.request_id);
   core->metrics.first_byte(c->route->app, seconds_since(c->start));
-  c->exchange->begin_stream(std::move(r));
+  c->exchange->begin_stream(std::move(*r));
 }
 
 void on_stream_chunk(const CallPtr& c, std::string data) {

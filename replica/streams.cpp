@@ -74,28 +74,21 @@ void Inflight::remove(uint64_t key) {
   flows_.erase(key);
 }
 
+FlowPtr Inflight::find(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = flows_.find(key);
+  return it == flows_.end() ? nullptr : it->second;
+}
+
 void Inflight::grant(uint64_t key, uint64_t bytes) {
-  FlowPtr flow;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = flows_.find(key);
-    if (it == flows_.end())
-      return;
-    flow = it->second;
-  }
-  flow->grant(bytes);
+  if (auto flow = find(key))
+    flow->grant(bytes);
 }
 
 void Inflight::cancel(uint64_t key, bool deadline_passed) {
-  FlowPtr flow;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = flows_.find(key);
-    if (it == flows_.end())
-      return;
-    flow = it->second;
-  }
-  flow->cancel(deadline_passed);  // outside the lock: it runs the user's on_cancel callbacks
+  // Outside the lock: it runs the user's on_cancel callbacks.
+  if (auto flow = find(key))
+    flow->cancel(deadline_passed);
 }
 
 size_t Inflight::size() {

@@ -83,6 +83,7 @@ class Inflight {
   size_t size();
 
  private:
+  FlowPtr find(uint64_t key);
   std::mutex mutex_;
   std::unordered_map<uint64_t, FlowPtr> flows_;
 };

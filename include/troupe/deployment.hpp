@@ -464,7 +464,10 @@ struct Response {
 // Deadlines: a call made on a request thread of handle() inherits what is
 // left of that request's deadline and never gets more (a handle's own
 // timeout can only shorten it); a call made after the deadline passed
-// answers 504 at once, without reaching the proxy.
+// answers 504 at once, without reaching the proxy. Cancellation: in a
+// replica process (isolation: process, the default), a call made on a
+// request thread of handle() is cancelled when that request's client leaves
+// (the callee sees Request::cancelled(); the call answers 499).
 //
 // A blocking call holds the calling request thread: a deployment that calls
 // itself, or two that call each other, can run out of request threads and

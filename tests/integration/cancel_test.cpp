@@ -26,6 +26,7 @@
 
 #include "tests/support/cluster.hpp"
 #include "tests/support/http_client.hpp"
+#include "tests/support/stream_client.hpp"
 
 using namespace troupe::testing;
 using nlohmann::json;
@@ -71,80 +72,6 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
 }
-
-// A raw-socket GET whose connection the test closes when it wants to: the
-// client leaving.
-class RawGet {
- public:
-  RawGet(uint16_t port, const std::string& target) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd_ < 0)
-      return;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close();
-      return;
-    }
-    const std::string request = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" +
-                                std::to_string(port) + "\r\nAccept: */*\r\n\r\n";
-    std::size_t done = 0;
-    while (done < request.size()) {
-      ssize_t n = ::send(fd_, request.data() + done, request.size() - done, MSG_NOSIGNAL);
-      if (n <= 0) {
-        close();
-        return;
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    sent_ = true;
-  }
-  ~RawGet() { close(); }
-  RawGet(const RawGet&) = delete;
-  RawGet& operator=(const RawGet&) = delete;
-
-  bool sent() const { return sent_; }
-
-  // Reads until `text` is among the bytes received (head and body, raw);
-  // false at the end of the connection or the deadline.
-  bool read_until(const std::string& text, Clock::time_point deadline) {
-    while (received_.find(text) == std::string::npos) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (fd_ < 0 || left.count() < 0)
-        return false;
-      pollfd p{fd_, POLLIN, 0};
-      int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1000)));
-      if (ready < 0 && errno != EINTR)
-        return false;
-      if (ready <= 0)
-        continue;
-      char buf[4096];
-      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        return false;
-      received_.append(buf, static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-
-  const std::string& received() const { return received_; }
-
-  // The client leaves.
-  void close() {
-    if (fd_ >= 0)
-      ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-  bool sent_ = false;
-  std::string received_;
-};
 
 struct CancelCluster {
   Cluster cluster;
@@ -225,10 +152,14 @@ TEST_CASE("cancel: a client that leaves a Ticker stream cancels its producer wit
   REQUIRE(before.is_object());
   const int64_t cancelled_before = before.value("streams_cancelled", int64_t{0});
 
-  RawGet stream(c.proxy, "/stream?n=1000&ms=300");
-  REQUIRE(stream.sent());
+  StreamClient stream;
+  REQUIRE(stream.get(c.proxy, "/stream?n=1000&ms=300"));
   // The head and the first event ("data: 0" and the blank line ending it).
-  REQUIRE(stream.read_until("data: 0\n\n", Clock::now() + 10s));
+  const auto deadline = Clock::now() + 10s;
+  REQUIRE(stream.read_head(deadline));
+  StreamClient::Chunk first;
+  REQUIRE(stream.next_chunk(first, deadline) == StreamClient::Next::chunk);
+  REQUIRE(first.data == "data: 0\n\n");
   const int64_t t0 = now_ns();
   stream.close();
 
@@ -268,8 +199,8 @@ TEST_CASE("cancel: a client that leaves a Ticker stream cancels its producer wit
 
 TEST_CASE("cancel: a Sleep request cancelled by its client frees its slot within 100 ms") {
   CancelCluster c;
-  RawGet held(c.proxy, "/sleep?ms=20000");
-  REQUIRE(held.sent());
+  StreamClient held;
+  REQUIRE(held.get(c.proxy, "/sleep?ms=20000"));
   // The request runs at the replica (its only slot).
   REQUIRE(wait_until([&] { return c.sleep_in_flight() == 1; }, 10s, 20ms));
 
@@ -300,8 +231,8 @@ TEST_CASE("cancel: a queued request whose client left never runs") {
   REQUIRE(wait_until([&] { return c.sleep_in_flight() == 1; }, 10s, 20ms));
   {
     // B waits in the proxy's queue, then its client leaves.
-    RawGet b(c.proxy, "/sleep?ms=0");
-    REQUIRE(b.sent());
+    StreamClient b;
+    REQUIRE(b.get(c.proxy, "/sleep?ms=0"));
     REQUIRE(wait_until([&] { return c.sleep_queued() == 1; }, 5s, 10ms));
     b.close();
   }
@@ -321,8 +252,8 @@ TEST_CASE("cancel: a queued request whose client left never runs") {
 TEST_CASE("cancel: a client that leaves cancels the handle calls its request made") {
   CancelCluster c;
   // Gateway calls Sleep (20 s) through a handle and waits for its answer.
-  RawGet held(c.proxy, "/compose/timed/Sleep?wait_ms=0&ms=20000");
-  REQUIRE(held.sent());
+  StreamClient held;
+  REQUIRE(held.get(c.proxy, "/compose/timed/Sleep?wait_ms=0&ms=20000"));
   REQUIRE(wait_until(
       [&] { return c.in_flight("compose", "Sleep") == 1 && c.in_flight("compose", "Gateway") == 1; },
       10s, 20ms));
