@@ -125,10 +125,21 @@ Response invalid_status(const CallPtr& c, int status) {
                     c->request.request_id);
 }
 
+bool past_deadline(const CallPtr& c) {
+  return c->deadline != Clock::time_point::max() && Clock::now() >= c->deadline;
+}
+
 void on_answer(const CallPtr& c, HttpResponse& answer) {
   c->worker->untrack(c.get());
   auto r = client_head(c, answer);
   release(c, Outcome::answered);
+  if (past_deadline(c)) {
+    // The deadline passed before the answer came (the timer did not fire
+    // yet): the client gets the 504, not what a replica answered once its
+    // own copy of the deadline passed (a handler that stopped, cancelled).
+    on_timeout(c);
+    return;
+  }
   if (!r) {
     finish(c, invalid_status(c, answer.status));
     return;

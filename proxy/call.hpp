@@ -123,8 +123,10 @@ void finish(const CallPtr& c, Response&& r);
 // Gives the call's slot back to the router, if it holds one.
 void release(const CallPtr& c, Outcome outcome);
 
-// The replica's answer (the call is not done).
+// The replica's answer (the call is not done). After the call's deadline
+// it is answered 504 instead (on_timeout), as if the timer had fired first.
 void on_answer(const CallPtr& c, HttpResponse& answer);
+bool past_deadline(const CallPtr& c);
 
 // The status and headers the client gets for a replica's answer or a
 // stream's head (headers the proxy sets itself dropped; the held-models

@@ -261,6 +261,9 @@ void Proxy::stop() {
   for (auto& w : core.workers) {
     w->sweeper.reset();
     w->pending.clear();
+    w->streams.clear();
+    w->relays.clear();
+    w->handle_calls.clear();
     w->lanes.clear();
   }
   core.server.reset();

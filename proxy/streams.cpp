@@ -117,11 +117,15 @@ void on_stream_head(const CallPtr& c, HttpResponse& head, bool over_caf) {
   }
   // The same head as a whole answer would have.
   auto r = client_head(c, head);
-  if (!r) {
-    // Ends the stream before it began: the client gets the 502.
+  if (!r || past_deadline(c)) {
+    // Ends the stream before it began: the client gets the 502 (or the 504:
+    // the deadline passed before the head came).
     c->streaming = false;
-    cancel_at_replica(c);
-    finish(c, invalid_status(c, head.status));
+    cancel_at_replica(c, r.has_value());
+    if (r)
+      on_timeout(c);
+    else
+      finish(c, invalid_status(c, head.status));
     c->streaming = true;  // the replica's end still comes, and frees the slot
     return;
   }
