@@ -524,6 +524,10 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         ropts.loader = o.loader;
         ropts.metrics_sink = sink;
         ropts.handles = o.handles;
+        // A deployment that declares its handler non-blocking is called
+        // inline by this node's proxy (runtime/local_replicas.hpp).
+        if (o.channels)
+          ropts.local_replicas = o.channels->local_replicas();
         auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
         self->monitor(handle);
         st.replica_ids[handle.address()] = spec.replica_id;

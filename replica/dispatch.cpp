@@ -31,6 +31,11 @@ bool Dispatch::claim(size_t& index, Clock::time_point now) {
     if (busy[i].load(std::memory_order_relaxed) == false &&
         busy[i].compare_exchange_strong(idle, true, std::memory_order_acq_rel)) {
       std::lock_guard<std::mutex> guard(mutex_);
+      if (limit > 0 && ongoing_ >= limit) {
+        // Inline calls (Dispatch::admit) hold the other slots.
+        busy[i].store(false, std::memory_order_release);
+        return false;
+      }
       account_locked(now);
       ++ongoing_;
       started_locked(now);

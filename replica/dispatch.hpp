@@ -67,16 +67,17 @@ struct Dispatch {
   Inflight inflight;
 
   // Claims an idle request thread (CAF's request workers); false when all
-  // are busy.
+  // are busy, or when `limit` requests run (counting the inline calls of an
+  // in-process replica, which are admitted with admit()/finish()).
   bool claim(size_t& index, Clock::time_point now = Clock::now());
   // A request thread finished; true when it was the last one of a stopping
   // replica (then the caller tells the replica actor).
   bool release(size_t index, Clock::time_point now = Clock::now());
 
-  // With a data channel: admits a request unless max_ongoing_requests are
-  // running.
+  // With a data channel, or an inline call (replica/inline_replica.hpp):
+  // admits a request unless max_ongoing_requests are running.
   bool admit(Clock::time_point now = Clock::now());
-  // With a data channel: a request ended; tells a stopping replica actor
+  // After admit(): a request ended; tells a stopping replica actor
   // (done) when it was the last, and returns true then.
   bool finish(Clock::time_point now = Clock::now());
 

@@ -17,6 +17,7 @@
 
 #include "replica/control_worker.hpp"
 #include "replica/dispatch.hpp"
+#include "replica/inline_replica.hpp"
 #include "replica/instance.hpp"
 #include "replica/request_workers.hpp"
 #include "runtime/log.hpp"
@@ -100,6 +101,34 @@ void report_models(replica_actor* self, bool always) {
              std::move(held.model_ids));
 }
 
+// Deployment::nonblocking(), which should only return a constant; one that
+// throws declares nothing.
+bool declares_nonblocking(const Deployment& instance) {
+  try {
+    return instance.nonblocking();
+  } catch (...) {
+    return false;
+  }
+}
+
+// The node's proxy may call this replica's handler on its io threads from
+// now on (runtime/local_replicas.hpp). When the replica actor exits, the
+// registration goes, and close() waits for the calls in progress, so that
+// no io thread is in the instance when the request threads let it go.
+void register_inline(replica_actor* self, const Instance& instance) {
+  auto& st = self->state;
+  auto entry = std::make_shared<InlineReplica>(instance, st.dispatch);
+  auto registry = st.options.local_replicas;
+  registry->add(entry);
+  self->attach_functor([registry, entry](const caf::error&) {
+    registry->remove(entry);
+    entry->close();
+  });
+  st.log->info("replica {} of {}/{}: handler declared non-blocking; this node's proxy calls it "
+               "inline",
+               st.options.spec.replica_id, st.options.spec.app, st.options.spec.deployment);
+}
+
 void finish_stop(replica_actor* self) {
   auto& st = self->state;
   if (st.stop_promise)
@@ -158,6 +187,8 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
                           request_worker, instance, st.dispatch, i));
                     }
                   }
+                  if (!d.channel && st.options.local_replicas && declares_nonblocking(*instance))
+                    register_inline(self, instance);
                   d.ready.store(true, std::memory_order_release);
                   st.initialized = true;
                   st.start_time = unix_now();

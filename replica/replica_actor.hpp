@@ -45,6 +45,9 @@ class PluginLoader;
 namespace channel {
 class ReplicaEnd;
 }
+namespace local {
+class LocalReplicas;
+}
 }
 
 namespace troupe::replica {
@@ -67,6 +70,12 @@ struct ReplicaOptions {
   // ReplicaContext::models (model multiplexing). Set by spawn_replica when
   // empty.
   std::shared_ptr<ModelReport> models;
+  // An in-process replica (no channel) whose instance declares its handler
+  // non-blocking (Deployment::nonblocking()) registers itself here once
+  // built, so that the node's proxy calls it inline, and is closed and
+  // removed when the replica actor exits (runtime/local_replicas.hpp). May be
+  // empty.
+  std::shared_ptr<local::LocalReplicas> local_replicas;
 };
 
 ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options);

@@ -142,50 +142,45 @@ struct Registered {
 
 }  // namespace
 
-void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight& inflight,
-           Sink& sink) {
+std::shared_ptr<RequestControl> request_control(double timeout_s) {
   auto deadline = RequestControl::Clock::time_point::max();
-  if (req.timeout_s > 0) {
+  if (timeout_s > 0) {
     deadline = RequestControl::Clock::now() +
                std::chrono::duration_cast<RequestControl::Clock::duration>(
-                   std::chrono::duration<double>(req.timeout_s));
+                   std::chrono::duration<double>(timeout_s));
   }
-  auto control = std::make_shared<RequestControl>(deadline);
-  FlowPtr flow = inflight.add(req.call_key, control);
-  Registered registered{inflight, req.call_key};
-  Request in{std::move(req.method), std::move(req.path), std::move(req.query),
-             std::move(req.headers), std::move(req.body), control};
-  // Handle calls made by handle() (and by a stream's producer) carry this
-  // request's id and inherit what is left of its deadline.
-  RequestIdScope scope(req.request_id, req.timeout_s, control);
-  HttpResponse out;
-  std::function<void(StreamWriter&)> produce;
+  return std::make_shared<RequestControl>(deadline);
+}
+
+Handled run_handler(Deployment& d, const Request& in, const std::string& request_id,
+                    const ModelReport* models) {
+  Handled h;
   try {
     Response r = d.handle(in);
-    out.status = r.status;
-    out.headers = std::move(r.headers);
-    out.body = std::move(r.body);
-    produce = std::move(r.stream);
+    h.out.status = r.status;
+    h.out.headers = std::move(r.headers);
+    h.out.body = std::move(r.body);
+    h.produce = std::move(r.stream);
   } catch (const std::exception& e) {
-    out = error_answer(std::string("handler raised: ") + e.what());
+    h.out = error_answer(std::string("handler raised: ") + e.what());
   } catch (...) {
-    out = error_answer("handler raised a non-standard exception");
+    h.out = error_answer("handler raised a non-standard exception");
   }
-  if (!req.request_id.empty())
-    out.headers.emplace_back("X-Request-Id", req.request_id);
+  if (!request_id.empty())
+    h.out.headers.emplace_back("X-Request-Id", request_id);
   if (models && models->active() && !in.multiplexed_model_id().empty())
-    out.headers.emplace_back(multiplex::kHeldModelsHeader, multiplex::encode_held(models->held()));
-  if (!produce) {
-    sink.answer(std::move(out));
+    h.out.headers.emplace_back(multiplex::kHeldModelsHeader, multiplex::encode_held(models->held()));
+  return h;
+}
+
+void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink) {
+  h.out.body.clear();
+  h.out.stream = key != 0 ? key : 1;
+  if (!sink.head(std::move(h.out)))
     return;
-  }
-  out.body.clear();
-  out.stream = req.call_key != 0 ? req.call_key : 1;
-  if (!sink.head(std::move(out)))
-    return;
-  Writer writer(*flow, sink);
+  Writer writer(flow, sink);
   try {
-    produce(writer);
+    h.produce(writer);
   } catch (const std::exception& e) {
     sink.end(false, std::string("the stream's producer raised: ") + e.what());
     return;
@@ -194,9 +189,27 @@ void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight&
     return;
   }
   if (writer.broken())
-    sink.end(false, control->cancelled() ? "cancelled" : "the receiver is gone");
+    sink.end(false, flow.control()->cancelled() ? "cancelled" : "the receiver is gone");
   else
     sink.end(true, "");
+}
+
+void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight& inflight,
+           Sink& sink) {
+  auto control = request_control(req.timeout_s);
+  FlowPtr flow = inflight.add(req.call_key, control);
+  Registered registered{inflight, req.call_key};
+  Request in{std::move(req.method), std::move(req.path), std::move(req.query),
+             std::move(req.headers), std::move(req.body), control};
+  // Handle calls made by handle() (and by a stream's producer) carry this
+  // request's id and inherit what is left of its deadline.
+  RequestIdScope scope(req.request_id, req.timeout_s, control);
+  Handled h = run_handler(d, in, req.request_id, models);
+  if (!h.produce) {
+    sink.answer(std::move(h.out));
+    return;
+  }
+  run_stream(h, req.call_key, *flow, sink);
 }
 
 // --- CafSink -------------------------------------------------------------------

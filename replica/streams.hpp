@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -100,6 +101,28 @@ class Sink {
   virtual bool chunk(std::string_view data) = 0;
   virtual void end(bool complete, const std::string& why) = 0;
 };
+
+// What handle() answered: the answer and, for a streamed one, its producer.
+struct Handled {
+  HttpResponse out;
+  std::function<void(StreamWriter&)> produce;
+};
+
+// The RequestControl of a request that has `timeout_s` left (0: no deadline).
+std::shared_ptr<RequestControl> request_control(double timeout_s);
+
+// Runs handle(in) (the first half of serve()): an exception becomes a 500
+// with a JSON body; the answer gets X-Request-Id (`request_id`, unless
+// empty) and, with `models` and a request that names a model, the models
+// the replica holds after it.
+Handled run_handler(Deployment& d, const Request& in, const std::string& request_id,
+                    const ModelReport* models);
+
+// The rest of a streamed answer (the second half of serve()): the head
+// (h.out, named `key`), then what h.produce writes under `flow`'s window,
+// then the end (complete, or early when the producer threw or the stream
+// could not go on).
+void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink);
 
 // Runs `req` in the user's handle() and sends what it answers to `sink`: a
 // Response, or a stream (the head, then what the producer writes under the

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "runtime/status.hpp"
+#include "runtime/local_replicas.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe::channel {
@@ -118,8 +119,14 @@ Result<Made> make_channel(const std::string& replica_id, size_t lanes);
 // The channels of a node's replica processes by replica id: the node agent
 // adds one when it starts a process and removes it when the process exits;
 // the proxy looks up the channel of a local replica when it learns of it.
+//
+// It also carries the node's in-process replicas that the proxy may call
+// inline (runtime/local_replicas.hpp): the node agent and the proxy share
+// this object, and both paths are "how the proxy reaches a replica of this
+// node without CAF".
 class Registry {
  public:
+  const std::shared_ptr<local::LocalReplicas>& local_replicas() const { return local_replicas_; }
   void add(ChannelPtr channel);
   void remove(const std::string& replica_id);
   ChannelPtr find(const std::string& replica_id) const;
@@ -128,6 +135,8 @@ class Registry {
  private:
   mutable std::mutex mutex_;
   std::map<std::string, ChannelPtr> channels_;
+  const std::shared_ptr<local::LocalReplicas> local_replicas_ =
+      std::make_shared<local::LocalReplicas>();
 };
 
 // --- frames -------------------------------------------------------------------

@@ -35,7 +35,10 @@
 // request threads, up to max_ongoing_requests of them at once, possibly while
 // reconfigure() or check_health() runs. Guard shared state accordingly (a
 // mutex or atomics). User code never runs on the threads of the controller,
-// the proxy or the node agent, so it may block.
+// the proxy or the node agent, so it may block — unless the deployment
+// declares its handler non-blocking (Deployment::nonblocking() below): then
+// an `isolation: in_process` replica's handle() runs on the node proxy's io
+// threads, up to max_ongoing_requests at once.
 //
 // Errors: an exception from the constructor, or from the reconfigure() that
 // follows it, is a start failure whose message reaches the deployment's
@@ -79,7 +82,8 @@ namespace troupe {
 //    multiplexing listener (ModelCache).
 // 4: streaming answers (Response::stream, StreamWriter) and cancellation
 //    (Request::control, RequestControl).
-constexpr uint32_t kDeploymentAbiVersion = 4;
+// 5: Deployment::nonblocking() (a new virtual function: the vtable changed).
+constexpr uint32_t kDeploymentAbiVersion = 5;
 
 // Model multiplexing (Ray Serve's): the request header that names the model a
 // request is for, and troupe's own spelling of it. Header names compare
@@ -909,6 +913,27 @@ class Deployment {
   virtual void check_health() {}
 
   virtual Response handle(const Request& request) = 0;
+
+  // Return true to declare that handle() never blocks: it only computes
+  // (microseconds, not milliseconds), with no sleeps, no I/O or waits on
+  // other threads (short critical sections excepted), no
+  // Request::wait_cancelled() and no deployment handle call whose answer it
+  // waits for. Then, when the replica runs `isolation: in_process`, the
+  // node's HTTP proxy calls handle() directly on its io thread and writes the
+  // answer: no message to the replica and no hand-off to a request thread
+  // and back, which is most of what a small request costs otherwise. The
+  // rest is unchanged: max_ongoing_requests and the proxy's queue bound the
+  // calls in flight, an exception is a 500, a stopping replica takes no new
+  // request, and a streamed answer's producer runs on a thread of its own
+  // (it may block on flow control). What differs: a call that runs cannot be
+  // cancelled (the io thread is busy with it; Request::cancelled() is true
+  // only once its deadline passed), and a handler that does block stalls
+  // every connection of that io thread (the proxy logs a warning when one
+  // takes longer than 10 ms). Requests from other nodes' proxies, and
+  // replicas in their own process (`isolation: process`, the default), take
+  // the normal path whatever this says. Asked once, on a runtime thread,
+  // after the constructor and the first reconfigure(): return a constant.
+  virtual bool nonblocking() const { return false; }
 };
 
 // What TROUPE_DEPLOYMENT exports for each class. Layout is part of the ABI;
