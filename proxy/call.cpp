@@ -333,15 +333,26 @@ void send(const CallPtr& c, SlotPtr slot) {
     c->request.timeout_s = std::max(
         std::chrono::duration<double>(c->deadline - Clock::now()).count(), 1e-3);
   }
-  uint32_t attempt = ++c->attempt;
+  ++c->attempt;
   ++c->sends;
   c->key = w->new_key();
   c->request.call_key = c->key;
+  if (send_inline(c))
+    return;
   if (send_channel(c)) {
     w->core->metrics.sent(true);
     return;
   }
   w->core->metrics.sent(false);
+  auto id = await_caf_answer(c);
+  c->slot->handle->enqueue(w->companion->ctrl(), id,
+                           caf::make_message(handle_atom::value, c->request),
+                           w->companion->context());
+}
+
+caf::message_id await_caf_answer(const CallPtr& c) {
+  auto* w = c->worker;
+  uint32_t attempt = c->attempt;
   // What mixin::requester does (actor_companion has no request()): a request
   // id, a response handler with an error branch, and a timeout. The timeout
   // is the worker's sweep (see sweep()), not CAF's clock: the clock thread
@@ -380,8 +391,7 @@ void send(const CallPtr& c, SlotPtr slot) {
                                                on_error(c, err);
                                              },
                                          });
-  c->slot->handle->enqueue(self->ctrl(), id, caf::make_message(handle_atom::value, c->request),
-                           self->context());
+  return id;
 }
 
 void sweep(Worker* w) {

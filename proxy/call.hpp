@@ -109,8 +109,9 @@ void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double tim
 // 503/404 when it cannot be.
 void dispatch(const CallPtr& c);
 
-// Sends the call to `slot`'s replica: over its data channel when it has one,
-// else as a CAF request through the worker's companion.
+// Sends the call to `slot`'s replica: inline when it is an in-process replica
+// with a non-blocking handler (inline_path.cpp), over its data channel when
+// it has one, else as a CAF request through the worker's companion.
 void send(const CallPtr& c, SlotPtr slot);
 
 // A queued call got a slot (null: its deployment is gone).
@@ -170,6 +171,21 @@ void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, c
 // The path of the request as the client sent it, without the query (for log
 // lines: never the query's or the body's content).
 std::string_view path_of(Call& c);
+
+// The response handler of the call's current attempt over CAF, on the
+// worker's companion (answers, stream heads, errors; superseded attempts
+// ignored); the call is tracked (sweep, fail_over). Returns the request id
+// to send the request with.
+caf::message_id await_caf_answer(const CallPtr& c);
+
+// --- in-process replicas called inline (inline_path.cpp) ----------------------
+
+// Runs the call's request in its replica's non-blocking handler on this io
+// thread and answers it (on_answer), or places it again when the replica
+// refuses (on_error); a streamed answer continues over CAF
+// (await_caf_answer). False when the slot's replica is not called inline
+// (none, or it is gone): then it goes the normal way.
+bool send_inline(const CallPtr& c);
 
 // --- data channels to replica processes (channel_path.cpp) --------------------
 

@@ -47,6 +47,10 @@ class Metrics {
   uint64_t sent_over(bool channel) const {
     return (channel ? sent_channel_ : sent_caf_).load(std::memory_order_relaxed);
   }
+  // A request run inline by an in-process replica's non-blocking handler
+  // (proxy/inline_path.cpp).
+  void sent_inline() { sent_inline_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t sent_inline_count() const { return sent_inline_.load(std::memory_order_relaxed); }
   // A shadow copy of a request to `app` for its shadow `deployment`, once it
   // ends: `outcome` is the status code of its answer ("200", or the proxy's
   // own "502"/"504" when it failed or timed out) or "dropped" (not sent: the
@@ -89,6 +93,7 @@ class Metrics {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> sent_channel_{0};
   std::atomic<uint64_t> sent_caf_{0};
+  std::atomic<uint64_t> sent_inline_{0};
 };
 
 }  // namespace troupe::proxy

@@ -32,6 +32,9 @@ RouterOptions Proxy::Core::router_options(const ProxyOptions& o) {
     r.channel_of = [channels = o.channels](const std::string& replica_id) {
       return channels->find(replica_id);
     };
+    r.local_replica_of = [locals = o.channels->local_replicas()](const std::string& replica_id) {
+      return locals->find(replica_id);
+    };
   }
   return r;
 }

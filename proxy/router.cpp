@@ -381,6 +381,8 @@ void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& end
       slot->local = !options_.local_node.empty() && ep.node_id == options_.local_node;
       if (slot->local && options_.channel_of)
         slot->channel = options_.channel_of(ep.replica_id);
+      if (slot->local && options_.local_replica_of)
+        slot->local_replica = options_.local_replica_of(ep.replica_id);
       if (ep.handle) {
         by_address_[ep.handle.address()] = slot;
         added.push_back(ep.handle);

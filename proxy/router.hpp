@@ -33,6 +33,9 @@
 namespace troupe::channel {
 class Channel;
 }
+namespace troupe::local {
+class LocalReplica;
+}
 
 namespace troupe::proxy {
 
@@ -140,6 +143,10 @@ struct ReplicaSlot {
   // node registers it before it starts the process, long before a snapshot
   // can name the replica.
   std::shared_ptr<channel::Channel> channel;
+  // A local in-process replica whose handler the proxy may call inline
+  // (RouterOptions::local_replica_of, runtime/local_replicas.hpp); set when
+  // the slot is made and constant after, like `channel`.
+  std::shared_ptr<local::LocalReplica> local_replica;
   // Guarded by the router's mutex.
   uint32_t in_flight = 0;
   bool dead = false;  // died, or left the replica set
@@ -180,6 +187,10 @@ struct RouterOptions {
   size_t unlimited_queue_cap = 1u << 20;
   // The data channel of a replica of this node, by replica id (or null).
   std::function<std::shared_ptr<channel::Channel>(const std::string&)> channel_of = nullptr;
+  // The inline-callable in-process replica of this node, by replica id (or
+  // null).
+  std::function<std::shared_ptr<local::LocalReplica>(const std::string&)> local_replica_of =
+      nullptr;
 };
 
 class Router {
