@@ -14,6 +14,10 @@ class Noop : public troupe::Deployment {
     r.body = R"({"ok":true})";
     return r;
   }
+
+  // It only builds a constant: an in-process replica is called inline by the
+  // node's proxy (no hand-off to a request thread).
+  bool nonblocking() const override { return true; }
 };
 
 TROUPE_DEPLOYMENT(Noop)

@@ -1,0 +1,63 @@
+// InlineProbe: a deployment that declares its handler non-blocking (unless
+// `args: {nonblocking: false}`), for the tests of the proxy's inline path
+// (proxy/inline_path.cpp). Query parameters:
+//   mode=ok (default)  {"replica_id", "max_running", "served"}: max_running is
+//                      the most calls this replica ever ran at once, which
+//                      max_ongoing_requests bounds on either path
+//   spin_us=N          computes (a busy loop, no wait) for N microseconds
+//                      first, so that concurrent requests overlap
+//   mode=throw         throws std::runtime_error("probe failure")
+//   mode=stream&n=N    a streamed answer of N lines "piece <i>\n"
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include <troupe/deployment.hpp>
+
+class InlineProbe : public troupe::Deployment {
+ public:
+  InlineProbe(const troupe::Json& args, const troupe::ReplicaContext& ctx)
+      : ctx_(ctx), nonblocking_(args.value("nonblocking", true)) {}
+
+  troupe::Response handle(const troupe::Request& request) override {
+    const std::string mode = request.query_param("mode", "ok");
+    if (mode == "throw")
+      throw std::runtime_error("probe failure");
+    if (mode == "stream") {
+      int n = std::stoi(request.query_param("n", "3"));
+      return troupe::Response::streaming(
+          [n](troupe::StreamWriter& out) {
+            for (int i = 0; i < n; ++i) {
+              if (!out.write("piece " + std::to_string(i) + "\n"))
+                return;
+            }
+          },
+          "text/plain");
+    }
+    int now = ++running_;
+    int seen = max_running_.load();
+    while (now > seen && !max_running_.compare_exchange_weak(seen, now)) {
+    }
+    auto until = std::chrono::steady_clock::now() +
+                 std::chrono::microseconds(std::stoi(request.query_param("spin_us", "0")));
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    --running_;
+    uint64_t served = ++served_;
+    return troupe::Response::json({{"replica_id", ctx_.replica_id},
+                                   {"max_running", max_running_.load()},
+                                   {"served", served}});
+  }
+
+  bool nonblocking() const override { return nonblocking_; }
+
+ private:
+  const troupe::ReplicaContext ctx_;
+  const bool nonblocking_;
+  std::atomic<int> running_{0};
+  std::atomic<int> max_running_{0};
+  std::atomic<uint64_t> served_{0};
+};
+
+TROUPE_DEPLOYMENT(InlineProbe)

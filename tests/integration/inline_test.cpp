@@ -1,0 +1,242 @@
+// The proxy's inline path on a real node (proxy/inline_path.cpp): an
+// in_process replica whose deployment declares its handler non-blocking
+// (examples/inline_probe.cpp) is called by the proxy's io threads. Checked
+// through HTTP: answers (also a streamed one), max_ongoing_requests with the
+// proxy's queue across two io threads, a handler that throws answered as on
+// the normal path (the same class declaring nothing, at /normal), the
+// proxy's metrics, and a rolling update and a delete while requests flow:
+// no request is lost or failed, and the node exits cleanly.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
+
+using namespace troupe::testing;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// `probe_replicas` replicas of the probe, with `probe_args`; the same class
+// declaring nothing (the normal path) at /normal.
+std::string config(int probe_replicas, int max_ongoing, const std::string& probe_args) {
+  return R"(http_options: {request_timeout_s: 30}
+applications:
+  - name: probe
+    route_prefix: /probe
+    import_path: libtroupe_examples.so:InlineProbe
+    args: )" + probe_args +
+         R"(
+    deployments:
+      - name: InlineProbe
+        num_replicas: )" +
+         std::to_string(probe_replicas) + R"(
+        max_ongoing_requests: )" +
+         std::to_string(max_ongoing) + R"(
+        isolation: in_process
+  - name: normal
+    route_prefix: /normal
+    import_path: libtroupe_examples.so:InlineProbe
+    args: {nonblocking: false}
+    deployments:
+      - name: InlineProbe
+        num_replicas: 1
+        max_ongoing_requests: 2
+        isolation: in_process
+)";
+}
+
+struct InlineNode {
+  Cluster cluster;
+  uint16_t port = 0;
+
+  InlineNode() {
+    // Two io threads: inline calls of both can overlap.
+    cluster.start_head({"--proxy-io-threads", "2"});
+    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+    port = cluster.http_ports.at("head");
+  }
+
+  void deploy(const std::string& yaml) {
+    std::ofstream(cluster.dir / "inline.yaml") << yaml;
+    auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
+                         cluster.dir / "inline.yaml", "--wait"},
+                        90s);
+    CAPTURE(deployed.err);
+    REQUIRE(deployed.exit_code == 0);
+  }
+
+  // Waits until the proxy routes to `n` replicas of app's InlineProbe.
+  void wait_replicas(const std::string& app, size_t n) {
+    std::string routes;
+    INFO("last /-/routes: ", routes);
+    REQUIRE(wait_until(
+        [&] {
+          auto r = http_get(port, "/-/routes", 5);
+          if (!r || r->status != 200)
+            return false;
+          routes = r->body;
+          const json body = json::parse(r->body);
+          for (const auto& d : body["deployments"]) {
+            if (d["application"] == app && d["deployment"] == "InlineProbe")
+              return d["replicas"].size() == n;
+          }
+          return false;
+        },
+        30s, 100ms));
+  }
+
+  // The value of the first line of /-/metrics that starts with `key`; -1
+  // when there is none.
+  double metric(const std::string& key) {
+    auto r = http_get(port, "/-/metrics", 5);
+    REQUIRE(r);
+    auto at = r->body.find(key + " ");
+    if (at == std::string::npos)
+      return -1;
+    return std::stod(r->body.substr(at + key.size() + 1));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("inline: an in_process non-blocking deployment answers through the io threads") {
+  InlineNode node;
+  node.deploy(config(1, 1, "{}"));
+  node.wait_replicas("probe", 1);
+  node.wait_replicas("normal", 1);
+  const double inline_before = node.metric("troupe_proxy_replica_sends_total{transport=\"inline\"}");
+
+  auto first = http_get(node.port, "/probe/?a=1", 10);
+  REQUIRE(first);
+  CAPTURE(first->body);
+  CHECK(first->status == 200);
+  CHECK(json::parse(first->body).value("replica_id", "").find("probe#InlineProbe#") == 0);
+  CHECK(first->head.find("X-Request-Id") != std::string::npos);
+
+  // max_ongoing_requests 1: eight clients over both io threads, each call
+  // computing 2 ms; the proxy queues the rest, and the replica never runs
+  // two at once.
+  constexpr int kClients = 8;
+  constexpr int kPerClient = 20;
+  std::mutex mutex;
+  std::map<int, int> statuses;
+  int most_running = 0;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      for (int k = 0; k < kPerClient; ++k) {
+        auto r = http_get(node.port, "/probe/?spin_us=2000", 30);
+        std::lock_guard<std::mutex> lock(mutex);
+        ++statuses[r ? r->status : 0];
+        if (r && r->status == 200)
+          most_running = std::max(most_running, json::parse(r->body).value("max_running", 0));
+      }
+    });
+  }
+  for (auto& t : clients)
+    t.join();
+  CHECK(statuses[200] == kClients * kPerClient);
+  CHECK(most_running == 1);
+
+  // A handler that throws: the same answer as on the normal path.
+  auto thrown = http_get(node.port, "/probe/?mode=throw", 10);
+  auto normal = http_get(node.port, "/normal/?mode=throw", 10);
+  REQUIRE(thrown);
+  REQUIRE(normal);
+  CAPTURE(thrown->body);
+  CAPTURE(normal->body);
+  CHECK(thrown->status == 500);
+  CHECK(thrown->status == normal->status);
+  CHECK(json::parse(thrown->body)["error"] == json::parse(normal->body)["error"]);
+  CHECK(json::parse(thrown->body)["error"] == "handler raised: probe failure");
+
+  // A streamed answer goes on from a thread of its own.
+  auto streamed = http_get(node.port, "/probe/?mode=stream&n=3", 10);
+  REQUIRE(streamed);
+  CHECK(streamed->status == 200);
+  CHECK(streamed->body == "piece 0\npiece 1\npiece 2\n");
+
+  // The proxy counted them: every request of /probe ran inline (the stream
+  // too), and /normal's went over CAF.
+  const int probe_requests = 1 + kClients * kPerClient + 1 + 1;
+  CHECK(node.metric("troupe_proxy_replica_sends_total{transport=\"inline\"}") - inline_before ==
+        probe_requests);
+  CHECK(node.metric("troupe_proxy_requests_total{application=\"probe\",code=\"200\"}") ==
+        1 + kClients * kPerClient + 1);
+  CHECK(node.metric("troupe_proxy_requests_total{application=\"probe\",code=\"500\"}") == 1);
+  CHECK(node.metric("troupe_proxy_replica_sends_total{transport=\"caf\"}") >= 1);
+  auto reports = node.cluster.stop_all();
+  for (const auto& r : reports)
+    FAIL_CHECK(r);
+}
+
+TEST_CASE("inline: a rolling update and a delete while requests flow lose no request") {
+  InlineNode node;
+  node.deploy(config(2, 4, "{generation: 1}"));
+  node.wait_replicas("probe", 2);
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> deleted{false};
+  std::mutex mutex;
+  std::map<int, int> before_delete;  // status -> count
+  std::map<int, int> after_delete;
+  std::string unexpected;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&] {
+      while (!stop.load()) {
+        bool was_deleted = deleted.load();
+        auto r = http_get(node.port, "/probe/?spin_us=200", 30);
+        int status = r ? r->status : 0;
+        std::lock_guard<std::mutex> lock(mutex);
+        ++(was_deleted ? after_delete : before_delete)[status];
+        if (status != 200 && !(was_deleted && (status == 404 || status == 503)))
+          unexpected = std::to_string(status) + (r ? " " + r->body : std::string(" no answer"));
+      }
+    });
+  }
+  auto answered = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return before_delete[200];
+  };
+  REQUIRE(wait_until([&] { return answered() >= 100; }, 30s, 10ms));
+
+  // New args: a new version, replaced replica by replica while requests flow.
+  node.deploy(config(2, 4, "{generation: 2}"));
+  const int after_update = answered();
+  REQUIRE(wait_until([&] { return answered() >= after_update + 100; }, 30s, 10ms));
+
+  deleted.store(true);
+  auto gone = run({bin("troupectl"), "--address", node.cluster.address, "delete", "probe"}, 60s);
+  CAPTURE(gone.err);
+  REQUIRE(gone.exit_code == 0);
+  // Once the proxy has no route, every answer is 404.
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(node.port, "/probe/", 5);
+        return r && r->status == 404;
+      },
+      30s, 50ms));
+  stop.store(true);
+  for (auto& t : clients)
+    t.join();
+  CAPTURE(unexpected);
+  CHECK(unexpected.empty());
+  CHECK(before_delete[0] == 0);
+  CHECK(after_delete[0] == 0);
+  CHECK(before_delete[200] >= after_update + 100);
+  auto reports = node.cluster.stop_all();
+  for (const auto& r : reports)
+    FAIL_CHECK(r);
+}
