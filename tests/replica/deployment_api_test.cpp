@@ -58,6 +58,11 @@ TEST_CASE("TROUPE_DEPLOYMENT uses (init_args) when that is the only constructor"
   CHECK(d->handle(Request{}).body == "a");
 }
 
+TEST_CASE("a deployment declares nothing about blocking unless it overrides nonblocking()") {
+  auto d = troupe_deployment_ArgsOnly()->create(Json{{"name", "a"}}, test_context());
+  CHECK_FALSE(d->nonblocking());
+}
+
 TEST_CASE("TROUPE_DEPLOYMENT prefers (init_args - ctx) when it exists") {
   auto d = troupe_deployment_WithContext()->create(Json{{"name", "w"}}, test_context());
   CHECK(d->handle(Request{}).body == "w@app#Dep#r1/node-1");

@@ -62,6 +62,20 @@ TEST_CASE("Noop answers the same small JSON body to every request") {
   CHECK(json_of(response) == Json{{"ok", true}});
   request.path = "/other";
   CHECK(noop->handle(request).body == response.body);
+  // It only builds a constant: called inline by the proxy when in_process.
+  CHECK(noop->nonblocking());
+}
+
+TEST_CASE("InlineProbe declares its handler non-blocking unless its args say otherwise") {
+  auto probe = make("InlineProbe", Json::object());
+  CHECK(probe->nonblocking());
+  CHECK_FALSE(make("InlineProbe", Json{{"nonblocking", false}})->nonblocking());
+  Json first = json_of(probe->handle(get("/", "spin_us=10")));
+  CHECK(first["max_running"] == 1);
+  CHECK(first["served"] == 1);
+  CHECK_THROWS_WITH_AS(probe->handle(get("/", "mode=throw")), "probe failure", std::runtime_error);
+  Response streamed = probe->handle(get("/", "mode=stream&n=2"));
+  CHECK(static_cast<bool>(streamed.stream));
 }
 
 TEST_CASE("Echo returns the request and the replica as JSON") {
