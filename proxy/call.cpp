@@ -10,6 +10,8 @@
 #include <string>
 
 #include <boost/beast/http/field.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/monitorable_actor.hpp>
 #include <nlohmann/json.hpp>
 
 #include "proxy/core.hpp"
@@ -275,7 +277,17 @@ void on_error(const CallPtr& c, const caf::error& err) {
     refused(c, why);
     return;
   }
-  if (err == caf::exit_reason::remote_link_unreachable) {
+  // CAF bounces a request it finds no route for with request_receiver_down,
+  // the same error as a replica that died with the request (the BASP broker
+  // answers so once the connection that leads to the replica's node dropped;
+  // it kills the proxies of the directly connected node only, so a remote
+  // replica reached through the head keeps a live handle and no down message
+  // tells). Such a bounce from a remote replica while the connection to the
+  // controller's node is gone is not the request's fault.
+  bool bounced = err == caf::exit_reason::remote_link_unreachable ||
+                 (err == caf::sec::request_receiver_down && c->slot && !c->slot->local &&
+                  c->worker->core->hub_unreachable());
+  if (bounced) {
     // Bounced: no route to the replica's node (its connection, or the one to
     // the head that leads there, dropped). The replica may be fine: the next
     // snapshot makes it eligible again.
@@ -647,6 +659,22 @@ void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
           crash ? "died" : "was lost with the connection to the head", crash);
     });
   }
+}
+
+bool Proxy::Core::hub_unreachable() {
+  ControllerActor to;
+  {
+    std::lock_guard<std::mutex> lock(actor_mutex);
+    to = controller;
+  }
+  if (!to || to.node() == sys->node())
+    return false;
+  // The controller's handle is a proxy of the head's node: CAF kills it, with
+  // this reason, in the same step that drops the route (before any request
+  // can bounce for lack of it). fail_state() reads it under the actor's lock.
+  auto* actor = caf::actor_cast<caf::abstract_actor*>(to);
+  return static_cast<caf::monitorable_actor*>(actor)->fail_state() ==
+         caf::exit_reason::remote_link_unreachable;
 }
 
 void Proxy::Core::hub_lost() {

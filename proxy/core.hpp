@@ -110,6 +110,9 @@ struct Proxy::Core : public Handler {
   // answered nor bounced, and the handles of other nodes' replicas do not go
   // down).
   void hub_lost();
+  // call.cpp: the controller's handle died with the connection to its node
+  // (true at once, while hub_lost() waits for its down message).
+  bool hub_unreachable();
   // (metrics, reporter, app, deployment, queued + in flight) to the
   // controller, for autoscaling.
   void report_load(const std::string& app, const std::string& deployment, double value) {

@@ -311,7 +311,10 @@ TEST_CASE("frozen worker: after its connections timed out its proxy serves again
   CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 15s));
   for (auto& t : waiting)
     t.join();
-  if (std::any_of(during.begin(), during.end(), [](const auto& r) { return !r; })) {
+  if (std::any_of(during.begin(), during.end(), [](const auto& r) { return !r || r->status != 200; })) {
+    for (const auto& r : during)
+      if (r && r->status != 200)
+        MESSAGE("answer " << r->status << ": " << r->body);
     f.cluster.dump_output();
     auto routes = http_get(f.port("w1"), "/-/routes", 2);
     MESSAGE("routes of w1: " << (routes ? routes->body : "no answer"));
