@@ -172,6 +172,7 @@ void execute(controller_actor* self, const Command& cmd) {
     case CommandAction::no_agent:
     case CommandAction::replica_gone:
     case CommandAction::already_gone:
+    case CommandAction::awaiting_node:
       return;
   }
 }

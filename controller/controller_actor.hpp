@@ -31,6 +31,13 @@ struct ControllerOptions {
   // collects the replicas that re-registering nodes report before it
   // reconciles (starting replicas any earlier would duplicate live ones).
   double recovery_window_s = 3.0;
+  // A controller that made no progress for longer than a quarter of the node
+  // timeout (and five ticks) was paused - stopped, starved, or its VM
+  // migrated: it does not judge the nodes by its own silence. Every node's
+  // heartbeat deadline is re-armed, and a node whose connection dropped
+  // during the pause stays ALIVE for this long after the resume so that it
+  // can reconnect and register again (an agent retries at most every 5 s).
+  double pause_grace_s = 10.0;
   // Requests to agents and replicas that should answer at once.
   double request_timeout_s = 5.0;
   // Where the ids of the live nodes are kept (file "nodes"), so that a

@@ -1,5 +1,6 @@
 #include "controller/membership.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace troupe::controller {
@@ -32,13 +33,19 @@ Status Membership::heartbeat(const std::string& id, double now) {
 std::vector<NodeTransition> Membership::check(double now) {
   std::vector<NodeTransition> out;
   for (auto& [id, node] : nodes_) {
-    if (node.state == NodeState::dead)
+    if (node.state == NodeState::dead || now < node.reconnect_by)
       continue;
     double silent = now - node.last_heartbeat;
     if (silent > node_timeout_s_) {
-      char buf[96];
-      std::snprintf(buf, sizeof(buf), "no heartbeat for %.1f s (timeout %.1f s)", silent,
-                    node_timeout_s_);
+      char buf[128];
+      if (node.reconnect_by > 0) {
+        std::snprintf(buf, sizeof(buf),
+                      "did not register again within %.1f s of the controller's resume",
+                      node.reconnect_by - node.last_heartbeat);
+      } else {
+        std::snprintf(buf, sizeof(buf), "no heartbeat for %.1f s (timeout %.1f s)", silent,
+                      node_timeout_s_);
+      }
       out.push_back({id, node.state, NodeState::dead, buf});
       node.state = NodeState::dead;
       node.reason = buf;
@@ -47,11 +54,26 @@ std::vector<NodeTransition> Membership::check(double now) {
   return out;
 }
 
+void Membership::resumed(double now, double grace_s) {
+  grace_until_ = now + grace_s;
+  for (auto& [id, node] : nodes_) {
+    if (node.state != NodeState::dead)
+      node.last_heartbeat = std::max(node.last_heartbeat, now);
+  }
+}
+
 std::vector<NodeTransition> Membership::connection_lost(const std::string& id, uint64_t incarnation,
-                                                        double) {
+                                                        double now) {
   auto it = nodes_.find(id);
   if (it == nodes_.end() || it->second.incarnation != incarnation ||
       it->second.state == NodeState::dead) {
+    return {};
+  }
+  if (in_pause_grace(now)) {
+    // Most likely the pause itself: the node's side gave up the connection
+    // while this process did not answer. It reconnects and registers again.
+    it->second.reconnect_by = grace_until_;
+    it->second.reason = "connection lost while the controller was paused; waiting for it to register again";
     return {};
   }
   NodeTransition t{id, it->second.state, NodeState::dead, "connection to the node agent lost"};

@@ -25,6 +25,10 @@ struct NodeRecord {
   std::string reason;         // why the node is in its state
   uint64_t incarnation = 0;   // bumped on every (re-)registration
   bool drained = false;       // an operator asked to drain it; kept across reconnects
+  // Its connection dropped while the controller was paused (Membership::
+  // resumed): not DEAD before this time (seconds on the controller's clock),
+  // by which it must have registered again.
+  double reconnect_by = 0;
 };
 
 // A change of state the caller should log and react to.
@@ -54,8 +58,19 @@ class Membership {
 
   // The connection to the node's agent dropped. `incarnation` guards against
   // a late notice about an older connection after the node re-registered.
+  // Not while the controller resumes from a pause (resumed()): a node whose
+  // connection dropped then has until the grace ends to register again.
   std::vector<NodeTransition> connection_lost(const std::string& id, uint64_t incarnation,
                                               double now);
+  // The controller made no progress for a while (its process was stopped,
+  // starved or migrated) and runs again at `now`. Every node heard from
+  // before is judged from now on, not by the controller's own silence: its
+  // heartbeat deadline is re-armed, and for `grace_s` a dropped connection
+  // (what the pause did to the nodes' connections) leaves the node ALIVE
+  // until it registers again or the grace ends.
+  void resumed(double now, double grace_s);
+  // Within the grace of the last resumed().
+  bool in_pause_grace(double now) const { return now < grace_until_; }
 
   Status drain(const std::string& id);
   // A node leaving on purpose (graceful shutdown) is removed from the table.
@@ -68,6 +83,7 @@ class Membership {
   double node_timeout_s_;
   std::map<std::string, NodeRecord> nodes_;
   uint64_t next_incarnation_ = 1;
+  double grace_until_ = 0;
 };
 
 }  // namespace troupe::controller

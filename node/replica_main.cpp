@@ -140,7 +140,13 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   {
     caf::actor_system_config cfg;
-    configure_actor_system(cfg, TransportOptions{});
+    // Heartbeats, so that the node notices a frozen replica process; but no
+    // connection timeout on this side: a node that is frozen (SIGSTOP, a
+    // starved or migrated host) comes back to find its replicas serving,
+    // and a node that dies takes this process with it (PR_SET_PDEATHSIG).
+    TransportOptions transport;
+    transport.connection_timeout_s = 0;
+    configure_actor_system(cfg, transport);
     if (!tls_dir.empty()) {
       if (auto st = security::configure_tls(cfg, tls_dir, node_id); !st)
         fail("--tls-dir: " + st.message());

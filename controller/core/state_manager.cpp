@@ -711,6 +711,14 @@ void StateManager::publish() {
     snapshot_seq_ = next;
 }
 
+void StateManager::republish(const DeploymentId& id) {
+  auto it = deployments_.find(id);
+  if (it == deployments_.end() || it->second->published_seq() == 0)
+    return;
+  ++snapshot_seq_;
+  it->second->mark_published(snapshot_seq_, it->second->published_set());
+}
+
 std::optional<SnapshotDelta> StateManager::changes_since(const SnapshotId& last) const {
   if (snapshot_seq_ == 0)
     return std::nullopt;  // nothing published yet

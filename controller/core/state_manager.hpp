@@ -247,6 +247,11 @@ class StateManager {
   SnapshotId snapshot_id() const { return {options_.snapshot_epoch, snapshot_seq_}; }
   // What changed since `last`; nullopt when `last` is current.
   std::optional<SnapshotDelta> changes_since(const SnapshotId& last) const;
+  // The deployment's set goes out again in the next delta although the core
+  // saw no change: the shell holds new actor handles for its replicas (they
+  // came back with their node after the controller's pause, and the
+  // snapshots sent meanwhile lacked them).
+  void republish(const DeploymentId& id);
 
  private:
   struct AppState {

@@ -24,6 +24,8 @@ const char* to_string(CommandAction a) {
       return "stop_via_agent";
     case CommandAction::kill_via_agent:
       return "kill_via_agent";
+    case CommandAction::awaiting_node:
+      return "awaiting_node";
   }
   return "?";
 }

@@ -23,6 +23,10 @@ enum class CommandAction {
                    // replica (it dies with its node's connection anyway)
   stop_via_agent,  // the agent stops the replica gracefully (exit(kill) if that fails)
   kill_via_agent,  // the agent kills the replica process (exit(kill) if that fails)
+  awaiting_node,   // reconfigure / check_health / recover of a replica whose handle went
+                   // down with its node's connection in the controller's pause, before
+                   // the node registered again: nothing is sent (a check counts as
+                   // unanswered at its deadline)
 };
 
 const char* to_string(CommandAction a);

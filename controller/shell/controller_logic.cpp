@@ -1,6 +1,9 @@
 #include "controller/shell/controller_logic.hpp"
 
+#include <algorithm>
 #include <set>
+
+#include <caf/exit_reason.hpp>
 
 #include "controller/shell/admission.hpp"
 #include "controller/shell/startup.hpp"
@@ -109,6 +112,7 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
              known ? "re-registered" : "registered", info.pid, info.host, info.http_port,
              info.resources, hosted.size());
   auto adopt = actors_.take_hosted(info.id, hosted, recovering());
+  settle_unreachable(info.id, hosted);
   if (recovering()) {
     recovery_->collect(std::move(adopt));
     // Once every node that was alive before has registered again, there is
@@ -357,6 +361,12 @@ ControllerLogic::Execution ControllerLogic::plan(const Command& cmd) {
   if (cmd.kind == CommandKind::stop || cmd.kind == CommandKind::kill)
     actors_.mark_stopping(id);
   out.action = plan_command(cmd, static_cast<bool>(out.agent), static_cast<bool>(out.replica));
+  if (out.action == CommandAction::replica_gone) {
+    if (auto it = unreachable_.find(cmd.node_id);
+        it != unreachable_.end() && it->second.count(id) > 0) {
+      out.action = CommandAction::awaiting_node;
+    }
+  }
   switch (out.action) {
     case CommandAction::no_agent:
       core_->on_replica_start_failed(id, "node " + cmd.node_id + " has no agent connected");
@@ -406,9 +416,60 @@ bool ControllerLogic::handle_metrics(const std::string& reporter, const std::str
 
 // ---------------------------------------------------------------- time
 
+double ControllerLogic::pause_threshold_s() const {
+  return std::max(5 * options_.tick_interval_s, options_.node_timeout_s / 4);
+}
+
+void ControllerLogic::notice_pause() {
+  double t = now();
+  if (last_tick_at_ < 0 || t - last_tick_at_ <= pause_threshold_s())
+    return;
+  log_->warn(
+      "the controller made no progress for {:.1f} s (its process was stopped or starved): "
+      "every node's heartbeat deadline starts again now, and a node whose connection dropped "
+      "meanwhile has {:.1f} s to register again before it is DEAD",
+      t - last_tick_at_, options_.pause_grace_s);
+  membership_.resumed(t, options_.pause_grace_s);
+  last_tick_at_ = t;
+}
+
+void ControllerLogic::settle_unreachable(const std::string& node,
+                                         const std::vector<HostedReplicaInfo>& hosted) {
+  auto it = unreachable_.find(node);
+  if (it == unreachable_.end())
+    return;
+  for (const auto& id : it->second) {
+    bool back = std::any_of(hosted.begin(), hosted.end(), [&](const HostedReplicaInfo& h) {
+      return h.replica_id == id && h.handle;
+    });
+    if (back) {
+      log_->info("replica {} is back with its node {}", id, node);
+      auto h = std::find_if(hosted.begin(), hosted.end(),
+                            [&](const HostedReplicaInfo& x) { return x.replica_id == id; });
+      core_->republish(DeploymentId{h->app, h->deployment});
+      continue;
+    }
+    std::string cause = "replica " + id + " was not reported by node " + node +
+                        " when it registered again after the controller's pause";
+    log_->warn("{}", cause);
+    core_->on_replica_crashed(id, cause);
+  }
+  unreachable_.erase(it);
+}
+
+void ControllerLogic::drop_unreachable(const std::vector<NodeTransition>& ts) {
+  for (const auto& t : ts) {
+    if (t.to == NodeState::dead)
+      unreachable_.erase(t.id);
+  }
+}
+
 bool ControllerLogic::tick() {
+  notice_pause();
+  last_tick_at_ = now();
   auto ts = membership_.check(now());
   log_transitions(ts);
+  drop_unreachable(ts);
   if (!ts.empty())
     nodes_changed();
   return recovery_->window_over();
@@ -461,6 +522,7 @@ ProxyActor ControllerLogic::settle_proxy_check(ProxyHealthMonitor::Key key, bool
 
 bool ControllerLogic::on_down(const caf::actor_addr& source, const caf::error& reason,
                               const std::string& rendered) {
+  notice_pause();
   auto ev = actors_.on_down(source, reason);
   switch (ev.kind) {
     case DownKind::unknown:
@@ -476,6 +538,15 @@ bool ControllerLogic::on_down(const caf::actor_addr& source, const caf::error& r
     case DownKind::replica_crashed:
       if (recovering())
         return false;
+      if (reason == caf::exit_reason::remote_link_unreachable &&
+          membership_.in_pause_grace(now())) {
+        log_->info(
+            "replica {} went down with the connection to node {} after the controller's pause; "
+            "waiting for the node to register again",
+            ev.id, ev.node);
+        unreachable_[ev.node].insert(ev.id);
+        return false;
+      }
       // A replica process's handle ends with the cause of its exit ("replica
       // X exited: killed by SIGSEGV"): that is the status message.
       log_->warn("replica {} went down: {}", ev.id, ev.cause.empty() ? rendered : ev.cause);
@@ -494,6 +565,13 @@ bool ControllerLogic::on_down(const caf::actor_addr& source, const caf::error& r
       log_->warn("lost the node agent of {}: {}", ev.id, rendered);
       auto ts = membership_.connection_lost(ev.id, ev.incarnation, now());
       log_transitions(ts);
+      drop_unreachable(ts);
+      if (auto it = membership_.nodes().find(ev.id);
+          ts.empty() && it != membership_.nodes().end() && it->second.reconnect_by > now()) {
+        log_->info("node {} lost its connection in the controller's pause; it has {:.1f} s to "
+                   "register again",
+                   ev.id, it->second.reconnect_by - now());
+      }
       if (ts.empty())
         return false;
       nodes_changed();

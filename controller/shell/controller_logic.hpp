@@ -205,6 +205,17 @@ class ControllerLogic {
  private:
   double now() const { return clock_->now_s(); }
   void log_transitions(const std::vector<NodeTransition>& ts);
+  // Called by tick() and on_down(): a controller whose ticks stopped for
+  // longer than pause_threshold_s() was paused; the membership then judges
+  // the nodes from now on (Membership::resumed).
+  void notice_pause();
+  double pause_threshold_s() const;
+  // After a pause, replicas whose handles went down with their node's
+  // connection are not crashes: they wait here for their node to register
+  // again (which brings the handles back, or names those that are gone), or
+  // to be declared DEAD (the core replaces the replicas of DEAD nodes).
+  void settle_unreachable(const std::string& node, const std::vector<HostedReplicaInfo>& hosted);
+  void drop_unreachable(const std::vector<NodeTransition>& ts);
   void save_live_nodes();
   // The core learns the node table (and <state_dir>/nodes is kept).
   void push_nodes();
@@ -229,6 +240,10 @@ class ControllerLogic {
   // `troupectl shutdown --nodes`: stop the node processes once every replica
   // is gone.
   bool stop_nodes_when_empty_ = false;
+  // When tick() last ran (the controller's clock); < 0 before the first.
+  double last_tick_at_ = -1;
+  // Node id -> replicas unreachable since a pause (settle_unreachable()).
+  std::map<std::string, std::set<std::string>> unreachable_;
   // Last logged status per deployment, to log transitions.
   StatusChangeLog status_log_;
 };

@@ -192,6 +192,7 @@ DownEvent ActorDirectory::on_down(const caf::actor_addr& source, const caf::erro
   if (auto it = replica_of_.find(source); it != replica_of_.end()) {
     ev.id = it->second;  // a copy: forget_replica() erases the entry
     bool stopping = replicas_[ev.id].stopping;
+    ev.node = replicas_[ev.id].node_id;
     forget_replica(ev.id);
     ev.kind = stopping ? DownKind::replica_stopped : DownKind::replica_crashed;
     // A replica process's handle ends with the cause of its exit.

@@ -49,6 +49,8 @@ struct DownEvent {
   DownKind kind = DownKind::unknown;
   // The replica's id; the agent's node id.
   std::string id;
+  // replica_*: the node it ran on.
+  std::string node;
   // replica_crashed: the troupe error a replica process's handle ends with
   // ("replica X exited: killed by SIGSEGV"), the deployment's status message;
   // empty for any other reason (the shell logs CAF's rendering of it).

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include <doctest/doctest.h>
@@ -134,6 +135,29 @@ struct Fixture {
     reconcile();
     *replica_id = cmd.replica_id;
     return replica;
+  }
+
+  // Time passing as in the actor: a tick every tick_interval_s, and a
+  // heartbeat from each of `beating` every 0.5 s.
+  void ticks(double seconds, const std::vector<std::string>& beating = {}) {
+    int steps = static_cast<int>(seconds / options.tick_interval_s + 0.5);
+    for (int i = 1; i <= steps; ++i) {
+      clock->advance(options.tick_interval_s);
+      if (i % 5 == 0) {
+        for (const auto& id : beating)
+          REQUIRE(logic->heartbeat(id, Credential{}).is_ok());
+      }
+      logic->tick();
+    }
+  }
+
+  // The replicas of a/D as the status lists them: id -> state.
+  std::map<std::string, std::string> replicas_of_d() const {
+    std::map<std::string, std::string> out;
+    auto all = status();
+    for (const auto& r : all["applications"]["a"]["deployments"]["D"]["replicas"])
+      out[r.value("id", "")] = r.value("state", "");
+    return out;
   }
 
   nlohmann::json status() const { return nlohmann::json::parse(logic->status()); }
@@ -403,14 +427,144 @@ TEST_CASE("logic: silent nodes turn DEAD on the tick") {
   f.options.node_timeout_s = 5.0;
   f.start();
   f.register_node("n1", f.handle());
-  f.clock->advance(4.0);
+  f.ticks(4.0);
   REQUIRE(f.logic->heartbeat("n1", Credential{}).is_ok());
-  f.clock->advance(4.0);
-  f.logic->tick();
+  f.ticks(4.0);
   CHECK(f.node_state("n1") == "ALIVE");
-  f.clock->advance(1.5);
-  f.logic->tick();
+  f.ticks(1.5);
   CHECK(f.node_state("n1") == "DEAD");
+}
+
+TEST_CASE("logic: after its own pause the controller declares no node DEAD and replaces no replica") {
+  Fixture f;
+  f.options.node_timeout_s = 2.0;
+  f.options.pause_grace_s = 10.0;
+  f.start();
+  std::string id;
+  auto agent = f.handle();
+  auto replica = f.running_replica(agent, &id);  // on n1
+  f.register_node("n2", f.handle());
+  f.ticks(1.0, {"n1", "n2"});
+  REQUIRE(f.replicas_of_d() == std::map<std::string, std::string>{{id, "RUNNING"}});
+
+  // Stopped for 10 s. Meanwhile n1 gave up its connection: on the resume the
+  // controller learns that its agent and replica went down with it.
+  f.clock->advance(10.0);
+  CHECK_FALSE(
+      f.logic->on_down(agent.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  CHECK(contains(f.log_text.str(), "the controller made no progress for 10.0 s"));
+  CHECK_FALSE(
+      f.logic->on_down(replica.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  CHECK(contains(f.log_text.str(), "replica " + id + " went down with the connection to node n1"));
+  // Nine seconds of the grace, reconciling as the actor does: its health
+  // check comes due (every 10 s) and is held for its node, nothing starts.
+  size_t held = 0;
+  for (int s = 0; s < 9; ++s) {
+    f.ticks(1.0, {"n2"});
+    for (const auto& [cmd, run] : f.reconcile()) {
+      CHECK_MESSAGE(cmd.kind != CommandKind::start, cmd.replica_id);
+      if (cmd.kind == CommandKind::check_health && cmd.replica_id == id) {
+        CHECK(run.action == CommandAction::awaiting_node);
+        ++held;
+      }
+    }
+  }
+  CHECK(held == 1);
+  CHECK(f.node_state("n1") == "ALIVE");
+  CHECK(f.node_state("n2") == "ALIVE");
+  CHECK(f.replicas_of_d() == std::map<std::string, std::string>{{id, "RUNNING"}});
+
+  // n1 reconnects and registers again with its replica: the same replica,
+  // with its new handle; nothing is started or stopped.
+  HostedReplicaInfo h;
+  h.replica_id = id;
+  h.app = "a";
+  h.deployment = "D";
+  h.handle = f.handle();
+  auto seq_before = f.logic->core().snapshot_id().seq;
+  f.register_node("n1", f.handle(), {h});
+  CHECK(contains(f.log_text.str(), "replica " + id + " is back with its node n1"));
+  // Proxies get its set again, with the new handle (the snapshots of the
+  // grace lacked it).
+  auto delta = f.logic->core().changes_since({f.logic->core().snapshot_id().epoch, seq_before});
+  REQUIRE(delta);
+  REQUIRE(delta->deployments.size() == 1);
+  CHECK(delta->deployments[0].replicas.size() == 1);
+  for (const auto& [cmd, run] : f.reconcile_except_checks()) {
+    CHECK_MESSAGE(cmd.kind != CommandKind::start, cmd.replica_id);
+    CHECK_MESSAGE(cmd.kind != CommandKind::stop, cmd.replica_id);
+  }
+  f.ticks(15.0, {"n1", "n2"});
+  CHECK(f.node_state("n1") == "ALIVE");
+  CHECK(f.node_state("n2") == "ALIVE");
+  CHECK(f.replicas_of_d() == std::map<std::string, std::string>{{id, "RUNNING"}});
+  CHECK_FALSE(contains(f.log_text.str(), "-> DEAD"));
+  CHECK_FALSE(contains(f.log_text.str(), "went down: "));
+}
+
+TEST_CASE("logic: after a pause a replica its node does not report again is replaced") {
+  Fixture f;
+  f.options.node_timeout_s = 2.0;
+  f.start();
+  std::string id;
+  auto agent = f.handle();
+  auto replica = f.running_replica(agent, &id);
+  f.ticks(1.0, {"n1"});
+  f.clock->advance(10.0);
+  f.logic->on_down(agent.address(), caf::exit_reason::remote_link_unreachable, "lost");
+  f.logic->on_down(replica.address(), caf::exit_reason::remote_link_unreachable, "lost");
+  f.register_node("n1", f.handle());  // back, without it (it died meanwhile)
+  CHECK(contains(f.log_text.str(), "replica " + id + " was not reported by node n1"));
+  size_t starts = 0;
+  for (const auto& [cmd, run] : f.reconcile_except_checks()) {
+    if (cmd.kind == CommandKind::start) {
+      ++starts;
+      CHECK(cmd.replica_id != id);
+    }
+  }
+  CHECK(starts == 1);
+}
+
+TEST_CASE("logic: after a pause a node that does not come back is DEAD when the grace ends") {
+  Fixture f;
+  f.options.node_timeout_s = 2.0;
+  f.options.pause_grace_s = 10.0;
+  f.start();
+  std::string id;
+  auto agent = f.handle();
+  auto replica = f.running_replica(agent, &id);
+  f.register_node("n2", f.handle());
+  f.ticks(1.0, {"n1", "n2"});
+  f.clock->advance(10.0);
+  f.logic->on_down(agent.address(), caf::exit_reason::remote_link_unreachable, "lost");
+  f.logic->on_down(replica.address(), caf::exit_reason::remote_link_unreachable, "lost");
+  f.ticks(9.8, {"n2"});
+  CHECK(f.node_state("n1") == "ALIVE");
+  f.ticks(0.4, {"n2"});
+  CHECK(f.node_state("n1") == "DEAD");
+  CHECK(contains(f.log_text.str(), "did not register again within 10.0 s of the controller's resume"));
+  // Its replica is replaced like any on a DEAD node.
+  size_t starts = 0;
+  for (const auto& [cmd, run] : f.reconcile_except_checks()) {
+    if (cmd.kind == CommandKind::start) {
+      ++starts;
+      CHECK(cmd.node_id == "n2");
+    }
+  }
+  CHECK(starts == 1);
+}
+
+TEST_CASE("logic: without a pause a dropped connection still takes its node down at once") {
+  Fixture f;
+  f.options.node_timeout_s = 2.0;
+  f.start();
+  auto agent = f.handle();
+  f.register_node("n1", agent);
+  f.ticks(1.0, {"n1"});
+  f.clock->advance(0.4);  // less than a quarter of the node timeout
+  CHECK(f.logic->on_down(agent.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  CHECK(f.node_state("n1") == "DEAD");
+  CHECK_FALSE(contains(f.log_text.str(), "made no progress"));
 }
 
 TEST_CASE("logic: subscribers get what changed - and all of it after new http settings") {

@@ -346,6 +346,83 @@ TEST_CASE("frozen worker: after its connections timed out its proxy serves again
   }
 }
 
+TEST_CASE("frozen head: 10 s under load through a worker - answered - after it no node is DEAD and no replica replaced") {
+  // kFastLiveness: node timeout 2 s, BASP connection timeout 3 s. The head
+  // is stopped far longer than both: the workers give up their connections
+  // to it, and the resumed controller finds every node silent for 10 s. It
+  // must see that it was the one stopped (issue: it declared every node
+  // DEAD, itself included, and replaced their replicas).
+  Fixture f({"w1", "w2"});
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 3, 4)).has_value());
+  REQUIRE(f.wait_at_target("echo", "Echo", 3, 30s));
+  auto before = f.running("echo", "Echo");
+  REQUIRE(before.size() == 3);
+  // Load through w1, which has a replica of its own to serve from while the
+  // head (the route to every other node) is gone.
+  REQUIRE(std::count_if(before.begin(), before.end(),
+                        [](const auto& kv) { return kv.second == "w1"; }) >= 1);
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 3));
+  Load load({f.port("w1"), f.port("w1"), f.port("w1"), f.port("w1")}, "/echo/through-w1", 30);
+  REQUIRE(wait_until([&] { return load.count() >= 40; }, 20s));
+
+  f.cluster.nodes.at("head").signal(SIGSTOP);
+  auto frozen_at = Clock::now();
+  CHECK(wait_until(
+      [&] { return f.output_has("w1", "lost the connection to the controller's node"); }, 8s));
+  size_t at_lost = load.count();
+  // The freeze's length is the fault under test.
+  std::this_thread::sleep_until(frozen_at + 10s);
+  size_t during = load.count() - at_lost;
+  f.cluster.nodes.at("head").signal(SIGCONT);
+
+  CHECK(wait_until([&] { return f.output_has("head", "the controller made no progress for"); },
+                   10s));
+  // Both workers reconnect and register again, with the replicas they host.
+  CHECK(wait_until(
+      [&] {
+        return f.output_has("head", "node w1 re-registered") &&
+               f.output_has("head", "node w2 re-registered");
+      },
+      20s));
+  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+  f.reconnect();  // the test's own connection to the head timed out too
+  CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
+  CHECK(f.wait_routed("w1", "echo", "Echo", 3));
+  size_t at_back = load.count();
+  REQUIRE(wait_until([&] { return load.count() >= at_back + 40; }, 20s));
+  load.stop();
+
+  // Every request through w1 answered (at least 99.9 %: the goal; in fact
+  // none should fail), and w1 kept answering after it lost the head.
+  auto outcomes = load.outcomes();
+  size_t failed = 0;
+  for (const auto& o : outcomes) {
+    if (o.status != 200) {
+      ++failed;
+      MESSAGE("failed: " << o.status << " after " << o.seconds << " s: " << o.body);
+    }
+  }
+  MESSAGE(outcomes.size() << " requests through w1, " << failed << " failed; " << during
+                          << " answered while the head was gone");
+  CHECK(failed * 1000 <= outcomes.size());
+  CHECK(during >= 100);
+  // No node was declared DEAD, and the same three replicas run: none was
+  // replaced, stopped or started.
+  if (f.output_has("head", "-> DEAD"))
+    f.cluster.dump_output();
+  CHECK_FALSE(f.output_has("head", "-> DEAD"));
+  auto after = f.running("echo", "Echo");
+  if (after != before) {
+    for (const auto& [id, node] : before)
+      MESSAGE("before: " << id << " on " << node);
+    for (const auto& [id, node] : after)
+      MESSAGE("after: " << id << " on " << node);
+    f.cluster.dump_output();
+  }
+  CHECK(after == before);
+  CHECK(f.output_has("head", "is back with its node"));
+}
+
 TEST_CASE("troupectl kill agent: the node restarts its agent and its replicas are adopted") {
   Fixture f({"w1"});
   REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 4, 8)).has_value());

@@ -28,6 +28,22 @@ void ClientCluster::start(const std::vector<std::string>& workers,
   client.emplace(std::move(c.value()));
 }
 
+void ClientCluster::reconnect(std::chrono::milliseconds deadline) {
+  std::string last;
+  bool ok = wait_until(
+      [&] {
+        auto c = ControllerClient::connect(*sys, parse_endpoint(cluster.address).value(), 5);
+        if (!c) {
+          last = c.status().to_string();
+          return false;
+        }
+        client.emplace(std::move(c.value()));
+        return client->status_json().has_value();
+      },
+      deadline, 200ms);
+  REQUIRE_MESSAGE(ok, "cannot connect to the head again: " << last);
+}
+
 nlohmann::json ClientCluster::status() {
   auto s = client->status_json();
   REQUIRE(s.has_value());

@@ -27,6 +27,10 @@ struct ClientCluster {
   void start(const std::vector<std::string>& workers,
              const std::vector<std::string>& head_args = {});
 
+  // Connects the client again (after a fault that dropped its connection to
+  // the head); REQUIREs that it succeeds within `deadline`.
+  void reconnect(std::chrono::milliseconds deadline = std::chrono::seconds(20));
+
   // `status --json`, parsed; REQUIREs that the call succeeds.
   nlohmann::json status();
 
