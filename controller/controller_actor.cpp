@@ -430,7 +430,9 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
 
 Result<std::unique_ptr<CheckpointStore>> open_checkpoint(const std::string& state_dir) {
   auto path = state_dir + "/checkpoint";
-  auto store = RocksCheckpointStore::open(path);
+  RocksCheckpointStoreOptions options;
+  options.log = troupe::log::get("checkpoint");
+  auto store = RocksCheckpointStore::open(path, options);
   if (!store)
     return store.status();
   auto loaded = (*store)->load();

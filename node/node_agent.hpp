@@ -65,7 +65,12 @@ struct AgentOptions {
   double heartbeat_interval_s = 1.0;
   double request_timeout_s = 2.0;
   double initial_backoff_s = 0.1;
-  double max_backoff_s = 5.0;
+  // Attempts to reach a controller that is gone stay at most ~1 s apart
+  // (+-20 % jitter): a head back after a long outage sees every node again
+  // within its recovery window (3 s by default), so the restarted controller
+  // adopts their replicas instead of starting new ones (a TCP connect per
+  // node per second costs a down head nothing).
+  double max_backoff_s = 1.0;
   // Resolves import paths for the replicas of this node.
   std::shared_ptr<PluginLoader> loader;
   // The keeper of this node's HTTP proxy (may be empty). Every time the node

@@ -5,6 +5,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <cstdarg>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
@@ -48,8 +50,34 @@ RocksCheckpointStore::~RocksCheckpointStore() {
 
 namespace {
 
+// RocksDB's own messages go to the node's log, not to a LOG file in the
+// checkpoint directory. On a full disk that file is the first write to fail,
+// and RocksDB 7.8 as Debian builds it (assertions on) aborts the process on
+// the next message to a logger whose file write failed: a full state disk
+// must refuse deploys, not take the head down. Warnings and errors only.
+class InfoLog final : public rocksdb::Logger {
+ public:
+  explicit InfoLog(std::shared_ptr<spdlog::logger> log)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), log_(std::move(log)) {}
+
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (!log_ || level < GetInfoLogLevel() || level == rocksdb::InfoLogLevel::HEADER_LEVEL)
+      return;
+    char text[1024];
+    std::vsnprintf(text, sizeof(text), format, ap);
+    auto spd = level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? spdlog::level::err
+                                                            : spdlog::level::warn;
+    log_->log(spd, "rocksdb: {}", text);
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> log_;
+};
+
 rocksdb::Options db_options(const RocksCheckpointStoreOptions& store_options) {
   rocksdb::Options options;
+  options.info_log = std::make_shared<InfoLog>(store_options.log);
   options.create_if_missing = true;
   // Refuse to open over inconsistencies instead of skipping them.
   options.paranoid_checks = true;

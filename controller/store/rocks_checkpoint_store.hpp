@@ -15,6 +15,8 @@
 // Not thread-safe: one owner (the controller actor) calls it.
 #pragma once
 
+#include <spdlog/logger.h>
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +36,9 @@ struct RocksCheckpointStoreOptions {
   // rocksdb::Env::Default(). Tests inject I/O failures here. Not owned: it
   // must outlive the store.
   rocksdb::Env* env = nullptr;
+  // Where RocksDB's own warnings and errors go (prefixed "rocksdb: "); null:
+  // nowhere. Never to a LOG file in the checkpoint directory (see the .cpp).
+  std::shared_ptr<spdlog::logger> log;
 };
 
 class RocksCheckpointStore final : public CheckpointStore {

@@ -24,6 +24,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "runtime/resources.hpp"
 #include "runtime/system_setup.hpp"
 #include "tests/support/client_cluster.hpp"
 #include "tests/support/cluster.hpp"
@@ -48,14 +49,16 @@ controller::ApplicationSpec app_spec(const std::string& name, const std::string&
 
 struct Fixture : ClientCluster {
   // `basp_timeout_s`: replaces the BASP connection timeout of kFastLiveness.
-  Fixture(const std::vector<std::string>& workers, std::optional<double> basp_timeout_s = {}) {
+  // `worker_args`: extra arguments of some workers, by id.
+  Fixture(const std::vector<std::string>& workers, std::optional<double> basp_timeout_s = {},
+          const std::map<std::string, std::vector<std::string>>& worker_args = {}) {
     if (basp_timeout_s) {
       auto& l = cluster.liveness;
       auto it = std::find(l.begin(), l.end(), "--basp-connection-timeout");
       REQUIRE(it != l.end());
       *(it + 1) = std::to_string(*basp_timeout_s);
     }
-    start(workers);
+    start(workers, {}, worker_args);
   }
 
   uint16_t port(const std::string& node) { return cluster.http_ports.at(node); }
@@ -421,6 +424,80 @@ TEST_CASE("frozen head: 10 s under load through a worker - answered - after it n
   }
   CHECK(after == before);
   CHECK(f.output_has("head", "is back with its node"));
+}
+
+TEST_CASE("head killed -9 for 20 s: a worker serves throughout - the restarted controller adopts every replica and starts none") {
+  // The replicas run on the workers only (the resource `worker`): what dies
+  // with the head is the controller, not a replica.
+  std::vector<std::string> worker = {"--resources", "cpu=2,worker=1"};
+  Fixture f({"w1", "w2"}, {}, {{"w1", worker}, {"w2", worker}});
+  auto app = app_spec("echo", "/echo", "Echo", 3, 4);
+  app.deployments[0].config.resources = parse_resources("worker=0.25").value();
+  REQUIRE(f.client->deploy(app).has_value());
+  REQUIRE(f.wait_at_target("echo", "Echo", 3, 30s));
+  auto before = f.running("echo", "Echo");
+  REQUIRE(before.size() == 3);
+  REQUIRE(std::count_if(before.begin(), before.end(),
+                        [](const auto& kv) { return kv.second == "w1"; }) >= 1);
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 3));
+  int started_w1 = f.occurrences("w1", "started replica process");
+  int started_w2 = f.occurrences("w2", "started replica process");
+  Load load({f.port("w1"), f.port("w1"), f.port("w1"), f.port("w1")}, "/echo/through-w1", 30);
+  REQUIRE(wait_until([&] { return load.count() >= 40; }, 20s));
+
+  f.cluster.nodes.at("head").signal(SIGKILL);
+  REQUIRE(f.cluster.nodes.at("head").wait_exit(5s).has_value());
+  auto killed_at = Clock::now();
+  CHECK(wait_until(
+      [&] { return f.output_has("w1", "lost the connection to the controller's node"); }, 8s));
+  size_t at_lost = load.count();
+  // The head's absence is the fault under test.
+  std::this_thread::sleep_until(killed_at + 20s);
+  size_t during = load.count() - at_lost;
+
+  // The same head again (same state directory and ports). Its recovery
+  // window is the default's 3 s; the agents retry about once a second.
+  auto& l = f.cluster.liveness;
+  auto window = std::find(l.begin(), l.end(), "--recovery-window");
+  REQUIRE(window != l.end());
+  *(window + 1) = "3";
+  f.cluster.start_head();
+  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 30s));
+  f.reconnect();
+  CHECK(wait_until(
+      [&] { return f.output_has("head", "every node known before the restart has registered"); },
+      20s));
+  CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
+  CHECK(f.wait_routed("w1", "echo", "Echo", 3));
+  size_t at_back = load.count();
+  REQUIRE(wait_until([&] { return load.count() >= at_back + 40; }, 20s));
+  load.stop();
+
+  auto outcomes = load.outcomes();
+  size_t failed = 0;
+  for (const auto& o : outcomes) {
+    if (o.status != 200) {
+      ++failed;
+      MESSAGE("failed: " << o.status << " after " << o.seconds << " s: " << o.body);
+    }
+  }
+  MESSAGE(outcomes.size() << " requests through w1, " << failed << " failed; " << during
+                          << " answered while the head was gone");
+  CHECK(failed * 1000 <= outcomes.size());
+  CHECK(during >= 100);
+  // Adopted, not restarted: the same three replicas, and the restarted
+  // controller started none.
+  auto after = f.running("echo", "Echo");
+  if (after != before) {
+    for (const auto& [id, node] : before)
+      MESSAGE("before: " << id << " on " << node);
+    for (const auto& [id, node] : after)
+      MESSAGE("after: " << id << " on " << node);
+    f.cluster.dump_output();
+  }
+  CHECK(after == before);
+  CHECK(f.occurrences("w1", "started replica process") == started_w1);
+  CHECK(f.occurrences("w2", "started replica process") == started_w2);
 }
 
 TEST_CASE("troupectl kill agent: the node restarts its agent and its replicas are adopted") {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
@@ -19,6 +20,7 @@
 
 #include "runtime/system_setup.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/tmpfs.hpp"
 #include "tools/troupectl/client.hpp"
 
 using namespace troupe;
@@ -88,6 +90,83 @@ struct Client {
 };
 
 }  // namespace
+
+TEST_CASE("a full state disk on the head: a deploy is refused naming the checkpoint - reads work - writes resume with space") {
+  Cluster c;
+  // The head's whole state directory (checkpoint, nodes file) on a disk of
+  // its own. The suite runs as root.
+  Tmpfs disk(c.dir / "head", "16m");
+  REQUIRE_MESSAGE(disk.mounted, "mount tmpfs on " << disk.path << ": " << disk.error);
+  c.start_head();
+  REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
+  Client client(c.address);
+  REQUIRE(client.client->deploy(echo_app("before", 0)).has_value());
+
+  auto [filled, full] = fill_disk(disk.path + "/filler");
+  REQUIRE(full);
+  MESSAGE("filled the head's state disk with " << filled << " bytes");
+  // What RocksDB already holds of its log file still takes a few deploys;
+  // then a deploy cannot be written ahead: it is refused, never acknowledged.
+  std::vector<std::string> acknowledged;
+  std::optional<Status> refusal;
+  std::string refused;
+  for (int i = 0; i < 5000 && !refusal; ++i) {
+    auto name = "during" + std::to_string(i);
+    auto r = client.client->deploy(echo_app(name, 0));
+    if (r) {
+      acknowledged.push_back(name);
+    } else {
+      refusal = r.status();
+      refused = name;
+    }
+  }
+  REQUIRE(refusal);
+  MESSAGE(acknowledged.size() << " deploys fitted after the disk was full; then: "
+                              << refusal->to_string());
+  {
+    auto message = refusal->to_string();
+    INFO(message);
+    if (message.find("checkpoint") == std::string::npos)
+      c.dump_output();
+    CHECK(message.find("checkpoint database " + disk.path) != std::string::npos);
+    CHECK(message.find("No space left on device") != std::string::npos);
+  }
+  // Reads keep working and show exactly what was acknowledged.
+  auto s = client.status();
+  REQUIRE(s.contains("applications"));
+  CHECK(s["applications"].contains("before"));
+  CHECK(s["applications"].size() == acknowledged.size() + 1);
+  CHECK_FALSE(s["applications"].contains(refused));
+  auto config = client.client->config();
+  REQUIRE(config.has_value());
+  CHECK(config->applications.size() == acknowledged.size() + 1);
+  CHECK(config->applications.count(refused) == 0);
+  CHECK(c.nodes.at("head").running());
+
+  // Space returns: the next deploy succeeds, without a restart.
+  std::filesystem::remove(disk.path + "/filler");
+  auto accepted = client.client->deploy(echo_app(refused, 0));
+  CHECK_MESSAGE(accepted.has_value(), accepted.status().to_string());
+  // Durable: a restarted controller recovers every acknowledged deploy and
+  // none of the refused ones.
+  REQUIRE(client.client->kill("controller", "").is_ok());
+  REQUIRE(client.reconnect(c.address, 20s));
+  std::optional<controller::TargetState> state;
+  REQUIRE(wait_until(
+      [&] {
+        auto got = client.client->config();
+        if (!got)
+          return false;
+        state = *got;
+        return true;
+      },
+      20s, 100ms));
+  CHECK(state->applications.count("before") == 1);
+  for (const auto& name : acknowledged)
+    CHECK_MESSAGE(state->applications.count(name) == 1, name);
+  CHECK(state->applications.count(refused) == 1);
+  CHECK(state->applications.size() == acknowledged.size() + 2);
+}
 
 TEST_CASE("a killed controller actor is restarted and adopts every replica without restarting it") {
   Cluster c;

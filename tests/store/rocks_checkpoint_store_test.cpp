@@ -12,6 +12,7 @@
 
 #include "controller/store/codec.hpp"
 #include "tests/store/store_test_support.hpp"
+#include "tests/support/tmpfs.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -357,4 +358,41 @@ TEST_CASE("a failed write changes nothing") {
     store.reset();
     CHECK(load_ok(*open_ok(path, options)) == third);
   }
+}
+
+TEST_CASE("a full disk: the save fails naming the cause - saves work again once space returns") {
+  TempDir dir;
+  troupe::testing::Tmpfs disk(dir.sub("disk"), "8m");
+  REQUIRE_MESSAGE(disk.mounted, "mount tmpfs on " << disk.path << ": " << disk.error);
+  const auto path = disk.path + "/checkpoint";
+  auto store = open_ok(path);
+  auto state = full_state();
+  REQUIRE(store->save(state).is_ok());
+  auto [filled, full] = troupe::testing::fill_disk(disk.path + "/filler");
+  REQUIRE(full);
+  // Saves go on until what RocksDB holds of its log is used up; then one
+  // fails, naming the database and the cause, and changes nothing.
+  Status failed;
+  TargetState last_saved = state;
+  for (int i = 0; i < 5000 && failed.is_ok(); ++i) {
+    auto next = last_saved;
+    next.generation += 1;
+    failed = store->save(next);
+    if (failed.is_ok())
+      last_saved = next;
+  }
+  REQUIRE_FALSE(failed.is_ok());
+  CHECK(failed.code() == errc::io_error);
+  CHECK(contains(failed.message(), "checkpoint database " + path));
+  CHECK(contains(failed.message(), "No space left on device"));
+  CHECK(load_ok(*store) == last_saved);
+  auto again = last_saved;
+  again.generation += 100;
+
+  std::filesystem::remove(disk.path + "/filler");
+  auto saved = store->save(again);
+  REQUIRE_MESSAGE(saved.is_ok(), saved.to_string());
+  CHECK(load_ok(*store) == again);
+  store.reset();
+  CHECK(load_ok(*open_ok(path)) == again);
 }

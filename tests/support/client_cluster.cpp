@@ -13,11 +13,13 @@ namespace troupe::testing {
 using namespace std::chrono_literals;
 
 void ClientCluster::start(const std::vector<std::string>& workers,
-                          const std::vector<std::string>& head_args) {
+                          const std::vector<std::string>& head_args,
+                          const std::map<std::string, std::vector<std::string>>& worker_args) {
   cluster.start_head(head_args);
   std::map<std::string, std::string> expected{{"head", "ALIVE"}};
   for (const auto& id : workers) {
-    cluster.start_worker(id);
+    auto args = worker_args.find(id);
+    cluster.start_worker(id, args == worker_args.end() ? std::vector<std::string>{} : args->second);
     expected[id] = "ALIVE";
   }
   REQUIRE(cluster.wait_states(expected, 20s));

@@ -2,6 +2,7 @@
 // the integration tests that deploy through the client library start from.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,8 +25,10 @@ struct ClientCluster {
 
   // Starts the head (with `head_args`) and `workers`, waits until every node
   // is ALIVE and connects the client; REQUIREs each step.
+  // `worker_args`: extra arguments of some workers, by id.
   void start(const std::vector<std::string>& workers,
-             const std::vector<std::string>& head_args = {});
+             const std::vector<std::string>& head_args = {},
+             const std::map<std::string, std::vector<std::string>>& worker_args = {});
 
   // Connects the client again (after a fault that dropped its connection to
   // the head); REQUIREs that it succeeds within `deadline`.
