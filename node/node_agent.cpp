@@ -197,6 +197,7 @@ void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
     return;
   auto finish = [=] {
     auto& st = self->state;
+    st.registered = false;  // no more heartbeats
     if (st.shutdown_promise)
       st.shutdown_promise->deliver(caf::ok_atom::value);
     st.shutdown_promise.reset();
@@ -480,7 +481,10 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
       [=](reconnect_atom) { connect(self, o); },
       [=](tick_atom) {
         auto& st = self->state;
-        if (st.stopping)
+        // A stopping node keeps its heartbeat until it has deregistered: its
+        // replicas finish the requests they hold meanwhile, which a DEAD
+        // node's would not (every proxy would fail them over elsewhere).
+        if (st.stopping && !st.shutdown_promise)
           return;
         self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
         if (!st.registered || !st.controller)

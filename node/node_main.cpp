@@ -371,6 +371,10 @@ int main(int argc, char** argv) {
       log->info("received {}; shutting down (grace {:.1f} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
                 o.shutdown_grace_s);
     }
+    http_proxy->shutting_down();
+    auto grace_ends = std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(o.shutdown_grace_s));
     // User code blocked in a handler would keep ~actor_system waiting for its
     // thread forever; past the grace period the process exits regardless.
     std::thread([grace = o.shutdown_grace_s, log, exit_code] {
@@ -393,6 +397,15 @@ int main(int argc, char** argv) {
             .receive([](caf::ok_atom) {}, [](caf::error&) {});
         self->send_exit(supervisor, caf::exit_reason::user_shutdown);
       }
+    }
+    // Requests the proxy still has in flight (on other nodes' replicas, or
+    // retried there) finish within the grace before their connections close.
+    if (auto left = http_proxy->in_flight(); left > 0) {
+      log->info("waiting for {} requests in flight (at most until the grace ends)", left);
+      while (http_proxy->in_flight() > 0 && std::chrono::steady_clock::now() < grace_ends)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (auto still = http_proxy->in_flight(); still > 0)
+        log->warn("{} requests still in flight when the grace ended; closing them", still);
     }
     // Whatever replica process is left (it ignored its stop) dies now.
     processes->shutdown();

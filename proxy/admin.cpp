@@ -1,6 +1,9 @@
-// The proxy's own endpoints under /-/: /-/healthz (200 once a route table
-// is held), /-/routes (the route table and the replicas' load, JSON) and
-// /-/metrics (Prometheus text). Answered on the io thread, never routed.
+// The proxy's own endpoints under /-/: /-/livez (200 while the io thread
+// that answers runs), /-/readyz (200 when the node can take traffic: a route
+// table held, not drained, not shutting down; else 503 with the reason),
+// /-/healthz (an alias of /-/readyz), /-/routes (the route table and the
+// replicas' load, JSON) and /-/metrics (Prometheus text). Answered on the io
+// thread, never routed.
 #include <boost/beast/http/field.hpp>
 #include <nlohmann/json.hpp>
 
@@ -65,11 +68,20 @@ json routes_json(const Router& router) {
 
 Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id) {
   Response r{http::status::ok, 11};
-  if (path == "/-/healthz") {
-    bool ok = core.router.has_routes();
-    r.result(ok ? http::status::ok : http::status::service_unavailable);
+  if (path == "/-/readyz" || path == "/-/healthz") {
+    std::string why;
+    if (core.shutting_down.load())
+      why = "node " + core.options.node_id + " is shutting down";
+    else if (core.draining.load())
+      why = "node " + core.options.node_id + " is drained";
+    else if (!core.router.has_routes())
+      why = "no route table yet";
+    r.result(why.empty() ? http::status::ok : http::status::service_unavailable);
     r.set(http::field::content_type, "text/plain");
-    r.body() = ok ? "success" : "no route table yet";
+    r.body() = why.empty() ? "success" : why;
+  } else if (path == "/-/livez") {
+    r.set(http::field::content_type, "text/plain");
+    r.body() = "alive";
   } else if (path == "/-/routes") {
     r.set(http::field::content_type, "application/json");
     auto body = routes_json(core.router);

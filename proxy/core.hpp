@@ -75,6 +75,10 @@ struct Proxy::Core : public Handler {
   ProxyKeeperActor keeper;    // restarts it
   ControllerActor controller;  // last one that pushed a snapshot
   bool stopped = false;
+  // Readiness (/-/readyz): this node is drained (from the snapshots), or it
+  // is shutting down (Proxy::shutting_down()).
+  std::atomic<bool> draining{false};
+  std::atomic<bool> shutting_down{false};
 
   explicit Core(ProxyOptions o);
   ~Core() override;

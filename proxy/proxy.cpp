@@ -226,6 +226,15 @@ size_t Proxy::io_threads() const {
   return core_->workers.size();
 }
 
+int64_t Proxy::in_flight() const {
+  return core_->metrics.in_flight();
+}
+
+void Proxy::shutting_down() {
+  if (!core_->shutting_down.exchange(true))
+    core_->log->info("node {} is shutting down: not ready (/-/readyz 503)", core_->options.node_id);
+}
+
 void Proxy::stop() {
   auto& core = *core_;
   {

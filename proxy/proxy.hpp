@@ -46,7 +46,8 @@
 // with Retry-After (queue full, no replica took the request after
 // max_attempts, or the deployment is gone), 504 (request timeout), 502 (a
 // request that crashed two replicas: JSON body naming its request id; or a
-// transport failure other than the above). /-/healthz, /-/routes, /-/metrics.
+// transport failure other than the above). /-/readyz (alias /-/healthz),
+// /-/livez, /-/routes, /-/metrics.
 #pragma once
 
 #include <functional>
@@ -95,7 +96,7 @@ struct ProxyOptions {
 class Proxy {
  public:
   // Listens on options.server.bind:port and starts serving (503 on
-  // /-/healthz until the first snapshot). The error names the address.
+  // /-/readyz until the first snapshot). The error names the address.
   static Result<std::unique_ptr<Proxy>> start(caf::actor_system& sys, ProxyOptions options);
   ~Proxy();
   Proxy(const Proxy&) = delete;
@@ -113,6 +114,11 @@ class Proxy {
   // the stable handle to give a replica process.
   ProxyKeeperActor keeper() const;
   void stop();
+  // The node is stopping (SIGTERM): /-/readyz answers 503 from now on while
+  // the proxy keeps serving until stop().
+  void shutting_down();
+  // Requests being served now (HTTP and handle calls).
+  int64_t in_flight() const;
 
   // Deployment handles (include/troupe/deployment.hpp, "Deployment handles"):
   // routes `request` to a replica of (app, deployment) exactly like an HTTP

@@ -89,6 +89,12 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
         }
         bool first = !core->router.has_routes();
         auto applied = core->router.apply(snap);
+        bool draining = std::find(snap.draining_nodes.begin(), snap.draining_nodes.end(),
+                                  core->options.node_id) != snap.draining_nodes.end();
+        if (draining != core->draining.exchange(draining)) {
+          core->log->info("node {} is {}", core->options.node_id,
+                          draining ? "draining: not ready (/-/readyz 503)" : "no longer draining");
+        }
         core->snapshot_timeout_s.store(snap.request_timeout_s, std::memory_order_relaxed);
         apply_keep_alive(*core, snap.keep_alive_timeout_s);
         for (const auto& h : applied.added)

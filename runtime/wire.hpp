@@ -34,7 +34,7 @@ namespace troupe {
 //    RouteEntry::shadow.
 // 7: streaming answers and cancellation (HttpRequest::call_key,
 //    HttpResponse::stream, the chunk, credit and cancel messages).
-constexpr uint32_t kProtocolVersion = 7;
+constexpr uint32_t kProtocolVersion = 8;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -339,6 +339,10 @@ struct RoutingSnapshot {
   // (A replica that merely left the set, e.g. stopping gracefully, still
   // answers what it took.)
   std::vector<std::string> dead_nodes;
+  // Every node an operator drained (`troupectl drain`), in every snapshot:
+  // its proxy reports itself not ready (/-/readyz 503), so that a load
+  // balancer in front of the nodes stops sending it traffic.
+  std::vector<std::string> draining_nodes;
   // From the deployed http_options: the proxy's idle timeout for keep-alive
   // connections between requests; 0: none declared (the node's own).
   double keep_alive_timeout_s = 0;
@@ -348,7 +352,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
   return f(caf::meta::type_name("troupe.RoutingSnapshot"), x.epoch, x.seq, x.full, x.routes_changed,
            x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s, x.dead_nodes,
-           x.keep_alive_timeout_s);
+           x.draining_nodes, x.keep_alive_timeout_s);
 }
 
 // Proof of who sends a write request (see runtime/security/credentials.hpp):

@@ -711,6 +711,11 @@ void StateManager::publish() {
     snapshot_seq_ = next;
 }
 
+void StateManager::touch_snapshot() {
+  if (snapshot_seq_ > 0)
+    ++snapshot_seq_;
+}
+
 void StateManager::republish(const DeploymentId& id) {
   auto it = deployments_.find(id);
   if (it == deployments_.end() || it->second->published_seq() == 0)

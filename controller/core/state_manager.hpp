@@ -252,6 +252,9 @@ class StateManager {
   // came back with their node after the controller's pause, and the
   // snapshots sent meanwhile lacked them).
   void republish(const DeploymentId& id);
+  // A new snapshot id although no deployment changed: the node table did
+  // (a node DEAD, draining, registered), which every snapshot carries.
+  void touch_snapshot();
 
  private:
   struct AppState {

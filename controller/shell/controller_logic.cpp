@@ -87,6 +87,9 @@ void ControllerLogic::save_live_nodes() {
 
 void ControllerLogic::push_nodes() {
   save_live_nodes();
+  // Subscribers learn of DEAD and draining nodes from the next snapshot, also
+  // when no replica moves.
+  core_->touch_snapshot();
   std::vector<controller::NodeInfo> view;
   for (const auto& [id, n] : membership_.nodes())
     view.push_back({id, n.state, n.resources});

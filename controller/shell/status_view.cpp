@@ -151,6 +151,8 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
   for (const auto& [id, n] : membership.nodes()) {
     if (n.state == NodeState::dead)
       out.dead_nodes.push_back(id);
+    else if (n.state == NodeState::draining)
+      out.draining_nodes.push_back(id);
   }
   return out;
 }

@@ -213,8 +213,17 @@ TEST_CASE("logic: a registered node is ALIVE - it heartbeats - drains and leaves
                  "replicas)"));
   CHECK(f.logic->heartbeat("n1", Credential{}).is_ok());
   CHECK(f.logic->heartbeat("n9", Credential{}).code() == errc::not_found);
+  f.reconcile();  // as the actor does at the start: the first snapshot
+  auto seq_before = f.logic->core().snapshot_id().seq;
+  REQUIRE(seq_before > 0);
   CHECK(f.logic->drain("n1", Credential{}).is_ok());
   CHECK(f.node_state("n1") == "DRAINING");
+  // A new snapshot although no deployment changed: it names the drained
+  // node, whose proxy then reports itself not ready.
+  CHECK(f.logic->core().snapshot_id().seq > seq_before);
+  auto snap = f.logic->snapshot(0, 0);
+  REQUIRE(snap);
+  CHECK(snap->draining_nodes == std::vector<std::string>{"n1"});
   CHECK(f.register_node("n1", agent).incarnation == 2);
   CHECK(contains(f.log_text.str(), "node n1 re-registered"));
   CHECK(f.node_state("n1") == "DRAINING");  // the operator's, kept across reconnects

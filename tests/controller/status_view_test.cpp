@@ -117,7 +117,11 @@ TEST_CASE("snapshot: routes - deployments with their queue limit - removed and D
   NodeRecord rec;
   rec.id = "n9";
   m.register_node(rec, 0.0);
-  m.check(10.0);  // no heartbeat: DEAD
+  NodeRecord drained;
+  drained.id = "n7";
+  m.register_node(drained, 9.0);
+  REQUIRE(m.drain("n7").is_ok());
+  m.check(10.0);  // no heartbeat: n9 DEAD
   // No actor for the replica yet: it is left out.
   TargetState target = h.core->target_state();
   target.http.request_timeout_s = 2.5;
@@ -137,6 +141,7 @@ TEST_CASE("snapshot: routes - deployments with their queue limit - removed and D
   CHECK(out.deployments[0].max_queued_requests == 7);
   CHECK(out.deployments[0].replicas.empty());
   CHECK(out.dead_nodes == std::vector<std::string>{"n9"});
+  CHECK(out.draining_nodes == std::vector<std::string>{"n7"});
 
   REQUIRE(h.core->delete_application("a").is_ok());
   h.ticks(2);

@@ -2,6 +2,7 @@
 // HTTP/1.1 with a small blocking client. Every wait is a condition with a
 // deadline.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -251,6 +252,15 @@ struct Fixture : ClientCluster {
     return ok;
   }
 
+  // /-/routes of `node`; {} when it did not answer.
+  json routes(const std::string& node) {
+    Conn c(port(node), 2);
+    auto r = c.get("/-/routes");
+    if (!r || r->status != 200)
+      return json{{"deployments", json::array()}};
+    return json::parse(r->body);
+  }
+
   json queue_view(const std::string& app) {
     Conn c(port(), 2);
     auto r = c.get("/-/routes");
@@ -350,6 +360,84 @@ TEST_CASE("proxy: requests reach the ingress by longest prefix on every node ove
       metrics->body.find("troupe_proxy_queue_length{application=\"echo\",deployment=\"Echo\"} 0") !=
       std::string::npos);
   CHECK(metrics->body.find("troupe_proxy_retries_total") != std::string::npos);
+}
+
+namespace {
+
+// GET `path` on a fresh connection to `port`: (status, body); (0, "") when
+// nothing answered.
+std::pair<int, std::string> probe(uint16_t port, const std::string& path) {
+  Conn c(port, 2);
+  auto r = c.get(path);
+  return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+}
+
+}  // namespace
+
+TEST_CASE("proxy: /-/readyz is 503 on a drained node - /-/livez stays 200 - /-/healthz is /-/readyz") {
+  Fixture f({"w1"});
+  for (const std::string node : {"head", "w1"}) {
+    CAPTURE(node);
+    CHECK(probe(f.port(node), "/-/readyz") == std::make_pair(200, std::string("success")));
+    CHECK(probe(f.port(node), "/-/healthz") == std::make_pair(200, std::string("success")));
+    CHECK(probe(f.port(node), "/-/livez") == std::make_pair(200, std::string("alive")));
+  }
+  REQUIRE(f.client->drain("w1").is_ok());
+  const auto drained = std::make_pair(503, std::string("node w1 is drained"));
+  CHECK(wait_until([&] { return probe(f.port("w1"), "/-/readyz") == drained; }, 10s, 50ms));
+  CHECK(probe(f.port("w1"), "/-/healthz") == drained);
+  CHECK(probe(f.port("w1"), "/-/livez") == std::make_pair(200, std::string("alive")));
+  CHECK(probe(f.port("head"), "/-/readyz") == std::make_pair(200, std::string("success")));
+}
+
+TEST_CASE("proxy: on SIGTERM a node turns not ready and still answers the request it has in flight") {
+  Fixture f({"w1"});
+  auto app = app_spec("sleep", "/sleep", "Sleep", 2);
+  app.deployments[0].config.graceful_shutdown_timeout_s = 10;
+  REQUIRE(f.client->deploy(app).has_value());
+  REQUIRE(f.wait_healthy("sleep", "Sleep", 2));
+  auto on_w1 = [&] {
+    for (const auto& r : f.deployment("sleep", "Sleep").value("replicas", json::array())) {
+      if (r.at("node") == "w1")
+        return true;
+    }
+    return false;
+  };
+  REQUIRE(on_w1());  // one replica per node
+  REQUIRE(f.wait_routed("w1", "sleep", "Sleep", 2));
+  // A request through w1 that w1's own replica holds for 2 s.
+  std::optional<Reply> slow;
+  Joiner waiting([&] {
+    Conn c(f.port("w1"), 20);
+    slow = c.get("/sleep?ms=2000");
+  });
+  json last;
+  bool held = wait_until(
+      [&] {
+        last = f.routes("w1");
+        for (const auto& d : last.at("deployments")) {
+          for (const auto& r : d.at("replicas")) {
+            if (r.at("local") == true && r.at("in_flight").get<int>() > 0)
+              return true;
+          }
+        }
+        return false;
+      },
+      10s, 10ms);
+  if (!held)
+    MESSAGE("routes of w1: " << last.dump());
+  REQUIRE(held);
+  f.cluster.nodes.at("w1").signal(SIGTERM);
+  const auto stopping = std::make_pair(503, std::string("node w1 is shutting down"));
+  CHECK(wait_until([&] { return probe(f.port("w1"), "/-/readyz") == stopping; }, 5s, 10ms));
+  waiting.join();
+  if (!slow || slow->status != 200)
+    f.cluster.dump_output();
+  REQUIRE(slow);
+  CHECK(slow->status == 200);
+  auto code = f.cluster.nodes.at("w1").wait_exit(20s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
 }
 
 TEST_CASE("proxy: 404 400 413 and 431 answers and the proxy keeps serving") {
