@@ -148,6 +148,21 @@ struct Fixture : ClientCluster {
     return n;
   }
 
+  // The RUNNING replicas of (app, dep) are exactly `before` (id -> node);
+  // otherwise both lists and every node's output are printed.
+  bool same_replicas(const std::string& app, const std::string& dep,
+                     const std::map<std::string, std::string>& before) {
+    auto after = running(app, dep);
+    if (after == before)
+      return true;
+    for (const auto& [id, node] : before)
+      MESSAGE("before: " << id << " on " << node);
+    for (const auto& [id, node] : after)
+      MESSAGE("after: " << id << " on " << node);
+    cluster.dump_output();
+    return false;
+  }
+
   bool output_has(const std::string& node, const std::string& text) {
     return cluster.nodes.at(node).output().find(text) != std::string::npos;
   }
@@ -207,6 +222,28 @@ class Load {
   std::vector<Outcome> outcomes_;
   std::vector<std::thread> threads_;
 };
+
+// The end of a head fault under load through w1: 40 answers more once the
+// cluster is back, then the load stops. Every request answered (at least
+// 99.9 %, the goal; in fact none should fail; each failure is printed), and
+// w1 kept answering (`during`) while the head was gone.
+void finish_through_w1(Load& load, size_t during) {
+  size_t at_back = load.count();
+  REQUIRE(wait_until([&] { return load.count() >= at_back + 40; }, 20s));
+  load.stop();
+  auto outcomes = load.outcomes();
+  size_t failed = 0;
+  for (const auto& o : outcomes) {
+    if (o.status != 200) {
+      ++failed;
+      MESSAGE("failed: " << o.status << " after " << o.seconds << " s: " << o.body);
+    }
+  }
+  MESSAGE(outcomes.size() << " requests through w1, " << failed << " failed; " << during
+                          << " answered while the head was gone");
+  CHECK(failed * 1000 <= outcomes.size());
+  CHECK(during >= 100);
+}
 
 }  // namespace
 
@@ -391,38 +428,13 @@ TEST_CASE("frozen head: 10 s under load through a worker - answered - after it n
   f.reconnect();  // the test's own connection to the head timed out too
   CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
   CHECK(f.wait_routed("w1", "echo", "Echo", 3));
-  size_t at_back = load.count();
-  REQUIRE(wait_until([&] { return load.count() >= at_back + 40; }, 20s));
-  load.stop();
-
-  // Every request through w1 answered (at least 99.9 %: the goal; in fact
-  // none should fail), and w1 kept answering after it lost the head.
-  auto outcomes = load.outcomes();
-  size_t failed = 0;
-  for (const auto& o : outcomes) {
-    if (o.status != 200) {
-      ++failed;
-      MESSAGE("failed: " << o.status << " after " << o.seconds << " s: " << o.body);
-    }
-  }
-  MESSAGE(outcomes.size() << " requests through w1, " << failed << " failed; " << during
-                          << " answered while the head was gone");
-  CHECK(failed * 1000 <= outcomes.size());
-  CHECK(during >= 100);
+  finish_through_w1(load, during);
   // No node was declared DEAD, and the same three replicas run: none was
   // replaced, stopped or started.
   if (f.output_has("head", "-> DEAD"))
     f.cluster.dump_output();
   CHECK_FALSE(f.output_has("head", "-> DEAD"));
-  auto after = f.running("echo", "Echo");
-  if (after != before) {
-    for (const auto& [id, node] : before)
-      MESSAGE("before: " << id << " on " << node);
-    for (const auto& [id, node] : after)
-      MESSAGE("after: " << id << " on " << node);
-    f.cluster.dump_output();
-  }
-  CHECK(after == before);
+  CHECK(f.same_replicas("echo", "Echo", before));
   CHECK(f.output_has("head", "is back with its node"));
 }
 
@@ -469,33 +481,10 @@ TEST_CASE("head killed -9 for 20 s: a worker serves throughout - the restarted c
       20s));
   CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
   CHECK(f.wait_routed("w1", "echo", "Echo", 3));
-  size_t at_back = load.count();
-  REQUIRE(wait_until([&] { return load.count() >= at_back + 40; }, 20s));
-  load.stop();
-
-  auto outcomes = load.outcomes();
-  size_t failed = 0;
-  for (const auto& o : outcomes) {
-    if (o.status != 200) {
-      ++failed;
-      MESSAGE("failed: " << o.status << " after " << o.seconds << " s: " << o.body);
-    }
-  }
-  MESSAGE(outcomes.size() << " requests through w1, " << failed << " failed; " << during
-                          << " answered while the head was gone");
-  CHECK(failed * 1000 <= outcomes.size());
-  CHECK(during >= 100);
+  finish_through_w1(load, during);
   // Adopted, not restarted: the same three replicas, and the restarted
   // controller started none.
-  auto after = f.running("echo", "Echo");
-  if (after != before) {
-    for (const auto& [id, node] : before)
-      MESSAGE("before: " << id << " on " << node);
-    for (const auto& [id, node] : after)
-      MESSAGE("after: " << id << " on " << node);
-    f.cluster.dump_output();
-  }
-  CHECK(after == before);
+  CHECK(f.same_replicas("echo", "Echo", before));
   CHECK(f.occurrences("w1", "started replica process") == started_w1);
   CHECK(f.occurrences("w2", "started replica process") == started_w2);
 }
