@@ -87,9 +87,18 @@ void ControllerLogic::save_live_nodes() {
 
 void ControllerLogic::push_nodes() {
   save_live_nodes();
-  // Subscribers learn of DEAD and draining nodes from the next snapshot, also
-  // when no replica moves.
-  core_->touch_snapshot();
+  // Every snapshot lists the DEAD and the draining nodes: a change of those
+  // lists is a new snapshot also when no replica moves (a registration that
+  // changes neither is not: no push to every subscriber per node).
+  std::vector<std::pair<std::string, NodeState>> flagged;
+  for (const auto& [id, n] : membership_.nodes()) {
+    if (n.state != NodeState::alive)
+      flagged.emplace_back(id, n.state);
+  }
+  if (flagged != flagged_nodes_) {
+    flagged_nodes_ = std::move(flagged);
+    core_->touch_snapshot();
+  }
   std::vector<controller::NodeInfo> view;
   for (const auto& [id, n] : membership_.nodes())
     view.push_back({id, n.state, n.resources});
@@ -442,13 +451,11 @@ void ControllerLogic::settle_unreachable(const std::string& node,
   if (it == unreachable_.end())
     return;
   for (const auto& id : it->second) {
-    bool back = std::any_of(hosted.begin(), hosted.end(), [&](const HostedReplicaInfo& h) {
-      return h.replica_id == id && h.handle;
+    auto h = std::find_if(hosted.begin(), hosted.end(), [&](const HostedReplicaInfo& x) {
+      return x.replica_id == id && x.handle;
     });
-    if (back) {
+    if (h != hosted.end()) {
       log_->info("replica {} is back with its node {}", id, node);
-      auto h = std::find_if(hosted.begin(), hosted.end(),
-                            [&](const HostedReplicaInfo& x) { return x.replica_id == id; });
       core_->republish(DeploymentId{h->app, h->deployment});
       continue;
     }

@@ -244,6 +244,8 @@ class ControllerLogic {
   double last_tick_at_ = -1;
   // Node id -> replicas unreachable since a pause (settle_unreachable()).
   std::map<std::string, std::set<std::string>> unreachable_;
+  // The DEAD and draining nodes the last snapshot listed (push_nodes()).
+  std::vector<std::pair<std::string, NodeState>> flagged_nodes_;
   // Last logged status per deployment, to log transitions.
   StatusChangeLog status_log_;
 };

@@ -224,7 +224,11 @@ TEST_CASE("logic: a registered node is ALIVE - it heartbeats - drains and leaves
   auto snap = f.logic->snapshot(0, 0);
   REQUIRE(snap);
   CHECK(snap->draining_nodes == std::vector<std::string>{"n1"});
+  auto seq_drained = f.logic->core().snapshot_id().seq;
   CHECK(f.register_node("n1", agent).incarnation == 2);
+  // A registration that changes no node's listing is no new snapshot (no
+  // push to every subscriber per node that joins).
+  CHECK(f.logic->core().snapshot_id().seq == seq_drained);
   CHECK(contains(f.log_text.str(), "node n1 re-registered"));
   CHECK(f.node_state("n1") == "DRAINING");  // the operator's, kept across reconnects
   CHECK(f.logic->deregister("n1", Credential{}).is_ok());
