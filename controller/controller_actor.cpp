@@ -35,6 +35,8 @@ class SteadyClock final : public Clock {
 
 struct ControllerState {
   std::unique_ptr<ControllerLogic> logic;
+  // Leave requests of stopping nodes, answered when their move is over.
+  std::map<std::string, std::vector<caf::typed_response_promise<std::string>>> leaves;
   static inline const char* name = "troupe.controller";
 };
 
@@ -191,6 +193,24 @@ void reconcile(controller_actor* self) {
     execute(self, cmd);
   logic(self).log_status_changes();
   publish(self);
+  for (auto& outcome : logic(self).settled_leaves()) {
+    auto it = self->state.leaves.find(outcome.node_id);
+    if (it == self->state.leaves.end())
+      continue;
+    for (auto& rp : it->second)
+      rp.deliver(outcome.message);
+    self->state.leaves.erase(it);
+  }
+}
+
+caf::result<std::string> on_leave(controller_actor* self, const std::string& id,
+                                  const Credential& cred) {
+  if (auto s = logic(self).leave(id, cred); !s)
+    return to_caf_error(s);
+  auto rp = self->make_response_promise<std::string>();
+  self->state.leaves[id].push_back(rp);
+  reconcile(self);
+  return rp;
 }
 
 void finish_recovery(controller_actor* self) {
@@ -354,6 +374,9 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
         return reconciled(self, logic(self).deregister(id, cred));
       },
       [=](nodes_atom) { return logic(self).nodes(); },
+      [=](leave_atom, const std::string& id, const Credential& cred) {
+        return on_leave(self, id, cred);
+      },
       [=](drain_atom, const std::string& id, const Credential& cred) {
         return reconciled(self, logic(self).drain(id, cred));
       },
@@ -403,9 +426,9 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       [=](kill_atom, const std::string& kind, const std::string& id, const Credential& cred) {
         return on_kill(self, kind, id, cred);
       },
-      [=](metrics_atom, const std::string&, const std::string& replica, double ongoing) {
-        logic(self).replica_metrics(replica, ongoing);
-      },
+      [=](metrics_atom, const std::string&, const std::string& replica, double ongoing,
+          uint64_t finished) { logic(self).replica_metrics(replica, ongoing, finished); },
+      [=](dashboard_atom) { return logic(self).dashboard(); },
       [=](metrics_atom, const std::string& reporter, const std::string& app,
           const std::string& deployment, double queued_and_inflight) {
         if (logic(self).handle_metrics(reporter, app, deployment, queued_and_inflight))

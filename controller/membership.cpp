@@ -95,6 +95,18 @@ Status Membership::drain(const std::string& id) {
   return Status::ok();
 }
 
+Status Membership::leave(const std::string& id) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end())
+    return Status(errc::not_found, "no node named '" + id + "'");
+  if (it->second.state == NodeState::dead) {
+    return Status(errc::invalid_argument, "node '" + id + "' is DEAD and must register again");
+  }
+  it->second.state = NodeState::draining;
+  it->second.reason = it->second.drained ? "drained by operator; stopping" : "stopping";
+  return Status::ok();
+}
+
 Status Membership::deregister(const std::string& id) {
   if (nodes_.erase(id) == 0)
     return Status(errc::not_found, "no node named '" + id + "'");

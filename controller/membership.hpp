@@ -73,6 +73,10 @@ class Membership {
   bool in_pause_grace(double now) const { return now < grace_until_; }
 
   Status drain(const std::string& id);
+  // The node is stopping (SIGTERM) and asks to leave: DRAINING, so that its
+  // replicas are replaced elsewhere before they stop. Unlike drain() it is
+  // not kept across a registration: a node that registers again is back.
+  Status leave(const std::string& id);
   // A node leaving on purpose (graceful shutdown) is removed from the table.
   Status deregister(const std::string& id);
 

@@ -640,10 +640,10 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         st.log->warn("replica {} did not stop within its graceful timeout; killing it", id);
         kill_now(self, o, it->second);
       },
-      [=](metrics_atom, const std::string& replica_id, double ongoing) {
+      [=](metrics_atom, const std::string& replica_id, double ongoing, uint64_t finished) {
         auto& st = self->state;
         if (st.registered && st.controller) {
-          self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing);
+          self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing, finished);
         }
       },
       [=](models_atom, const std::string& replica_id, uint64_t seq,
@@ -660,6 +660,21 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         // `troupectl shutdown --nodes`: the same path as SIGTERM.
         self->state.log->warn("the controller asks this node to stop");
         ::kill(::getpid(), SIGTERM);
+      },
+      [=](leave_atom, double budget_s) -> caf::result<std::string> {
+        // The node is stopping: the controller replaces this node's replicas
+        // elsewhere, then stops them here (the usual stop commands).
+        auto& st = self->state;
+        if (!st.registered || !st.controller)
+          return std::string("not registered with a controller: nothing moved");
+        auto rp = self->make_response_promise<std::string>();
+        self->request(st.controller, seconds_as(budget_s), leave_atom::value, o.info.id,
+                      sign_request(o.identity, Operation::leave, {o.info.id}))
+            .then([rp](std::string& what) mutable { rp.deliver(std::move(what)); },
+                  [rp](caf::error& err) mutable {
+                    rp.deliver("the move did not finish: " + from_caf_error(err).message());
+                  });
+        return rp;
       },
       [=](shutdown_atom, double grace_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
@@ -766,9 +781,14 @@ KeeperImpl::behavior_type agent_keeper(keeper_actor* self, AgentOptions o) {
                   [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
         return rp;
       },
-      [=](metrics_atom atom, const std::string& replica_id, double ongoing) {
+      [=](leave_atom atom, double budget_s) -> caf::result<std::string> {
+        if (!self->state.agent)
+          return std::string("the node agent is restarting: nothing moved");
+        return self->delegate(self->state.agent, atom, budget_s);
+      },
+      [=](metrics_atom atom, const std::string& replica_id, double ongoing, uint64_t finished) {
         if (auto& a = self->state.agent)
-          self->send(a, atom, replica_id, ongoing);
+          self->send(a, atom, replica_id, ongoing, finished);
       },
       [=](models_atom atom, const std::string& replica_id, uint64_t seq,
           std::vector<std::string>& model_ids) {

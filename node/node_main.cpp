@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -248,6 +250,7 @@ int main(int argc, char** argv) {
     auto channels = std::make_shared<channel::Registry>();
     popts.channels = channels;
     popts.on_give_up = on_give_up;
+    popts.dashboard = o.head && o.dashboard;
     auto started = proxy::Proxy::start(sys, popts);
     if (!started) {
       log::shutdown();
@@ -368,25 +371,61 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "troupe-node: error: %s\n", failure.c_str());
       exit_code = 1;
     } else {
-      log->info("received {}; shutting down (grace {:.1f} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                o.shutdown_grace_s);
+      log->info("received {}; stopping (drain delay {:.1f} s, then grace {:.1f} s)",
+                sig == SIGINT ? "SIGINT" : "SIGTERM", o.drain_delay_s, o.shutdown_grace_s);
     }
+    using steady = std::chrono::steady_clock;
+    auto after = [](steady::time_point from, double s) {
+      return from + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s));
+    };
+    auto left_until = [](steady::time_point t) {
+      return std::max(0.0, std::chrono::duration<double>(t - steady::now()).count());
+    };
+    const auto stop_began = steady::now();
+    const auto drain_ends = after(stop_began, failure.empty() ? o.drain_delay_s : 0.0);
+    const auto grace_ends = after(drain_ends, o.shutdown_grace_s);
+    // Not ready from now on (/-/readyz 503); the proxy keeps serving.
     http_proxy->shutting_down();
-    auto grace_ends = std::chrono::steady_clock::now() +
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(o.shutdown_grace_s));
     // User code blocked in a handler would keep ~actor_system waiting for its
     // thread forever; past the grace period the process exits regardless.
-    std::thread([grace = o.shutdown_grace_s, log, exit_code] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(grace + 5));
-      log->error("shutdown did not complete within {:.1f} s; exiting now", grace + 5);
+    std::thread([limit = left_until(grace_ends) + 5, log, exit_code] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+      log->error("stopping did not complete in time; exiting now");
       log->flush();
       std::_Exit(exit_code);
     }).detach();
+    // A second SIGINT or SIGTERM forces the stop: the replica processes die
+    // with the node (PR_SET_PDEATHSIG).
+    std::thread([signals, log] {
+      int again = 0;
+      while (again != SIGINT && again != SIGTERM)
+        again = sigwaitinfo(&signals, nullptr);
+      log->warn("received a second {}; stopping now", again == SIGINT ? "SIGINT" : "SIGTERM");
+      log->flush();
+      std::_Exit(1);
+    }).detach();
     {
       caf::scoped_actor self{sys};
-      self->request(agent, seconds_as(o.shutdown_grace_s + 3), shutdown_atom::value,
-                    o.shutdown_grace_s)
+      if (failure.empty()) {
+        // The controller replaces this node's replicas on other nodes first,
+        // then stops them here, while the drain delay runs. At most until
+        // half the grace: the rest is for the replicas left and the requests
+        // in flight.
+        double budget = left_until(after(drain_ends, o.shutdown_grace_s / 2));
+        self->request(agent, seconds_as(budget + 1), leave_atom::value, budget)
+            .receive([&](std::string& what) { log->info("moving the replicas: {}", what); },
+                     [&](caf::error& err) {
+                       log->warn("moving the replicas failed: {}", sys.render(err));
+                     });
+        if (steady::now() < drain_ends) {
+          log->info("serving for {:.1f} s more (drain delay)", left_until(drain_ends));
+          std::this_thread::sleep_until(drain_ends);
+        }
+      }
+      // Nothing new from here: answers close their connections.
+      http_proxy->stop_accepting();
+      double grace = std::max(left_until(grace_ends), 0.1);
+      self->request(agent, seconds_as(grace + 3), shutdown_atom::value, grace)
           .receive([](caf::ok_atom) {},
                    [&](caf::error& err) {
                      log->warn("graceful stop of the agent failed: {}", sys.render(err));

@@ -64,7 +64,11 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                  "seconds of silence before CAF drops a connection")
       ->capture_default_str();
   app.add_option("--shutdown-grace", o.shutdown_grace_s,
-                 "seconds to stop gracefully on SIGTERM before forcing")
+                 "seconds to stop gracefully on SIGTERM (after the drain delay) before forcing")
+      ->capture_default_str();
+  app.add_option("--drain-delay", o.drain_delay_s,
+                 "seconds a node keeps serving on SIGTERM while /-/readyz answers 503, before it "
+                 "stops accepting connections (0: none)")
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
@@ -78,6 +82,8 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                  "TLS with mutual certificate authentication: directory with ca.crt and "
                  "<node-id>.crt/.key (troupectl certs) [env TROUPE_TLS_DIR]")
       ->envname("TROUPE_TLS_DIR");
+  app.add_flag("!--no-dashboard", o.dashboard,
+               "head: do not serve the cluster dashboard (/-/dashboard) on the HTTP port");
   app.add_flag("--insecure", o.insecure,
                "allow a non-loopback --bind without TLS (anyone who reaches the port could "
                "deploy code)");
@@ -151,6 +157,8 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
     if (!st)
       return Result<NodeOptions>(st);
   }
+  if (!(o.drain_delay_s >= 0) || o.drain_delay_s > 86400)
+    return invalid("--drain-delay must be between 0 and 86400 seconds");
   if (!(o.proxy_request_timeout_s >= 0) || o.proxy_request_timeout_s > 86400)
     return invalid("--request-timeout must be between 0 and 86400 seconds");
   if (o.proxy_io_threads < 1 || o.proxy_io_threads > 64)

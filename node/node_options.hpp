@@ -35,11 +35,16 @@ struct NodeOptions {
   double basp_heartbeat_interval_s = 1.0;
   double basp_connection_timeout_s = 5.0;
   double shutdown_grace_s = 5.0;
+  // On SIGTERM: seconds the node keeps serving while /-/readyz says 503, so
+  // that a load balancer stops sending before the node stops listening.
+  double drain_delay_s = 3.0;
   std::string log_level = "info";
   // Directories where import_path libraries are looked up.
   std::vector<std::string> plugin_path;
   // Head: seconds to collect re-registering nodes' replicas after a restart.
   double recovery_window_s = 3.0;
+  // The head's proxy serves the dashboard (/-/dashboard); --no-dashboard.
+  bool dashboard = true;
   // Accept a non-loopback --bind without TLS (logged as a warning).
   bool insecure = false;
   // TLS between processes, with certificates from this directory (ca.crt

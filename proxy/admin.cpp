@@ -7,6 +7,8 @@
 #include <boost/beast/http/field.hpp>
 #include <nlohmann/json.hpp>
 
+#include <caf/event_based_actor.hpp>
+
 #include "proxy/core.hpp"
 
 namespace troupe::proxy {
@@ -66,6 +68,40 @@ json routes_json(const Router& router) {
 
 }  // namespace
 
+void Proxy::Core::dashboard_state(ExchangePtr exchange, const std::string& id,
+                                  std::function<void(Response&&)> done) {
+  ControllerActor to;
+  {
+    std::lock_guard<std::mutex> lock(actor_mutex);
+    to = controller;
+  }
+  auto* io = &exchange->io();
+  auto answer = [self = shared_from_this(), io, done](Response&& r) {
+    self->post(io, [done, r = std::move(r)]() mutable { done(std::move(r)); });
+  };
+  if (!to) {
+    done(json_error(http::status::service_unavailable, "no controller known yet", id));
+    return;
+  }
+  // A short-lived actor per request: the io thread never waits.
+  sys->spawn([to, answer, id](caf::event_based_actor* self) {
+    self->request(to, std::chrono::seconds(5), dashboard_atom::value)
+        .then(
+            [answer](std::string& body) {
+              Response r{http::status::ok, 11};
+              r.set(http::field::content_type, "application/json");
+              r.set(http::field::cache_control, "no-store");
+              r.body() = std::move(body);
+              answer(std::move(r));
+            },
+            [answer, id](caf::error& err) {
+              answer(json_error(http::status::service_unavailable,
+                                "the controller did not answer: " + from_caf_error(err).message(),
+                                id));
+            });
+  });
+}
+
 Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id) {
   Response r{http::status::ok, 11};
   if (path == "/-/readyz" || path == "/-/healthz") {
@@ -90,6 +126,15 @@ Response admin_response(Proxy::Core& core, boost::beast::string_view path, const
     body["request_timeout_s"] = core.request_timeout_s();
     body["keep_alive_timeout_s"] = core.server->idle_timeout_s();
     r.body() = body.dump();
+  } else if (path == "/-/dashboard") {
+    if (!core.options.dashboard)
+      return json_error(http::status::not_found,
+                        "no dashboard on node " + core.options.node_id +
+                            ": the head serves it (unless started with --no-dashboard)",
+                        id);
+    r.set(http::field::content_type, "text/html; charset=utf-8");
+    r.set(http::field::cache_control, "no-store");
+    r.body() = dashboard_page();
   } else if (path == "/-/metrics") {
     r.set(http::field::content_type, "text/plain; version=0.0.4");
     r.body() = core.metrics.render(core.router.deployments());

@@ -42,7 +42,7 @@ namespace troupe::proxy {
 struct Worker;
 
 // Everything the proxy shares between its io threads and its actor.
-struct Proxy::Core : public Handler {
+struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::Core> {
   caf::actor_system* sys = nullptr;
   ProxyOptions options;
   Router router;
@@ -86,6 +86,10 @@ struct Proxy::Core : public Handler {
   static RouterOptions router_options(const ProxyOptions& o);
 
   void on_request(ExchangePtr exchange) override;  // proxy.cpp
+  // /-/dashboard/state: asks the controller (admin.cpp); `done` answers on
+  // the exchange's io thread.
+  void dashboard_state(ExchangePtr exchange, const std::string& id,
+                       std::function<void(Response&&)> done);
   void on_rejected(int status) override { metrics.observe("", status, 0); }
   // A deployment handle's call (Proxy::caller()); handle_calls.cpp.
   void call(const std::string& app, const std::string& deployment, HttpRequest request,
@@ -223,6 +227,8 @@ Result<double> parse_request_timeout(boost::beast::string_view value);
 
 // admin.cpp: the answer to a request for /-/<endpoint> (404 for an unknown one).
 Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id);
+// The dashboard page (proxy/dashboard.html, compiled in).
+const std::string& dashboard_page();
 
 // proxy_actor.cpp: the proxy actor (applies snapshots, monitors replicas,
 // answers health and handle calls) and the keeper that restarts it.

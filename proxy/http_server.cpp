@@ -98,7 +98,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       watching_ = false;
     }
     response_ = std::move(response);
-    bool keep_alive = !close_after_ && parser_ && parser_->get().keep_alive();
+    bool keep_alive =
+        !close_after_ && !server_.closing() && parser_ && parser_->get().keep_alive();
     response_.keep_alive(keep_alive);
     response_.prepare_payload();
     // A HEAD answer carries the length of the body it does not send.
@@ -113,7 +114,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   void begin_stream(Response&& head) override {
     auto s = std::make_unique<Stream>();
     s->head = http::response<http::empty_body>(std::move(head.base()));
-    s->keep_alive = !close_after_ && parser_ && parser_->get().keep_alive();
+    s->keep_alive = !close_after_ && !server_.closing() && parser_ && parser_->get().keep_alive();
     s->head_only = parser_ && parser_->get().method() == http::verb::head;
     s->head.erase(http::field::content_length);
     s->head.chunked(true);
@@ -551,6 +552,17 @@ void HttpServer::run() {
       }
     });
   }
+}
+
+void HttpServer::stop_accepting() {
+  if (closing_.exchange(true) || !acceptor_)
+    return;
+  // The acceptor lives on the first loop.
+  asio::post(*ios_[0], [this] {
+    beast::error_code ignored;
+    if (acceptor_)
+      acceptor_->close(ignored);
+  });
 }
 
 void HttpServer::stop() {

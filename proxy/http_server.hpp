@@ -131,6 +131,11 @@ class HttpServer {
   // Stops accepting, stops the event loops and joins their threads. Open
   // connections are dropped when the server is destroyed.
   void stop();
+  // Closes the listening socket (from any thread; the loops keep running)
+  // and makes every answer from now on close its connection after it
+  // ("Connection: close"), also on connections that were kept alive.
+  void stop_accepting();
+  bool closing() const { return closing_.load(std::memory_order_relaxed); }
 
   uint16_t port() const { return port_; }
   size_t threads() const { return ios_.size(); }
@@ -159,6 +164,7 @@ class HttpServer {
   Handler& handler_;
   std::atomic<double> idle_timeout_s_;
   std::atomic<size_t> idle_connections_{0};
+  std::atomic<bool> closing_{false};
   std::vector<std::unique_ptr<asio::io_context>> ios_;
   std::vector<std::shared_ptr<void>> guards_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;

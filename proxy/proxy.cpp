@@ -60,6 +60,16 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     exchange->respond(std::move(r));
   };
   if (path.size() >= 3 && path.substr(0, 3) == "/-/") {
+    if (path == "/-/dashboard/state" && options.dashboard) {
+      dashboard_state(exchange, id, [this, exchange, id, start](Response&& r) {
+        metrics.observe("", r.result_int(),
+                        std::chrono::duration<double>(Clock::now() - start).count());
+        metrics.request_finished();
+        r.set("X-Request-Id", id);
+        exchange->respond(std::move(r));
+      });
+      return;
+    }
     answer_local(admin_response(*this, path, id));
     return;
   }
@@ -233,6 +243,11 @@ int64_t Proxy::in_flight() const {
 void Proxy::shutting_down() {
   if (!core_->shutting_down.exchange(true))
     core_->log->info("node {} is shutting down: not ready (/-/readyz 503)", core_->options.node_id);
+}
+
+void Proxy::stop_accepting() {
+  if (core_->server)
+    core_->server->stop_accepting();
 }
 
 void Proxy::stop() {

@@ -91,6 +91,10 @@ struct ProxyOptions {
   // leaves the proxy without an actor: no new route tables.
   RestartPolicy restart_policy;
   std::function<void(const std::string&)> on_give_up;
+  // Serve the cluster's dashboard: /-/dashboard (the page) and
+  // /-/dashboard/state (what it shows, asked of the controller). The head's
+  // proxy does unless troupe-node --no-dashboard.
+  bool dashboard = false;
 };
 
 class Proxy {
@@ -117,6 +121,10 @@ class Proxy {
   // The node is stopping (SIGTERM): /-/readyz answers 503 from now on while
   // the proxy keeps serving until stop().
   void shutting_down();
+  // The last step before stop(): no new connection is accepted, and every
+  // answer from now on says "Connection: close" (a keep-alive client opens
+  // its next connection elsewhere); requests in flight go on.
+  void stop_accepting();
   // Requests being served now (HTTP and handle calls).
   int64_t in_flight() const;
 

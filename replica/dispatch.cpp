@@ -20,7 +20,13 @@ void Dispatch::started_locked(Clock::time_point now) {
     all_busy_since_ = now;
 }
 
+uint64_t Dispatch::finished() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return finished_;
+}
+
 void Dispatch::ended_locked(Clock::time_point now) {
+  ++finished_;
   last_finished_ = now;
   all_busy_since_.reset();
 }

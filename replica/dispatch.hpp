@@ -88,6 +88,8 @@ struct Dispatch {
   caf::mailbox_element_ptr take(uint64_t token);
 
   uint32_t in_flight();
+  // Requests finished since the replica started.
+  uint64_t finished();
 
   // Whether the replica makes progress. A replica is stuck when all `limit`
   // request slots have been busy for at least `threshold`, with no request
@@ -123,6 +125,7 @@ struct Dispatch {
   // also means "no request finished since".
   std::optional<Clock::time_point> all_busy_since_;
   std::optional<Clock::time_point> last_finished_;
+  uint64_t finished_ = 0;
 
   std::mutex tokens_mutex_;
   std::unordered_map<uint64_t, caf::mailbox_element_ptr> tokens_;

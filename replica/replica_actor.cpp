@@ -298,7 +298,7 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         double average = st.dispatch->take_average(st.window_start, now);
         st.window_start = now;
         self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
-                   average);
+                   average, st.dispatch->finished());
         report_models(self, true);
         self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s),
                            report_atom::value);

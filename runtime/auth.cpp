@@ -13,6 +13,8 @@ const char* operation_name(Operation op) {
       return "heartbeat";
     case Operation::deregister:
       return "deregister";
+    case Operation::leave:
+      return "leave";
     case Operation::drain:
       return "drain";
     case Operation::deploy:

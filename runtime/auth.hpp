@@ -20,6 +20,7 @@ enum class Operation {
   register_node,  // node
   heartbeat,      // node
   deregister,     // node
+  leave,          // node: it is stopping, move its replicas first
   drain,
   deploy,  // also apply
   delete_app,
@@ -30,7 +31,7 @@ enum class Operation {
 };
 
 // The operation's name: part of the signed digest and of refusal messages,
-// so the names never change ("register", "heartbeat", "deregister", "drain",
+// so the names never change ("register", "heartbeat", "deregister", "leave", "drain",
 // "deploy", "delete", "shutdown", "kill", "scale", "traffic").
 const char* operation_name(Operation op);
 

@@ -34,7 +34,10 @@ namespace troupe {
 //    RouteEntry::shadow.
 // 7: streaming answers and cancellation (HttpRequest::call_key,
 //    HttpResponse::stream, the chunk, credit and cancel messages).
-constexpr uint32_t kProtocolVersion = 8;
+// 8: RoutingSnapshot::draining_nodes.
+// 9: a stopping node's leave request (leave_atom), the requests a replica
+//    finished in its metrics report, the dashboard query.
+constexpr uint32_t kProtocolVersion = 9;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -45,6 +48,10 @@ using deregister_atom = caf::atom_constant<caf::atom("deregister")>;
 using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;
 using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
+// The head's dashboard (/-/dashboard) asks the controller what to show.
+using dashboard_atom = caf::atom_constant<caf::atom("dashboard")>;
+// A node that is stopping asks the controller to move its replicas first.
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 // A keeper's own message: the restart policy's delay passed, start the
@@ -389,7 +396,8 @@ typename Inspector::result_type inspect(Inspector& f, Credential& x) {
 // And the models it holds, when they change (rate-limited) and with every
 // metrics report: (models, replica_id, seq, model ids).
 using MetricsSinkActor = caf::typed_actor<
-    caf::reacts_to<metrics_atom, std::string /*replica_id*/, double>,
+    // (replica_id, average ongoing requests, requests finished since it started)
+    caf::reacts_to<metrics_atom, std::string /*replica_id*/, double, uint64_t>,
     caf::reacts_to<models_atom, std::string /*replica_id*/, uint64_t, std::vector<std::string>>>;
 
 // Whoever takes a deployment handle's call from another process (a proxy
@@ -443,6 +451,10 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<deregister_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
     caf::replies_to<nodes_atom>::with<std::vector<NodeStatus>>,
     caf::replies_to<drain_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
+    // A node that is stopping (SIGTERM): DRAINING at once; answered when its
+    // replicas run elsewhere, or cannot move (no node has room), with what
+    // happened in a sentence.
+    caf::replies_to<leave_atom, std::string /*node_id*/, Credential>::with<std::string>,
     // One application (a Cap'n Proto record) -> (changed, generation).
     caf::replies_to<deploy_atom, std::string, Credential>::with<bool, uint64_t>,
     // Declarative: exactly these applications and http settings (a Cap'n
@@ -476,8 +488,11 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<snapshot_atom, uint64_t, uint64_t>::with<RoutingSnapshot>,
     // Push: a proxy (holding epoch, seq) of a node gets every change.
     caf::reacts_to<subscribe_atom, ProxyActor, uint64_t, uint64_t, std::string /*node_id*/>,
-    // From node agents: (node, replica, average ongoing requests).
-    caf::reacts_to<metrics_atom, std::string, std::string, double>,
+    // From node agents: (node, replica, average ongoing requests, requests
+    // finished since the replica started).
+    caf::reacts_to<metrics_atom, std::string, std::string, double, uint64_t>,
+    // The head's dashboard: ControllerLogic::dashboard()'s JSON.
+    caf::replies_to<dashboard_atom>::with<std::string>,
     // From proxies and handles: (reporter, app, deployment, queued + in flight).
     caf::reacts_to<metrics_atom, std::string, std::string, std::string, double>,
     // From node agents: (node, replica, seq, the model ids it holds).
@@ -503,6 +518,9 @@ using ReplicaGateActor = caf::typed_actor<
 using AgentLocalActor = ReplicaGateActor::extend_with<MetricsSinkActor>::extend<
     // Stops every replica gracefully (grace_s), then deregisters.
     caf::replies_to<shutdown_atom, double>::with<caf::ok_atom>,
+    // The node is stopping: the controller moves its replicas to other nodes
+    // (waiting at most budget_s) -> what happened, in a sentence.
+    caf::replies_to<leave_atom, double /*budget_s*/>::with<std::string>,
     // From the process supervisor: (replica_id, pid, cause, clean).
     caf::reacts_to<replica_exit_atom, std::string, int32_t, std::string, bool>>;
 

@@ -70,8 +70,13 @@ Result<bool> ControllerLogic::finish_recovery() {
 // ---------------------------------------------------------------- nodes
 
 void ControllerLogic::log_transitions(const std::vector<NodeTransition>& ts) {
-  for (const auto& t : ts)
+  for (const auto& t : ts) {
     log_->warn("node {} {} -> {}: {}", t.id, to_string(t.from), to_string(t.to), t.reason);
+    activity_.record(now(), "node", t.id,
+                     "node " + t.id + " " + to_string(t.from) + " -> " + to_string(t.to) + ": " +
+                         t.reason,
+                     t.to == NodeState::dead);
+  }
 }
 
 // Keeps <state_dir>/nodes equal to the set of live nodes; not while
@@ -123,6 +128,9 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
   log_->info("node {} {} (pid {}, {}:{}, {}, {} replicas)", info.id,
              known ? "re-registered" : "registered", info.pid, info.host, info.http_port,
              info.resources, hosted.size());
+  activity_.record(now(), "node", info.id,
+                   "node " + info.id + (known ? " registered again" : " joined") + " (" +
+                       std::to_string(hosted.size()) + " replicas)");
   auto adopt = actors_.take_hosted(info.id, hosted, recovering());
   settle_unreachable(info.id, hosted);
   if (recovering()) {
@@ -153,6 +161,7 @@ Status ControllerLogic::deregister(const std::string& node_id, const Credential&
     return s;
   actors_.detach_node(node_id);
   log_->info("node {} left the cluster", node_id);
+  activity_.record(now(), "node", node_id, "node " + node_id + " left the cluster");
   nodes_changed();
   return Status::ok();
 }
@@ -163,8 +172,65 @@ Status ControllerLogic::drain(const std::string& node_id, const Credential& cred
   if (auto s = membership_.drain(node_id); !s)
     return s;
   log_->warn("node {} is DRAINING (operator request)", node_id);
+  activity_.record(now(), "node", node_id, "node " + node_id + " is DRAINING (operator request)");
   nodes_changed();
   return Status::ok();
+}
+
+Status ControllerLogic::leave(const std::string& node_id, const Credential& cred) {
+  if (auto s = check_request(options_.ca_pem, cred, Operation::leave, {node_id}, node_id); !s)
+    return s;
+  if (auto s = membership_.leave(node_id); !s)
+    return s;
+  log_->warn("node {} is stopping: DRAINING, its replicas move to other nodes", node_id);
+  activity_.record(now(), "node", node_id,
+                   "node " + node_id + " is stopping: DRAINING, its replicas move to other nodes");
+  leaving_.insert(node_id);
+  nodes_changed();
+  return Status::ok();
+}
+
+std::vector<ControllerLogic::LeaveOutcome> ControllerLogic::settled_leaves() {
+  std::vector<LeaveOutcome> out;
+  if (leaving_.empty() || recovering())
+    return out;
+  // Per leaving node: replicas still there (not being stopped), and those of
+  // them whose deployment has a replica no node has room for.
+  std::map<std::string, std::pair<size_t, size_t>> left;
+  for (const auto& id : core_->deployment_ids()) {
+    auto replicas = core_->replicas(id);
+    bool unplaceable = false;
+    for (const auto& r : replicas)
+      unplaceable = unplaceable || r.pending_allocation;
+    for (const auto& r : replicas) {
+      if (r.pending_allocation || r.state == ReplicaState::stopping || !leaving_.count(r.node_id))
+        continue;
+      auto& [n, stuck] = left[r.node_id];
+      ++n;
+      if (unplaceable)
+        ++stuck;
+    }
+  }
+  for (auto it = leaving_.begin(); it != leaving_.end();) {
+    auto node = membership_.nodes().find(*it);
+    std::string message;
+    if (node == membership_.nodes().end() || node->second.state != NodeState::draining) {
+      message = "the node is no longer leaving";
+    } else if (auto l = left.find(*it); l == left.end()) {
+      message = "every replica runs on another node";
+    } else if (l->second.second == l->second.first) {
+      message = std::to_string(l->second.first) +
+                " replicas cannot move: no other node has room for their replacements";
+    }
+    if (message.empty()) {
+      ++it;
+      continue;
+    }
+    log_->info("node {} may stop: {}", *it, message);
+    out.push_back({*it, std::move(message)});
+    it = leaving_.erase(it);
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- user calls
@@ -182,6 +248,10 @@ Result<DeployResult> ControllerLogic::deploy(const std::string& encoded, const C
   }
   log_->info("deploy of {}: {} (generation {})", app->name,
              result->changed ? "accepted" : "unchanged", result->generation);
+  if (result->changed)
+    activity_.record(now(), "deploy", app->name,
+                     "deploy of " + app->name + " (generation " +
+                         std::to_string(result->generation) + ")");
   return result;
 }
 
@@ -206,6 +276,10 @@ Result<std::string> ControllerLogic::apply(const std::string& encoded, const Cre
   auto generation = core_->target_state().generation;
   log_->info("deploy of {} applications: {} (generation {})", declared->applications.size(),
              changed ? "accepted" : "unchanged", generation);
+  if (changed)
+    activity_.record(now(), "deploy", "",
+                     "deploy of " + std::to_string(declared->applications.size()) +
+                         " applications (generation " + std::to_string(generation) + ")");
   actors_.set_http(core_->target_state().http);
   return render_apply_result(*results, changed, generation).dump();
 }
@@ -216,6 +290,7 @@ Status ControllerLogic::delete_application(const std::string& app, const Credent
   if (auto s = core_->delete_application(app); !s)
     return s;
   log_->info("application {} is being deleted", app);
+  activity_.record(now(), "deploy", app, "application " + app + " is being deleted");
   return Status::ok();
 }
 
@@ -230,6 +305,8 @@ Status ControllerLogic::delete_deployment(const std::string& app, const std::str
     return s;
   }
   log_->info("deployment {}/{} is being deleted", app, deployment);
+  activity_.record(now(), "deploy", app + "/" + deployment,
+                   "deployment " + app + "/" + deployment + " is being deleted");
   return Status::ok();
 }
 
@@ -246,6 +323,10 @@ Result<DeployResult> ControllerLogic::scale(const std::string& app, const std::s
   }
   log_->info("scale of {}/{} to {} replicas: {} (generation {})", app, deployment, replicas,
              result->changed ? "accepted" : "unchanged", result->generation);
+  if (result->changed)
+    activity_.record(now(), "deploy", app + "/" + deployment,
+                     "scale of " + app + "/" + deployment + " to " + std::to_string(replicas) +
+                         " replicas");
   return result;
 }
 
@@ -272,6 +353,7 @@ Result<uint64_t> ControllerLogic::set_traffic(const std::string& app,
   for (const auto& [name, weight] : split)
     shown += (shown.empty() ? "" : " ") + name + "=" + std::to_string(weight);
   log_->info("traffic of {} is now {} (generation {})", app, shown, *generation);
+  activity_.record(now(), "deploy", app, "traffic of " + app + " is now " + shown);
   return generation;
 }
 
@@ -283,6 +365,7 @@ Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {
     return s;
   log_->warn("shutdown requested: deleting every application{}",
              nodes ? ", then stopping every node" : "");
+  activity_.record(now(), "deploy", "", "shutdown requested: deleting every application", true);
   stop_nodes_when_empty_ = nodes;
   return Status::ok();
 }
@@ -302,6 +385,35 @@ Result<KillTarget> ControllerLogic::kill(const std::string& kind, const std::str
 std::string ControllerLogic::status() const {
   auto started_at = [&](const std::string& id) { return actors_.started_at(id); };
   return render_status(core_.get(), recovering(), started_at).dump();
+}
+
+std::string ControllerLogic::dashboard() const {
+  // Counters of replicas that are gone are of no use any more.
+  std::set<std::string> live;
+  for (const auto& id : core_->deployment_ids()) {
+    for (const auto& r : core_->replicas(id))
+      live.insert(r.id);
+  }
+  activity_.prune([&](const std::string& id) { return live.count(id) > 0; });
+  const double t = now();
+  auto started_at = [&](const std::string& id) { return actors_.started_at(id); };
+  auto rate_of = [&](const std::string& id) { return activity_.rate(id, t); };
+  nlohmann::json out;
+  out["status"] = render_status(core_.get(), recovering(), started_at, rate_of);
+  auto nodes = nlohmann::json::array();
+  for (const auto& n : render_nodes(membership_, proxies_, t)) {
+    nodes.push_back({{"id", n.id},
+                     {"address", n.address},
+                     {"state", n.state},
+                     {"resources", n.resources},
+                     {"last_heartbeat_age_ms", n.last_heartbeat_age_ms},
+                     {"reason", n.reason},
+                     {"pid", n.pid},
+                     {"proxy", n.proxy}});
+  }
+  out["nodes"] = std::move(nodes);
+  out["events"] = activity_.events_json(t, 50);
+  return out.dump();
 }
 
 std::vector<NodeStatus> ControllerLogic::nodes() const {
@@ -397,13 +509,17 @@ ControllerLogic::Execution ControllerLogic::plan(const Command& cmd) {
 }
 
 void ControllerLogic::log_status_changes() {
-  for (const auto& c : status_log_.observe(*core_))
+  for (const auto& c : status_log_.observe(*core_)) {
     log_->log(c.warn ? spdlog::level::warn : spdlog::level::info, "{}", c.describe());
+    activity_.record(now(), "status", c.deployment, c.describe(), c.warn);
+  }
 }
 
 // ---------------------------------------------------------------- reports
 
-void ControllerLogic::replica_metrics(const std::string& replica_id, double ongoing) {
+void ControllerLogic::replica_metrics(const std::string& replica_id, double ongoing,
+                                      uint64_t finished) {
+  activity_.count(replica_id, finished, now());
   if (!recovering())
     core_->record_replica_metrics(replica_id, ongoing);
 }
@@ -462,6 +578,7 @@ void ControllerLogic::settle_unreachable(const std::string& node,
     std::string cause = "replica " + id + " was not reported by node " + node +
                         " when it registered again after the controller's pause";
     log_->warn("{}", cause);
+    activity_.record(now(), "crash", id, cause, true);
     core_->on_replica_crashed(id, cause);
   }
   unreachable_.erase(it);
@@ -560,6 +677,10 @@ bool ControllerLogic::on_down(const caf::actor_addr& source, const caf::error& r
       // A replica process's handle ends with the cause of its exit ("replica
       // X exited: killed by SIGSEGV"): that is the status message.
       log_->warn("replica {} went down: {}", ev.id, ev.cause.empty() ? rendered : ev.cause);
+      activity_.record(now(), "crash", ev.id,
+                       "replica " + ev.id + " went down: " +
+                           (ev.cause.empty() ? rendered : ev.cause),
+                       true);
       core_->on_replica_crashed(ev.id, ev.cause);
       return true;
     case DownKind::agent_died:

@@ -29,6 +29,7 @@
 #include "controller/core/clock.hpp"
 #include "controller/core/state_manager.hpp"
 #include "controller/membership.hpp"
+#include "controller/shell/activity.hpp"
 #include "controller/shell/admission.hpp"
 #include "controller/shell/command_plan.hpp"
 #include "controller/shell/directory.hpp"
@@ -81,6 +82,18 @@ class ControllerLogic {
   // The node leaves on purpose: forgotten, its agent no longer monitored.
   Status deregister(const std::string& node_id, const Credential& cred);
   Status drain(const std::string& node_id, const Credential& cred);
+  // A node that is stopping asks to leave: it is DRAINING (its replicas are
+  // replaced on other nodes first, then stopped) until it deregisters.
+  // settled_leaves() says when its move is over.
+  Status leave(const std::string& node_id, const Credential& cred);
+  struct LeaveOutcome {
+    std::string node_id;
+    std::string message;  // what happened, for the node's log
+  };
+  // The leaving nodes whose move is over, each named once: none of their
+  // replicas is left but those being stopped, or those left cannot move
+  // (their replacements find no node with room), or the node is gone.
+  std::vector<LeaveOutcome> settled_leaves();
 
   // ------------------------------------------------------------ user calls
 
@@ -116,6 +129,12 @@ class ControllerLogic {
 
   std::string status() const;  // the `status` JSON
   std::vector<NodeStatus> nodes() const;
+  // What the head's dashboard shows, JSON: {"status": the `status` answer
+  // with requests_per_s per replica and deployment, "nodes": the rows of
+  // `troupectl nodes`, "events": the newest 50, newest first, each with
+  // age_s, kind, subject, message, warn}.
+  std::string dashboard() const;
+  const Activity& activity() const { return activity_; }
   // A pull: what changed since (epoch, seq), or the same id when current.
   Result<RoutingSnapshot> snapshot(uint64_t epoch, uint64_t seq) const;
   Result<std::string> config() const;  // the target state record
@@ -150,7 +169,9 @@ class ControllerLogic {
 
   // ------------------------------------------------------------ reports
 
-  void replica_metrics(const std::string& replica_id, double ongoing);
+  // A replica's report: its average requests in flight over the last
+  // interval, and the requests it finished since it started.
+  void replica_metrics(const std::string& replica_id, double ongoing, uint64_t finished);
   // The models a replica holds (model multiplexing). True when the actor
   // reconciles now, so that proxies get the change at once.
   bool replica_models(const std::string& replica_id, uint64_t seq,
@@ -244,6 +265,11 @@ class ControllerLogic {
   double last_tick_at_ = -1;
   // Node id -> replicas unreachable since a pause (settle_unreachable()).
   std::map<std::string, std::set<std::string>> unreachable_;
+  // Recent events and request rates, for the dashboard (mutable: reading
+  // the dashboard forgets the counters of replicas that are gone).
+  mutable Activity activity_;
+  // Nodes that asked to leave and wait for settled_leaves().
+  std::set<std::string> leaving_;
   // The DEAD and draining nodes the last snapshot listed (push_nodes()).
   std::vector<std::pair<std::string, NodeState>> flagged_nodes_;
   // Last logged status per deployment, to log transitions.

@@ -7,7 +7,7 @@ using nlohmann::json;
 namespace {
 
 json deployment_json(const StateManager& core, const DeploymentId& id, const DeploymentSpec& spec,
-                     const StartedAt& started_at) {
+                     const StartedAt& started_at, const RateOf& rate_of) {
   json d;
   if (auto s = core.deployment_status(id)) {
     d["status"] = to_string(s->status);
@@ -19,6 +19,7 @@ json deployment_json(const StateManager& core, const DeploymentId& id, const Dep
   d["isolation"] = to_string(spec.config.isolation);
   d["memory_limit_bytes"] = spec.config.memory_limit_bytes;
   json rows = json::array();
+  double rate = 0;
   for (const auto& r : core.replicas(id)) {
     rows.push_back({{"id", r.id},
                     {"node", r.node_id},
@@ -26,14 +27,22 @@ json deployment_json(const StateManager& core, const DeploymentId& id, const Dep
                     {"version", r.version.code},
                     {"pending_allocation", r.pending_allocation},
                     {"started", started_at ? started_at(r.id) : 0.0}});
+    if (rate_of) {
+      double x = rate_of(r.id);
+      rows.back()["requests_per_s"] = x;
+      rate += x;
+    }
   }
   d["replicas"] = std::move(rows);
+  if (rate_of)
+    d["requests_per_s"] = rate;
   return d;
 }
 
 }  // namespace
 
-json render_status(const StateManager* core, bool recovering, const StartedAt& started_at) {
+json render_status(const StateManager* core, bool recovering, const StartedAt& started_at,
+                   const RateOf& rate_of) {
   json apps = json::object();
   if (!core)
     return json{{"applications", apps}};
@@ -54,7 +63,8 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
     }
     json deps = json::object();
     for (const auto& spec : app.deployments)
-      deps[spec.name] = deployment_json(*core, DeploymentId{name, spec.name}, spec, started_at);
+      deps[spec.name] =
+          deployment_json(*core, DeploymentId{name, spec.name}, spec, started_at, rate_of);
     a["deployments"] = std::move(deps);
     apps[name] = std::move(a);
   }

@@ -25,12 +25,15 @@ namespace troupe::controller {
 // When a replica became ready (Unix seconds, as the replica reported it); 0
 // when not yet or unknown.
 using StartedAt = std::function<double(const std::string& replica_id)>;
+// A replica's requests per second lately (Activity::rate).
+using RateOf = std::function<double(const std::string& replica_id)>;
 
 // The `status` answer: every application of the target state with its
 // status, its deployments' status, target and replicas, and whether the
 // controller is still recovering. A null core renders no applications.
+// With `rate_of`, each replica and deployment has `requests_per_s`.
 nlohmann::json render_status(const StateManager* core, bool recovering,
-                             const StartedAt& started_at);
+                             const StartedAt& started_at, const RateOf& rate_of = {});
 
 // The answer to `apply`: changed, generation, and per application what
 // happened to each deployment and which were removed.

@@ -46,7 +46,7 @@ Observation healthy_at(double start, double end) {
   o.status_ok = true;
   o.nodes_ok = true;
   o.app_status["echo"] = "RUNNING";
-  o.deployments["echo/Echo"] = {"HEALTHY", 2, 2, 2};
+  o.deployments["echo/Echo"] = {"HEALTHY", 2, 2, 2, {{"head", 2}}};
   o.replica_ids = {"r1", "r2"};
   o.replicas_per_node["head"] = 2;
   o.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}};

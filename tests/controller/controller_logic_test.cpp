@@ -197,6 +197,120 @@ TEST_CASE("logic: with nothing to recover the controller is ready at once") {
   CHECK(f.logic->snapshot(0, 0));
 }
 
+TEST_CASE("logic: a stopping node leaves once its replicas run on another node") {
+  Fixture f;
+  f.start();
+  auto a1 = f.handle();
+  std::string old_id;
+  f.running_replica(a1, &old_id);  // on n1
+  auto a2 = f.handle();
+  f.register_node("n2", a2);
+  CHECK(f.logic->leave("n9", Credential{}).code() == errc::not_found);
+
+  REQUIRE(f.logic->leave("n1", Credential{}).is_ok());
+  CHECK(f.node_state("n1") == "DRAINING");
+  CHECK(contains(f.log_text.str(), "node n1 is stopping: DRAINING"));
+  // The replacement starts on n2; the replica on n1 serves until it runs.
+  auto runs = f.reconcile_except_checks();
+  REQUIRE(runs.size() == 1);
+  const auto [cmd, run] = runs.front();
+  CHECK(run.action == CommandAction::spawn);
+  CHECK(cmd.node_id == "n2");
+  CHECK(f.logic->settled_leaves().empty());
+  CHECK(f.replicas_of_d()[old_id] == "RUNNING");
+
+  f.logic->actors().remember_replica(cmd.replica_id, cmd.node_id, f.handle());
+  f.logic->core().on_replica_ready(cmd.replica_id, cmd.version);
+  runs = f.reconcile_except_checks();
+  // Now the old one stops, and the node may go.
+  REQUIRE(runs.size() == 1);
+  CHECK(runs.front().first.kind == CommandKind::stop);
+  CHECK(runs.front().first.replica_id == old_id);
+  auto settled = f.logic->settled_leaves();
+  REQUIRE(settled.size() == 1);
+  CHECK(settled.front().node_id == "n1");
+  CHECK(settled.front().message == "every replica runs on another node");
+  CHECK(f.replicas_of_d()[cmd.replica_id] == "RUNNING");
+  CHECK(f.logic->settled_leaves().empty());  // named once
+}
+
+TEST_CASE("logic: a stopping node whose replicas have nowhere to go leaves at once with them") {
+  Fixture f;
+  f.start();
+  auto a1 = f.handle();
+  std::string old_id;
+  f.running_replica(a1, &old_id);  // on n1, the only node
+  REQUIRE(f.logic->leave("n1", Credential{}).is_ok());
+  f.reconcile_except_checks();
+  auto settled = f.logic->settled_leaves();
+  REQUIRE(settled.size() == 1);
+  CHECK(settled.front().message ==
+        "1 replicas cannot move: no other node has room for their replacements");
+  // Not stopped by the controller: the node stops it itself, last.
+  CHECK(f.replicas_of_d()[old_id] == "RUNNING");
+
+  // A node that registers again is no longer leaving: ALIVE, and a leave
+  // waiting for it is settled.
+  auto a2 = f.handle();
+  f.register_node("n2", a2);
+  REQUIRE(f.logic->leave("n2", Credential{}).is_ok());
+  f.register_node("n2", a2);
+  CHECK(f.node_state("n2") == "ALIVE");
+  settled = f.logic->settled_leaves();
+  REQUIRE(settled.size() == 1);
+  CHECK(settled.front().node_id == "n2");
+  CHECK(settled.front().message == "the node is no longer leaving");
+}
+
+TEST_CASE("logic: the dashboard lists nodes - status with request rates - and the events") {
+  Fixture f;
+  f.start();
+  auto a1 = f.handle();
+  std::string id;
+  auto replica = f.running_replica(a1, &id);
+  f.logic->replica_metrics(id, 1.0, 100);
+  f.clock->advance(2.0);
+  f.logic->replica_metrics(id, 1.0, 300);
+  f.logic->on_down(replica.address(), caf::exit_reason::kill, "exit_reason(kill)");
+  f.reconcile_except_checks();
+  auto d = nlohmann::json::parse(f.logic->dashboard());
+  REQUIRE(d["nodes"].size() == 1);
+  CHECK(d["nodes"][0]["id"] == "n1");
+  CHECK(d["nodes"][0]["state"] == "ALIVE");
+  auto& dep = d["status"]["applications"]["a"]["deployments"]["D"];
+  CHECK(dep.contains("requests_per_s"));
+  // The events, newest first: the crash and what it did to the status, the
+  // deploy, the node.
+  std::vector<std::string> kinds;
+  std::string all;
+  for (const auto& e : d["events"]) {
+    kinds.push_back(e["kind"]);
+    all += e["message"].get<std::string>() + "\n";
+  }
+  CAPTURE(all);
+  CHECK(std::find(kinds.begin(), kinds.end(), "crash") != kinds.end());
+  CHECK(contains(all, "replica " + id + " went down"));
+  CHECK(contains(all, "deploy of a (generation 1)"));
+  CHECK(contains(all, "node n1 joined (0 replicas)"));
+  CHECK(contains(all, "deployment a/D: UPDATING -> HEALTHY"));
+  CHECK(d["events"].back()["message"] == "node n1 joined (0 replicas)");  // the oldest
+}
+
+TEST_CASE("logic: a replica's request rate shows in the dashboard's status") {
+  Fixture f;
+  f.start();
+  auto a1 = f.handle();
+  std::string id;
+  f.running_replica(a1, &id);
+  f.logic->replica_metrics(id, 1.0, 100);
+  f.clock->advance(2.0);
+  f.logic->replica_metrics(id, 1.0, 300);
+  auto d = nlohmann::json::parse(f.logic->dashboard());
+  auto& dep = d["status"]["applications"]["a"]["deployments"]["D"];
+  CHECK(dep["requests_per_s"].get<double>() == doctest::Approx(100.0));
+  CHECK(dep["replicas"][0]["requests_per_s"].get<double>() == doctest::Approx(100.0));
+}
+
 TEST_CASE("logic: a registered node is ALIVE - it heartbeats - drains and leaves") {
   Fixture f;
   f.start();

@@ -24,6 +24,11 @@ TEST_CASE("a head with defaults") {
   CHECK(o->bind == "127.0.0.1");
   CHECK(o->http_port == 8000);
   CHECK(o->node_timeout_s == 5.0);
+  CHECK(o->drain_delay_s == 3.0);
+  CHECK(o->dashboard);
+  auto off = parse({"--head", "--state-dir", "/tmp/x", "--no-dashboard"});
+  REQUIRE(off.has_value());
+  CHECK_FALSE(off->dashboard);
   CHECK(o->resources.get("cpu") >= 1.0);
   CHECK(o->resources.get("mem") > 0.0);
 }
@@ -47,6 +52,8 @@ TEST_CASE("a worker with every option") {
                   "4",
                   "--shutdown-grace",
                   "2",
+                  "--drain-delay",
+                  "0.5",
                   "--log-level",
                   "debug",
                   "--state-dir",
@@ -65,6 +72,7 @@ TEST_CASE("a worker with every option") {
   CHECK(o->basp_heartbeat_interval_s == 0.25);
   CHECK(o->basp_connection_timeout_s == 4.0);
   CHECK(o->shutdown_grace_s == 2.0);
+  CHECK(o->drain_delay_s == 0.5);
   CHECK(o->log_level == "debug");
 }
 
@@ -94,6 +102,7 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--join", "h:1", "--node-timeout", "-1"}, "--node-timeout"},
       {{"--join", "h:1", "--heartbeat-interval", "9"}, "shorter than --node-timeout"},
       {{"--head", "--state-dir", "d", "--port", "0"}, "--port 0"},
+      {{"--join", "h:1", "--drain-delay", "-1"}, "--drain-delay must be between 0 and 86400"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.fragment);

@@ -150,6 +150,8 @@ class Client {
     fd_ = -1;
   }
 
+  bool connected() const { return connected_; }
+
  private:
   bool readable_before(Clock::time_point deadline) {
     for (;;) {
@@ -313,6 +315,31 @@ TEST_CASE("http server: a new idle timeout applies from each connection's next i
   REQUIRE(patient.get());
   CHECK_FALSE(patient.closed_within(1.5).has_value());
   REQUIRE(patient.get());  // and still serves
+  server.stop();
+}
+
+TEST_CASE("http server: after stop_accepting answers close their connections and none is accepted") {
+  Ok handler;
+  ServerOptions options;
+  options.port = 0;
+  HttpServer server(options, handler);
+  REQUIRE(server.listen().is_ok());
+  server.run();
+  Client kept(server.port());
+  REQUIRE(kept.get());
+  CHECK_FALSE(kept.closed_within(0.05).has_value());  // kept alive
+
+  server.stop_accepting();
+  CHECK(server.closing());
+  // The listening socket closes: a new connection is refused.
+  CHECK(wait_for([&] { return !Client(server.port()).connected(); }, 5));
+  // The kept-alive connection is still served, told to close, and closed.
+  REQUIRE(kept.send("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  std::string in;
+  REQUIRE(kept.read_until(in, "\r\n\r\nok", 10));
+  CHECK(in.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(in.find("Connection: close\r\n") != std::string::npos);
+  CHECK(kept.closed_within(10).has_value());
   server.stop();
 }
 

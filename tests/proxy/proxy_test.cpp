@@ -198,8 +198,9 @@ uint16_t http_port_of(const ChildProcess& p) {
 
 struct Fixture : ClientCluster {
   explicit Fixture(std::vector<std::string> worker_ids = {},
-                   std::vector<std::string> head_args = {}) {
-    start(worker_ids, head_args);
+                   std::vector<std::string> head_args = {},
+                   std::map<std::string, std::vector<std::string>> worker_args = {}) {
+    start(worker_ids, head_args, worker_args);
   }
 
   uint16_t port(const std::string& node = "head") { return http_port_of(cluster.nodes.at(node)); }
@@ -438,6 +439,50 @@ TEST_CASE("proxy: on SIGTERM a node turns not ready and still answers the reques
   auto code = f.cluster.nodes.at("w1").wait_exit(20s);
   REQUIRE(code.has_value());
   CHECK(*code == 0);
+}
+
+TEST_CASE("proxy: a stopping node serves through its drain delay and a second SIGTERM stops it at once") {
+  Fixture f({"w1"}, {}, {{"w1", {"--drain-delay", "60"}}});
+  REQUIRE(f.client->deploy(app_spec("echo", "/echo", "Echo", 2)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 2));
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 2));
+  Conn kept(f.port("w1"));
+  auto first = kept.get("/echo/before");
+  REQUIRE(first);
+  CHECK(first->status == 200);
+  CHECK(first->header("connection") != "close");
+
+  auto& w1 = f.cluster.nodes.at("w1");
+  w1.signal(SIGTERM);
+  const auto stopping = std::make_pair(503, std::string("node w1 is shutting down"));
+  REQUIRE(wait_until([&] { return probe(f.port("w1"), "/-/readyz") == stopping; }, 10s, 10ms));
+  // Not ready, and serving: on the connection it kept and on new ones,
+  // while the controller moves its replica to the head.
+  auto during = kept.get("/echo/during");
+  REQUIRE(during);
+  CHECK(during->status == 200);
+  Conn fresh(f.port("w1"));
+  auto again = fresh.get("/echo/fresh");
+  REQUIRE(again);
+  CHECK(again->status == 200);
+  CHECK(wait_until(
+      [&] {
+        auto d = f.deployment("echo", "Echo");
+        int on_head = 0;
+        for (const auto& r : d.value("replicas", json::array()))
+          on_head += r.at("node") == "head" && r.at("state") == "RUNNING";
+        return on_head == 2;
+      },
+      20s, 50ms));
+  CHECK(w1.running());  // the drain delay (60 s) is not over
+
+  // A second SIGTERM forces the stop at once (exit 1): long before the
+  // drain delay would end.
+  w1.signal(SIGTERM);
+  auto code = w1.wait_exit(20s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(w1.output().find("received a second SIGTERM; stopping now") != std::string::npos);
 }
 
 TEST_CASE("proxy: 404 400 413 and 431 answers and the proxy keeps serving") {

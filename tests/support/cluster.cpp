@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <doctest/doctest.h>
@@ -33,6 +34,13 @@ proc::ChildOptions node_options_in(const std::string& state_dir) {
   return o;
 }
 
+// A test that stops a node waits for no load balancer: no drain delay,
+// unless the test gives one.
+void no_drain_delay_unless_given(std::vector<std::string>& argv) {
+  if (std::find(argv.begin(), argv.end(), "--drain-delay") == argv.end())
+    argv.insert(argv.end(), {"--drain-delay", "0"});
+}
+
 std::string core_file_of(const ChildProcess& node) {
   const auto& cwd = node.options().working_dir;
   for (const auto& name : {std::string("core"), "core." + std::to_string(node.pid())}) {
@@ -55,7 +63,7 @@ std::vector<std::string> Cluster::stop_all(std::chrono::milliseconds grace) {
   for (auto& [id, node] : nodes) {
     was_running[id] = node.running();
     if (was_running[id])
-      ::kill(node.pid(), SIGTERM);  // all at once; stop() below waits for each
+      node.signal(SIGTERM);  // all at once; stop() below waits for each
   }
   auto until = std::chrono::steady_clock::now() + grace;
   for (auto& [id, node] : nodes) {
@@ -94,6 +102,7 @@ ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
   argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
+  no_drain_delay_unless_given(argv);
   nodes.erase("head");
   return nodes.emplace("head", ChildProcess(argv, dir / "head.log", node_options_in(dir / "head")))
       .first->second;
@@ -114,6 +123,7 @@ ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std
   argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
+  no_drain_delay_unless_given(argv);
   nodes.erase(id);
   return nodes.emplace(id, ChildProcess(argv, dir / (id + ".log"), node_options_in(dir / id)))
       .first->second;

@@ -37,6 +37,8 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
                                        fmt(spec_.basp_connection_timeout_s),
                                        "--shutdown-grace",
                                        fmt(spec_.shutdown_grace_s),
+                                       "--drain-delay",
+                                       fmt(spec_.drain_delay_s),
                                        "--plugin-path",
                                        plugin_dir_};
   auto add = [&](const std::string& id, std::vector<std::string> argv) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "tools/chaos/http_client.hpp"
 
@@ -33,6 +34,11 @@ void LoadGenerator::start() {
           : static_cast<size_t>(spec_.clients > 0 ? spec_.clients
                                                   : std::max(4, static_cast<int>(spec_.rate / 20)));
   std::vector<std::pair<std::string, uint16_t>> targets(ports_.begin(), ports_.end());
+  if (spec_.follow_readyz) {
+    for (const auto& [node, port] : ports_)
+      ready_[node] = true;  // until a poll says otherwise
+    watcher_ = std::thread([this] { watch_readiness(); });
+  }
   for (size_t i = 0; i < clients; ++i) {
     const auto& [node, port] = targets[i % targets.size()];
     threads_.emplace_back([this, i, node = node, port = port] { client_loop(i, node, port); });
@@ -46,10 +52,48 @@ void LoadGenerator::stop() {
       t.join();
   }
   threads_.clear();
+  if (watcher_.joinable())
+    watcher_.join();
+}
+
+void LoadGenerator::watch_readiness() {
+  std::map<std::string, std::unique_ptr<HttpClient>> clients;
+  for (const auto& [node, port] : ports_)
+    clients[node] = std::make_unique<HttpClient>("127.0.0.1", port);
+  while (!stop_.load() && !g_interrupted.load()) {
+    auto round = Clock::now();
+    for (auto& [node, client] : clients) {
+      auto r = client->get("/-/readyz", 500ms);
+      std::lock_guard<std::mutex> lock(ready_mu_);
+      ready_[node] = r.status == 200;
+    }
+    // The health check's period, as a load balancer's.
+    std::this_thread::sleep_until(round + 100ms);
+  }
+}
+
+bool LoadGenerator::ready(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(ready_mu_);
+  auto it = ready_.find(node);
+  return it == ready_.end() || it->second;
+}
+
+std::optional<std::pair<std::string, uint16_t>> LoadGenerator::next_ready(
+    const std::string& node) const {
+  std::lock_guard<std::mutex> lock(ready_mu_);
+  auto it = ports_.upper_bound(node);
+  for (size_t i = 0; i < ports_.size(); ++i, ++it) {
+    if (it == ports_.end())
+      it = ports_.begin();
+    auto r = ready_.find(it->first);
+    if (it->first != node && r != ready_.end() && r->second)
+      return *it;
+  }
+  return std::nullopt;
 }
 
 void LoadGenerator::client_loop(size_t index, std::string node, uint16_t port) {
-  HttpClient client("127.0.0.1", port);
+  auto client = std::make_unique<HttpClient>("127.0.0.1", port);
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(spec_.request_timeout_s * 1000));
   size_t path_index = index;
   const bool open_loop = spec_.rate > 0;
@@ -75,8 +119,14 @@ void LoadGenerator::client_loop(size_t index, std::string node, uint16_t port) {
     auto start = Clock::now();
     if (start >= end_)
       break;
+    if (spec_.follow_readyz && !ready(node)) {
+      if (auto other = next_ready(node)) {
+        node = other->first;
+        client = std::make_unique<HttpClient>("127.0.0.1", other->second);
+      }
+    }
     const auto& path = spec_.paths[path_index++ % spec_.paths.size()];
-    auto r = client.get(path, timeout);
+    auto r = client->get(path, timeout);
     auto end = Clock::now();
     record(seconds_between(t0_, start), seconds_between(t0_, end), node, r.status, r.error);
     if (r.status == 0 && !open_loop) {

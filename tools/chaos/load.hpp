@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +68,11 @@ class LoadGenerator {
 
  private:
   void client_loop(size_t index, std::string node, uint16_t port);
+  // follow_readyz: polls every node's /-/readyz until stopped.
+  void watch_readiness();
+  bool ready(const std::string& node) const;
+  // The next node after `node` (by id, wrapping) whose /-/readyz said 200.
+  std::optional<std::pair<std::string, uint16_t>> next_ready(const std::string& node) const;
   void record(double start_s, double end_s, const std::string& node, int status,
               const std::string& error);
 
@@ -77,6 +83,9 @@ class LoadGenerator {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> next_slot_{0};
   std::vector<std::thread> threads_;
+  std::thread watcher_;
+  mutable std::mutex ready_mu_;
+  std::map<std::string, bool> ready_;  // node -> its /-/readyz said 200 last
   mutable std::mutex mu_;
   LoadResult result_;
 };

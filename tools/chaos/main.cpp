@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <mutex>
 #include <queue>
 #include <random>
 #include <set>
@@ -81,6 +84,8 @@ std::string utc_now() {
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -174,6 +179,7 @@ class Runner {
       run_.setup_error = std::string("unexpected error: ") + e.what();
     }
     join_poison_calls();
+    join_exit_watchers();
     if (monitor_) {
       monitor_->stop();
       run_.observations = monitor_->observations();
@@ -346,6 +352,8 @@ class Runner {
         want = "DRAINING";
       if (dead_.count(id))
         want = "DEAD";
+      if (left_.count(id))
+        want = "missing";  // it deregistered
       auto it = o.node_state.find(id);
       std::string have = it == o.node_state.end() ? "missing" : it->second;
       if (have != want) {
@@ -354,7 +362,7 @@ class Runner {
         return false;
       }
     }
-    if (o.node_state.size() != cluster_->node_ids().size()) {
+    if (o.node_state.size() != cluster_->node_ids().size() - left_.size()) {
       if (why)
         *why += "; nodes --json lists unknown nodes";
       return false;
@@ -409,6 +417,8 @@ class Runner {
         steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::restart, index});
       if (spec.kind == FaultKind::sigstop_node)
         steps.push({ev.t_s + spec.duration_s, s.spec, Step::resume, index});
+      if (spec.kind == FaultKind::sigterm_node)
+        watch_exit(index);
     }
   }
 
@@ -419,7 +429,7 @@ class Runner {
       // Every node that is up, in turn (by id).
       std::vector<std::string> up;
       for (const auto& id : cluster_->node_ids()) {
-        if (!down_.count(id) && !dead_.count(id))
+        if (!down_.count(id) && !dead_.count(id) && !left_.count(id))
           up.push_back(id);
       }
       if (up.empty())
@@ -441,7 +451,8 @@ class Runner {
       std::optional<std::string> best;
       int most = -1;
       for (const auto& id : cluster_->node_ids()) {
-        if (down_.count(id) || dead_.count(id) || (which == "busiest_worker" && id == "head"))
+        if (down_.count(id) || dead_.count(id) || left_.count(id) ||
+            (which == "busiest_worker" && id == "head"))
           continue;
         if (count[id] > most) {
           most = count[id];
@@ -457,7 +468,7 @@ class Runner {
     }
     std::vector<std::string> candidates;
     for (const auto& id : cluster_->node_ids()) {
-      if (down_.count(id) || dead_.count(id))
+      if (down_.count(id) || dead_.count(id) || left_.count(id))
         continue;
       if (which == "random_worker" && id == "head")
         continue;
@@ -536,6 +547,12 @@ class Runner {
         command({"drain", *node});
         if (ev.ok)
           drained_.insert(*node);
+        break;
+      case FaultKind::sigterm_node:
+        ev.t_s = since(t0_);
+        cluster_->node(*node).process.signal(SIGTERM);
+        ev.ok = true;
+        left_.insert(*node);
         break;
       case FaultKind::kill9_node:
         ev.t_s = since(t0_);
@@ -629,9 +646,111 @@ class Runner {
   }
 
   // The invariants checked once the load has stopped.
+  // A node sent SIGTERM exits by itself: waited for on a thread of its own
+  // (the fault schedule goes on), at most drain delay + grace + 10 s.
+  void watch_exit(size_t index) {
+    const auto& k = run_.scenario.cluster;
+    auto limit = std::chrono::milliseconds(
+        static_cast<int64_t>((k.drain_delay_s + k.shutdown_grace_s + 10) * 1000));
+    auto& process = cluster_->node(run_.faults[index].node).process;
+    exit_watchers_.emplace_back([this, index, limit, &process] {
+      auto code = process.wait_exit(limit);
+      std::lock_guard<std::mutex> lock(exits_mu_);
+      exits_[index] = {code ? since(t0_) : -1.0, code.value_or(-1)};
+    });
+  }
+
+  void join_exit_watchers() {
+    for (auto& t : exit_watchers_) {
+      if (t.joinable())
+        t.join();
+    }
+    std::lock_guard<std::mutex> lock(exits_mu_);
+    for (const auto& [index, e] : exits_) {
+      run_.faults[index].exited_s = e.first;
+      run_.faults[index].exit_code = e.second;
+    }
+  }
+
+  // A node stopped by SIGTERM: it exits 0 within drain delay + grace, and
+  // its replicas ran elsewhere before it stopped them (no status poll from
+  // the signal to the exit saw a deployment below its target of RUNNING
+  // replicas, and one saw each at target on the other nodes alone).
+  void sigterm_checks() {
+    const auto& k = run_.scenario.cluster;
+    const double limit = k.drain_delay_s + k.shutdown_grace_s;
+    auto obs = monitor_->observations();
+    for (const auto& f : run_.faults) {
+      if (f.kind != FaultKind::sigterm_node || !f.ok)
+        continue;
+      Check exit{"node " + f.node + " stopped by SIGTERM exits 0 within drain delay + grace (" +
+                     seconds(limit) + ")",
+                 f.exited_s >= 0 && f.exit_code == 0 && f.exited_s - f.t_s <= limit, ""};
+      if (f.exited_s < 0)
+        exit.detail = "it had not exited " + seconds(limit + 10) + " after SIGTERM";
+      else
+        exit.detail = "exited " + std::to_string(f.exit_code) + " after " +
+                      seconds(f.exited_s - f.t_s);
+      run_.invariants.push_back(exit);
+
+      Check moved{"node " + f.node + "'s replicas ran on other nodes before it stopped them", true,
+                  ""};
+      int held = 0;
+      for (const auto& o : obs) {
+        if (o.end_s > f.t_s)
+          break;
+        if (!o.status_ok)
+          continue;
+        held = 0;
+        for (const auto& [name, d] : o.deployments) {
+          auto it = d.running_on.find(f.node);
+          held += it == d.running_on.end() ? 0 : it->second;
+        }
+      }
+      const double until = f.exited_s >= 0 ? f.exited_s : kNever;
+      int polls = 0, elsewhere = 0;
+      std::string low;
+      for (const auto& o : obs) {
+        if (o.start_s < f.t_s || o.end_s > until || !o.status_ok)
+          continue;
+        ++polls;
+        bool all_elsewhere = !o.deployments.empty();
+        for (const auto& [name, d] : o.deployments) {
+          auto it = d.running_on.find(f.node);
+          int there = it == d.running_on.end() ? 0 : it->second;
+          if (d.running < d.target && low.empty())
+            low = "at " + seconds(o.start_s) + " " + name + " had " + std::to_string(d.running) +
+                  " RUNNING of target " + std::to_string(d.target);
+          if (d.running - there < d.target)
+            all_elsewhere = false;
+        }
+        if (all_elsewhere)
+          ++elsewhere;
+      }
+      if (held == 0) {
+        moved.ok = false;
+        moved.detail = "the node held no RUNNING replica before SIGTERM: nothing to show";
+      } else if (!low.empty()) {
+        moved.ok = false;
+        moved.detail = low;
+      } else if (elsewhere == 0) {
+        moved.ok = false;
+        moved.detail = "no poll of " + std::to_string(polls) +
+                       " between SIGTERM and exit saw every deployment at target elsewhere";
+      } else {
+        moved.detail = std::to_string(held) + " RUNNING replicas there before; " +
+                       std::to_string(polls) + " polls until its exit, none below target, " +
+                       std::to_string(elsewhere) + " with every deployment at target elsewhere";
+      }
+      run_.invariants.push_back(moved);
+    }
+  }
+
   void final_checks() {
     auto final = monitor_->observe();
     const auto& sc = run_.scenario;
+    join_exit_watchers();
+    sigterm_checks();
 
     // No node process died that the run did not kill (a crash of user code
     // in a replica process, or anything else, must not take a node down).
@@ -639,7 +758,7 @@ class Runner {
       Check c{"every node process the run did not kill still runs", true, ""};
       int running = 0;
       for (const auto& id : cluster_->node_ids()) {
-        if (dead_.count(id))
+        if (dead_.count(id) || left_.count(id))
           continue;
         auto& n = cluster_->node(id);
         if (n.process.running()) {
@@ -826,7 +945,7 @@ class Runner {
                   final.status_ok ? "" : "status failed: " + final.status_error};
       int with_id = 0;
       for (const auto& [id, port] : run_.http_ports) {
-        if (dead_.count(id))
+        if (dead_.count(id) || left_.count(id))
           continue;
         int ok = 0, tries = 0;
         for (const auto& path : sc.load.paths) {
@@ -874,6 +993,10 @@ class Runner {
   std::set<std::string> declared_apps_;
   std::set<std::string> drained_;
   std::set<std::string> dead_;            // killed for good
+  std::set<std::string> left_;            // sent SIGTERM: stopped and left the cluster
+  std::vector<std::thread> exit_watchers_;
+  std::mutex exits_mu_;
+  std::map<size_t, std::pair<double, int>> exits_;  // fault index -> (exited_s, code)
   std::set<std::string> down_;            // killed or frozen right now
   std::map<size_t, size_t> round_robin_;  // spec index -> next node (node: round_robin)
   size_t poison_count_ = 0;

@@ -80,8 +80,10 @@ void read_status(const json& s, Observation& o) {
       v.target = d.value("target_replicas", int64_t{0});
       for (const auto& r : d.at("replicas")) {
         ++v.total;
-        if (r.value("state", "") == "RUNNING")
+        if (r.value("state", "") == "RUNNING") {
           ++v.running;
+          ++v.running_on[r.value("node", "")];
+        }
         auto id = r.value("id", "");
         if (++seen[id] == 2)
           o.duplicate_ids.push_back(id);

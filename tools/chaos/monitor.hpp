@@ -26,6 +26,7 @@ struct DeploymentView {
   int64_t target = 0;
   int running = 0;  // replicas in state RUNNING
   int total = 0;    // replicas listed, any state
+  std::map<std::string, int> running_on;  // node -> replicas RUNNING there
 };
 
 struct Observation {

@@ -108,6 +108,10 @@ void analyze(RunData& run) {
                  probe(o, f.node, run.load_enabled);
         };
         break;
+      case FaultKind::sigterm_node:
+        // The node left: healthy, and it is no longer listed.
+        cond = [&](const Observation& o) { return o.healthy() && state_of(o, f.node).empty(); };
+        break;
       case FaultKind::drain_node:
         cond = [&](const Observation& o) {
           auto it = o.replicas_per_node.find(f.node);
@@ -151,7 +155,7 @@ void analyze(RunData& run) {
       }
     }
     // The node's replicas just before the fault (last poll that ended before).
-    if (!f.node.empty() && node_scoped(f.kind)) {
+    if (!f.node.empty() && (node_scoped(f.kind) || f.kind == FaultKind::sigterm_node)) {
       for (const auto& o : obs) {
         if (o.end_s > f.t_s)
           break;
@@ -303,7 +307,8 @@ void analyze(RunData& run) {
   // Nodes that nothing targeted must stay ALIVE; every poll must be answered.
   std::set<std::string> targeted;
   for (const auto& f : run.faults) {
-    if (f.ok && (node_scoped(f.kind) || f.kind == FaultKind::drain_node))
+    if (f.ok && (node_scoped(f.kind) || f.kind == FaultKind::drain_node ||
+                 f.kind == FaultKind::sigterm_node))
       targeted.insert(f.node);
   }
   run.nodes_seen_not_alive.clear();

@@ -39,6 +39,10 @@ struct FaultEvent {
   std::string note;
   std::string seen;                            // what the first poll after the fault saw
   std::optional<int> replicas_on_node_before;  // node faults: per the last poll before
+  // sigterm_node: when the process exited (relative to t0; < 0: not seen
+  // within drain delay + grace + 10 s) and its exit status.
+  double exited_s = -1;
+  int exit_code = -1;
 
   // poison: the request and its answer (filled once it is answered).
   std::string path;        // as sent, with the mark

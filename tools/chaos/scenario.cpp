@@ -23,6 +23,8 @@ const char* to_string(FaultKind kind) {
       return "sigstop_node";
     case FaultKind::drain_node:
       return "drain_node";
+    case FaultKind::sigterm_node:
+      return "sigterm_node";
     case FaultKind::poison:
       return "poison";
   }
@@ -95,6 +97,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
       {"kill_agent", FaultKind::kill_agent},     {"kill_controller", FaultKind::kill_controller},
       {"kill9_node", FaultKind::kill9_node},     {"sigstop_node", FaultKind::sigstop_node},
       {"drain_node", FaultKind::drain_node},     {"poison", FaultKind::poison},
+      {"sigterm_node", FaultKind::sigterm_node},
   };
   if (!node)
     r.fail(node, "a fault needs an action");
@@ -105,7 +108,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
   }
   r.fail(node, "unknown action '" + name +
                    "' (kill_replica, kill_proxy, kill_agent, kill_controller, kill9_node, "
-                   "sigstop_node, drain_node, poison)");
+                   "sigstop_node, drain_node, sigterm_node, poison)");
 }
 
 }  // namespace
@@ -134,7 +137,7 @@ Scenario load_scenario(const std::string& path) {
   if (auto c = root["cluster"]) {
     r.only(c,
            {"workers", "node_timeout_s", "heartbeat_interval_s", "basp_heartbeat_interval_s",
-            "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "extra_args"},
+            "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "drain_delay_s", "extra_args"},
            "cluster");
     auto& k = s.cluster;
     k.workers = r.get<int>(c, "workers", k.workers);
@@ -148,6 +151,9 @@ Scenario load_scenario(const std::string& path) {
         r.positive(c, "basp_connection_timeout_s", k.basp_connection_timeout_s);
     k.recovery_window_s = r.positive(c, "recovery_window_s", k.recovery_window_s);
     k.shutdown_grace_s = r.positive(c, "shutdown_grace_s", k.shutdown_grace_s);
+    k.drain_delay_s = r.get<double>(c, "drain_delay_s", k.drain_delay_s);
+    if (!(k.drain_delay_s >= 0) || k.drain_delay_s > 60)
+      r.fail(c["drain_delay_s"], "drain_delay_s must be within 0-60 seconds");
     k.extra_args = r.get<std::vector<std::string>>(c, "extra_args", {});
   }
 
@@ -156,7 +162,8 @@ Scenario load_scenario(const std::string& path) {
     r.fail(root, "a scenario needs `deploy:`, a troupectl deploy config with applications");
 
   if (auto l = root["load"]) {
-    r.only(l, {"concurrency", "rate", "clients", "duration_s", "paths", "via", "request_timeout_s"},
+    r.only(l, {"concurrency", "rate", "clients", "duration_s", "paths", "via", "request_timeout_s",
+            "follow_readyz"},
            "load");
     s.has_load = true;
     auto& ld = s.load;
@@ -179,6 +186,7 @@ Scenario load_scenario(const std::string& path) {
     }
     ld.via = r.get<std::vector<std::string>>(l, "via", {});
     ld.request_timeout_s = r.positive(l, "request_timeout_s", ld.request_timeout_s);
+    ld.follow_readyz = r.get<bool>(l, "follow_readyz", false);
   }
 
   if (auto f = root["faults"]) {

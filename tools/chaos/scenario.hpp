@@ -21,6 +21,7 @@ struct ClusterSpec {
   double basp_connection_timeout_s = 3;
   double recovery_window_s = 1.5;
   double shutdown_grace_s = 5;
+  double drain_delay_s = 0;  // troupe-node --drain-delay
   std::vector<std::string> extra_args;  // appended to every node's command line
 };
 
@@ -37,6 +38,10 @@ struct LoadSpec {
   // spread evenly and each stays on its node.
   std::vector<std::string> via;
   double request_timeout_s = 10;
+  // Clients act like a load balancer that health-checks /-/readyz (every
+  // 100 ms): one whose node answers anything but 200 sends its next requests
+  // through the next node that does (by id).
+  bool follow_readyz = false;
 };
 
 enum class FaultKind {
@@ -47,6 +52,7 @@ enum class FaultKind {
   kill9_node,       // SIGKILL the node process; restart it after restart_after_s
   sigstop_node,     // SIGSTOP the node process for duration_s, then SIGCONT
   drain_node,       // troupectl drain NODE
+  sigterm_node,     // SIGTERM the node process: it stops gracefully and leaves the cluster
   poison,           // one GET of a path whose request crashes the replicas it reaches
 };
 

@@ -143,9 +143,10 @@ void Child::reaped(int status) {
 }
 
 std::optional<int> Child::stop(std::chrono::milliseconds grace) {
-  if (running()) {
+  if (running() && !terminated_) {
     ::kill(pid_, SIGCONT);
     ::kill(pid_, SIGTERM);
+    terminated_ = true;
   }
   auto until = Clock::now() + grace;
   while (running() && Clock::now() < until)
@@ -218,6 +219,7 @@ Child::Child(Child&& other) noexcept
       exit_code_(other.exit_code_),
       core_dumped_(other.core_dumped_),
       fate_owned_(other.fate_owned_),
+      terminated_(other.terminated_),
       options_(std::move(other.options_)),
       argv_(std::move(other.argv_)),
       output_path_(std::move(other.output_path_)) {
@@ -231,6 +233,7 @@ Child& Child::operator=(Child&& other) noexcept {
     exit_code_ = other.exit_code_;
     core_dumped_ = other.core_dumped_;
     fate_owned_ = other.fate_owned_;
+    terminated_ = other.terminated_;
     options_ = std::move(other.options_);
     argv_ = std::move(other.argv_);
     output_path_ = std::move(other.output_path_);
@@ -257,6 +260,8 @@ void Child::signal(int sig) {
     return;
   if (sig == SIGTERM || sig == SIGKILL)
     ::kill(pid_, SIGCONT);
+  if (sig == SIGTERM)
+    terminated_ = true;
   ::kill(pid_, sig);
 }
 

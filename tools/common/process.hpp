@@ -54,8 +54,10 @@ class Child {
   // 128 + signal number when killed by a signal.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
   std::optional<int> exit_code() const { return exit_code_; }
-  // SIGTERM, then waits up to `grace`: the exit code, or nullopt when it still
-  // ran then (it is killed, and its fate reported as "did not exit").
+  // SIGTERM (unless one was sent already: a second one forces a troupe-node
+  // to stop at once), then waits up to `grace`: the exit code, or nullopt
+  // when it still ran then (it is killed, and its fate reported as "did not
+  // exit").
   std::optional<int> stop(std::chrono::milliseconds grace);
   // "exited with status 0", "killed by SIGSEGV (core dumped)", "running".
   std::string describe_exit() const;
@@ -76,6 +78,7 @@ class Child {
   std::optional<int> exit_code_;
   bool core_dumped_ = false;
   bool fate_owned_ = false;
+  bool terminated_ = false;  // SIGTERM sent
   ChildOptions options_;
   std::vector<std::string> argv_;
   std::string output_path_;
