@@ -17,6 +17,7 @@ struct NodeRecord {
   std::string id;
   std::string host;
   uint16_t http_port = 0;
+  uint16_t peer_port = 0;  // its peer listener on `host`; 0: none
   Resources resources;
   int32_t pid = 0;
   NodeState state = NodeState::alive;

@@ -29,6 +29,7 @@
 #include "node/node_agent.hpp"
 #include "node/node_options.hpp"
 #include "node/process_supervisor.hpp"
+#include "node/peer_listener.hpp"
 #include "node/replica_gate.hpp"
 #include "proxy/proxy.hpp"
 #include "replica/handle_transport.hpp"
@@ -324,11 +325,25 @@ int main(int argc, char** argv) {
       return usage_error("cannot open the replica port on 127.0.0.1: " + sys.render(gate_port.error()));
     }
     log->info("replica processes reach this node on 127.0.0.1:{}", *gate_port);
+    // A worker: other workers reach its replicas over a direct connection.
+    std::optional<node::PeerListener> peer;
+    if (!o.head) {
+      auto opened = node::open_peer_listener(sys, o.node_id, o.bind, o.peer_port);
+      if (!opened) {
+        caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+        http_proxy->stop();
+        log::shutdown();
+        return usage_error(opened.status().message());
+      }
+      peer = *opened;
+      log->info("other workers reach this node on {}:{}", o.bind, peer->port);
+    }
 
     AgentOptions aopts;
     aopts.info.id = o.node_id;
     aopts.info.host = o.bind;
     aopts.info.http_port = o.http_port;
+    aopts.info.peer_port = peer ? peer->port : 0;
     aopts.info.resources = o.resources.to_string();
     aopts.info.pid = static_cast<int32_t>(::getpid());
     aopts.local_supervisor = supervisor;
@@ -449,6 +464,8 @@ int main(int argc, char** argv) {
     // Whatever replica process is left (it ignored its stop) dies now.
     processes->shutdown();
     caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    if (peer)
+      caf::anon_send_exit(peer->actor, caf::exit_reason::user_shutdown);
     {
       std::lock_guard<std::mutex> lock(keeper_ref->mutex);
       keeper_ref->keeper = nullptr;
@@ -456,6 +473,8 @@ int main(int argc, char** argv) {
     http_proxy->stop();
     if (!security::tls_enabled(sys))
       sys.middleman().close(*gate_port);
+    if (peer && !security::tls_enabled(sys))
+      sys.middleman().close(peer->port);
     if (supervisor && !security::tls_enabled(sys))
       sys.middleman().close(o.port);
   }

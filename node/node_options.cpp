@@ -33,6 +33,12 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   auto* port_opt = app.add_option("--port", o.port, "head: port the controller listens on")
                        ->capture_default_str();
   port_opt->excludes(join_opt);
+  auto* peer_port_opt =
+      app.add_option("--peer-port", o.peer_port,
+                     "worker: port other workers connect to, to reach this node's replicas "
+                     "directly rather than through the head (0: any free port)")
+          ->capture_default_str();
+  peer_port_opt->excludes(head);
   app.add_option("--bind", o.bind, "address to listen on")->capture_default_str();
   app.add_option("--state-dir", o.state_dir, "directory for logs, node id and checkpoints");
   app.add_option("--node-id", o.node_id, "name of this node (default: kept in the state dir)");

@@ -16,6 +16,9 @@ struct NodeOptions {
   bool head = false;
   std::optional<Endpoint> join;  // set for worker nodes
   uint16_t port = 7300;          // head: where the controller is published
+  // Worker: where other workers connect to reach its replicas directly (a
+  // CAF listener, over TLS like the head's); 0: any free port.
+  uint16_t peer_port = 0;
   std::string bind = "127.0.0.1";
   std::string state_dir;  // required for the head
   std::string node_id;    // empty: from <state-dir>/node_id, else generated

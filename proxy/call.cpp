@@ -640,16 +640,18 @@ void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
   // A replica that died counts as a crash of the requests it had in flight,
   // also when its handle went down with the connection to its process (which
   // is what a crash of user code looks like once it takes its process down).
-  // Except when that connection leads to the controller's node: then this
-  // node lost its connection to the head (hub_lost(), whose down message may
-  // come a little later), which is not the requests' fault.
+  // Except when that connection leads to another troupe-node: the
+  // controller's (this node lost its connection to the head: hub_lost(),
+  // whose down message may come a little later) or a peer's (the direct
+  // connection to that worker dropped: peers.cpp), which is not the
+  // requests' fault.
   bool crash = true;
   if (link_lost) {
     // Every other handle of that node died with the same connection: none of
     // them may take a request failed over from this one.
     router.mark_node_lost(addr.node());
     std::lock_guard<std::mutex> lock(actor_mutex);
-    crash = !(controller && controller.node() == addr.node());
+    crash = !(controller && controller.node() == addr.node()) && !is_peer_node(addr.node());
   }
   for (auto& w : workers) {
     post(w->io, [w = w.get(), addr, crash] {
@@ -677,15 +679,19 @@ bool Proxy::Core::hub_unreachable() {
          caf::exit_reason::remote_link_unreachable;
 }
 
-void Proxy::Core::hub_lost() {
+void Proxy::Core::hub_lost(const std::set<caf::node_id>& direct) {
   log->warn(
       "lost the connection to the controller's node; failing over requests in flight on "
-      "remote replicas");
+      "remote replicas reached through it ({} nodes connected directly)",
+      direct.size());
   auto here = sys->node();
   for (auto& w : workers) {
-    post(w->io, [w = w.get(), here] {
+    post(w->io, [w = w.get(), here, direct] {
       fail_over(
-          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.node() != here; },
+          w,
+          [&](const ReplicaSlot& s) {
+            return s.handle && s.handle.node() != here && direct.count(s.handle.node()) == 0;
+          },
           "was reached through the lost connection", false, Outcome::unreachable);
     });
   }

@@ -13,8 +13,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -80,6 +82,23 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   std::atomic<bool> draining{false};
   std::atomic<bool> shutting_down{false};
 
+  // Direct connections to other workers (peers.cpp), by their node id: the
+  // peer listeners the snapshots name. Touched by the proxy actor only (it
+  // outlives a restart of the actor: the connections do too).
+  struct PeerLink {
+    PeerEndpoint endpoint;
+    caf::node_id node;      // the CAF node it answered from (kept after a loss)
+    caf::actor_addr actor;  // its peer actor while connected, monitored
+    bool connecting = false;
+    uint32_t failures = 0;  // attempts failed since the last success
+  };
+  std::map<std::string, PeerLink> peers;
+  // A node this proxy has (or had) a direct connection to: a troupe-node
+  // process, not a replica process. Proxy actor only.
+  bool is_peer_node(const caf::node_id& node) const;
+  // The nodes connected directly right now. Proxy actor only.
+  std::set<caf::node_id> direct_nodes() const;
+
   explicit Core(ProxyOptions o);
   ~Core() override;
 
@@ -112,12 +131,12 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   void replica_down(const caf::actor_addr& addr, bool link_lost);
   // call.cpp: Router::Applied::lost: replicas on nodes declared DEAD.
   void replicas_lost(const std::vector<SlotPtr>& lost);
-  // call.cpp: the connection to the controller's node dropped. Every node
-  // connects to the head only, and reaches the other nodes through it:
-  // requests in flight on any remote replica are lost with it (neither
-  // answered nor bounced, and the handles of other nodes' replicas do not go
-  // down).
-  void hub_lost();
+  // call.cpp: the connection to the controller's node dropped. This node
+  // reaches the nodes it has no direct connection to (`direct`: see peers)
+  // through the head: requests in flight on their replicas are lost with it
+  // (neither answered nor bounced, and the handles of those nodes' replicas
+  // do not go down). Those on directly connected nodes go on.
+  void hub_lost(const std::set<caf::node_id>& direct);
   // call.cpp: the controller's handle died with the connection to its node
   // (true at once, while hub_lost() waits for its down message).
   bool hub_unreachable();
@@ -234,10 +253,21 @@ const std::string& dashboard_page();
 // answers health and handle calls) and the keeper that restarts it.
 using core_ptr = std::shared_ptr<Proxy::Core>;
 // Their own messages besides their interfaces: the proxy's once-a-second load
-// report; the keeper's restart policy delay passed.
-using ProxyImpl = ProxyActor::extend<caf::reacts_to<tick_atom>>;
+// report and its retry of a direct connection to a peer node (peers.cpp);
+// the keeper's restart policy delay passed.
+using ProxyImpl =
+    ProxyActor::extend<caf::reacts_to<tick_atom>, caf::reacts_to<reconnect_atom, std::string>>;
 using ProxyKeeperImpl = ProxyKeeperActor::extend<caf::reacts_to<restart_atom>>;
 ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core);
+// peers.cpp, for the proxy actor: connect to the peer listeners a snapshot
+// names and forget the nodes it lists DEAD; retry one (reconnect_atom); and a
+// down message of a peer actor (true when `source` was one).
+void peers_from_snapshot(ProxyImpl::pointer self, const core_ptr& core,
+                         const RoutingSnapshot& snap);
+void peer_retry(ProxyImpl::pointer self, const core_ptr& core, const std::string& node_id);
+bool peer_down(ProxyImpl::pointer self, const core_ptr& core, const caf::actor_addr& source);
+// Monitors the peer actors again (a restarted proxy actor).
+void watch_peers(ProxyImpl::pointer self, const core_ptr& core);
 ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_ptr core);
 
 }  // namespace troupe::proxy

@@ -45,20 +45,23 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
     *watched = controller.address();
     self->monitor(controller);
   };
-  self->set_down_handler([core, watched](caf::down_msg& dm) {
+  self->set_down_handler([self, core, watched](caf::down_msg& dm) {
     bool link_lost = dm.reason == caf::exit_reason::remote_link_unreachable;
     if (dm.source == *watched) {
       *watched = caf::actor_addr();
       if (link_lost)
-        core->hub_lost();
+        core->hub_lost(core->direct_nodes());
       return;
     }
+    if (peer_down(self, core, dm.source))
+      return;
     core->replica_down(dm.source, link_lost);
   });
   // A restarted proxy: watch the replicas it already knows, and ask the last
   // controller for what changed since the snapshot it holds.
   for (const auto& h : core->router.handles())
     self->monitor(h);
+  watch_peers(self, core);
   ControllerActor controller;
   {
     std::lock_guard<std::mutex> lock(core->actor_mutex);
@@ -101,11 +104,13 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
           self->monitor(h);
         core->run(applied.ready);
         core->replicas_lost(applied.lost);
+        peers_from_snapshot(self, core, snap);
         auto level = first || snap.full ? spdlog::level::info : spdlog::level::debug;
         core->log->log(level, "route table {}.{} ({}; {} routes, {} deployments changed)",
                        snap.epoch, snap.seq, snap.full ? "full" : "delta",
                        core->router.routes()->routes().size(), snap.deployments.size());
       },
+      [=](reconnect_atom, const std::string& node_id) { peer_retry(self, core, node_id); },
       // Healthy while every io thread runs its sweep (at least once a
       // second): a stalled event loop serves nobody.
       [=](health_atom) -> caf::result<caf::ok_atom> {

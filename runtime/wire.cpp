@@ -20,6 +20,7 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<ReplicaEndpoint>("troupe.ReplicaEndpoint");
   cfg.add_message_type<DeploymentEndpoints>("troupe.DeploymentEndpoints");
   cfg.add_message_type<RoutingSnapshot>("troupe.RoutingSnapshot");
+  cfg.add_message_type<PeerEndpoint>("troupe.PeerEndpoint");
   cfg.add_message_type<Credential>("troupe.Credential");
   // Handles that travel as message elements of their own.
   cfg.add_message_type<ReplicaActor>("troupe.ReplicaActor");
@@ -28,6 +29,7 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<AgentActor>("troupe.AgentActor");
   cfg.add_message_type<ControllerActor>("troupe.ControllerActor");
   cfg.add_message_type<ProxyKeeperActor>("troupe.ProxyKeeperActor");
+  cfg.add_message_type<PeerActor>("troupe.PeerActor");
   cfg.add_message_type<TrafficWeights>("troupe.TrafficWeights");
   cfg.set("middleman.app-identifiers", std::vector<std::string>{kAppIdentifier});
   cfg.add_error_category(kErrorCategory,

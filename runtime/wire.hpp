@@ -37,7 +37,9 @@ namespace troupe {
 // 8: RoutingSnapshot::draining_nodes.
 // 9: a stopping node's leave request (leave_atom), the requests a replica
 //    finished in its metrics report, the dashboard query.
-constexpr uint32_t kProtocolVersion = 9;
+// 10: direct connections between workers: NodeInfo::peer_port,
+//     RoutingSnapshot::peers, the peer actor (PeerActor).
+constexpr uint32_t kProtocolVersion = 10;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -113,12 +115,16 @@ struct NodeInfo {
   std::string resources;   // canonical text form, see parse_resources
   int32_t pid = 0;
   uint32_t protocol_version = kProtocolVersion;
+  // A worker's peer listener (on `host`): other workers connect there to
+  // reach its replicas directly, not through the head. 0: none (the head,
+  // which every node is connected to already).
+  uint16_t peer_port = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeInfo& x) {
   return f(caf::meta::type_name("troupe.NodeInfo"), x.id, x.host, x.http_port, x.resources, x.pid,
-           x.protocol_version);
+           x.protocol_version, x.peer_port);
 }
 
 // One row of `troupectl nodes`.
@@ -329,6 +335,21 @@ typename Inspector::result_type inspect(Inspector& f, DeploymentEndpoints& x) {
 // A versioned view of the data path: see controller/core/snapshot.hpp for
 // how a subscriber applies it (full replacement or delta; `withheld`
 // deployments are recovering and keep their previous replica set).
+// Where a worker's peer listener is (NodeInfo::peer_port).
+struct PeerEndpoint {
+  std::string node_id;
+  std::string host;
+  uint16_t port = 0;
+  friend bool operator==(const PeerEndpoint& a, const PeerEndpoint& b) {
+    return a.node_id == b.node_id && a.host == b.host && a.port == b.port;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PeerEndpoint& x) {
+  return f(caf::meta::type_name("troupe.PeerEndpoint"), x.node_id, x.host, x.port);
+}
+
 struct RoutingSnapshot {
   uint64_t epoch = 0;
   uint64_t seq = 0;
@@ -353,13 +374,17 @@ struct RoutingSnapshot {
   // From the deployed http_options: the proxy's idle timeout for keep-alive
   // connections between requests; 0: none declared (the node's own).
   double keep_alive_timeout_s = 0;
+  // The peer listeners of the nodes that host a replica of `deployments`
+  // (those that have one): a subscriber connects to them directly, so that
+  // its requests to their replicas do not pass through the head.
+  std::vector<PeerEndpoint> peers;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
   return f(caf::meta::type_name("troupe.RoutingSnapshot"), x.epoch, x.seq, x.full, x.routes_changed,
            x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s, x.dead_nodes,
-           x.draining_nodes, x.keep_alive_timeout_s);
+           x.draining_nodes, x.keep_alive_timeout_s, x.peers);
 }
 
 // Proof of who sends a write request (see runtime/security/credentials.hpp):
@@ -421,6 +446,13 @@ using ProxyActor = HandleCallActor::extend<
     caf::reacts_to<snapshot_atom, RoutingSnapshot>,
     // Healthy while every io thread runs.
     caf::replies_to<health_atom>::with<caf::ok_atom>>;
+
+// A worker's peer actor, published on its peer port (NodeInfo::peer_port):
+// what another worker connecting there gets. It answers the node's id, so
+// that the connecting side knows it reached the node it meant; the
+// connection it rides on is what matters (CAF routes messages to the node's
+// actors over it instead of through the head).
+using PeerActor = caf::typed_actor<caf::replies_to<hello_atom>::with<std::string>>;
 
 // A node agent (node/node_agent.hpp), as the controller sees it.
 using AgentActor = caf::typed_actor<

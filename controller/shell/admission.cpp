@@ -39,6 +39,7 @@ Result<NodeRecord> admit_node(const std::string& ca_pem, const troupe::NodeInfo&
   rec.id = info.id;
   rec.host = info.host;
   rec.http_port = info.http_port;
+  rec.peer_port = info.peer_port;
   rec.resources = *resources;
   rec.pid = info.pid;
   return rec;

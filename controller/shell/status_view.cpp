@@ -1,5 +1,7 @@
 #include "controller/shell/status_view.hpp"
 
+#include <set>
+
 namespace troupe::controller {
 
 using nlohmann::json;
@@ -158,11 +160,18 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
     out.removed.emplace_back(id.app, id.name);
   for (const auto& id : d.withheld)
     out.withheld.emplace_back(id.app, id.name);
+  std::set<std::string> hosts;
+  for (const auto& d : out.deployments) {
+    for (const auto& r : d.replicas)
+      hosts.insert(r.node_id);
+  }
   for (const auto& [id, n] : membership.nodes()) {
     if (n.state == NodeState::dead)
       out.dead_nodes.push_back(id);
     else if (n.state == NodeState::draining)
       out.draining_nodes.push_back(id);
+    if (n.state != NodeState::dead && n.peer_port != 0 && hosts.count(id) > 0)
+      out.peers.push_back({id, n.host, n.peer_port});
   }
   return out;
 }

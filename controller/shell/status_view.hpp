@@ -53,7 +53,8 @@ using HandleOf = std::function<ReplicaActor(const std::string& replica_id)>;
 // A snapshot delta as pushed to route-table subscribers: routes, each
 // deployment's RUNNING replicas with their actors and its queue limit, the
 // removed and withheld deployments, every DEAD node, and the target's http
-// settings (request and keep-alive timeouts; 0 where none is declared).
+// settings (request and keep-alive timeouts; 0 where none is declared), and
+// the peer listeners of the live nodes that host one of those replicas.
 RoutingSnapshot render_snapshot(const SnapshotDelta& delta, const TargetState& target,
                                 const Membership& membership, const HandleOf& handle_of);
 

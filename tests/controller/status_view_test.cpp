@@ -5,6 +5,10 @@
 
 #include <doctest/doctest.h>
 
+#include <set>
+
+#include <caf/all.hpp>
+
 #include "tests/controller/fakes.hpp"
 
 using namespace troupe;
@@ -187,4 +191,41 @@ TEST_CASE("status changes: a failing deployment is a warning") {
       warned = warned || (c.warn && c.info.status == DeploymentStatus::deploy_failed);
   }
   CHECK(warned);
+}
+
+TEST_CASE("snapshot: the peer listeners of the live nodes that host a listed replica") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 3)})).has_value());
+  h.ticks(2);
+  auto delta = h.core->changes_since(SnapshotId{});
+  REQUIRE(delta.has_value());
+  std::set<std::string> hosts;
+  for (const auto& r : h.replicas("a", "D"))
+    hosts.insert(r.node_id);
+  REQUIRE(hosts == std::set<std::string>{"n1", "n2", "n3"});
+  // n1: a worker with a peer listener; n2: none (the head); n3: DEAD; n4:
+  // a worker hosting none of these replicas.
+  Membership m(5.0);
+  auto add = [&](const std::string& id, uint16_t peer_port, double at) {
+    NodeRecord rec;
+    rec.id = id;
+    rec.host = "10.0.0." + id.substr(1);
+    rec.peer_port = peer_port;
+    m.register_node(rec, at);
+  };
+  add("n3", 7403, 0.0);
+  add("n1", 7401, 9.0);
+  add("n2", 0, 9.0);
+  add("n4", 7404, 9.0);
+  m.check(10.0);  // no heartbeat: n3 DEAD
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto any = caf::actor_cast<ReplicaActor>(
+      sys.spawn([]() -> caf::behavior { return {[](int) {}}; }));
+  auto out = render_snapshot(*delta, h.core->target_state(), m,
+                             [&](const std::string&) { return any; });
+  REQUIRE(out.deployments.size() == 1);
+  CHECK(out.deployments[0].replicas.size() == 3);
+  CHECK(out.peers == std::vector<PeerEndpoint>{{"n1", "10.0.0.1", 7401}});
+  caf::anon_send_exit(any, caf::exit_reason::user_shutdown);
 }

@@ -438,6 +438,52 @@ TEST_CASE("frozen head: 10 s under load through a worker - answered - after it n
   CHECK(f.output_has("head", "is back with its node"));
 }
 
+TEST_CASE("frozen head: 10 s under load through w1 on the replicas of w2 - answered over their direct connection") {
+  // The replicas run on w2 only (the resource `w2`); the load enters at w1.
+  // w1 reaches them over its direct connection to w2's peer port, not
+  // through the head: freezing the head (the route between the workers when
+  // they had no connection of their own) must not stop that traffic.
+  std::vector<std::string> w2_only = {"--resources", "cpu=2,w2=1"};
+  Fixture f({"w1", "w2"}, {}, {{"w2", w2_only}});
+  auto app = app_spec("echo", "/echo", "Echo", 3, 4);
+  app.deployments[0].config.resources = parse_resources("w2=0.25").value();
+  REQUIRE(f.client->deploy(app).has_value());
+  REQUIRE(f.wait_at_target("echo", "Echo", 3, 30s));
+  auto before = f.running("echo", "Echo");
+  REQUIRE(before.size() == 3);
+  for (const auto& [id, node] : before)
+    REQUIRE(node == "w2");
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 3));
+  REQUIRE(wait_until([&] { return f.output_has("w1", "direct connection to node w2 at"); }, 20s));
+  Load load({f.port("w1"), f.port("w1"), f.port("w1"), f.port("w1")}, "/echo/w1-to-w2", 30);
+  REQUIRE(wait_until([&] { return load.count() >= 40; }, 20s));
+
+  f.cluster.nodes.at("head").signal(SIGSTOP);
+  auto frozen_at = Clock::now();
+  CHECK(wait_until(
+      [&] { return f.output_has("w1", "lost the connection to the controller's node"); }, 8s));
+  size_t at_lost = load.count();
+  // The freeze's length is the fault under test.
+  std::this_thread::sleep_until(frozen_at + 10s);
+  size_t during = load.count() - at_lost;
+  f.cluster.nodes.at("head").signal(SIGCONT);
+
+  CHECK(wait_until(
+      [&] {
+        return f.output_has("head", "node w1 re-registered") &&
+               f.output_has("head", "node w2 re-registered");
+      },
+      20s));
+  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+  f.reconnect();
+  CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
+  CHECK(f.wait_routed("w1", "echo", "Echo", 3));
+  // The direct connection held: w1 never fell back to the head.
+  CHECK_FALSE(f.output_has("w1", "lost the direct connection to node w2"));
+  finish_through_w1(load, during);
+  CHECK(f.same_replicas("echo", "Echo", before));
+}
+
 TEST_CASE("head killed -9 for 20 s: a worker serves throughout - the restarted controller adopts every replica and starts none") {
   // The replicas run on the workers only (the resource `worker`): what dies
   // with the head is the controller, not a replica.

@@ -54,6 +54,8 @@ TEST_CASE("a worker with every option") {
                   "2",
                   "--drain-delay",
                   "0.5",
+                  "--peer-port",
+                  "7401",
                   "--log-level",
                   "debug",
                   "--state-dir",
@@ -73,7 +75,12 @@ TEST_CASE("a worker with every option") {
   CHECK(o->basp_connection_timeout_s == 4.0);
   CHECK(o->shutdown_grace_s == 2.0);
   CHECK(o->drain_delay_s == 0.5);
+  CHECK(o->peer_port == 7401);
   CHECK(o->log_level == "debug");
+  // By default a worker's peer listener takes any free port.
+  auto plain = parse({"--join", "10.0.0.1:7400"});
+  REQUIRE(plain.has_value());
+  CHECK(plain->peer_port == 0);
 }
 
 TEST_CASE("--help is not an error") {
@@ -94,6 +101,8 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--head"}, "--head needs --state-dir"},
       {{"--head", "--join", "h:1", "--state-dir", "d"}, "excludes"},
       {{"--join", "h:1", "--port", "7300"}, "excludes"},
+      {{"--head", "--state-dir", "d", "--peer-port", "7401"}, "excludes"},
+      {{"--join", "h:1", "--peer-port", "70000"}, "--peer-port"},
       {{"--join", "nohost"}, "--join: address 'nohost'"},
       {{"--join", "h:1", "--resources", "cpu"}, "--resources: resource entry 'cpu'"},
       {{"--join", "h:1", "--node-id", "a b"}, "--node-id: node id 'a b'"},

@@ -67,6 +67,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<ReplicaEndpoint>(sys, "troupe.ReplicaEndpoint");
   check_registered<DeploymentEndpoints>(sys, "troupe.DeploymentEndpoints");
   check_registered<RoutingSnapshot>(sys, "troupe.RoutingSnapshot");
+  check_registered<PeerEndpoint>(sys, "troupe.PeerEndpoint");
   check_registered<Credential>(sys, "troupe.Credential");
   // Handles that travel as message elements of their own (interfaces).
   check_registered<ReplicaActor>(sys, "troupe.ReplicaActor");
@@ -75,6 +76,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<AgentActor>(sys, "troupe.AgentActor");
   check_registered<ControllerActor>(sys, "troupe.ControllerActor");
   check_registered<ProxyKeeperActor>(sys, "troupe.ProxyKeeperActor");
+  check_registered<PeerActor>(sys, "troupe.PeerActor");
   check_registered<TrafficWeights>(sys, "troupe.TrafficWeights");
   CHECK(sys.types().make_value("troupe.NoSuchType") == nullptr);
   // A tripwire: a wire type registered in register_wire_types but not
@@ -82,7 +84,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 21);
+  CHECK(registered == 23);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -95,6 +97,9 @@ TEST_CASE("wire types survive serialization") {
   CHECK(info2.resources == "cpu=2");
   CHECK(info2.pid == 42);
   CHECK(info2.protocol_version == kProtocolVersion);
+  CHECK(info2.peer_port == 0);
+  info.peer_port = 7401;
+  CHECK(round_trip(sys, info).peer_port == 7401);
   std::vector<NodeStatus> rows{{"a", "h:1", "ALIVE", "cpu=1", 250, "registered", 7, "HEALTHY"}};
   auto rows2 = round_trip(sys, rows);
   REQUIRE(rows2.size() == 1);
@@ -136,17 +141,19 @@ TEST_CASE("the app identifier is set so foreign CAF systems are refused") {
   CHECK(ids == std::vector<std::string>{kAppIdentifier});
 }
 
-TEST_CASE("a routing snapshot carries the declared http timeouts") {
+TEST_CASE("a routing snapshot carries the declared http timeouts and the peer listeners") {
   System s;
   caf::actor_system sys{s.cfg};
   RoutingSnapshot snap;
   snap.epoch = 3;
   snap.request_timeout_s = 1.5;
   snap.keep_alive_timeout_s = 75;
+  snap.peers = {{"w1", "10.0.0.1", 7401}, {"w2", "10.0.0.2", 7402}};
   auto back = round_trip(sys, snap);
   CHECK(back.epoch == 3);
   CHECK(back.request_timeout_s == 1.5);
   CHECK(back.keep_alive_timeout_s == 75);
+  CHECK(back.peers == snap.peers);
 }
 
 TEST_CASE("model multiplexing fields survive serialization - ReplicaSpec - and ReplicaEndpoint inspects them") {
