@@ -252,6 +252,7 @@ int main(int argc, char** argv) {
     popts.channels = channels;
     popts.on_give_up = on_give_up;
     popts.dashboard = o.head && o.dashboard;
+    popts.connect_peers = !o.head;
     auto started = proxy::Proxy::start(sys, popts);
     if (!started) {
       log::shutdown();

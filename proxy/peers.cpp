@@ -106,6 +106,8 @@ std::set<caf::node_id> Proxy::Core::direct_nodes() const {
 
 void peers_from_snapshot(ProxyImpl::pointer self, const core_ptr& core,
                          const RoutingSnapshot& snap) {
+  if (!core->options.connect_peers)
+    return;
   for (const auto& id : snap.dead_nodes)
     core->peers.erase(id);
   for (const auto& ep : snap.peers) {

@@ -95,6 +95,10 @@ struct ProxyOptions {
   // /-/dashboard/state (what it shows, asked of the controller). The head's
   // proxy does unless troupe-node --no-dashboard.
   bool dashboard = false;
+  // Connect to the peer listeners the snapshots name (proxy/peers.cpp): a
+  // worker's proxy does; the head's does not need to, every node being
+  // connected to the head already.
+  bool connect_peers = true;
 };
 
 class Proxy {

@@ -6,10 +6,14 @@
 #                           [--curve "1 8 32 128 512" | --no-curve] [--curve-duration S]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
-#   (a) troupe proxy on node A -> a no-op deployment, all replicas on node A,
-#       isolation: in_process (the replicas run inside node A's troupe-node)
-#   (b) troupe proxy on node A -> the same, all replicas on node B,
-#       isolation: in_process
+# a troupe cluster of a head (the controller; no replica, no traffic) and two
+# workers A and B:
+#   (a) troupe proxy on worker A -> a no-op deployment, all replicas on A,
+#       isolation: in_process (the replicas run inside A's troupe-node)
+#   (b) troupe proxy on worker A -> the same, all replicas on worker B,
+#       isolation: in_process, over the direct connection between the two
+#       workers (checked before measuring: A's process holds a TCP connection
+#       to B's peer port or B's to A's), not through the head
 #   (p) troupe proxy on node A -> the same, all replicas on node A,
 #       isolation: process (each replica its own troupe-replica process,
 #       reached over its data channel; the default isolation; (a') of the
@@ -29,7 +33,7 @@
 # IO_THREADS (1) shape the troupe side (the same for (a), (b) and (p));
 # PROFILE_DIR=dir samples the troupe nodes (and, in (p), the replica
 # processes) with perf during (a), (b) and (p). --only "a p d" runs a subset.
-# At the end both troupe-nodes get SIGTERM; any that does not exit with
+# At the end the three troupe-nodes get SIGTERM; any that does not exit with
 # status 0 is reported (node, exit status or signal).
 # Installs wrk, nginx and haproxy with apt-get when they are missing. Every
 # process it starts is stopped on exit, also on failure or Ctrl-C.
@@ -171,23 +175,29 @@ CONF
 PIDS+=($!)
 HAP_PID=$!
 
-# --- troupe: node A (head) and node B ----------------------------------------------
-CTL_PORT=$(free_port); A_PORT=$(free_port); B_PORT=$(free_port)
-"$BIN/troupe-node" --head --port "$CTL_PORT" --state-dir "$WORK/a" --http-port "$A_PORT" \
-  --resources cpu=2,nodea=1 --log-level warn --proxy-io-threads "$IO_THREADS" \
-  >"$WORK/a.log" 2>&1 &
+# --- troupe: the head, worker A and worker B -------------------------------------
+CTL_PORT=$(free_port); H_PORT=$(free_port); A_PORT=$(free_port); B_PORT=$(free_port)
+A_PEER_PORT=$(free_port); B_PEER_PORT=$(free_port)
+"$BIN/troupe-node" --head --port "$CTL_PORT" --state-dir "$WORK/h" --http-port "$H_PORT" \
+  --resources cpu=2 --log-level warn >"$WORK/h.log" 2>&1 &
+H_PID=$!
+PIDS+=("$H_PID")
+"$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id a --state-dir "$WORK/a" \
+  --http-port "$A_PORT" --peer-port "$A_PEER_PORT" --resources cpu=2,nodea=1 --log-level warn \
+  --proxy-io-threads "$IO_THREADS" >"$WORK/a.log" 2>&1 &
 A_PID=$!
 PIDS+=("$A_PID")
 "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id b --state-dir "$WORK/b" \
-  --http-port "$B_PORT" --resources cpu=2,nodeb=1 --log-level warn >"$WORK/b.log" 2>&1 &
+  --http-port "$B_PORT" --peer-port "$B_PEER_PORT" --resources cpu=2,nodeb=1 --log-level warn \
+  >"$WORK/b.log" 2>&1 &
 B_PID=$!
 PIDS+=("$B_PID")
 CTL=("$BIN/troupectl" --address "127.0.0.1:$CTL_PORT" --timeout 5)
 deadline=$((SECONDS + 30))
-until [ "$("${CTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 2 ]; do
+until [ "$("${CTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 3 ]; do
   if [ $SECONDS -ge $deadline ]; then
-    echo "run.sh: the two troupe nodes did not come up; logs:" >&2
-    cat "$WORK/a.log" "$WORK/b.log" >&2
+    echo "run.sh: the three troupe nodes did not come up; logs:" >&2
+    cat "$WORK/h.log" "$WORK/a.log" "$WORK/b.log" >&2
     exit 1
   fi
   sleep 0.2
@@ -224,7 +234,7 @@ applications:
 CONF
 "${CTL[@]}" deploy "$WORK/deploy.yaml" --wait --wait-timeout 60 >"$WORK/deploy.log" 2>&1 || {
   echo "run.sh: deploy failed:" >&2
-  cat "$WORK/deploy.log" "$WORK/a.log" "$WORK/b.log" >&2
+  cat "$WORK/deploy.log" "$WORK/h.log" "$WORK/a.log" "$WORK/b.log" >&2
   exit 1
 }
 wait_http "http://127.0.0.1:$A_PORT/a/x" 30
@@ -233,7 +243,7 @@ wait_http "http://127.0.0.1:$A_PORT/p/x" 30
 wait_http "http://127.0.0.1:$UP_PORT/" 10
 wait_http "http://127.0.0.1:$NGX_PROXY_PORT/" 10
 wait_http "http://127.0.0.1:$HAP_PORT/" 10
-# The replicas of (b) must all be on node B, those of (a) and (p) on node A,
+# The replicas of (b) must all be on worker B, those of (a) and (p) on A,
 # each deployment with the isolation it declares.
 placement=$("${CTL[@]}" status --json | python3 -c '
 import json, sys
@@ -243,10 +253,46 @@ def where(app):
     nodes = sorted({r["node"] for d in deps for r in d["replicas"]})
     return ",".join(nodes) + "/" + ",".join(sorted({d.get("isolation", "?") for d in deps}))
 print(" ".join(where(a) for a in ("local", "remote", "process")))')
-if [ "$placement" != "head/in_process b/in_process head/process" ]; then
+if [ "$placement" != "a/in_process b/in_process a/process" ]; then
   echo "run.sh: placement is off (node/isolation of /a /b /p): $placement" >&2
   exit 1
 fi
+# (b) goes over a direct connection between A and B: A's process holds an
+# established TCP connection to B's peer port, or B's to A's (each connects
+# to the other when both host replicas; CAF keeps one of the two).
+direct_a_b() {
+  python3 - "$A_PID" "$B_PEER_PORT" "$B_PID" "$A_PEER_PORT" <<'PY'
+import os, sys
+def sockets(pid):
+    out = set()
+    for fd in os.listdir("/proc/%s/fd" % pid):
+        try:
+            link = os.readlink("/proc/%s/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(link[8:-1])
+    return out
+pairs = [(sockets(sys.argv[1]), "%04X" % int(sys.argv[2])),
+         (sockets(sys.argv[3]), "%04X" % int(sys.argv[4]))]
+n = 0
+for line in open("/proc/net/tcp").readlines()[1:]:
+    f = line.split()
+    for inodes, port in pairs:
+        if f[3] == "01" and f[2].endswith(":" + port) and f[9] in inodes:
+            n += 1
+print(n)
+PY
+}
+deadline=$((SECONDS + 20))
+until [ "$(direct_a_b)" -ge 1 ]; do
+  if [ $SECONDS -ge $deadline ]; then
+    echo "run.sh: workers A and B have no direct connection (peer ports $A_PEER_PORT, $B_PEER_PORT)" >&2
+    grep -v "cannot reach the controller" "$WORK/a.log" "$WORK/b.log" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
 # (p) really runs in troupe-replica processes: node A's children.
 replica_pids() { ps -o pid= --ppid "$A_PID" 2>/dev/null | tr -s ' \n' ',' | sed 's/^,//; s/,$//'; }
 n_children=$(ps -o comm= --ppid "$A_PID" | grep -c '^troupe-replica' || true)
@@ -359,9 +405,9 @@ done
 NODE_EXITS=()  # "node: how it ended" for every node that did not exit 0
 stop_nodes() {
   local name pid rc waited
-  kill -TERM "$A_PID" "$B_PID" 2>/dev/null || true
-  for name in A B; do
-    if [ $name = A ]; then pid=$A_PID; else pid=$B_PID; fi
+  kill -TERM "$H_PID" "$A_PID" "$B_PID" 2>/dev/null || true
+  for name in H A B; do
+    case $name in H) pid=$H_PID ;; A) pid=$A_PID ;; *) pid=$B_PID ;; esac
     waited=0
     while kill -0 "$pid" 2>/dev/null && [ $waited -lt 300 ]; do
       sleep 0.1
@@ -458,12 +504,12 @@ if [ -n "$CURVE" ] && [ -n "$CURVE_KEYS" ]; then
   done
 fi
 if [ ${#NODE_EXITS[@]} -eq 0 ]; then
-  echo "troupe-node exits after SIGTERM: A 0, B 0"
+  echo "troupe-node exits after SIGTERM: head 0, A 0, B 0"
 else
   for line in "${NODE_EXITS[@]}"; do
     echo "troupe-node did not exit cleanly: $line"
     echo "run.sh: troupe-node did not exit cleanly: $line; the end of its log:" >&2
-    case "$line" in "node A"*) log="$WORK/a.log" ;; *) log="$WORK/b.log" ;; esac
+    case "$line" in "node H"*) log="$WORK/h.log" ;; "node A"*) log="$WORK/a.log" ;; *) log="$WORK/b.log" ;; esac
     tail -n 20 "$log" >&2 || true
   done
 fi
