@@ -25,6 +25,10 @@ namespace troupe::controller {
 
 namespace {
 
+// How long a subscriber may take to answer a snapshot push before it is
+// sent the next one (in full).
+constexpr auto kPushTimeout = std::chrono::seconds(10);
+
 class SteadyClock final : public Clock {
  public:
   double now_s() const override {
@@ -181,9 +185,22 @@ void execute(controller_actor* self, const Command& cmd) {
 
 // ---------------------------------------------------------------- reconcile
 
+// One push in flight per subscriber: the next one, a delta of everything
+// that changed meanwhile, follows its answer. A failed or timed-out push
+// makes the next one full, sent by the next reconcile (not at once: the
+// subscriber may be gone, and its down message not here yet).
 void publish(controller_actor* self) {
-  for (auto& [subscriber, snapshot] : logic(self).due_pushes())
-    self->send(subscriber, snapshot_atom::value, std::move(snapshot));
+  for (auto& p : logic(self).due_pushes()) {
+    auto key = p.key;
+    auto push = p.push;
+    self->request(p.to, kPushTimeout, snapshot_atom::value, std::move(p.snapshot))
+        .then(
+            [=](caf::ok_atom) {
+              logic(self).push_done(key, push, true);
+              publish(self);
+            },
+            [=](caf::error&) { logic(self).push_done(key, push, false); });
+  }
 }
 
 void reconcile(controller_actor* self) {

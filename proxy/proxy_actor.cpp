@@ -74,7 +74,7 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
   }
   self->delayed_send(self, kReportInterval, tick_atom::value);
   return {
-      [=](snapshot_atom, RoutingSnapshot& snap) {
+      [=](snapshot_atom, RoutingSnapshot& snap) -> caf::ok_atom {
         // CAF deserializes the handle of an actor of this node that is
         // already gone as an empty one: a replica here that died while the
         // snapshot naming it was on its way. It is not routable; the next
@@ -109,6 +109,8 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
         core->log->log(level, "route table {}.{} ({}; {} routes, {} deployments changed)",
                        snap.epoch, snap.seq, snap.full ? "full" : "delta",
                        core->router.routes()->routes().size(), snap.deployments.size());
+        // Applied: the controller sends the next one.
+        return caf::ok_atom::value;
       },
       [=](reconnect_atom, const std::string& node_id) { peer_retry(self, core, node_id); },
       // Healthy while every io thread runs its sweep (at least once a

@@ -38,7 +38,8 @@ namespace troupe {
 // 9: a stopping node's leave request (leave_atom), the requests a replica
 //    finished in its metrics report, the dashboard query.
 // 10: direct connections between workers: NodeInfo::peer_port,
-//     RoutingSnapshot::peers, the peer actor (PeerActor).
+//     RoutingSnapshot::peers, the peer actor (PeerActor); a proxy answers
+//     every snapshot pushed to it (ok_atom).
 constexpr uint32_t kProtocolVersion = 10;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
@@ -442,8 +443,10 @@ using HandleCallActor = caf::typed_actor<
 
 // A node's HTTP proxy actor (proxy/proxy.hpp), as the controller sees it.
 using ProxyActor = HandleCallActor::extend<
-    // The route table and replica sets, full or a delta (see RoutingSnapshot).
-    caf::reacts_to<snapshot_atom, RoutingSnapshot>,
+    // The route table and replica sets, full or a delta (see RoutingSnapshot),
+    // answered once applied: the controller sends a subscriber its next
+    // snapshot only then (one push in flight per subscriber).
+    caf::replies_to<snapshot_atom, RoutingSnapshot>::with<caf::ok_atom>,
     // Healthy while every io thread runs.
     caf::replies_to<health_atom>::with<caf::ok_atom>>;
 

@@ -460,15 +460,22 @@ bool ControllerLogic::subscribe(const ProxyActor& subscriber, SnapshotId last,
   return !recovering();
 }
 
-std::vector<std::pair<ProxyActor, RoutingSnapshot>> ControllerLogic::due_pushes() {
-  std::vector<std::pair<ProxyActor, RoutingSnapshot>> out;
+std::vector<ControllerLogic::Push> ControllerLogic::due_pushes() {
+  std::vector<Push> out;
   for (const auto& [key, sub] : actors_.subscribers()) {
+    if (sub.in_flight != 0)
+      continue;
     if (auto delta = core_->changes_since(sub.last)) {
-      out.emplace_back(sub.handle, to_wire(*delta));
-      actors_.mark_sent(key, delta->id);
+      auto snapshot = to_wire(*delta);
+      auto push = actors_.mark_sent(key, delta->id);
+      out.push_back(Push{key, push, sub.handle, std::move(snapshot)});
     }
   }
   return out;
+}
+
+void ControllerLogic::push_done(ProxyHealthMonitor::Key key, uint64_t push, bool ok) {
+  actors_.push_done(key, push, ok);
 }
 
 // ---------------------------------------------------------------- reconciling

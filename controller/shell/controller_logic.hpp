@@ -146,8 +146,18 @@ class ControllerLogic {
   // handle is ignored.
   bool subscribe(const ProxyActor& subscriber, SnapshotId last, const std::string& node_id);
   // The snapshot every subscriber is due (a delta since the last one it was
-  // sent, in full when it has none), marked as sent; none for a current one.
-  std::vector<std::pair<ProxyActor, RoutingSnapshot>> due_pushes();
+  // sent, in full when it has none), marked as sent; none for a current one
+  // or one whose last push is still unanswered (push_done()).
+  struct Push {
+    ProxyHealthMonitor::Key key = 0;
+    uint64_t push = 0;  // for push_done()
+    ProxyActor to;
+    RoutingSnapshot snapshot;
+  };
+  std::vector<Push> due_pushes();
+  // The subscriber answered push `push` (`ok`), or it failed or timed out:
+  // it is due its next one (in full after a failure).
+  void push_done(ProxyHealthMonitor::Key key, uint64_t push, bool ok);
 
   // ------------------------------------------------------------ reconciling
 

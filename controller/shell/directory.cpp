@@ -140,9 +140,22 @@ ProxyActor ActorDirectory::subscriber(Key key) const {
   return it == subscribers_.end() ? ProxyActor{} : it->second.handle;
 }
 
-void ActorDirectory::mark_sent(Key key, SnapshotId id) {
-  if (auto it = subscribers_.find(key); it != subscribers_.end())
-    it->second.last = id;
+uint64_t ActorDirectory::mark_sent(Key key, SnapshotId id) {
+  auto it = subscribers_.find(key);
+  if (it == subscribers_.end())
+    return 0;
+  it->second.last = id;
+  it->second.in_flight = next_push_++;
+  return it->second.in_flight;
+}
+
+void ActorDirectory::push_done(Key key, uint64_t push, bool ok) {
+  auto it = subscribers_.find(key);
+  if (it == subscribers_.end() || push == 0 || it->second.in_flight != push)
+    return;
+  it->second.in_flight = 0;
+  if (!ok)
+    it->second.last = SnapshotId{};
 }
 
 void ActorDirectory::set_http(const HttpSettings& http) {

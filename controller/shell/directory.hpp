@@ -74,6 +74,12 @@ struct KillTarget {
 struct Subscriber {
   ProxyActor handle;
   SnapshotId last;
+  // The push awaiting the subscriber's answer (ActorDirectory::mark_sent);
+  // 0: none. No other push goes to it meanwhile, so a subscriber that falls
+  // behind gets one delta of everything that changed since, not a queue of
+  // them (a queue of whole replica sets grew with the square of the
+  // replicas while a large deploy was pushed).
+  uint64_t in_flight = 0;
 };
 
 class ActorDirectory {
@@ -140,8 +146,13 @@ class ActorDirectory {
   // The subscriber of `key`; invalid when unknown.
   ProxyActor subscriber(Key key) const;
   const std::map<Key, Subscriber>& subscribers() const { return subscribers_; }
-  // A push of snapshot `id` was sent to `key`.
-  void mark_sent(Key key, SnapshotId id);
+  // A push of snapshot `id` is sent to `key`: returns its number, which
+  // push_done() takes (0 for an unknown key).
+  uint64_t mark_sent(Key key, SnapshotId id);
+  // The answer to push `push` of `key`: the subscriber may get the next one.
+  // When it failed (error or timeout: the push may be lost) the next push is
+  // in full. Nothing for an unknown key or an older push.
+  void push_done(Key key, uint64_t push, bool ok);
   // The http settings pushed with every snapshot (the target state's). A
   // snapshot is pushed only when the routes changed, so new settings make
   // every subscriber due for a full push at the next publish; the same
@@ -179,7 +190,8 @@ class ActorDirectory {
   std::unordered_map<caf::actor_addr, std::string> replica_of_;
   std::unordered_map<caf::actor_addr, AgentRef> agents_;  // agent -> node
   std::unordered_map<std::string, AgentActor> agent_of_;  // node id -> agent
-  std::map<Key, Subscriber> subscribers_;                 // by key: subscription order
+  std::map<Key, Subscriber> subscribers_;
+  uint64_t next_push_ = 1;                 // by key: subscription order
   std::unordered_map<caf::actor_addr, Key> subscriber_of_;
   Key next_subscriber_key_ = 1;
   // The last http settings given to set_http: only to tell a change.

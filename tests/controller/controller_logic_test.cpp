@@ -518,9 +518,9 @@ TEST_CASE("logic: after a restart registrations are collected until every known 
   CHECK(f.logic->request_timeout_s() == 1.5);
   auto pushes = f.logic->due_pushes();
   REQUIRE(pushes.size() == 1);
-  CHECK(pushes[0].second.full);
-  CHECK(pushes[0].second.request_timeout_s == 1.5);
-  CHECK(pushes[0].second.keep_alive_timeout_s == 7);
+  CHECK(pushes[0].snapshot.full);
+  CHECK(pushes[0].snapshot.request_timeout_s == 1.5);
+  CHECK(pushes[0].snapshot.keep_alive_timeout_s == 7);
 }
 
 TEST_CASE("logic: the recovery window ends the recovery when a node does not come back") {
@@ -704,12 +704,14 @@ TEST_CASE("logic: subscribers get what changed - and all of it after new http se
   CHECK(f.proxy_column("n1") == "STARTING");
   auto pushes = f.logic->due_pushes();
   REQUIRE(pushes.size() == 1);
-  CHECK(pushes[0].first == proxy);
-  CHECK(pushes[0].second.full);
-  REQUIRE(pushes[0].second.deployments.size() == 1);
-  REQUIRE(pushes[0].second.deployments[0].replicas.size() == 1);
-  CHECK(pushes[0].second.request_timeout_s == 0);
-  CHECK(pushes[0].second.keep_alive_timeout_s == 0);
+  CHECK(pushes[0].to == proxy);
+  CHECK(pushes[0].snapshot.full);
+  REQUIRE(pushes[0].snapshot.deployments.size() == 1);
+  REQUIRE(pushes[0].snapshot.deployments[0].replicas.size() == 1);
+  CHECK(pushes[0].snapshot.request_timeout_s == 0);
+  CHECK(pushes[0].snapshot.keep_alive_timeout_s == 0);
+  CHECK(f.logic->due_pushes().empty());  // in flight
+  f.logic->push_done(pushes[0].key, pushes[0].push, true);
   CHECK(f.logic->due_pushes().empty());  // current
 
   // The same applications with http settings: a new generation of the
@@ -725,9 +727,10 @@ TEST_CASE("logic: subscribers get what changed - and all of it after new http se
   CHECK(f.logic->request_timeout_s() == 30);
   pushes = f.logic->due_pushes();
   REQUIRE(pushes.size() == 1);
-  CHECK(pushes[0].second.full);
-  CHECK(pushes[0].second.request_timeout_s == 30);
-  CHECK(pushes[0].second.keep_alive_timeout_s == 75);
+  CHECK(pushes[0].snapshot.full);
+  CHECK(pushes[0].snapshot.request_timeout_s == 30);
+  CHECK(pushes[0].snapshot.keep_alive_timeout_s == 75);
+  f.logic->push_done(pushes[0].key, pushes[0].push, true);
   CHECK(f.logic->due_pushes().empty());
   // Declaring them again changes nothing.
   json = f.logic->apply(encode_target_state(declared), Credential{});
@@ -740,6 +743,63 @@ TEST_CASE("logic: subscribers get what changed - and all of it after new http se
   CHECK(pulled->request_timeout_s == 30);
   CHECK(pulled->keep_alive_timeout_s == 75);
   CHECK(f.logic->subscribe(ProxyActor{}, SnapshotId{}, "n1") == false);
+}
+
+TEST_CASE("logic: one push in flight per subscriber - one delta of all it missed after the answer - in full after a failure") {
+  Fixture f;
+  f.start();
+  std::string id;
+  auto replica = f.running_replica(f.handle(), &id);
+  // Another application whose one replica starts at once: a new published view.
+  auto run_app = [&](const std::string& name) {
+    REQUIRE(f.deploy(make_app(name, "/" + name, {make_deployment("E", 1)})));
+    auto runs = f.reconcile_except_checks();
+    REQUIRE(runs.size() == 1);
+    REQUIRE(runs[0].second.action == CommandAction::spawn);
+    f.logic->actors().remember_replica(runs[0].first.replica_id, runs[0].first.node_id,
+                                       f.handle());
+    f.logic->core().on_replica_ready(runs[0].first.replica_id, runs[0].first.version);
+    f.reconcile();
+  };
+  auto quick = f.handle();
+  auto failing = f.handle();
+  CHECK(f.logic->subscribe(quick, SnapshotId{}, "n1"));
+  CHECK(f.logic->subscribe(failing, SnapshotId{}, "n2"));
+  auto first = f.logic->due_pushes();
+  REQUIRE(first.size() == 2);
+  CHECK(first[0].snapshot.full);
+  CHECK(first[1].snapshot.full);
+  CHECK(first[0].push != first[1].push);
+  // Two changes while both pushes wait for their answers: nothing is sent.
+  run_app("b");
+  CHECK(f.logic->due_pushes().empty());
+  run_app("c");
+  CHECK(f.logic->due_pushes().empty());
+  // An answer to an unknown push changes nothing.
+  f.logic->push_done(first[0].key, first[0].push + first[1].push, true);
+  CHECK(f.logic->due_pushes().empty());
+  for (const auto& p : first) {
+    f.logic->push_done(p.key, p.push, p.to == quick);
+  }
+  auto next = f.logic->due_pushes();
+  REQUIRE(next.size() == 2);
+  for (const auto& p : next) {
+    CAPTURE(p.snapshot.full);
+    if (p.to == quick) {
+      // One delta: both applications that came meanwhile, nothing else.
+      CHECK_FALSE(p.snapshot.full);
+      REQUIRE(p.snapshot.deployments.size() == 2);
+      CHECK(p.snapshot.deployments[0].app == "b");
+      CHECK(p.snapshot.deployments[1].app == "c");
+    } else {
+      // Its last push may be lost: everything again.
+      CHECK(p.to == failing);
+      CHECK(p.snapshot.full);
+      CHECK(p.snapshot.deployments.size() == 3);
+    }
+    f.logic->push_done(p.key, p.push, true);
+  }
+  CHECK(f.logic->due_pushes().empty());  // both current
 }
 
 TEST_CASE("logic: a proxy that fails its health checks is named for a kill at the limit") {

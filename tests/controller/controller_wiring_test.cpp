@@ -73,7 +73,7 @@ caf::behavior fake_proxy(caf::event_based_actor*, std::shared_ptr<bool> healthy)
           return caf::ok_atom::value;
         return to_caf_error(Status(errc::unavailable, "io thread 0 has not run for 6.0 s"));
       },
-      [](snapshot_atom, const RoutingSnapshot&) {},
+      [](snapshot_atom, const RoutingSnapshot&) { return caf::ok_atom::value; },
   };
 }
 

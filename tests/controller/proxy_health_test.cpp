@@ -33,7 +33,7 @@ caf::behavior fake_proxy(caf::event_based_actor*, std::shared_ptr<std::atomic<bo
           return caf::ok_atom::value;
         return to_caf_error(Status(errc::unavailable, "io thread 0 has not run for 6.0 s"));
       },
-      [](snapshot_atom, const RoutingSnapshot&) {},
+      [](snapshot_atom, const RoutingSnapshot&) { return caf::ok_atom::value; },
   };
 }
 
@@ -160,7 +160,7 @@ TEST_CASE("a proxy that fails fewer checks in a row than the limit stays") {
             return to_caf_error(Status(errc::unavailable, "briefly stalled"));
           return caf::ok_atom::value;
         },
-        [](snapshot_atom, const RoutingSnapshot&) {},
+        [](snapshot_atom, const RoutingSnapshot&) { return caf::ok_atom::value; },
     };
   });
   f.subscribe(flaky);
