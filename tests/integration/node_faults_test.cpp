@@ -245,6 +245,39 @@ void finish_through_w1(Load& load, size_t during) {
   CHECK(during >= 100);
 }
 
+// Freezes the head (SIGSTOP) for 10 s under `load` through w1, then resumes
+// it (SIGCONT). Returns the answers w1 gave from when it noticed the head
+// was gone until the head was resumed.
+size_t freeze_head_10s(Fixture& f, Load& load) {
+  f.cluster.nodes.at("head").signal(SIGSTOP);
+  auto frozen_at = Clock::now();
+  CHECK(wait_until(
+      [&] { return f.output_has("w1", "lost the connection to the controller's node"); }, 8s));
+  size_t at_lost = load.count();
+  // The freeze's length is the fault under test.
+  std::this_thread::sleep_until(frozen_at + 10s);
+  size_t during = load.count() - at_lost;
+  f.cluster.nodes.at("head").signal(SIGCONT);
+  return during;
+}
+
+// After freeze_head_10s: both workers reconnect and register again, with the
+// replicas they host; every node is ALIVE; the test's own connection to the
+// head (which timed out too) is made again; echo/Echo is at its 3 replicas
+// and w1 routes to them.
+void back_after_frozen_head(Fixture& f) {
+  CHECK(wait_until(
+      [&] {
+        return f.output_has("head", "node w1 re-registered") &&
+               f.output_has("head", "node w2 re-registered");
+      },
+      20s));
+  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+  f.reconnect();
+  CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
+  CHECK(f.wait_routed("w1", "echo", "Echo", 3));
+}
+
 }  // namespace
 
 TEST_CASE("frozen worker: requests in flight on its replica fail over once it is declared DEAD") {
@@ -405,29 +438,11 @@ TEST_CASE("frozen head: 10 s under load through a worker - answered - after it n
   Load load({f.port("w1"), f.port("w1"), f.port("w1"), f.port("w1")}, "/echo/through-w1", 30);
   REQUIRE(wait_until([&] { return load.count() >= 40; }, 20s));
 
-  f.cluster.nodes.at("head").signal(SIGSTOP);
-  auto frozen_at = Clock::now();
-  CHECK(wait_until(
-      [&] { return f.output_has("w1", "lost the connection to the controller's node"); }, 8s));
-  size_t at_lost = load.count();
-  // The freeze's length is the fault under test.
-  std::this_thread::sleep_until(frozen_at + 10s);
-  size_t during = load.count() - at_lost;
-  f.cluster.nodes.at("head").signal(SIGCONT);
+  size_t during = freeze_head_10s(f, load);
 
   CHECK(wait_until([&] { return f.output_has("head", "the controller made no progress for"); },
                    10s));
-  // Both workers reconnect and register again, with the replicas they host.
-  CHECK(wait_until(
-      [&] {
-        return f.output_has("head", "node w1 re-registered") &&
-               f.output_has("head", "node w2 re-registered");
-      },
-      20s));
-  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
-  f.reconnect();  // the test's own connection to the head timed out too
-  CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
-  CHECK(f.wait_routed("w1", "echo", "Echo", 3));
+  back_after_frozen_head(f);
   finish_through_w1(load, during);
   // No node was declared DEAD, and the same three replicas run: none was
   // replaced, stopped or started.
@@ -458,26 +473,9 @@ TEST_CASE("frozen head: 10 s under load through w1 on the replicas of w2 - answe
   Load load({f.port("w1"), f.port("w1"), f.port("w1"), f.port("w1")}, "/echo/w1-to-w2", 30);
   REQUIRE(wait_until([&] { return load.count() >= 40; }, 20s));
 
-  f.cluster.nodes.at("head").signal(SIGSTOP);
-  auto frozen_at = Clock::now();
-  CHECK(wait_until(
-      [&] { return f.output_has("w1", "lost the connection to the controller's node"); }, 8s));
-  size_t at_lost = load.count();
-  // The freeze's length is the fault under test.
-  std::this_thread::sleep_until(frozen_at + 10s);
-  size_t during = load.count() - at_lost;
-  f.cluster.nodes.at("head").signal(SIGCONT);
+  size_t during = freeze_head_10s(f, load);
 
-  CHECK(wait_until(
-      [&] {
-        return f.output_has("head", "node w1 re-registered") &&
-               f.output_has("head", "node w2 re-registered");
-      },
-      20s));
-  CHECK(f.cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
-  f.reconnect();
-  CHECK(f.wait_at_target("echo", "Echo", 3, 30s));
-  CHECK(f.wait_routed("w1", "echo", "Echo", 3));
+  back_after_frozen_head(f);
   // The direct connection held: w1 never fell back to the head.
   CHECK_FALSE(f.output_has("w1", "lost the direct connection to node w2"));
   finish_through_w1(load, during);
