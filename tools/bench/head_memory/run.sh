@@ -9,8 +9,10 @@
 # For each count (a fresh cluster each time) it prints how long
 # `troupectl deploy --wait` took, the head's resident memory before the
 # deploy and its peak (VmHWM) once every proxy routes to every replica, and
-# the growth per replica; then whether the growth per replica stayed at most
-# 10 KiB (the goal) at every count. Every process it starts is stopped on
+# the growth per replica; then the same after a rolling update of every
+# replica (a new `version`: each replica replaced, 20 % of a deployment at a
+# time); then whether the growth per replica stayed at most 10 KiB (the
+# goal) at every count, the rollout's peak included. Every process it starts is stopped on
 # exit, also on failure or Ctrl-C.
 set -euo pipefail
 
@@ -69,7 +71,6 @@ PY
 }
 
 ALL_MET=met
-RESULTS=()
 for count in $COUNTS; do
   dir="$WORK/$count"
   mkdir -p "$dir"
@@ -97,7 +98,8 @@ for count in $COUNTS; do
     fi
     sleep 0.2
   done
-  {
+  for version in v1 v2; do
+    {
     echo "applications:"
     for d in $(seq 1 $((count / 1000))); do
       cat <<YAML
@@ -106,16 +108,18 @@ for count in $COUNTS; do
     import_path: libtroupe_examples.so:Noop
     deployments:
       - name: Noop
+        version: $version
         num_replicas: 1000
         max_ongoing_requests: 1
         resources: {cpu: 0.01}
         isolation: in_process
 YAML
     done
-  } >"$dir/deploy.yaml"
+    } >"$dir/deploy-$version.yaml"
+  done
   before=$(kib "$HEAD_PID" VmRSS)
   start=$(date +%s.%N)
-  if ! "${CTL[@]}" deploy "$dir/deploy.yaml" --wait --wait-timeout 600 >"$dir/deploy.log" 2>&1; then
+  if ! "${CTL[@]}" deploy "$dir/deploy-v1.yaml" --wait --wait-timeout 600 >"$dir/deploy.log" 2>&1; then
     echo "run.sh: the deploy of $count replicas failed:" >&2
     cat "$dir/deploy.log" >&2
     exit 1
@@ -134,7 +138,26 @@ YAML
   line=$(printf "%6d replicas: deploy --wait %5.1f s; head RSS %6d KiB before, peak %7d KiB; %6d bytes per replica" \
     "$count" "$took" "$before" "$peak" "$per")
   echo "$line"
-  RESULTS+=("$line")
+  [ "$per" -le 10240 ] || ALL_MET="not met"
+  start=$(date +%s.%N)
+  if ! "${CTL[@]}" deploy "$dir/deploy-v2.yaml" --wait --wait-timeout 600 >"$dir/rollout.log" 2>&1; then
+    echo "run.sh: the rolling update of $count replicas failed:" >&2
+    cat "$dir/rollout.log" >&2
+    exit 1
+  fi
+  took=$(python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $start))")
+  deadline=$((SECONDS + 120))
+  until routed_everywhere "$count"; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "run.sh: not every proxy routes to $count replicas 120 s after the rolling update" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  peak=$(kib "$HEAD_PID" VmHWM)
+  per=$(( (peak - before) * 1024 / count ))
+  printf "%6d replicas: rolling update --wait %5.1f s; head peak since the start %7d KiB; %6d bytes per replica\n" \
+    "$count" "$took" "$peak" "$per"
   [ "$per" -le 10240 ] || ALL_MET="not met"
   stop_all
 done
