@@ -70,6 +70,32 @@ PY
   done
 }
 
+# Applies config $1 (named $2 in errors) and waits until every proxy routes
+# to $count replicas: sets TOOK (seconds of deploy --wait), PEAK (the head's
+# VmHWM in KiB) and PER (bytes per replica above $before), and marks the goal
+# missed when PER is over 10 KiB.
+step() {
+  local start
+  start=$(date +%s.%N)
+  if ! "${CTL[@]}" deploy "$1" --wait --wait-timeout 600 >"$1.log" 2>&1; then
+    echo "run.sh: $2 of $count replicas failed:" >&2
+    cat "$1.log" >&2
+    exit 1
+  fi
+  TOOK=$(python3 -c "print('%.1f' % ($(date +%s.%N) - $start))")
+  local deadline=$((SECONDS + 120))
+  until routed_everywhere "$count"; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "run.sh: not every proxy routes to $count replicas 120 s after $2" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  PEAK=$(kib "$HEAD_PID" VmHWM)
+  PER=$(( (PEAK - before) * 1024 / count ))
+  [ "$PER" -le 10240 ] || ALL_MET="not met"
+}
+
 ALL_MET=met
 for count in $COUNTS; do
   dir="$WORK/$count"
@@ -118,47 +144,12 @@ YAML
     } >"$dir/deploy-$version.yaml"
   done
   before=$(kib "$HEAD_PID" VmRSS)
-  start=$(date +%s.%N)
-  if ! "${CTL[@]}" deploy "$dir/deploy-v1.yaml" --wait --wait-timeout 600 >"$dir/deploy.log" 2>&1; then
-    echo "run.sh: the deploy of $count replicas failed:" >&2
-    cat "$dir/deploy.log" >&2
-    exit 1
-  fi
-  took=$(python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $start))")
-  deadline=$((SECONDS + 120))
-  until routed_everywhere "$count"; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "run.sh: not every proxy routes to $count replicas after 120 s" >&2
-      exit 1
-    fi
-    sleep 0.5
-  done
-  peak=$(kib "$HEAD_PID" VmHWM)
-  per=$(( (peak - before) * 1024 / count ))
-  line=$(printf "%6d replicas: deploy --wait %5.1f s; head RSS %6d KiB before, peak %7d KiB; %6d bytes per replica" \
-    "$count" "$took" "$before" "$peak" "$per")
-  echo "$line"
-  [ "$per" -le 10240 ] || ALL_MET="not met"
-  start=$(date +%s.%N)
-  if ! "${CTL[@]}" deploy "$dir/deploy-v2.yaml" --wait --wait-timeout 600 >"$dir/rollout.log" 2>&1; then
-    echo "run.sh: the rolling update of $count replicas failed:" >&2
-    cat "$dir/rollout.log" >&2
-    exit 1
-  fi
-  took=$(python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $start))")
-  deadline=$((SECONDS + 120))
-  until routed_everywhere "$count"; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "run.sh: not every proxy routes to $count replicas 120 s after the rolling update" >&2
-      exit 1
-    fi
-    sleep 0.5
-  done
-  peak=$(kib "$HEAD_PID" VmHWM)
-  per=$(( (peak - before) * 1024 / count ))
+  step "$dir/deploy-v1.yaml" "the deploy"
+  printf "%6d replicas: deploy --wait %5.1f s; head RSS %6d KiB before, peak %7d KiB; %6d bytes per replica\n" \
+    "$count" "$TOOK" "$before" "$PEAK" "$PER"
+  step "$dir/deploy-v2.yaml" "the rolling update"
   printf "%6d replicas: rolling update --wait %5.1f s; head peak since the start %7d KiB; %6d bytes per replica\n" \
-    "$count" "$took" "$peak" "$per"
-  [ "$per" -le 10240 ] || ALL_MET="not met"
+    "$count" "$TOOK" "$PEAK" "$PER"
   stop_all
 done
 echo "goal: head memory <= 10 KiB per replica at every count ($COUNTS): $ALL_MET"
