@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <caf/actor_cast.hpp>
@@ -342,70 +343,112 @@ bool same_object(const ReplicaActor& a, const ReplicaActor& b) {
 
 void Router::set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
                           std::vector<ReplicaActor>& added, std::vector<SlotPtr>& left) {
+  std::unordered_map<std::string, SlotPtr> current;
+  current.reserve(d.replicas.size());
+  for (auto& s : d.replicas)
+    current.emplace(s->replica_id, std::move(s));
   std::vector<SlotPtr> next;
   next.reserve(endpoints.size());
   for (const auto& ep : endpoints) {
-    auto it = std::find_if(d.replicas.begin(), d.replicas.end(),
-                           [&](const SlotPtr& s) { return s->replica_id == ep.replica_id; });
     SlotPtr slot;
-    if (it != d.replicas.end()) {
-      slot = *it;
+    if (auto it = current.find(ep.replica_id); it != current.end()) {
+      slot = std::move(it->second);
+      current.erase(it);
+    }
+    next.push_back(endpoint_slot(d, std::move(slot), ep, added));
+  }
+  for (auto& [id, s] : current)
+    leave(std::move(s), left);
+  d.replicas = std::move(next);
+}
+
+void Router::patch_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
+                            const std::vector<std::string>& removed,
+                            std::vector<ReplicaActor>& added, std::vector<SlotPtr>& left) {
+  auto by_id = [](const SlotPtr& s, const std::string& id) { return s->replica_id < id; };
+  // The set is sorted by replica id (the controller lists it so, and
+  // set_replicas keeps its order).
+  for (const auto& id : removed) {
+    auto it = std::lower_bound(d.replicas.begin(), d.replicas.end(), id, by_id);
+    if (it != d.replicas.end() && (*it)->replica_id == id) {
+      leave(std::move(*it), left);
       d.replicas.erase(it);
-      if (same_object(slot->handle, ep.handle)) {
-        if (slot->dead && slot->no_route && !slot->unreachable) {
-          slot->dead = false;
-          slot->no_route = false;
-        }
-      } else {
-        if (slot->handle)
-          by_address_.erase(slot->handle.address());
-        slot->handle = ep.handle;
-        // A new handle after the connection to its node dropped: the old
-        // one died with the connection, the replica did not (it is still in
-        // the controller's set); its own monitor tells if it is gone.
-        if (slot->unreachable || slot->no_route) {
-          slot->dead = false;
-          slot->unreachable = false;
-          slot->no_route = false;
-        }
-        if (ep.handle) {
-          by_address_[ep.handle.address()] = slot;
-          added.push_back(ep.handle);
-        }
+    }
+  }
+  // Any snapshot that lists a replica makes it live again after a request
+  // found no route to it; a delta of its deployment stands for listing
+  // every replica it leaves in place.
+  for (auto& s : d.replicas) {
+    if (s->dead && s->no_route && !s->unreachable) {
+      s->dead = false;
+      s->no_route = false;
+    }
+  }
+  for (const auto& ep : endpoints) {
+    auto it = std::lower_bound(d.replicas.begin(), d.replicas.end(), ep.replica_id, by_id);
+    if (it != d.replicas.end() && (*it)->replica_id == ep.replica_id)
+      *it = endpoint_slot(d, std::move(*it), ep, added);
+    else
+      d.replicas.insert(it, endpoint_slot(d, nullptr, ep, added));
+  }
+}
+
+SlotPtr Router::endpoint_slot(Deployment& d, SlotPtr slot, const ReplicaEndpoint& ep,
+                              std::vector<ReplicaActor>& added) {
+  if (slot) {
+    if (same_object(slot->handle, ep.handle)) {
+      if (slot->dead && slot->no_route && !slot->unreachable) {
+        slot->dead = false;
+        slot->no_route = false;
       }
     } else {
-      slot = std::make_shared<ReplicaSlot>();
-      slot->replica_id = ep.replica_id;
-      slot->node_id = ep.node_id;
+      if (slot->handle)
+        by_address_.erase(slot->handle.address());
       slot->handle = ep.handle;
-      slot->local = !options_.local_node.empty() && ep.node_id == options_.local_node;
-      if (slot->local && options_.channel_of)
-        slot->channel = options_.channel_of(ep.replica_id);
-      if (slot->local && options_.local_replica_of)
-        slot->local_replica = options_.local_replica_of(ep.replica_id);
+      // A new handle after the connection to its node dropped: the old
+      // one died with the connection, the replica did not (it is still in
+      // the controller's set); its own monitor tells if it is gone.
+      if (slot->unreachable || slot->no_route) {
+        slot->dead = false;
+        slot->unreachable = false;
+        slot->no_route = false;
+      }
       if (ep.handle) {
         by_address_[ep.handle.address()] = slot;
         added.push_back(ep.handle);
       }
     }
-    slot->max_ongoing = std::max<uint32_t>(1, ep.max_ongoing_requests);
-    // The controller's list, unless an answer of the replica told a newer one.
-    if (ep.model_ids_seq > slot->model_ids_seq) {
-      slot->model_ids_seq = ep.model_ids_seq;
-      slot->model_ids = ep.model_ids;
+  } else {
+    slot = std::make_shared<ReplicaSlot>();
+    slot->replica_id = ep.replica_id;
+    slot->node_id = ep.node_id;
+    slot->handle = ep.handle;
+    slot->local = !options_.local_node.empty() && ep.node_id == options_.local_node;
+    if (slot->local && options_.channel_of)
+      slot->channel = options_.channel_of(ep.replica_id);
+    if (slot->local && options_.local_replica_of)
+      slot->local_replica = options_.local_replica_of(ep.replica_id);
+    if (ep.handle) {
+      by_address_[ep.handle.address()] = slot;
+      added.push_back(ep.handle);
     }
-    slot->owner = &d;
-    next.push_back(std::move(slot));
   }
-  // Replicas that left the set: in-flight requests still release them.
-  for (auto& s : d.replicas) {
-    s->owner = nullptr;
-    s->dead = true;
-    if (s->handle)
-      by_address_.erase(s->handle.address());
-    left.push_back(s);
+  slot->max_ongoing = std::max<uint32_t>(1, ep.max_ongoing_requests);
+  // The controller's list, unless an answer of the replica told a newer one.
+  if (ep.model_ids_seq > slot->model_ids_seq) {
+    slot->model_ids_seq = ep.model_ids_seq;
+    slot->model_ids = ep.model_ids;
   }
-  d.replicas = std::move(next);
+  slot->owner = &d;
+  return slot;
+}
+
+void Router::leave(SlotPtr s, std::vector<SlotPtr>& left) {
+  s->owner = nullptr;
+  s->dead = true;
+  if (s->handle)
+    by_address_.erase(s->handle.address());
+  left.push_back(std::move(s));
 }
 
 Router::Applied Router::apply(const RoutingSnapshot& snap) {
@@ -421,7 +464,10 @@ Router::Applied Router::apply(const RoutingSnapshot& snap) {
       slot->name = e.deployment;
     }
     slot->max_queued = e.max_queued_requests;
-    set_replicas(*slot, e.replicas, out.added, left);
+    if (e.partial)
+      patch_replicas(*slot, e.replicas, e.removed_replicas, out.added, left);
+    else
+      set_replicas(*slot, e.replicas, out.added, left);
     drain(*slot, out.ready);
   };
   auto erase = [&](const std::string& key) {

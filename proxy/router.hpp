@@ -334,8 +334,20 @@ class Router {
   SlotPtr choose_for_model(Deployment& d, const std::vector<std::string>& exclude,
                            const std::string& model_id);
   bool has_room(const ReplicaSlot& s) const { return !s.dead && s.in_flight < s.max_ongoing; }
+  // The whole set of `d` becomes `endpoints`.
   void set_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
                     std::vector<ReplicaActor>& added, std::vector<SlotPtr>& left);
+  // A delta of the set (DeploymentEndpoints::partial): `endpoints` came or
+  // changed, `removed` left, the others stay.
+  void patch_replicas(Deployment& d, const std::vector<ReplicaEndpoint>& endpoints,
+                      const std::vector<std::string>& removed, std::vector<ReplicaActor>& added,
+                      std::vector<SlotPtr>& left);
+  // The slot of `ep` in `d`: `slot` (its current one, or null for a new
+  // replica) brought up to date.
+  SlotPtr endpoint_slot(Deployment& d, SlotPtr slot, const ReplicaEndpoint& ep,
+                        std::vector<ReplicaActor>& added);
+  // `s` left `d`'s set: in-flight requests still release it.
+  void leave(SlotPtr s, std::vector<SlotPtr>& left);
   void drain(Deployment& d, std::vector<std::function<void()>>& ready);
   void drop(Deployment& d, std::vector<std::function<void()>>& ready, std::vector<SlotPtr>& left);
   uint64_t next_random();

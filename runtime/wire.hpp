@@ -40,7 +40,9 @@ namespace troupe {
 // 10: direct connections between workers: NodeInfo::peer_port,
 //     RoutingSnapshot::peers, the peer actor (PeerActor); a proxy answers
 //     every snapshot pushed to it (ok_atom).
-constexpr uint32_t kProtocolVersion = 10;
+// 11: deltas replica by replica (DeploymentEndpoints::partial,
+//     removed_replicas).
+constexpr uint32_t kProtocolVersion = 11;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -325,12 +327,17 @@ struct DeploymentEndpoints {
   std::string deployment;
   std::vector<ReplicaEndpoint> replicas;  // RUNNING ones, sorted by id
   int32_t max_queued_requests = -1;       // per router; -1: no limit
+  // Only in a delta: `replicas` are those that came or changed and
+  // `removed_replicas` the ids of those that left; the rest of the
+  // subscriber's set stays. Otherwise `replicas` is the whole set.
+  bool partial = false;
+  std::vector<std::string> removed_replicas = {};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DeploymentEndpoints& x) {
   return f(caf::meta::type_name("troupe.DeploymentEndpoints"), x.app, x.deployment, x.replicas,
-           x.max_queued_requests);
+           x.max_queued_requests, x.partial, x.removed_replicas);
 }
 
 // A versioned view of the data path: see controller/core/snapshot.hpp for

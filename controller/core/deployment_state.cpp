@@ -873,10 +873,76 @@ std::vector<RunningReplicaInfo> DeploymentState::running_set() const {
   return out;
 }
 
-void DeploymentState::mark_published(uint64_t seq, std::vector<RunningReplicaInfo> set) {
-  published_seq_ = seq;
-  published_ = std::move(set);
+bool DeploymentState::mark_published(uint64_t seq, std::vector<RunningReplicaInfo> set) {
   running_dirty_ = false;
+  const bool first = published_seq_ == 0;
+  bool changed = first;
+  std::vector<uint64_t> seqs(set.size(), seq);
+  // Both sets are sorted by replica id: one merge walk.
+  size_t i = 0;
+  size_t j = 0;
+  while (i < published_.size() || j < set.size()) {
+    if (j == set.size() ||
+        (i < published_.size() && published_[i].replica_id < set[j].replica_id)) {
+      tombstones_[published_[i].replica_id] = seq;
+      changed = true;
+      ++i;
+    } else if (i == published_.size() || set[j].replica_id < published_[i].replica_id) {
+      tombstones_.erase(set[j].replica_id);
+      changed = true;
+      ++j;
+    } else {
+      if (published_[i] == set[j])
+        seqs[j] = published_seqs_[i];
+      else
+        changed = true;
+      ++i;
+      ++j;
+    }
+  }
+  published_ = std::move(set);
+  published_seqs_ = std::move(seqs);
+  if (first)
+    delta_floor_ = seq;
+  if (changed)
+    published_seq_ = seq;
+  // Bounded: as many tombstones as replicas (at least 64). Dropping one
+  // raises the floor to its seq.
+  const size_t keep = std::max<size_t>(64, published_.size());
+  if (tombstones_.size() > 2 * keep) {
+    std::vector<std::pair<uint64_t, std::string>> by_seq;
+    by_seq.reserve(tombstones_.size());
+    for (const auto& [id, at] : tombstones_)
+      by_seq.emplace_back(at, id);
+    std::sort(by_seq.begin(), by_seq.end());
+    for (size_t k = 0; k + keep < by_seq.size(); ++k) {
+      delta_floor_ = std::max(delta_floor_, by_seq[k].first);
+      tombstones_.erase(by_seq[k].second);
+    }
+  }
+  return changed;
+}
+
+void DeploymentState::republish(uint64_t seq) {
+  if (published_seq_ == 0)
+    return;
+  published_seq_ = seq;
+  std::fill(published_seqs_.begin(), published_seqs_.end(), seq);
+}
+
+bool DeploymentState::changes_since(uint64_t since, std::vector<RunningReplicaInfo>& changed,
+                                    std::vector<std::string>& removed) const {
+  if (published_seq_ == 0 || since < delta_floor_)
+    return false;
+  for (size_t k = 0; k < published_.size(); ++k) {
+    if (published_seqs_[k] > since)
+      changed.push_back(published_[k]);
+  }
+  for (const auto& [id, at] : tombstones_) {
+    if (at > since)
+      removed.push_back(id);
+  }
+  return true;
 }
 
 }  // namespace troupe::controller

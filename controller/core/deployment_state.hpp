@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -142,9 +143,23 @@ class DeploymentState {
   // A replica's model list changed (model multiplexing): publish again.
   void mark_running_set_dirty() { running_dirty_ = true; }
   std::vector<RunningReplicaInfo> running_set() const;
-  void mark_published(uint64_t seq, std::vector<RunningReplicaInfo> set);
+  // Publishes `set` as of snapshot `seq`: a replica that came or changed is
+  // marked with `seq`, one that left gets a tombstone of `seq`, unchanged
+  // ones keep theirs. `seq` becomes published_seq() when anything changed
+  // (or on the first publish); returns whether anything did.
+  bool mark_published(uint64_t seq, std::vector<RunningReplicaInfo> set);
+  // Every replica is sent again with the next delta (new handles for all).
+  void republish(uint64_t seq);
   uint64_t published_seq() const { return published_seq_; }
   const std::vector<RunningReplicaInfo>& published_set() const { return published_; }
+  // What changed after snapshot `since`, replica by replica: the replicas
+  // that came or changed (`changed`) and the ids of those that left
+  // (`removed`). False when that cannot be told (the tombstones from then
+  // are gone, or the deployment was first published later): the subscriber
+  // gets the whole set. Tombstones are kept for as many replicas as the set
+  // has (at least 64); older ones are dropped.
+  bool changes_since(uint64_t since, std::vector<RunningReplicaInfo>& changed,
+                     std::vector<std::string>& removed) const;
 
  private:
   void recompute_target();
@@ -194,6 +209,10 @@ class DeploymentState {
   bool running_dirty_ = true;
   uint64_t published_seq_ = 0;
   std::vector<RunningReplicaInfo> published_;
+  std::vector<uint64_t> published_seqs_;  // per entry of published_: when it last changed
+  std::map<std::string, uint64_t> tombstones_;  // replica id -> the snapshot it left in
+  // Subscribers behind this get the whole set (tombstones dropped up to here).
+  uint64_t delta_floor_ = 0;
 };
 
 }  // namespace troupe::controller

@@ -62,14 +62,21 @@ struct RunningReplicaInfo {
 struct DeploymentReplicas {
   DeploymentId id;
   std::vector<RunningReplicaInfo> replicas;  // sorted by replica id
+  // A delta of the set (only in a delta snapshot): `replicas` are the ones
+  // that came or changed, `removed_replicas` the ids of those that left;
+  // the others are unchanged. Otherwise `replicas` is the whole set.
+  bool partial = false;
+  std::vector<std::string> removed_replicas = {};
 };
 
 // What changed since the id the subscriber presented.
 //
 //   full == false: apply as a delta. `routes` is meaningful only when
 //     routes_changed (it is then the whole table); every deployment in
-//     `deployments` replaces the subscriber's set; those in `removed` are gone;
-//     anything not mentioned is unchanged.
+//     `deployments` replaces the subscriber's set, or, when `partial`, changes
+//     it replica by replica (so that a change to one replica costs the same
+//     bytes however many replicas the deployment has); those in `removed`
+//     are gone; anything not mentioned is unchanged.
 //   full == true (unknown epoch, seq 0, or a seq from the future): the
 //     subscriber replaces its routes and its deployments with these, except
 //     the deployments listed in `withheld`: they are still recovering after a

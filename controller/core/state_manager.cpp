@@ -699,13 +699,8 @@ void StateManager::publish() {
     // previous incarnation's view instead of an empty or partial set.
     if (dep->recovering_count() > 0)
       continue;
-    std::vector<RunningReplicaInfo> set = dep->running_set();
-    if (dep->published_seq() == 0 || set != dep->published_set()) {
-      dep->mark_published(next, std::move(set));
+    if (dep->mark_published(next, dep->running_set()))
       changed = true;
-    } else {
-      dep->mark_published(dep->published_seq(), std::move(set));
-    }
   }
   if (changed)
     snapshot_seq_ = next;
@@ -721,7 +716,7 @@ void StateManager::republish(const DeploymentId& id) {
   if (it == deployments_.end() || it->second->published_seq() == 0)
     return;
   ++snapshot_seq_;
-  it->second->mark_published(snapshot_seq_, it->second->published_set());
+  it->second->republish(snapshot_seq_);
 }
 
 std::optional<SnapshotDelta> StateManager::changes_since(const SnapshotId& last) const {
@@ -743,8 +738,14 @@ std::optional<SnapshotDelta> StateManager::changes_since(const SnapshotId& last)
         d.withheld.push_back(id);
       continue;
     }
-    if (full || dep->published_seq() > last.seq) {
+    if (full) {
       d.deployments.push_back({id, dep->published_set()});
+    } else if (dep->published_seq() > last.seq) {
+      DeploymentReplicas change{id, {}};
+      change.partial = dep->changes_since(last.seq, change.replicas, change.removed_replicas);
+      if (!change.partial)
+        change.replicas = dep->published_set();
+      d.deployments.push_back(std::move(change));
     }
   }
   if (!full) {

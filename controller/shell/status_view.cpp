@@ -140,7 +140,7 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
         {r.prefix, r.app, r.ingress, std::move(traffic), r.traffic_key_header, std::move(shadow)});
   }
   for (const auto& dep : d.deployments) {
-    DeploymentEndpoints e{dep.id.app, dep.id.name, {}, -1};
+    DeploymentEndpoints e{dep.id.app, dep.id.name, {}, -1, dep.partial, dep.removed_replicas};
     if (auto app = target.applications.find(dep.id.app); app != target.applications.end()) {
       for (const auto& spec : app->second.deployments) {
         if (spec.name == dep.id.name)
@@ -149,8 +149,12 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
     }
     for (const auto& r : dep.replicas) {
       ReplicaActor handle = handle_of ? handle_of(r.replica_id) : ReplicaActor{};
-      if (!handle)
+      if (!handle) {
+        // Not reachable: left out of a whole set, removed by a partial one.
+        if (dep.partial)
+          e.removed_replicas.push_back(r.replica_id);
         continue;
+      }
       e.replicas.push_back(
           {r.replica_id, r.node_id, r.max_ongoing_requests, handle, r.model_ids, r.model_ids_seq});
     }

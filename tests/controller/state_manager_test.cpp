@@ -305,6 +305,72 @@ TEST_CASE("snapshots: numbered - and a subscriber gets only newer state") {
   CHECK(other->deployments.size() == 1);
 }
 
+TEST_CASE("snapshots: a delta names only the replicas that came or left - not the whole set") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 3)})).has_value());
+  h.ticks(2);
+  auto s = h.core->changes_since({});
+  REQUIRE(s);
+  REQUIRE(s->deployments.size() == 1);
+  CHECK_FALSE(s->deployments[0].partial);  // a full snapshot has whole sets
+  CHECK(s->deployments[0].replicas.size() == 3);
+
+  h.cluster.crash("a#D#2");
+  h.ticks(3);  // the crash, the replacement's start, its first health check
+  auto d = h.core->changes_since(s->id);
+  REQUIRE(d);
+  CHECK_FALSE(d->full);
+  REQUIRE(d->deployments.size() == 1);
+  CHECK(d->deployments[0].partial);
+  REQUIRE(d->deployments[0].replicas.size() == 1);
+  CHECK(d->deployments[0].replicas[0].replica_id == "a#D#4");
+  CHECK(d->deployments[0].removed_replicas == V{"a#D#2"});
+  // A subscriber that already saw the removal gets only the newcomer.
+  h.cluster.crash("a#D#1");
+  h.tick();
+  auto after_removal = h.core->snapshot_id();
+  h.ticks(2);
+  auto d2 = h.core->changes_since(after_removal);
+  REQUIRE(d2);
+  REQUIRE(d2->deployments.size() == 1);
+  CHECK(d2->deployments[0].partial);
+  CHECK(d2->deployments[0].removed_replicas.empty());
+  REQUIRE(d2->deployments[0].replicas.size() == 1);
+  CHECK(d2->deployments[0].replicas[0].replica_id == "a#D#5");
+}
+
+TEST_CASE("snapshots: tombstones are bounded - a subscriber from before them gets the whole set") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 1)})).has_value());
+  h.ticks(2);
+  auto s = h.core->changes_since({});
+  REQUIRE(s);
+  // 200 replacements: more tombstones than kept for a one-replica deployment
+  // (at least 64, at most twice that).
+  for (int i = 0; i < 200; ++i) {
+    auto reps = h.replicas("a", "D");
+    REQUIRE(reps.size() == 1);
+    h.cluster.crash(reps[0].id);
+    h.ticks(3);
+  }
+  auto old = h.core->changes_since(s->id);
+  REQUIRE(old);
+  REQUIRE(old->deployments.size() == 1);
+  CHECK_FALSE(old->deployments[0].partial);
+  CHECK(old->deployments[0].replicas.size() == 1);
+  CHECK(old->deployments[0].removed_replicas.empty());
+  // One change back is still a delta.
+  auto recent = h.core->snapshot_id();
+  auto reps = h.replicas("a", "D");
+  h.cluster.crash(reps[0].id);
+  h.ticks(3);
+  auto d = h.core->changes_since(recent);
+  REQUIRE(d);
+  REQUIRE(d->deployments.size() == 1);
+  CHECK(d->deployments[0].partial);
+  CHECK(d->deployments[0].removed_replicas == V{reps[0].id});
+}
+
 TEST_CASE("snapshots: a max_ongoing_requests change is published without restarting replicas") {
   Harness h;
   auto d = make_deployment("D", 1);
@@ -571,15 +637,18 @@ TEST_CASE("snapshots: a replica's model list is recorded by seq and pushed as a 
   h.ticks(2);
   auto s = h.core->changes_since({});
   REQUIRE(s);
-  // A new list: a delta with the replica's models; the other replica as it was.
+  // A new list: a delta with the replica's models; the other replica, which
+  // did not change, is not repeated.
   CHECK(h.core->record_multiplexed_replica_info("a#D#1", 1, {"m1"}));
   h.tick();
   auto d1 = h.core->changes_since(s->id);
   REQUIRE(d1);
   CHECK_FALSE(d1->full);
   REQUIRE(d1->deployments.size() == 1);
+  CHECK(d1->deployments[0].partial);
+  CHECK(d1->deployments[0].removed_replicas.empty());
   CHECK(d1->deployments[0].replicas ==
-        std::vector<RunningReplicaInfo>{{"a#D#1", "n1", 5, {"m1"}, 1}, {"a#D#2", "n2", 5}});
+        std::vector<RunningReplicaInfo>{{"a#D#1", "n1", 5, {"m1"}, 1}});
   // The same list again (the periodic report), or an older one: nothing new.
   CHECK_FALSE(h.core->record_multiplexed_replica_info("a#D#1", 1, {"m1"}));
   CHECK_FALSE(h.core->record_multiplexed_replica_info("a#D#1", 2, {"m1"}));

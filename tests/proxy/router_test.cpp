@@ -341,6 +341,77 @@ TEST_CASE("proxy/router: snapshots full and delta with withheld and removed depl
   CHECK(r.release(held.slot, Outcome::answered).empty());
 }
 
+TEST_CASE("proxy/router: a partial delta changes only the replicas it names") {
+  Router r({"n1", 11});
+  r.apply(full_snapshot({replica("a", "n1", 1), replica("b", "n2", 1), replica("c", "n2", 1)}));
+  auto held = r.admit(kEcho, {}, [](SlotPtr) {});
+  REQUIRE(held.kind == Router::Admit::assigned);
+  const std::string held_id = held.slot->replica_id;
+
+  // One replica leaves, one comes, one changes its cap; the held one stays
+  // with its request in flight.
+  std::string gone = held_id == "b" ? "c" : "b";
+  RoutingSnapshot d;
+  d.epoch = 1;
+  d.seq = 2;
+  DeploymentEndpoints e{"echo", "Echo", {replica("a0", "n2", 1)}, -1, true, {gone}};
+  if (held_id != "a")
+    e.replicas.push_back(replica("a", "n1", 4));
+  d.deployments = {e};
+  auto applied = r.apply(d);
+  CHECK(applied.added.empty());  // endpoints without handles here
+  auto view = r.deployments();
+  REQUIRE(view.size() == 1);
+  std::map<std::string, Router::DeploymentView::Replica> by_id;
+  for (const auto& rv : view[0].replicas)
+    by_id[rv.replica_id] = rv;
+  CHECK(by_id.size() == 3);
+  CHECK(by_id.count(gone) == 0);
+  CHECK(by_id.count("a0") == 1);
+  CHECK(by_id.at(held_id).in_flight == 1);
+  if (held_id != "a")
+    CHECK(by_id.at("a").max_ongoing == 4);
+  // Still sorted by id, as the controller lists them.
+  std::vector<std::string> order;
+  for (const auto& rv : view[0].replicas)
+    order.push_back(rv.replica_id);
+  CHECK(std::is_sorted(order.begin(), order.end()));
+  // Removing an id it does not hold changes nothing.
+  RoutingSnapshot d2;
+  d2.epoch = 1;
+  d2.seq = 3;
+  d2.deployments = {{"echo", "Echo", {}, -1, true, {"zz"}}};
+  r.apply(d2);
+  CHECK(r.deployments()[0].replicas.size() == 3);
+  CHECK(r.release(held.slot, Outcome::answered).empty());
+}
+
+TEST_CASE("proxy/router: a partial delta of its deployment brings back a replica without route") {
+  Router r({"n1", 11});
+  r.apply(full_snapshot({replica("a", "n2", 1)}));
+  auto first = r.admit(kEcho, {}, [](SlotPtr) {});
+  REQUIRE(first.kind == Router::Admit::assigned);
+  r.release(first.slot, Outcome::unreachable);
+  // No route to a: nothing to choose until a snapshot lists the deployment.
+  SlotPtr waited;
+  auto none = r.admit(kEcho, {}, [&](SlotPtr s) { waited = s; });
+  CHECK(none.kind == Router::Admit::queued);
+  // A delta that adds b and leaves a in place: both are choosable again.
+  RoutingSnapshot d;
+  d.epoch = 1;
+  d.seq = 2;
+  d.deployments = {{"echo", "Echo", {replica("b", "n2", 1)}, -1, true, {}}};
+  auto applied = r.apply(d);
+  for (auto& f : applied.ready)
+    f();
+  REQUIRE(waited);
+  auto second = r.admit(kEcho, {}, [](SlotPtr) {});
+  REQUIRE(second.kind == Router::Admit::assigned);
+  CHECK(second.slot->replica_id != waited->replica_id);
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::queued);  // both busy
+  r.clear();
+}
+
 TEST_CASE("proxy/router: a request on a replica of a DEAD node is lost and retried elsewhere") {
   Router r({"n1", 13});
   r.apply(full_snapshot({replica("a", "n2", 5), replica("b", "n3", 5)}));

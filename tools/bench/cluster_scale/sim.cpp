@@ -298,10 +298,18 @@ void apply(ProxyView& view, const RoutingSnapshot& snap) {
   }
   for (const auto& d : snap.deployments) {
     auto& ids = next[Key{d.app, d.deployment}];
-    ids.clear();
-    for (const auto& r : d.replicas)
-      ids.push_back(r.replica_id);
-    std::sort(ids.begin(), ids.end());
+    if (!d.partial)
+      ids.clear();
+    for (const auto& id : d.removed_replicas) {
+      auto it = std::lower_bound(ids.begin(), ids.end(), id);
+      if (it != ids.end() && *it == id)
+        ids.erase(it);
+    }
+    for (const auto& r : d.replicas) {
+      auto it = std::lower_bound(ids.begin(), ids.end(), r.replica_id);
+      if (it == ids.end() || *it != r.replica_id)
+        ids.insert(it, r.replica_id);
+    }
   }
   view.deployments = std::move(next);
   view.total = 0;
