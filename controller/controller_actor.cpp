@@ -39,6 +39,8 @@ class SteadyClock final : public Clock {
 
 struct ControllerState {
   std::unique_ptr<ControllerLogic> logic;
+  // A reconcile is queued behind the messages in the mailbox (reconcile_soon).
+  bool reconcile_queued = false;
   // Leave requests of stopping nodes, answered when their move is over.
   std::map<std::string, std::vector<caf::typed_response_promise<std::string>>> leaves;
   static inline const char* name = "troupe.controller";
@@ -46,8 +48,10 @@ struct ControllerState {
 
 // Its own messages besides its interface: the recovery window is over; time
 // for a tick.
-using ControllerImpl =
-    ControllerActor::extend<caf::reacts_to<recover_atom>, caf::reacts_to<tick_atom>>;
+using reconcile_atom = caf::atom_constant<caf::atom("reconcile")>;
+using ControllerImpl = ControllerActor::extend<caf::reacts_to<recover_atom>,
+                                               caf::reacts_to<tick_atom>,
+                                               caf::reacts_to<reconcile_atom>>;
 using controller_actor = ControllerImpl::stateful_base<ControllerState>;
 
 ControllerLogic& logic(controller_actor* self) {
@@ -56,15 +60,26 @@ ControllerLogic& logic(controller_actor* self) {
 
 void reconcile(controller_actor* self);
 
+// One reconcile after the messages already in the mailbox, however many of
+// them ask for one: a reconcile walks every replica, so one per answer of a
+// replica would cost the square of the replicas when thousands start (a
+// deploy, a controller's recovery) or go down with their node at once.
+void reconcile_soon(controller_actor* self) {
+  if (self->state.reconcile_queued)
+    return;
+  self->state.reconcile_queued = true;
+  self->send(self, reconcile_atom::value);
+}
+
 // The answers of the requests below, fed back to the core, which acts on them.
 void replica_ready(controller_actor* self, const std::string& id, const ReplicaVersion& version) {
   logic(self).core().on_replica_ready(id, version);
-  reconcile(self);
+  reconcile_soon(self);
 }
 
 void start_failed(controller_actor* self, const std::string& id, const std::string& why) {
   logic(self).core().on_replica_start_failed(id, why);
-  reconcile(self);
+  reconcile_soon(self);
 }
 
 caf::timespan request_timeout(controller_actor* self) {
@@ -138,7 +153,7 @@ void query_replica_version(controller_actor* self, const ReplicaActor& replica,
           },
           [=](caf::error&) {
             logic(self).core().on_replica_crashed(id);
-            reconcile(self);
+            reconcile_soon(self);
           });
 }
 
@@ -346,7 +361,7 @@ void on_subscribe(controller_actor* self, const ProxyActor& subscriber, Snapshot
 
 void on_down(controller_actor* self, const caf::down_msg& dm) {
   if (logic(self).on_down(dm.source, dm.reason, self->home_system().render(dm.reason)))
-    reconcile(self);
+    reconcile_soon(self);
 }
 
 // ---------------------------------------------------------------- startup
@@ -459,6 +474,10 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
           reconcile(self);
       },
       [=](recover_atom) { finish_recovery(self); },
+      [=](reconcile_atom) {
+        self->state.reconcile_queued = false;
+        reconcile(self);
+      },
       [=](tick_atom) {
         on_tick(self);
         self->delayed_send(self, tick, tick_atom::value);
