@@ -283,7 +283,11 @@ bool Run::go(std::vector<Goal>& goals) {
   auto s0 = Clock::now();
   std::this_thread::sleep_for(10s);  // the sample's length
   double cpu_pct = 100 * (cpu_s(head_.pid()) - c0) / since_s(s0);
-  std::printf("steady state: head CPU %.1f %% of a core over 10 s\n", cpu_pct);
+  long steady_kib = status_kib(head_.pid(), "VmRSS");
+  std::printf("steady state: head CPU %.1f %% of a core over 10 s; head RSS %ld KiB: %.1f KiB per "
+              "replica\n",
+              cpu_pct, steady_kib,
+              static_cast<double>(steady_kib - before_kib) / static_cast<double>(count_));
 
   // 3. Single-replica changes.
   std::vector<double> latencies;
