@@ -1,6 +1,7 @@
 #include "controller/controller_actor.hpp"
 
 #include <chrono>
+#include <map>
 #include <random>
 
 #include <caf/all.hpp>
@@ -205,10 +206,18 @@ void execute(controller_actor* self, const Command& cmd) {
 // makes the next one full, sent by the next reconcile (not at once: the
 // subscriber may be gone, and its down message not here yet).
 void publish(controller_actor* self) {
+  // One message per distinct snapshot: CAF shares its content among the
+  // sends (each connection still serializes its own copy).
+  std::map<const RoutingSnapshot*, caf::message> messages;
   for (auto& p : logic(self).due_pushes()) {
     auto key = p.key;
     auto push = p.push;
-    self->request(p.to, kPushTimeout, snapshot_atom::value, std::move(p.snapshot))
+    auto& msg = messages[p.snapshot.get()];
+    if (msg.empty())
+      msg = caf::make_message(snapshot_atom::value, *p.snapshot);
+    // Untyped, to send the shared message: ProxyActor takes
+    // (snapshot, RoutingSnapshot) -> ok.
+    self->request(caf::actor_cast<caf::actor>(p.to), kPushTimeout, msg)
         .then(
             [=](caf::ok_atom) {
               logic(self).push_done(key, push, true);

@@ -1,6 +1,8 @@
 #include "controller/shell/controller_logic.hpp"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <set>
 
 #include <caf/exit_reason.hpp>
@@ -462,14 +464,24 @@ bool ControllerLogic::subscribe(const ProxyActor& subscriber, SnapshotId last,
 
 std::vector<ControllerLogic::Push> ControllerLogic::due_pushes() {
   std::vector<Push> out;
+  // Subscribers at the same snapshot id get the same delta: render it once
+  // (after a controller restart or a deploy, that is every subscriber).
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const RoutingSnapshot>> rendered;
   for (const auto& [key, sub] : actors_.subscribers()) {
     if (sub.in_flight != 0)
       continue;
-    if (auto delta = core_->changes_since(sub.last)) {
-      auto snapshot = to_wire(*delta);
-      auto push = actors_.mark_sent(key, delta->id);
-      out.push_back(Push{key, push, sub.handle, std::move(snapshot)});
+    auto& snapshot = rendered[{sub.last.epoch, sub.last.seq}];
+    SnapshotId next;
+    if (snapshot) {
+      next = SnapshotId{snapshot->epoch, snapshot->seq};
+    } else if (auto delta = core_->changes_since(sub.last)) {
+      snapshot = std::make_shared<const RoutingSnapshot>(to_wire(*delta));
+      next = delta->id;
+    } else {
+      continue;
     }
+    auto push = actors_.mark_sent(key, next);
+    out.push_back(Push{key, push, sub.handle, snapshot});
   }
   return out;
 }

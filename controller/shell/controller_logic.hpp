@@ -152,7 +152,9 @@ class ControllerLogic {
     ProxyHealthMonitor::Key key = 0;
     uint64_t push = 0;  // for push_done()
     ProxyActor to;
-    RoutingSnapshot snapshot;
+    // Shared by the subscribers that hold the same snapshot id: rendered
+    // once, sent as one message.
+    std::shared_ptr<const RoutingSnapshot> snapshot;
   };
   std::vector<Push> due_pushes();
   // The subscriber answered push `push` (`ok`), or it failed or timed out:

@@ -518,9 +518,9 @@ TEST_CASE("logic: after a restart registrations are collected until every known 
   CHECK(f.logic->request_timeout_s() == 1.5);
   auto pushes = f.logic->due_pushes();
   REQUIRE(pushes.size() == 1);
-  CHECK(pushes[0].snapshot.full);
-  CHECK(pushes[0].snapshot.request_timeout_s == 1.5);
-  CHECK(pushes[0].snapshot.keep_alive_timeout_s == 7);
+  CHECK(pushes[0].snapshot->full);
+  CHECK(pushes[0].snapshot->request_timeout_s == 1.5);
+  CHECK(pushes[0].snapshot->keep_alive_timeout_s == 7);
 }
 
 TEST_CASE("logic: the recovery window ends the recovery when a node does not come back") {
@@ -705,11 +705,11 @@ TEST_CASE("logic: subscribers get what changed - and all of it after new http se
   auto pushes = f.logic->due_pushes();
   REQUIRE(pushes.size() == 1);
   CHECK(pushes[0].to == proxy);
-  CHECK(pushes[0].snapshot.full);
-  REQUIRE(pushes[0].snapshot.deployments.size() == 1);
-  REQUIRE(pushes[0].snapshot.deployments[0].replicas.size() == 1);
-  CHECK(pushes[0].snapshot.request_timeout_s == 0);
-  CHECK(pushes[0].snapshot.keep_alive_timeout_s == 0);
+  CHECK(pushes[0].snapshot->full);
+  REQUIRE(pushes[0].snapshot->deployments.size() == 1);
+  REQUIRE(pushes[0].snapshot->deployments[0].replicas.size() == 1);
+  CHECK(pushes[0].snapshot->request_timeout_s == 0);
+  CHECK(pushes[0].snapshot->keep_alive_timeout_s == 0);
   CHECK(f.logic->due_pushes().empty());  // in flight
   f.logic->push_done(pushes[0].key, pushes[0].push, true);
   CHECK(f.logic->due_pushes().empty());  // current
@@ -727,9 +727,9 @@ TEST_CASE("logic: subscribers get what changed - and all of it after new http se
   CHECK(f.logic->request_timeout_s() == 30);
   pushes = f.logic->due_pushes();
   REQUIRE(pushes.size() == 1);
-  CHECK(pushes[0].snapshot.full);
-  CHECK(pushes[0].snapshot.request_timeout_s == 30);
-  CHECK(pushes[0].snapshot.keep_alive_timeout_s == 75);
+  CHECK(pushes[0].snapshot->full);
+  CHECK(pushes[0].snapshot->request_timeout_s == 30);
+  CHECK(pushes[0].snapshot->keep_alive_timeout_s == 75);
   f.logic->push_done(pushes[0].key, pushes[0].push, true);
   CHECK(f.logic->due_pushes().empty());
   // Declaring them again changes nothing.
@@ -767,8 +767,8 @@ TEST_CASE("logic: one push in flight per subscriber - one delta of all it missed
   CHECK(f.logic->subscribe(failing, SnapshotId{}, "n2"));
   auto first = f.logic->due_pushes();
   REQUIRE(first.size() == 2);
-  CHECK(first[0].snapshot.full);
-  CHECK(first[1].snapshot.full);
+  CHECK(first[0].snapshot->full);
+  CHECK(first[1].snapshot->full);
   CHECK(first[0].push != first[1].push);
   // Two changes while both pushes wait for their answers: nothing is sent.
   run_app("b");
@@ -784,18 +784,18 @@ TEST_CASE("logic: one push in flight per subscriber - one delta of all it missed
   auto next = f.logic->due_pushes();
   REQUIRE(next.size() == 2);
   for (const auto& p : next) {
-    CAPTURE(p.snapshot.full);
+    CAPTURE(p.snapshot->full);
     if (p.to == quick) {
       // One delta: both applications that came meanwhile, nothing else.
-      CHECK_FALSE(p.snapshot.full);
-      REQUIRE(p.snapshot.deployments.size() == 2);
-      CHECK(p.snapshot.deployments[0].app == "b");
-      CHECK(p.snapshot.deployments[1].app == "c");
+      CHECK_FALSE(p.snapshot->full);
+      REQUIRE(p.snapshot->deployments.size() == 2);
+      CHECK(p.snapshot->deployments[0].app == "b");
+      CHECK(p.snapshot->deployments[1].app == "c");
     } else {
       // Its last push may be lost: everything again.
       CHECK(p.to == failing);
-      CHECK(p.snapshot.full);
-      CHECK(p.snapshot.deployments.size() == 3);
+      CHECK(p.snapshot->full);
+      CHECK(p.snapshot->deployments.size() == 3);
     }
     f.logic->push_done(p.key, p.push, true);
   }
