@@ -25,6 +25,13 @@ class CheckpointStore;
 
 struct ControllerOptions {
   double node_timeout_s = 5.0;
+  // Snapshot pushes in flight to all subscribers together, in replica
+  // entries (each pushed replica counts 1, each push 1 more): a push that
+  // would go beyond waits for answers to the ones in flight, so that many
+  // subscribers catching up at once (a controller restart, a deploy of
+  // thousands of replicas) do not hold all their pushes in the head's
+  // buffers at once. One push is always let through, however large.
+  size_t push_budget_entries = 150000;
   // How often liveness is checked and the reconciler ticks.
   double tick_interval_s = 0.1;
   // After a restart with a non-empty checkpoint, how long the controller

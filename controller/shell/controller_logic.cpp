@@ -467,6 +467,7 @@ std::vector<ControllerLogic::Push> ControllerLogic::due_pushes() {
   // Subscribers at the same snapshot id get the same delta: render it once
   // (after a controller restart or a deploy, that is every subscriber).
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const RoutingSnapshot>> rendered;
+  size_t in_flight = actors_.in_flight_weight();
   for (const auto& [key, sub] : actors_.subscribers()) {
     if (sub.in_flight != 0)
       continue;
@@ -480,7 +481,15 @@ std::vector<ControllerLogic::Push> ControllerLogic::due_pushes() {
     } else {
       continue;
     }
-    auto push = actors_.mark_sent(key, next);
+    size_t weight = 1;
+    for (const auto& d : snapshot->deployments)
+      weight += d.replicas.size();
+    // Over the budget: this subscriber stays due; answers to the pushes in
+    // flight publish again.
+    if (in_flight > 0 && in_flight + weight > options_.push_budget_entries)
+      continue;
+    in_flight += weight;
+    auto push = actors_.mark_sent(key, next, weight);
     out.push_back(Push{key, push, sub.handle, snapshot});
   }
   return out;

@@ -140,13 +140,23 @@ ProxyActor ActorDirectory::subscriber(Key key) const {
   return it == subscribers_.end() ? ProxyActor{} : it->second.handle;
 }
 
-uint64_t ActorDirectory::mark_sent(Key key, SnapshotId id) {
+uint64_t ActorDirectory::mark_sent(Key key, SnapshotId id, size_t weight) {
   auto it = subscribers_.find(key);
   if (it == subscribers_.end())
     return 0;
   it->second.last = id;
   it->second.in_flight = next_push_++;
+  it->second.in_flight_weight = weight;
   return it->second.in_flight;
+}
+
+size_t ActorDirectory::in_flight_weight() const {
+  size_t total = 0;
+  for (const auto& [key, sub] : subscribers_) {
+    if (sub.in_flight != 0)
+      total += sub.in_flight_weight;
+  }
+  return total;
 }
 
 void ActorDirectory::push_done(Key key, uint64_t push, bool ok) {
@@ -154,6 +164,7 @@ void ActorDirectory::push_done(Key key, uint64_t push, bool ok) {
   if (it == subscribers_.end() || push == 0 || it->second.in_flight != push)
     return;
   it->second.in_flight = 0;
+  it->second.in_flight_weight = 0;
   if (!ok)
     it->second.last = SnapshotId{};
 }

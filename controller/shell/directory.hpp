@@ -80,6 +80,9 @@ struct Subscriber {
   // them (a queue of whole replica sets grew with the square of the
   // replicas while a large deploy was pushed).
   uint64_t in_flight = 0;
+  // The size of that push in replica entries (+1), counted against the
+  // controller's budget of pushes in flight (ControllerOptions).
+  size_t in_flight_weight = 0;
 };
 
 class ActorDirectory {
@@ -148,7 +151,9 @@ class ActorDirectory {
   const std::map<Key, Subscriber>& subscribers() const { return subscribers_; }
   // A push of snapshot `id` is sent to `key`: returns its number, which
   // push_done() takes (0 for an unknown key).
-  uint64_t mark_sent(Key key, SnapshotId id);
+  uint64_t mark_sent(Key key, SnapshotId id, size_t weight = 1);
+  // The weight of every push awaiting its answer.
+  size_t in_flight_weight() const;
   // The answer to push `push` of `key`: the subscriber may get the next one.
   // When it failed (error or timeout: the push may be lost) the next push is
   // in full. Nothing for an unknown key or an older push.

@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include <doctest/doctest.h>
+
+#include <set>
 #include <spdlog/sinks/ostream_sink.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -800,6 +802,53 @@ TEST_CASE("logic: one push in flight per subscriber - one delta of all it missed
     f.logic->push_done(p.key, p.push, true);
   }
   CHECK(f.logic->due_pushes().empty());  // both current
+}
+
+TEST_CASE("logic: pushes in flight stay within the budget - the rest wait for answers - one always goes") {
+  Fixture f;
+  f.options.push_budget_entries = 3;
+  f.start();
+  std::string id;
+  f.running_replica(f.handle(), &id);
+  auto a = f.handle();
+  auto b = f.handle();
+  auto c = f.handle();
+  for (const auto& proxy : {a, b, c})
+    CHECK(f.logic->subscribe(proxy, SnapshotId{}, "n1"));
+  // A full push lists the replica: weight 2. Two would be 4 > 3.
+  auto first = f.logic->due_pushes();
+  REQUIRE(first.size() == 1);
+  REQUIRE(first[0].snapshot->deployments.size() == 1);
+  CHECK(first[0].snapshot->deployments[0].replicas.size() == 1);
+  CHECK(f.logic->due_pushes().empty());  // the others wait
+  f.logic->push_done(first[0].key, first[0].push, true);
+  auto second = f.logic->due_pushes();
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].to != first[0].to);
+  // A failed push frees its share of the budget too.
+  f.logic->push_done(second[0].key, second[0].push, false);
+  auto third = f.logic->due_pushes();
+  REQUIRE(third.size() == 1);
+  CHECK(f.logic->due_pushes().empty());
+  f.logic->push_done(third[0].key, third[0].push, true);
+  auto last = f.logic->due_pushes();
+  REQUIRE(last.size() == 1);
+  f.logic->push_done(last[0].key, last[0].push, true);
+  CHECK(f.logic->due_pushes().empty());
+  // Every subscriber got its snapshot, the one whose push failed again.
+  std::set<caf::actor_addr> served{first[0].to.address(), third[0].to.address(),
+                                   last[0].to.address()};
+  CHECK(served == std::set<caf::actor_addr>{a.address(), b.address(), c.address()});
+  CHECK((third[0].to == second[0].to || last[0].to == second[0].to));
+
+  // A budget smaller than one push: it still goes when nothing is in flight.
+  Fixture g;
+  g.options.push_budget_entries = 1;
+  g.start();
+  g.running_replica(g.handle(), &id);
+  CHECK(g.logic->subscribe(g.handle(), SnapshotId{}, "n1"));
+  CHECK(g.logic->subscribe(g.handle(), SnapshotId{}, "n1"));
+  CHECK(g.logic->due_pushes().size() == 1);
 }
 
 TEST_CASE("logic: a proxy that fails its health checks is named for a kill at the limit") {
