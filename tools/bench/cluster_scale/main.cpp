@@ -42,6 +42,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -137,6 +138,10 @@ class Run {
 
   // Returns false when a step could not complete (reported).
   bool go(std::vector<Goal>& goals);
+  // The head's growth in KiB: its peak after the deploy, and after the
+  // rolling update, minus its RSS before the deploy.
+  long deploy_growth_kib = 0;
+  long rollout_growth_kib = 0;
 
  private:
   bool start_head();
@@ -272,6 +277,7 @@ bool Run::go(std::vector<Goal>& goals) {
     return false;
   double deploy_s = since_s(t0);
   long peak_kib = status_kib(head_.pid(), "VmHWM");
+  deploy_growth_kib = peak_kib - before_kib;
   double per_replica_kib = static_cast<double>(peak_kib - before_kib) / static_cast<double>(count_);
   std::printf("deploy: every proxy routes every replica %.1f s after the deploy began; head RSS "
               "%ld KiB before, peak %ld KiB: %.1f KiB per replica\n",
@@ -368,6 +374,7 @@ bool Run::go(std::vector<Goal>& goals) {
     return false;
   double rollout_s = since_s(t0);
   long rollout_peak_kib = status_kib(head_.pid(), "VmHWM");
+  rollout_growth_kib = rollout_peak_kib - before_kib;
   double rollout_per_replica_kib =
       static_cast<double>(rollout_peak_kib - before_kib) / static_cast<double>(count_);
   std::printf("rolling update: every proxy routes only new replicas %.1f s after the deploy "
@@ -531,12 +538,34 @@ int main(int argc, char** argv) {
     dir.keep();
   std::vector<Goal> goals;
   bool complete = true;
+  // (count, growth after the deploy, growth with the rollout) per count.
+  std::vector<std::tuple<size_t, long, long>> growth;
   for (auto count : args.counts) {
     Run run(args, count, dir);
     if (!run.go(goals)) {
       complete = false;
       break;
     }
+    growth.emplace_back(count, run.deploy_growth_kib, run.rollout_growth_kib);
+  }
+  // Linear: what each replica beyond the previous count cost. The per-replica
+  // figures above also carry what the head spends on the nodes and
+  // subscribers, whatever the count.
+  std::printf("\n");
+  for (size_t i = 1; i < growth.size(); ++i) {
+    auto [c0, d0, r0] = growth[i - 1];
+    auto [c1, d1, r1] = growth[i];
+    if (c1 <= c0)
+      continue;
+    double added = static_cast<double>(c1 - c0);
+    double deploy_kib = static_cast<double>(d1 - d0) / added;
+    double rollout_kib = static_cast<double>(r1 - r0) / added;
+    std::printf("from %zu to %zu replicas: %.1f KiB per added replica after the deploy, %.1f with "
+                "the rolling update\n",
+                c0, c1, deploy_kib, rollout_kib);
+    goals.push_back({"head memory linear: <= 10 KiB per added replica from " + std::to_string(c0) +
+                         " to " + std::to_string(c1),
+                     deploy_kib <= 10.0 && rollout_kib <= 10.0});
   }
   std::printf("\n");
   bool all = complete;
