@@ -156,6 +156,23 @@ class Run {
     }
     return true;
   }
+  // Every live proxy routes the full count, none of `excluded` among it.
+  std::function<bool(sim::Observed&)> full_count_without(
+      const std::unordered_set<std::string>& excluded) {
+    return [this, &excluded](sim::Observed& o) {
+      return every_live_proxy(o, [&](const sim::ProxyView& v) {
+        if (v.total != count_)
+          return false;
+        for (const auto& [key, ids] : v.deployments) {
+          for (const auto& id : ids) {
+            if (excluded.count(id))
+              return false;
+          }
+        }
+        return true;
+      });
+    };
+  }
   uint64_t bytes_received(sim::Observed& o) {
     uint64_t b = 0;
     for (const auto& p : o.proxies)
@@ -357,20 +374,7 @@ bool Run::go(std::vector<Goal>& goals) {
   t0 = Clock::now();
   if (!deploy("v2") ||
       !await("the rolling update", 600s,
-             [&](sim::Observed& o) {
-               return every_live_proxy(o, [&](const sim::ProxyView& v) {
-                 if (v.total != count_)
-                   return false;
-                 for (const auto& [key, ids] : v.deployments) {
-                   for (const auto& id : ids) {
-                     if (old_ids.count(id))
-                       return false;
-                   }
-                 }
-                 return true;
-               });
-             },
-             250ms))
+             full_count_without(old_ids), 250ms))
     return false;
   double rollout_s = since_s(t0);
   long rollout_peak_kib = status_kib(head_.pid(), "VmHWM");
@@ -440,20 +444,7 @@ bool Run::go(std::vector<Goal>& goals) {
   for (size_t i = 0; i < args_.kill_nodes && i < args_.nodes; ++i)
     cluster.kill_node(args_.nodes - 1 - i);
   if (!await("the replacement of the killed nodes' replicas", 300s,
-             [&](sim::Observed& o) {
-               return every_live_proxy(o, [&](const sim::ProxyView& v) {
-                 if (v.total != count_)
-                   return false;
-                 for (const auto& [key, ids] : v.deployments) {
-                   for (const auto& id : ids) {
-                     if (lost_replicas.count(id))
-                       return false;
-                   }
-                 }
-                 return true;
-               });
-             },
-             100ms))
+             full_count_without(lost_replicas), 100ms))
     return false;
   std::printf("%zu nodes killed (%zu replicas): every remaining proxy routes %zu replicas again, "
               "none on them, %.1f s later (the head's node timeout included)\n",
