@@ -156,8 +156,9 @@ class DeploymentState {
   // that came or changed (`changed`) and the ids of those that left
   // (`removed`). False when that cannot be told (the tombstones from then
   // are gone, or the deployment was first published later): the subscriber
-  // gets the whole set. Tombstones are kept for as many replicas as the set
-  // has (at least 64); older ones are dropped.
+  // gets the whole set. Once there are more than twice as many tombstones as
+  // the set has replicas (at least 64), the oldest are dropped down to that
+  // many.
   bool changes_since(uint64_t since, std::vector<RunningReplicaInfo>& changed,
                      std::vector<std::string>& removed) const;
 

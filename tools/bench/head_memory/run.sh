@@ -37,25 +37,15 @@ done
 
 WORK=$(mktemp -d /tmp/troupe-bench-head-memory.XXXXXX)
 PIDS=()
+# shellcheck source=tools/bench/lib.sh
+. "$ROOT/tools/bench/lib.sh"
 stop_all() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 300); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_pids 300
   PIDS=()
 }
 trap 'stop_all; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
 # Every proxy in $HTTP_PORTS routes to $1 replicas in all.
 routed_everywhere() {

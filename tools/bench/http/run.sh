@@ -96,27 +96,15 @@ HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
 WORK=$(mktemp -d /tmp/troupe-bench-http.XXXXXX)
 PIDS=()  # every process started here and not yet reaped (stop_nodes reaps the nodes)
+# shellcheck source=tools/bench/lib.sh
+. "$ROOT/tools/bench/lib.sh"
 cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_pids 50
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 wait_http() {  # URL, seconds
   local deadline=$((SECONDS + $2))
   until curl -fsS -o /dev/null "$1" 2>/dev/null; do
