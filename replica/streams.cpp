@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -60,10 +61,19 @@ void Flow::cancel(bool deadline_passed) {
 
 FlowPtr Inflight::add(uint64_t key, std::shared_ptr<RequestControl> control) {
   auto flow = std::make_shared<Flow>(std::move(control), key != 0);
-  if (key != 0) {
+  if (key == 0)
+    return flow;
+  std::optional<bool> cancelled;
+  {
     std::lock_guard<std::mutex> lock(mutex_);
     flows_[key] = flow;
+    if (auto it = early_.find(key); it != early_.end()) {
+      cancelled = it->second;
+      early_.erase(it);  // its place in early_order_ goes when it is the oldest
+    }
   }
+  if (cancelled)
+    flow->cancel(*cancelled);  // nothing is registered on it yet
   return flow;
 }
 
@@ -86,9 +96,27 @@ void Inflight::grant(uint64_t key, uint64_t bytes) {
 }
 
 void Inflight::cancel(uint64_t key, bool deadline_passed) {
+  FlowPtr flow;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = flows_.find(key); it != flows_.end()) {
+      flow = it->second;
+    } else if (key != 0 && early_.emplace(key, deadline_passed).second) {
+      early_order_.push_back(key);
+      while (early_order_.size() > kEarlyKept) {
+        early_.erase(early_order_.front());
+        early_order_.pop_front();
+      }
+    }
+  }
   // Outside the lock: it runs the user's on_cancel callbacks.
-  if (auto flow = find(key))
+  if (flow)
     flow->cancel(deadline_passed);
+}
+
+size_t Inflight::early_size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return early_.size();
 }
 
 size_t Inflight::size() {

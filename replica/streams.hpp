@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -74,19 +75,33 @@ class Flow {
 using FlowPtr = std::shared_ptr<Flow>;
 
 // The requests a replica runs, by call key. Thread-safe.
+//
+// A cancellation can overtake its request: it comes on another path (the
+// lane reader, the actor) than the request's worker, which registers the
+// request only when it picks it up. Such a cancellation is kept, and the
+// request starts cancelled: its handler sees cancelled() at once. The kept
+// cancellations are bounded (kEarlyKept, the oldest dropped first), since
+// most of them are for requests that already ended.
 class Inflight {
  public:
+  static constexpr size_t kEarlyKept = 1024;
+
   // Registers a request (key 0: not registered; nothing can cancel it).
   FlowPtr add(uint64_t key, std::shared_ptr<RequestControl> control);
   void remove(uint64_t key);
   void grant(uint64_t key, uint64_t bytes);
   void cancel(uint64_t key, bool deadline_passed);
   size_t size();
+  // Cancellations kept for requests not registered (now or any more).
+  size_t early_size();
 
  private:
   FlowPtr find(uint64_t key);
   std::mutex mutex_;
   std::unordered_map<uint64_t, FlowPtr> flows_;
+  // key -> deadline_passed, and the keys in the order they came.
+  std::unordered_map<uint64_t, bool> early_;
+  std::deque<uint64_t> early_order_;
 };
 
 // Where one request's answer goes.

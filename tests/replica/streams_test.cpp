@@ -240,6 +240,60 @@ TEST_CASE("serve: a cancel stops a producer waiting for credit - and a handler w
   CHECK(sink2.events().at(0).response.body == "cancelled");
 }
 
+TEST_CASE("serve: a cancel that overtakes its request is kept - the request starts cancelled") {
+  std::atomic<int> on_cancel_calls{0};
+  Scripted d([&](const Request& request) {
+    request.control->on_cancel([&] { ++on_cancel_calls; });
+    bool cancelled = request.wait_cancelled(60s);
+    return Response::text(cancelled ? "cancelled" : "slept");
+  });
+  RecordingSink sink;
+  Inflight inflight;
+  // The cancellation comes first (another thread than the request's worker).
+  inflight.cancel(21, false);
+  CHECK(inflight.early_size() == 1);
+  auto started = std::chrono::steady_clock::now();
+  auto req = request_with_key(21);
+  serve(d, req, nullptr, inflight, sink);
+  CHECK(std::chrono::steady_clock::now() - started < 5s);  // not the 60 s wait
+  REQUIRE(sink.events().size() == 1);
+  CHECK(sink.events()[0].response.body == "cancelled");
+  CHECK(on_cancel_calls == 1);
+  CHECK(inflight.early_size() == 0);  // used once
+  CHECK(inflight.size() == 0);
+
+  // Another request with no cancellation kept for it runs in full.
+  Scripted quick([](const Request& request) {
+    return Response::text(request.cancelled() ? "cancelled" : "ran");
+  });
+  RecordingSink sink2;
+  auto req2 = request_with_key(22);
+  serve(quick, req2, nullptr, inflight, sink2);
+  CHECK(sink2.events().at(0).response.body == "ran");
+}
+
+TEST_CASE("Inflight: kept cancellations are bounded - the oldest go first - key 0 is never kept") {
+  Inflight inflight;
+  inflight.cancel(0, false);
+  CHECK(inflight.early_size() == 0);
+  for (uint64_t k = 1; k <= Inflight::kEarlyKept + 10; ++k)
+    inflight.cancel(k, k % 2 == 0);
+  CHECK(inflight.early_size() == Inflight::kEarlyKept);
+  // Key 1 was dropped: its request runs uncancelled. The newest is kept,
+  // with why it was cancelled.
+  auto first = std::make_shared<RequestControl>();
+  inflight.add(1, first);
+  CHECK_FALSE(first->cancelled());
+  auto newest = std::make_shared<RequestControl>();
+  inflight.add(Inflight::kEarlyKept + 10, newest);
+  CHECK(newest->cancelled());
+  CHECK(newest->timed_out());
+  // A cancellation for a registered request is not kept.
+  inflight.cancel(1, false);
+  CHECK(first->cancelled());
+  CHECK(inflight.early_size() == Inflight::kEarlyKept - 1);
+}
+
 TEST_CASE("serve: the deadline stops a producer waiting for credit - and is the request's deadline") {
   std::promise<std::chrono::steady_clock::time_point> seen;
   Scripted d([&](const Request& request) {
