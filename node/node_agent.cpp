@@ -13,12 +13,12 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/scoped_execution_unit.hpp>
 
 #include "node/process_supervisor.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
 #include "runtime/data_channel.hpp"
+#include "runtime/forwarder.hpp"
 #include "runtime/log.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/time.hpp"
@@ -29,12 +29,15 @@ namespace {
 
 // The agent's own messages besides its interface: a replica process must
 // have attached by now (id, pid); a replica's graceful stop deadline passed
-// (id).
+// (id); a replica process whose connection was lost must have attached
+// again by now (id, pid, which loss of its connection).
 using attach_deadline_atom = caf::atom_constant<caf::atom("attachdl")>;
 using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
+using reattach_deadline_atom = caf::atom_constant<caf::atom("reattdl")>;
 using AgentImpl = AgentActor::extend_with<AgentLocalActor>::extend<
     caf::reacts_to<reconnect_atom>, caf::reacts_to<tick_atom>,
     caf::reacts_to<attach_deadline_atom, std::string, int32_t>,
+    caf::reacts_to<reattach_deadline_atom, std::string, int32_t, uint32_t>,
     caf::reacts_to<stop_due_atom, std::string>>;
 using KeeperImpl = AgentKeeperActor::extend<caf::reacts_to<restart_atom>>;
 
@@ -49,8 +52,21 @@ struct Hosted {
   // A replica process:
   bool process = false;
   pid_t pid = 0;
-  std::string secret;  // one-time: cleared when the process attaches
+  // Written to the process's stdin. It attaches with it once; after that it
+  // is accepted again only while the connection to the process is lost (it
+  // attaches again with it, see `detached`).
+  std::string secret;
   ReplicaActor remote;  // its replica actor, in the process
+  // Where `handle` forwards to: `remote`, and the next remote handle when
+  // the process attaches again.
+  std::shared_ptr<ForwardTarget> target;
+  // The connection to the process was lost while it runs (a frozen node
+  // dropped it at its BASP connection timeout, say): the process connects
+  // again and attaches its replica actor again, within
+  // AgentOptions::reattach_timeout_s, or it is killed. `detaches` counts
+  // the losses (which one a deadline is for).
+  bool detached = false;
+  uint32_t detaches = 0;
   // Spawn requests answered when the process attaches.
   std::vector<caf::typed_response_promise<ReplicaActor>> waiting;
 };
@@ -231,8 +247,9 @@ void kill_now(agent_actor* self, const AgentOptions& o, Hosted& h) {
 }
 
 void stop_replica(agent_actor* self, const AgentOptions& o, Hosted& h, double timeout_s) {
-  if (!h.handle) {
-    // A process that has not attached runs no user code yet.
+  if (!h.handle || h.detached) {
+    // A process that has not attached runs no user code yet; one whose
+    // connection is lost cannot be told to stop.
     h.stopping = true;
     kill_now(self, o, h);
     return;
@@ -272,43 +289,34 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// The handle of a replica process: an actor pool that forwards every message
-// to the remote replica actor in the sender's context, so requests and their
-// answers take no extra hop. It lives until the agent ends it (with the cause
-// of the process's exit): its only worker is a local anchor, so the remote
-// handle dying with the connection does not end it with a reason that says
-// nothing. An exit message sent to it (the controller's kill) ends it
-// without reaching the process; the agent then kills the process.
-ReplicaActor make_forwarder(caf::actor_system& sys, ReplicaActor remote) {
-  auto anchor = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
-    return {[](caf::ok_atom) {}};
-  });
-  caf::scoped_execution_unit context{&sys};
-  return caf::actor_cast<ReplicaActor>(caf::actor_pool::make(
-      &context, 1, [&] { return anchor; },
-      [remote](caf::actor_system&, caf::actor_pool::uplock& guard,
-               const caf::actor_pool::actor_vec&, caf::mailbox_element_ptr& m,
-               caf::execution_unit* eu) {
-        guard.unlock();
-        remote->enqueue(std::move(m), eu);
-      }));
+// The handle of a replica process (runtime/forwarder.hpp): it forwards every
+// message to the remote replica actor in the sender's context, so requests
+// and their answers take no extra hop. It lives until the agent ends it (with
+// the cause of the process's exit), so the remote handle dying with the
+// connection does not end it with a reason that says nothing, and the
+// process can attach again behind it. An exit message sent to it (the
+// controller's kill) ends it without reaching the process; the agent then
+// kills the process.
+ReplicaActor make_forwarder(caf::actor_system& sys, const std::shared_ptr<ForwardTarget>& target) {
+  return caf::actor_cast<ReplicaActor>(spawn_forwarder(sys, target));
 }
 
-// The process of `id` if `secret` is its one-time secret, else null (and the
-// refusal is logged: a local process without the secret is not ours).
+// The process of `id` if `secret` is its secret and it may attach now (it has
+// not attached, or its connection was lost), else null (and the refusal is
+// logged: a local process without the secret is not ours).
 Hosted* check_process(agent_actor* self, const std::string& id, const std::string& secret,
                       const char* what) {
   auto& st = self->state;
   auto it = st.hosted->find(id);
-  if (it != st.hosted->end() && it->second.process && !it->second.handle &&
-      same_secret(it->second.secret, secret)) {
+  if (it != st.hosted->end() && it->second.process &&
+      (!it->second.handle || it->second.detached) && same_secret(it->second.secret, secret)) {
     return &it->second;
   }
   auto sender = self->current_sender();
   st.log->warn("refused a process that claims to be replica '{}' ({}): {} (from node {})", id, what,
-               it == st.hosted->end() || !it->second.process ? "no such replica process"
-               : it->second.handle                          ? "it has attached already"
-                                                            : "wrong secret",
+               it == st.hosted->end() || !it->second.process   ? "no such replica process"
+               : it->second.handle && !it->second.detached ? "it has attached already"
+                                                           : "wrong secret",
                sender ? to_string(sender->node()) : std::string("unknown"));
   return nullptr;
 }
@@ -427,19 +435,32 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     if (auto it = st.remote_ids.find(dm.source); it != st.remote_ids.end()) {
-      // The connection to a replica process broke: if the process still
-      // runs (frozen, say) it is of no use; its exit report follows.
+      // The connection to a replica process broke. (Its replica actor
+      // ending first, on a graceful stop or a fault in the process, ends the
+      // remote handle too: the process then exits by itself and its exit is
+      // reported.)
       auto id = it->second;
       st.remote_ids.erase(it);
-      // (Its replica actor ending first, on a graceful stop or a fault in
-      // the process, ends the remote handle too: the process then exits by
-      // itself and its exit is reported.)
       auto hit = st.hosted->find(id);
-      if (hit != st.hosted->end() && !hit->second.stopping && o.processes &&
-          dm.reason == caf::exit_reason::remote_link_unreachable &&
-          o.processes->signal(id, SIGKILL)) {
-        st.log->warn("lost the connection to replica process {}; killed it", id);
+      if (hit == st.hosted->end() || dm.reason != caf::exit_reason::remote_link_unreachable ||
+          !o.processes)
+        return;
+      auto& h = hit->second;
+      if (h.stopping) {
+        // It is on its way out: of no use any more.
+        if (o.processes->signal(id, SIGKILL))
+          st.log->warn("lost the connection to replica process {} while it stops; killed it", id);
+        return;
       }
+      // The process may still run (this node was frozen past its connection
+      // timeout, say): it connects again and attaches again, or is killed.
+      h.detached = true;
+      ++h.detaches;
+      st.log->warn("lost the connection to replica process {} (pid {}); it has {:.0f} s to attach "
+                   "again",
+                   id, h.pid, o.reattach_timeout_s);
+      self->delayed_send(self, seconds_as(o.reattach_timeout_s), reattach_deadline_atom::value, id,
+                         static_cast<int32_t>(h.pid), h.detaches);
       return;
     }
     if (auto it = st.replica_ids.find(dm.source); it != st.replica_ids.end()) {
@@ -561,18 +582,37 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
           return to_caf_error(
               Status(errc::permission_denied, "not a replica process started by this node"));
         }
-        h->secret.clear();
         h->remote = remote;
-        h->handle = make_forwarder(self->home_system(), remote);
-        self->monitor(h->handle);
         self->monitor(remote);
-        st.replica_ids[h->handle.address()] = id;
         st.remote_ids[remote.address()] = id;
+        if (h->detached) {
+          // Everyone holds the forwarder: from now on it reaches the process
+          // over the new connection.
+          h->detached = false;
+          h->target->set(caf::actor_cast<caf::actor>(remote));
+          st.log->info("replica process {} (pid {}) attached again", id, h->pid);
+          return caf::ok_atom::value;
+        }
+        h->target = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(remote));
+        h->handle = make_forwarder(self->home_system(), h->target);
+        self->monitor(h->handle);
+        st.replica_ids[h->handle.address()] = id;
         st.log->info("replica process {} (pid {}) attached", id, h->pid);
         for (auto& rp : h->waiting)
           rp.deliver(h->handle);
         h->waiting.clear();
         return caf::ok_atom::value;
+      },
+      [=](reattach_deadline_atom, const std::string& id, int32_t pid, uint32_t detach) {
+        auto& st = self->state;
+        auto it = st.hosted->find(id);
+        if (it == st.hosted->end() || it->second.pid != pid || !it->second.detached ||
+            it->second.detaches != detach)
+          return;
+        st.log->error("replica process {} (pid {}) did not attach again within {:.0f} s; killing it",
+                      id, pid, o.reattach_timeout_s);
+        if (o.processes)
+          o.processes->signal(id, SIGKILL);  // its exit report ends the handle
       },
       [=](attach_deadline_atom, const std::string& id, int32_t pid) {
         auto& st = self->state;

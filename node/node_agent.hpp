@@ -96,6 +96,11 @@ struct AgentOptions {
   // A replica process that has not attached by then is killed and its start
   // fails (it hangs before running any user code).
   double attach_timeout_s = 30;
+  // A replica process whose connection to this node was lost while both run
+  // (this node frozen past its BASP connection timeout, say) connects again
+  // and attaches its replica actor again; one that has not by then is killed
+  // (and replaced by the controller).
+  double reattach_timeout_s = 10;
   // Data channels (runtime/data_channel.hpp): the agent makes one for every
   // replica process it starts, with `channel_lanes` answer lanes (one per
   // proxy io thread), hands the process its ends and registers the node's

@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "replica/plugin/plugin_loader.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/data_channel.hpp"
+#include "runtime/forwarder.hpp"
 #include "runtime/log.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
@@ -65,6 +67,65 @@ void wait_for_exit(pid_t pid, std::chrono::milliseconds limit) {
   pollfd p{fd, POLLIN, 0};
   (void)::poll(&p, 1, static_cast<int>(limit.count()));
   ::close(fd);
+}
+
+// How long a replica whose connection to its node was lost tries to attach
+// again (AgentOptions::reattach_timeout_s, the node's side, is as long).
+constexpr std::chrono::seconds kReattachFor{10};
+
+// What the node answers a replica process that proves itself.
+struct Welcome {
+  ReplicaGateActor gate;
+  ReplicaSpec spec;
+  MetricsSinkActor sink;
+  ProxyKeeperActor proxy;
+};
+
+// Connects to the node's replica gate and says hello with the secret; empty
+// with `why` set when that fails.
+std::optional<Welcome> meet_node(caf::actor_system& sys, caf::scoped_actor& self,
+                                 uint16_t node_port, const std::string& replica_id,
+                                 const std::string& secret, std::chrono::seconds timeout,
+                                 std::string& why) {
+  const std::string where = "127.0.0.1:" + std::to_string(node_port);
+  Welcome w;
+  self->request(security::transport_actor(sys), timeout, caf::connect_atom::value,
+                std::string("127.0.0.1"), node_port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            w.gate = caf::actor_cast<ReplicaGateActor>(ptr);
+            if (!w.gate)
+              why = "the node publishes no replica gate on " + where;
+          },
+          [&](caf::error& err) { why = "cannot reach the node on " + where + ": " + sys.render(err); });
+  if (!w.gate)
+    return std::nullopt;
+  bool welcomed = false;
+  self->request(w.gate, timeout, replica_hello_atom::value, replica_id, secret)
+      .receive(
+          [&](ReplicaSpec& s, MetricsSinkActor& k, ProxyKeeperActor& p) {
+            w.spec = std::move(s);
+            w.sink = std::move(k);
+            w.proxy = std::move(p);
+            welcomed = true;
+          },
+          [&](caf::error& err) { why = "the node refused us: " + from_caf_error(err).message(); });
+  if (!welcomed)
+    return std::nullopt;
+  return w;
+}
+
+// Hands the replica's handle to the node; false with `why` set when refused.
+bool attach(caf::scoped_actor& self, const ReplicaGateActor& gate, const std::string& replica_id,
+            const std::string& secret, const ReplicaActor& replica, std::chrono::seconds timeout,
+            std::string& why) {
+  bool attached = false;
+  self->request(gate, timeout, replica_attach_atom::value, replica_id, secret, replica)
+      .receive([&](caf::ok_atom) { attached = true; },
+               [&](caf::error& err) {
+                 why = "the node refused the replica: " + from_caf_error(err).message();
+               });
+  return attached;
 }
 
 [[noreturn]] void fail(const std::string& message) {
@@ -153,43 +214,31 @@ int main(int argc, char** argv) {
     }
     caf::actor_system sys{cfg};
     caf::scoped_actor self{sys};
-    ReplicaGateActor gate;
-    self->request(security::transport_actor(sys), std::chrono::seconds(10),
-                  caf::connect_atom::value, std::string("127.0.0.1"), node_port)
-        .receive(
-            [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-              gate = caf::actor_cast<ReplicaGateActor>(ptr);
-            },
-            [&](caf::error& err) {
-              fail("cannot reach the node on 127.0.0.1:" + std::to_string(node_port) + ": " +
-                   sys.render(err));
-            });
-    if (!gate)
-      fail("the node publishes no replica gate on 127.0.0.1:" + std::to_string(node_port));
+    std::string why;
+    auto first = meet_node(sys, self, node_port, replica_id, secret, std::chrono::seconds(10), why);
+    if (!first)
+      fail(why);
+    ReplicaGateActor gate = first->gate;
     self->monitor(gate);
-
-    ReplicaSpec spec;
-    MetricsSinkActor sink;
-    ProxyKeeperActor proxy;
-    self->request(gate, std::chrono::seconds(10), replica_hello_atom::value, replica_id, secret)
-        .receive(
-            [&](ReplicaSpec& s, MetricsSinkActor& k, ProxyKeeperActor& p) {
-              spec = std::move(s);
-              sink = std::move(k);
-              proxy = std::move(p);
-            },
-            [&](caf::error& err) { fail("the node refused us: " + from_caf_error(err).message()); });
+    const ReplicaSpec spec = first->spec;
+    // The node's actors, behind local forwarders: pointed at their new remote
+    // handles when this process attaches again after a lost connection.
+    auto sink_target = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(first->sink));
+    auto proxy_target = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(first->proxy));
 
     replica::ReplicaOptions options;
     options.spec = spec;
     options.node_id = node_id;
     options.loader = std::make_shared<PluginLoader>(plugin_path);
-    options.metrics_sink = sink;
+    options.metrics_sink = caf::actor_cast<MetricsSinkActor>(spawn_forwarder(sys, sink_target));
     options.channel = data_channel;
-    if (proxy)
+    if (first->proxy) {
+      auto proxy = caf::actor_cast<ProxyKeeperActor>(spawn_forwarder(sys, proxy_target));
       options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys, proxy),
                                                        replica::make_remote_proxy_stream(sys, proxy),
                                                        replica::make_remote_proxy_cancel(proxy));
+    }
+    first.reset();
     auto replica = replica::spawn_replica(sys, std::move(options));
     // The handle is an actor pool that ends with `out_of_workers` whatever
     // ended its replica actor: watch the replica actor itself, whose exit
@@ -206,12 +255,8 @@ int main(int argc, char** argv) {
     if (!inner)
       fail("the replica actor is gone before it started");
     self->monitor(inner);
-    self->request(gate, std::chrono::seconds(10), replica_attach_atom::value, replica_id, secret,
-                  replica)
-        .receive([](caf::ok_atom) {},
-                 [&](caf::error& err) {
-                   fail("the node refused the replica: " + from_caf_error(err).message());
-                 });
+    if (!attach(self, gate, replica_id, secret, replica, std::chrono::seconds(10), why))
+      fail(why);
     log->info("replica {} of {}/{} runs in process {}", replica_id, spec.app, spec.deployment,
               ::getpid());
 
@@ -222,16 +267,39 @@ int main(int argc, char** argv) {
           exit_code = dm.reason == caf::exit_reason::user_shutdown ? 0 : 1;
           log->info("replica {} stopped ({})", replica_id, sys.render(dm.reason));
           done = true;
-        } else if (dm.source == gate.address()) {
-          // Usually the node died: its sockets close a moment before the
-          // kernel sends PR_SET_PDEATHSIG, so give that signal the time to
-          // end this process the way it always does. A node that still runs
-          // (the connection broke) gets an exit.
-          wait_for_exit(parent_pid, std::chrono::seconds(2));
-          log->warn("lost the connection to node {} ({}); exiting", node_id, sys.render(dm.reason));
-          exit_code = 1;
-          done = true;
+          return;
         }
+        if (dm.source != gate.address())
+          return;
+        // Usually the node died: PR_SET_PDEATHSIG ends this process a moment
+        // after its sockets closed, and connecting again fails meanwhile. A
+        // node that still runs dropped the connection (it was frozen past
+        // its connection timeout, say): connect again and attach the same
+        // replica actor again, for as long as the node waits for it.
+        log->warn("lost the connection to node {} ({}); connecting again", node_id,
+                  sys.render(dm.reason));
+        auto until = std::chrono::steady_clock::now() + kReattachFor;
+        while (std::chrono::steady_clock::now() < until && ::getppid() == parent_pid) {
+          auto back =
+              meet_node(sys, self, node_port, replica_id, secret, std::chrono::seconds(2), why);
+          if (back) {
+            sink_target->set(caf::actor_cast<caf::actor>(back->sink));
+            proxy_target->set(caf::actor_cast<caf::actor>(back->proxy));
+            if (attach(self, back->gate, replica_id, secret, replica, std::chrono::seconds(2),
+                       why)) {
+              gate = back->gate;
+              self->monitor(gate);
+              log->info("attached again to node {}", node_id);
+              return;
+            }
+          }
+          log->debug("not attached again yet: {}", why);
+          wait_for_exit(parent_pid, std::chrono::milliseconds(250));
+        }
+        log->warn("could not attach again to node {} ({}); exiting", node_id,
+                  ::getppid() == parent_pid ? why : std::string("the node is gone"));
+        exit_code = 1;
+        done = true;
       });
     }
     // Threads still inside user code would keep ~actor_system waiting: the

@@ -426,8 +426,8 @@ TEST_CASE("a local process without the secret is refused by the replica port - r
   CHECK(wait_until(
       [&] {
         auto out = f.cluster.nodes.at("w1").output();
-        // The secret is one-time: once the replica attached, nobody can
-        // speak for it again.
+        // Once the replica attached, nobody can speak for it again (the
+        // secret is taken again only while its connection is lost).
         return out.find("refused a process that claims to be replica 'nobody#X#1' (hello): no "
                         "such replica process") != std::string::npos &&
                out.find("refused a process that claims to be replica '" + on_w1 +

@@ -482,6 +482,68 @@ TEST_CASE("frozen head: 10 s under load through w1 on the replicas of w2 - answe
   CHECK(f.same_replicas("echo", "Echo", before));
 }
 
+TEST_CASE("a replica process frozen past its node's connection timeout attaches again on SIGCONT - the same process serves on") {
+  // kFastLiveness: BASP connection timeout 3 s. The replica process of
+  // Gateway is stopped for 5 s: its node drops the connection to it (as a
+  // node that was itself frozen does when it resumes). On SIGCONT the
+  // process connects again and attaches the same replica actor again; the
+  // node's handle for it, and its own handles for the node's actors (its
+  // deployment handles go through the node's proxy), reach each other over
+  // the new connection. Health checks are far apart, so that they do not
+  // replace the frozen replica first.
+  Fixture f({"w1"});
+  controller::ApplicationSpec app = example_app("compose", "/compose", "Gateway", 1);
+  for (const char* cls : {"Upper", "Reverse"}) {
+    controller::DeploymentSpec d = app.deployments[0];
+    d.name = cls;
+    d.import_path = std::string("libtroupe_examples.so:") + cls;
+    app.deployments.push_back(d);
+  }
+  for (auto& d : app.deployments) {
+    d.config.health_check_period_s = 60;
+    d.config.health_check_timeout_s = 60;
+  }
+  REQUIRE(f.client->deploy(app).has_value());
+  for (const char* cls : {"Gateway", "Upper", "Reverse"})
+    REQUIRE(f.wait_at_target("compose", cls, 1, 30s));
+  auto before = f.running("compose", "Gateway");
+  REQUIRE(before.size() == 1);
+  const std::string id = before.begin()->first;
+  const std::string node = before.begin()->second;
+  auto pids = proc::processes_mentioning("--replica-id " + id + " ");
+  REQUIRE(pids.size() == 1);
+  const pid_t pid = pids.front();
+  auto gateway_answers = [&] {
+    auto r = http_get(f.port(node), "/compose/?text=Hello", 10);
+    if (!r || r->status != 200)
+      return false;
+    auto body = json::parse(r->body, nullptr, false);
+    return body.is_object() && body["gateway"].value("replica_id", "") == id &&
+           body["upper"].value("text", "") == "HELLO" &&
+           body["reverse"].value("text", "") == "olleH";
+  };
+  REQUIRE(wait_until(gateway_answers, 30s, 100ms));
+
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  bool dropped = wait_until(
+      [&] { return f.output_has(node, "lost the connection to replica process " + id); }, 15s);
+  // Resumed whatever happened, so that the cluster can stop it.
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  REQUIRE(dropped);
+  CHECK(wait_until(
+      [&] {
+        return f.output_has(node, "replica process " + id + " (pid " + std::to_string(pid) +
+                                      ") attached again");
+      },
+      15s));
+  CHECK(wait_until(gateway_answers, 15s, 100ms));
+  for (int i = 0; i < 10; ++i)
+    CHECK(gateway_answers());
+  CHECK(f.same_replicas("compose", "Gateway", before));
+  CHECK(proc::processes_mentioning("--replica-id " + id + " ") == std::vector<pid_t>{pid});
+  CHECK_FALSE(f.output_has(node, "did not attach again"));
+}
+
 TEST_CASE("head killed -9 for 20 s: a worker serves throughout - the restarted controller adopts every replica and starts none") {
   // The replicas run on the workers only (the resource `worker`): what dies
   // with the head is the controller, not a replica.
