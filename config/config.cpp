@@ -10,11 +10,13 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <utility>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
@@ -1131,23 +1133,131 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
   return true;
 }
 
+// The offset of the first byte that is not part of well-formed UTF-8 (no
+// overlong forms, surrogates or code points past U+10FFFF), or npos. YAML
+// text is Unicode; yaml-cpp does not check, and its emitter replaces such
+// bytes, so a config holding them would not print back as it was read.
+size_t first_bad_utf8(const std::string& text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = b[i];
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > n)
+      return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((b[i + k] & 0xC0) != 0x80)
+        return i;
+      cp = (cp << 6) | (b[i + k] & 0x3F);
+    }
+    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// Where a document starts, and where its first node is (the parser's
+// events; nothing is kept).
+class DocumentMarks : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> start;
+  std::optional<YAML::Mark> node;
+  void OnDocumentStart(const YAML::Mark& m) override {
+    if (!start)
+      start = m;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { first(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { first(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    first(m);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    first(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    first(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void first(const YAML::Mark& m) {
+    if (!node)
+      node = m;
+  }
+};
+
 Result<DeployConfig> Parser::run(const std::string& text) {
-  std::vector<YAML::Node> docs;
+  // One document: Load reads the first, and the parser is asked for at most
+  // one more. (Not LoadAll: in yaml-cpp 0.7, Debian 12's, it loops for ever,
+  // allocating, on some malformed input such as a stray ',' after a
+  // document, whose parser keeps handing out an empty document without
+  // consuming the token; found by tests/fuzz/config_fuzz.cpp.)
+  if (size_t bad = first_bad_utf8(text); bad != std::string::npos) {
+    // (text[bad] is not a newline: rfind finds the one before it, if any.)
+    size_t line_start = text.rfind('\n', bad);
+    line_start = line_start == std::string::npos ? 0 : line_start + 1;
+    YAML::Mark at;
+    at.pos = static_cast<int>(bad);
+    at.line = static_cast<int>(std::count(text.begin(), text.begin() + bad, '\n'));
+    at.column = static_cast<int>(bad - line_start);
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "0x%02x", static_cast<unsigned char>(text[bad]));
+    fail(at, std::string("not UTF-8 text (byte ") + hex + ")");
+    return error_;
+  }
+  YAML::Node top;
+  std::optional<DocumentMarks> second;
   try {
-    docs = YAML::LoadAll(text);
+    top = YAML::Load(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentMarks first;
+    if (parser.HandleNextDocument(first)) {
+      DocumentMarks next;
+      if (parser.HandleNextDocument(next))
+        second = next;
+    }
   } catch (const YAML::ParserException& e) {
     fail(e.mark, "YAML syntax error: " + e.msg);
     return error_;
   }
-  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+  if (second) {
+    const YAML::Mark start = second->start.value_or(YAML::Mark());
+    const bool separator =
+        start.pos >= 0 && text.compare(static_cast<size_t>(start.pos), 3, "---") == 0;
+    fail(second->node.value_or(start),
+         separator ? "a second YAML document ('---'): expected exactly one"
+                   : "more after the first YAML document: expected exactly one");
+    return error_;
+  }
+  if (top.IsNull()) {
     return Status(errc::invalid_argument,
                   file_ + " is empty: expected a mapping with 'applications'");
   }
-  if (docs.size() > 1) {
-    fail(docs[1].Mark(), "a second YAML document ('---'): expected exactly one");
-    return error_;
-  }
-  const YAML::Node& top = docs[0];
   if (!top.IsMap()) {
     fail(top.Mark(),
          "expected a mapping with 'applications' at the top level, got " + describe(top));

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -725,6 +726,24 @@ TEST_CASE("config error: not a mapping - no applications - two documents") {
         "deploy.yaml:1:15: applications: expected a sequence of applications, got a mapping");
   CHECK(error_of("applications: []\n---\napplications: []\n") ==
         "deploy.yaml:3:1: a second YAML document ('---'): expected exactly one");
+}
+
+TEST_CASE("config error: text that is not UTF-8 - a stray character after the document") {
+  // Found by tests/fuzz/config_fuzz.cpp: invalid UTF-8 was accepted and
+  // printed back replaced (to_yaml did not give the config back), and a
+  // stray ',' made yaml-cpp 0.7's LoadAll loop for ever.
+  CHECK(error_of("applications:\n  - name: \"a\xff\"\n") ==
+        "deploy.yaml:2:13: not UTF-8 text (byte 0xff)");
+  CHECK(error_of("\xc3\x28") == "deploy.yaml:1:1: not UTF-8 text (byte 0xc3)");
+  CHECK(error_of("applications: []\n# caf\xc3\xa9 \xed\xa0\x80\n") ==
+        "deploy.yaml:2:9: not UTF-8 text (byte 0xed)");  // a surrogate
+  CHECK(error_of(",\n") == "deploy.yaml:1:1: more after the first YAML document: expected exactly one");
+  std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/tests/fuzz/corpus/config/regression-loadall-loop.yaml",
+                   std::ios::binary);
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(error_of(text.str()) == "deploy.yaml:4:5: more after the first YAML document: expected exactly one");
 }
 
 TEST_CASE("config error: unknown field - with the nearest valid name") {
