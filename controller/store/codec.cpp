@@ -6,8 +6,10 @@
 #include <kj/exception.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
+#include <type_traits>
 #include <utility>
 
 #include "schemas/target_state.capnp.h"
@@ -188,13 +190,22 @@ void write(const TargetState& in, schema::TargetState::Builder out) {
 
 // ---- schema -> model -------------------------------------------------------
 // Unknown union members and enumerants (written by a newer schema) are refused
-// rather than guessed at.
+// rather than guessed at, and so are numbers that are not finite (NaN or an
+// infinity): no deploy writes one (validate() refuses them), and a controller
+// that read one would compare health check periods, delays and weights with
+// NaN.
+
+double finite(double v, const char* field) {
+  if (!std::isfinite(v))
+    throw Malformed{std::string(field) + " is not a finite number"};
+  return v;
+}
 
 Resources read(schema::Resources::Reader in) {
   Resources out;
   for (auto entry : in.getAmounts()) {
     auto name = str(entry.getName());
-    if (!out.amounts.emplace(name, entry.getAmount()).second) {
+    if (!out.amounts.emplace(name, finite(entry.getAmount(), "a resource amount")).second) {
       throw Malformed{"resource '" + name + "' appears twice"};
     }
   }
@@ -209,7 +220,10 @@ auto read_optional(typename Group::Reader u, const char* field)
     case Group::NONE:
       return std::nullopt;
     case Group::VALUE:
-      return u.getValue();
+      if constexpr (std::is_floating_point_v<decltype(u.getValue())>)
+        return finite(u.getValue(), field);
+      else
+        return u.getValue();
   }
   throw Malformed{std::string(field) + " has an unknown union member " +
                   std::to_string(static_cast<unsigned>(u.which()))};
@@ -221,17 +235,17 @@ AutoscalingConfig read(schema::AutoscalingConfig::Reader in) {
   out.max_replicas = in.getMaxReplicas();
   out.initial_replicas = read_optional<schema::AutoscalingConfig::InitialReplicas>(
       in.getInitialReplicas(), "initialReplicas");
-  out.target_ongoing_requests = in.getTargetOngoingRequests();
-  out.metrics_interval_s = in.getMetricsIntervalS();
-  out.look_back_period_s = in.getLookBackPeriodS();
-  out.smoothing_factor = in.getSmoothingFactor();
+  out.target_ongoing_requests = finite(in.getTargetOngoingRequests(), "targetOngoingRequests");
+  out.metrics_interval_s = finite(in.getMetricsIntervalS(), "metricsIntervalS");
+  out.look_back_period_s = finite(in.getLookBackPeriodS(), "lookBackPeriodS");
+  out.smoothing_factor = finite(in.getSmoothingFactor(), "smoothingFactor");
   out.upscale_smoothing_factor = read_optional<schema::AutoscalingConfig::UpscaleSmoothingFactor>(
       in.getUpscaleSmoothingFactor(), "upscaleSmoothingFactor");
   out.downscale_smoothing_factor =
       read_optional<schema::AutoscalingConfig::DownscaleSmoothingFactor>(
           in.getDownscaleSmoothingFactor(), "downscaleSmoothingFactor");
-  out.upscale_delay_s = in.getUpscaleDelayS();
-  out.downscale_delay_s = in.getDownscaleDelayS();
+  out.upscale_delay_s = finite(in.getUpscaleDelayS(), "upscaleDelayS");
+  out.downscale_delay_s = finite(in.getDownscaleDelayS(), "downscaleDelayS");
   return out;
 }
 
@@ -252,10 +266,10 @@ DeploymentConfig read(schema::DeploymentConfig::Reader in) {
       throw Malformed{"autoscaling has an unknown union member " +
                       std::to_string(static_cast<unsigned>(autoscaling.which()))};
   }
-  out.health_check_period_s = in.getHealthCheckPeriodS();
-  out.health_check_timeout_s = in.getHealthCheckTimeoutS();
-  out.graceful_shutdown_wait_loop_s = in.getGracefulShutdownWaitLoopS();
-  out.graceful_shutdown_timeout_s = in.getGracefulShutdownTimeoutS();
+  out.health_check_period_s = finite(in.getHealthCheckPeriodS(), "healthCheckPeriodS");
+  out.health_check_timeout_s = finite(in.getHealthCheckTimeoutS(), "healthCheckTimeoutS");
+  out.graceful_shutdown_wait_loop_s = finite(in.getGracefulShutdownWaitLoopS(), "gracefulShutdownWaitLoopS");
+  out.graceful_shutdown_timeout_s = finite(in.getGracefulShutdownTimeoutS(), "gracefulShutdownTimeoutS");
   out.resources = read(in.getResources());
   out.max_replicas_per_node = in.getMaxReplicasPerNode();
   switch (in.getIsolation()) {
@@ -270,7 +284,7 @@ DeploymentConfig read(schema::DeploymentConfig::Reader in) {
                       std::to_string(static_cast<unsigned>(in.getIsolation()))};
   }
   out.memory_limit_bytes = in.getMemoryLimitBytes();
-  out.stuck_after_s = in.getStuckAfterS();
+  out.stuck_after_s = finite(in.getStuckAfterS(), "stuckAfterS");
   out.max_num_models_per_replica = in.getMaxNumModelsPerReplica();
   return out;
 }
@@ -297,7 +311,7 @@ ApplicationSpec read(schema::ApplicationSpec::Reader in) {
   }
   for (auto t : in.getTraffic()) {
     auto deployment = str(t.getDeployment());
-    if (!out.traffic.emplace(deployment, t.getWeight()).second) {
+    if (!out.traffic.emplace(deployment, finite(t.getWeight(), "a traffic weight")).second) {
       throw Malformed{"traffic names deployment '" + deployment + "' twice"};
     }
   }
@@ -305,7 +319,7 @@ ApplicationSpec read(schema::ApplicationSpec::Reader in) {
   // Records older than version 3 have no shadow list: it reads as empty.
   for (auto t : in.getShadow()) {
     auto deployment = str(t.getDeployment());
-    if (!out.shadow.emplace(deployment, t.getProbability()).second) {
+    if (!out.shadow.emplace(deployment, finite(t.getProbability(), "a shadow probability")).second) {
       throw Malformed{"shadow names deployment '" + deployment + "' twice"};
     }
   }

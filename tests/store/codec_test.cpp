@@ -2,9 +2,14 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tests/store/store_test_support.hpp"
@@ -396,4 +401,46 @@ TEST_CASE("a few bytes claiming a million list elements are refused - not alloca
   REQUIRE_FALSE(r.has_value());
   CHECK(r.status().code() == errc::corrupt);
   CHECK_MESSAGE(contains(r.status().message(), "traversal limit"), r.status().message());
+}
+
+TEST_CASE("a number that is not finite is refused - it names the field") {
+  // Found by tests/fuzz/checkpoint_fuzz.cpp: a NaN decoded into the state
+  // (validate() refuses one at deploy time, so only a damaged or foreign
+  // record holds one).
+  ApplicationSpec app;
+  app.name = "a";
+  app.route_prefix = "/a";
+  app.ingress = "D";
+  app.deployments.resize(1);
+  app.deployments[0].name = "D";
+  app.deployments[0].config.health_check_period_s = std::nan("");
+  auto r = decode_application(encode_application(app));
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::corrupt);
+  CHECK(r.status().message() ==
+        "application record is malformed: healthCheckPeriodS is not a finite number");
+
+  app.deployments[0].config.health_check_period_s = 10;
+  app.traffic["D"] = std::numeric_limits<double>::infinity();
+  r = decode_application(encode_application(app));
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().message() ==
+        "application record is malformed: a traffic weight is not a finite number");
+
+  TargetState state;
+  state.http.request_timeout_s = -std::numeric_limits<double>::infinity();
+  auto head = decode_head(encode_head(state, 0));
+  REQUIRE_FALSE(head.has_value());
+  CHECK(head.status().code() == errc::corrupt);
+  CHECK(contains(head.status().message(), "requestTimeoutS is not a finite number"));
+
+  // The fuzzer's input: a head record whose target capacity is a NaN.
+  std::ifstream in(std::string(TROUPE_STORE_TEST_DIR) + "/../fuzz/corpus/checkpoint/regression-nan-head",
+                   std::ios::binary);
+  REQUIRE(in.good());
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(bytes.size() > 1);
+  head = decode_head(std::string_view(bytes).substr(1));  // its first byte picks the decoder
+  REQUIRE_FALSE(head.has_value());
+  CHECK(contains(head.status().message(), "is not a finite number"));
 }
