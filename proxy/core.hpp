@@ -32,6 +32,7 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include "proxy/call.hpp"
+#include "proxy/http_fields.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/proxy.hpp"
 #include "proxy/router.hpp"
@@ -233,16 +234,6 @@ struct Worker {
   uint64_t new_key() { return core_key_base + (uint64_t(index) << 48) + ++next_call; }
   uint64_t core_key_base = 0;
 };
-
-// An X-Request-Id the proxy keeps: printable, at most 128 bytes.
-bool valid_request_id(boost::beast::string_view id);
-
-// The header by which a client asks for a shorter deadline than the
-// application's request_timeout_s (never a longer one).
-inline constexpr const char* kRequestTimeoutHeader = "X-Request-Timeout-Seconds";
-// Its value: a decimal number of seconds, > 0 and at most 86400; anything
-// else is an error naming the header and the value (answered 400).
-Result<double> parse_request_timeout(boost::beast::string_view value);
 
 // admin.cpp: the answer to a request for /-/<endpoint> (404 for an unknown one).
 Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id);
