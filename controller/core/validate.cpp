@@ -18,8 +18,29 @@ std::string fmt(double v) {
   return out.str();
 }
 
+bool has_control(const std::string& s) {
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return true;
+  }
+  return false;
+}
+
+// In double quotes, with control characters written as \xNN (a message
+// never carries them raw).
 std::string quote(const std::string& s) {
-  return "\"" + s + "\"";
+  std::string out = "\"";
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
+      out += hex[static_cast<unsigned char>(c) & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 class Problems {
@@ -99,6 +120,8 @@ void check_autoscaling(Problems& p, const std::string& path, const AutoscalingCo
 void check_deployment(Problems& p, const std::string& path, const DeploymentSpec& d) {
   if (d.import_path.empty())
     p.add(path + ".import_path", "\"\"", "must not be empty");
+  else if (has_control(d.import_path))
+    p.add(path + ".import_path", quote(d.import_path), "must not contain control characters");
   const DeploymentConfig& c = d.config;
   const std::string cp = path;
   p.replicas(cp + ".num_replicas", c.num_replicas);
@@ -238,6 +261,8 @@ void check_app(Problems& p, const ApplicationSpec& app, const TargetState* all =
   }
   if (app.route_prefix.empty() || app.route_prefix[0] != '/') {
     p.add(path + ".route_prefix", quote(app.route_prefix), "must start with '/'");
+  } else if (has_control(app.route_prefix)) {
+    p.add(path + ".route_prefix", quote(app.route_prefix), "must not contain control characters");
   }
   if (app.deployments.empty())
     p.add(path + ".deployments", "[]", "must not be empty");

@@ -746,6 +746,14 @@ TEST_CASE("config error: text that is not UTF-8 - a stray character after the do
   CHECK(error_of(text.str()) == "deploy.yaml:4:5: more after the first YAML document: expected exactly one");
 }
 
+TEST_CASE("config error: an import path with a control character") {
+  // Found by tests/fuzz/config_fuzz.cpp: "\x01\x00" in an import path was
+  // accepted, and to_yaml printed the NUL back replaced.
+  CHECK(error_of("applications:\n  - name: a\n    route_prefix: /a\n"
+                 "    import_path: \"liba\\x01\\0.so:A\"\n") ==
+        "deploy.yaml:4:18: import_path 'liba\\x01\\x00.so:A' contains a control character");
+}
+
 TEST_CASE("config error: unknown field - with the nearest valid name") {
   CHECK(error_of(with_fields("        num_replica: 3\n")) ==
         "deploy.yaml:7:9: unknown field 'num_replica' in deployment 'Hello'; did you mean "

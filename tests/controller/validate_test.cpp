@@ -130,6 +130,19 @@ TEST_CASE("validate: route prefix must start with / and be unique across applica
         "applications[b].route_prefix: \"/x\" must be unique (already used by application \"a\")");
 }
 
+TEST_CASE("validate: an import path or route prefix with a control character is refused - shown escaped") {
+  // Found by tests/fuzz/config_fuzz.cpp: a NUL in an import path (a C
+  // string to dlopen) was accepted.
+  auto app = greeter();
+  app.deployments[0].import_path = std::string("liba\0b.so:Hello", 15);
+  CHECK(error_of(app) == "applications[greeter].deployments[Hello].import_path: "
+                         "\"liba\\x00b.so:Hello\" must not contain control characters");
+  app = greeter();
+  app.route_prefix = "/gr\teet";
+  CHECK(error_of(app) ==
+        "applications[greeter].route_prefix: \"/gr\\x09eet\" must not contain control characters");
+}
+
 TEST_CASE("validate: names and target capacity") {
   auto app = greeter();
   app.name = "bad name";

@@ -13,10 +13,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -87,15 +89,30 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    std::abort();
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(server->port());
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    std::abort();
+  int fd = -1;
+  // Thousands of connections a second: the client ends each with a reset
+  // (SO_LINGER 0, below) so that no port waits in TIME_WAIT; a connect that
+  // still finds no free port or a full backlog is tried again.
+  for (int attempt = 0;; ++attempt) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+      std::abort();
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
+      break;
+    const int err = errno;
+    ::close(fd);
+    if (attempt == 100) {
+      std::fprintf(stderr, "connect to the server: %s\n", std::strerror(err));
+      std::abort();
+    }
+    ::usleep(10000);
+  }
+  const linger reset{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   size_t sent = 0;
   while (sent < size) {
     ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
