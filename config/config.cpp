@@ -1133,46 +1133,58 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
   return true;
 }
 
-// The offset of the first byte that is not part of well-formed UTF-8 (no
-// overlong forms, surrogates or code points past U+10FFFF), or npos. YAML
-// text is Unicode; yaml-cpp does not check, and its emitter replaces such
-// bytes, so a config holding them would not print back as it was read.
-size_t first_bad_utf8(const std::string& text) {
+// The first character of the text that YAML does not allow: a byte that is
+// not part of well-formed UTF-8 (no overlong forms, surrogates or code points
+// past U+10FFFF), or a character outside YAML's printable set (the C0 and C1
+// controls but tab, LF, CR and NEL; DEL; U+FFFE, U+FFFF). yaml-cpp checks
+// neither, and its emitter replaces bad bytes, so such text would not print
+// back as it was read.
+struct BadText {
+  size_t at = std::string::npos;
+  bool utf8 = true;   // false: not UTF-8 at `at`
+  uint32_t code = 0;  // else the character
+};
+
+BadText first_bad_character(const std::string& text) {
   const auto* b = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
   size_t i = 0;
   while (i < n) {
     unsigned char c = b[i];
-    size_t len = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return i;
+    size_t len = 1;
+    uint32_t cp = c;
+    if (c >= 0x80) {
+      if ((c & 0xE0) == 0xC0) {
+        len = 2;
+        cp = c & 0x1F;
+      } else if ((c & 0xF0) == 0xE0) {
+        len = 3;
+        cp = c & 0x0F;
+      } else if ((c & 0xF8) == 0xF0) {
+        len = 4;
+        cp = c & 0x07;
+      } else {
+        return {i, false, 0};
+      }
+      if (i + len > n)
+        return {i, false, 0};
+      for (size_t k = 1; k < len; ++k) {
+        if ((b[i + k] & 0xC0) != 0x80)
+          return {i, false, 0};
+        cp = (cp << 6) | (b[i + k] & 0x3F);
+      }
+      static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+      if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return {i, false, 0};
     }
-    if (i + len > n)
-      return i;
-    for (size_t k = 1; k < len; ++k) {
-      if ((b[i + k] & 0xC0) != 0x80)
-        return i;
-      cp = (cp << 6) | (b[i + k] & 0x3F);
-    }
-    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-      return i;
+    const bool printable = cp == 0x09 || cp == 0x0A || cp == 0x0D || (cp >= 0x20 && cp <= 0x7E) ||
+                           cp == 0x85 || (cp >= 0xA0 && cp <= 0xD7FF) ||
+                           (cp >= 0xE000 && cp <= 0xFFFD) || cp >= 0x10000;
+    if (!printable)
+      return {i, true, cp};
     i += len;
   }
-  return std::string::npos;
+  return {};
 }
 
 // Where a document starts, and where its first node is (the parser's
@@ -1216,17 +1228,24 @@ Result<DeployConfig> Parser::run(const std::string& text) {
   // allocating, on some malformed input such as a stray ',' after a
   // document, whose parser keeps handing out an empty document without
   // consuming the token; found by tests/fuzz/config_fuzz.cpp.)
-  if (size_t bad = first_bad_utf8(text); bad != std::string::npos) {
-    // (text[bad] is not a newline: rfind finds the one before it, if any.)
-    size_t line_start = text.rfind('\n', bad);
+  if (BadText bad = first_bad_character(text); bad.at != std::string::npos) {
+    // (text[bad.at] is not a newline: rfind finds the one before it, if any.)
+    size_t line_start = text.rfind('\n', bad.at);
     line_start = line_start == std::string::npos ? 0 : line_start + 1;
     YAML::Mark at;
-    at.pos = static_cast<int>(bad);
-    at.line = static_cast<int>(std::count(text.begin(), text.begin() + bad, '\n'));
-    at.column = static_cast<int>(bad - line_start);
-    char hex[8];
-    std::snprintf(hex, sizeof(hex), "0x%02x", static_cast<unsigned char>(text[bad]));
-    fail(at, std::string("not UTF-8 text (byte ") + hex + ")");
+    at.pos = static_cast<int>(bad.at);
+    at.line = static_cast<int>(std::count(text.begin(), text.begin() + bad.at, '\n'));
+    at.column = static_cast<int>(bad.at - line_start);
+    char what[96];
+    if (!bad.utf8) {
+      std::snprintf(what, sizeof(what), "not UTF-8 text (byte 0x%02x)",
+                    static_cast<unsigned char>(text[bad.at]));
+    } else {
+      std::snprintf(what, sizeof(what),
+                    "character U+%04X is not allowed in YAML text (escape it in double quotes)",
+                    bad.code);
+    }
+    fail(at, what);
     return error_;
   }
   YAML::Node top;
@@ -1335,7 +1354,28 @@ void emit_string(YAML::Emitter& out, const std::string& s) {
   out << s;
 }
 
-void emit_json(YAML::Emitter& out, const Json& j) {
+// YAML limits an implicit key to 1024 characters: a longer one must be an
+// explicit key ("? key"), which yaml-cpp writes (and reads back) in block
+// style only. A key this long (escaped, a byte can take 4 characters) makes
+// the whole value it is in block style.
+constexpr size_t kLongKey = 200;
+
+bool has_long_key(const Json& j) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (key.size() > kLongKey || has_long_key(value))
+        return true;
+    }
+  } else if (j.is_array()) {
+    for (const auto& item : j) {
+      if (has_long_key(item))
+        return true;
+    }
+  }
+  return false;
+}
+
+void emit_json(YAML::Emitter& out, const Json& j, bool block) {
   switch (j.type()) {
     case Json::value_t::null:
       out << YAML::Null;
@@ -1352,20 +1392,27 @@ void emit_json(YAML::Emitter& out, const Json& j) {
       emit_string(out, j.get_ref<const std::string&>());
       break;
     case Json::value_t::array:
-      out << YAML::Flow << YAML::BeginSeq;
+      out << (block ? YAML::Block : YAML::Flow) << YAML::BeginSeq;
       for (const auto& item : j)
-        emit_json(out, item);
+        emit_json(out, item, block);
       out << YAML::EndSeq;
       break;
     case Json::value_t::object:
-      out << YAML::Flow << YAML::BeginMap;
+      out << (block ? YAML::Block : YAML::Flow) << YAML::BeginMap;
       for (const auto& [key, value] : j.items()) {
+        const bool long_key = key.size() > kLongKey;
+        if (long_key)
+          out << YAML::LongKey;
         out << YAML::Key;
         emit_string(out, key);
         out << YAML::Value;
-        emit_json(out, value);
+        emit_json(out, value, block);
+        if (long_key)
+          out << YAML::Auto;  // LongKey outlives its key in yaml-cpp's emitter
       }
       out << YAML::EndMap;
+      if (block)
+        out << YAML::Auto;  // and its map
       break;
     default:  // binary, discarded: never produced by parsing
       out << YAML::Null;
@@ -1379,7 +1426,7 @@ void emit_json_text(YAML::Emitter& out, const std::string& text) {
   if (j.is_discarded()) {
     emit_string(out, text);
   } else {
-    emit_json(out, j);
+    emit_json(out, j, has_long_key(j));
   }
 }
 

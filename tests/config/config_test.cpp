@@ -737,6 +737,10 @@ TEST_CASE("config error: text that is not UTF-8 - a stray character after the do
   CHECK(error_of("\xc3\x28") == "deploy.yaml:1:1: not UTF-8 text (byte 0xc3)");
   CHECK(error_of("applications: []\n# caf\xc3\xa9 \xed\xa0\x80\n") ==
         "deploy.yaml:2:9: not UTF-8 text (byte 0xed)");  // a surrogate
+  CHECK(error_of("applications: []\nx: a\x04" "b\n") ==
+        "deploy.yaml:2:5: character U+0004 is not allowed in YAML text (escape it in double quotes)");
+  CHECK(error_of("applications: []\n# \xc2\x9b\n") ==
+        "deploy.yaml:2:3: character U+009B is not allowed in YAML text (escape it in double quotes)");
   CHECK(error_of(",\n") == "deploy.yaml:1:1: more after the first YAML document: expected exactly one");
   std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/tests/fuzz/corpus/config/regression-loadall-loop.yaml",
                    std::ios::binary);
@@ -752,6 +756,28 @@ TEST_CASE("config error: an import path with a control character") {
   CHECK(error_of("applications:\n  - name: a\n    route_prefix: /a\n"
                  "    import_path: \"liba\\x01\\0.so:A\"\n") ==
         "deploy.yaml:4:18: import_path 'liba\\x01\\x00.so:A' contains a control character");
+}
+
+TEST_CASE("config: a key of 1024 characters and more prints back as an explicit key") {
+  // Found by tests/fuzz/config_fuzz.cpp: to_yaml wrote a long key of args as
+  // an implicit key in a flow mapping, which YAML limits to 1024 characters,
+  // so the printed config did not parse.
+  const std::string key(1500, 'k');
+  const std::string text = "applications:\n  - name: a\n    route_prefix: /a\n"
+                           "    import_path: liba.so:A\n    args:\n"
+                           "      ? \"" + key + "\\x04\"\n"
+                           "      : - 1\n"
+                           "        - ? " + key + "\n"
+                           "          : 2\n"
+                           "      short: 3\n";
+  auto parsed = parse_config(text, "deploy.yaml");
+  REQUIRE_MESSAGE(parsed.has_value(), parsed.status().message());
+  const std::string printed = to_yaml(*parsed);
+  CHECK(printed.find("? ") != std::string::npos);
+  auto again = parse_config(printed, "printed.yaml");
+  REQUIRE_MESSAGE(again.has_value(), again.status().message());
+  CHECK(*again == *parsed);
+  CHECK(to_yaml(*again) == printed);
 }
 
 TEST_CASE("config error: unknown field - with the nearest valid name") {
