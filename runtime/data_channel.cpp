@@ -172,8 +172,17 @@ Status read_payload(const void* payload, size_t bytes, const char* what, F&& rea
                       " bytes is not a whole number of aligned words");
   }
   try {
-    capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(
-        reinterpret_cast<const capnp::word*>(payload), bytes / sizeof(capnp::word)));
+    // Cap'n Proto's default traversal limit (8M words) would let a few bytes
+    // claim millions of empty headers, each one built here (found by
+    // tests/fuzz/channel_fuzz.cpp: a 100-byte frame made the proxy allocate
+    // half a gigabyte). Twice the frame's size bounds the work by the bytes
+    // that came, as for the checkpoint codec.
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = 2 * (bytes / sizeof(capnp::word)) + 64;
+    capnp::FlatArrayMessageReader reader(
+        kj::ArrayPtr<const capnp::word>(reinterpret_cast<const capnp::word*>(payload),
+                                        bytes / sizeof(capnp::word)),
+        options);
     read(reader);
     return Status::ok();
   } catch (const kj::Exception& e) {

@@ -5,6 +5,9 @@
 // closed, and malformed payloads are errors that name what is wrong.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -198,6 +201,37 @@ TEST_CASE("data channel: malformed payloads are errors naming the frame - never 
   st = decode_refusal(garbage.data(), 0, overloaded, message);
   CHECK_FALSE(st);
   CHECK(st.message().find("malformed refusal frame") != std::string::npos);
+}
+
+TEST_CASE("data channel: a few bytes claiming a million headers are refused - not built") {
+  // Found by tests/fuzz/channel_fuzz.cpp. A hand-made request: root
+  // ChannelRequest (1 data word, 6 pointers) whose headers list claims
+  // 1,000,000 empty structs in zero words. Under Cap'n Proto's default limit
+  // the decoder built a million headers from 80 bytes.
+  const uint32_t count = 1'000'000;
+  const uint64_t words[] = {
+      0x0000000900000000ULL,              // segment table: 1 segment of 9 words
+      0x0006000100000000ULL,              // root: struct, 1 data word, 6 pointers
+      0,                                  // timeoutS
+      0, 0, 0,                            // method, path, query: null
+      0x0000000700000009ULL,              // headers: inline-composite list, 0 words, tag 2 ahead
+      0, 0,                               // body, requestId: null
+      static_cast<uint64_t>(count) << 2,  // list tag: `count` structs of 0 words each
+  };
+  HttpRequest request;
+  auto st = decode_request(words, sizeof words, request);
+  CHECK_FALSE(st);
+  CHECK(request.headers.empty());
+  CHECK_MESSAGE(st.message().find("traversal limit") != std::string::npos, st.message());
+
+  // The same frame claiming 3 headers decodes (the limit is the frame's
+  // size, not a fixed number).
+  uint64_t few[sizeof words / sizeof words[0]];
+  std::copy(std::begin(words), std::end(words), few);
+  few[9] = uint64_t{3} << 2;
+  st = decode_request(few, sizeof few, request);
+  REQUIRE_MESSAGE(st, st.message());
+  CHECK(request.headers.size() == 3);
 }
 
 TEST_CASE("data channel: the registry finds a replica's channel until it is removed - the fds close with the last holder") {
