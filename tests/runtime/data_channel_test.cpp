@@ -5,14 +5,13 @@
 // closed, and malformed payloads are errors that name what is wrong.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <iterator>
-
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
