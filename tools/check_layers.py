@@ -31,7 +31,8 @@ ALLOWED = {
     "schemas": {"schemas"},
     "runtime": {"runtime", "schemas"},
     # The plain-C++ part of runtime/ (troupe_common): no CAF, no logging.
-    "controller/core": {"controller/core", "runtime/address.hpp", "runtime/resources.hpp",
+    "controller/core": {"controller/core", "runtime/address.hpp", "runtime/printable.hpp",
+                        "runtime/resources.hpp",
                         "runtime/status.hpp", "runtime/time.hpp"},
     "controller": {"controller", "runtime", "schemas", "include"},
     "replica": {"replica", "runtime", "schemas", "include"},

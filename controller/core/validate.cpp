@@ -8,6 +8,8 @@
 #include <sstream>
 #include <vector>
 
+#include "runtime/printable.hpp"
+
 namespace troupe::controller {
 
 namespace {
@@ -18,29 +20,9 @@ std::string fmt(double v) {
   return out.str();
 }
 
-bool has_control(const std::string& s) {
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      return true;
-  }
-  return false;
-}
-
-// In double quotes, with control characters written as \xNN (a message
-// never carries them raw).
+// In double quotes, with control characters written as \xNN.
 std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
-      out += hex[static_cast<unsigned char>(c) & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+  return "\"" + escape_control_characters(s) + "\"";
 }
 
 class Problems {
@@ -120,7 +102,7 @@ void check_autoscaling(Problems& p, const std::string& path, const AutoscalingCo
 void check_deployment(Problems& p, const std::string& path, const DeploymentSpec& d) {
   if (d.import_path.empty())
     p.add(path + ".import_path", "\"\"", "must not be empty");
-  else if (has_control(d.import_path))
+  else if (has_control_character(d.import_path))
     p.add(path + ".import_path", quote(d.import_path), "must not contain control characters");
   const DeploymentConfig& c = d.config;
   const std::string cp = path;
@@ -261,7 +243,7 @@ void check_app(Problems& p, const ApplicationSpec& app, const TargetState* all =
   }
   if (app.route_prefix.empty() || app.route_prefix[0] != '/') {
     p.add(path + ".route_prefix", quote(app.route_prefix), "must start with '/'");
-  } else if (has_control(app.route_prefix)) {
+  } else if (has_control_character(app.route_prefix)) {
     p.add(path + ".route_prefix", quote(app.route_prefix), "must not contain control characters");
   }
   if (app.deployments.empty())

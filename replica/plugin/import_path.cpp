@@ -2,31 +2,13 @@
 
 #include <string>
 
+#include "runtime/printable.hpp"
+
 namespace troupe {
 
 namespace {
 
 constexpr const char* kExpected = "expected '<library>:<ClassName>', e.g. 'libfoo.so:Hello'";
-
-bool is_control(char c) {
-  return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-}
-
-// `value` with its control characters written as \xNN, for messages.
-std::string printable(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (is_control(c)) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
-      out += hex[static_cast<unsigned char>(c) & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 bool is_alpha_or_underscore(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
@@ -45,13 +27,11 @@ bool is_c_identifier(const std::string& name) {
 }
 
 Result<ImportPath> parse_import_path(const std::string& value) {
-  const std::string quoted = "import_path '" + printable(value) + "'";
+  const std::string quoted = "import_path '" + escape_control_characters(value) + "'";
   // A library name is a C string to dlopen: no NUL, nor any other control
   // character.
-  for (char c : value) {
-    if (is_control(c))
-      return {errc::invalid_argument, quoted + " contains a control character"};
-  }
+  if (has_control_character(value))
+    return {errc::invalid_argument, quoted + " contains a control character"};
   auto colon = value.find(':');
   if (colon == std::string::npos) {
     return {errc::invalid_argument, quoted + " has no ':'; " + kExpected};
