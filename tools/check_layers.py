@@ -32,8 +32,7 @@ ALLOWED = {
     "runtime": {"runtime", "schemas"},
     # The plain-C++ part of runtime/ (troupe_common): no CAF, no logging.
     "controller/core": {"controller/core", "runtime/address.hpp", "runtime/printable.hpp",
-                        "runtime/resources.hpp",
-                        "runtime/status.hpp", "runtime/time.hpp"},
+                        "runtime/resources.hpp", "runtime/status.hpp", "runtime/time.hpp"},
     "controller": {"controller", "runtime", "schemas", "include"},
     "replica": {"replica", "runtime", "schemas", "include"},
     "proxy": {"proxy", "runtime", "schemas", "include"},
