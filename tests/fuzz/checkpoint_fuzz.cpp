@@ -18,41 +18,48 @@ namespace {
   std::abort();
 }
 
+// An error has a message; a value encodes back (`reencode`: encode, then
+// decode) to one that is `same`.
+template <class T, class Reencode, class Same>
+void check(const troupe::Result<T>& decoded, Reencode reencode, Same same, const char* what) {
+  if (!decoded) {
+    if (decoded.status().message().empty())
+      fail("an error without a message");
+    return;
+  }
+  auto again = reencode(*decoded);
+  if (!again || !same(*again, *decoded))
+    fail(what);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1)
     return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  auto equal = [](const auto& a, const auto& b) { return a == b; };
   switch (data[0] % 3) {
-    case 0: {
-      auto state = decode_target_state(bytes);
-      if (!state)
-        return state.status().message().empty() ? (fail("an error without a message"), 0) : 0;
-      auto again = decode_target_state(encode_target_state(*state));
-      if (!again || !(*again == *state))
-        fail("a target state does not survive encode and decode");
+    case 0:
+      check(decode_target_state(bytes),
+            [](const TargetState& s) { return decode_target_state(encode_target_state(s)); }, equal,
+            "a target state does not survive encode and decode");
       break;
-    }
-    case 1: {
-      auto app = decode_application(bytes);
-      if (!app)
-        return app.status().message().empty() ? (fail("an error without a message"), 0) : 0;
-      auto again = decode_application(encode_application(*app));
-      if (!again || !(*again == *app))
-        fail("an application does not survive encode and decode");
+    case 1:
+      check(decode_application(bytes),
+            [](const ApplicationSpec& a) { return decode_application(encode_application(a)); },
+            equal, "an application does not survive encode and decode");
       break;
-    }
-    default: {
-      auto head = decode_head(bytes);
-      if (!head)
-        return head.status().message().empty() ? (fail("an error without a message"), 0) : 0;
-      auto again = decode_head(encode_head(head->state, head->application_count));
-      if (!again || !(again->state == head->state) ||
-          again->application_count != head->application_count)
-        fail("a checkpoint head does not survive encode and decode");
+    default:
+      check(decode_head(bytes),
+            [](const CheckpointHead& h) {
+              return decode_head(encode_head(h.state, h.application_count));
+            },
+            [](const CheckpointHead& a, const CheckpointHead& b) {
+              return a.state == b.state && a.application_count == b.application_count;
+            },
+            "a checkpoint head does not survive encode and decode");
       break;
-    }
   }
   return 0;
 }

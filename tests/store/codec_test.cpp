@@ -26,6 +26,17 @@ bool contains(const std::string& text, const std::string& fragment) {
   return text.find(fragment) != std::string::npos;
 }
 
+// Application "a" at /a with one deployment "D" (its ingress), all defaults.
+ApplicationSpec one_deployment_app() {
+  ApplicationSpec app;
+  app.name = "a";
+  app.route_prefix = "/a";
+  app.ingress = "D";
+  app.deployments.resize(1);
+  app.deployments[0].name = "D";
+  return app;
+}
+
 }  // namespace
 
 // The structured bindings below stop compiling when model.hpp gains or loses
@@ -140,12 +151,7 @@ TEST_CASE("a target state setting every field round-trips exactly") {
 }
 
 TEST_CASE("isolation and memory limit round-trip - an unknown isolation value is refused") {
-  ApplicationSpec app;
-  app.name = "a";
-  app.route_prefix = "/a";
-  app.ingress = "D";
-  app.deployments.resize(1);
-  app.deployments[0].name = "D";
+  ApplicationSpec app = one_deployment_app();
   for (auto isolation : {Isolation::process, Isolation::in_process}) {
     for (uint64_t limit : {uint64_t{0}, uint64_t{32} << 20, ~uint64_t{0}}) {
       CAPTURE(to_string(isolation));
@@ -407,12 +413,7 @@ TEST_CASE("a number that is not finite is refused - it names the field") {
   // Found by tests/fuzz/checkpoint_fuzz.cpp: a NaN decoded into the state
   // (validate() refuses one at deploy time, so only a damaged or foreign
   // record holds one).
-  ApplicationSpec app;
-  app.name = "a";
-  app.route_prefix = "/a";
-  app.ingress = "D";
-  app.deployments.resize(1);
-  app.deployments[0].name = "D";
+  ApplicationSpec app = one_deployment_app();
   app.deployments[0].config.health_check_period_s = std::nan("");
   auto r = decode_application(encode_application(app));
   REQUIRE_FALSE(r.has_value());
