@@ -46,7 +46,7 @@ Observation healthy_at(double start, double end) {
   o.status_ok = true;
   o.nodes_ok = true;
   o.app_status["echo"] = "RUNNING";
-  o.deployments["echo/Echo"] = {"HEALTHY", 2, 2, 2, {{"head", 2}}};
+  o.deployments["echo/Echo"] = {"HEALTHY", 2, 2, 2, {{"head", 2}}, {{"head", 2}}};
   o.replica_ids = {"r1", "r2"};
   o.replicas_per_node["head"] = 2;
   o.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}};
@@ -419,4 +419,144 @@ TEST_CASE("chaos/nodes seen not ALIVE and unanswered polls are counted - targete
   CHECK(goal(run, "max_status_gap_s")->met);
   CHECK(!goal(run, "max_failed_status_polls")->met);
   CHECK(!run.ok);
+}
+
+TEST_CASE("chaos/network faults are loaded with their peers - direction - delay and loss") {
+  auto path = write_temp("net", std::string(kMinimal) + R"(cluster: {workers: 2, network: namespaces}
+load: {rate: 10, duration_s: 30, paths: [/echo]}
+faults:
+  - {action: partition, node: w1, from: head, direction: out, at_s: 1, duration_s: 5}
+  - {action: degrade, node: head, from: workers, delay_ms: 200, loss_pct: 5, at_s: 10, duration_s: 5}
+goals: {max_dead_transitions_per_fault: 1, max_replicas_above_surge: 0}
+)");
+  auto s = load_scenario(path);
+  CHECK(s.cluster.network == "namespaces");
+  CHECK(!s.cluster.tls.has_value());
+  REQUIRE(s.faults.size() == 2);
+  CHECK(s.faults[0].kind == FaultKind::partition);
+  CHECK(s.faults[0].from == "head");
+  CHECK(s.faults[0].direction == Direction::out);
+  CHECK(s.faults[0].duration_s == 5);
+  CHECK(s.faults[1].kind == FaultKind::degrade);
+  CHECK(s.faults[1].from == "workers");
+  CHECK(s.faults[1].delay_ms == 200);
+  CHECK(s.faults[1].loss_pct == 5);
+  CHECK(*s.goals.max_dead_transitions_per_fault == 1);
+  CHECK(*s.goals.max_replicas_above_surge == 0);
+}
+
+TEST_CASE("chaos/bad network faults are refused") {
+  const std::string hosts = std::string(kMinimal) + "cluster: {network: namespaces}\n";
+  auto loopback = error_of("net1", std::string(kMinimal) +
+                                       "faults:\n  - {action: partition, node: w1, duration_s: 5}\n");
+  CHECK(loopback.find("partition needs cluster.network: namespaces") != std::string::npos);
+  auto network = error_of("net2", std::string(kMinimal) + "cluster: {network: vlan}\n");
+  CHECK(network.find("network is loopback or namespaces") != std::string::npos);
+  auto heal = error_of("net3", hosts + "faults:\n  - {action: partition, node: w1}\n");
+  CHECK(heal.find("partition needs duration_s") != std::string::npos);
+  auto dir = error_of(
+      "net4", hosts + "faults:\n  - {action: partition, node: w1, direction: up, duration_s: 5}\n");
+  CHECK(dir.find("direction is both, out") != std::string::npos);
+  auto nothing = error_of("net5", hosts + "faults:\n  - {action: degrade, node: head, duration_s: 5}\n");
+  CHECK(nothing.find("degrade needs delay_ms or loss_pct") != std::string::npos);
+  auto loss = error_of(
+      "net6", hosts + "faults:\n  - {action: degrade, node: head, loss_pct: 101, duration_s: 5}\n");
+  CHECK(loss.find("loss_pct within 0-100") != std::string::npos);
+  auto mixed = error_of("net7", hosts + "faults:\n  - {action: partition, node: w1, delay_ms: 10, "
+                                        "duration_s: 5}\n");
+  CHECK(mixed.find("delay_ms and loss_pct are for action degrade") != std::string::npos);
+  auto from = error_of("net8", std::string(kMinimal) + "faults:\n  - {action: kill9_node, from: head}\n");
+  CHECK(from.find("from is for actions partition and degrade") != std::string::npos);
+}
+
+TEST_CASE("chaos/a partition from the head is judged like a lost node - detection and replacement") {
+  RunData run;
+  run.load_enabled = false;
+  run.scenario.goals.max_dead_detection_s = 3;
+  run.scenario.goals.max_replacement_s = 5;
+  FaultEvent f;
+  f.kind = FaultKind::partition;
+  f.node = "w1";
+  f.peers = {"head"};
+  f.t_s = 10;
+  f.end_s = 25;
+  f.ok = true;
+  run.faults.push_back(f);
+  auto before = healthy_at(9.0, 9.1);
+  auto dead = healthy_at(12.0, 12.2);
+  dead.node_state["w1"] = "DEAD";
+  dead.deployments["echo/Echo"].status = "UPDATING";
+  auto replaced = healthy_at(14.0, 14.1);
+  replaced.node_state["w1"] = "DEAD";
+  auto back = healthy_at(27.0, 27.1);
+  run.observations = {before, dead, replaced, back};
+  analyze(run);
+  CHECK(*run.faults[0].dead_detection_s == doctest::Approx(2.2));
+  CHECK(*run.faults[0].replacement_s == doctest::Approx(4.1));
+  CHECK(*run.faults[0].recovery_s == doctest::Approx(2.1));
+  CHECK(goal(run, "max_dead_detection_s")->met);
+  CHECK(goal(run, "max_replacement_s")->met);
+  // A partition between two workers loses no node: nothing to judge.
+  run.faults[0].peers = {"w2"};
+  analyze(run);
+  CHECK(!run.faults[0].dead_detection_s);
+  CHECK(!goal(run, "max_dead_detection_s")->met);
+}
+
+TEST_CASE("chaos/turning DEAD is counted per node against the faults that involved it") {
+  RunData run;
+  run.http_ports = {{"head", 1}, {"w1", 2}, {"w2", 3}};
+  run.scenario.goals.max_dead_transitions_per_fault = 1;
+  FaultEvent f;
+  f.kind = FaultKind::degrade;
+  f.node = "head";
+  f.peers = {"w1"};
+  f.t_s = 1;
+  f.end_s = 9;
+  f.ok = true;
+  run.faults.push_back(f);
+  auto alive = healthy_at(0.0, 0.1);
+  alive.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
+  auto w1_dead = alive;
+  w1_dead.start_s = 2;
+  w1_dead.node_state["w1"] = "DEAD";
+  auto back = alive;
+  back.start_s = 3;
+  run.observations = {alive, w1_dead, back};
+  analyze(run);
+  CHECK(goal(run, "max_dead_transitions_per_fault")->met);  // once, for one fault
+  auto again = w1_dead;
+  again.start_s = 4;
+  run.observations.push_back(again);
+  analyze(run);
+  CHECK(!goal(run, "max_dead_transitions_per_fault")->met);  // flapped
+  CHECK(*goal(run, "max_dead_transitions_per_fault")->measured == doctest::Approx(2.0));
+  // A node that no fault involved may never turn DEAD.
+  run.observations = {alive, back};
+  run.observations[1].node_state["w2"] = "DEAD";
+  analyze(run);
+  CHECK(!goal(run, "max_dead_transitions_per_fault")->met);
+  CHECK(!run.ok);
+}
+
+TEST_CASE("chaos/replicas listed on live nodes above target plus surge are a miss") {
+  RunData run;
+  run.scenario.goals.max_replicas_above_surge = 0;
+  auto ok = healthy_at(0.0, 0.1);  // target 2: surge 1, at most 3
+  ok.deployments["echo/Echo"].listed_on = {{"head", 2}, {"w1", 1}};
+  auto dead_node = ok;  // the replicas of a DEAD node do not count
+  dead_node.start_s = 1;
+  dead_node.node_state["w1"] = "DEAD";
+  dead_node.deployments["echo/Echo"].listed_on = {{"head", 3}, {"w1", 2}};
+  run.observations = {ok, dead_node};
+  analyze(run);
+  CHECK(goal(run, "max_replicas_above_surge")->met);
+  CHECK(*goal(run, "max_replicas_above_surge")->measured == doctest::Approx(0.0));
+  auto over = ok;
+  over.start_s = 2;
+  over.deployments["echo/Echo"].listed_on = {{"head", 2}, {"w1", 2}};
+  run.observations.push_back(over);
+  analyze(run);
+  CHECK(!goal(run, "max_replicas_above_surge")->met);
+  CHECK(*goal(run, "max_replicas_above_surge")->measured == doctest::Approx(1.0));
 }

@@ -26,7 +26,32 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
       spec_(spec),
       run_dir_(std::move(run_dir)) {
   port_ = free_port(seed);
-  address_ = "127.0.0.1:" + std::to_string(port_);
+  std::vector<std::string> ids = {"head"};
+  for (int i = 1; i <= spec_.workers; ++i)
+    ids.push_back("w" + std::to_string(i));
+  const bool hosts = spec_.network == "namespaces";
+  if (hosts) {
+    if (auto why = Network::unavailable())
+      throw std::runtime_error("cluster.network: namespaces: " + *why);
+    net_ = std::make_unique<Network>(ids, bin_dir_ + "/chaos-netdelay", run_dir_);
+  }
+  std::string head_host = hosts ? net_->address("head") : "127.0.0.1";
+  address_ = head_host + ":" + std::to_string(port_);
+  if (spec_.tls.value_or(hosts)) {
+    // A CA for the run, a certificate per node and one for the tool.
+    tls_dir_ = run_dir_ + "/tls";
+    auto certs = [&](std::vector<std::string> args) {
+      std::vector<std::string> argv = {bin_dir_ + "/troupectl", "certs"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      auto r = run(argv, 30s);
+      if (r.exit_code != 0)
+        throw std::runtime_error("troupectl certs " + args.front() + " failed: " + r.err);
+    };
+    certs({"init", tls_dir_});
+    for (const auto& id : ids)
+      certs({"issue", tls_dir_, "--name", id});
+    certs({"issue", tls_dir_, "--name", "chaos", "--role", "operator"});
+  }
   std::vector<std::string> liveness = {"--node-timeout",
                                        fmt(spec_.node_timeout_s),
                                        "--heartbeat-interval",
@@ -44,9 +69,20 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
   auto add = [&](const std::string& id, std::vector<std::string> argv) {
     Node n;
     n.id = id;
+    n.binary = argv.front();
     n.http_port = free_port(seed);
     argv.insert(argv.end(), {"--node-id", id, "--state-dir", run_dir_ + "/" + id, "--http-port",
                              std::to_string(n.http_port)});
+    if (hosts) {
+      n.host = net_->address(id);
+      argv.insert(argv.end(), {"--bind", n.host});
+      auto prefix = net_->exec_prefix(id);
+      argv.insert(argv.begin(), prefix.begin(), prefix.end());
+    }
+    if (!tls_dir_.empty())
+      argv.insert(argv.end(), {"--tls-dir", tls_dir_});
+    else if (hosts)
+      argv.push_back("--insecure");
     argv.insert(argv.end(), liveness.begin(), liveness.end());
     argv.insert(argv.end(), spec_.extra_args.begin(), spec_.extra_args.end());
     n.argv = std::move(argv);
@@ -60,7 +96,10 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
 }
 
 Cluster::~Cluster() {
-  // Children die with their Child objects (SIGCONT + SIGKILL); nothing else.
+  // Children die with their Child objects (SIGCONT + SIGKILL) before the
+  // hosts they ran in are removed.
+  nodes_.clear();
+  net_.reset();
 }
 
 std::vector<std::string> Cluster::node_ids() const {
@@ -125,6 +164,8 @@ bool Cluster::start(std::chrono::milliseconds deadline, std::string* error) {
 RunResult Cluster::ctl(const std::vector<std::string>& args, double timeout_s) const {
   std::vector<std::string> argv = {bin_dir_ + "/troupectl", "--address", address_, "--timeout",
                                    fmt(timeout_s)};
+  if (!tls_dir_.empty())
+    argv.insert(argv.end(), {"--tls-dir", tls_dir_, "--tls-name", "chaos"});
   argv.insert(argv.end(), args.begin(), args.end());
   // troupectl bounds itself by --timeout per step; the outer bound is a
   // safety net against a hung client.

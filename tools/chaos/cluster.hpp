@@ -1,16 +1,19 @@
-// The cluster a chaos run starts: a head and N workers (troupe-node) on
-// 127.0.0.1 with free ports below 32768, each with its own state directory
-// under the run directory, operated through troupectl.
+// The cluster a chaos run starts: a head and N workers (troupe-node), each
+// with its own state directory under the run directory, operated through
+// troupectl. On 127.0.0.1 with free ports below 32768, or (network:
+// namespaces) each in a network namespace of its own (tools/chaos/network.hpp).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tools/chaos/network.hpp"
 #include "tools/chaos/process.hpp"
 #include "tools/chaos/scenario.hpp"
 
@@ -18,7 +21,9 @@ namespace chaos {
 
 struct Node {
   std::string id;
+  std::string host = "127.0.0.1";  // where its HTTP proxy and ports listen
   uint16_t http_port = 0;
+  std::string binary;  // troupe-node (argv may start with `ip netns exec`)
   std::vector<std::string> argv;
   std::string log_path;
   Child process;
@@ -38,6 +43,8 @@ struct ShutdownResult {
 
 class Cluster {
  public:
+  // Throws std::runtime_error when the hosts or the certificates cannot be
+  // made.
   Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec& spec, uint32_t seed,
           std::string run_dir);
   ~Cluster();
@@ -72,6 +79,9 @@ class Cluster {
   // directory is left.
   ShutdownResult shutdown(std::chrono::milliseconds graceful_deadline);
 
+  // The hosts (network: namespaces), else null.
+  Network* network() { return net_.get(); }
+
   // The output of every node (for a failed run).
   std::string logs_tail(size_t bytes_per_node) const;
 
@@ -84,6 +94,8 @@ class Cluster {
   std::string run_dir_;
   uint16_t port_ = 0;
   std::string address_;
+  std::string tls_dir_;  // empty: no TLS
+  std::unique_ptr<Network> net_;
   std::map<std::string, Node> nodes_;
 };
 

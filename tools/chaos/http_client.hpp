@@ -10,6 +10,12 @@
 
 namespace chaos {
 
+// Where a node's HTTP proxy listens.
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+};
+
 struct HttpResult {
   // HTTP status, or 0 when no answer came; then `error` says why:
   // "connect" (refused or timed out connecting), "reset" (closed or reset

@@ -16,7 +16,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-LoadGenerator::LoadGenerator(const LoadSpec& spec, std::map<std::string, uint16_t> ports,
+LoadGenerator::LoadGenerator(const LoadSpec& spec, std::map<std::string, Endpoint> ports,
                              Clock::time_point t0)
     : spec_(spec), ports_(std::move(ports)), t0_(t0) {
   end_ = t0_ + std::chrono::duration_cast<Clock::duration>(
@@ -33,7 +33,7 @@ void LoadGenerator::start() {
           ? static_cast<size_t>(spec_.concurrency)
           : static_cast<size_t>(spec_.clients > 0 ? spec_.clients
                                                   : std::max(4, static_cast<int>(spec_.rate / 20)));
-  std::vector<std::pair<std::string, uint16_t>> targets(ports_.begin(), ports_.end());
+  std::vector<std::pair<std::string, Endpoint>> targets(ports_.begin(), ports_.end());
   if (spec_.follow_readyz) {
     for (const auto& [node, port] : ports_)
       ready_[node] = true;  // until a poll says otherwise
@@ -59,7 +59,7 @@ void LoadGenerator::stop() {
 void LoadGenerator::watch_readiness() {
   std::map<std::string, std::unique_ptr<HttpClient>> clients;
   for (const auto& [node, port] : ports_)
-    clients[node] = std::make_unique<HttpClient>("127.0.0.1", port);
+    clients[node] = std::make_unique<HttpClient>(port.host, port.port);
   while (!stop_.load() && !g_interrupted.load()) {
     auto round = Clock::now();
     for (auto& [node, client] : clients) {
@@ -78,7 +78,7 @@ bool LoadGenerator::ready(const std::string& node) const {
   return it == ready_.end() || it->second;
 }
 
-std::optional<std::pair<std::string, uint16_t>> LoadGenerator::next_ready(
+std::optional<std::pair<std::string, Endpoint>> LoadGenerator::next_ready(
     const std::string& node) const {
   std::lock_guard<std::mutex> lock(ready_mu_);
   auto it = ports_.upper_bound(node);
@@ -92,8 +92,8 @@ std::optional<std::pair<std::string, uint16_t>> LoadGenerator::next_ready(
   return std::nullopt;
 }
 
-void LoadGenerator::client_loop(size_t index, std::string node, uint16_t port) {
-  auto client = std::make_unique<HttpClient>("127.0.0.1", port);
+void LoadGenerator::client_loop(size_t index, std::string node, Endpoint port) {
+  auto client = std::make_unique<HttpClient>(port.host, port.port);
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(spec_.request_timeout_s * 1000));
   size_t path_index = index;
   const bool open_loop = spec_.rate > 0;
@@ -122,7 +122,7 @@ void LoadGenerator::client_loop(size_t index, std::string node, uint16_t port) {
     if (spec_.follow_readyz && !ready(node)) {
       if (auto other = next_ready(node)) {
         node = other->first;
-        client = std::make_unique<HttpClient>("127.0.0.1", other->second);
+        client = std::make_unique<HttpClient>(other->second.host, other->second.port);
       }
     }
     const auto& path = spec_.paths[path_index++ % spec_.paths.size()];

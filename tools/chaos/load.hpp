@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tools/chaos/http_client.hpp"
 #include "tools/chaos/process.hpp"
 #include "tools/chaos/scenario.hpp"
 
@@ -52,8 +53,8 @@ class LoadGenerator {
   static constexpr size_t kMaxFailureRecords = 200000;
   static constexpr size_t kMaxLatencySamplesPerSecond = 200000;
 
-  // `ports`: node id -> HTTP port of the nodes that take load.
-  LoadGenerator(const LoadSpec& spec, std::map<std::string, uint16_t> ports, Clock::time_point t0);
+  // `ports`: node id -> HTTP endpoint of the nodes that take load.
+  LoadGenerator(const LoadSpec& spec, std::map<std::string, Endpoint> ports, Clock::time_point t0);
   ~LoadGenerator();
   LoadGenerator(const LoadGenerator&) = delete;
   LoadGenerator& operator=(const LoadGenerator&) = delete;
@@ -67,17 +68,17 @@ class LoadGenerator {
   LoadResult result() const;
 
  private:
-  void client_loop(size_t index, std::string node, uint16_t port);
+  void client_loop(size_t index, std::string node, Endpoint port);
   // follow_readyz: polls every node's /-/readyz until stopped.
   void watch_readiness();
   bool ready(const std::string& node) const;
   // The next node after `node` (by id, wrapping) whose /-/readyz said 200.
-  std::optional<std::pair<std::string, uint16_t>> next_ready(const std::string& node) const;
+  std::optional<std::pair<std::string, Endpoint>> next_ready(const std::string& node) const;
   void record(double start_s, double end_s, const std::string& node, int status,
               const std::string& error);
 
   LoadSpec spec_;
-  std::map<std::string, uint16_t> ports_;
+  std::map<std::string, Endpoint> ports_;
   Clock::time_point t0_;
   Clock::time_point end_;
   std::atomic<bool> stop_{false};

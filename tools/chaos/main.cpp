@@ -111,8 +111,8 @@ std::string trim(std::string s) {
 struct Step {
   double t_s;
   size_t spec;  // index into scenario.faults
-  enum Phase { fire, restart, resume } phase;
-  size_t event;  // restart/resume: index of the FaultEvent they end
+  enum Phase { fire, restart, resume, heal } phase;
+  size_t event;  // restart/resume/heal: index of the FaultEvent they end
   bool operator>(const Step& o) const { return t_s > o.t_s; }
 };
 
@@ -166,10 +166,19 @@ class Runner {
     if (opts_.keep)
       dir_.keep();
     const auto& sc = run_.scenario;
-    cluster_ = std::make_unique<Cluster>(opts_.bin_dir, opts_.plugin_dir, sc.cluster, run_.seed,
-                                         dir_.path());
-    for (const auto& id : cluster_->node_ids())
+    try {
+      cluster_ = std::make_unique<Cluster>(opts_.bin_dir, opts_.plugin_dir, sc.cluster, run_.seed,
+                                           dir_.path());
+    } catch (const std::exception& e) {
+      run_.setup_error = e.what();
+      run_.wall_s = since(wall_start);
+      analyze(run_);
+      return run_;
+    }
+    for (const auto& id : cluster_->node_ids()) {
       run_.http_ports[id] = cluster_->node(id).http_port;
+      endpoints_[id] = {cluster_->node(id).host, cluster_->node(id).http_port};
+    }
     run_.load_enabled = sc.has_load && !opts_.no_load;
     if (opts_.keep)
       run_.notes.push_back("run directory kept: " + dir_.path());
@@ -211,7 +220,7 @@ class Runner {
         c.detail += id + (killed ? " needed SIGKILL" : " " + n.process.describe_exit()) +
                     " (log " + n.log_path + ")";
         if (n.process.core_dumped()) {
-          c.detail += "\n" + troupe::proc::backtrace_of(n.argv.front(),
+          c.detail += "\n" + troupe::proc::backtrace_of(n.binary,
                                                 n.process.options().working_dir + "/core");
         }
         c.detail += "; ";
@@ -262,7 +271,7 @@ class Runner {
 
     // Load, monitor and faults share t0.
     t0_ = Clock::now();
-    std::map<std::string, uint16_t> load_ports;
+    std::map<std::string, Endpoint> load_ports;
     if (run_.load_enabled) {
       auto via = sc.load.via;
       if (via.empty())
@@ -270,11 +279,11 @@ class Runner {
       for (const auto& id : via) {
         if (!cluster_->has_node(id))
           throw std::runtime_error("load.via names unknown node '" + id + "'");
-        load_ports[id] = cluster_->node(id).http_port;
+        load_ports[id] = endpoints_.at(id);
       }
     }
     monitor_ = std::make_unique<Monitor>(
-        *cluster_, run_.load_enabled ? run_.http_ports : std::map<std::string, uint16_t>{},
+        *cluster_, run_.load_enabled ? endpoints_ : std::map<std::string, Endpoint>{},
         run_.load_enabled ? sc.load.paths.front() : "", t0_,
         std::chrono::milliseconds(opts_.poll_ms));
     monitor_->start();
@@ -397,6 +406,16 @@ class Runner {
         run_.last_fault_s = ev.end_s;
         continue;
       }
+      if (s.phase == Step::heal) {
+        auto& ev = run_.faults[s.event];
+        ev.end_s = since(t0_);
+        auto done = cluster_->network()->heal(ev.net_handle);
+        if (!done.empty())
+          ev.network_detail += "; healed: " + done.substr(0, done.size() - 2);
+        down_.erase(ev.node);
+        run_.last_fault_s = ev.end_s;
+        continue;
+      }
       if (s.phase == Step::resume) {
         auto& ev = run_.faults[s.event];
         ev.end_s = since(t0_);
@@ -417,6 +436,8 @@ class Runner {
         steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::restart, index});
       if (spec.kind == FaultKind::sigstop_node)
         steps.push({ev.t_s + spec.duration_s, s.spec, Step::resume, index});
+      if (network_fault(spec.kind))
+        steps.push({ev.t_s + spec.duration_s, s.spec, Step::heal, index});
       if (spec.kind == FaultKind::sigterm_node)
         watch_exit(index);
     }
@@ -568,6 +589,10 @@ class Runner {
         ev.ok = true;
         down_.insert(*node);
         break;
+      case FaultKind::partition:
+      case FaultKind::degrade:
+        network_fault_on(spec, *node, ev);
+        break;
       case FaultKind::poison: {
         // The request itself is sent by send_poison(), at once.
         size_t n = poison_count_++;
@@ -587,6 +612,56 @@ class Runner {
     return ev;
   }
 
+  // The peers a partition or degrade cuts `node` off from.
+  std::vector<std::string> peers_of(const std::string& from, const std::string& node) const {
+    std::vector<std::string> out;
+    for (const auto& id : cluster_->node_ids()) {
+      if (id == node)
+        continue;
+      if (from == id || from == "all" || (from == "workers" && id != "head"))
+        out.push_back(id);
+    }
+    return out;
+  }
+
+  void network_fault_on(const FaultSpec& spec, const std::string& node, FaultEvent& ev) {
+    ev.peers = peers_of(spec.from, node);
+    std::string peers;
+    for (const auto& p : ev.peers)
+      peers += (peers.empty() ? "" : ",") + p;
+    if (spec.kind == FaultKind::partition)
+      ev.network_detail = "from " + peers + ", " +
+                          (spec.direction == Direction::both  ? "both ways"
+                           : spec.direction == Direction::out ? "its packets out lost"
+                                                              : "packets to it lost");
+    else
+      ev.network_detail = "with " + peers + ": " + std::to_string(static_cast<int>(spec.delay_ms)) +
+                          " ms delay and " + std::to_string(spec.loss_pct).substr(0, 4) +
+                          " % loss, each way";
+    if (ev.peers.empty()) {
+      ev.message = "no peer '" + spec.from + "' to cut " + node + " off from";
+      return;
+    }
+    try {
+      ev.t_s = since(t0_);
+      if (spec.kind == FaultKind::partition) {
+        ev.net_handle = cluster_->network()->partition(node, ev.peers, spec.direction);
+        down_.insert(node);
+      } else {
+        ev.net_handle = cluster_->network()->degrade(node, ev.peers, spec.delay_ms, spec.loss_pct,
+                                                     run_.seed);
+      }
+      ev.ok = true;
+    } catch (const DelayUnavailable& e) {
+      ev.skipped = true;
+      ev.message = e.what();
+      run_.notes.push_back("SKIPPED " + std::string(to_string(spec.kind)) + " at t=" +
+                           std::to_string(ev.t_s).substr(0, 5) + ": " + e.what());
+    } catch (const std::exception& e) {
+      ev.message = e.what();
+    }
+  }
+
   // Sends the poisoned request of run_.faults[index] from a thread of its
   // own; then, with a mark, finds the replicas it reached in their logs.
   void send_poison(const FaultSpec& spec, size_t index) {
@@ -594,14 +669,14 @@ class Runner {
     call->index = index;
     call->result = run_.faults[index];
     auto* c = call.get();
-    uint16_t port = cluster_->node(c->result.node).http_port;
+    Endpoint port = endpoints_.at(c->result.node);
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000));
     std::string run_dir = dir_.path();
     auto nodes = cluster_->node_ids();
     Clock::time_point t0 = t0_;
     c->thread = std::thread([c, port, timeout, run_dir, nodes, t0] {
       auto& ev = c->result;
-      HttpClient client("127.0.0.1", port);
+      HttpClient client(port.host, port.port);
       auto r = client.get(ev.path, timeout);
       ev.answered_s = since(t0);
       ev.answered = true;
@@ -944,12 +1019,12 @@ class Runner {
       Check known{"answers come only from replicas the controller lists", final.status_ok,
                   final.status_ok ? "" : "status failed: " + final.status_error};
       int with_id = 0;
-      for (const auto& [id, port] : run_.http_ports) {
+      for (const auto& [id, port] : endpoints_) {
         if (dead_.count(id) || left_.count(id))
           continue;
         int ok = 0, tries = 0;
         for (const auto& path : sc.load.paths) {
-          HttpClient client("127.0.0.1", port);
+          HttpClient client(port.host, port.port);
           for (int i = 0; i < 10; ++i) {
             ++tries;
             auto r = client.get(path, 2000ms);
@@ -986,6 +1061,7 @@ class Runner {
   std::mt19937 rng_;
   TempDir dir_;
   std::unique_ptr<Cluster> cluster_;
+  std::map<std::string, Endpoint> endpoints_;  // node -> its HTTP proxy
   std::unique_ptr<Monitor> monitor_;
   std::unique_ptr<LoadGenerator> load_;
   Clock::time_point t0_;

@@ -40,7 +40,7 @@ std::string Observation::unhealthy_reason() const {
   return "";
 }
 
-Monitor::Monitor(const Cluster& cluster, std::map<std::string, uint16_t> http_ports,
+Monitor::Monitor(const Cluster& cluster, std::map<std::string, Endpoint> http_ports,
                  std::string probe_path, Clock::time_point t0, std::chrono::milliseconds interval)
     : cluster_(cluster),
       http_ports_(std::move(http_ports)),
@@ -80,6 +80,7 @@ void read_status(const json& s, Observation& o) {
       v.target = d.value("target_replicas", int64_t{0});
       for (const auto& r : d.at("replicas")) {
         ++v.total;
+        ++v.listed_on[r.value("node", "")];
         if (r.value("state", "") == "RUNNING") {
           ++v.running;
           ++v.running_on[r.value("node", "")];
@@ -106,7 +107,7 @@ Observation Monitor::observe() const {
   if (!probe_path_.empty()) {
     for (const auto& [node, port] : http_ports_) {
       probes[node] = std::async(std::launch::async, [this, port = port] {
-        HttpClient client("127.0.0.1", port);
+        HttpClient client(port.host, port.port);
         auto r = client.get(probe_path_, 500ms);
         return r.status >= 200 && r.status < 300;
       });

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/chaos/cluster.hpp"
+#include "tools/chaos/http_client.hpp"
 
 namespace chaos {
 
@@ -27,6 +28,7 @@ struct DeploymentView {
   int running = 0;  // replicas in state RUNNING
   int total = 0;    // replicas listed, any state
   std::map<std::string, int> running_on;  // node -> replicas RUNNING there
+  std::map<std::string, int> listed_on;   // node -> replicas listed there, any state
 };
 
 struct Observation {
@@ -62,7 +64,7 @@ struct Observation {
 class Monitor {
  public:
   // `probe_path`: GET through each node's proxy per round; empty: no probes.
-  Monitor(const Cluster& cluster, std::map<std::string, uint16_t> http_ports,
+  Monitor(const Cluster& cluster, std::map<std::string, Endpoint> http_ports,
           std::string probe_path, Clock::time_point t0, std::chrono::milliseconds interval);
   ~Monitor();
   Monitor(const Monitor&) = delete;
@@ -83,7 +85,7 @@ class Monitor {
   void loop();
 
   const Cluster& cluster_;
-  std::map<std::string, uint16_t> http_ports_;
+  std::map<std::string, Endpoint> http_ports_;
   std::string probe_path_;
   Clock::time_point t0_;
   std::chrono::milliseconds interval_;

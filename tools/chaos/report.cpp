@@ -58,6 +58,20 @@ json opt(const std::optional<double>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
+// A fault after which the controller must find the node DEAD and replace
+// its replicas: frozen, killed for good, or cut off from the head.
+bool loses_node(const FaultEvent& f) {
+  if (f.kind == FaultKind::sigstop_node || (f.kind == FaultKind::kill9_node && f.end_s < 0))
+    return true;
+  return f.kind == FaultKind::partition && f.node != "head" &&
+         std::find(f.peers.begin(), f.peers.end(), "head") != f.peers.end();
+}
+
+// Whether the fault's replacement time and DEAD detection are judged.
+bool judged_as_lost(const FaultEvent& f) {
+  return f.kind == FaultKind::sigstop_node || (f.kind == FaultKind::partition && loses_node(f));
+}
+
 std::string fault_label(const FaultEvent& f) {
   std::string s = to_string(f.kind);
   if (!f.node.empty())
@@ -74,6 +88,16 @@ void analyze(RunData& run) {
   // Recovery per fault.
   for (size_t i = 0; i < run.faults.size(); ++i) {
     auto& f = run.faults[i];
+    // What an earlier analysis of the same run found is found again.
+    f.recovery_s.reset();
+    f.recovery_lower_s.reset();
+    f.dead_detection_s.reset();
+    f.replacement_s.reset();
+    f.superseded = false;
+    f.met.reset();
+    f.inconclusive = false;
+    f.note.clear();
+    f.seen.clear();
     double next_t = i + 1 < run.faults.size() ? run.faults[i + 1].t_s : kInf;
     double ref = f.reference();
     std::function<bool(const Observation&)> cond;
@@ -103,9 +127,21 @@ void analyze(RunData& run) {
         }
         break;
       case FaultKind::sigstop_node:
+      case FaultKind::partition:
         cond = [&](const Observation& o) {
           return o.healthy() && state_of(o, f.node) == "ALIVE" &&
                  probe(o, f.node, run.load_enabled);
+        };
+        break;
+      case FaultKind::degrade:
+        cond = [&](const Observation& o) {
+          if (!o.healthy())
+            return false;
+          for (const auto& p : f.peers) {
+            if (state_of(o, p) != "ALIVE")
+              return false;
+          }
+          return state_of(o, f.node) == "ALIVE";
         };
         break;
       case FaultKind::sigterm_node:
@@ -135,13 +171,13 @@ void analyze(RunData& run) {
         break;
     }
     if (!f.ok) {
-      f.note = "the fault was not injected: " + f.message;
+      f.note = (f.skipped ? "SKIPPED: " : "the fault was not injected: ") + f.message;
       continue;
     }
     // Recovery is read when the part of the poll it depends on answered.
     bool uses_probe =
         run.load_enabled && (f.kind == FaultKind::kill_proxy || f.kind == FaultKind::kill9_node ||
-                             f.kind == FaultKind::sigstop_node);
+                             f.kind == FaultKind::sigstop_node || f.kind == FaultKind::partition);
     if (const auto* o = first_obs(obs, ref, kInf, cond)) {
       f.recovery_s = (uses_probe ? o->end_s : o->state_end_s) - ref;
       // Lower bound: the last poll after the fault that did not see the
@@ -173,15 +209,13 @@ void analyze(RunData& run) {
         f.seen = o->healthy() ? "first poll after it: healthy but condition not yet met"
                               : "first poll after it: " + o->unhealthy_reason();
     }
-    bool stops =
-        f.kind == FaultKind::sigstop_node || (f.kind == FaultKind::kill9_node && f.end_s < 0);
-    if (stops) {
+    if (loses_node(f)) {
       double until = f.end_s >= 0 ? f.end_s : kInf;
       if (const auto* o = first_obs(obs, f.t_s, until, [&](const Observation& x) {
             return state_of(x, f.node) == "DEAD";
           }))
         f.dead_detection_s = o->state_end_s - f.t_s;
-      if (f.kind == FaultKind::sigstop_node) {
+      if (judged_as_lost(f)) {
         if (const auto* o = first_obs(obs, f.t_s, until, [&](const Observation& x) {
               return x.healthy() && state_of(x, f.node) == "DEAD";
             }))
@@ -225,7 +259,7 @@ void analyze(RunData& run) {
       continue;
     faulted_nodes.insert(f.node);
     hits.emplace_back(f.node, f.t_s);
-    if (f.kind == FaultKind::sigstop_node)
+    if (f.kind == FaultKind::sigstop_node || f.kind == FaultKind::partition)
       unavailable.push_back({f.node, f.t_s, f.end_s >= 0 ? f.end_s : kInf});
     if (f.kind == FaultKind::kill9_node) {
       double to = kInf;
@@ -392,15 +426,13 @@ void analyze(RunData& run) {
     run.goals.push_back(g);
   }
   auto per_fault_goal = [&](const char* name, std::optional<double> target,
-                            std::optional<double> FaultEvent::*field, FaultKind kind) {
+                            std::optional<double> FaultEvent::*field) {
     if (!target)
       return;
     GoalResult g{name, *target, std::nullopt, true, ""};
     int counted = 0;
     for (const auto& f : run.faults) {
-      if (!f.ok || f.kind != kind)
-        continue;
-      if (kind == FaultKind::kill9_node && f.end_s >= 0)
+      if (!f.ok || !judged_as_lost(f))
         continue;
       ++counted;
       auto v = f.*field;
@@ -410,14 +442,86 @@ void analyze(RunData& run) {
     }
     if (counted == 0) {
       g.met = false;
-      g.detail = std::string("no ") + to_string(kind) + " fault to measure";
+      g.detail = "no sigstop_node fault, or partition from the head, to measure";
     }
     run.goals.push_back(g);
   };
-  per_fault_goal("max_dead_detection_s", goals.max_dead_detection_s, &FaultEvent::dead_detection_s,
-                 FaultKind::sigstop_node);
-  per_fault_goal("max_replacement_s", goals.max_replacement_s, &FaultEvent::replacement_s,
-                 FaultKind::sigstop_node);
+  per_fault_goal("max_dead_detection_s", goals.max_dead_detection_s, &FaultEvent::dead_detection_s);
+  per_fault_goal("max_replacement_s", goals.max_replacement_s, &FaultEvent::replacement_s);
+  if (goals.max_dead_transitions_per_fault) {
+    // Per node: polls that saw it turn DEAD, against the faults that
+    // involved it (as the node hit, or as a peer of a network fault).
+    GoalResult g{"max_dead_transitions_per_fault",
+                 static_cast<double>(*goals.max_dead_transitions_per_fault), 0.0, true, ""};
+    std::map<std::string, int> involved;
+    for (const auto& f : run.faults) {
+      if (!f.ok || f.node.empty())
+        continue;
+      ++involved[f.node];
+      if (f.kind == FaultKind::degrade) {
+        for (const auto& p : f.peers)
+          ++involved[p];
+      }
+    }
+    std::map<std::string, int> turned;
+    std::map<std::string, std::string> last;
+    for (const auto& o : obs) {
+      if (!o.nodes_ok)
+        continue;
+      for (const auto& [id, st] : o.node_state) {
+        auto& before = last[id];
+        if (st == "DEAD" && !before.empty() && before != "DEAD")
+          ++turned[id];
+        before = st;
+      }
+    }
+    for (const auto& [id, port] : run.http_ports) {
+      int n = turned[id];
+      int allowed = static_cast<int>(*goals.max_dead_transitions_per_fault) * involved[id];
+      g.measured = std::max(*g.measured, involved[id] ? static_cast<double>(n) / involved[id]
+                                                      : static_cast<double>(n > 0 ? kInf : 0));
+      if (n > allowed)
+        g.met = false;
+      g.detail += id + " turned DEAD " + std::to_string(n) + " times, " +
+                  std::to_string(involved[id]) + " faults involved it; ";
+    }
+    if (run.polls == run.polls_failed) {
+      g.met = false;
+      g.detail += "no poll answered";
+    }
+    run.goals.push_back(g);
+  }
+  if (goals.max_replicas_above_surge) {
+    // At every poll: replicas listed on nodes not DEAD, per deployment,
+    // against target + rollout surge (max(target / 5, 1)).
+    GoalResult g{"max_replicas_above_surge", static_cast<double>(*goals.max_replicas_above_surge),
+                 0.0, true, ""};
+    int64_t worst = std::numeric_limits<int64_t>::min();
+    std::string where;
+    int counted = 0;
+    for (const auto& o : obs) {
+      if (!o.status_ok || !o.nodes_ok)
+        continue;
+      ++counted;
+      for (const auto& [name, d] : o.deployments) {
+        int64_t live = 0;
+        for (const auto& [node, n] : d.listed_on) {
+          if (state_of(o, node) != "DEAD")
+            live += n;
+        }
+        int64_t over = live - (d.target + std::max<int64_t>(d.target / 5, 1));
+        if (over > worst) {
+          worst = over;
+          where = name + " listed " + std::to_string(live) + " on live nodes at t=" +
+                  fixed(o.start_s, 2) + ", target " + std::to_string(d.target);
+        }
+      }
+    }
+    g.measured = counted ? static_cast<double>(worst) : kInf;
+    g.met = counted > 0 && worst <= *goals.max_replicas_above_surge;
+    g.detail = counted ? "most over target + surge: " + where : "no poll answered";
+    run.goals.push_back(g);
+  }
   if (goals.max_failures_via_unfaulted_nodes) {
     GoalResult g{"max_failures_via_unfaulted_nodes",
                  static_cast<double>(*goals.max_failures_via_unfaulted_nodes),
@@ -567,12 +671,18 @@ json to_json(const RunData& run) {
               f.replicas_on_node_before ? json(*f.replicas_on_node_before) : json(nullptr)}};
     if (f.end_s >= 0)
       row["end_s"] = f.end_s;
-    if (f.dead_detection_s || f.kind == FaultKind::sigstop_node)
+    if (f.dead_detection_s || judged_as_lost(f))
       row["dead_detection_s"] = opt(f.dead_detection_s);
-    if (f.kind == FaultKind::sigstop_node)
+    if (judged_as_lost(f))
       row["replacement_s"] = opt(f.replacement_s);
     if (!f.ok)
       row["error"] = f.message;
+    if (f.skipped)
+      row["skipped"] = true;
+    if (network_fault(f.kind)) {
+      row["peers"] = f.peers;
+      row["network"] = f.network_detail;
+    }
     if (f.kind == FaultKind::poison) {
       json victims = json::array();
       for (size_t i = 0; i < f.victims.size(); ++i)
@@ -726,6 +836,8 @@ std::string to_text(const RunData& run) {
       out << f.victim << " ";
     else if (f.replicas_on_node_before)
       out << "(" << *f.replicas_on_node_before << " replicas on it) ";
+    if (network_fault(f.kind))
+      out << f.network_detail << " ";
     if (f.end_s >= 0)
       out << "(until " << fixed(f.end_s, 2) << ") ";
     out << "recovery " << (f.recovery_s ? fixed(*f.recovery_s, 3) + " s" : "-");

@@ -44,6 +44,13 @@ struct FaultEvent {
   double exited_s = -1;
   int exit_code = -1;
 
+  // partition / degrade: the peers, what was done, and the handle that
+  // heals it; skipped: this host cannot make the fault (the run says so).
+  std::vector<std::string> peers;
+  std::string network_detail;
+  size_t net_handle = 0;
+  bool skipped = false;
+
   // poison: the request and its answer (filled once it is answered).
   std::string path;        // as sent, with the mark
   std::string marker;      // the mark's value (empty: no mark)

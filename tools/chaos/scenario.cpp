@@ -27,13 +27,30 @@ const char* to_string(FaultKind kind) {
       return "sigterm_node";
     case FaultKind::poison:
       return "poison";
+    case FaultKind::partition:
+      return "partition";
+    case FaultKind::degrade:
+      return "degrade";
+  }
+  return "?";
+}
+
+const char* to_string(Direction d) {
+  switch (d) {
+    case Direction::both:
+      return "both";
+    case Direction::out:
+      return "out";
+    case Direction::in:
+      return "in";
   }
   return "?";
 }
 
 bool node_scoped(FaultKind kind) {
   return kind == FaultKind::kill_proxy || kind == FaultKind::kill_agent ||
-         kind == FaultKind::kill9_node || kind == FaultKind::sigstop_node;
+         kind == FaultKind::kill9_node || kind == FaultKind::sigstop_node ||
+         kind == FaultKind::partition;
 }
 
 namespace {
@@ -97,7 +114,8 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
       {"kill_agent", FaultKind::kill_agent},     {"kill_controller", FaultKind::kill_controller},
       {"kill9_node", FaultKind::kill9_node},     {"sigstop_node", FaultKind::sigstop_node},
       {"drain_node", FaultKind::drain_node},     {"poison", FaultKind::poison},
-      {"sigterm_node", FaultKind::sigterm_node},
+      {"sigterm_node", FaultKind::sigterm_node}, {"partition", FaultKind::partition},
+      {"degrade", FaultKind::degrade},
   };
   if (!node)
     r.fail(node, "a fault needs an action");
@@ -108,7 +126,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
   }
   r.fail(node, "unknown action '" + name +
                    "' (kill_replica, kill_proxy, kill_agent, kill_controller, kill9_node, "
-                   "sigstop_node, drain_node, sigterm_node, poison)");
+                   "sigstop_node, drain_node, sigterm_node, poison, partition, degrade)");
 }
 
 }  // namespace
@@ -137,7 +155,8 @@ Scenario load_scenario(const std::string& path) {
   if (auto c = root["cluster"]) {
     r.only(c,
            {"workers", "node_timeout_s", "heartbeat_interval_s", "basp_heartbeat_interval_s",
-            "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "drain_delay_s", "extra_args"},
+            "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "drain_delay_s",
+            "extra_args", "network", "tls"},
            "cluster");
     auto& k = s.cluster;
     k.workers = r.get<int>(c, "workers", k.workers);
@@ -155,6 +174,11 @@ Scenario load_scenario(const std::string& path) {
     if (!(k.drain_delay_s >= 0) || k.drain_delay_s > 60)
       r.fail(c["drain_delay_s"], "drain_delay_s must be within 0-60 seconds");
     k.extra_args = r.get<std::vector<std::string>>(c, "extra_args", {});
+    k.network = r.get<std::string>(c, "network", k.network);
+    if (k.network != "loopback" && k.network != "namespaces")
+      r.fail(c["network"], "network is loopback or namespaces");
+    if (c["tls"])
+      k.tls = r.get<bool>(c, "tls", false);
   }
 
   s.deploy = root["deploy"];
@@ -196,7 +220,8 @@ Scenario load_scenario(const std::string& path) {
       r.only(
           item,
           {"action", "at_s", "start_s", "every_s", "stop_s", "node", "app", "deployment",
-           "restart_after_s", "duration_s", "max_recovery_s", "path", "paths", "mark", "timeout_s"},
+           "restart_after_s", "duration_s", "max_recovery_s", "path", "paths", "mark", "timeout_s",
+           "from", "direction", "delay_ms", "loss_pct"},
           "fault");
       FaultSpec spec;
       spec.kind = parse_kind(r, item["action"]);
@@ -243,6 +268,45 @@ Scenario load_scenario(const std::string& path) {
       spec.restart_after_s = r.get<double>(item, "restart_after_s", -1);
       spec.duration_s = r.positive(item, "duration_s", spec.duration_s);
       spec.max_recovery_s = r.opt_double(item, "max_recovery_s");
+      if (network_fault(spec.kind)) {
+        if (s.cluster.network != "namespaces")
+          r.fail(item["action"], std::string(to_string(spec.kind)) +
+                                     " needs cluster.network: namespaces (each node on a host "
+                                     "of its own)");
+        if (!item["duration_s"])
+          r.fail(item, std::string(to_string(spec.kind)) + " needs duration_s (when it heals)");
+        spec.from = r.get<std::string>(item, "from", spec.from);
+        if (spec.from.empty())
+          r.fail(item["from"], "from names the peers: head, a node id, all or workers");
+        auto dir = r.get<std::string>(item, "direction", "both");
+        if (dir == "both")
+          spec.direction = Direction::both;
+        else if (dir == "out")
+          spec.direction = Direction::out;
+        else if (dir == "in")
+          spec.direction = Direction::in;
+        else
+          r.fail(item["direction"], "direction is both, out (the peers stop hearing the node) or "
+                                    "in (the node stops hearing the peers)");
+        spec.delay_ms = r.get<double>(item, "delay_ms", 0);
+        spec.loss_pct = r.get<double>(item, "loss_pct", 0);
+        if (spec.kind == FaultKind::partition && (item["delay_ms"] || item["loss_pct"]))
+          r.fail(item, "delay_ms and loss_pct are for action degrade");
+        if (spec.kind == FaultKind::degrade) {
+          if (item["direction"])
+            r.fail(item["direction"], "direction is for action partition (degrade acts both ways)");
+          if (!(spec.delay_ms >= 0 && spec.delay_ms <= 10000) ||
+              !(spec.loss_pct >= 0 && spec.loss_pct <= 100))
+            r.fail(item, "delay_ms is within 0-10000 and loss_pct within 0-100");
+          if (spec.delay_ms == 0 && spec.loss_pct == 0)
+            r.fail(item, "degrade needs delay_ms or loss_pct");
+        }
+      } else {
+        for (const char* key : {"from", "direction", "delay_ms", "loss_pct"}) {
+          if (item[key])
+            r.fail(item[key], std::string(key) + " is for actions partition and degrade");
+        }
+      }
       if (s.has_load && spec.start_s > s.load.duration_s)
         r.fail(item, "the fault starts after the load ends");
       s.faults.push_back(spec);
@@ -254,7 +318,7 @@ Scenario load_scenario(const std::string& path) {
            {"min_success_ratio", "max_recovery_s", "max_final_recovery_s", "max_dead_detection_s",
             "max_replacement_s", "max_failures_via_unfaulted_nodes", "max_unexplained_failures",
             "min_poison_502_ratio", "max_nodes_seen_not_alive", "max_failed_status_polls",
-            "max_status_gap_s"},
+            "max_status_gap_s", "max_dead_transitions_per_fault", "max_replicas_above_surge"},
            "goals");
     auto& go = s.goals;
     go.min_success_ratio = r.opt_double(g, "min_success_ratio");
@@ -268,6 +332,8 @@ Scenario load_scenario(const std::string& path) {
     go.max_nodes_seen_not_alive = r.opt_int(g, "max_nodes_seen_not_alive");
     go.max_failed_status_polls = r.opt_int(g, "max_failed_status_polls");
     go.max_status_gap_s = r.opt_double(g, "max_status_gap_s");
+    go.max_dead_transitions_per_fault = r.opt_int(g, "max_dead_transitions_per_fault");
+    go.max_replicas_above_surge = r.opt_int(g, "max_replicas_above_surge");
     if (go.min_poison_502_ratio &&
         std::none_of(s.faults.begin(), s.faults.end(),
                      [](const FaultSpec& f) { return f.kind == FaultKind::poison; }))

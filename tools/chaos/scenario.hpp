@@ -22,6 +22,13 @@ struct ClusterSpec {
   double recovery_window_s = 1.5;
   double shutdown_grace_s = 5;
   double drain_delay_s = 0;  // troupe-node --drain-delay
+  // `loopback`: every node on 127.0.0.1. `namespaces`: each node in a Linux
+  // network namespace of its own, with its own address on a bridge the tool
+  // creates (tools/chaos/network.hpp); needed by partition and degrade.
+  std::string network = "loopback";
+  // The nodes and troupectl talk TLS with certificates issued for the run
+  // (troupectl certs); always on with network: namespaces unless set false.
+  std::optional<bool> tls;
   std::vector<std::string> extra_args;  // appended to every node's command line
 };
 
@@ -54,7 +61,17 @@ enum class FaultKind {
   drain_node,       // troupectl drain NODE
   sigterm_node,     // SIGTERM the node process: it stops gracefully and leaves the cluster
   poison,           // one GET of a path whose request crashes the replicas it reaches
+  partition,        // drop the packets between `node` and `from` for duration_s, then heal
+  degrade,          // delay and lose packets between `node` and `from` for duration_s
 };
+
+// Which packets a partition drops, seen from the partitioned node.
+enum class Direction {
+  both,
+  out,  // the node's packets to its peers: the peers stop hearing it
+  in,   // the peers' packets to the node: it stops hearing them
+};
+const char* to_string(Direction d);
 
 const char* to_string(FaultKind kind);
 // Whether the fault hits one node's process (its proxy can fail requests).
@@ -80,7 +97,18 @@ struct FaultSpec {
   std::vector<std::string> paths;
   std::string mark;
   double timeout_s = 10;
+  // partition / degrade: the peers cut off from `node`: `head`, a node id,
+  // `all` (every other node) or `workers` (every worker but `node`).
+  std::string from = "head";
+  Direction direction = Direction::both;  // partition
+  double delay_ms = 0;                    // degrade: added to each packet, each way
+  double loss_pct = 0;                    // degrade: share of packets dropped, each way
 };
+
+// The faults that change the network between nodes.
+inline bool network_fault(FaultKind kind) {
+  return kind == FaultKind::partition || kind == FaultKind::degrade;
+}
 
 struct Goals {
   std::optional<double> min_success_ratio;
@@ -112,6 +140,14 @@ struct Goals {
   // The longest stretch without an answer to `status`: between two answered
   // polls (from t0 for the first), each at the time its answer came.
   std::optional<double> max_status_gap_s;
+  // Per node: the times a poll saw it turn DEAD (from any other state),
+  // divided by the faults that involved it; a node no fault involved may
+  // never turn DEAD. 1 = no flapping.
+  std::optional<int64_t> max_dead_transitions_per_fault;
+  // At every poll, every deployment lists at most target + its rollout
+  // surge (max(target / 5, 1)) replicas on nodes that are not DEAD, plus
+  // this many.
+  std::optional<int64_t> max_replicas_above_surge;
 };
 
 struct Scenario {
