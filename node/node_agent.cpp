@@ -21,11 +21,16 @@
 #include "runtime/forwarder.hpp"
 #include "runtime/log.hpp"
 #include "runtime/security/tls.hpp"
+#include "runtime/tcp_probe.hpp"
 #include "runtime/time.hpp"
 
 namespace troupe {
 
 namespace {
+
+// Long enough for a SYN lost once (the kernel sends it again after 1 s) on
+// a slow link.
+constexpr std::chrono::milliseconds kProbeTimeout{2000};
 
 // The agent's own messages besides its interface: a replica process must
 // have attached by now (id, pid); a replica's graceful stop deadline passed
@@ -160,6 +165,8 @@ void adopt_controller(agent_actor* self, const AgentOptions& o, ControllerActor 
   send_register(self, o);
 }
 
+void caf_connect(agent_actor* self, const AgentOptions& o);
+
 void connect(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   if (st.stopping || st.connecting || st.controller)
@@ -181,6 +188,33 @@ void connect(agent_actor* self, const AgentOptions& o) {
     return;
   }
   st.connecting = true;
+  // Asked first, with a short deadline: CAF's own connect would block its
+  // middleman (runtime/tcp_probe.hpp).
+  const auto& ep = o.controller_endpoint;
+  auto probe = spawn_tcp_probe(self->home_system(), ep.host, ep.port, kProbeTimeout);
+  self->request(probe, kProbeTimeout + std::chrono::seconds(2), probe_atom::value)
+      .then(
+          [=](const std::string& why) {
+            if (why.empty()) {
+              caf_connect(self, o);
+              return;
+            }
+            auto& st = self->state;
+            st.connecting = false;
+            st.log->warn("cannot reach the controller at {}: {}; retrying",
+                         o.controller_endpoint.to_string(), why);
+            schedule_reconnect(self, o);
+          },
+          [=](caf::error& err) {
+            auto& st = self->state;
+            st.connecting = false;
+            st.log->warn("cannot reach the controller at {}: {}; retrying",
+                         o.controller_endpoint.to_string(), self->home_system().render(err));
+            schedule_reconnect(self, o);
+          });
+}
+
+void caf_connect(agent_actor* self, const AgentOptions& o) {
   // The OpenSSL module's middleman when the node runs with TLS.
   auto mm = security::transport_actor(self->home_system());
   const auto& ep = o.controller_endpoint;

@@ -12,12 +12,14 @@
 
 #include "proxy/core.hpp"
 #include "runtime/security/tls.hpp"
+#include "runtime/tcp_probe.hpp"
 
 namespace troupe::proxy {
 
 namespace {
 
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
+constexpr std::chrono::milliseconds kProbeTimeout{2000};
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 constexpr uint32_t kMaxBackoffS = 30;
 
@@ -45,10 +47,34 @@ void failed(ProxyImpl::pointer self, const core_ptr& core, const std::string& id
   self->delayed_send(self, std::chrono::seconds(backoff), reconnect_atom::value, id);
 }
 
+void caf_connect(ProxyImpl::pointer self, const core_ptr& core, const std::string& id,
+                 const PeerEndpoint& endpoint);
+
 void connect(ProxyImpl::pointer self, const core_ptr& core, const std::string& id) {
   auto& link = core->peers.at(id);
   link.connecting = true;
   auto endpoint = link.endpoint;
+  // Asked first, with a short deadline: CAF's own connect to a peer that
+  // does not answer would block the middleman, and with it every other
+  // connect of this node (runtime/tcp_probe.hpp).
+  auto probe = spawn_tcp_probe(self->home_system(), endpoint.host, endpoint.port, kProbeTimeout);
+  self->request(probe, kProbeTimeout + std::chrono::seconds(2), probe_atom::value)
+      .then(
+          [=](const std::string& why) {
+            auto it = core->peers.find(id);
+            if (it == core->peers.end() || !(it->second.endpoint == endpoint))
+              return;  // forgotten or moved meanwhile
+            if (!why.empty()) {
+              failed(self, core, id, endpoint, why);
+              return;
+            }
+            caf_connect(self, core, id, endpoint);
+          },
+          [=](caf::error& err) { failed(self, core, id, endpoint, self->home_system().render(err)); });
+}
+
+void caf_connect(ProxyImpl::pointer self, const core_ptr& core, const std::string& id,
+                 const PeerEndpoint& endpoint) {
   auto mm = security::transport_actor(self->home_system());
   self->request(mm, kConnectTimeout, caf::connect_atom::value, endpoint.host, endpoint.port)
       .then(

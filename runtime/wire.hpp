@@ -59,6 +59,8 @@ using dashboard_atom = caf::atom_constant<caf::atom("dashboard")>;
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
+// Can a TCP connection be opened (runtime/tcp_probe.hpp)?
+using probe_atom = caf::atom_constant<caf::atom("tcpprobe")>;
 // A keeper's own message: the restart policy's delay passed, start the
 // actor it keeps again.
 using restart_atom = caf::atom_constant<caf::atom("restart")>;

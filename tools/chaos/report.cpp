@@ -127,12 +127,12 @@ void analyze(RunData& run) {
         }
         break;
       case FaultKind::sigstop_node:
-      case FaultKind::partition:
         cond = [&](const Observation& o) {
           return o.healthy() && state_of(o, f.node) == "ALIVE" &&
                  probe(o, f.node, run.load_enabled);
         };
         break;
+      case FaultKind::partition:
       case FaultKind::degrade:
         cond = [&](const Observation& o) {
           if (!o.healthy())
@@ -141,7 +141,8 @@ void analyze(RunData& run) {
             if (state_of(o, p) != "ALIVE")
               return false;
           }
-          return state_of(o, f.node) == "ALIVE";
+          return state_of(o, f.node) == "ALIVE" &&
+                 (f.kind == FaultKind::degrade || probe(o, f.node, run.load_enabled));
         };
         break;
       case FaultKind::sigterm_node:
@@ -344,6 +345,8 @@ void analyze(RunData& run) {
     if (f.ok && (node_scoped(f.kind) || f.kind == FaultKind::drain_node ||
                  f.kind == FaultKind::sigterm_node))
       targeted.insert(f.node);
+    if (f.ok && network_fault(f.kind))  // its peers are cut off too
+      targeted.insert(f.peers.begin(), f.peers.end());
   }
   run.nodes_seen_not_alive.clear();
   run.polls = run.polls_failed = 0;
@@ -458,7 +461,7 @@ void analyze(RunData& run) {
       if (!f.ok || f.node.empty())
         continue;
       ++involved[f.node];
-      if (f.kind == FaultKind::degrade) {
+      if (network_fault(f.kind)) {
         for (const auto& p : f.peers)
           ++involved[p];
       }
