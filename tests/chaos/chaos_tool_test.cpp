@@ -560,3 +560,24 @@ TEST_CASE("chaos/replicas listed on live nodes above target plus surge are a mis
   CHECK(!goal(run, "max_replicas_above_surge")->met);
   CHECK(*goal(run, "max_replicas_above_surge")->measured == doctest::Approx(1.0));
 }
+
+TEST_CASE("chaos/a full disk needs a disk of the head's own - and hits the head only") {
+  auto s = load_scenario(write_temp("disk", std::string(kMinimal) + R"(cluster: {head_disk_mb: 16}
+faults:
+  - {action: fill_disk, at_s: 1, duration_s: 5}
+)"));
+  CHECK(s.cluster.head_disk_mb == 16);
+  REQUIRE(s.faults.size() == 1);
+  CHECK(s.faults[0].kind == FaultKind::fill_disk);
+  CHECK(s.faults[0].node == "head");
+  auto no_disk = error_of("disk1", std::string(kMinimal) +
+                                       "faults:\n  - {action: fill_disk, duration_s: 5}\n");
+  CHECK(no_disk.find("fill_disk needs cluster.head_disk_mb") != std::string::npos);
+  const std::string disk = std::string(kMinimal) + "cluster: {head_disk_mb: 16}\n";
+  auto worker = error_of("disk2", disk + "faults:\n  - {action: fill_disk, node: w1, duration_s: 5}\n");
+  CHECK(worker.find("node is head") != std::string::npos);
+  auto forever = error_of("disk3", disk + "faults:\n  - {action: fill_disk}\n");
+  CHECK(forever.find("fill_disk needs duration_s") != std::string::npos);
+  auto tiny = error_of("disk4", std::string(kMinimal) + "cluster: {head_disk_mb: 1}\n");
+  CHECK(tiny.find("head_disk_mb is within 8-4096") != std::string::npos);
+}

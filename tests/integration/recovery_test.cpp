@@ -20,11 +20,13 @@
 
 #include "runtime/system_setup.hpp"
 #include "tests/support/cluster.hpp"
-#include "tests/support/tmpfs.hpp"
+#include "tools/common/tmpfs.hpp"
 #include "tools/troupectl/client.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
+using troupe::proc::fill_disk;
+using troupe::proc::Tmpfs;
 using nlohmann::json;
 
 namespace {

@@ -12,7 +12,7 @@
 
 #include "controller/store/codec.hpp"
 #include "tests/store/store_test_support.hpp"
-#include "tests/support/tmpfs.hpp"
+#include "tools/common/tmpfs.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -362,13 +362,13 @@ TEST_CASE("a failed write changes nothing") {
 
 TEST_CASE("a full disk: the save fails naming the cause - saves work again once space returns") {
   TempDir dir;
-  troupe::testing::Tmpfs disk(dir.sub("disk"), "8m");
+  troupe::proc::Tmpfs disk(dir.sub("disk"), "8m");
   REQUIRE_MESSAGE(disk.mounted, "mount tmpfs on " << disk.path << ": " << disk.error);
   const auto path = disk.path + "/checkpoint";
   auto store = open_ok(path);
   auto state = full_state();
   REQUIRE(store->save(state).is_ok());
-  auto [filled, full] = troupe::testing::fill_disk(disk.path + "/filler");
+  auto [filled, full] = troupe::proc::fill_disk(disk.path + "/filler");
   REQUIRE(full);
   // Saves go on until what RocksDB holds of its log is used up; then one
   // fails, naming the database and the cause, and changes nothing.

@@ -35,6 +35,14 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
       throw std::runtime_error("cluster.network: namespaces: " + *why);
     net_ = std::make_unique<Network>(ids, bin_dir_ + "/chaos-netdelay", run_dir_);
   }
+  if (spec_.head_disk_mb > 0) {
+    head_disk_ = std::make_unique<troupe::proc::Tmpfs>(head_state_dir(),
+                                                       std::to_string(spec_.head_disk_mb) + "m");
+    if (!head_disk_->mounted)
+      throw std::runtime_error("cluster.head_disk_mb: cannot mount a tmpfs on " +
+                               head_state_dir() + ": " + head_disk_->error +
+                               " (mounting needs root)");
+  }
   std::string head_host = hosts ? net_->address("head") : "127.0.0.1";
   address_ = head_host + ":" + std::to_string(port_);
   if (spec_.tls.value_or(hosts)) {
@@ -100,6 +108,7 @@ Cluster::~Cluster() {
   // hosts they ran in are removed.
   nodes_.clear();
   net_.reset();
+  head_disk_.reset();
 }
 
 std::vector<std::string> Cluster::node_ids() const {

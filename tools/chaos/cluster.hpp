@@ -15,6 +15,7 @@
 
 #include "tools/chaos/network.hpp"
 #include "tools/chaos/process.hpp"
+#include "tools/common/tmpfs.hpp"
 #include "tools/chaos/scenario.hpp"
 
 namespace chaos {
@@ -81,6 +82,8 @@ class Cluster {
 
   // The hosts (network: namespaces), else null.
   Network* network() { return net_.get(); }
+  // The head's state directory, a tmpfs when cluster.head_disk_mb is set.
+  std::string head_state_dir() const { return run_dir_ + "/head"; }
 
   // The output of every node (for a failed run).
   std::string logs_tail(size_t bytes_per_node) const;
@@ -96,6 +99,7 @@ class Cluster {
   std::string address_;
   std::string tls_dir_;  // empty: no TLS
   std::unique_ptr<Network> net_;
+  std::unique_ptr<troupe::proc::Tmpfs> head_disk_;
   std::map<std::string, Node> nodes_;
 };
 

@@ -406,6 +406,13 @@ class Runner {
         run_.last_fault_s = ev.end_s;
         continue;
       }
+      if (s.phase == Step::heal && spec.kind == FaultKind::fill_disk) {
+        auto& ev = run_.faults[s.event];
+        ev.end_s = since(t0_);
+        free_disk(ev);
+        run_.last_fault_s = ev.end_s;
+        continue;
+      }
       if (s.phase == Step::heal) {
         auto& ev = run_.faults[s.event];
         ev.end_s = since(t0_);
@@ -436,7 +443,7 @@ class Runner {
         steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::restart, index});
       if (spec.kind == FaultKind::sigstop_node)
         steps.push({ev.t_s + spec.duration_s, s.spec, Step::resume, index});
-      if (network_fault(spec.kind))
+      if (network_fault(spec.kind) || spec.kind == FaultKind::fill_disk)
         steps.push({ev.t_s + spec.duration_s, s.spec, Step::heal, index});
       if (spec.kind == FaultKind::sigterm_node)
         watch_exit(index);
@@ -593,6 +600,9 @@ class Runner {
       case FaultKind::degrade:
         network_fault_on(spec, *node, ev);
         break;
+      case FaultKind::fill_disk:
+        fill_disk(ev);
+        break;
       case FaultKind::poison: {
         // The request itself is sent by send_poison(), at once.
         size_t n = poison_count_++;
@@ -660,6 +670,82 @@ class Runner {
     } catch (const std::exception& e) {
       ev.message = e.what();
     }
+  }
+
+  // The scenario's deploy plus an application of the tool's own, `name`,
+  // without replicas: a change the head must write ahead that leaves the
+  // load alone. An accepted one becomes the acknowledged state.
+  RunResult deploy_with(const std::string& name) {
+    YAML::Node config = YAML::Clone(run_.scenario.deploy);
+    YAML::Node app;
+    app["name"] = name;
+    app["route_prefix"] = "/" + name;
+    app["import_path"] = "libtroupe_examples.so:Echo";
+    YAML::Node d;
+    d["name"] = "Echo";
+    d["num_replicas"] = 0;
+    app["deployments"].push_back(d);
+    config["applications"].push_back(app);
+    std::string file = dir_ / (name + ".yaml");
+    {
+      YAML::Emitter em;
+      em << config;
+      std::ofstream(file) << em.c_str() << "\n";
+    }
+    auto r = cluster_->ctl({"deploy", file}, 10);
+    if (r.exit_code == 0) {
+      declared_apps_.clear();
+      for (const auto& a : config["applications"])
+        declared_apps_.insert(a["name"] ? a["name"].as<std::string>() : "default");
+      if (auto st = cluster_->status_json(5))
+        acknowledged_ = *st;
+    }
+    return r;
+  }
+
+  std::string disk_filler() const { return cluster_->head_state_dir() + "/chaos-fill"; }
+
+  // Fills the head's state disk, then deploys until the head cannot write a
+  // deploy ahead: what was refused, and whether status still answers and
+  // leaves the refused deploy out.
+  void fill_disk(FaultEvent& ev) {
+    ev.t_s = since(t0_);
+    auto [bytes, full] = troupe::proc::fill_disk(disk_filler());
+    ev.disk_filled_bytes = bytes;
+    if (!full) {
+      ev.message = "the head's state disk did not fill up (" + std::to_string(bytes) +
+                   " bytes written, no ENOSPC)";
+      return;
+    }
+    ev.ok = true;
+    for (int i = 0; i < 200 && !g_interrupted.load(); ++i) {
+      std::string name = "chaos-disk-" + std::to_string(++disk_deploys_);
+      auto r = deploy_with(name);
+      if (r.exit_code == 0) {
+        ++ev.disk_accepted;
+        continue;
+      }
+      ev.disk_refusal = trim(r.err.empty() ? r.out : r.err);
+      disk_refused_ = name;
+      std::string error;
+      auto st = cluster_->status_json(5, &error);
+      ev.disk_reads_ok = st.has_value();
+      ev.disk_refused_applied = st && (*st)["applications"].contains(name);
+      if (!st)
+        ev.disk_refusal += " (then status failed: " + error + ")";
+      return;
+    }
+  }
+
+  // The space returns: the refused deploy is made again, without a restart.
+  void free_disk(FaultEvent& ev) {
+    std::error_code ec;
+    std::filesystem::remove(disk_filler(), ec);
+    std::string name =
+        disk_refused_.empty() ? "chaos-disk-" + std::to_string(++disk_deploys_) : disk_refused_;
+    auto r = deploy_with(name);
+    ev.disk_after_ok = r.exit_code == 0;
+    ev.disk_after_message = r.exit_code == 0 ? "accepted" : trim(r.err.empty() ? r.out : r.err);
   }
 
   // Sends the poisoned request of run_.faults[index] from a thread of its
@@ -821,11 +907,51 @@ class Runner {
     }
   }
 
+  // A full state disk on the head: the deploy it could not write ahead was
+  // refused with a message naming the checkpoint and the cause, nothing of
+  // it applied, status still answered; once the space returned the same
+  // deploy was accepted by the same head process.
+  void disk_checks() {
+    for (const auto& f : run_.faults) {
+      if (f.kind != FaultKind::fill_disk || !f.ok)
+        continue;
+      Check refused{"a deploy the head could not write ahead was refused naming the checkpoint "
+                    "and the cause - nothing of it applied - status answered",
+                    false, ""};
+      if (f.disk_refusal.empty()) {
+        refused.detail = std::to_string(f.disk_accepted) +
+                         " deploys on the full disk were all accepted: none refused";
+      } else {
+        refused.ok = f.disk_refusal.find("checkpoint") != std::string::npos &&
+                     f.disk_refusal.find("No space left on device") != std::string::npos &&
+                     f.disk_reads_ok && !f.disk_refused_applied;
+        refused.detail = std::to_string(f.disk_accepted) +
+                         " deploys fitted after the disk was full (" +
+                         std::to_string(f.disk_filled_bytes) + " bytes written); then: " +
+                         f.disk_refusal;
+        if (!f.disk_reads_ok)
+          refused.detail += "; status did not answer";
+        if (f.disk_refused_applied)
+          refused.detail += "; status lists the refused application";
+      }
+      run_.invariants.push_back(refused);
+      auto& head = cluster_->node("head");
+      Check after{"once the space returned the next deploy was accepted without a restart",
+                  f.disk_after_ok.value_or(false) && head.starts == 1 && head.process.running(),
+                  ""};
+      after.detail = !f.disk_after_ok ? "the space never returned during the run"
+                                      : f.disk_after_message + "; the head was started " +
+                                            std::to_string(head.starts) + " time(s)";
+      run_.invariants.push_back(after);
+    }
+  }
+
   void final_checks() {
     auto final = monitor_->observe();
     const auto& sc = run_.scenario;
     join_exit_watchers();
     sigterm_checks();
+    disk_checks();
 
     // No node process died that the run did not kill (a crash of user code
     // in a replica process, or anything else, must not take a node down).
@@ -1076,6 +1202,8 @@ class Runner {
   std::set<std::string> down_;            // killed or frozen right now
   std::map<size_t, size_t> round_robin_;  // spec index -> next node (node: round_robin)
   size_t poison_count_ = 0;
+  int disk_deploys_ = 0;      // fill_disk: deploys made, for their names
+  std::string disk_refused_;  // fill_disk: the application of the refused deploy
   std::vector<std::unique_ptr<PoisonCall>> poison_calls_;
 };
 

@@ -106,6 +106,7 @@ void analyze(RunData& run) {
         cond = [&](const Observation& o) { return o.healthy() && !o.replica_ids.count(f.victim); };
         break;
       case FaultKind::kill_controller:
+      case FaultKind::fill_disk:
         cond = [&](const Observation& o) { return o.healthy(); };
         break;
       case FaultKind::kill_proxy:
@@ -686,6 +687,15 @@ json to_json(const RunData& run) {
       row["peers"] = f.peers;
       row["network"] = f.network_detail;
     }
+    if (f.kind == FaultKind::fill_disk)
+      row["disk"] = {{"filled_bytes", f.disk_filled_bytes},
+                     {"deploys_accepted_while_full", f.disk_accepted},
+                     {"refusal", f.disk_refusal},
+                     {"status_answered", f.disk_reads_ok},
+                     {"refused_deploy_applied", f.disk_refused_applied},
+                     {"deploy_after_freeing_ok",
+                      f.disk_after_ok ? json(*f.disk_after_ok) : json(nullptr)},
+                     {"deploy_after_freeing", f.disk_after_message}};
     if (f.kind == FaultKind::poison) {
       json victims = json::array();
       for (size_t i = 0; i < f.victims.size(); ++i)
@@ -841,6 +851,11 @@ std::string to_text(const RunData& run) {
       out << "(" << *f.replicas_on_node_before << " replicas on it) ";
     if (network_fault(f.kind))
       out << f.network_detail << " ";
+    if (f.kind == FaultKind::fill_disk && f.ok)
+      out << "filled with " << f.disk_filled_bytes << " bytes, " << f.disk_accepted
+          << " deploys fitted, then " << (f.disk_refusal.empty() ? "none refused" : "refused")
+          << "; after freeing: "
+          << (f.disk_after_ok ? f.disk_after_message : std::string("not freed")) << " ";
     if (f.end_s >= 0)
       out << "(until " << fixed(f.end_s, 2) << ") ";
     out << "recovery " << (f.recovery_s ? fixed(*f.recovery_s, 3) + " s" : "-");

@@ -51,6 +51,18 @@ struct FaultEvent {
   size_t net_handle = 0;
   bool skipped = false;
 
+  // fill_disk: the bytes written until ENOSPC; deploys accepted after that
+  // (the checkpoint's log file had room left); the refusal (empty: none)
+  // and whether status still answered and left the refused deploy out; the
+  // deploy made after the space returned.
+  size_t disk_filled_bytes = 0;
+  int disk_accepted = 0;
+  std::string disk_refusal;
+  bool disk_reads_ok = false;
+  bool disk_refused_applied = false;
+  std::optional<bool> disk_after_ok;
+  std::string disk_after_message;
+
   // poison: the request and its answer (filled once it is answered).
   std::string path;        // as sent, with the mark
   std::string marker;      // the mark's value (empty: no mark)

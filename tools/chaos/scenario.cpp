@@ -31,6 +31,8 @@ const char* to_string(FaultKind kind) {
       return "partition";
     case FaultKind::degrade:
       return "degrade";
+    case FaultKind::fill_disk:
+      return "fill_disk";
   }
   return "?";
 }
@@ -115,7 +117,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
       {"kill9_node", FaultKind::kill9_node},     {"sigstop_node", FaultKind::sigstop_node},
       {"drain_node", FaultKind::drain_node},     {"poison", FaultKind::poison},
       {"sigterm_node", FaultKind::sigterm_node}, {"partition", FaultKind::partition},
-      {"degrade", FaultKind::degrade},
+      {"degrade", FaultKind::degrade},           {"fill_disk", FaultKind::fill_disk},
   };
   if (!node)
     r.fail(node, "a fault needs an action");
@@ -126,7 +128,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
   }
   r.fail(node, "unknown action '" + name +
                    "' (kill_replica, kill_proxy, kill_agent, kill_controller, kill9_node, "
-                   "sigstop_node, drain_node, sigterm_node, poison, partition, degrade)");
+                   "sigstop_node, drain_node, sigterm_node, poison, partition, degrade, fill_disk)");
 }
 
 }  // namespace
@@ -156,7 +158,7 @@ Scenario load_scenario(const std::string& path) {
     r.only(c,
            {"workers", "node_timeout_s", "heartbeat_interval_s", "basp_heartbeat_interval_s",
             "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "drain_delay_s",
-            "extra_args", "network", "tls"},
+            "extra_args", "network", "tls", "head_disk_mb"},
            "cluster");
     auto& k = s.cluster;
     k.workers = r.get<int>(c, "workers", k.workers);
@@ -179,6 +181,9 @@ Scenario load_scenario(const std::string& path) {
       r.fail(c["network"], "network is loopback or namespaces");
     if (c["tls"])
       k.tls = r.get<bool>(c, "tls", false);
+    k.head_disk_mb = r.get<int>(c, "head_disk_mb", 0);
+    if (k.head_disk_mb != 0 && (k.head_disk_mb < 8 || k.head_disk_mb > 4096))
+      r.fail(c["head_disk_mb"], "head_disk_mb is within 8-4096 (or 0: no disk of its own)");
   }
 
   s.deploy = root["deploy"];
@@ -235,7 +240,16 @@ Scenario load_scenario(const std::string& path) {
       if (spec.every_s > 0 && spec.every_s < 0.05)
         r.fail(item, "every_s is at least 0.05");
       const bool poison = spec.kind == FaultKind::poison;
-      spec.node = r.get<std::string>(item, "node", poison ? "random" : "random_worker");
+      const bool disk = spec.kind == FaultKind::fill_disk;
+      spec.node = r.get<std::string>(item, "node", poison ? "random" : disk ? "head" : "random_worker");
+      if (disk) {
+        if (spec.node != "head")
+          r.fail(item["node"], "fill_disk fills the head's state disk: node is head");
+        if (s.cluster.head_disk_mb == 0)
+          r.fail(item["action"], "fill_disk needs cluster.head_disk_mb (a disk of its own)");
+        if (!item["duration_s"])
+          r.fail(item, "fill_disk needs duration_s (when the space returns)");
+      }
       if (spec.node == "round_robin" && !poison)
         r.fail(item["node"], "node: round_robin is for poison only");
       if (poison) {

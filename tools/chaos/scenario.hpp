@@ -29,6 +29,9 @@ struct ClusterSpec {
   // The nodes and troupectl talk TLS with certificates issued for the run
   // (troupectl certs); always on with network: namespaces unless set false.
   std::optional<bool> tls;
+  // The head's state directory on a tmpfs of this many MiB (0: no disk of
+  // its own); needed by fill_disk. Root only.
+  int head_disk_mb = 0;
   std::vector<std::string> extra_args;  // appended to every node's command line
 };
 
@@ -63,6 +66,7 @@ enum class FaultKind {
   poison,           // one GET of a path whose request crashes the replicas it reaches
   partition,        // drop the packets between `node` and `from` for duration_s, then heal
   degrade,          // delay and lose packets between `node` and `from` for duration_s
+  fill_disk,        // fill the head's state disk, deploy until refused; free it after duration_s
 };
 
 // Which packets a partition drops, seen from the partitioned node.

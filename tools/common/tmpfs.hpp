@@ -1,5 +1,6 @@
 // A small disk of a test's own: a tmpfs mounted on a directory (the suite
-// runs as root), and a way to fill it up.
+// runs as root), and a way to fill it up. Shared by the tests and the chaos
+// tool's fill_disk fault.
 #pragma once
 
 #include <fcntl.h>
@@ -13,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace troupe::testing {
+namespace troupe::proc {
 
 // A tmpfs of `size` ("16m") mounted on `path` (created), detached again on
 // destruction (lazily: a process may still hold files on it).
@@ -58,4 +59,4 @@ inline std::pair<size_t, bool> fill_disk(const std::string& file) {
   return {total, full};
 }
 
-}  // namespace troupe::testing
+}  // namespace troupe::proc
