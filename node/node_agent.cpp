@@ -167,6 +167,15 @@ void adopt_controller(agent_actor* self, const AgentOptions& o, ControllerActor 
 
 void caf_connect(agent_actor* self, const AgentOptions& o);
 
+// A connection attempt failed: try again after the backoff.
+void unreachable(agent_actor* self, const AgentOptions& o, const std::string& why) {
+  auto& st = self->state;
+  st.connecting = false;
+  st.log->warn("cannot reach the controller at {}: {}; retrying", o.controller_endpoint.to_string(),
+               why);
+  schedule_reconnect(self, o);
+}
+
 void connect(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   if (st.stopping || st.connecting || st.controller)
@@ -195,23 +204,12 @@ void connect(agent_actor* self, const AgentOptions& o) {
   self->request(probe, kProbeTimeout + std::chrono::seconds(2), probe_atom::value)
       .then(
           [=](const std::string& why) {
-            if (why.empty()) {
+            if (why.empty())
               caf_connect(self, o);
-              return;
-            }
-            auto& st = self->state;
-            st.connecting = false;
-            st.log->warn("cannot reach the controller at {}: {}; retrying",
-                         o.controller_endpoint.to_string(), why);
-            schedule_reconnect(self, o);
+            else
+              unreachable(self, o, why);
           },
-          [=](caf::error& err) {
-            auto& st = self->state;
-            st.connecting = false;
-            st.log->warn("cannot reach the controller at {}: {}; retrying",
-                         o.controller_endpoint.to_string(), self->home_system().render(err));
-            schedule_reconnect(self, o);
-          });
+          [=](caf::error& err) { unreachable(self, o, self->home_system().render(err)); });
 }
 
 void caf_connect(agent_actor* self, const AgentOptions& o) {
@@ -232,13 +230,7 @@ void caf_connect(agent_actor* self, const AgentOptions& o) {
             st.log->info("connected to the controller at {}", o.controller_endpoint.to_string());
             adopt_controller(self, o, caf::actor_cast<ControllerActor>(ptr));
           },
-          [=](caf::error& err) {
-            auto& st = self->state;
-            st.connecting = false;
-            st.log->warn("cannot reach the controller at {}: {}; retrying",
-                         o.controller_endpoint.to_string(), self->home_system().render(err));
-            schedule_reconnect(self, o);
-          });
+          [=](caf::error& err) { unreachable(self, o, self->home_system().render(err)); });
 }
 
 void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {

@@ -53,6 +53,19 @@ Observation healthy_at(double start, double end) {
   return o;
 }
 
+// A network fault that was injected at `t` and healed at `end`.
+FaultEvent injected(FaultKind kind, const std::string& node, std::vector<std::string> peers,
+                    double t, double end) {
+  FaultEvent f;
+  f.kind = kind;
+  f.node = node;
+  f.peers = std::move(peers);
+  f.t_s = t;
+  f.end_s = end;
+  f.ok = true;
+  return f;
+}
+
 }  // namespace
 
 TEST_CASE("chaos/every scenario file loads - at least five - named after its file") {
@@ -474,14 +487,7 @@ TEST_CASE("chaos/a partition from the head is judged like a lost node - detectio
   run.load_enabled = false;
   run.scenario.goals.max_dead_detection_s = 3;
   run.scenario.goals.max_replacement_s = 5;
-  FaultEvent f;
-  f.kind = FaultKind::partition;
-  f.node = "w1";
-  f.peers = {"head"};
-  f.t_s = 10;
-  f.end_s = 25;
-  f.ok = true;
-  run.faults.push_back(f);
+  run.faults.push_back(injected(FaultKind::partition, "w1", {"head"}, 10, 25));
   auto before = healthy_at(9.0, 9.1);
   auto dead = healthy_at(12.0, 12.2);
   dead.node_state["w1"] = "DEAD";
@@ -507,14 +513,7 @@ TEST_CASE("chaos/turning DEAD is counted per node against the faults that involv
   RunData run;
   run.http_ports = {{"head", 1}, {"w1", 2}, {"w2", 3}};
   run.scenario.goals.max_dead_transitions_per_fault = 1;
-  FaultEvent f;
-  f.kind = FaultKind::degrade;
-  f.node = "head";
-  f.peers = {"w1"};
-  f.t_s = 1;
-  f.end_s = 9;
-  f.ok = true;
-  run.faults.push_back(f);
+  run.faults.push_back(injected(FaultKind::degrade, "head", {"w1"}, 1, 9));
   auto alive = healthy_at(0.0, 0.1);
   alive.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
   auto w1_dead = alive;
