@@ -337,12 +337,16 @@ int main(int argc, char** argv) {
         return usage_error(opened.status().message());
       }
       peer = *opened;
-      log->info("other workers reach this node on {}:{}", o.bind, peer->port);
     }
+    // What the other nodes are told to connect to: never a wildcard.
+    const std::string advertised =
+        o.advertise.empty() ? advertised_host(o.bind, o.join) : o.advertise;
+    if (peer)
+      log->info("other workers reach this node on {}:{}", advertised, peer->port);
 
     AgentOptions aopts;
     aopts.info.id = o.node_id;
-    aopts.info.host = o.bind;
+    aopts.info.host = advertised;
     aopts.info.http_port = o.http_port;
     aopts.info.peer_port = peer ? peer->port : 0;
     aopts.info.resources = o.resources.to_string();

@@ -40,6 +40,9 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
           ->capture_default_str();
   peer_port_opt->excludes(head);
   app.add_option("--bind", o.bind, "address to listen on")->capture_default_str();
+  app.add_option("--advertise", o.advertise,
+                 "address other nodes reach this one by (default: --bind; for 0.0.0.0 or ::, "
+                 "this host's address on its route to the head)");
   app.add_option("--state-dir", o.state_dir, "directory for logs, node id and checkpoints");
   app.add_option("--node-id", o.node_id, "name of this node (default: kept in the state dir)");
   app.add_option("--resources", resources, "capacity, e.g. cpu=4,mem=8G (default: detected)");
@@ -191,6 +194,10 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
     return invalid("--bind " + o.bind +
                    " is not a loopback address: without TLS anyone who reaches it could deploy "
                    "code or kill actors; give --tls-dir DIR, or --insecure to accept that");
+  }
+  if (!o.advertise.empty() && is_wildcard(o.advertise)) {
+    return invalid("--advertise " + o.advertise +
+                   " is not an address others can reach: give this host's own address");
   }
   if (o.heartbeat_interval_s >= o.node_timeout_s) {
     return invalid("--heartbeat-interval must be shorter than --node-timeout");

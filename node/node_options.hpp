@@ -20,6 +20,9 @@ struct NodeOptions {
   // CAF listener, over TLS like the head's); 0: any free port.
   uint16_t peer_port = 0;
   std::string bind = "127.0.0.1";
+  // The address other nodes reach this one by (empty: --bind, or for a
+  // wildcard --bind the address of this host's route to the head).
+  std::string advertise;
   std::string state_dir;  // required for the head
   std::string node_id;    // empty: from <state-dir>/node_id, else generated
   Resources resources;    // default: this machine's cores and memory

@@ -1,5 +1,12 @@
 #include "runtime/address.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 namespace troupe {
@@ -57,6 +64,72 @@ Status validate_node_id(const std::string& id) {
     }
   }
   return Status::ok();
+}
+
+namespace {
+
+std::string numeric(const sockaddr* a, socklen_t len) {
+  char host[NI_MAXHOST];
+  if (::getnameinfo(a, len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0)
+    return "";
+  return host;
+}
+
+// The source address of the route towards host:port.
+std::string route_source(const Endpoint& toward) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(toward.host.c_str(), std::to_string(toward.port).c_str(), &hints, &found) != 0)
+    return "";
+  std::string out;
+  for (auto* a = found; a != nullptr && out.empty(); a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0)
+      continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0)
+      out = numeric(reinterpret_cast<sockaddr*>(&local), len);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return out;
+}
+
+std::string first_interface_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0)
+    return "";
+  std::string out;
+  for (auto* i = list; i != nullptr && out.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+      continue;
+    if (i->ifa_addr->sa_family == AF_INET)
+      out = numeric(i->ifa_addr, sizeof(sockaddr_in));
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+}  // namespace
+
+bool is_wildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
+}
+
+std::string advertised_host(const std::string& bind, const std::optional<Endpoint>& toward) {
+  if (!is_wildcard(bind))
+    return bind;
+  if (toward) {
+    auto source = route_source(*toward);
+    if (!source.empty() && !is_wildcard(source))
+      return source;
+  }
+  auto address = first_interface_address();
+  return address.empty() ? bind : address;
 }
 
 }  // namespace troupe

@@ -542,18 +542,18 @@ TEST_CASE("chaos/replicas listed on live nodes above target plus surge are a mis
   RunData run;
   run.scenario.goals.max_replicas_above_surge = 0;
   auto ok = healthy_at(0.0, 0.1);  // target 2: surge 1, at most 3
-  ok.deployments["echo/Echo"].listed_on = {{"head", 2}, {"w1", 1}};
+  ok.deployments["echo/Echo"].kept_on = {{"head", 2}, {"w1", 1}};
   auto dead_node = ok;  // the replicas of a DEAD node do not count
   dead_node.start_s = 1;
   dead_node.node_state["w1"] = "DEAD";
-  dead_node.deployments["echo/Echo"].listed_on = {{"head", 3}, {"w1", 2}};
+  dead_node.deployments["echo/Echo"].kept_on = {{"head", 3}, {"w1", 2}};
   run.observations = {ok, dead_node};
   analyze(run);
   CHECK(goal(run, "max_replicas_above_surge")->met);
   CHECK(*goal(run, "max_replicas_above_surge")->measured == doctest::Approx(0.0));
   auto over = ok;
   over.start_s = 2;
-  over.deployments["echo/Echo"].listed_on = {{"head", 2}, {"w1", 2}};
+  over.deployments["echo/Echo"].kept_on = {{"head", 2}, {"w1", 2}};
   run.observations.push_back(over);
   analyze(run);
   CHECK(!goal(run, "max_replicas_above_surge")->met);

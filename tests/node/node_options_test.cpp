@@ -81,6 +81,10 @@ TEST_CASE("a worker with every option") {
   auto plain = parse({"--join", "10.0.0.1:7400"});
   REQUIRE(plain.has_value());
   CHECK(plain->peer_port == 0);
+  CHECK(plain->advertise.empty());
+  auto nat = parse({"--join", "10.0.0.1:7400", "--advertise", "203.0.113.7"});
+  REQUIRE(nat.has_value());
+  CHECK(nat->advertise == "203.0.113.7");
 }
 
 TEST_CASE("--help is not an error") {
@@ -112,6 +116,7 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--join", "h:1", "--heartbeat-interval", "9"}, "shorter than --node-timeout"},
       {{"--head", "--state-dir", "d", "--port", "0"}, "--port 0"},
       {{"--join", "h:1", "--drain-delay", "-1"}, "--drain-delay must be between 0 and 86400"},
+      {{"--join", "h:1", "--advertise", "0.0.0.0"}, "--advertise 0.0.0.0 is not an address"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.fragment);

@@ -44,3 +44,18 @@ TEST_CASE("validate_node_id") {
   CHECK_FALSE(validate_node_id(std::string(65, 'a')).is_ok());
   CHECK(validate_node_id(std::string(64, 'a')).is_ok());
 }
+
+TEST_CASE("a node bound to every interface advertises the address of its route to the head") {
+  CHECK(is_wildcard("0.0.0.0"));
+  CHECK(is_wildcard("::"));
+  CHECK(is_wildcard("[::]"));
+  CHECK(is_wildcard(""));
+  CHECK_FALSE(is_wildcard("127.0.0.1"));
+  CHECK_FALSE(is_wildcard("10.0.0.5"));
+  // A specific address is advertised as it is.
+  CHECK(advertised_host("10.0.0.5", Endpoint{"127.0.0.1", 7000}) == "10.0.0.5");
+  // The route to a head on loopback leaves from loopback.
+  CHECK(advertised_host("0.0.0.0", Endpoint{"127.0.0.1", 7000}) == "127.0.0.1");
+  CHECK(advertised_host("::", Endpoint{"127.0.0.1", 7000}) == "127.0.0.1");
+  // (On hosts of their own: tools/chaos/scenarios/partition_head_bind_any.yaml.)
+}

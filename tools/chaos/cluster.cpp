@@ -83,7 +83,7 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
                              std::to_string(n.http_port)});
     if (hosts) {
       n.host = net_->address(id);
-      argv.insert(argv.end(), {"--bind", n.host});
+      argv.insert(argv.end(), {"--bind", spec_.bind_any ? "0.0.0.0" : n.host});
       auto prefix = net_->exec_prefix(id);
       argv.insert(argv.begin(), prefix.begin(), prefix.end());
     }

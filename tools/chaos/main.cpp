@@ -946,12 +946,53 @@ class Runner {
     }
   }
 
+  // On hosts of their own: every worker reached every other worker that
+  // hosted replicas after the deploy over a direct connection, at that
+  // worker's own address (its proxy logs "direct connection to node B at
+  // ADDRESS:PORT").
+  void direct_connection_checks() {
+    auto* net = cluster_->network();
+    if (!net)
+      return;
+    std::set<std::string> hosting;
+    for (const auto& [app, a] : acknowledged_["applications"].items()) {
+      for (const auto& [dname, d] : a["deployments"].items()) {
+        for (const auto& r : d["replicas"])
+          hosting.insert(r.value("node", ""));
+      }
+    }
+    Check c{"every worker reached the workers hosting replicas directly, at their own addresses",
+            true, ""};
+    int pairs = 0;
+    for (const auto& a : cluster_->node_ids()) {
+      if (a == "head" || dead_.count(a) || left_.count(a))
+        continue;
+      auto log = slurp(cluster_->node(a).log_path);
+      for (const auto& b : hosting) {
+        if (b == a || b == "head" || !cluster_->has_node(b))
+          continue;
+        ++pairs;
+        std::string line = "direct connection to node " + b + " at " + net->address(b) + ":";
+        if (log.find(line) == std::string::npos) {
+          c.ok = false;
+          c.detail += a + " never logged \"" + line + "\"; ";
+        }
+      }
+    }
+    if (pairs == 0)
+      return;  // fewer than two workers hosted replicas: nothing to connect
+    if (c.ok)
+      c.detail = std::to_string(pairs) + " pairs of workers, each connected directly";
+    run_.invariants.push_back(c);
+  }
+
   void final_checks() {
     auto final = monitor_->observe();
     const auto& sc = run_.scenario;
     join_exit_watchers();
     sigterm_checks();
     disk_checks();
+    direct_connection_checks();
 
     // No node process died that the run did not kill (a crash of user code
     // in a replica process, or anything else, must not take a node down).

@@ -80,7 +80,8 @@ void read_status(const json& s, Observation& o) {
       v.target = d.value("target_replicas", int64_t{0});
       for (const auto& r : d.at("replicas")) {
         ++v.total;
-        ++v.listed_on[r.value("node", "")];
+        if (r.value("state", "") != "STOPPING")
+          ++v.kept_on[r.value("node", "")];
         if (r.value("state", "") == "RUNNING") {
           ++v.running;
           ++v.running_on[r.value("node", "")];

@@ -28,7 +28,7 @@ struct DeploymentView {
   int running = 0;  // replicas in state RUNNING
   int total = 0;    // replicas listed, any state
   std::map<std::string, int> running_on;  // node -> replicas RUNNING there
-  std::map<std::string, int> listed_on;   // node -> replicas listed there, any state
+  std::map<std::string, int> kept_on;     // node -> replicas there that are not STOPPING
 };
 
 struct Observation {

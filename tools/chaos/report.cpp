@@ -496,8 +496,9 @@ void analyze(RunData& run) {
     run.goals.push_back(g);
   }
   if (goals.max_replicas_above_surge) {
-    // At every poll: replicas listed on nodes not DEAD, per deployment,
-    // against target + rollout surge (max(target / 5, 1)).
+    // At every poll: replicas kept (listed and not STOPPING) on nodes not
+    // DEAD, per deployment, against target + rollout surge (max(target / 5,
+    // 1)). A surplus already being stopped is the convergence itself.
     GoalResult g{"max_replicas_above_surge", static_cast<double>(*goals.max_replicas_above_surge),
                  0.0, true, ""};
     int64_t worst = std::numeric_limits<int64_t>::min();
@@ -509,14 +510,14 @@ void analyze(RunData& run) {
       ++counted;
       for (const auto& [name, d] : o.deployments) {
         int64_t live = 0;
-        for (const auto& [node, n] : d.listed_on) {
+        for (const auto& [node, n] : d.kept_on) {
           if (state_of(o, node) != "DEAD")
             live += n;
         }
         int64_t over = live - (d.target + std::max<int64_t>(d.target / 5, 1));
         if (over > worst) {
           worst = over;
-          where = name + " listed " + std::to_string(live) + " on live nodes at t=" +
+          where = name + " kept " + std::to_string(live) + " on live nodes at t=" +
                   fixed(o.start_s, 2) + ", target " + std::to_string(d.target);
         }
       }

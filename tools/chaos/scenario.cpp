@@ -158,7 +158,7 @@ Scenario load_scenario(const std::string& path) {
     r.only(c,
            {"workers", "node_timeout_s", "heartbeat_interval_s", "basp_heartbeat_interval_s",
             "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "drain_delay_s",
-            "extra_args", "network", "tls", "head_disk_mb"},
+            "extra_args", "network", "tls", "head_disk_mb", "bind_any"},
            "cluster");
     auto& k = s.cluster;
     k.workers = r.get<int>(c, "workers", k.workers);
@@ -181,6 +181,9 @@ Scenario load_scenario(const std::string& path) {
       r.fail(c["network"], "network is loopback or namespaces");
     if (c["tls"])
       k.tls = r.get<bool>(c, "tls", false);
+    k.bind_any = r.get<bool>(c, "bind_any", false);
+    if (k.bind_any && k.network != "namespaces")
+      r.fail(c["bind_any"], "bind_any needs network: namespaces");
     k.head_disk_mb = r.get<int>(c, "head_disk_mb", 0);
     if (k.head_disk_mb != 0 && (k.head_disk_mb < 8 || k.head_disk_mb > 4096))
       r.fail(c["head_disk_mb"], "head_disk_mb is within 8-4096 (or 0: no disk of its own)");

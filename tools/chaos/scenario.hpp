@@ -29,6 +29,9 @@ struct ClusterSpec {
   // The nodes and troupectl talk TLS with certificates issued for the run
   // (troupectl certs); always on with network: namespaces unless set false.
   std::optional<bool> tls;
+  // network: namespaces: every node listens on 0.0.0.0 (--bind) instead of
+  // its own address, and must find the address to give the others itself.
+  bool bind_any = false;
   // The head's state directory on a tmpfs of this many MiB (0: no disk of
   // its own); needed by fill_disk. Root only.
   int head_disk_mb = 0;
@@ -148,9 +151,9 @@ struct Goals {
   // divided by the faults that involved it; a node no fault involved may
   // never turn DEAD. 1 = no flapping.
   std::optional<int64_t> max_dead_transitions_per_fault;
-  // At every poll, every deployment lists at most target + its rollout
-  // surge (max(target / 5, 1)) replicas on nodes that are not DEAD, plus
-  // this many.
+  // At every poll, every deployment keeps at most target + its rollout
+  // surge (max(target / 5, 1)) replicas that are not STOPPING on nodes that
+  // are not DEAD, plus this many.
   std::optional<int64_t> max_replicas_above_surge;
 };
 
