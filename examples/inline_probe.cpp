@@ -8,6 +8,7 @@
 //                      first, so that concurrent requests overlap
 //   mode=throw         throws std::runtime_error("probe failure")
 //   mode=stream&n=N    a streamed answer of N lines "piece <i>\n"
+//   mode=big&bytes=N   a text/plain answer of N bytes
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -34,6 +35,14 @@ class InlineProbe : public troupe::Deployment {
             }
           },
           "text/plain");
+    }
+    if (mode == "big") {
+      troupe::Response big;
+      big.headers = {{"Content-Type", "text/plain"}};
+      big.body.assign(std::stoul(request.query_param("bytes", "0")), 'b');
+      for (size_t i = 0; i < big.body.size(); i += 1000)
+        big.body[i] = static_cast<char>('0' + (i / 1000) % 10);
+      return big;
     }
     int now = ++running_;
     int seen = max_running_.load();

@@ -175,9 +175,15 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
                   size_t n = std::max<uint32_t>(1, st.options.spec.max_ongoing_requests);
                   d.limit = static_cast<uint32_t>(n);
                   if (d.channel) {
-                    // Plain threads; they end with the process.
-                    for (size_t i = 0; i < n; ++i)
-                      std::thread(channel_worker, instance, st.dispatch).detach();
+                    // Plain threads; they end with the process. A
+                    // non-blocking handler needs no pool: one loop serves
+                    // (max_ongoing_requests still bounds what it admits).
+                    if (declares_nonblocking(*instance)) {
+                      std::thread(channel_loop, instance, st.dispatch).detach();
+                    } else {
+                      for (size_t i = 0; i < n; ++i)
+                        std::thread(channel_worker, instance, st.dispatch).detach();
+                    }
                     std::thread(lane_reader, st.dispatch).detach();
                   } else {
                     d.busy = std::make_unique<std::atomic<bool>[]>(n);

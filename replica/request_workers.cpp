@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <exception>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -69,6 +72,78 @@ caf::behavior request_worker(caf::event_based_actor* self, Instance instance,
   };
 }
 
+namespace {
+
+// Serves a `local` frame: a request that came over CAF, parked by the
+// dispatch under `token`, answered over CAF.
+void serve_local(Deployment& instance, Dispatch& d, uint64_t token) {
+  auto m = d.take(token);
+  if (!m)
+    return;
+  CafSink sink(m->sender, m->mid);
+  if (m->content().match_elements<handle_atom, HttpRequest>()) {
+    serve(instance, m->content().get_mutable_as<HttpRequest>(1), d.models.get(), d.inflight,
+          sink);
+  } else {
+    sink.answer(HttpResponse{});
+  }
+  d.finish();
+}
+
+// A request frame of `size` bytes in `buffer`: decoded into `req` and
+// admitted (true), or answered here (false: malformed, the replica is
+// stopping, or max_ongoing_requests run). Frames that are not requests, or
+// name no lane, are dropped with a warning.
+bool take_request(Dispatch& d, const channel::FrameBuffer& buffer, size_t size,
+                  HttpRequest& req) {
+  auto& ch = *d.channel;
+  static auto log = troupe::log::get("replica");
+  if (size < sizeof(channel::FrameHeader)) {
+    log->warn("replica {}: dropped a channel frame of {} bytes", d.replica_id, size);
+    return false;
+  }
+  const channel::FrameHeader& h = buffer.header();
+  if (h.version != channel::kVersion || h.kind != channel::Kind::request ||
+      h.lane >= ch.lanes()) {
+    log->warn("replica {}: dropped a channel frame (version {}, kind {}, lane {})", d.replica_id,
+              h.version, static_cast<int>(h.kind), h.lane);
+    return false;
+  }
+  int answers = ch.answer_fd(h.lane);
+  Status decoded =
+      size > buffer.capacity()
+          ? Status(errc::invalid_argument, "request frame of " + std::to_string(size) +
+                                               " bytes exceeds the channel's " +
+                                               std::to_string(buffer.capacity()))
+          : channel::decode_request(buffer.payload(), size - sizeof(channel::FrameHeader), req);
+  if (!decoded) {
+    log->warn("replica {}: {}", d.replica_id, decoded.message());
+    HttpResponse bad;
+    bad.status = 500;
+    bad.headers = {{"Content-Type", "application/json"}};
+    bad.body = Json{{"error", "replica " + d.replica_id + ": " + decoded.message()}}.dump();
+    channel::send_answer(answers, h.call, bad, ch.max_frame());
+    return false;
+  }
+  if (d.stopping.load()) {
+    channel::send_refusal(answers, h.call, false, "replica " + d.replica_id + " is stopping",
+                          ch.max_frame());
+    return false;
+  }
+  if (!d.admit()) {
+    channel::send_refusal(answers, h.call, true,
+                          "replica " + d.replica_id + " is at max_ongoing_requests (" +
+                              std::to_string(d.limit) + ")",
+                          ch.max_frame());
+    return false;
+  }
+  // The proxy names the request by its call key in the frame.
+  req.call_key = h.call;
+  return true;
+}
+
+}  // namespace
+
 // A request thread of a replica with a data channel: blocks in recv() on the
 // channel, where the kernel hands each frame to one idle thread, and runs
 // the request it got (the thread that reads a request runs it: no hand-off),
@@ -77,7 +152,6 @@ caf::behavior request_worker(caf::event_based_actor* self, Instance instance,
 // the node's end closes.
 void channel_worker(Instance instance, DispatchPtr d) {
   auto& ch = *d->channel;
-  auto log = troupe::log::get("replica");
   channel::FrameBuffer buffer(ch.max_frame());
   for (;;) {
     ssize_t n = ::recv(ch.request_fd(), buffer.data(), buffer.capacity(), MSG_TRUNC);
@@ -86,65 +160,115 @@ void channel_worker(Instance instance, DispatchPtr d) {
     if (n <= 0)
       return;
     auto size = static_cast<size_t>(n);
-    if (size < sizeof(channel::FrameHeader)) {
-      log->warn("replica {}: dropped a channel frame of {} bytes", d->replica_id, size);
+    if (size >= sizeof(channel::FrameHeader) && buffer.header().kind == channel::Kind::local) {
+      serve_local(*instance, *d, buffer.header().call);
       continue;
     }
-    channel::FrameHeader h = buffer.header();
-    if (h.kind == channel::Kind::local) {
-      auto m = d->take(h.call);
-      if (!m)
-        continue;
-      CafSink sink(m->sender, m->mid);
-      if (m->content().match_elements<handle_atom, HttpRequest>()) {
-        serve(*instance, m->content().get_mutable_as<HttpRequest>(1), d->models.get(),
-              d->inflight, sink);
-      } else {
-        sink.answer(HttpResponse{});
-      }
-      d->finish();
-      continue;
-    }
-    if (h.version != channel::kVersion || h.kind != channel::Kind::request ||
-        h.lane >= ch.lanes()) {
-      log->warn("replica {}: dropped a channel frame (version {}, kind {}, lane {})", d->replica_id,
-                h.version, static_cast<int>(h.kind), h.lane);
-      continue;
-    }
-    int answers = ch.answer_fd(h.lane);
     HttpRequest req;
-    Status decoded =
-        size > buffer.capacity()
-            ? Status(errc::invalid_argument, "request frame of " + std::to_string(size) +
-                                                 " bytes exceeds the channel's " +
-                                                 std::to_string(buffer.capacity()))
-            : channel::decode_request(buffer.payload(), size - sizeof(channel::FrameHeader), req);
-    if (!decoded) {
-      log->warn("replica {}: {}", d->replica_id, decoded.message());
-      HttpResponse bad;
-      bad.status = 500;
-      bad.headers = {{"Content-Type", "application/json"}};
-      bad.body = Json{{"error", "replica " + d->replica_id + ": " + decoded.message()}}.dump();
-      channel::send_answer(answers, h.call, bad, ch.max_frame());
+    if (!take_request(*d, buffer, size, req))
       continue;
-    }
-    if (d->stopping.load()) {
-      channel::send_refusal(answers, h.call, false, "replica " + d->replica_id + " is stopping",
-                            ch.max_frame());
-      continue;
-    }
-    if (!d->admit()) {
-      channel::send_refusal(answers, h.call, true,
-                            "replica " + d->replica_id + " is at max_ongoing_requests (" +
-                                std::to_string(d->limit) + ")",
-                            ch.max_frame());
-      continue;
-    }
-    // The proxy names the request by its call key in the frame.
-    req.call_key = h.call;
-    ChannelSink sink(answers, h.call, ch.max_frame());
+    ChannelSink sink(ch.answer_fd(buffer.header().lane), req.call_key, ch.max_frame());
     serve(*instance, req, d->models.get(), d->inflight, sink);
     d->finish();
+  }
+}
+
+namespace {
+
+// A streamed answer of the request loop: its producer runs on a thread of
+// its own (it may block on flow control), as for an inline call.
+void stream_apart(Instance instance, DispatchPtr d, std::unique_ptr<Request> in,
+                  std::shared_ptr<RequestControl> control, FlowPtr flow, Handled h,
+                  HttpRequest req, int answers) {
+  std::thread([instance = std::move(instance), d = std::move(d), in = std::move(in),
+               control = std::move(control), flow = std::move(flow), h = std::move(h),
+               req = std::move(req), answers]() mutable {
+    {
+      RequestIdScope scope(req.request_id, req.timeout_s, control);
+      ChannelSink sink(answers, req.call_key, d->channel->max_frame());
+      run_stream(h, req.call_key, *flow, sink);
+    }
+    d->inflight.remove(req.call_key);
+    d->finish();
+  }).detach();
+}
+
+}  // namespace
+
+// The one request thread of a replica process whose deployment declares its
+// handler non-blocking: reads every frame the channel holds at once
+// (recvmmsg), runs the handlers one after another, and writes the answers of
+// each lane with one sendmmsg. While it runs, frames pile up in the socket
+// and are taken by the next read without a wake-up, as an event loop does;
+// a pool of threads each blocked in recv() costs a thread wake-up (and a
+// context switch) per request instead. A streamed answer's producer runs on
+// a thread of its own.
+void channel_loop(Instance instance, DispatchPtr d) {
+  constexpr size_t kRead = 32;  // frames per read
+  auto& ch = *d->channel;
+  std::vector<channel::FrameBuffer> buffers;
+  buffers.reserve(kRead);
+  for (size_t i = 0; i < kRead; ++i)
+    buffers.emplace_back(ch.max_frame());
+  iovec iov[kRead];
+  mmsghdr msgs[kRead];
+  std::vector<channel::Batch> out(ch.lanes());
+  for (;;) {
+    for (size_t i = 0; i < kRead; ++i) {
+      iov[i] = {buffers[i].data(), buffers[i].capacity()};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int got = ::recvmmsg(ch.request_fd(), msgs, kRead, MSG_WAITFORONE | MSG_TRUNC, nullptr);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return;
+    size_t answered = 0;  // admitted requests whose answer is in `out`
+    for (int i = 0; i < got; ++i) {
+      auto& buffer = buffers[static_cast<size_t>(i)];
+      // MSG_TRUNC: the frame's real length, also when it did not fit.
+      size_t size = msgs[i].msg_len;
+      if (size >= sizeof(channel::FrameHeader) && buffer.header().kind == channel::Kind::local) {
+        serve_local(*instance, *d, buffer.header().call);
+        continue;
+      }
+      HttpRequest req;
+      if (!take_request(*d, buffer, size, req))
+        continue;
+      uint8_t lane = buffer.header().lane;
+      auto control = request_control(req.timeout_s);
+      FlowPtr flow = d->inflight.add(req.call_key, control);
+      // On the heap: a streamed answer's producer may keep references into it.
+      auto in = std::make_unique<Request>(Request{std::move(req.method), std::move(req.path),
+                                                  std::move(req.query), std::move(req.headers),
+                                                  std::move(req.body), control});
+      Handled h;
+      {
+        RequestIdScope scope(req.request_id, req.timeout_s, control);
+        h = run_handler(*instance, *in, req.request_id, d->models.get());
+      }
+      if (h.produce) {
+        stream_apart(instance, d, std::move(in), std::move(control), std::move(flow),
+                     std::move(h), std::move(req), ch.answer_fd(lane));
+        continue;
+      }
+      d->inflight.remove(req.call_key);
+      if (out[lane].add_answer(req.call_key, h.out, ch.max_frame()) == channel::Sent::too_large)
+        channel::send_answer(ch.answer_fd(lane), req.call_key, h.out, ch.max_frame());
+      ++answered;
+    }
+    for (size_t lane = 0; lane < out.size(); ++lane) {
+      if (out[lane].empty())
+        continue;
+      out[lane].flush(ch.answer_fd(lane), 0);  // fails only when the proxy's end is gone
+      out[lane].clear();
+    }
+    // Counted as ended once their answers are sent: a stopping replica's
+    // process may exit after the last.
+    for (size_t i = 0; i < answered; ++i)
+      d->finish();
   }
 }
 

@@ -27,6 +27,9 @@ caf::behavior request_worker(caf::event_based_actor*, Instance instance, Dispatc
 
 // Runs on a thread of its own until the node's end of the channel closes.
 void channel_worker(Instance instance, DispatchPtr d);
+// Instead of the channel_workers when the deployment declares its handler
+// non-blocking: one thread that reads and answers in batches.
+void channel_loop(Instance instance, DispatchPtr d);
 
 // One thread per replica process with a data channel: reads the credit and
 // cancel frames the proxy's io threads write into their lanes and applies

@@ -163,6 +163,33 @@ HeaderList get_headers(capnp::List<schema::ChannelHeader>::Reader in) {
   return out;
 }
 
+// The payload bytes of a request (its frame is larger by the encoding).
+size_t request_bytes(const HttpRequest& request) {
+  size_t bytes = request.method.size() + request.path.size() + request.query.size() +
+                 request.body.size() + request.request_id.size();
+  for (const auto& [name, value] : request.headers)
+    bytes += name.size() + value.size();
+  return bytes;
+}
+
+void build_request(capnp::MessageBuilder& message, const HttpRequest& request) {
+  auto r = message.initRoot<schema::ChannelRequest>();
+  r.setMethod(text(request.method));
+  r.setPath(text(request.path));
+  r.setQuery(text(request.query));
+  set_headers(r.initHeaders(static_cast<unsigned>(request.headers.size())), request.headers);
+  r.setBody(data(request.body));
+  r.setRequestId(text(request.request_id));
+  r.setTimeoutS(request.timeout_s);
+}
+
+void build_answer(capnp::MessageBuilder& message, const HttpResponse& answer) {
+  auto a = message.initRoot<schema::ChannelAnswer>();
+  a.setStatus(answer.status);
+  set_headers(a.initHeaders(static_cast<unsigned>(answer.headers.size())), answer.headers);
+  a.setBody(data(answer.body));
+}
+
 template <class F>
 Status read_payload(const void* payload, size_t bytes, const char* what, F&& read) {
   if (bytes % sizeof(capnp::word) != 0 ||
@@ -279,21 +306,11 @@ size_t Registry::size() const {
 
 Sent send_request(int fd, uint64_t call, uint8_t lane, const HttpRequest& request,
                   size_t max_frame) {
-  size_t bytes = request.method.size() + request.path.size() + request.query.size() +
-                 request.body.size() + request.request_id.size();
-  for (const auto& [name, value] : request.headers)
-    bytes += name.size() + value.size();
+  size_t bytes = request_bytes(request);
   if (bytes + sizeof(FrameHeader) > max_frame)
     return Sent::too_large;
   capnp::MallocMessageBuilder message(estimate_words(bytes, request.headers.size()));
-  auto r = message.initRoot<schema::ChannelRequest>();
-  r.setMethod(text(request.method));
-  r.setPath(text(request.path));
-  r.setQuery(text(request.query));
-  set_headers(r.initHeaders(static_cast<unsigned>(request.headers.size())), request.headers);
-  r.setBody(data(request.body));
-  r.setRequestId(text(request.request_id));
-  r.setTimeoutS(request.timeout_s);
+  build_request(message, request);
   FrameHeader h;
   h.kind = Kind::request;
   h.lane = lane;
@@ -306,10 +323,7 @@ bool send_answer(int fd, uint64_t call, const HttpResponse& answer, size_t max_f
   for (const auto& [name, value] : answer.headers)
     bytes += name.size() + value.size();
   capnp::MallocMessageBuilder message(estimate_words(bytes, answer.headers.size()));
-  auto a = message.initRoot<schema::ChannelAnswer>();
-  a.setStatus(answer.status);
-  set_headers(a.initHeaders(static_cast<unsigned>(answer.headers.size())), answer.headers);
-  a.setBody(data(answer.body));
+  build_answer(message, answer);
   FrameHeader h;
   h.kind = Kind::answer;
   h.call = call;
@@ -381,6 +395,85 @@ Sent send_control(int fd, Kind kind, uint64_t call, uint32_t amount) {
   h.amount = amount;
   iovec iov{&h, sizeof(h)};
   return classify(send_iov(fd, &iov, 1, MSG_DONTWAIT));
+}
+
+// --- batches ------------------------------------------------------------------------------
+
+Sent Batch::add(FrameHeader header, capnp::MessageBuilder& message, size_t max_frame) {
+  Gather g;
+  gather(header, message, g);
+  if (g.bytes > max_frame)
+    return Sent::too_large;
+  size_t first = words_.size();
+  words_.resize(first + (g.bytes + 7) / 8);
+  auto* out = reinterpret_cast<char*>(words_.data() + first);
+  for (int i = 0; i < g.count; ++i) {
+    std::memcpy(out, g.iov[i].iov_base, g.iov[i].iov_len);
+    out += g.iov[i].iov_len;
+  }
+  frames_.emplace_back(first, g.bytes);
+  return Sent::sent;
+}
+
+Sent Batch::add_request(uint64_t call, uint8_t lane, const HttpRequest& request,
+                        size_t max_frame) {
+  size_t bytes = request_bytes(request);
+  if (bytes + sizeof(FrameHeader) > max_frame)
+    return Sent::too_large;
+  capnp::MallocMessageBuilder message(estimate_words(bytes, request.headers.size()));
+  build_request(message, request);
+  FrameHeader h;
+  h.kind = Kind::request;
+  h.lane = lane;
+  h.call = call;
+  return add(h, message, max_frame);
+}
+
+Sent Batch::add_answer(uint64_t call, const HttpResponse& answer, size_t max_frame) {
+  size_t bytes = answer.body.size();
+  for (const auto& [name, value] : answer.headers)
+    bytes += name.size() + value.size();
+  if (bytes + sizeof(FrameHeader) > max_frame)
+    return Sent::too_large;
+  capnp::MallocMessageBuilder message(estimate_words(bytes, answer.headers.size()));
+  build_answer(message, answer);
+  FrameHeader h;
+  h.kind = Kind::answer;
+  h.call = call;
+  return add(h, message, max_frame);
+}
+
+uint64_t Batch::call(size_t i) const {
+  return reinterpret_cast<const FrameHeader*>(words_.data() + frames_[i].first)->call;
+}
+
+Sent Batch::flush(int fd, int flags) {
+  constexpr size_t kPerCall = 64;  // messages per sendmmsg
+  iovec iov[kPerCall];
+  mmsghdr msgs[kPerCall];
+  while (sent_ < frames_.size()) {
+    size_t n = std::min(kPerCall, frames_.size() - sent_);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& [first, bytes] = frames_[sent_ + i];
+      iov[i] = {words_.data() + first, bytes};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int got = ::sendmmsg(fd, msgs, static_cast<unsigned>(n), flags | MSG_NOSIGNAL);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return classify(got);
+    sent_ += static_cast<size_t>(got);
+  }
+  return Sent::sent;
+}
+
+void Batch::clear() {
+  words_.clear();
+  frames_.clear();
+  sent_ = 0;
 }
 
 Status decode_request(const void* payload, size_t bytes, HttpRequest& out) {

@@ -47,6 +47,10 @@
 #include "runtime/local_replicas.hpp"
 #include "runtime/wire.hpp"
 
+namespace capnp {
+class MessageBuilder;
+}
+
 namespace troupe::channel {
 
 constexpr uint8_t kVersion = 1;
@@ -164,6 +168,40 @@ bool send_chunk(int fd, uint64_t call, const char* data, size_t bytes, size_t ma
 bool send_end(int fd, uint64_t call, bool complete, const std::string& why, size_t max_frame);
 // A credit or cancel frame (no payload), without blocking.
 Sent send_control(int fd, Kind kind, uint64_t call, uint32_t amount);
+
+// Frames for one socket, sent with one system call (sendmmsg): the requests
+// an io thread queued for one replica process during a pass of its event
+// loop, or the answers a replica process's request loop made for one lane
+// from the frames it read at once. Each frame is still one message on the
+// socket: the receiver reads them as if they had been sent one by one.
+class Batch {
+ public:
+  // Encodes a frame at the end of the batch. too_large when it does not fit
+  // in max_frame (nothing is added): requests take CAF then, answers go with
+  // send_answer (in several frames).
+  Sent add_request(uint64_t call, uint8_t lane, const HttpRequest& request, size_t max_frame);
+  Sent add_answer(uint64_t call, const HttpResponse& answer, size_t max_frame);
+
+  size_t size() const { return frames_.size(); }
+  bool empty() const { return frames_.empty(); }
+  // The call id of frame `i`.
+  uint64_t call(size_t i) const;
+
+  // Sends the frames not sent yet, in order, until all are sent or the
+  // socket refuses one; `flags` as for send (MSG_DONTWAIT, or 0 to block).
+  // Returns sent, or why the frame at sent_count() was not sent (busy or
+  // closed); the frames before it are on their way.
+  Sent flush(int fd, int flags);
+  size_t sent_count() const { return sent_; }
+  // Forgets every frame (sent or not).
+  void clear();
+
+ private:
+  Sent add(FrameHeader header, capnp::MessageBuilder& message, size_t max_frame);
+  std::vector<uint64_t> words_;                        // the frames, word-aligned
+  std::vector<std::pair<size_t, size_t>> frames_;      // (first word, bytes)
+  size_t sent_ = 0;
+};
 
 // A received payload (after the header): word-aligned, as Cap'n Proto reads it.
 // The decoders return an error naming what is wrong with a malformed payload.

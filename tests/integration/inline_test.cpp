@@ -27,9 +27,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// `probe_replicas` replicas of the probe, with `probe_args`; the same class
-// declaring nothing (the normal path) at /normal.
-std::string config(int probe_replicas, int max_ongoing, const std::string& probe_args) {
+// `probe_replicas` replicas of the probe, with `probe_args` and `isolation`;
+// the same class declaring nothing (the normal path) at /normal.
+std::string config(int probe_replicas, int max_ongoing, const std::string& probe_args,
+                   const std::string& isolation = "in_process") {
   return R"(http_options: {request_timeout_s: 30}
 applications:
   - name: probe
@@ -43,7 +44,7 @@ applications:
          std::to_string(probe_replicas) + R"(
         max_ongoing_requests: )" +
          std::to_string(max_ongoing) + R"(
-        isolation: in_process
+        isolation: )" + isolation + R"(
   - name: normal
     route_prefix: /normal
     import_path: libtroupe_examples.so:InlineProbe
@@ -181,9 +182,14 @@ TEST_CASE("inline: an in_process non-blocking deployment answers through the io 
     FAIL_CHECK(r);
 }
 
-TEST_CASE("inline: a rolling update and a delete while requests flow lose no request") {
+namespace {
+
+// Replicas of the probe replaced one by one (new args), then deleted, while
+// four clients send requests: none fails before the delete, and after it
+// only 404 or 503.
+void update_and_delete_under_load(const std::string& isolation) {
   InlineNode node;
-  node.deploy(config(2, 4, "{generation: 1}"));
+  node.deploy(config(2, 4, "{generation: 1}", isolation));
   node.wait_replicas("probe", 2);
 
   std::atomic<bool> stop{false};
@@ -213,7 +219,7 @@ TEST_CASE("inline: a rolling update and a delete while requests flow lose no req
   REQUIRE(wait_until([&] { return answered() >= 100; }, 30s, 10ms));
 
   // New args: a new version, replaced replica by replica while requests flow.
-  node.deploy(config(2, 4, "{generation: 2}"));
+  node.deploy(config(2, 4, "{generation: 2}", isolation));
   const int after_update = answered();
   REQUIRE(wait_until([&] { return answered() >= after_update + 100; }, 30s, 10ms));
 
@@ -239,4 +245,89 @@ TEST_CASE("inline: a rolling update and a delete while requests flow lose no req
   auto reports = node.cluster.stop_all();
   for (const auto& r : reports)
     FAIL_CHECK(r);
+}
+
+}  // namespace
+
+TEST_CASE("inline: a rolling update and a delete while requests flow lose no request") {
+  update_and_delete_under_load("in_process");
+}
+
+TEST_CASE("inline: a process-isolated non-blocking deployment answers from one loop over its data channel") {
+  InlineNode node;
+  node.deploy(config(1, 4, "{}", "process"));
+  node.wait_replicas("probe", 1);
+  const double channel_before =
+      node.metric("troupe_proxy_replica_sends_total{transport=\"channel\"}");
+  const double inline_before = node.metric("troupe_proxy_replica_sends_total{transport=\"inline\"}");
+
+  auto first = http_get(node.port, "/probe/?a=1", 10);
+  REQUIRE(first);
+  CAPTURE(first->body);
+  CHECK(first->status == 200);
+  CHECK(json::parse(first->body).value("replica_id", "").find("probe#InlineProbe#") == 0);
+  CHECK(first->head.find("X-Request-Id") != std::string::npos);
+
+  // Eight clients over both io threads, each call computing 2 ms, with room
+  // for four at once: the process runs a non-blocking handler on its one
+  // request loop, one call after another, and every request is answered.
+  constexpr int kClients = 8;
+  constexpr int kPerClient = 20;
+  std::mutex mutex;
+  std::map<int, int> statuses;
+  int most_running = 0;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      for (int k = 0; k < kPerClient; ++k) {
+        auto r = http_get(node.port, "/probe/?spin_us=2000", 30);
+        std::lock_guard<std::mutex> lock(mutex);
+        ++statuses[r ? r->status : 0];
+        if (r && r->status == 200)
+          most_running = std::max(most_running, json::parse(r->body).value("max_running", 0));
+      }
+    });
+  }
+  for (auto& t : clients)
+    t.join();
+  CHECK(statuses[200] == kClients * kPerClient);
+  CHECK(most_running == 1);
+
+  // A handler that throws: the same answer as on the normal path.
+  auto thrown = http_get(node.port, "/probe/?mode=throw", 10);
+  REQUIRE(thrown);
+  CAPTURE(thrown->body);
+  CHECK(thrown->status == 500);
+  CHECK(json::parse(thrown->body)["error"] == "handler raised: probe failure");
+
+  // A streamed answer goes on from a thread of its own.
+  auto streamed = http_get(node.port, "/probe/?mode=stream&n=3", 10);
+  REQUIRE(streamed);
+  CHECK(streamed->status == 200);
+  CHECK(streamed->body == "piece 0\npiece 1\npiece 2\n");
+
+  // An answer larger than a frame (256 KiB at most) goes in several.
+  auto big = http_get(node.port, "/probe/?mode=big&bytes=700000", 10);
+  REQUIRE(big);
+  CHECK(big->status == 200);
+  REQUIRE(big->body.size() == 700000u);
+  CHECK(big->body[0] == '0');
+  CHECK(big->body[699000] == '9');
+  CHECK(big->body[699001] == 'b');
+
+  // Every request of /probe went over the data channel; none ran inline in
+  // the node.
+  const int probe_requests = 1 + kClients * kPerClient + 1 + 1 + 1;
+  CHECK(node.metric("troupe_proxy_replica_sends_total{transport=\"channel\"}") - channel_before ==
+        probe_requests);
+  CHECK(node.metric("troupe_proxy_replica_sends_total{transport=\"inline\"}") == inline_before);
+  CHECK(node.metric("troupe_proxy_requests_total{application=\"probe\",code=\"200\"}") ==
+        1 + kClients * kPerClient + 1 + 1);
+  auto reports = node.cluster.stop_all();
+  for (const auto& r : reports)
+    FAIL_CHECK(r);
+}
+
+TEST_CASE("inline: a process-isolated non-blocking deployment loses no request in a rolling update and a delete") {
+  update_and_delete_under_load("process");
 }

@@ -317,3 +317,99 @@ TEST_CASE("data channel: a stream is a head - chunks split at max_frame - an end
   CHECK(buffer.header().kind == Kind::cancel);
   CHECK(buffer.header().call == 43);
 }
+
+TEST_CASE("data channel: a batch sends its frames with one call - each read alone in order - busy and closed say where they stopped") {
+  auto made = make_channel("r1", 2);
+  REQUIRE(made);
+  auto& ch = *made.value().channel;
+  auto end = replica_end(made.value());
+
+  Batch requests;
+  CHECK(requests.empty());
+  for (uint64_t call = 1; call <= 5; ++call) {
+    auto r = sample_request(100 * call);
+    r.request_id = "id" + std::to_string(call);
+    REQUIRE(requests.add_request(call, 1, r, ch.max_frame()) == Sent::sent);
+  }
+  // Too large for a frame: refused, nothing added.
+  CHECK(requests.add_request(6, 1, sample_request(ch.max_frame()), ch.max_frame()) ==
+        Sent::too_large);
+  REQUIRE(requests.size() == 5);
+  CHECK(requests.call(0) == 1);
+  CHECK(requests.call(4) == 5);
+  REQUIRE(requests.flush(ch.request_fd(), MSG_DONTWAIT) == Sent::sent);
+  CHECK(requests.sent_count() == 5);
+  // Sent already: a second flush sends nothing more.
+  REQUIRE(requests.flush(ch.request_fd(), MSG_DONTWAIT) == Sent::sent);
+
+  FrameBuffer buffer(end->max_frame());
+  for (uint64_t call = 1; call <= 5; ++call) {
+    size_t n = receive(end->request_fd(), buffer);
+    REQUIRE(n > sizeof(FrameHeader));
+    CHECK(buffer.header().kind == Kind::request);
+    CHECK(buffer.header().lane == 1);
+    CHECK(buffer.header().call == call);
+    HttpRequest got;
+    REQUIRE(decode_request(buffer.payload(), n - sizeof(FrameHeader), got));
+    CHECK(got.body == sample_request(100 * call).body);
+    CHECK(got.request_id == "id" + std::to_string(call));
+  }
+  CHECK(receive(end->request_fd(), buffer) == 0);
+
+  // Answers the same way, into a lane.
+  Batch answers;
+  for (int status : {200, 404, 503}) {
+    HttpResponse a;
+    a.status = status;
+    a.headers = {{"Content-Type", "text/plain"}};
+    a.body = "status " + std::to_string(status);
+    REQUIRE(answers.add_answer(static_cast<uint64_t>(status), a, end->max_frame()) == Sent::sent);
+  }
+  HttpResponse huge;
+  huge.body.assign(end->max_frame(), 'x');
+  CHECK(answers.add_answer(7, huge, end->max_frame()) == Sent::too_large);
+  REQUIRE(answers.flush(end->answer_fd(0), 0) == Sent::sent);
+  for (int status : {200, 404, 503}) {
+    size_t n = receive(ch.answer_fd(0), buffer);
+    REQUIRE(n > sizeof(FrameHeader));
+    CHECK(buffer.header().kind == Kind::answer);
+    CHECK(buffer.header().call == static_cast<uint64_t>(status));
+    HttpResponse got;
+    REQUIRE(decode_answer(buffer.payload(), n - sizeof(FrameHeader), got));
+    CHECK(got.status == status);
+    CHECK(got.body == "status " + std::to_string(status));
+  }
+  answers.clear();
+  CHECK(answers.empty());
+  CHECK(answers.sent_count() == 0);
+
+  // Nobody reads: the socket fills, and the flush stops at the first frame
+  // it does not take, without blocking; what it took is on its way.
+  Batch full;
+  auto big = sample_request(ch.max_frame() / 2);
+  for (uint64_t call = 0; call < 200; ++call)
+    REQUIRE(full.add_request(call, 0, big, ch.max_frame()) == Sent::sent);
+  CHECK(full.flush(ch.request_fd(), MSG_DONTWAIT) == Sent::busy);
+  size_t taken = full.sent_count();
+  CHECK(taken >= 1);
+  CHECK(taken < 200);
+  size_t read = 0;
+  while (receive(end->request_fd(), buffer) > 0) {
+    CHECK(buffer.header().call == read);
+    ++read;
+  }
+  CHECK(read == taken);
+  // Room again: the rest goes, from where it stopped.
+  auto again = full.flush(ch.request_fd(), MSG_DONTWAIT);
+  CHECK((again == Sent::sent || again == Sent::busy));
+  CHECK(full.sent_count() > taken);
+  CHECK(receive(end->request_fd(), buffer) > 0);
+  CHECK(buffer.header().call == taken);
+
+  // The process exits: a flush says closed.
+  end.reset();
+  Batch late;
+  REQUIRE(late.add_request(1, 0, sample_request(10), ch.max_frame()) == Sent::sent);
+  CHECK(late.flush(ch.request_fd(), MSG_DONTWAIT) == Sent::closed);
+  CHECK(late.sent_count() == 0);
+}
