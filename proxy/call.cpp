@@ -351,10 +351,13 @@ void send(const CallPtr& c, SlotPtr slot) {
   c->request.call_key = c->key;
   if (send_inline(c))
     return;
-  if (send_channel(c)) {
-    w->core->metrics.sent(true);
+  if (send_channel(c))
     return;
-  }
+  send_caf(c);
+}
+
+void send_caf(const CallPtr& c) {
+  auto* w = c->worker;
   w->core->metrics.sent(false);
   auto id = await_caf_answer(c);
   c->slot->handle->enqueue(w->companion->ctrl(), id,

@@ -177,6 +177,8 @@ std::string_view path_of(Call& c);
 // ignored); the call is tracked (sweep, fail_over). Returns the request id
 // to send the request with.
 caf::message_id await_caf_answer(const CallPtr& c);
+// Sends the call's request over its replica's CAF handle.
+void send_caf(const CallPtr& c);
 
 // --- in-process replicas called inline (inline_path.cpp) ----------------------
 
@@ -189,9 +191,12 @@ bool send_inline(const CallPtr& c);
 
 // --- data channels to replica processes (channel_path.cpp) --------------------
 
-// Sends the call's request over its replica's data channel; false when it
-// has none (or a broken one), the request does not fit in a frame or the
-// channel is full: then it goes over CAF.
+// Queues the call's request for its replica's data channel; false when it
+// has none (or a broken one) or the request does not fit in a frame: then
+// it goes over CAF. The requests queued during one pass of the io thread's
+// event loop go to each replica process with one system call, after the
+// pass's other handlers; those the socket does not take (it is full, or the
+// process is gone) go over CAF then.
 bool send_channel(const CallPtr& c);
 
 // --- streamed answers and cancellation (streams.cpp) ---------------------------

@@ -239,18 +239,56 @@ Lane* lane_of(Worker* w, const channel::ChannelPtr& ch) {
 
 }  // namespace
 
+namespace {
+
+// Sends the request frames queued in this pass (send_channel). A call whose
+// frame the socket does not take goes over CAF, unless it ended meanwhile.
+void flush_channels(Worker* w) {
+  w->flush_posted = false;
+  auto outboxes = std::move(w->outboxes);
+  w->outboxes.clear();
+  for (auto& [key, box] : outboxes) {
+    auto& ch = box.channel;
+    auto sent = box.batch.flush(ch->request_fd(), MSG_DONTWAIT);
+    size_t done = box.batch.sent_count();
+    for (size_t i = 0; i < done; ++i)
+      w->core->metrics.sent(true);
+    if (sent == channel::Sent::sent)
+      continue;
+    if (sent == channel::Sent::closed)
+      ch->set_broken();
+    for (size_t i = done; i < box.calls.size(); ++i) {
+      auto& c = box.calls[i];
+      auto it = w->pending.find(box.batch.call(i));
+      if (it == w->pending.end() || it->second != c)
+        continue;  // it ended in this pass (its client left, say)
+      w->pending.erase(it);
+      c->channel_call = 0;
+      w->untrack(c.get());
+      send_caf(c);
+    }
+  }
+}
+
+}  // namespace
+
 bool send_channel(const CallPtr& c) {
   auto* w = c->worker;
   const auto& ch = c->slot->channel;
   if (!ch || ch->broken() || !lane_of(w, ch))
     return false;
   uint64_t id = c->key;
-  auto sent = channel::send_request(ch->request_fd(), id, static_cast<uint8_t>(w->index),
-                                    c->request, ch->max_frame());
-  if (sent == channel::Sent::closed)
-    ch->set_broken();
-  if (sent != channel::Sent::sent)
+  auto& box = w->outboxes[ch.get()];
+  if (!box.channel)
+    box.channel = ch;
+  if (box.batch.add_request(id, static_cast<uint8_t>(w->index), c->request, ch->max_frame()) !=
+      channel::Sent::sent)
     return false;
+  box.calls.push_back(c);
+  if (!w->flush_posted) {
+    w->flush_posted = true;
+    asio::post(*w->io, [w] { flush_channels(w); });
+  }
   c->channel_call = id;
   c->sent_at = Clock::now();
   w->pending.emplace(id, c);

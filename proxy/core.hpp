@@ -199,6 +199,16 @@ struct Worker {
   std::unordered_map<const channel::Channel*, std::unique_ptr<Lane>> lanes;
   std::unordered_map<uint64_t, CallPtr> pending;
   uint64_t next_call = 0;
+  // Request frames written during this pass of the event loop, by channel:
+  // sent together (one sendmmsg per replica process) by a handler posted
+  // behind the pass's other handlers (channel_path.cpp, flush_channels).
+  struct Outbox {
+    channel::ChannelPtr channel;
+    channel::Batch batch;
+    std::vector<CallPtr> calls;  // of the frames, in order
+  };
+  std::unordered_map<const channel::Channel*, Outbox> outboxes;
+  bool flush_posted = false;
   // Calls whose replica streams its answer over CAF, by key.
   std::unordered_map<uint64_t, CallPtr> streams;
   // Streamed handle calls relayed to their callers (handle_calls.cpp), by
