@@ -150,6 +150,34 @@ void refuse(caf::mailbox_element& m, const Status& why, caf::execution_unit* eu)
     m.sender->enqueue(nullptr, m.mid.response_id(), caf::make_message(to_caf_error(why)), eu);
 }
 
+// A request to a replica whose handler is declared non-blocking, run here,
+// in the sender's context (for a request from another node: the thread
+// that read it from the network), and answered straight to the sender: no
+// hand-off to a request thread and back. False when the replica closed its
+// inline registration (it is exiting): then the request goes the normal way.
+bool serve_here(local::LocalReplica& replica, caf::mailbox_element& m, caf::execution_unit* eu) {
+  HttpResponse answer;
+  auto result = replica.serve(m.content().get_as<HttpRequest>(1), answer);
+  switch (result.kind) {
+    case local::InlineResult::closed:
+      return false;
+    case local::InlineResult::stopping:
+      refuse(m, Status(errc::unavailable, result.why), eu);
+      return true;
+    case local::InlineResult::overloaded:
+      refuse(m, Status(errc::overloaded, result.why), eu);
+      return true;
+    case local::InlineResult::streaming:
+      result.stream->start(m.sender, m.mid);
+      return true;
+    case local::InlineResult::answered:
+      break;
+  }
+  if (m.sender && m.mid.is_request())
+    m.sender->enqueue(nullptr, m.mid.response_id(), caf::make_message(std::move(answer)), eu);
+  return true;
+}
+
 }  // namespace
 
 caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
@@ -171,6 +199,10 @@ caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
       if (d->stopping.load()) {
         refuse(*m, Status(errc::unavailable, "replica " + d->replica_id + " is stopping"), eu);
         return;
+      }
+      if (auto here = d->inline_replica.lock()) {
+        if (serve_here(*here, *m, eu))
+          return;
       }
       if (d->channel) {
         if (!d->admit()) {

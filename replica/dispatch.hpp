@@ -33,6 +33,7 @@
 
 #include "replica/model_report.hpp"
 #include "replica/streams.hpp"
+#include "runtime/local_replicas.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe::channel {
@@ -63,6 +64,11 @@ struct Dispatch {
   // replica starts, constant after. Answers to requests that name a model
   // carry it (runtime/multiplex.hpp).
   std::shared_ptr<ModelReport> models;
+  // An in-process replica whose deployment declares its handler
+  // non-blocking (replica/inline_replica.hpp): requests that come over CAF
+  // (other nodes' proxies) run in the sender's context too, on the thread
+  // that delivers them. Set before `ready`; empty once the replica closes it.
+  std::weak_ptr<local::LocalReplica> inline_replica;
   // The requests running now, by call key: cancellation and stream credits.
   Inflight inflight;
 

@@ -120,6 +120,7 @@ void register_inline(replica_actor* self, const Instance& instance) {
   auto entry = std::make_shared<InlineReplica>(instance, st.dispatch);
   auto registry = st.options.local_replicas;
   registry->add(entry);
+  st.dispatch->inline_replica = entry;
   self->attach_functor([registry, entry](const caf::error&) {
     registry->remove(entry);
     entry->close();

@@ -38,7 +38,8 @@
 // the proxy or the node agent, so it may block — unless the deployment
 // declares its handler non-blocking (Deployment::nonblocking() below): then
 // an `isolation: in_process` replica's handle() runs on the node proxy's io
-// threads, up to max_ongoing_requests at once.
+// threads and on the thread that reads other nodes' requests from the
+// network, and a process-isolated one's on one request loop.
 //
 // Errors: an exception from the constructor, or from the reconfigure() that
 // follows it, is a start failure whose message reaches the deployment's
@@ -918,21 +919,25 @@ class Deployment {
   // (microseconds, not milliseconds), with no sleeps, no I/O or waits on
   // other threads (short critical sections excepted), no
   // Request::wait_cancelled() and no deployment handle call whose answer it
-  // waits for. Then, when the replica runs `isolation: in_process`, the
-  // node's HTTP proxy calls handle() directly on its io thread and writes the
-  // answer: no message to the replica and no hand-off to a request thread
-  // and back, which is most of what a small request costs otherwise. The
-  // rest is unchanged: max_ongoing_requests and the proxy's queue bound the
-  // calls in flight, an exception is a 500, a stopping replica takes no new
-  // request, and a streamed answer's producer runs on a thread of its own
-  // (it may block on flow control). What differs: a call that runs cannot be
-  // cancelled (the io thread is busy with it; Request::cancelled() is true
-  // only once its deadline passed), and a handler that does block stalls
-  // every connection of that io thread (the proxy logs a warning when one
-  // takes longer than 10 ms). Requests from other nodes' proxies, and
-  // replicas in their own process (`isolation: process`, the default), take
-  // the normal path whatever this says. Asked once, on a runtime thread,
-  // after the constructor and the first reconfigure(): return a constant.
+  // waits for. Then no thread is woken to run a request, which is most of
+  // what a small request costs otherwise:
+  //   - `isolation: in_process`: the node's HTTP proxy calls handle()
+  //     directly on its io thread and writes the answer; a request from
+  //     another node's proxy runs on the thread that reads it from the
+  //     network, and its answer goes straight back;
+  //   - `isolation: process` (the default): the replica's process runs
+  //     handle() on one request loop, which reads the requests that wait
+  //     and writes their answers in batches, instead of on a pool of
+  //     max_ongoing_requests threads; such a replica runs one call at a time.
+  // The rest is unchanged: max_ongoing_requests and the proxy's queue bound
+  // the calls in flight, an exception is a 500, a stopping replica takes no
+  // new request, and a streamed answer's producer runs on a thread of its
+  // own (it may block on flow control). What differs: a call that runs
+  // cannot be cancelled (Request::cancelled() is true only once its deadline
+  // passed), and a handler that does block stalls every request behind it
+  // (the proxy logs a warning when an inline call takes longer than 10 ms).
+  // Asked once, on a runtime thread, after the constructor and the first
+  // reconfigure(): return a constant.
   virtual bool nonblocking() const { return false; }
 };
 

@@ -331,3 +331,88 @@ TEST_CASE("inline: a process-isolated non-blocking deployment answers from one l
 TEST_CASE("inline: a process-isolated non-blocking deployment loses no request in a rolling update and a delete") {
   update_and_delete_under_load("process");
 }
+
+TEST_CASE("inline: requests from another node's proxy run a non-blocking handler where they arrive - one at a time - and answer") {
+  Cluster cluster;
+  cluster.start_head({"--proxy-io-threads", "2", "--resources", "cpu=2"});
+  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+  cluster.start_worker("w1", {"--resources", "cpu=2,probe=1"});
+  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  const uint16_t port = cluster.http_ports.at("head");
+  std::ofstream(cluster.dir / "remote.yaml") << R"(http_options: {request_timeout_s: 30}
+applications:
+  - name: probe
+    route_prefix: /probe
+    import_path: libtroupe_examples.so:InlineProbe
+    deployments:
+      - name: InlineProbe
+        num_replicas: 1
+        max_ongoing_requests: 4
+        isolation: in_process
+        resources: {probe: 0.01}
+)";
+  auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
+                       cluster.dir / "remote.yaml", "--wait"},
+                      90s);
+  CAPTURE(deployed.err);
+  REQUIRE(deployed.exit_code == 0);
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(port, "/probe/", 5);
+        return r && r->status == 200;
+      },
+      30s, 100ms));
+
+  // The head's proxy reaches the replica on w1 over CAF; w1 runs each call
+  // on the thread that reads it from the network, one after another, with
+  // room for four at once.
+  constexpr int kClients = 8;
+  constexpr int kPerClient = 10;
+  std::mutex mutex;
+  std::map<int, int> statuses;
+  int most_running = 0;
+  std::string replica;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      for (int k = 0; k < kPerClient; ++k) {
+        auto r = http_get(port, "/probe/?spin_us=2000", 30);
+        std::lock_guard<std::mutex> lock(mutex);
+        ++statuses[r ? r->status : 0];
+        if (r && r->status == 200) {
+          auto body = json::parse(r->body);
+          most_running = std::max(most_running, body.value("max_running", 0));
+          replica = body.value("replica_id", "");
+        }
+      }
+    });
+  }
+  for (auto& t : clients)
+    t.join();
+  CHECK(statuses[200] == kClients * kPerClient);
+  CHECK(most_running == 1);
+  CHECK(replica.find("probe#InlineProbe#") == 0);
+
+  auto thrown = http_get(port, "/probe/?mode=throw", 10);
+  REQUIRE(thrown);
+  CAPTURE(thrown->body);
+  CHECK(thrown->status == 500);
+  CHECK(json::parse(thrown->body)["error"] == "handler raised: probe failure");
+
+  // A streamed answer's producer runs on a thread of its own.
+  auto streamed = http_get(port, "/probe/?mode=stream&n=50", 10);
+  REQUIRE(streamed);
+  CHECK(streamed->status == 200);
+  std::string expected;
+  for (int i = 0; i < 50; ++i)
+    expected += "piece " + std::to_string(i) + "\n";
+  CHECK(streamed->body == expected);
+
+  auto big = http_get(port, "/probe/?mode=big&bytes=700000", 10);
+  REQUIRE(big);
+  CHECK(big->status == 200);
+  CHECK(big->body.size() == 700000u);
+  auto reports = cluster.stop_all();
+  for (const auto& r : reports)
+    FAIL_CHECK(r);
+}
