@@ -365,7 +365,8 @@ caf::result<ReplicaActor> spawn_process(agent_actor* self, const AgentOptions& o
   ps.executable = o.replica_binary;
   ps.args = {"--node-port", std::to_string(o.gate_port), "--replica-id", spec.replica_id,
              "--node-id",   o.info.id,                   "--parent-pid",
-             std::to_string(::getpid()), "--log-level", o.log_level};
+             std::to_string(::getpid()), "--log-level", o.log_level,
+             "--log-format", o.log_format};
   // Absolute: the process runs in the replica log directory.
   auto absolute = [](const std::string& path) {
     std::error_code ec;

@@ -93,6 +93,7 @@ struct AgentOptions {
   std::vector<std::string> plugin_path;  // handed to replica processes
   std::string tls_dir;                   // with TLS: they present this node's certificate
   std::string log_level = "info";
+  std::string log_format = "text";
   // A replica process that has not attached by then is killed and its start
   // fails (it hangs before running any user code).
   double attach_timeout_s = 30;

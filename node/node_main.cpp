@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
   }
   log::Options log_options;
   log_options.level = o.log_level;
+  log_options.format = o.log_format;
   log_options.process = o.node_id;
   if (!o.state_dir.empty()) {
     log_options.file = (fs::path(o.state_dir) / "logs" / "troupe-node.log").string();
@@ -253,6 +254,18 @@ int main(int argc, char** argv) {
     popts.on_give_up = on_give_up;
     popts.dashboard = o.head && o.dashboard;
     popts.connect_peers = !o.head;
+    if (auto mode = proxy::parse_access_log_mode(o.access_log);
+        mode && mode.value() != proxy::AccessLogMode::off) {
+      std::string file;
+      if (!o.state_dir.empty())
+        file = (fs::path(o.state_dir) / "logs" / "access.log").string();
+      auto opened = proxy::AccessLog::open(mode.value(), file, o.node_id, o.log_format == "json");
+      if (!opened) {
+        log::shutdown();
+        return usage_error(opened.status().message());
+      }
+      popts.access_log = std::move(opened.value());
+    }
     auto started = proxy::Proxy::start(sys, popts);
     if (!started) {
       log::shutdown();
@@ -365,6 +378,7 @@ int main(int argc, char** argv) {
     aopts.plugin_path = o.plugin_path;
     aopts.tls_dir = o.tls_dir;
     aopts.log_level = o.log_level;
+    aopts.log_format = o.log_format;
     aopts.channels = channels;
     aopts.channel_lanes = http_proxy->io_threads();
     aopts.on_give_up = on_give_up;

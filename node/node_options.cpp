@@ -81,6 +81,13 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  app.add_option("--log-format", o.log_format,
+                 "text, or json: one JSON object per line (also for replica processes)")
+      ->capture_default_str();
+  app.add_option("--access-log", o.access_log,
+                 "a line per request the proxy answers: on, errors (status 400 and above) or off; "
+                 "into <state-dir>/logs/access.log")
+      ->capture_default_str();
   std::string plugin_path;
   app.add_option("--plugin-path", plugin_path,
                  "colon-separated directories of deployment libraries (default: " +
@@ -166,6 +173,10 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
     if (!st)
       return Result<NodeOptions>(st);
   }
+  if (o.log_format != "text" && o.log_format != "json")
+    return invalid("--log-format '" + o.log_format + "' is not one of text, json");
+  if (o.access_log != "on" && o.access_log != "errors" && o.access_log != "off")
+    return invalid("--access-log '" + o.access_log + "' is not one of on, errors, off");
   if (!(o.drain_delay_s >= 0) || o.drain_delay_s > 86400)
     return invalid("--drain-delay must be between 0 and 86400 seconds");
   if (!(o.proxy_request_timeout_s >= 0) || o.proxy_request_timeout_s > 86400)

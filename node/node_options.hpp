@@ -45,6 +45,10 @@ struct NodeOptions {
   // that a load balancer stops sending before the node stops listening.
   double drain_delay_s = 3.0;
   std::string log_level = "info";
+  // "text" or "json" (runtime/log.hpp), for the node and its replica processes.
+  std::string log_format = "text";
+  // The proxy's access log (proxy/access_log.hpp): "on", "errors" or "off".
+  std::string access_log = "on";
   // Directories where import_path libraries are looked up.
   std::vector<std::string> plugin_path;
   // Head: seconds to collect re-registering nodes' replicas after a restart.

@@ -158,6 +158,8 @@ int main(int argc, char** argv) {
   app.add_option("--plugin-path", plugin_path, "directories of deployment libraries");
   app.add_option("--tls-dir", tls_dir, "present the node's certificate from this directory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "text or json");
   app.add_option("--channel-lanes", channel_lanes,
                  "answer lanes of the data channel passed as fds 3, 4, 5...; 0: none");
   app.add_option("--channel-max-frame", channel_max_frame,
@@ -193,6 +195,7 @@ int main(int argc, char** argv) {
 
   log::Options log_options;
   log_options.level = log_level;
+  log_options.format = log_format;
   log_options.process = replica_id;
   if (auto st = log::init(log_options); !st)
     fail(st.message());

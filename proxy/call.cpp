@@ -43,6 +43,23 @@ std::string_view path_of(Call& c) {
   return t.substr(0, t.find('?'));
 }
 
+void log_access(const CallPtr& c, int status, double seconds) {
+  const auto& access = c->worker->core->options.access_log;
+  if (!access || !access->wants(status))
+    return;
+  AccessEntry e;
+  e.request_id = c->request.request_id;
+  e.method = c->request.method;
+  e.path = c->exchange ? path_of(*c) : std::string_view(c->request.path);
+  e.status = status;
+  e.seconds = seconds;
+  e.app = c->route->app;
+  e.deployment = c->route->deployment;
+  if (const auto& slot = c->slot ? c->slot : c->last_slot)
+    e.replica = slot->replica_id;
+  access->write(e);
+}
+
 void finish(const CallPtr& c, Response&& r) {
   if (c->shadow) {
     end_shadow(c, std::to_string(r.result_int()));
@@ -65,6 +82,7 @@ void finish(const CallPtr& c, Response&& r) {
   core->metrics.observe(c->route->app, status, elapsed);
   core->metrics.first_byte(c->route->app, elapsed);
   core->metrics.request_finished();
+  log_access(c, status, elapsed);
   if (status >= 500) {
     // The path only: a query may carry what does not belong in a log.
     core->log->warn("request {} {} {} -> {} after {:.1f} ms ({} attempts)", c->request.request_id,
@@ -82,6 +100,7 @@ void release(const CallPtr& c, Outcome outcome) {
   if (!c->slot)
     return;
   auto slot = std::move(c->slot);
+  c->last_slot = slot;
   auto ready = c->worker->core->router.release(slot, outcome);
   c->worker->core->run(ready);
 }
@@ -410,6 +429,8 @@ caf::message_id await_caf_answer(const CallPtr& c) {
 }
 
 void sweep(Worker* w) {
+  if (w->core->options.access_log)
+    w->core->options.access_log->flush();
   auto limit = seconds_as<Clock::duration>(w->core->options.max_request_time_s);
   auto now = Clock::now();
   w->last_sweep_ns.store(

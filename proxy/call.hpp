@@ -59,6 +59,9 @@ struct Call : std::enable_shared_from_this<Call> {
   std::string model_id;
   std::vector<std::string> tried;  // replica ids that refused or died
   SlotPtr slot;
+  // The slot last released: the replica that answered (or was tried last),
+  // for the access log.
+  SlotPtr last_slot;
   uint32_t attempt = 0;  // answers of an earlier attempt are ignored
   uint32_t sends = 0;
   Attempts attempts;  // replicas lost, crashed and refused (see retry())
@@ -120,6 +123,8 @@ void resumed(const CallPtr& c, SlotPtr slot);
 // Answers the client, once; later calls do nothing. Does not release the
 // slot: the replica may still work on the request.
 void finish(const CallPtr& c, Response&& r);
+// The call's line in the access log, when the log wants its status.
+void log_access(const CallPtr& c, int status, double seconds);
 
 // Gives the call's slot back to the router, if it holds one.
 void release(const CallPtr& c, Outcome outcome);

@@ -106,6 +106,9 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   static RouterOptions router_options(const ProxyOptions& o);
 
   void on_request(ExchangePtr exchange) override;  // proxy.cpp
+  // The access log's line of a request the proxy answered itself.
+  void log_local(std::string_view method, std::string_view path, std::string_view id, int status,
+                 double seconds);
   // /-/dashboard/state: asks the controller (admin.cpp); `done` answers on
   // the exchange's io thread.
   void dashboard_state(ExchangePtr exchange, const std::string& id,

@@ -39,6 +39,19 @@ RouterOptions Proxy::Core::router_options(const ProxyOptions& o) {
   return r;
 }
 
+void Proxy::Core::log_local(std::string_view method, std::string_view path,
+                            std::string_view id, int status, double seconds) {
+  if (!options.access_log || !options.access_log->wants(status))
+    return;
+  AccessEntry e;
+  e.request_id = id;
+  e.method = method;
+  e.path = path;
+  e.status = status;
+  e.seconds = seconds;
+  options.access_log->write(e);
+}
+
 void Proxy::Core::on_request(ExchangePtr exchange) {
   auto start = Clock::now();
   metrics.request_started();
@@ -53,18 +66,21 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   else
     id = w->new_request_id();
   auto answer_local = [&](Response&& r) {
-    metrics.observe("", r.result_int(),
-                    std::chrono::duration<double>(Clock::now() - start).count());
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    metrics.observe("", r.result_int(), seconds);
     metrics.request_finished();
+    log_local(std::string_view(req.method_string().data(), req.method_string().size()),
+              std::string_view(path.data(), path.size()), id, r.result_int(), seconds);
     r.set("X-Request-Id", id);
     exchange->respond(std::move(r));
   };
   if (path.size() >= 3 && path.substr(0, 3) == "/-/") {
     if (path == "/-/dashboard/state" && options.dashboard) {
       dashboard_state(exchange, id, [this, exchange, id, start](Response&& r) {
-        metrics.observe("", r.result_int(),
-                        std::chrono::duration<double>(Clock::now() - start).count());
+        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        metrics.observe("", r.result_int(), seconds);
         metrics.request_finished();
+        log_local("GET", "/-/dashboard/state", id, r.result_int(), seconds);
         r.set("X-Request-Id", id);
         exchange->respond(std::move(r));
       });

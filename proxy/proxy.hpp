@@ -57,6 +57,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "proxy/access_log.hpp"
 #include "proxy/http_server.hpp"
 #include "runtime/keeper.hpp"
 #include "runtime/status.hpp"
@@ -99,6 +100,8 @@ struct ProxyOptions {
   // worker's proxy does; the head's does not need to, every node being
   // connected to the head already.
   bool connect_peers = true;
+  // The access log (proxy/access_log.hpp); null: none.
+  std::shared_ptr<AccessLog> access_log;
 };
 
 class Proxy {

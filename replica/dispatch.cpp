@@ -1,10 +1,13 @@
 #include "replica/dispatch.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 
 #include <caf/all.hpp>
 
 #include "runtime/data_channel.hpp"
+#include "runtime/log.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
@@ -150,6 +153,33 @@ void refuse(caf::mailbox_element& m, const Status& why, caf::execution_unit* eu)
     m.sender->enqueue(nullptr, m.mid.response_id(), caf::make_message(to_caf_error(why)), eu);
 }
 
+// A call run by serve_here() that took longer than this held up the thread
+// that reads the node's network connections: worth a warning, at most one
+// per kSlowWarningGap per process.
+constexpr auto kSlowCall = std::chrono::milliseconds(10);
+constexpr auto kSlowWarningGap = std::chrono::seconds(10);
+
+void note_slow_call(const local::LocalReplica& replica, const HttpRequest& request,
+                    std::chrono::steady_clock::duration took) {
+  static std::atomic<int64_t> last_warning_ns{0};
+  if (took < kSlowCall)
+    return;
+  int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  int64_t last = last_warning_ns.load(std::memory_order_relaxed);
+  if (last != 0 && now - last < std::chrono::nanoseconds(kSlowWarningGap).count())
+    return;
+  if (!last_warning_ns.compare_exchange_strong(last, now))
+    return;
+  static auto log = troupe::log::get("replica");
+  log->warn("replica {}: its non-blocking handler took {:.1f} ms on the thread that reads other "
+            "nodes' requests (request {}), holding up this node's network connections; a "
+            "handler that waits must not declare itself non-blocking",
+            replica.replica_id(),
+            std::chrono::duration<double, std::milli>(took).count(), request.request_id);
+}
+
 // A request to a replica whose handler is declared non-blocking, run here,
 // in the sender's context (for a request from another node: the thread
 // that read it from the network), and answered straight to the sender: no
@@ -157,7 +187,10 @@ void refuse(caf::mailbox_element& m, const Status& why, caf::execution_unit* eu)
 // inline registration (it is exiting): then the request goes the normal way.
 bool serve_here(local::LocalReplica& replica, caf::mailbox_element& m, caf::execution_unit* eu) {
   HttpResponse answer;
-  auto result = replica.serve(m.content().get_as<HttpRequest>(1), answer);
+  const auto& request = m.content().get_as<HttpRequest>(1);
+  auto began = std::chrono::steady_clock::now();
+  auto result = replica.serve(request, answer);
+  note_slow_call(replica, request, std::chrono::steady_clock::now() - began);
   switch (result.kind) {
     case local::InlineResult::closed:
       return false;

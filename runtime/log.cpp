@@ -1,7 +1,12 @@
 #include "runtime/log.hpp"
 
+#include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <mutex>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -17,6 +22,45 @@ spdlog::level::level_enum level = spdlog::level::info;
 
 }  // namespace
 
+namespace {
+
+class JsonFormatter final : public spdlog::formatter {
+ public:
+  explicit JsonFormatter(std::string process) : process_(std::move(process)) {}
+
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch())
+                  .count();
+    std::time_t secs = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char ts[40];
+    std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  static_cast<int>(ms % 1000));
+    auto level = spdlog::level::to_string_view(msg.level);
+    nlohmann::ordered_json line;
+    line["ts"] = ts;
+    line["level"] = std::string(level.data(), level.size());
+    if (!process_.empty())
+      line["node"] = process_;
+    line["component"] = std::string(msg.logger_name.data(), msg.logger_name.size());
+    line["msg"] = std::string(msg.payload.data(), msg.payload.size());
+    auto text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    dest.append(text.data(), text.data() + text.size());
+    dest.push_back('\n');
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<JsonFormatter>(process_);
+  }
+
+ private:
+  std::string process_;
+};
+
+}  // namespace
+
 Status init(const Options& options) {
   auto parsed = spdlog::level::from_str(options.level);
   // from_str maps unknown names to "off"; only "off" itself may mean off.
@@ -24,6 +68,10 @@ Status init(const Options& options) {
     return Status(errc::invalid_argument,
                   "log level '" + options.level +
                       "' is not one of trace, debug, info, warn, error, critical, off");
+  }
+  if (options.format != "text" && options.format != "json") {
+    return Status(errc::invalid_argument,
+                  "log format '" + options.format + "' is not one of text, json");
   }
   std::vector<spdlog::sink_ptr> made;
   made.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
@@ -39,8 +87,12 @@ Status init(const Options& options) {
   if (!options.process.empty())
     pattern += "[" + options.process + "] ";
   pattern += "%n: %v";
-  for (auto& sink : made)
-    sink->set_pattern(pattern);
+  for (auto& sink : made) {
+    if (options.format == "json")
+      sink->set_formatter(std::make_unique<JsonFormatter>(options.process));
+    else
+      sink->set_pattern(pattern);
+  }
   std::lock_guard<std::mutex> guard(mutex);
   sinks = std::move(made);
   level = parsed;

@@ -17,6 +17,9 @@ struct Options {
   std::string level = "info";  // trace, debug, info, warn, error, critical, off
   std::string file;            // empty: stderr only
   std::string process;         // prefixed to every line, e.g. the node id
+  // "text", or "json": one JSON object per line with ts (UTC, ISO 8601),
+  // level, node (`process`), component and msg.
+  std::string format = "text";
 };
 
 // Configures the sinks shared by every component logger. Call once in main

@@ -58,6 +58,10 @@ TEST_CASE("a worker with every option") {
                   "7401",
                   "--log-level",
                   "debug",
+                  "--log-format",
+                  "json",
+                  "--access-log",
+                  "errors",
                   "--state-dir",
                   "/tmp/w"});
   REQUIRE(o.has_value());
@@ -77,10 +81,14 @@ TEST_CASE("a worker with every option") {
   CHECK(o->drain_delay_s == 0.5);
   CHECK(o->peer_port == 7401);
   CHECK(o->log_level == "debug");
+  CHECK(o->log_format == "json");
+  CHECK(o->access_log == "errors");
   // By default a worker's peer listener takes any free port.
   auto plain = parse({"--join", "10.0.0.1:7400"});
   REQUIRE(plain.has_value());
   CHECK(plain->peer_port == 0);
+  CHECK(plain->log_format == "text");
+  CHECK(plain->access_log == "on");
   CHECK(plain->advertise.empty());
   auto nat = parse({"--join", "10.0.0.1:7400", "--advertise", "203.0.113.7"});
   REQUIRE(nat.has_value());
@@ -117,6 +125,8 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--head", "--state-dir", "d", "--port", "0"}, "--port 0"},
       {{"--join", "h:1", "--drain-delay", "-1"}, "--drain-delay must be between 0 and 86400"},
       {{"--join", "h:1", "--advertise", "0.0.0.0"}, "--advertise 0.0.0.0 is not an address"},
+      {{"--join", "h:1", "--log-format", "xml"}, "--log-format 'xml' is not one of text, json"},
+      {{"--join", "h:1", "--access-log", "yes"}, "--access-log 'yes' is not one of on, errors, off"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.fragment);

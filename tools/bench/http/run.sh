@@ -35,6 +35,8 @@
 # Environment: DEPLOYMENT (Noop: answers {"ok":true} like nginx in (e); Echo
 # builds a JSON document of each request), REPLICAS (2), MAX_ONGOING (16),
 # IO_THREADS (1) shape the troupe side (the same for (a), (b) and (p));
+# ACCESS_LOG (off, as nginx and HAProxy run here; on or errors) is the
+# nodes' --access-log;
 # PROFILE_DIR=dir samples the troupe nodes (and, in (p), the replica
 # processes) with perf during (a), (b) and (p). --only "a p d" runs a subset.
 # At the end the three troupe-nodes get SIGTERM; any that does not exit with
@@ -168,20 +170,23 @@ PIDS+=($!)
 HAP_PID=$!
 
 # --- troupe: the head, worker A and worker B -------------------------------------
+# ACCESS_LOG (off, like nginx's access_log above and HAProxy without a log
+# section; on or errors to measure what the access log costs).
+ACCESS_LOG=${ACCESS_LOG:-off}
 CTL_PORT=$(free_port); H_PORT=$(free_port); A_PORT=$(free_port); B_PORT=$(free_port)
 A_PEER_PORT=$(free_port); B_PEER_PORT=$(free_port)
 "$BIN/troupe-node" --head --port "$CTL_PORT" --state-dir "$WORK/h" --http-port "$H_PORT" \
-  --resources cpu=2 --log-level warn >"$WORK/h.log" 2>&1 &
+  --resources cpu=2 --log-level warn --access-log "$ACCESS_LOG" >"$WORK/h.log" 2>&1 &
 H_PID=$!
 PIDS+=("$H_PID")
 "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id a --state-dir "$WORK/a" \
   --http-port "$A_PORT" --peer-port "$A_PEER_PORT" --resources cpu=2,nodea=1 --log-level warn \
-  --proxy-io-threads "$IO_THREADS" >"$WORK/a.log" 2>&1 &
+  --access-log "$ACCESS_LOG" --proxy-io-threads "$IO_THREADS" >"$WORK/a.log" 2>&1 &
 A_PID=$!
 PIDS+=("$A_PID")
 "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id b --state-dir "$WORK/b" \
   --http-port "$B_PORT" --peer-port "$B_PEER_PORT" --resources cpu=2,nodeb=1 --log-level warn \
-  >"$WORK/b.log" 2>&1 &
+  --access-log "$ACCESS_LOG" >"$WORK/b.log" 2>&1 &
 B_PID=$!
 PIDS+=("$B_PID")
 CTL=("$BIN/troupectl" --address "127.0.0.1:$CTL_PORT" --timeout 5)

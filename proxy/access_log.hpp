@@ -1,0 +1,61 @@
+// The access log: a line per request a node's proxy answered (request id,
+// method, path, status, duration, application/deployment, replica, node),
+// switched by troupe-node --access-log on|errors|off (errors: status 400 and
+// above). Written to <state-dir>/logs/access.log (rotated), or with the node's
+// log lines when the node has no state directory; in JSON with
+// --log-format json, one object per line.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <spdlog/logger.h>
+
+#include "runtime/status.hpp"
+
+namespace troupe::proxy {
+
+enum class AccessLogMode { on, errors, off };
+
+// "on", "errors" or "off"; anything else is an error naming the choices.
+Result<AccessLogMode> parse_access_log_mode(const std::string& text);
+
+struct AccessEntry {
+  std::string_view request_id;
+  std::string_view method;
+  std::string_view path;  // without the query (it may carry secrets)
+  int status = 0;
+  double seconds = 0;
+  std::string_view app;         // empty: no application (a /-/ path, no route)
+  std::string_view deployment;
+  std::string_view replica;     // the replica that answered or was tried last
+};
+
+class AccessLog {
+ public:
+  // `file` empty: the lines go to the node's own log sinks (logger "access").
+  // The error names the file that cannot be opened.
+  static Result<std::shared_ptr<AccessLog>> open(AccessLogMode mode, const std::string& file,
+                                                 const std::string& node, bool json);
+
+  // Whether a request answered `status` gets a line.
+  bool wants(int status) const {
+    return mode_ == AccessLogMode::on || (mode_ == AccessLogMode::errors && status >= 400);
+  }
+  void write(const AccessEntry& entry);
+  // The line write() makes (without the newline); for tests.
+  std::string format(const AccessEntry& entry) const;
+  void flush();
+
+ private:
+  AccessLog(AccessLogMode mode, std::shared_ptr<spdlog::logger> logger, std::string node,
+            bool json, bool own_file);
+  AccessLogMode mode_;
+  std::shared_ptr<spdlog::logger> logger_;
+  std::string node_;
+  bool json_;
+  bool own_file_;  // lines carry their own timestamp (the file's sink adds none)
+};
+
+}  // namespace troupe::proxy

@@ -1,0 +1,191 @@
+// Logs on a real node: the proxy's access log (troupe-node --access-log),
+// its lines in JSON with --log-format json, and the node's own log lines in
+// JSON. Each line must parse; the access log has one line per request
+// answered (on), only those of status 400 and above (errors), or no file at
+// all (off).
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
+
+using namespace troupe::testing;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* kConfig = R"(applications:
+  - name: probe
+    route_prefix: /probe
+    import_path: libtroupe_examples.so:InlineProbe
+    deployments:
+      - name: InlineProbe
+        num_replicas: 1
+)";
+
+std::vector<std::string> lines_of(const std::filesystem::path& file) {
+  std::vector<std::string> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty())
+      out.push_back(line);
+  }
+  return out;
+}
+
+struct LogNode {
+  Cluster cluster;
+  uint16_t port = 0;
+  std::filesystem::path logs;
+
+  explicit LogNode(const std::vector<std::string>& args) {
+    cluster.start_head(args);
+    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+    port = cluster.http_ports.at("head");
+    logs = std::filesystem::path(cluster.dir / "head") / "logs";
+    std::ofstream(cluster.dir / "logs.yaml") << kConfig;
+    auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
+                         cluster.dir / "logs.yaml", "--wait"},
+                        90s);
+    CAPTURE(deployed.err);
+    REQUIRE(deployed.exit_code == 0);
+    REQUIRE(wait_until(
+        [&] {
+          auto r = http_get(port, "/probe/", 5);
+          return r && r->status == 200;
+        },
+        30s, 100ms));
+  }
+
+  // GET `target` with X-Request-Id `id`; the status.
+  int get(const std::string& target, const std::string& id) {
+    auto r = http_request(port, "GET", target, "", 10, {{"X-Request-Id", id}});
+    REQUIRE(r);
+    return r->status;
+  }
+
+  // The access log's lines that carry one of `ids`, by id, once all are
+  // there (the proxy writes the file at least once a second).
+  std::map<std::string, std::string> access_lines(const std::vector<std::string>& ids) {
+    std::map<std::string, std::string> found;
+    wait_until(
+        [&] {
+          found.clear();
+          for (const auto& line : lines_of(logs / "access.log")) {
+            for (const auto& id : ids) {
+              if (line.find(id) != std::string::npos)
+                found[id] = line;
+            }
+          }
+          return found.size() == ids.size();
+        },
+        10s, 50ms);
+    return found;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("logs: --log-format json - every line of the node's log and access log parses - one access line per request with its fields") {
+  LogNode node({"--log-format", "json", "--access-log", "on"});
+  CHECK(node.get("/probe/items?secret=1", "acc-ok-1") == 200);
+  CHECK(node.get("/probe/?mode=throw", "acc-err-1") == 500);
+  CHECK(node.get("/nothing/here", "acc-404-1") == 404);
+
+  auto found = node.access_lines({"acc-ok-1", "acc-err-1", "acc-404-1"});
+  REQUIRE(found.size() == 3);
+  CAPTURE(found["acc-ok-1"]);
+  auto ok = json::parse(found["acc-ok-1"]);
+  CHECK(ok["request_id"] == "acc-ok-1");
+  CHECK(ok["method"] == "GET");
+  CHECK(ok["path"] == "/probe/items");  // never the query
+  CHECK(ok["status"] == 200);
+  CHECK(ok["duration_ms"].get<double>() >= 0);
+  CHECK(ok["application"] == "probe");
+  CHECK(ok["deployment"] == "InlineProbe");
+  CHECK(ok["replica"].get<std::string>().find("probe#InlineProbe#") == 0);
+  CHECK(ok["node"] == "head");
+  CHECK(ok["ts"].get<std::string>().size() == 24);  // 2026-12-01T23:00:00.000Z
+  CHECK(found["acc-ok-1"].find("secret") == std::string::npos);
+  auto err = json::parse(found["acc-err-1"]);
+  CHECK(err["status"] == 500);
+  CHECK(err["replica"] == ok["replica"]);
+  auto missing = json::parse(found["acc-404-1"]);
+  CHECK(missing["status"] == 404);
+  CHECK(missing["path"] == "/nothing/here");
+  CHECK(missing["application"] == "");
+
+  // Every access line parses, and so does every line of the node's own log.
+  for (const auto& line : lines_of(node.logs / "access.log")) {
+    CAPTURE(line);
+    CHECK(json::accept(line));
+  }
+  auto own = lines_of(node.logs / "troupe-node.log");
+  REQUIRE(own.size() >= 3);
+  bool saw_proxy = false;
+  for (const auto& line : own) {
+    CAPTURE(line);
+    REQUIRE(json::accept(line));
+    auto j = json::parse(line);
+    CHECK(j.contains("ts"));
+    CHECK(j.contains("level"));
+    CHECK(j["node"] == "head");
+    CHECK(j.contains("component"));
+    CHECK(j.contains("msg"));
+    saw_proxy = saw_proxy || j["component"] == "proxy";
+  }
+  CHECK(saw_proxy);
+  auto reports = node.cluster.stop_all();
+  for (const auto& r : reports)
+    FAIL_CHECK(r);
+}
+
+TEST_CASE("logs: --access-log errors writes only status 400 and above - off writes no access log") {
+  {
+    LogNode node({"--access-log", "errors"});
+    CHECK(node.get("/probe/", "err-mode-ok") == 200);
+    CHECK(node.get("/probe/?mode=throw", "err-mode-500") == 500);
+    CHECK(node.get("/nothing", "err-mode-404") == 404);
+    auto found = node.access_lines({"err-mode-500", "err-mode-404"});
+    REQUIRE(found.size() == 2);
+    // Text lines: time, node, request id, method, path, status, duration,
+    // application/deployment, replica.
+    CAPTURE(found["err-mode-500"]);
+    std::istringstream words(found["err-mode-500"]);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;)
+      w.push_back(x);
+    REQUIRE(w.size() == 9);
+    CHECK(w[1] == "head");
+    CHECK(w[2] == "err-mode-500");
+    CHECK(w[3] == "GET");
+    CHECK(w[4] == "/probe/");
+    CHECK(w[5] == "500");
+    CHECK(w[6].find("ms") != std::string::npos);
+    CHECK(w[7] == "probe/InlineProbe");
+    CHECK(w[8].find("probe#InlineProbe#") == 0);
+    // The 200 before them was not written.
+    for (const auto& line : lines_of(node.logs / "access.log"))
+      CHECK(line.find("err-mode-ok") == std::string::npos);
+    auto reports = node.cluster.stop_all();
+    for (const auto& r : reports)
+      FAIL_CHECK(r);
+  }
+  {
+    LogNode node({"--access-log", "off"});
+    CHECK(node.get("/probe/?mode=throw", "off-mode-500") == 500);
+    auto reports = node.cluster.stop_all();
+    for (const auto& r : reports)
+      FAIL_CHECK(r);
+    // Stopped: whatever it would have written is flushed by now.
+    CHECK_FALSE(std::filesystem::exists(node.logs / "access.log"));
+  }
+}
