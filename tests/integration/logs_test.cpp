@@ -143,6 +143,17 @@ TEST_CASE("logs: --log-format json - every line of the node's log and access log
     saw_proxy = saw_proxy || j["component"] == "proxy";
   }
   CHECK(saw_proxy);
+  // The replica's process was given the format too: its own lines (all of
+  // them, while it runs: the probe prints nothing) are JSON.
+  size_t replica_lines = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(node.logs / "replicas")) {
+    for (const auto& line : lines_of(entry.path())) {
+      CAPTURE(line);
+      CHECK(json::accept(line));
+      ++replica_lines;
+    }
+  }
+  CHECK(replica_lines >= 1);
   auto reports = node.cluster.stop_all();
   for (const auto& r : reports)
     FAIL_CHECK(r);
