@@ -43,7 +43,9 @@ std::string_view path_of(Call& c) {
   return t.substr(0, t.find('?'));
 }
 
-void log_access(const CallPtr& c, int status, double seconds) {
+void account_answer(const CallPtr& c, int status, double seconds) {
+  c->worker->core->metrics.observe_http(c->route->app, c->route->prefix, c->request.method, status,
+                                        seconds);
   const auto& access = c->worker->core->options.access_log;
   if (!access || !access->wants(status))
     return;
@@ -82,7 +84,7 @@ void finish(const CallPtr& c, Response&& r) {
   core->metrics.observe(c->route->app, status, elapsed);
   core->metrics.first_byte(c->route->app, elapsed);
   core->metrics.request_finished();
-  log_access(c, status, elapsed);
+  account_answer(c, status, elapsed);
   if (status >= 500) {
     // The path only: a query may carry what does not belong in a log.
     core->log->warn("request {} {} {} -> {} after {:.1f} ms ({} attempts)", c->request.request_id,

@@ -123,8 +123,9 @@ void resumed(const CallPtr& c, SlotPtr slot);
 // Answers the client, once; later calls do nothing. Does not release the
 // slot: the replica may still work on the request.
 void finish(const CallPtr& c, Response&& r);
-// The call's line in the access log, when the log wants its status.
-void log_access(const CallPtr& c, int status, double seconds);
+// The call's troupe_http_* metrics, and its line in the access log when the
+// log wants its status.
+void account_answer(const CallPtr& c, int status, double seconds);
 
 // Gives the call's slot back to the router, if it holds one.
 void release(const CallPtr& c, Outcome outcome);

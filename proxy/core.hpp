@@ -106,7 +106,8 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   static RouterOptions router_options(const ProxyOptions& o);
 
   void on_request(ExchangePtr exchange) override;  // proxy.cpp
-  // The access log's line of a request the proxy answered itself.
+  // The troupe_http_* metrics and access log line of a request the proxy
+  // answered itself.
   void log_local(std::string_view method, std::string_view path, std::string_view id, int status,
                  double seconds);
   // /-/dashboard/state: asks the controller (admin.cpp); `done` answers on

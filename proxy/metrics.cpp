@@ -1,8 +1,53 @@
 #include "proxy/metrics.hpp"
 
 #include <cstdio>
+#include <tuple>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 namespace troupe::proxy {
+
+// The troupe_http_* metrics and troupe_build_info, kept by prometheus-cpp.
+// The metrics of each label set are made once and found in the maps after
+// (a family's Add() takes its own lock and hashes the labels every time).
+struct Metrics::Http {
+  prometheus::Registry registry;
+  prometheus::Family<prometheus::Counter>& requests =
+      prometheus::BuildCounter()
+          .Name("troupe_http_requests_total")
+          .Help("HTTP requests answered by this node's proxy, by application, route prefix, "
+                "method and status code.")
+          .Register(registry);
+  prometheus::Family<prometheus::Histogram>& duration =
+      prometheus::BuildHistogram()
+          .Name("troupe_http_request_duration_seconds")
+          .Help("Time from a parsed request to its answer (a stream's end), by application and "
+                "route prefix.")
+          .Register(registry);
+  prometheus::Gauge& in_flight = prometheus::BuildGauge()
+                                     .Name("troupe_http_requests_in_flight")
+                                     .Help("HTTP requests received and not yet answered.")
+                                     .Register(registry)
+                                     .Add({});
+  std::mutex mutex;
+  std::map<std::tuple<std::string, std::string, std::string, int>, prometheus::Counter*> counters;
+  std::map<std::pair<std::string, std::string>, prometheus::Histogram*> histograms;
+
+  Http() {
+    prometheus::BuildGauge()
+        .Name("troupe_build_info")
+        .Help("1, labelled with the version of troupe this node runs.")
+        .Register(registry)
+        .Add({{"version", TROUPE_VERSION}})
+        .Set(1);
+  }
+};
 
 namespace {
 
@@ -54,6 +99,59 @@ void Metrics::Histogram::add(double seconds) {
     ++buckets[i];
   ++count;
   sum += seconds;
+}
+
+Metrics::Metrics() : http_(std::make_unique<Http>()) {}
+Metrics::~Metrics() = default;
+
+namespace {
+
+std::string method_label(std::string_view method) {
+  for (const char* known :
+       {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"}) {
+    if (method == known)
+      return known;
+  }
+  return "other";  // a client may send any token: the label's values stay few
+}
+
+}  // namespace
+
+void Metrics::observe_http(const std::string& app, const std::string& route,
+                           std::string_view method, int status, double seconds) {
+  auto& h = *http_;
+  prometheus::Counter* counter;
+  prometheus::Histogram* histogram;
+  {
+    std::lock_guard<std::mutex> lock(h.mutex);
+    auto key = std::make_tuple(app, route, method_label(method), status);
+    auto c = h.counters.find(key);
+    if (c == h.counters.end()) {
+      auto& made = h.requests.Add({{"application", app},
+                                   {"route", route},
+                                   {"method", std::get<2>(key)},
+                                   {"code", std::to_string(status)}});
+      c = h.counters.emplace(std::move(key), &made).first;
+    }
+    counter = c->second;
+    auto d = h.histograms.find({app, route});
+    if (d == h.histograms.end()) {
+      auto& made = h.duration.Add({{"application", app}, {"route", route}},
+                                  prometheus::Histogram::BucketBoundaries(kBuckets.begin(),
+                                                                          kBuckets.end()));
+      d = h.histograms.emplace(std::make_pair(app, route), &made).first;
+    }
+    histogram = d->second;
+  }
+  counter->Increment();
+  histogram->Observe(seconds);
+}
+
+double Metrics::http_count(const std::string& app, const std::string& route,
+                           const std::string& method, int status) const {
+  std::lock_guard<std::mutex> lock(http_->mutex);
+  auto it = http_->counters.find(std::make_tuple(app, route, method, status));
+  return it == http_->counters.end() ? 0 : it->second->Value();
 }
 
 void Metrics::observe(const std::string& app, int status, double seconds) {
@@ -120,7 +218,8 @@ uint64_t Metrics::count(const std::string& app, int status) const {
 }
 
 std::string Metrics::render(const std::vector<Router::DeploymentView>& deployments) const {
-  std::string out;
+  http_->in_flight.Set(static_cast<double>(in_flight()));
+  std::string out = prometheus::TextSerializer().Serialize(http_->registry.Collect());
   std::lock_guard<std::mutex> lock(mutex_);
   out += "# HELP troupe_proxy_requests_total HTTP requests answered, by application and status.\n";
   out += "# TYPE troupe_proxy_requests_total counter\n";

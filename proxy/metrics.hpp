@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -22,9 +24,22 @@ class Metrics {
   static constexpr std::array<double, 14> kBuckets = {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
   // A finished request: `app` is "" for requests that matched no application
   // (404s, malformed requests, /-/ endpoints).
   void observe(const std::string& app, int status, double seconds);
+  // The same request for the troupe_http_* metrics (prometheus-cpp):
+  // `route` is the route prefix it matched ("" for none); a method other than
+  // the nine of HTTP/1.1 counts as "other".
+  void observe_http(const std::string& app, const std::string& route, std::string_view method,
+                    int status, double seconds);
+  // troupe_http_requests_total for those labels; for tests.
+  double http_count(const std::string& app, const std::string& route, const std::string& method,
+                    int status) const;
   // The first byte of the answer went to the client, `seconds` after the
   // request was parsed: the head of a stream, or the whole answer.
   void first_byte(const std::string& app, double seconds);
@@ -94,6 +109,8 @@ class Metrics {
   std::atomic<uint64_t> sent_channel_{0};
   std::atomic<uint64_t> sent_caf_{0};
   std::atomic<uint64_t> sent_inline_{0};
+  struct Http;  // the prometheus-cpp registry and families
+  std::unique_ptr<Http> http_;
 };
 
 }  // namespace troupe::proxy

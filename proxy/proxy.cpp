@@ -41,6 +41,7 @@ RouterOptions Proxy::Core::router_options(const ProxyOptions& o) {
 
 void Proxy::Core::log_local(std::string_view method, std::string_view path,
                             std::string_view id, int status, double seconds) {
+  metrics.observe_http("", "", method, status, seconds);
   if (!options.access_log || !options.access_log->wants(status))
     return;
   AccessEntry e;

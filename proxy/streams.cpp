@@ -163,7 +163,7 @@ void on_stream_end(const CallPtr& c, bool complete, const std::string& why) {
   double elapsed = seconds_since(c->start);
   core->metrics.observe(c->route->app, c->stream_status, elapsed);
   core->metrics.request_finished();
-  log_access(c, c->stream_status, elapsed);
+  account_answer(c, c->stream_status, elapsed);
   core->metrics.stream_ended(c->route->app, complete ? "complete" : "early");
   if (!complete) {
     core->log->warn("request {} {} {}: stream ended early after {:.1f} ms: {}",
@@ -221,7 +221,7 @@ void client_gone(const CallPtr& c) {
       c->timer->cancel();
     core->metrics.observe(c->route->app, 499, seconds_since(c->start));
     core->metrics.request_finished();
-    log_access(c, 499, seconds_since(c->start));
+    account_answer(c, 499, seconds_since(c->start));
     core->metrics.stream_ended(c->route->app, "client_gone");
     auto ex = std::move(c->exchange);
     ex->end_stream(false);
@@ -250,7 +250,7 @@ void end_stream_early(const CallPtr& c, int status) {
     c->timer->cancel();
   core->metrics.observe(c->route->app, c->stream_status, seconds_since(c->start));
   core->metrics.request_finished();
-  log_access(c, c->stream_status, seconds_since(c->start));
+  account_answer(c, c->stream_status, seconds_since(c->start));
   core->metrics.stream_ended(c->route->app, "early");
   core->log->warn("request {} {} {}: stream ended early ({})", c->request.request_id,
                   c->request.method, path_of(*c), status == 504 ? "its deadline passed" : "failed");

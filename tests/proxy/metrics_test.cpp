@@ -82,3 +82,30 @@ TEST_CASE("proxy/metrics: shadow copies by application - deployment and outcome"
   // Copies are not requests of the application.
   CHECK(m.count("greet", 200) == 0);
 }
+
+TEST_CASE("proxy/metrics: troupe_http_* by application - route - method and code - an unknown method is other") {
+  Metrics m;
+  m.observe_http("shop", "/shop", "GET", 200, 0.002);
+  m.observe_http("shop", "/shop", "GET", 200, 0.004);
+  m.observe_http("shop", "/shop", "POST", 503, 0.3);
+  m.observe_http("", "", "BREW", 404, 0.0001);
+  CHECK(m.http_count("shop", "/shop", "GET", 200) == 2);
+  CHECK(m.http_count("shop", "/shop", "POST", 503) == 1);
+  CHECK(m.http_count("", "", "other", 404) == 1);
+  CHECK(m.http_count("", "", "BREW", 404) == 0);
+  m.request_started();
+  auto text = m.render({});
+  CHECK(text.find("# TYPE troupe_http_requests_total counter") != std::string::npos);
+  CHECK(text.find("troupe_http_requests_total{application=\"shop\",code=\"200\",method=\"GET\","
+                  "route=\"/shop\"} 2") != std::string::npos);
+  CHECK(text.find("troupe_http_requests_total{application=\"\",code=\"404\",method=\"other\","
+                  "route=\"\"} 1") != std::string::npos);
+  CHECK(text.find("troupe_http_request_duration_seconds_count{application=\"shop\","
+                  "route=\"/shop\"} 3") != std::string::npos);
+  CHECK(text.find("troupe_http_request_duration_seconds_bucket{application=\"shop\","
+                  "route=\"/shop\",le=\"0.0025\"} 1") != std::string::npos);
+  CHECK(text.find("troupe_http_requests_in_flight 1") != std::string::npos);
+  CHECK(text.find("troupe_build_info{version=\"") != std::string::npos);
+  // The hand-written ones follow, unchanged.
+  CHECK(text.find("# TYPE troupe_proxy_requests_total counter") != std::string::npos);
+}
