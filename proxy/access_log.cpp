@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/rotating_file_sink.h>
@@ -59,15 +58,7 @@ Result<std::shared_ptr<AccessLog>> AccessLog::open(AccessLogMode mode, const std
 }
 
 std::string AccessLog::format(const AccessEntry& e) const {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char ts[40];
-  std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
+  const std::string ts = log::utc_timestamp(std::chrono::system_clock::now());
   if (json_) {
     nlohmann::ordered_json j;
     j["ts"] = ts;

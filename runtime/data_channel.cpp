@@ -172,6 +172,32 @@ size_t request_bytes(const HttpRequest& request) {
   return bytes;
 }
 
+size_t answer_bytes(const HttpResponse& answer) {
+  size_t bytes = answer.body.size();
+  for (const auto& [name, value] : answer.headers)
+    bytes += name.size() + value.size();
+  return bytes;
+}
+
+void build_request(capnp::MessageBuilder& message, const HttpRequest& request);
+
+// Builds `request`'s frame (header and message) and hands it to `send`;
+// too_large (nothing built) when it cannot fit in max_frame.
+template <class F>
+Sent with_request(uint64_t call, uint8_t lane, const HttpRequest& request, size_t max_frame,
+                  F&& send) {
+  size_t bytes = request_bytes(request);
+  if (bytes + sizeof(FrameHeader) > max_frame)
+    return Sent::too_large;
+  capnp::MallocMessageBuilder message(estimate_words(bytes, request.headers.size()));
+  build_request(message, request);
+  FrameHeader h;
+  h.kind = Kind::request;
+  h.lane = lane;
+  h.call = call;
+  return send(h, message);
+}
+
 void build_request(capnp::MessageBuilder& message, const HttpRequest& request) {
   auto r = message.initRoot<schema::ChannelRequest>();
   r.setMethod(text(request.method));
@@ -306,22 +332,14 @@ size_t Registry::size() const {
 
 Sent send_request(int fd, uint64_t call, uint8_t lane, const HttpRequest& request,
                   size_t max_frame) {
-  size_t bytes = request_bytes(request);
-  if (bytes + sizeof(FrameHeader) > max_frame)
-    return Sent::too_large;
-  capnp::MallocMessageBuilder message(estimate_words(bytes, request.headers.size()));
-  build_request(message, request);
-  FrameHeader h;
-  h.kind = Kind::request;
-  h.lane = lane;
-  h.call = call;
-  return send_message(fd, h, message, max_frame, false, MSG_DONTWAIT);
+  return with_request(call, lane, request, max_frame,
+                      [&](FrameHeader h, capnp::MessageBuilder& message) {
+                        return send_message(fd, h, message, max_frame, false, MSG_DONTWAIT);
+                      });
 }
 
 bool send_answer(int fd, uint64_t call, const HttpResponse& answer, size_t max_frame) {
-  size_t bytes = answer.body.size();
-  for (const auto& [name, value] : answer.headers)
-    bytes += name.size() + value.size();
+  size_t bytes = answer_bytes(answer);
   capnp::MallocMessageBuilder message(estimate_words(bytes, answer.headers.size()));
   build_answer(message, answer);
   FrameHeader h;
@@ -417,22 +435,14 @@ Sent Batch::add(FrameHeader header, capnp::MessageBuilder& message, size_t max_f
 
 Sent Batch::add_request(uint64_t call, uint8_t lane, const HttpRequest& request,
                         size_t max_frame) {
-  size_t bytes = request_bytes(request);
-  if (bytes + sizeof(FrameHeader) > max_frame)
-    return Sent::too_large;
-  capnp::MallocMessageBuilder message(estimate_words(bytes, request.headers.size()));
-  build_request(message, request);
-  FrameHeader h;
-  h.kind = Kind::request;
-  h.lane = lane;
-  h.call = call;
-  return add(h, message, max_frame);
+  return with_request(call, lane, request, max_frame,
+                      [&](FrameHeader h, capnp::MessageBuilder& message) {
+                        return add(h, message, max_frame);
+                      });
 }
 
 Sent Batch::add_answer(uint64_t call, const HttpResponse& answer, size_t max_frame) {
-  size_t bytes = answer.body.size();
-  for (const auto& [name, value] : answer.headers)
-    bytes += name.size() + value.size();
+  size_t bytes = answer_bytes(answer);
   if (bytes + sizeof(FrameHeader) > max_frame)
     return Sent::too_large;
   capnp::MallocMessageBuilder message(estimate_words(bytes, answer.headers.size()));

@@ -29,18 +29,9 @@ class JsonFormatter final : public spdlog::formatter {
   explicit JsonFormatter(std::string process) : process_(std::move(process)) {}
 
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch())
-                  .count();
-    std::time_t secs = static_cast<std::time_t>(ms / 1000);
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    char ts[40];
-    std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                  static_cast<int>(ms % 1000));
     auto level = spdlog::level::to_string_view(msg.level);
     nlohmann::ordered_json line;
-    line["ts"] = ts;
+    line["ts"] = utc_timestamp(msg.time);
     line["level"] = std::string(level.data(), level.size());
     if (!process_.empty())
       line["node"] = process_;
@@ -60,6 +51,18 @@ class JsonFormatter final : public spdlog::formatter {
 };
 
 }  // namespace
+
+std::string utc_timestamp(std::chrono::system_clock::time_point t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char ts[40];
+  std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return ts;
+}
 
 Status init(const Options& options) {
   auto parsed = spdlog::level::from_str(options.level);

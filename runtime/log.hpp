@@ -4,6 +4,7 @@
 // the components themselves.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -32,5 +33,8 @@ std::shared_ptr<spdlog::logger> get(const std::string& component);
 
 // Flushes and drops every logger; call at the end of main.
 void shutdown();
+
+// `t` in UTC, ISO 8601 with milliseconds: 2026-12-01T23:00:00.000Z.
+std::string utc_timestamp(std::chrono::system_clock::time_point t);
 
 }  // namespace troupe::log

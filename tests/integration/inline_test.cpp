@@ -57,6 +57,37 @@ applications:
 )";
 }
 
+// `clients` threads each GET `target` `per_client` times on `port`: how many
+// answers had each status, and the most calls the probe ever ran at once
+// (its max_running, from the answers).
+struct Load {
+  std::map<int, int> statuses;
+  int most_running = 0;
+  std::string replica;  // of the last answer
+};
+Load run_clients(uint16_t port, const std::string& target, int clients, int per_client) {
+  Load load;
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < per_client; ++k) {
+        auto r = http_get(port, target, 30);
+        std::lock_guard<std::mutex> lock(mutex);
+        ++load.statuses[r ? r->status : 0];
+        if (r && r->status == 200) {
+          auto body = json::parse(r->body);
+          load.most_running = std::max(load.most_running, body.value("max_running", 0));
+          load.replica = body.value("replica_id", "");
+        }
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  return load;
+}
+
 struct InlineNode {
   Cluster cluster;
   uint16_t port = 0;
@@ -130,25 +161,9 @@ TEST_CASE("inline: an in_process non-blocking deployment answers through the io 
   // two at once.
   constexpr int kClients = 8;
   constexpr int kPerClient = 20;
-  std::mutex mutex;
-  std::map<int, int> statuses;
-  int most_running = 0;
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i) {
-    clients.emplace_back([&] {
-      for (int k = 0; k < kPerClient; ++k) {
-        auto r = http_get(node.port, "/probe/?spin_us=2000", 30);
-        std::lock_guard<std::mutex> lock(mutex);
-        ++statuses[r ? r->status : 0];
-        if (r && r->status == 200)
-          most_running = std::max(most_running, json::parse(r->body).value("max_running", 0));
-      }
-    });
-  }
-  for (auto& t : clients)
-    t.join();
-  CHECK(statuses[200] == kClients * kPerClient);
-  CHECK(most_running == 1);
+  auto load = run_clients(node.port, "/probe/?spin_us=2000", kClients, kPerClient);
+  CHECK(load.statuses[200] == kClients * kPerClient);
+  CHECK(load.most_running == 1);
 
   // A handler that throws: the same answer as on the normal path.
   auto thrown = http_get(node.port, "/probe/?mode=throw", 10);
@@ -273,25 +288,9 @@ TEST_CASE("inline: a process-isolated non-blocking deployment answers from one l
   // request loop, one call after another, and every request is answered.
   constexpr int kClients = 8;
   constexpr int kPerClient = 20;
-  std::mutex mutex;
-  std::map<int, int> statuses;
-  int most_running = 0;
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i) {
-    clients.emplace_back([&] {
-      for (int k = 0; k < kPerClient; ++k) {
-        auto r = http_get(node.port, "/probe/?spin_us=2000", 30);
-        std::lock_guard<std::mutex> lock(mutex);
-        ++statuses[r ? r->status : 0];
-        if (r && r->status == 200)
-          most_running = std::max(most_running, json::parse(r->body).value("max_running", 0));
-      }
-    });
-  }
-  for (auto& t : clients)
-    t.join();
-  CHECK(statuses[200] == kClients * kPerClient);
-  CHECK(most_running == 1);
+  auto load = run_clients(node.port, "/probe/?spin_us=2000", kClients, kPerClient);
+  CHECK(load.statuses[200] == kClients * kPerClient);
+  CHECK(load.most_running == 1);
 
   // A handler that throws: the same answer as on the normal path.
   auto thrown = http_get(node.port, "/probe/?mode=throw", 10);
@@ -368,30 +367,10 @@ applications:
   // room for four at once.
   constexpr int kClients = 8;
   constexpr int kPerClient = 10;
-  std::mutex mutex;
-  std::map<int, int> statuses;
-  int most_running = 0;
-  std::string replica;
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i) {
-    clients.emplace_back([&] {
-      for (int k = 0; k < kPerClient; ++k) {
-        auto r = http_get(port, "/probe/?spin_us=2000", 30);
-        std::lock_guard<std::mutex> lock(mutex);
-        ++statuses[r ? r->status : 0];
-        if (r && r->status == 200) {
-          auto body = json::parse(r->body);
-          most_running = std::max(most_running, body.value("max_running", 0));
-          replica = body.value("replica_id", "");
-        }
-      }
-    });
-  }
-  for (auto& t : clients)
-    t.join();
-  CHECK(statuses[200] == kClients * kPerClient);
-  CHECK(most_running == 1);
-  CHECK(replica.find("probe#InlineProbe#") == 0);
+  auto load = run_clients(port, "/probe/?spin_us=2000", kClients, kPerClient);
+  CHECK(load.statuses[200] == kClients * kPerClient);
+  CHECK(load.most_running == 1);
+  CHECK(load.replica.find("probe#InlineProbe#") == 0);
 
   auto thrown = http_get(port, "/probe/?mode=throw", 10);
   REQUIRE(thrown);
