@@ -57,7 +57,7 @@ std::string utc_timestamp(std::chrono::system_clock::time_point t) {
   std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char ts[40];
+  char ts[80];  // room for any int the format could print (no truncation warning)
   std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                 static_cast<int>(ms % 1000));
