@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "controller/controller_metrics.hpp"
 #include "controller/shell/controller_logic.hpp"
 #include "controller/store/rocks_checkpoint_store.hpp"
 #include "runtime/log.hpp"
@@ -44,6 +45,8 @@ struct ControllerState {
   bool reconcile_queued = false;
   // Leave requests of stopping nodes, answered when their move is over.
   std::map<std::string, std::vector<caf::typed_response_promise<std::string>>> leaves;
+  // When the controller metrics' gauges were last refreshed (on_tick).
+  std::chrono::steady_clock::time_point metrics_refreshed{};
   static inline const char* name = "troupe.controller";
 };
 
@@ -230,6 +233,7 @@ void publish(controller_actor* self) {
 void reconcile(controller_actor* self) {
   if (logic(self).recovering())
     return;
+  auto started = std::chrono::steady_clock::now();
   for (const auto& cmd : logic(self).update())
     execute(self, cmd);
   logic(self).log_status_changes();
@@ -241,6 +245,10 @@ void reconcile(controller_actor* self) {
     for (auto& rp : it->second)
       rp.deliver(outcome.message);
     self->state.leaves.erase(it);
+  }
+  if (const auto& m = logic(self).options().metrics) {
+    m->reconciled(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
 }
 
@@ -284,6 +292,14 @@ void on_tick(controller_actor* self) {
   reconcile(self);
   for (const auto& agent : logic(self).nodes_to_stop())
     self->send(agent, stop_node_atom::value);
+  // The gauges of deployments and nodes, at most once a second: they walk
+  // every replica.
+  auto now = std::chrono::steady_clock::now();
+  if (const auto& m = logic(self).options().metrics;
+      m && now - self->state.metrics_refreshed >= std::chrono::seconds(1)) {
+    self->state.metrics_refreshed = now;
+    m->refresh(&logic(self).core(), logic(self).nodes());
+  }
 }
 
 // ---------------------------------------------------------------- answers
@@ -332,6 +348,8 @@ caf::result<uint64_t> on_register(controller_actor* self, const troupe::NodeInfo
 caf::result<bool, uint64_t> on_deploy(controller_actor* self, const std::string& encoded,
                                       const Credential& cred) {
   auto result = logic(self).deploy(encoded, cred);
+  if (const auto& m = logic(self).options().metrics)
+    m->deployed(result ? "ok" : "error");
   if (!result)
     return to_caf_error(result.status());
   reconcile(self);
@@ -342,6 +360,8 @@ caf::result<std::string> on_apply(controller_actor* self, const std::string& enc
                                   const Credential& cred,
                                   std::optional<uint64_t> if_generation = std::nullopt) {
   auto json = logic(self).apply(encoded, cred, if_generation);
+  if (const auto& m = logic(self).options().metrics)
+    m->deployed(json ? "ok" : "error");
   if (json)
     reconcile(self);
   return answer(std::move(json));
@@ -379,6 +399,8 @@ void init_state(controller_actor* self, const ControllerOptions& options,
                 std::shared_ptr<CheckpointStore> store, std::shared_ptr<const Clock> clock) {
   std::random_device rd;
   uint64_t seed = (uint64_t{rd()} << 32) | rd();
+  if (options.metrics)
+    store = options.metrics->timed(std::move(store));
   self->state.logic = std::make_unique<ControllerLogic>(
       options, std::move(store), clock ? std::move(clock) : std::make_shared<SteadyClock>(), seed,
       [self](const caf::actor& a) { self->monitor(a); },

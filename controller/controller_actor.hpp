@@ -21,6 +21,8 @@
 
 namespace troupe::controller {
 
+class ControllerMetrics;
+
 class CheckpointStore;
 
 struct ControllerOptions {
@@ -66,6 +68,9 @@ struct ControllerOptions {
   // must then carry a credential signed by a certificate of the required
   // role (operator; node for register/heartbeat/deregister). Empty: no checks.
   std::string ca_pem;
+  // The head's controller metrics (controller_metrics.hpp), shared by every
+  // incarnation of the controller; empty: none kept.
+  std::shared_ptr<ControllerMetrics> metrics;
 };
 
 // Opens the checkpoint under `state_dir` and checks that it can be read. A

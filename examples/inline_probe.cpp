@@ -9,6 +9,8 @@
 //   mode=throw         throws std::runtime_error("probe failure")
 //   mode=stream&n=N    a streamed answer of N lines "piece <i>\n"
 //   mode=big&bytes=N   a text/plain answer of N bytes
+// Every call counts in the user metric probe_calls_total{mode} (ok or
+// throw; the other modes are not counted).
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -19,12 +21,18 @@
 class InlineProbe : public troupe::Deployment {
  public:
   InlineProbe(const troupe::Json& args, const troupe::ReplicaContext& ctx)
-      : ctx_(ctx), nonblocking_(args.value("nonblocking", true)) {}
+      : ctx_(ctx),
+        nonblocking_(args.value("nonblocking", true)),
+        calls_ok_(ctx.counter("probe_calls_total", "Calls of the probe by mode.", {{"mode", "ok"}})),
+        calls_throw_(
+            ctx.counter("probe_calls_total", "Calls of the probe by mode.", {{"mode", "throw"}})) {}
 
   troupe::Response handle(const troupe::Request& request) override {
     const std::string mode = request.query_param("mode", "ok");
-    if (mode == "throw")
+    if (mode == "throw") {
+      calls_throw_->inc();
       throw std::runtime_error("probe failure");
+    }
     if (mode == "stream") {
       int n = std::stoi(request.query_param("n", "3"));
       return troupe::Response::streaming(
@@ -44,6 +52,7 @@ class InlineProbe : public troupe::Deployment {
         big.body[i] = static_cast<char>('0' + (i / 1000) % 10);
       return big;
     }
+    calls_ok_->inc();
     int now = ++running_;
     int seen = max_running_.load();
     while (now > seen && !max_running_.compare_exchange_weak(seen, now)) {
@@ -64,6 +73,8 @@ class InlineProbe : public troupe::Deployment {
  private:
   const troupe::ReplicaContext ctx_;
   const bool nonblocking_;
+  const std::shared_ptr<troupe::Counter> calls_ok_;
+  const std::shared_ptr<troupe::Counter> calls_throw_;
   std::atomic<int> running_{0};
   std::atomic<int> max_running_{0};
   std::atomic<uint64_t> served_{0};

@@ -13,6 +13,9 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
 
 #include "node/process_supervisor.hpp"
 #include "replica/replica_actor.hpp"
@@ -20,6 +23,7 @@
 #include "runtime/data_channel.hpp"
 #include "runtime/forwarder.hpp"
 #include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/tcp_probe.hpp"
 #include "runtime/time.hpp"
@@ -45,6 +49,18 @@ using AgentImpl = AgentActor::extend_with<AgentLocalActor>::extend<
     caf::reacts_to<reattach_deadline_atom, std::string, int32_t, uint32_t>,
     caf::reacts_to<stop_due_atom, std::string>>;
 using KeeperImpl = AgentKeeperActor::extend<caf::reacts_to<restart_atom>>;
+
+// troupe_replica_starts_total: a replica this node was asked to start.
+void count_start(const AgentOptions& o, const ReplicaSpec& spec) {
+  if (!o.registry)
+    return;
+  prometheus::BuildCounter()
+      .Name("troupe_replica_starts_total")
+      .Help("Replicas this node was asked to start (the failed starts included).")
+      .Register(o.registry->prom())
+      .Add({{"application", spec.app}, {"deployment", spec.deployment}})
+      .Increment();
+}
 
 struct Hosted {
   ReplicaSpec spec;
@@ -508,6 +524,8 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
                      self->home_system().render(dm.reason));
       }
       st.hosted->erase(id);
+      if (o.registry)
+        o.registry->drop_remote(id);
       maybe_finish_shutdown(self, o);
       return;
     }
@@ -568,6 +586,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
           it->second.waiting.push_back(rp);
           return rp;
         }
+        count_start(o, spec);
         if (spec.isolation != "in_process")
           return spawn_process(self, o, spec);
         replica::ReplicaOptions ropts;
@@ -576,6 +595,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         ropts.loader = o.loader;
         ropts.metrics_sink = sink;
         ropts.handles = o.handles;
+        ropts.registry = o.registry;
         // A deployment that declares its handler non-blocking is called
         // inline by this node's proxy (runtime/local_replicas.hpp).
         if (o.channels)
@@ -677,6 +697,8 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         for (auto& rp : h.waiting)
           rp.deliver(to_caf_error(why));
         st.hosted->erase(it);
+        if (o.registry)
+          o.registry->drop_remote(id);
         maybe_finish_shutdown(self, o);
       },
       [=](stop_atom, const std::string& id, double timeout_s) -> caf::result<caf::ok_atom> {
@@ -711,6 +733,17 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         auto& st = self->state;
         if (st.registered && st.controller) {
           self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing, finished);
+        }
+      },
+      [=](metrics_atom, const std::string& replica_id, const std::string& encoded) {
+        // A replica process's registry, served with this node's metrics
+        // while the replica is hosted here (not after it ended: a late
+        // report is dropped).
+        auto& st = self->state;
+        if (!o.registry || st.hosted->count(replica_id) == 0)
+          return;
+        if (auto s = o.registry->set_remote(replica_id, encoded); !s) {
+          st.log->warn("metrics report of replica {} refused: {}", replica_id, s.message());
         }
       },
       [=](models_atom, const std::string& replica_id, uint64_t seq,
@@ -856,6 +889,10 @@ KeeperImpl::behavior_type agent_keeper(keeper_actor* self, AgentOptions o) {
       [=](metrics_atom atom, const std::string& replica_id, double ongoing, uint64_t finished) {
         if (auto& a = self->state.agent)
           self->send(a, atom, replica_id, ongoing, finished);
+      },
+      [=](metrics_atom atom, const std::string& replica_id, std::string& encoded) {
+        if (auto& a = self->state.agent)
+          self->send(a, atom, replica_id, std::move(encoded));
       },
       [=](models_atom atom, const std::string& replica_id, uint64_t seq,
           std::vector<std::string>& model_ids) {

@@ -48,6 +48,9 @@ using ControllerSourceActor =
 namespace node {
 class ProcessSupervisor;
 }
+namespace metrics {
+class Registry;
+}
 namespace channel {
 class Registry;
 }
@@ -109,6 +112,10 @@ struct AgentOptions {
   // exits. Empty or 0 lanes: requests reach replica processes over CAF only.
   std::shared_ptr<channel::Registry> channels;
   size_t channel_lanes = 0;
+  // The node's metrics (runtime/metrics.hpp): its in-process replicas'
+  // series, the replica processes' reports and troupe_replica_starts_total.
+  // May be empty.
+  std::shared_ptr<metrics::Registry> registry;
   // How the keeper restarts an agent that died (not when stopped): at most
   // restart_policy.max_restarts within its window, at least min_interval
   // apart. Then it gives up: it logs the message (naming the agent and its

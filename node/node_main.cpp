@@ -24,6 +24,7 @@
 #include <caf/io/all.hpp>
 
 #include "controller/controller_actor.hpp"
+#include "controller/controller_metrics.hpp"
 #include "controller/core/checkpoint_store.hpp"
 #include "node/head_supervisor.hpp"
 #include "node/node_agent.hpp"
@@ -36,6 +37,7 @@
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
@@ -240,7 +242,12 @@ int main(int argc, char** argv) {
 
     // The HTTP proxy listens first: a port in use stops the node before any
     // actor runs.
+    // The node's metrics, served by its proxy at /-/metrics: the proxy's,
+    // the agent's, the in-process replicas', the replica processes' reports
+    // and, on the head, the controller's (docs/observability.md).
+    auto registry = std::make_shared<metrics::Registry>();
     proxy::ProxyOptions popts;
+    popts.registry = registry;
     popts.node_id = o.node_id;
     popts.server.bind = o.bind;
     popts.server.port = o.http_port;
@@ -281,6 +288,7 @@ int main(int argc, char** argv) {
       sopts.controller.node_timeout_s = o.node_timeout_s;
       sopts.controller.recovery_window_s = o.recovery_window_s;
       sopts.controller.state_dir = o.state_dir;
+      sopts.controller.metrics = std::make_shared<controller::ControllerMetrics>(registry);
       if (identity)
         sopts.controller.ca_pem = identity->ca_pem;
       sopts.controller.limits.max_replicas_per_deployment = o.max_replicas_per_deployment;
@@ -380,6 +388,7 @@ int main(int argc, char** argv) {
     aopts.log_level = o.log_level;
     aopts.log_format = o.log_format;
     aopts.channels = channels;
+    aopts.registry = registry;
     aopts.channel_lanes = http_proxy->io_threads();
     aopts.on_give_up = on_give_up;
     auto agent = spawn_node_agent(sys, aopts);

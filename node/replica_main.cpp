@@ -45,6 +45,7 @@
 #include "runtime/data_channel.hpp"
 #include "runtime/forwarder.hpp"
 #include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
 #include "runtime/wire.hpp"
@@ -235,6 +236,10 @@ int main(int argc, char** argv) {
     options.loader = std::make_shared<PluginLoader>(plugin_path);
     options.metrics_sink = caf::actor_cast<MetricsSinkActor>(spawn_forwarder(sys, sink_target));
     options.channel = data_channel;
+    // The node serves this process's metrics: the replica sends them with
+    // every metrics report.
+    options.registry = std::make_shared<metrics::Registry>();
+    options.report_registry = true;
     if (first->proxy) {
       auto proxy = caf::actor_cast<ProxyKeeperActor>(spawn_forwarder(sys, proxy_target));
       options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys, proxy),

@@ -9,7 +9,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
-#include <prometheus/text_serializer.h>
+
+#include "runtime/metrics.hpp"
 
 namespace troupe::proxy {
 
@@ -17,7 +18,8 @@ namespace troupe::proxy {
 // The metrics of each label set are made once and found in the maps after
 // (a family's Add() takes its own lock and hashes the labels every time).
 struct Metrics::Http {
-  prometheus::Registry registry;
+  std::shared_ptr<metrics::Registry> node;
+  prometheus::Registry& registry;
   prometheus::Family<prometheus::Counter>& requests =
       prometheus::BuildCounter()
           .Name("troupe_http_requests_total")
@@ -35,11 +37,20 @@ struct Metrics::Http {
                                      .Help("HTTP requests received and not yet answered.")
                                      .Register(registry)
                                      .Add({});
+  prometheus::Family<prometheus::Gauge>& queued =
+      prometheus::BuildGauge()
+          .Name("troupe_deployment_queued_requests")
+          .Help("Requests this node's proxy holds for a deployment until a replica has room.")
+          .Register(registry);
   std::mutex mutex;
   std::map<std::tuple<std::string, std::string, std::string, int>, prometheus::Counter*> counters;
   std::map<std::pair<std::string, std::string>, prometheus::Histogram*> histograms;
+  // troupe_deployment_queued_requests, set from the router's view at each
+  // render; a deployment the router no longer has is removed.
+  std::mutex queued_mutex;
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> queued_gauges;
 
-  Http() {
+  explicit Http(std::shared_ptr<metrics::Registry> r) : node(std::move(r)), registry(node->prom()) {
     prometheus::BuildGauge()
         .Name("troupe_build_info")
         .Help("1, labelled with the version of troupe this node runs.")
@@ -101,7 +112,9 @@ void Metrics::Histogram::add(double seconds) {
   sum += seconds;
 }
 
-Metrics::Metrics() : http_(std::make_unique<Http>()) {}
+Metrics::Metrics(std::shared_ptr<metrics::Registry> registry)
+    : http_(std::make_unique<Http>(registry ? std::move(registry)
+                                            : std::make_shared<metrics::Registry>())) {}
 Metrics::~Metrics() = default;
 
 namespace {
@@ -219,7 +232,25 @@ uint64_t Metrics::count(const std::string& app, int status) const {
 
 std::string Metrics::render(const std::vector<Router::DeploymentView>& deployments) const {
   http_->in_flight.Set(static_cast<double>(in_flight()));
-  std::string out = prometheus::TextSerializer().Serialize(http_->registry.Collect());
+  {
+    std::lock_guard<std::mutex> lock(http_->queued_mutex);
+    auto stale = http_->queued_gauges;
+    for (const auto& d : deployments) {
+      auto key = std::make_pair(d.app, d.deployment);
+      stale.erase(key);
+      auto& g = http_->queued_gauges[key];
+      if (!g)
+        g = &http_->queued.Add({{"application", d.app}, {"deployment", d.deployment}});
+      g->Set(static_cast<double>(d.queued));
+    }
+    for (const auto& [key, g] : stale) {
+      http_->queued.Remove(g);
+      http_->queued_gauges.erase(key);
+    }
+  }
+  // Everything of this node's registry: the troupe_http_* above, and the
+  // metrics of its agent, replicas and (on the head) controller.
+  std::string out = http_->node->render();
   std::lock_guard<std::mutex> lock(mutex_);
   out += "# HELP troupe_proxy_requests_total HTTP requests answered, by application and status.\n";
   out += "# TYPE troupe_proxy_requests_total counter\n";

@@ -16,6 +16,10 @@
 
 #include "proxy/router.hpp"
 
+namespace troupe::metrics {
+class Registry;
+}
+
 namespace troupe::proxy {
 
 class Metrics {
@@ -24,7 +28,10 @@ class Metrics {
   static constexpr std::array<double, 14> kBuckets = {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
-  Metrics();
+  // `registry`: the node's (runtime/metrics.hpp), where the troupe_http_*
+  // metrics are made and whose whole content render() serves; empty: one
+  // of its own.
+  explicit Metrics(std::shared_ptr<metrics::Registry> registry = nullptr);
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
@@ -83,8 +90,10 @@ class Metrics {
   // Requests of `app` counted by crashed(); for tests.
   uint64_t crashes(const std::string& app) const;
 
-  // The exposition text; queue lengths and per-replica in-flight counts come
-  // from the router's view.
+  // The exposition text: the node registry's families (the troupe_http_*
+  // ones, troupe_deployment_queued_requests and what the node's other parts
+  // keep there), then the hand-written troupe_proxy_* ones. Queue lengths
+  // and per-replica in-flight counts come from the router's view.
   std::string render(const std::vector<Router::DeploymentView>& deployments) const;
 
  private:

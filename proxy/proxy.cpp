@@ -21,7 +21,8 @@ namespace troupe::proxy {
 
 using nlohmann::json;
 
-Proxy::Core::Core(ProxyOptions o) : options(std::move(o)), router(router_options(options)) {}
+Proxy::Core::Core(ProxyOptions o)
+    : options(std::move(o)), router(router_options(options)), metrics(options.registry) {}
 
 Proxy::Core::~Core() = default;
 

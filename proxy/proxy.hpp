@@ -63,6 +63,10 @@
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
+namespace troupe::metrics {
+class Registry;
+}
+
 namespace troupe::channel {
 class Registry;
 }
@@ -102,6 +106,9 @@ struct ProxyOptions {
   bool connect_peers = true;
   // The access log (proxy/access_log.hpp); null: none.
   std::shared_ptr<AccessLog> access_log;
+  // The node's metrics (runtime/metrics.hpp), served at /-/metrics; empty:
+  // the proxy's own only.
+  std::shared_ptr<metrics::Registry> registry;
 };
 
 class Proxy {

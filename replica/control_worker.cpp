@@ -1,5 +1,6 @@
 #include "replica/control_worker.hpp"
 
+#include <chrono>
 #include <exception>
 #include <string>
 
@@ -7,6 +8,7 @@
 
 #include "replica/model_report.hpp"
 #include "replica/plugin/plugin_loader.hpp"
+#include "replica/replica_metrics.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
@@ -45,6 +47,7 @@ caf::behavior control_worker(caf::stateful_actor<ControlState>* self, ReplicaOpt
                            o.node_id,  o.spec.code_version, o.handles};
         ctx.max_num_models_per_replica = o.spec.max_num_models_per_replica;
         ctx.models = o.models;
+        ctx.metrics = o.replica_metrics->user_sink();
         try {
           Instance made((*factory)->create(args, ctx));
           if (!o.spec.user_config.empty()) {
@@ -85,14 +88,21 @@ caf::behavior control_worker(caf::stateful_actor<ControlState>* self, ReplicaOpt
         auto& st = self->state;
         if (!st.instance)
           return to_caf_error(Status(errc::unavailable, "replica not initialized"));
+        auto started = std::chrono::steady_clock::now();
+        Status outcome;
         try {
           st.instance->check_health();
-          return caf::ok_atom::value;
         } catch (const std::exception& e) {
-          return to_caf_error(Status(errc::internal, std::string("unhealthy: ") + e.what()));
+          outcome = Status(errc::internal, std::string("unhealthy: ") + e.what());
         } catch (...) {
-          return to_caf_error(Status(errc::internal, "unhealthy: non-standard exception"));
+          outcome = Status(errc::internal, "unhealthy: non-standard exception");
         }
+        o.replica_metrics->health(
+            outcome.is_ok(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        if (!outcome)
+          return to_caf_error(outcome);
+        return caf::ok_atom::value;
       },
   };
 }

@@ -64,6 +64,9 @@ struct Dispatch {
   // replica starts, constant after. Answers to requests that name a model
   // carry it (runtime/multiplex.hpp).
   std::shared_ptr<ModelReport> models;
+  // The replica's metrics (replica/replica_metrics.hpp); set before the
+  // replica starts, constant after.
+  std::shared_ptr<ReplicaMetrics> metrics;
   // An in-process replica whose deployment declares its handler
   // non-blocking (replica/inline_replica.hpp): requests that come over CAF
   // (other nodes' proxies) run in the sender's context too, on the thread

@@ -119,7 +119,7 @@ local::InlineResult InlineReplica::serve(const HttpRequest& req, HttpResponse& a
   Handled h;
   {
     RequestIdScope scope(req.request_id, req.timeout_s, control);
-    h = run_handler(*user, *in, req.request_id, d.models.get());
+    h = run_handler(*user, *in, req.request_id, d.models.get(), d.metrics.get());
   }
   if (!h.produce) {
     answer = std::move(h.out);

@@ -16,6 +16,8 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include "replica/control_worker.hpp"
+#include "replica/replica_metrics.hpp"
+#include "runtime/metrics.hpp"
 #include "replica/dispatch.hpp"
 #include "replica/inline_replica.hpp"
 #include "replica/instance.hpp"
@@ -57,11 +59,15 @@ struct ReplicaState {
 // Its own messages besides its interface: a request thread finished the last
 // request of a stopping replica; the graceful stop's deadline passed; time
 // to report metrics; the ModelCache's list changed (models_atom, from
-// ModelReport, or a delayed send of its own).
+// ModelReport, or a delayed send of its own); time to send the process's
+// metrics registry.
 using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
 using report_atom = caf::atom_constant<caf::atom("report")>;
-using ReplicaImpl = ReplicaActor::extend<caf::reacts_to<done_atom>, caf::reacts_to<stop_due_atom>,
-                                         caf::reacts_to<report_atom>, caf::reacts_to<models_atom>>;
+using registry_atom = caf::atom_constant<caf::atom("registry")>;
+using ReplicaImpl =
+    ReplicaActor::extend<caf::reacts_to<done_atom>, caf::reacts_to<stop_due_atom>,
+                         caf::reacts_to<report_atom>, caf::reacts_to<models_atom>,
+                         caf::reacts_to<registry_atom>>;
 using replica_actor = ReplicaImpl::stateful_base<ReplicaState>;
 
 ReplicaMetadata metadata(const ReplicaState& st) {
@@ -157,6 +163,8 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
   if (o.metrics_sink && o.spec.metrics_interval_s > 0) {
     self->delayed_send(self, seconds_as(o.spec.metrics_interval_s), report_atom::value);
   }
+  if (o.metrics_sink && o.report_registry && o.registry_interval_s > 0)
+    self->send(self, registry_atom::value);
   return {
       [=](initialize_atom) -> caf::result<ReplicaMetadata> {
         auto& st = self->state;
@@ -237,6 +245,7 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         auto stuck_after = std::chrono::duration_cast<Clock::duration>(
             std::chrono::duration<double>(st.options.spec.stuck_after_s));
         if (auto progress = st.dispatch->check_progress(stuck_after); !progress) {
+          st.dispatch->metrics->set_healthy(false);
           st.log->warn("replica {} reports unhealthy: {}", st.options.spec.replica_id,
                        progress.message());
           return to_caf_error(progress);
@@ -306,9 +315,16 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         st.window_start = now;
         self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
                    average, st.dispatch->finished());
+
         report_models(self, true);
         self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s),
                            report_atom::value);
+      },
+      [=](registry_atom) {
+        auto& st = self->state;
+        self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
+                   st.options.registry->encode());
+        self->delayed_send(self, seconds_as(st.options.registry_interval_s), registry_atom::value);
       },
       [=](models_atom) {
         // From ModelReport (the list changed) or our own delayed send.
@@ -327,6 +343,11 @@ ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
   if (!options.models)
     options.models = std::make_shared<ModelReport>();
   dispatch->models = options.models;
+  if (!options.registry)
+    options.registry = std::make_shared<metrics::Registry>();
+  options.replica_metrics = ReplicaMetrics::make(options.registry, options.spec.app,
+                                                 options.spec.deployment, options.spec.replica_id);
+  dispatch->metrics = options.replica_metrics;
   auto actor = caf::actor_cast<caf::actor>(sys.spawn(replica, std::move(options), dispatch));
   dispatch->replica = caf::actor_cast<caf::weak_actor_ptr>(actor);
   dispatch->models->set_replica(dispatch->replica);

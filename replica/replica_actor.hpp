@@ -48,11 +48,15 @@ class ReplicaEnd;
 namespace local {
 class LocalReplicas;
 }
+namespace metrics {
+class Registry;
+}
 }
 
 namespace troupe::replica {
 
 class ModelReport;
+class ReplicaMetrics;
 
 struct ReplicaOptions {
   ReplicaSpec spec;
@@ -76,6 +80,15 @@ struct ReplicaOptions {
   // removed when the replica actor exits (runtime/local_replicas.hpp). May be
   // empty.
   std::shared_ptr<local::LocalReplicas> local_replicas;
+  // The registry of this process, where the replica's metrics go
+  // (replica/replica_metrics.hpp). Empty: a registry of the replica's own.
+  std::shared_ptr<metrics::Registry> registry;
+  // A replica process's: send the whole registry (metrics::Registry::encode)
+  // to the metrics sink every registry_interval_s, for the node to serve.
+  bool report_registry = false;
+  double registry_interval_s = 1.0;
+  // Set by spawn_replica: the replica's metrics in `registry`.
+  std::shared_ptr<ReplicaMetrics> replica_metrics;
 };
 
 ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options);

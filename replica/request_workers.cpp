@@ -62,7 +62,8 @@ caf::behavior request_worker(caf::event_based_actor* self, Instance instance,
       [=](handle_atom, HttpRequest& req) -> caf::result<HttpResponse> {
         // Answered by the sink (a stream is more than one message).
         CafSink sink(self->current_sender(), self->current_message_id());
-        serve(*instance, req, dispatch->models.get(), dispatch->inflight, sink);
+        serve(*instance, req, dispatch->models.get(), dispatch->metrics.get(), dispatch->inflight,
+              sink);
         if (dispatch->release(index)) {
           if (auto replica = dispatch->replica.lock())
             caf::anon_send(caf::actor_cast<caf::actor>(replica), done_atom::value);
@@ -82,8 +83,8 @@ void serve_local(Deployment& instance, Dispatch& d, uint64_t token) {
     return;
   CafSink sink(m->sender, m->mid);
   if (m->content().match_elements<handle_atom, HttpRequest>()) {
-    serve(instance, m->content().get_mutable_as<HttpRequest>(1), d.models.get(), d.inflight,
-          sink);
+    serve(instance, m->content().get_mutable_as<HttpRequest>(1), d.models.get(), d.metrics.get(),
+          d.inflight, sink);
   } else {
     sink.answer(HttpResponse{});
   }
@@ -168,7 +169,7 @@ void channel_worker(Instance instance, DispatchPtr d) {
     if (!take_request(*d, buffer, size, req))
       continue;
     ChannelSink sink(ch.answer_fd(buffer.header().lane), req.call_key, ch.max_frame());
-    serve(*instance, req, d->models.get(), d->inflight, sink);
+    serve(*instance, req, d->models.get(), d->metrics.get(), d->inflight, sink);
     d->finish();
   }
 }
@@ -247,7 +248,7 @@ void channel_loop(Instance instance, DispatchPtr d) {
       Handled h;
       {
         RequestIdScope scope(req.request_id, req.timeout_s, control);
-        h = run_handler(*instance, *in, req.request_id, d->models.get());
+        h = run_handler(*instance, *in, req.request_id, d->models.get(), d->metrics.get());
       }
       if (h.produce) {
         stream_apart(instance, d, std::move(in), std::move(control), std::move(flow),

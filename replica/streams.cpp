@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "replica/handle_transport.hpp"
+#include "replica/replica_metrics.hpp"
 #include "runtime/multiplex.hpp"
 
 namespace troupe::replica {
@@ -181,8 +182,11 @@ std::shared_ptr<RequestControl> request_control(double timeout_s) {
 }
 
 Handled run_handler(Deployment& d, const Request& in, const std::string& request_id,
-                    const ModelReport* models) {
+                    const ModelReport* models, ReplicaMetrics* metrics) {
   Handled h;
+  auto started = std::chrono::steady_clock::now();
+  if (metrics)
+    metrics->started();
   try {
     Response r = d.handle(in);
     h.out.status = r.status;
@@ -193,6 +197,11 @@ Handled run_handler(Deployment& d, const Request& in, const std::string& request
     h.out = error_answer(std::string("handler raised: ") + e.what());
   } catch (...) {
     h.out = error_answer("handler raised a non-standard exception");
+  }
+  if (metrics) {
+    metrics->finished(h.out.status >= 500,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                          .count());
   }
   if (!request_id.empty())
     h.out.headers.emplace_back("X-Request-Id", request_id);
@@ -222,8 +231,8 @@ void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink) {
     sink.end(true, "");
 }
 
-void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight& inflight,
-           Sink& sink) {
+void serve(Deployment& d, HttpRequest& req, const ModelReport* models, ReplicaMetrics* metrics,
+           Inflight& inflight, Sink& sink) {
   auto control = request_control(req.timeout_s);
   FlowPtr flow = inflight.add(req.call_key, control);
   Registered registered{inflight, req.call_key};
@@ -232,7 +241,7 @@ void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight&
   // Handle calls made by handle() (and by a stream's producer) carry this
   // request's id and inherit what is left of its deadline.
   RequestIdScope scope(req.request_id, req.timeout_s, control);
-  Handled h = run_handler(d, in, req.request_id, models);
+  Handled h = run_handler(d, in, req.request_id, models, metrics);
   if (!h.produce) {
     sink.answer(std::move(h.out));
     return;

@@ -41,6 +41,8 @@
 
 namespace troupe::replica {
 
+class ReplicaMetrics;
+
 // Bytes a stream may have in flight unacknowledged.
 constexpr uint64_t kStreamWindow = 256 << 10;
 // A stream whose receiver acknowledges nothing for this long while the
@@ -129,9 +131,10 @@ std::shared_ptr<RequestControl> request_control(double timeout_s);
 // Runs handle(in) (the first half of serve()): an exception becomes a 500
 // with a JSON body; the answer gets X-Request-Id (`request_id`, unless
 // empty) and, with `models` and a request that names a model, the models
-// the replica holds after it.
+// the replica holds after it. With `metrics`, the call is counted and timed
+// there.
 Handled run_handler(Deployment& d, const Request& in, const std::string& request_id,
-                    const ModelReport* models);
+                    const ModelReport* models, ReplicaMetrics* metrics);
 
 // The rest of a streamed answer (the second half of serve()): the head
 // (h.out, named `key`), then what h.produce writes under `flow`'s window,
@@ -147,8 +150,8 @@ void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink);
 // and a request that names a model, the answer carries the models the
 // replica holds after it (multiplex::kHeldModelsHeader), for the proxy's
 // router. The request is in `inflight` while it runs.
-void serve(Deployment& d, HttpRequest& req, const ModelReport* models, Inflight& inflight,
-           Sink& sink);
+void serve(Deployment& d, HttpRequest& req, const ModelReport* models, ReplicaMetrics* metrics,
+           Inflight& inflight, Sink& sink);
 
 // Answers over CAF to the request (`sender`, `request_id`): the answer or the
 // head as the response, the pieces of a stream as (chunk, ...) messages.

@@ -430,9 +430,12 @@ typename Inspector::result_type inspect(Inspector& f, Credential& x) {
 // metrics_interval_s the replica's average ongoing requests.
 // And the models it holds, when they change (rate-limited) and with every
 // metrics report: (models, replica_id, seq, model ids).
+// A replica process also sends its whole metrics registry with every report
+// (runtime/metrics.hpp, encode()), which its node serves at /-/metrics.
 using MetricsSinkActor = caf::typed_actor<
     // (replica_id, average ongoing requests, requests finished since it started)
     caf::reacts_to<metrics_atom, std::string /*replica_id*/, double, uint64_t>,
+    caf::reacts_to<metrics_atom, std::string /*replica_id*/, std::string /*registry*/>,
     caf::reacts_to<models_atom, std::string /*replica_id*/, uint64_t, std::vector<std::string>>>;
 
 // Whoever takes a deployment handle's call from another process (a proxy

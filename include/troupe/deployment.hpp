@@ -54,8 +54,10 @@
 // Json and std::string objects cross the boundary.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -84,7 +86,9 @@ namespace troupe {
 // 4: streaming answers (Response::stream, StreamWriter) and cancellation
 //    (Request::control, RequestControl).
 // 5: Deployment::nonblocking() (a new virtual function: the vtable changed).
-constexpr uint32_t kDeploymentAbiVersion = 5;
+// 6: ReplicaContext carries the user metrics (MetricsSink) and the log
+//    (LogSink) of the replica.
+constexpr uint32_t kDeploymentAbiVersion = 6;
 
 // Model multiplexing (Ray Serve's): the request header that names the model a
 // request is for, and troupe's own spelling of it. Header names compare
@@ -690,6 +694,163 @@ class DeploymentHandle {
   std::string model_id_;
 };
 
+
+// --- Metrics and logs of user code ---------------------------------------------
+//
+// A deployment exports counters, gauges and histograms of its own through its
+// ReplicaContext. The runtime adds the labels application, deployment and
+// replica, and each node serves them at its proxy's /-/metrics with troupe's
+// own metrics:
+//
+//   Model(const troupe::Json&, const troupe::ReplicaContext& ctx)
+//       : hits_(ctx.counter("model_cache_hits_total", "Lookups served from the cache.")),
+//         size_(ctx.histogram("model_batch_size", "Requests per batch.", {1, 2, 4, 8, 16})) {}
+//   ... hits_->inc(); size_->observe(batch.size());
+//
+// Names follow Prometheus (letters, digits, '_' and ':', not starting with a
+// digit); a bad name, a label named application, deployment or replica, or a
+// name already used with another type throws std::invalid_argument from the
+// call. Asking again for the same name and labels returns the same metric.
+// The metrics are thread-safe; make them once (in the constructor), not per
+// request. Without a runtime (a unit test building the class by hand) the
+// calls return working metrics that nobody exports.
+//
+// ctx.log(level, message) writes a line to the replica's log (what
+// `troupectl logs REPLICA_ID` shows), with the id of the request the calling
+// thread handles, if any.
+
+using Labels = std::map<std::string, std::string>;
+
+class Counter {
+ public:
+  virtual ~Counter() = default;
+  // `by` >= 0; a negative increment is ignored.
+  virtual void inc(double by) = 0;
+  void inc() { inc(1.0); }
+  virtual double value() const = 0;
+};
+
+class Gauge {
+ public:
+  virtual ~Gauge() = default;
+  virtual void set(double value) = 0;
+  virtual void add(double by) = 0;  // negative to decrease
+  void inc() { add(1.0); }
+  void dec() { add(-1.0); }
+  virtual double value() const = 0;
+};
+
+class Histogram {
+ public:
+  virtual ~Histogram() = default;
+  virtual void observe(double value) = 0;
+};
+
+// Implemented by the runtime (and by detail::LocalMetrics below).
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual std::shared_ptr<Counter> counter(const std::string& name, const std::string& help,
+                                           const Labels& labels) = 0;
+  virtual std::shared_ptr<Gauge> gauge(const std::string& name, const std::string& help,
+                                       const Labels& labels) = 0;
+  // `buckets`: upper bounds, ascending (+Inf is implicit).
+  virtual std::shared_ptr<Histogram> histogram(const std::string& name, const std::string& help,
+                                               const std::vector<double>& buckets,
+                                               const Labels& labels) = 0;
+};
+
+enum class LogLevel { debug, info, warn, error };
+
+// Implemented by the runtime.
+class LogSink {
+ public:
+  virtual ~LogSink() = default;
+  virtual void write(LogLevel level, const std::string& message) = 0;
+};
+
+namespace detail {
+
+// Metrics kept in the object only: what a ReplicaContext without a runtime
+// gives (unit tests). Checks names like the runtime does.
+class LocalMetrics : public MetricsSink {
+ public:
+  std::shared_ptr<Counter> counter(const std::string& name, const std::string&,
+                                   const Labels& labels) override {
+    return find<LocalCounter>(name, 'c', labels);
+  }
+  std::shared_ptr<Gauge> gauge(const std::string& name, const std::string&,
+                               const Labels& labels) override {
+    return find<LocalGauge>(name, 'g', labels);
+  }
+  std::shared_ptr<Histogram> histogram(const std::string& name, const std::string&,
+                                       const std::vector<double>&, const Labels& labels) override {
+    return find<LocalHistogram>(name, 'h', labels);
+  }
+
+  static void check_name(const std::string& name, bool label) {
+    bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
+    for (char c : name) {
+      bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || (!label && c == ':');
+      ok = ok && letter;
+    }
+    if (!ok)
+      throw std::invalid_argument("'" + name + "' is not a valid Prometheus " +
+                                  (label ? "label" : "metric") + " name");
+    if (label && (name == "application" || name == "deployment" || name == "replica"))
+      throw std::invalid_argument("the label '" + name +
+                                  "' is set by troupe: a user metric cannot set it");
+  }
+
+ private:
+  struct LocalCounter : Counter {
+    std::atomic<double> v{0};
+    void inc(double by) override {
+      if (by < 0)
+        return;
+      double old = v.load();
+      while (!v.compare_exchange_weak(old, old + by)) {
+      }
+    }
+    double value() const override { return v.load(); }
+  };
+  struct LocalGauge : Gauge {
+    std::atomic<double> v{0};
+    void set(double value) override { v.store(value); }
+    void add(double by) override {
+      double old = v.load();
+      while (!v.compare_exchange_weak(old, old + by)) {
+      }
+    }
+    double value() const override { return v.load(); }
+  };
+  struct LocalHistogram : Histogram {
+    void observe(double) override {}
+  };
+
+  template <class T>
+  std::shared_ptr<T> find(const std::string& name, char type, const Labels& labels) {
+    check_name(name, false);
+    for (const auto& kv : labels)
+      check_name(kv.first, true);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto t = types_.emplace(name, type).first;
+    if (t->second != type)
+      throw std::invalid_argument("the metric '" + name + "' exists with another type");
+    auto& slot = metrics_[{name, labels}];
+    if (!slot)
+      slot = std::make_shared<T>();
+    return std::static_pointer_cast<T>(slot);
+  }
+
+  std::mutex mutex_;
+  std::map<std::string, char> types_;
+  std::map<std::pair<std::string, Labels>, std::shared_ptr<void>> metrics_;
+};
+
+}  // namespace detail
+
 // --- Model multiplexing -------------------------------------------------------
 //
 // One deployment serves many models (Ray Serve's serve.multiplexed): a request
@@ -881,11 +1042,49 @@ struct ReplicaContext {
   // Set by the runtime: where a ModelCache built from this context reports
   // the models it holds. May be empty (nothing is reported).
   std::shared_ptr<ModelIdsListener> models = nullptr;
+  // Set by the runtime: where this replica's own metrics and log lines go.
+  // Without a runtime, metrics nobody exports (kept in this context and its
+  // copies), and log() writes to stderr.
+  std::shared_ptr<MetricsSink> metrics = std::make_shared<detail::LocalMetrics>();
+  std::shared_ptr<LogSink> logger = nullptr;
+
+  std::shared_ptr<Counter> counter(const std::string& name, const std::string& help,
+                                   const Labels& labels = {}) const {
+    return sink().counter(name, help, labels);
+  }
+  std::shared_ptr<Gauge> gauge(const std::string& name, const std::string& help,
+                               const Labels& labels = {}) const {
+    return sink().gauge(name, help, labels);
+  }
+  std::shared_ptr<Histogram> histogram(const std::string& name, const std::string& help,
+                                       const std::vector<double>& buckets,
+                                       const Labels& labels = {}) const {
+    return sink().histogram(name, help, buckets, labels);
+  }
+
+  void log(LogLevel level, const std::string& message) const {
+    if (logger) {
+      logger->write(level, message);
+      return;
+    }
+    static const char* const names[] = {"debug", "info", "warn", "error"};
+    std::fprintf(stderr, "[%s] %s: %s\n", names[static_cast<int>(level)], replica_id.c_str(),
+                 message.c_str());
+  }
 
   // A handle to the deployment `deployment` of this replica's application.
   // Whether it exists is known only when it is called (404).
   DeploymentHandle handle(const std::string& deployment) const {
     return DeploymentHandle(handles, app, deployment);
+  }
+
+  // The sink of counter() and its kin: `metrics`, or when someone emptied
+  // it, one that keeps nothing between calls.
+  MetricsSink& sink() const {
+    if (metrics)
+      return *metrics;
+    thread_local detail::LocalMetrics scratch;
+    return scratch;
   }
 };
 

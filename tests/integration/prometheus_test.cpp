@@ -1,7 +1,9 @@
-// The proxy's metrics against the real thing: promtool (Debian's
-// prometheus package) accepts every node's /-/metrics after traffic and
-// errors, and a real Prometheus scraping a three-node cluster sees every
-// node up and measures the request rate the test produced.
+// The metrics against the real thing: promtool (Debian's prometheus
+// package) accepts every node's /-/metrics after traffic, errors and a
+// replica kill, every metric of docs/observability.md is there with its
+// labels, and a real Prometheus scraping a three-node cluster sees every
+// node up, measures the request rate the test produced and shows a user
+// counter with its labels.
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,8 @@
 #include <cmath>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,9 +67,26 @@ json query(uint16_t port, const std::string& promql) {
   return body["data"]["result"];
 }
 
+// The sum of the samples of `metric` (a counter or gauge) whose line has
+// `having` in its labels.
+double count_sum(const std::string& text, const std::string& metric,
+                 const std::string& having = "") {
+  double sum = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(metric + "{", 0) != 0 && line.rfind(metric + " ", 0) != 0)
+      continue;
+    auto close = line.rfind(' ');
+    if (!having.empty() && line.substr(0, close).find(having) == std::string::npos)
+      continue;
+    sum += std::stod(line.substr(close + 1));
+  }
+  return sum;
+}
+
 }  // namespace
 
-TEST_CASE("metrics: promtool accepts every node's /-/metrics - a real Prometheus scrapes three nodes and measures the request rate") {
+TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kill - a real Prometheus scrapes three nodes - measures the request rate and sees a user counter") {
   const auto promtool = on_path("promtool");
   const auto prometheus = on_path("prometheus");
   REQUIRE_MESSAGE(!promtool.empty(), "promtool is missing (Debian: apt-get install prometheus)");
@@ -102,11 +123,106 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics - a real Prometheus
   }
 
   // Traffic, a handler's error and a path nobody serves on every node, then
-  // promtool on each node's exposition.
+  // a replica killed (and replaced), then promtool on each node's
+  // exposition.
   for (const auto& n : nodes) {
     const uint16_t port = cluster.http_ports.at(n);
     CHECK(http_get(port, "/probe/?mode=throw", 10)->status == 500);
     CHECK(http_get(port, "/nowhere", 10)->status == 404);
+  }
+  // Every replica process reports its registry to its node every second:
+  // wait until the nodes together serve the three throws and the ok calls
+  // counted by the replicas, and the user's counter.
+  auto all_metrics = [&] {
+    std::string all;
+    for (const auto& n : nodes) {
+      auto r = http_get(cluster.http_ports.at(n), "/-/metrics", 10);
+      if (r && r->status == 200)
+        all += r->body;
+    }
+    return all;
+  };
+  auto replicas_in = [](const std::string& text, const std::string& metric) {
+    std::set<std::string> ids;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(metric + "{", 0) != 0)
+        continue;
+      auto at = line.find("replica=\"");
+      if (at != std::string::npos)
+        ids.insert(line.substr(at + 9, line.find('"', at + 9) - at - 9));
+    }
+    return ids;
+  };
+  std::string all;
+  REQUIRE_MESSAGE(wait_until(
+                      [&] {
+                        all = all_metrics();
+                        return replicas_in(all, "troupe_deployment_errors_total").size() == 3 &&
+                               count_sum(all, "troupe_deployment_errors_total") == 3 &&
+                               count_sum(all, "probe_calls_total", "mode=\"throw\"") == 3;
+                      },
+                      20s, 200ms),
+                  all);
+  const auto first_replicas = replicas_in(all, "troupe_replica_healthy");
+  REQUIRE(first_replicas.size() == 3);
+  const std::string victim = *first_replicas.begin();
+  auto killed = run({bin("troupectl"), "--address", cluster.address, "kill", "replica", victim});
+  REQUIRE_MESSAGE(killed.exit_code == 0, killed.err);
+  // Replaced: three replicas again, the victim's series gone from its node,
+  // and every node answers.
+  REQUIRE_MESSAGE(wait_until(
+                      [&] {
+                        all = all_metrics();
+                        auto now = replicas_in(all, "troupe_replica_healthy");
+                        return now.size() == 3 && now.count(victim) == 0 &&
+                               all.find("troupe_deployment_running_replicas{application=\"probe\","
+                                        "deployment=\"InlineProbe\"} 3") != std::string::npos;
+                      },
+                      40s, 200ms),
+                  all);
+  for (const auto& n : nodes) {
+    REQUIRE(wait_until(
+        [&] {
+          auto r = http_get(cluster.http_ports.at(n), "/probe/", 5);
+          return r && r->status == 200;
+        },
+        30s, 100ms));
+  }
+  // Every metric of docs/observability.md, with its labels, on the nodes
+  // that keep it: the proxy's and the replicas' on every node hosting them,
+  // the controller's on the head.
+  const std::string replica_labels = "{application=\"probe\",deployment=\"InlineProbe\",replica=";
+  all = all_metrics();
+  for (const auto& series : {
+           std::string("troupe_http_requests_total{application=\"probe\",code=\"200\",method=\"GET\","
+                       "route=\"/probe\"}"),
+           std::string("troupe_http_request_duration_seconds_bucket{application=\"probe\","
+                       "route=\"/probe\",le="),
+           std::string("troupe_http_requests_in_flight "),
+           std::string("troupe_deployment_queued_requests{application=\"probe\","
+                       "deployment=\"InlineProbe\"}"),
+           "troupe_replica_processing_requests" + replica_labels,
+           "troupe_deployment_requests_total" + replica_labels,
+           "troupe_deployment_errors_total" + replica_labels,
+           "troupe_deployment_processing_duration_seconds_bucket" + replica_labels,
+           std::string("troupe_replica_starts_total{application=\"probe\",deployment=\"InlineProbe\"}"),
+           "troupe_replica_healthy" + replica_labels,
+           "troupe_health_check_duration_seconds_bucket" + replica_labels,
+           std::string("troupe_deployment_target_replicas{application=\"probe\","
+                       "deployment=\"InlineProbe\"} 3"),
+           std::string("troupe_deployment_running_replicas{application=\"probe\","
+                       "deployment=\"InlineProbe\"} 3"),
+           std::string("troupe_controller_reconcile_duration_seconds_bucket{le="),
+           std::string("troupe_controller_checkpoint_write_duration_seconds_bucket{le="),
+           std::string("troupe_controller_deploys_total{outcome=\"ok\"} 1"),
+           std::string("troupe_nodes{state=\"ALIVE\"} 3"),
+           std::string("troupe_build_info{version="),
+       }) {
+    CHECK_MESSAGE(all.find(series) != std::string::npos, series);
+  }
+  for (const auto& n : nodes) {
+    const uint16_t port = cluster.http_ports.at(n);
     auto metrics = http_get(port, "/-/metrics", 10);
     REQUIRE(metrics);
     REQUIRE(metrics->status == 200);
@@ -190,6 +306,29 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics - a real Prometheus
   double measured = std::stod(rate[0]["value"][1].get<std::string>());
   MESSAGE("Prometheus: " << measured << " req/s; the test produced " << produced << " req/s");
   CHECK(std::fabs(measured - produced) <= 0.1 * produced);
+  // The user's counter, as Prometheus scraped it from the nodes, with the
+  // labels troupe adds and its own.
+  // Every ok call of the load ran a handler that counted it: the sum
+  // reaches at least the load's calls (more: the calls before it) once the
+  // replicas' last reports were scraped (a report a second, a scrape a
+  // second).
+  json user;
+  double user_sum = 0;
+  CHECK_MESSAGE(wait_until(
+                    [&] {
+                      user = query(prom_port, "probe_calls_total{mode=\"ok\"}");
+                      user_sum = 0;
+                      for (const auto& s : user)
+                        user_sum += std::stod(s["value"][1].get<std::string>());
+                      return user.size() == 3 && user_sum >= static_cast<double>(answered.load());
+                    },
+                    10s, 200ms),
+                user.dump() << " against " << answered.load() << " answered");
+  for (const auto& s : user) {
+    CHECK(s["metric"].value("application", "") == "probe");
+    CHECK(s["metric"].value("deployment", "") == "InlineProbe");
+    CHECK(s["metric"].value("replica", "").rfind("probe#InlineProbe#", 0) == 0);
+  }
   server.stop(10s);
   auto reports = cluster.stop_all();
   for (const auto& r : reports)

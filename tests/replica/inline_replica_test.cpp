@@ -160,7 +160,7 @@ TEST_CASE("replica/inline: a handler that throws gets the answer of the request 
   REQUIRE(entry->serve(request("/throw"), inline_answer).kind == local::InlineResult::answered);
   AnswerSink sink;
   auto req = request("/throw");
-  serve(*probe, req, d->models.get(), d->inflight, sink);
+  serve(*probe, req, d->models.get(), d->metrics.get(), d->inflight, sink);
   CHECK(inline_answer.status == 500);
   CHECK(inline_answer.status == sink.got.status);
   CHECK(inline_answer.body == sink.got.body);

@@ -94,7 +94,7 @@ TEST_CASE("serve: a whole answer goes to the sink once - with the request id") {
   RecordingSink sink;
   Inflight inflight;
   auto req = request_with_key(7);
-  serve(d, req, nullptr, inflight, sink);
+  serve(d, req, nullptr, nullptr, inflight, sink);
   auto ev = sink.events();
   REQUIRE(ev.size() == 1);
   CHECK(ev[0].kind == "answer");
@@ -116,7 +116,7 @@ TEST_CASE("serve: a stream is its head with the call key - its chunks in order -
   RecordingSink sink;
   Inflight inflight;
   auto req = request_with_key(7);
-  serve(d, req, nullptr, inflight, sink);
+  serve(d, req, nullptr, nullptr, inflight, sink);
   auto ev = sink.events();
   REQUIRE(ev.size() == 4);
   CHECK(ev[0].kind == "head");
@@ -141,7 +141,7 @@ TEST_CASE("serve: a producer that throws ends the stream early - a handler that 
   RecordingSink sink;
   Inflight inflight;
   auto req = request_with_key(1);
-  serve(streaming, req, nullptr, inflight, sink);
+  serve(streaming, req, nullptr, nullptr, inflight, sink);
   auto ev = sink.events();
   REQUIRE(ev.size() == 3);
   CHECK(ev[2].kind == "end");
@@ -151,7 +151,7 @@ TEST_CASE("serve: a producer that throws ends the stream early - a handler that 
   Scripted failing([](const Request&) -> Response { throw std::runtime_error("bad input"); });
   RecordingSink sink2;
   auto req2 = request_with_key(2);
-  serve(failing, req2, nullptr, inflight, sink2);
+  serve(failing, req2, nullptr, nullptr, inflight, sink2);
   auto ev2 = sink2.events();
   REQUIRE(ev2.size() == 1);
   CHECK(ev2[0].response.status == 500);
@@ -173,7 +173,7 @@ TEST_CASE("serve: a producer blocks at the credit window until the receiver gran
   Inflight inflight;
   auto done = std::async(std::launch::async, [&] {
     auto req = request_with_key(5);
-    serve(d, req, nullptr, inflight, sink);
+    serve(d, req, nullptr, nullptr, inflight, sink);
   });
   // Four pieces fill the window; the fifth waits for credit.
   auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -211,7 +211,7 @@ TEST_CASE("serve: a cancel stops a producer waiting for credit - and a handler w
   Inflight inflight;
   auto stream = std::async(std::launch::async, [&] {
     auto req = request_with_key(11);
-    serve(d, req, nullptr, inflight, sink);
+    serve(d, req, nullptr, nullptr, inflight, sink);
   });
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (sink.chunks() < 1 && std::chrono::steady_clock::now() < deadline)
@@ -228,7 +228,7 @@ TEST_CASE("serve: a cancel stops a producer waiting for credit - and a handler w
   auto waiting = std::async(std::launch::async, [&] {
     auto req = request_with_key(12);
     req.path = "/wait";
-    serve(d, req, nullptr, inflight, sink2);
+    serve(d, req, nullptr, nullptr, inflight, sink2);
   });
   while (inflight.size() < 1 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
@@ -254,7 +254,7 @@ TEST_CASE("serve: a cancel that overtakes its request is kept - the request star
   CHECK(inflight.early_size() == 1);
   auto started = std::chrono::steady_clock::now();
   auto req = request_with_key(21);
-  serve(d, req, nullptr, inflight, sink);
+  serve(d, req, nullptr, nullptr, inflight, sink);
   CHECK(std::chrono::steady_clock::now() - started < 5s);  // not the 60 s wait
   REQUIRE(sink.events().size() == 1);
   CHECK(sink.events()[0].response.body == "cancelled");
@@ -268,7 +268,7 @@ TEST_CASE("serve: a cancel that overtakes its request is kept - the request star
   });
   RecordingSink sink2;
   auto req2 = request_with_key(22);
-  serve(quick, req2, nullptr, inflight, sink2);
+  serve(quick, req2, nullptr, nullptr, inflight, sink2);
   CHECK(sink2.events().at(0).response.body == "ran");
 }
 
@@ -308,7 +308,7 @@ TEST_CASE("serve: the deadline stops a producer waiting for credit - and is the 
   Inflight inflight;
   auto before = std::chrono::steady_clock::now();
   auto req = request_with_key(3, 0.2);
-  serve(d, req, nullptr, inflight, sink);  // returns once the deadline passed
+  serve(d, req, nullptr, nullptr, inflight, sink);  // returns once the deadline passed
   auto deadline = seen.get_future().get();
   CHECK(deadline > before);
   CHECK(deadline <= before + 1s);
@@ -330,7 +330,7 @@ TEST_CASE("serve: a receiver that is gone ends the stream - write says so") {
   sink.refuse_chunks = true;
   Inflight inflight;
   auto req = request_with_key(4);
-  serve(d, req, nullptr, inflight, sink);
+  serve(d, req, nullptr, nullptr, inflight, sink);
   CHECK(writes == 0);
   CHECK(sink.events().back().kind == "end");
   CHECK_FALSE(sink.events().back().complete);

@@ -1,0 +1,49 @@
+// The controller's metrics in the head's registry (runtime/metrics.hpp),
+// kept by the controller actor: reconcile passes, checkpoint writes and
+// deploys as they happen; deployments' target and running replicas and the
+// nodes by state refreshed from the controller's view (refresh(), at most
+// once a second). One per head process, shared by the controller's
+// incarnations. docs/observability.md lists them.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "controller/core/checkpoint_store.hpp"
+#include "controller/core/state_manager.hpp"
+#include "runtime/wire.hpp"
+
+namespace troupe::metrics {
+class Registry;
+}
+
+namespace troupe::controller {
+
+class ControllerMetrics {
+ public:
+  explicit ControllerMetrics(std::shared_ptr<metrics::Registry> registry);
+  ~ControllerMetrics();
+  ControllerMetrics(const ControllerMetrics&) = delete;
+  ControllerMetrics& operator=(const ControllerMetrics&) = delete;
+
+  // A reconcile pass took `seconds`.
+  void reconciled(double seconds);
+  // A deploy or apply request ended: `outcome` "ok" or "error".
+  void deployed(const std::string& outcome);
+  // `store` with every save() timed into
+  // troupe_controller_checkpoint_write_duration_seconds.
+  std::shared_ptr<CheckpointStore> timed(std::shared_ptr<CheckpointStore> store);
+  // Deployments' target and running replicas, and the nodes by state; a
+  // deployment that is gone loses its series.
+  void refresh(const StateManager* core, const std::vector<NodeStatus>& nodes);
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::controller
