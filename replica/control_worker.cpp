@@ -9,6 +9,7 @@
 #include "replica/model_report.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "replica/replica_metrics.hpp"
+#include "replica/user_log.hpp"
 #include "runtime/status.hpp"
 #include "runtime/wire.hpp"
 
@@ -48,6 +49,7 @@ caf::behavior control_worker(caf::stateful_actor<ControlState>* self, ReplicaOpt
         ctx.max_num_models_per_replica = o.spec.max_num_models_per_replica;
         ctx.models = o.models;
         ctx.metrics = o.replica_metrics->user_sink();
+        ctx.logger = make_user_log(o.spec.replica_id);
         try {
           Instance made((*factory)->create(args, ctx));
           if (!o.spec.user_config.empty()) {

@@ -12,6 +12,8 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "runtime/log.hpp"
+
 namespace troupe::replica {
 
 namespace {
@@ -381,6 +383,7 @@ ProxyCancel make_remote_proxy_cancel(HandleCallActor proxy) {
 RequestIdScope::RequestIdScope(const std::string& request_id, double timeout_s,
                                std::shared_ptr<RequestControl> control)
     : previous_(current_id),
+      previous_log_id_(log::set_request_id(&request_id)),
       previous_deadline_(current_deadline_at),
       previous_control_(std::move(current_control_at)) {
   current_id = &request_id;
@@ -395,6 +398,7 @@ RequestIdScope::RequestIdScope(const std::string& request_id, double timeout_s,
 }
 
 RequestIdScope::~RequestIdScope() {
+  log::set_request_id(previous_log_id_);
   current_id = previous_;
   current_deadline_at = previous_deadline_;
   current_control_at = std::move(previous_control_);

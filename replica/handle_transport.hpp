@@ -77,7 +77,8 @@ std::shared_ptr<const HandleTransport> make_handle_transport(ProxyCall call,
                                                              ProxyCancel cancel = nullptr);
 
 // While it lives, handle calls made on this thread carry `request_id` and
-// inherit the request's deadline, `timeout_s` from now (0: none): a call
+// inherit the request's deadline, `timeout_s` from now (0: none), and every
+// line the thread logs carries `request_id` (runtime/log.hpp): a call
 // gets at most the time that is left (less when it asks for less), and one
 // made after the deadline passed answers 504 at once. The replica's request
 // threads hold one around handle().
@@ -93,6 +94,7 @@ class RequestIdScope {
 
  private:
   const std::string* previous_;
+  const std::string* previous_log_id_;
   std::chrono::steady_clock::time_point previous_deadline_;
   std::shared_ptr<RequestControl> previous_control_;
 };

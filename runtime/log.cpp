@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -24,6 +26,26 @@ spdlog::level::level_enum level = spdlog::level::info;
 
 namespace {
 
+thread_local const std::string* current_request = nullptr;
+
+// %R: "[request ID] " while the thread handles a request.
+class RequestFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg&, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    if (!current_request || current_request->empty())
+      return;
+    static constexpr std::string_view kOpen = "[request ";
+    dest.append(kOpen.data(), kOpen.data() + kOpen.size());
+    dest.append(current_request->data(), current_request->data() + current_request->size());
+    dest.push_back(']');
+    dest.push_back(' ');
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<RequestFlag>();
+  }
+};
+
 class JsonFormatter final : public spdlog::formatter {
  public:
   explicit JsonFormatter(std::string process) : process_(std::move(process)) {}
@@ -36,6 +58,8 @@ class JsonFormatter final : public spdlog::formatter {
     if (!process_.empty())
       line["node"] = process_;
     line["component"] = std::string(msg.logger_name.data(), msg.logger_name.size());
+    if (current_request && !current_request->empty())
+      line["request_id"] = *current_request;
     line["msg"] = std::string(msg.payload.data(), msg.payload.size());
     auto text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     dest.append(text.data(), text.data() + text.size());
@@ -51,6 +75,12 @@ class JsonFormatter final : public spdlog::formatter {
 };
 
 }  // namespace
+
+const std::string* set_request_id(const std::string* id) {
+  const std::string* previous = current_request;
+  current_request = id;
+  return previous;
+}
 
 std::string utc_timestamp(std::chrono::system_clock::time_point t) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -89,12 +119,15 @@ Status init(const Options& options) {
   std::string pattern = "%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ ";
   if (!options.process.empty())
     pattern += "[" + options.process + "] ";
-  pattern += "%n: %v";
+  pattern += "%n: %R%v";
   for (auto& sink : made) {
-    if (options.format == "json")
+    if (options.format == "json") {
       sink->set_formatter(std::make_unique<JsonFormatter>(options.process));
-    else
-      sink->set_pattern(pattern);
+    } else {
+      auto formatter = std::make_unique<spdlog::pattern_formatter>();
+      formatter->add_flag<RequestFlag>('R').set_pattern(pattern);
+      sink->set_formatter(std::move(formatter));
+    }
   }
   std::lock_guard<std::mutex> guard(mutex);
   sinks = std::move(made);

@@ -34,6 +34,12 @@ std::shared_ptr<spdlog::logger> get(const std::string& component);
 // Flushes and drops every logger; call at the end of main.
 void shutdown();
 
+// The id of the request the calling thread handles ("" or null: none),
+// written on every line the thread logs: "[request ID] " before the message
+// in text, "request_id" in JSON. Returns the previous one, to restore
+// (replica::RequestIdScope does both around a request).
+const std::string* set_request_id(const std::string* id);
+
 // `t` in UTC, ISO 8601 with milliseconds: 2026-12-01T23:00:00.000Z.
 std::string utc_timestamp(std::chrono::system_clock::time_point t);
 

@@ -67,6 +67,19 @@ json query(uint16_t port, const std::string& promql) {
   return body["data"]["result"];
 }
 
+// The `status` of an instant query and its result vector.
+std::pair<std::string, json> query_status(uint16_t port, const std::string& promql) {
+  auto r = http_get(port, "/api/v1/query?query=" + encode(promql), 5);
+  if (!r)
+    return {"no answer", json::array()};
+  auto body = json::parse(r->body, nullptr, false);
+  if (body.is_discarded())
+    return {"not JSON: " + r->body, json::array()};
+  if (body.value("status", "") != "success")
+    return {body.value("status", "") + ": " + body.value("error", ""), json::array()};
+  return {"success", body["data"]["result"]};
+}
+
 // The sum of the samples of `metric` (a counter or gauge) whose line has
 // `having` in its labels.
 double count_sum(const std::string& text, const std::string& metric,
@@ -328,6 +341,33 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
     CHECK(s["metric"].value("application", "") == "probe");
     CHECK(s["metric"].value("deployment", "") == "InlineProbe");
     CHECK(s["metric"].value("replica", "").rfind("probe#InlineProbe#", 0) == 0);
+  }
+
+  // The Grafana dashboard of docs/grafana: every query is valid PromQL for
+  // this Prometheus, names only metrics the nodes serve, and (but for the
+  // 5xx ratio, empty while no 5xx happened in its window) has data.
+  std::ifstream dashboard_file(std::string(TROUPE_SOURCE_DIR) + "/docs/grafana/troupe-dashboard.json");
+  auto dashboard = json::parse(dashboard_file, nullptr, false);
+  REQUIRE_FALSE(dashboard.is_discarded());
+  REQUIRE(dashboard["panels"].size() >= 10);
+  all = all_metrics();
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      CAPTURE(expr);
+      for (size_t at = expr.find("troupe_"); at != std::string::npos;
+           at = expr.find("troupe_", at + 1)) {
+        size_t end = at;
+        while (end < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_'))
+          ++end;
+        const std::string name = expr.substr(at, end - at);
+        CHECK_MESSAGE(all.find("\n" + name) != std::string::npos, name);
+      }
+      auto [status, result] = query_status(prom_port, expr);
+      CHECK(status == "success");
+      if (expr.find("code=~") == std::string::npos)
+        CHECK_MESSAGE(!result.empty(), panel["title"].get<std::string>());
+    }
   }
   server.stop(10s);
   auto reports = cluster.stop_all();
