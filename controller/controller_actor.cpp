@@ -380,6 +380,57 @@ caf::result<caf::ok_atom> on_kill(controller_actor* self, const std::string& kin
   return caf::ok_atom::value;
 }
 
+// `troupectl logs`: asked of the replica's node, or of every node when the
+// controller no longer knows where it ran (a replica that ended); the first
+// node that has its log answers.
+caf::result<std::string, uint64_t> on_logs(controller_actor* self, const std::string& id,
+                                           uint64_t offset, uint32_t tail) {
+  std::vector<AgentActor> asked;
+  if (auto node = logic(self).actors().node_of(id); !node.empty()) {
+    if (auto agent = logic(self).actors().agent(node))
+      asked.push_back(agent);
+  }
+  if (asked.empty())
+    asked = logic(self).actors().agents();
+  if (asked.empty())
+    return to_caf_error(Status(errc::unavailable, "no node is connected to the controller"));
+  struct Pending {
+    size_t left = 0;
+    bool done = false;
+    Status error;  // the last one other than not_found
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = asked.size();
+  auto rp = self->make_response_promise<std::string, uint64_t>();
+  for (const auto& agent : asked) {
+    self->request(agent, request_timeout(self), logs_atom::value, id, offset, tail)
+        .then(
+            [=](std::string& text, uint64_t next) mutable {
+              if (pending->done)
+                return;
+              pending->done = true;
+              rp.deliver(std::move(text), next);
+            },
+            [=](caf::error& err) mutable {
+              auto status = from_caf_error(err);
+              if (status.code() != errc::not_found)
+                pending->error = status;
+              if (pending->done || --pending->left > 0)
+                return;
+              pending->done = true;
+              if (!pending->error.is_ok() && asked.size() == 1) {
+                rp.deliver(to_caf_error(pending->error));
+                return;
+              }
+              rp.deliver(to_caf_error(Status(
+                  errc::not_found, "no node has a log of replica " + id +
+                                       " (unknown id, a replica that ran in process and ended, "
+                                       "or its node is gone)")));
+            });
+  }
+  return rp;
+}
+
 // The first push (or nothing, when the subscriber is current) follows at
 // once; later ones whenever the published view changes.
 void on_subscribe(controller_actor* self, const ProxyActor& subscriber, SnapshotId last,
@@ -450,6 +501,9 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
         return reconciled(self, logic(self).delete_application(app, cred));
       },
       [=](status_atom) { return logic(self).status(); },
+      [=](logs_atom, const std::string& id, uint64_t offset, uint32_t tail) {
+        return on_logs(self, id, offset, tail);
+      },
       [=](snapshot_atom, uint64_t epoch, uint64_t seq) {
         return answer(logic(self).snapshot(epoch, seq));
       },

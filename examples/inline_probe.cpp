@@ -9,6 +9,8 @@
 //   mode=throw         throws std::runtime_error("probe failure")
 //   mode=stream&n=N    a streamed answer of N lines "piece <i>\n"
 //   mode=big&bytes=N   a text/plain answer of N bytes
+//   mode=log&text=T    writes T to the replica's log (ctx.log, level info)
+//                      and answers as mode=ok
 // Every call counts in the user metric probe_calls_total{mode} (ok or
 // throw; the other modes are not counted).
 #include <atomic>
@@ -52,6 +54,8 @@ class InlineProbe : public troupe::Deployment {
         big.body[i] = static_cast<char>('0' + (i / 1000) % 10);
       return big;
     }
+    if (mode == "log")
+      ctx_.log(troupe::LogLevel::info, request.query_param("text", ""));
     calls_ok_->inc();
     int now = ++running_;
     int seen = max_running_.load();

@@ -18,6 +18,7 @@
 #include <prometheus/registry.h>
 
 #include "node/process_supervisor.hpp"
+#include "node/replica_logs.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
 #include "runtime/data_channel.hpp"
@@ -755,6 +756,26 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
           self->send(st.controller, models_atom::value, o.info.id, replica_id, seq,
                      std::move(model_ids));
         }
+      },
+      [=](logs_atom, const std::string& id, uint64_t offset,
+          uint32_t tail) -> caf::result<std::string, uint64_t> {
+        // An in-process replica's lines are in the node's own log; a
+        // replica process's output (running or ended) in its own file.
+        auto& st = self->state;
+        auto it = st.hosted->find(id);
+        bool in_process = it != st.hosted->end() && !it->second.process;
+        Result<node::LogRead> read = Status(errc::not_found, "");
+        if (in_process && !o.node_log_file.empty())
+          read = node::read_log(o.node_log_file, id, offset, tail);
+        else if (o.processes && !o.processes->log_path(id).empty())
+          read = node::read_log(o.processes->log_path(id), "", offset, tail);
+        if (!read) {
+          if (read.status().code() == errc::not_found)
+            return to_caf_error(
+                Status(errc::not_found, "node " + o.info.id + " has no log of replica " + id));
+          return to_caf_error(read.status());
+        }
+        return {std::move(read->text), read->next_offset};
       },
       [=](stop_node_atom) {
         // `troupectl shutdown --nodes`: the same path as SIGTERM.

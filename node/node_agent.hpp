@@ -116,6 +116,9 @@ struct AgentOptions {
   // series, the replica processes' reports and troupe_replica_starts_total.
   // May be empty.
   std::shared_ptr<metrics::Registry> registry;
+  // This node's own log file, where the lines of its in-process replicas
+  // are (`troupectl logs`); "" when it writes none.
+  std::string node_log_file;
   // How the keeper restarts an agent that died (not when stopped): at most
   // restart_policy.max_restarts within its window, at least min_interval
   // apart. Then it gives up: it logs the message (naming the agent and its

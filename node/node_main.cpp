@@ -389,6 +389,7 @@ int main(int argc, char** argv) {
     aopts.log_format = o.log_format;
     aopts.channels = channels;
     aopts.registry = registry;
+    aopts.node_log_file = log_options.file;
     aopts.channel_lanes = http_proxy->io_threads();
     aopts.on_give_up = on_give_up;
     auto agent = spawn_node_agent(sys, aopts);

@@ -119,6 +119,10 @@ std::string file_name(const std::string& id) {
   return out;
 }
 
+std::string path_in(const std::string& log_dir, const std::string& id) {
+  return log_dir + "/" + file_name(id) + ".log";
+}
+
 }  // namespace
 
 struct Child {
@@ -187,7 +191,7 @@ struct ProcessSupervisor::Impl {
   void open_log(Child& c) {
     if (options.log_dir.empty())
       return;
-    c.log_path = options.log_dir + "/" + file_name(c.id) + ".log";
+    c.log_path = path_in(options.log_dir, c.id);
     c.log_fd = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     struct stat sb {};
     if (c.log_fd >= 0 && ::fstat(c.log_fd, &sb) == 0)
@@ -589,6 +593,10 @@ bool ProcessSupervisor::signal(const std::string& id, int sig) {
   if (it == im.children.end())
     return false;
   return pidfd_send_signal(it->second->pidfd, sig) == 0;
+}
+
+std::string ProcessSupervisor::log_path(const std::string& id) const {
+  return impl_->options.log_dir.empty() ? std::string() : path_in(impl_->options.log_dir, id);
 }
 
 size_t ProcessSupervisor::running() const {

@@ -107,6 +107,9 @@ class ProcessSupervisor {
   // through its pidfd). False when no such process runs.
   bool signal(const std::string& id, int sig);
   size_t running() const;
+  // The file the output of replica `id` goes to (whether or not it runs or
+  // ever ran); "" without a log_dir.
+  std::string log_path(const std::string& id) const;
   // "cgroup v2 memory.max (<root>)" or "RLIMIT_AS".
   std::string memory_enforcement() const;
 

@@ -42,7 +42,9 @@ namespace troupe {
 //     every snapshot pushed to it (ok_atom).
 // 11: deltas replica by replica (DeploymentEndpoints::partial,
 //     removed_replicas).
-constexpr uint32_t kProtocolVersion = 11;
+// 12: a replica process's metrics registry in its metrics reports, and
+//     `troupectl logs` (logs_atom to the controller and the node agents).
+constexpr uint32_t kProtocolVersion = 12;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -109,6 +111,9 @@ using traffic_atom = caf::atom_constant<caf::atom("traffic")>;
 using chunk_atom = caf::atom_constant<caf::atom("chunk")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+// `troupectl logs`: a replica's log lines (troupectl -> controller -> the
+// node agent that has them).
+using logs_atom = caf::atom_constant<caf::atom("logs")>;
 
 // -- wire types --------------------------------------------------------------
 
@@ -480,7 +485,12 @@ using AgentActor = caf::typed_actor<
     // Terminate at once.
     caf::replies_to<kill_replica_atom, std::string>::with<caf::ok_atom>,
     // `troupectl shutdown --nodes`: stop the node process.
-    caf::reacts_to<stop_node_atom>>;
+    caf::reacts_to<stop_node_atom>,
+    // The log of a replica this node runs or ran (replica id, offset: where
+    // the last read ended, or UINT64_MAX for the last `tail` lines) ->
+    // (whole lines, the offset to read on from); errc::not_found when this
+    // node has none (node/replica_logs.hpp).
+    caf::replies_to<logs_atom, std::string, uint64_t, uint32_t>::with<std::string, uint64_t>>;
 
 // The controller (controller/controller_actor.hpp). Write requests end with
 // a Credential, checked when the cluster runs with TLS.
@@ -531,6 +541,9 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<kill_atom, std::string, std::string, Credential>::with<caf::ok_atom>,
     // JSON, see docs/architecture.md.
     caf::replies_to<status_atom>::with<std::string>,
+    // A replica's log (replica id, offset, tail) -> (whole lines, the offset
+    // to read on from), asked of the node that has it; see AgentActor.
+    caf::replies_to<logs_atom, std::string, uint64_t, uint32_t>::with<std::string, uint64_t>,
     // Pull: what changed since (epoch, seq).
     caf::replies_to<snapshot_atom, uint64_t, uint64_t>::with<RoutingSnapshot>,
     // Push: a proxy (holding epoch, seq) of a node gets every change.

@@ -49,6 +49,11 @@ ReplicaActor ActorDirectory::replica(const std::string& id) const {
   return it == replicas_.end() ? ReplicaActor{} : it->second.handle;
 }
 
+std::string ActorDirectory::node_of(const std::string& id) const {
+  auto it = replicas_.find(id);
+  return it == replicas_.end() ? std::string() : it->second.node_id;
+}
+
 void ActorDirectory::mark_stopping(const std::string& id) {
   if (auto it = replicas_.find(id); it != replicas_.end())
     it->second.stopping = true;

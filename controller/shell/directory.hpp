@@ -108,6 +108,8 @@ class ActorDirectory {
   void forget_replica(const std::string& id);
   // The replica's handle; invalid when unknown.
   ReplicaActor replica(const std::string& id) const;
+  // The node of replica `id`; "" when it is not known (any more).
+  std::string node_of(const std::string& id) const;
   // A stop or kill was sent: the replica's down message is then a stop, not
   // a crash. Nothing for an unknown replica.
   void mark_stopping(const std::string& id);

@@ -213,6 +213,16 @@ Result<std::string> ControllerClient::status_json() {
       status_atom::value);
 }
 
+Result<ControllerClient::LogChunk> ControllerClient::logs(const std::string& replica_id,
+                                                          uint64_t offset, uint32_t tail) {
+  caf::scoped_actor self{*sys_};
+  Result<LogChunk> out(errc::internal, "no answer");
+  self->request(controller_, seconds_as(timeout_s_), logs_atom::value, replica_id, offset, tail)
+      .receive([&](std::string& text, uint64_t next) { out = LogChunk{std::move(text), next}; },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
 Result<RoutingSnapshot> ControllerClient::snapshot(uint64_t epoch, uint64_t seq) {
   return ask<RoutingSnapshot>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },

@@ -60,6 +60,13 @@ class ControllerClient {
   Status kill_replica(const std::string& replica_id);
   // The status document (see docs/architecture.md), as JSON text.
   Result<std::string> status_json();
+  // A replica's log lines (node/replica_logs.hpp): from `offset`, or the
+  // last `tail` when it is node::kLogTail; and where to read on from.
+  struct LogChunk {
+    std::string text;
+    uint64_t next_offset = 0;
+  };
+  Result<LogChunk> logs(const std::string& replica_id, uint64_t offset, uint32_t tail);
   // The route table and running replicas; epoch/seq of the last snapshot held
   // (0/0: everything).
   Result<RoutingSnapshot> snapshot(uint64_t epoch = 0, uint64_t seq = 0);

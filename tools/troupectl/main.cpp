@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
@@ -23,6 +24,7 @@
 #include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
 #include "controller/core/validate.hpp"
+#include "node/replica_logs.hpp"
 #include "tools/troupectl/args.hpp"
 #include "tools/troupectl/client.hpp"
 
@@ -204,6 +206,91 @@ int wait_for(ControllerClient& client, const controller::TargetState& declared, 
   }
 }
 
+// The replicas `target` names: itself (a replica id has '#'), or every
+// replica the controller lists for the application or APP/DEPLOYMENT.
+Result<std::vector<std::string>> replicas_of(ControllerClient& client, const std::string& target) {
+  if (target.find('#') != std::string::npos)
+    return std::vector<std::string>{target};
+  auto text = client.status_json();
+  if (!text)
+    return text.status();
+  auto status = json::parse(*text, nullptr, false);
+  const auto slash = target.find('/');
+  const std::string app = target.substr(0, slash);
+  const std::string deployment = slash == std::string::npos ? "" : target.substr(slash + 1);
+  if (status.is_discarded() || !status["applications"].contains(app))
+    return Status(errc::not_found, "no application '" + app + "'");
+  const auto& deps = status["applications"][app]["deployments"];
+  if (!deployment.empty() && !deps.contains(deployment))
+    return Status(errc::not_found, "application '" + app + "' has no deployment '" + deployment + "'");
+  std::vector<std::string> ids;
+  for (const auto& [name, dep] : deps.items()) {
+    if (!deployment.empty() && name != deployment)
+      continue;
+    for (const auto& r : dep["replicas"])
+      ids.push_back(r.value("id", ""));
+  }
+  return ids;
+}
+
+void print_lines(const std::string& text, const std::string& prefix) {
+  if (prefix.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t nl = text.find('\n', at);
+      size_t end = nl == std::string::npos ? text.size() : nl + 1;
+      std::printf("[%s] %.*s", prefix.c_str(), static_cast<int>(end - at), text.data() + at);
+      at = end;
+    }
+  }
+  std::fflush(stdout);
+}
+
+// `troupectl logs`: the last `tail` lines of each replica's log, then with
+// `follow` what is appended, read 4 times a second (an application's new
+// replicas are picked up from the start of their logs every 2 s) until the
+// process is interrupted. One replica: an error reading it fails the
+// command; several: it is reported and the others are shown.
+int print_logs(ControllerClient& client, const std::string& target, uint32_t tail, bool follow) {
+  auto ids = replicas_of(client, target);
+  if (!ids)
+    return fail(1, ids.status().message());
+  const bool single = target.find('#') != std::string::npos;
+  if (ids->empty() && !follow)
+    return fail(1, "'" + target + "' has no replicas");
+  std::map<std::string, uint64_t> offsets;
+  for (const auto& id : *ids) {
+    auto chunk = client.logs(id, node::kLogTail, tail);
+    if (!chunk) {
+      if (single)
+        return fail(1, chunk.status().message());
+      std::fprintf(stderr, "troupectl: warning: %s\n", chunk.status().message().c_str());
+      continue;
+    }
+    print_lines(chunk->text, single ? "" : id);
+    offsets[id] = chunk->next_offset;
+  }
+  for (int round = 1; follow; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the --follow poll interval
+    if (!single && round % 8 == 0) {
+      if (auto now = replicas_of(client, target)) {
+        for (const auto& id : *now)
+          offsets.emplace(id, 0);  // a new replica: its log from the start
+      }
+    }
+    for (auto& [id, offset] : offsets) {
+      auto chunk = client.logs(id, offset, 0);
+      if (!chunk)
+        continue;  // its node is busy or gone: tried again next round
+      print_lines(chunk->text, single ? "" : id);
+      offset = chunk->next_offset;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,6 +355,22 @@ int main(int argc, char** argv) {
   std::string status_app;
   status_cmd->add_option("APP", status_app, "only this application");
   status_cmd->add_flag("--json", json_out, "print JSON (see docs/troupectl.md)");
+
+  auto* logs_cmd = app.add_subcommand(
+      "logs", "a replica's log, or those of every replica of an application or deployment");
+  std::string logs_target;
+  bool logs_follow = false;
+  std::string logs_tail_text = "100";
+  logs_cmd
+      ->add_option("TARGET", logs_target,
+                   "REPLICA_ID, APP or APP/DEPLOYMENT (several replicas: each line is prefixed "
+                   "with [REPLICA_ID])")
+      ->required();
+  logs_cmd->add_flag("-f,--follow", logs_follow,
+                     "then print new lines as they are written (4 reads a second) until "
+                     "interrupted");
+  logs_cmd->add_option("--tail", logs_tail_text, "lines of each log to print first")
+      ->capture_default_str();
 
   auto* config_cmd = app.add_subcommand("config", "print the declared config as YAML");
 
@@ -368,6 +471,17 @@ int main(int argc, char** argv) {
     if (!ref)
       return fail(1, ref.status().message());
     delete_ref = *ref;
+  }
+  uint32_t logs_tail = 0;
+  if (*logs_cmd) {
+    auto n = ctl::parse_count(logs_tail_text, "--tail", 1000000);
+    if (!n)
+      return fail(1, n.status().message());
+    logs_tail = static_cast<uint32_t>(*n);
+    if (logs_target.find('#') == std::string::npos && logs_target.find('/') != std::string::npos) {
+      if (auto ref = ctl::parse_deployment_ref(logs_target, "APP/DEPLOYMENT"); !ref)
+        return fail(1, ref.status().message());
+    }
   }
   std::map<std::string, double> traffic_weights;
   if (*traffic_cmd) {
@@ -536,6 +650,8 @@ int main(int argc, char** argv) {
                 shutdown_nodes ? "; the nodes stop once their replicas are gone" : "");
     return 0;
   }
+  if (*logs_cmd)
+    return print_logs(*client, logs_target, logs_tail, logs_follow);
   if (*kill_cmd) {
     auto st = client->kill(kill_kind, kill_id);
     if (!st)
