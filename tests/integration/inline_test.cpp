@@ -338,7 +338,7 @@ TEST_CASE("inline: requests from another node's proxy run a non-blocking handler
   cluster.start_worker("w1", {"--resources", "cpu=2,probe=1"});
   REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
   const uint16_t port = cluster.http_ports.at("head");
-  std::ofstream(cluster.dir / "remote.yaml") << R"(http_options: {request_timeout_s: 30}
+  cluster.deploy_yaml("remote.yaml", R"(http_options: {request_timeout_s: 30}
 applications:
   - name: probe
     route_prefix: /probe
@@ -349,18 +349,8 @@ applications:
         max_ongoing_requests: 4
         isolation: in_process
         resources: {probe: 0.01}
-)";
-  auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
-                       cluster.dir / "remote.yaml", "--wait"},
-                      90s);
-  CAPTURE(deployed.err);
-  REQUIRE(deployed.exit_code == 0);
-  REQUIRE(wait_until(
-      [&] {
-        auto r = http_get(port, "/probe/", 5);
-        return r && r->status == 200;
-      },
-      30s, 100ms));
+)");
+  REQUIRE(cluster.wait_answers("head", "/probe/"));
 
   // The head's proxy reaches the replica on w1 over CAF; w1 runs each call
   // on the thread that reads it from the network, one after another, with

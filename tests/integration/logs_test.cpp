@@ -51,18 +51,8 @@ struct LogNode {
     REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
     port = cluster.http_ports.at("head");
     logs = std::filesystem::path(cluster.dir / "head") / "logs";
-    std::ofstream(cluster.dir / "logs.yaml") << kConfig;
-    auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
-                         cluster.dir / "logs.yaml", "--wait"},
-                        90s);
-    CAPTURE(deployed.err);
-    REQUIRE(deployed.exit_code == 0);
-    REQUIRE(wait_until(
-        [&] {
-          auto r = http_get(port, "/probe/", 5);
-          return r && r->status == 200;
-        },
-        30s, 100ms));
+    cluster.deploy_yaml("logs.yaml", kConfig);
+    REQUIRE(cluster.wait_answers("head", "/probe/"));
   }
 
   // GET `target` with X-Request-Id `id`; the status.
@@ -220,13 +210,8 @@ TEST_CASE("logs: troupectl logs shows what a replica on another node printed - i
   REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
   cluster.start_worker("w1", {"--log-format", "json", "--resources", "cpu=2,w1=1"});
   REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
-  std::ofstream(cluster.dir / "pinned.yaml")
-      << "applications:\n" + pinned_app("remote", "process") + pinned_app("local", "in_process");
-  auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
-                       cluster.dir / "pinned.yaml", "--wait"},
-                      90s);
-  CAPTURE(deployed.err);
-  REQUIRE(deployed.exit_code == 0);
+  cluster.deploy_yaml("pinned.yaml", "applications:\n" + pinned_app("remote", "process") +
+                                         pinned_app("local", "in_process"));
   const uint16_t head_port = cluster.http_ports.at("head");
   // A line printed by each replica (ctx.log) while it handles a request that
   // entered at the head; the answer names the replica.

@@ -111,29 +111,17 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
   cluster.start_worker("w1");
   cluster.start_worker("w2");
   REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 30s));
-  std::ofstream(cluster.dir / "probe.yaml") << R"(applications:
+  cluster.deploy_yaml("probe.yaml", R"(applications:
   - name: probe
     route_prefix: /probe
     import_path: libtroupe_examples.so:InlineProbe
     deployments:
       - name: InlineProbe
         num_replicas: 3
-)";
-  auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
-                       cluster.dir / "probe.yaml", "--wait"},
-                      90s);
-  CAPTURE(deployed.err);
-  REQUIRE(deployed.exit_code == 0);
+)");
   const std::vector<std::string> nodes = {"head", "w1", "w2"};
-  for (const auto& n : nodes) {
-    const uint16_t port = cluster.http_ports.at(n);
-    REQUIRE(wait_until(
-        [&] {
-          auto r = http_get(port, "/probe/", 5);
-          return r && r->status == 200;
-        },
-        30s, 100ms));
-  }
+  for (const auto& n : nodes)
+    REQUIRE(cluster.wait_answers(n, "/probe/"));
 
   // Traffic, a handler's error and a path nobody serves on every node, then
   // a replica killed (and replaced), then promtool on each node's
@@ -194,14 +182,8 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
                       },
                       40s, 200ms),
                   all);
-  for (const auto& n : nodes) {
-    REQUIRE(wait_until(
-        [&] {
-          auto r = http_get(cluster.http_ports.at(n), "/probe/", 5);
-          return r && r->status == 200;
-        },
-        30s, 100ms));
-  }
+  for (const auto& n : nodes)
+    REQUIRE(cluster.wait_answers(n, "/probe/"));
   // Every metric of docs/observability.md, with its labels, on the nodes
   // that keep it: the proxy's and the replicas' on every node hosting them,
   // the controller's on the head.

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.hpp"
 
 namespace troupe::testing {
 
@@ -137,6 +140,25 @@ std::map<std::string, std::string> Cluster::states() {
   for (const auto& node : nlohmann::json::parse(r.out))
     out[node.at("id")] = node.at("state");
   return out;
+}
+
+void Cluster::deploy_yaml(const std::string& file, const std::string& yaml) {
+  std::ofstream(dir / file) << yaml;
+  auto deployed = run({bin("troupectl"), "--address", address, "deploy", dir / file, "--wait"},
+                      std::chrono::seconds(90));
+  CAPTURE(deployed.err);
+  REQUIRE(deployed.exit_code == 0);
+}
+
+bool Cluster::wait_answers(const std::string& node, const std::string& path,
+                           std::chrono::milliseconds deadline) {
+  const uint16_t port = http_ports.at(node);
+  return wait_until(
+      [&] {
+        auto r = http_get(port, path, 5);
+        return r && r->status == 200;
+      },
+      deadline, 100ms);
 }
 
 bool Cluster::wait_states(const std::map<std::string, std::string>& expected,

@@ -40,6 +40,14 @@ struct Cluster {
   // Prints every node's output (for failed checks).
   void dump_output();
 
+  // Writes `yaml` to <dir>/<file> and deploys it with `troupectl deploy
+  // --wait`; REQUIREs that the deploy succeeds.
+  void deploy_yaml(const std::string& file, const std::string& yaml);
+  // True once GET `path` on node `node`'s proxy answers 200 (within
+  // `deadline`).
+  bool wait_answers(const std::string& node, const std::string& path,
+                    std::chrono::milliseconds deadline = std::chrono::seconds(30));
+
   // Stops every node (SIGTERM to all, then waits up to `grace`) and returns
   // one report per node that did not end well: still running after the
   // grace, or exited non-zero or by a signal (also earlier, unless the test
