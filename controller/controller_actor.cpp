@@ -504,6 +504,14 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       [=](logs_atom, const std::string& id, uint64_t offset, uint32_t tail) {
         return on_logs(self, id, offset, tail);
       },
+      [=](library_atom, const std::string& sha256) { return logic(self).library_size(sha256); },
+      [=](library_atom, const std::string& sha256, uint64_t offset) {
+        return answer(logic(self).library_piece(sha256, offset));
+      },
+      [=](upload_atom, const std::string& sha256, uint64_t total, uint64_t offset,
+          const std::string& piece, const Credential& cred) {
+        return answer(logic(self).upload_library(sha256, total, offset, piece, cred));
+      },
       [=](snapshot_atom, uint64_t epoch, uint64_t seq) {
         return answer(logic(self).snapshot(epoch, seq));
       },

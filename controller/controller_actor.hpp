@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -71,6 +72,14 @@ struct ControllerOptions {
   // The head's controller metrics (controller_metrics.hpp), shared by every
   // incarnation of the controller; empty: none kept.
   std::shared_ptr<ControllerMetrics> metrics;
+  // Deployment libraries (controller/shell/library_store.hpp), kept under
+  // <state_dir>/libraries: the head's plugin path, whose libraries are pinned
+  // by their SHA-256 on deploy, and how long a library no deployment names
+  // any more is kept.
+  std::vector<std::string> plugin_dirs;
+  double library_retention_s = 600;
+  // How often unnamed libraries are looked for.
+  double library_collect_interval_s = 60;
 };
 
 // Opens the checkpoint under `state_dir` and checks that it can be read. A

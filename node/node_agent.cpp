@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -23,6 +26,7 @@
 #include "runtime/auth.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/forwarder.hpp"
+#include "runtime/libraries.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/security/tls.hpp"
@@ -112,6 +116,15 @@ struct AgentState {
   std::unordered_map<caf::actor_addr, std::string> remote_ids;
   // Answered once every replica is gone and the node has deregistered.
   std::optional<caf::typed_response_promise<caf::ok_atom>> shutdown_promise;
+  // Replicas whose library is being fetched, with the spawn requests that
+  // wait for them; and per library (sha256) what waits for its fetch.
+  std::map<std::string, std::vector<caf::typed_response_promise<ReplicaActor>>> starting;
+  std::map<std::string, std::vector<std::function<void(const Status&)>>> library_waiters;
+  // Cached libraries whose content this agent checked, and the file's stamp
+  // then: checked again only once the file changed.
+  std::map<std::string, libraries::LibraryDir::Stamp> verified_libraries;
+  // When prune_library_cache() last looked.
+  std::optional<std::chrono::steady_clock::time_point> cache_pruned_at;
   std::minstd_rand rng{std::random_device{}()};
   std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
   static inline const char* name = "troupe.agent";
@@ -364,15 +377,14 @@ Hosted* check_process(agent_actor* self, const std::string& id, const std::strin
   return nullptr;
 }
 
-// Starts a troupe-replica process for `spec`; the spawn request is answered
-// when the process attaches (or fails when it exits or hangs before that).
-caf::result<ReplicaActor> spawn_process(agent_actor* self, const AgentOptions& o,
-                                      const ReplicaSpec& spec) {
+// Starts a troupe-replica process for `spec`; the spawn requests (`waiting`)
+// are answered when the process attaches (or fail when it exits or hangs
+// before that). An error: the process was not started.
+Status spawn_process(agent_actor* self, const AgentOptions& o, const ReplicaSpec& spec,
+                     std::vector<caf::typed_response_promise<ReplicaActor>> waiting) {
   auto& st = self->state;
-  if (!o.processes || o.replica_binary.empty()) {
-    return to_caf_error(Status(errc::unavailable, "node " + o.info.id +
-                                                      " cannot start replica processes"));
-  }
+  if (!o.processes || o.replica_binary.empty())
+    return Status(errc::unavailable, "node " + o.info.id + " cannot start replica processes");
   Hosted h;
   h.spec = spec;
   h.process = true;
@@ -397,6 +409,10 @@ caf::result<ReplicaActor> spawn_process(agent_actor* self, const AgentOptions& o
   if (!o.tls_dir.empty()) {
     ps.args.push_back("--tls-dir");
     ps.args.push_back(absolute(o.tls_dir));
+  }
+  if (!o.library_cache.empty()) {
+    ps.args.push_back("--library-cache");
+    ps.args.push_back(absolute(o.library_cache));
   }
   // Its data channel: the process's ends go to it as fds 3...; the node's
   // are registered for the proxy once the process runs. Without one (it
@@ -424,12 +440,11 @@ caf::result<ReplicaActor> spawn_process(agent_actor* self, const AgentOptions& o
   for (int fd : made.child_fds)
     ::close(fd);
   if (!pid)
-    return to_caf_error(pid.status());
+    return pid.status();
   if (made.channel)
     o.channels->add(made.channel);
   h.pid = *pid;
-  auto rp = self->make_response_promise<ReplicaActor>();
-  h.waiting.push_back(rp);
+  h.waiting = std::move(waiting);
   (*st.hosted)[spec.replica_id] = std::move(h);
   self->delayed_send(self, seconds_as(o.attach_timeout_s), attach_deadline_atom::value,
                      spec.replica_id, static_cast<int32_t>(*pid));
@@ -438,7 +453,186 @@ caf::result<ReplicaActor> spawn_process(agent_actor* self, const AgentOptions& o
                spec.memory_limit_bytes > 0
                    ? ", memory limit " + format_bytes(spec.memory_limit_bytes)
                    : std::string());
-  return rp;
+  return Status::ok();
+}
+
+// Starts the replica of `spec` (its library, when pinned, is in the cache)
+// and answers `waiting` with its actor, or with why it did not start.
+void start_replica(agent_actor* self, const AgentOptions& o, const MetricsSinkActor& sink,
+                   const ReplicaSpec& spec,
+                   std::vector<caf::typed_response_promise<ReplicaActor>> waiting) {
+  auto& st = self->state;
+  if (spec.isolation != "in_process") {
+    if (auto started = spawn_process(self, o, spec, waiting); !started) {
+      for (auto& p : waiting)
+        p.deliver(to_caf_error(started));
+    }
+    return;
+  }
+  replica::ReplicaOptions ropts;
+  ropts.spec = spec;
+  ropts.node_id = o.info.id;
+  ropts.loader = o.loader;
+  ropts.metrics_sink = sink;
+  ropts.handles = o.handles;
+  ropts.registry = o.registry;
+  // A deployment that declares its handler non-blocking is called
+  // inline by this node's proxy (runtime/local_replicas.hpp).
+  if (o.channels)
+    ropts.local_replicas = o.channels->local_replicas();
+  auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
+  self->monitor(handle);
+  st.replica_ids[handle.address()] = spec.replica_id;
+  Hosted h;
+  h.spec = spec;
+  h.handle = handle;
+  (*st.hosted)[spec.replica_id] = std::move(h);
+  st.log->info("spawned replica {} of {}/{} ({})", spec.replica_id, spec.app, spec.deployment,
+               spec.import_path);
+  for (auto& p : waiting)
+    p.deliver(handle);
+}
+
+// Calls every waiter of the library `sha256` once, with `outcome`.
+void library_done(agent_actor* self, const std::string& sha256, const Status& outcome) {
+  auto& st = self->state;
+  auto it = st.library_waiters.find(sha256);
+  if (it == st.library_waiters.end())
+    return;
+  auto waiters = std::move(it->second);
+  st.library_waiters.erase(it);
+  for (auto& f : waiters)
+    f(outcome);
+}
+
+// Fetches the library from `offset` on (of `total` bytes) into the cache,
+// piece by piece; the cache checks the content's hash when the last is in.
+void fetch_library_piece(agent_actor* self, const AgentOptions& o, const ControllerActor& from,
+                         const libraries::Pinned& pin, uint64_t total, uint64_t offset) {
+  self->request(from, seconds_as(o.request_timeout_s), library_atom::value, pin.sha256, offset)
+      .then(
+          [=](const std::string& piece) {
+            const std::string what = "library " + libraries::pinned(pin.name, pin.sha256);
+            if (piece.empty()) {
+              return library_done(self, pin.sha256,
+                                  Status(errc::io_error, what + ": the controller sent " +
+                                                             std::to_string(offset) + " of " +
+                                                             std::to_string(total) + " bytes"));
+            }
+            auto got = libraries::LibraryDir(o.library_cache, false)
+                           .append(pin.sha256, total, offset, piece);
+            if (!got) {
+              // A hash mismatch included: refused, never loaded.
+              self->state.log->error("{}: {}", what, got.status().message());
+              return library_done(self, pin.sha256, Status(got.status().code(),
+                                                           what + ": " + got.status().message()));
+            }
+            if (*got < total)
+              return fetch_library_piece(self, o, from, pin, total, *got);
+            self->state.log->info("fetched {} ({} bytes) from the controller", what, total);
+            library_done(self, pin.sha256, Status::ok());
+          },
+          [=](caf::error& err) {
+            library_done(self, pin.sha256,
+                         Status(errc::unavailable,
+                                "cannot fetch library " + libraries::pinned(pin.name, pin.sha256) +
+                                    " from the controller: " + from_caf_error(err).message()));
+          });
+}
+
+// Makes sure the node's library cache holds the pinned library, then calls
+// `done`: a verified cached copy is used as it is; a cached copy whose
+// content does not hash to the pin is refused (logged) and replaced; else
+// this node's plugin path may hold the same build; else the controller has
+// it.
+void with_library(agent_actor* self, const AgentOptions& o, const libraries::Pinned& pin,
+                  std::function<void(const Status&)> done) {
+  auto& st = self->state;
+  auto& waiters = st.library_waiters[pin.sha256];
+  waiters.push_back(std::move(done));
+  if (waiters.size() > 1)
+    return;  // a fetch of it is under way
+  const std::string what = "library " + libraries::pinned(pin.name, pin.sha256);
+  libraries::LibraryDir cache(o.library_cache, false);
+  if (auto st_open = cache.open(); !st_open)
+    return library_done(self, pin.sha256, st_open);
+  auto stamp = cache.stamp_of(pin.sha256);
+  if (auto it = st.verified_libraries.find(pin.sha256);
+      stamp && it != st.verified_libraries.end() && it->second == *stamp)
+    return library_done(self, pin.sha256, Status::ok());
+  auto cached = cache.verify(pin.sha256);
+  if (cached && *cached) {
+    if (stamp)
+      st.verified_libraries[pin.sha256] = *stamp;
+    return library_done(self, pin.sha256, Status::ok());
+  }
+  st.verified_libraries.erase(pin.sha256);
+  if (!cached) {
+    if (cached.status().code() != errc::corrupt)
+      return library_done(self, pin.sha256, cached.status());
+    st.log->error("refused the cached {}: {}; fetching it again", what, cached.status().message());
+  }
+  if (auto local = libraries::locate(o.plugin_path, pin.name)) {
+    auto sha = libraries::sha256_file(*local);
+    if (sha && *sha == pin.sha256)
+      return library_done(self, pin.sha256, cache.put_file(pin.sha256, *local));
+  }
+  if (!st.controller) {
+    return library_done(self, pin.sha256,
+                        Status(errc::unavailable, what + " is not in this node's cache and the "
+                                                         "controller is not connected"));
+  }
+  auto from = st.controller;
+  self->request(from, seconds_as(o.request_timeout_s), library_atom::value, pin.sha256)
+      .then(
+          [=](uint64_t size) {
+            if (size == 0) {
+              return library_done(self, pin.sha256,
+                                  Status(errc::not_found, "the controller has no " + what));
+            }
+            fetch_library_piece(self, o, from, pin, size, 0);
+          },
+          [=](caf::error& err) {
+            library_done(self, pin.sha256,
+                         Status(errc::unavailable, "cannot fetch " + what +
+                                                       " from the controller: " +
+                                                       from_caf_error(err).message()));
+          });
+}
+
+// The library a replica spec pins (runtime/libraries.hpp), if any.
+std::optional<libraries::Pinned> pinned_library(const ReplicaSpec& spec) {
+  return libraries::split_pinned(spec.import_path.substr(0, spec.import_path.find(':')));
+}
+
+// Every library_cache_prune_interval_s: removes the cached libraries that no
+// replica of this node uses and that were fetched over
+// library_cache_retention_s ago (a controller keeps them; a node that needs
+// one again fetches it again).
+void prune_library_cache(agent_actor* self, const AgentOptions& o) {
+  auto& st = self->state;
+  const auto now = std::chrono::steady_clock::now();
+  if (o.library_cache.empty() ||
+      (st.cache_pruned_at && now - *st.cache_pruned_at <
+                                 std::chrono::duration<double>(o.library_cache_prune_interval_s)))
+    return;
+  st.cache_pruned_at = now;
+  std::set<std::string> used;
+  for (const auto& [id, h] : *st.hosted) {
+    if (auto pin = pinned_library(h.spec))
+      used.insert(pin->sha256);
+  }
+  for (const auto& [sha, waiters] : st.library_waiters)
+    used.insert(sha);
+  libraries::LibraryDir cache(o.library_cache, false);
+  const double wall_now = static_cast<double>(std::time(nullptr));
+  for (const auto& e : cache.list()) {
+    if (used.count(e.sha256) || wall_now - e.mtime_s < o.library_cache_retention_s)
+      continue;
+    cache.remove(e.sha256);
+    st.verified_libraries.erase(e.sha256);
+    st.log->info("removed library {} from the cache: no replica of this node uses it", e.sha256);
+  }
 }
 
 // `hosted`: the replicas of this node (those of a predecessor that died, or
@@ -554,6 +748,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         if (st.stopping && !st.shutdown_promise)
           return;
         self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
+        prune_library_cache(self, o);
         if (!st.registered || !st.controller)
           return;
         auto controller = st.controller;
@@ -587,30 +782,38 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
           it->second.waiting.push_back(rp);
           return rp;
         }
+        auto rp = self->make_response_promise<ReplicaActor>();
+        auto pin = pinned_library(spec);
+        if (!pin || o.library_cache.empty()) {
+          count_start(o, spec);
+          start_replica(self, o, sink, spec, {rp});
+          return rp;
+        }
+        // Its library first: from the cache, else fetched.
+        auto [it, fresh] = st.starting.try_emplace(spec.replica_id);
+        it->second.push_back(rp);
+        if (!fresh)
+          return rp;  // a retried request: answered with the first
         count_start(o, spec);
-        if (spec.isolation != "in_process")
-          return spawn_process(self, o, spec);
-        replica::ReplicaOptions ropts;
-        ropts.spec = spec;
-        ropts.node_id = o.info.id;
-        ropts.loader = o.loader;
-        ropts.metrics_sink = sink;
-        ropts.handles = o.handles;
-        ropts.registry = o.registry;
-        // A deployment that declares its handler non-blocking is called
-        // inline by this node's proxy (runtime/local_replicas.hpp).
-        if (o.channels)
-          ropts.local_replicas = o.channels->local_replicas();
-        auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
-        self->monitor(handle);
-        st.replica_ids[handle.address()] = spec.replica_id;
-        Hosted h;
-        h.spec = spec;
-        h.handle = handle;
-        (*st.hosted)[spec.replica_id] = std::move(h);
-        st.log->info("spawned replica {} of {}/{} ({})", spec.replica_id, spec.app, spec.deployment,
-                     spec.import_path);
-        return handle;
+        with_library(self, o, *pin, [=](const Status& ready) {
+          auto& st = self->state;
+          auto node = st.starting.extract(spec.replica_id);
+          if (node.empty())
+            return;
+          auto waiting = std::move(node.mapped());
+          Status outcome = ready;
+          if (outcome && st.stopping)
+            outcome = Status(errc::unavailable, "node " + o.info.id + " is shutting down");
+          if (!outcome) {
+            st.log->warn("replica {} of {}/{} not started: {}", spec.replica_id, spec.app,
+                         spec.deployment, outcome.message());
+            for (auto& p : waiting)
+              p.deliver(to_caf_error(outcome));
+            return;
+          }
+          start_replica(self, o, sink, spec, std::move(waiting));
+        });
+        return rp;
       },
       [=](list_replicas_atom) { return hosted_list(self->state); },
       [=](replica_hello_atom, const std::string& id, const std::string& secret)

@@ -94,6 +94,13 @@ struct AgentOptions {
   // Where replica processes reach this node's replica gate (127.0.0.1).
   uint16_t gate_port = 0;
   std::vector<std::string> plugin_path;  // handed to replica processes
+  // Pinned libraries (runtime/libraries.hpp): fetched into this directory
+  // before a replica that needs one starts; handed to replica processes.
+  std::string library_cache;
+  // Cached libraries no replica of the node uses are removed once they are
+  // this old, looked for at this interval.
+  double library_cache_retention_s = 3600;
+  double library_cache_prune_interval_s = 600;
   std::string tls_dir;                   // with TLS: they present this node's certificate
   std::string log_level = "info";
   std::string log_format = "text";

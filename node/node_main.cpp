@@ -288,6 +288,7 @@ int main(int argc, char** argv) {
       sopts.controller.node_timeout_s = o.node_timeout_s;
       sopts.controller.recovery_window_s = o.recovery_window_s;
       sopts.controller.state_dir = o.state_dir;
+      sopts.controller.plugin_dirs = o.plugin_path;
       sopts.controller.metrics = std::make_shared<controller::ControllerMetrics>(registry);
       if (identity)
         sopts.controller.ca_pem = identity->ca_pem;
@@ -365,6 +366,16 @@ int main(int argc, char** argv) {
     if (peer)
       log->info("other workers reach this node on {}:{}", advertised, peer->port);
 
+    // Pinned deployment libraries this node fetched (runtime/libraries.hpp).
+    std::string library_cache = o.library_cache;
+    if (library_cache.empty()) {
+      std::error_code ec;
+      library_cache = !o.state_dir.empty()
+                          ? (fs::path(o.state_dir) / "library-cache").string()
+                          : (fs::temp_directory_path(ec) /
+                             ("troupe-" + std::to_string(::getuid())) / o.node_id / "library-cache")
+                                .string();
+    }
     AgentOptions aopts;
     aopts.info.id = o.node_id;
     aopts.info.host = advertised;
@@ -376,7 +387,8 @@ int main(int argc, char** argv) {
     if (o.join)
       aopts.controller_endpoint = *o.join;
     aopts.heartbeat_interval_s = o.heartbeat_interval_s;
-    aopts.loader = std::make_shared<PluginLoader>(o.plugin_path);
+    aopts.library_cache = library_cache;
+    aopts.loader = std::make_shared<PluginLoader>(o.plugin_path, library_cache);
     aopts.proxy = http_proxy->keeper();
     aopts.handles = replica::make_handle_transport(http_proxy->caller());
     aopts.identity = identity;

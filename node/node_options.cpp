@@ -92,6 +92,9 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   app.add_option("--plugin-path", plugin_path,
                  "colon-separated directories of deployment libraries (default: " +
                      (default_plugin_dir.empty() ? std::string("none") : default_plugin_dir) + ")");
+  app.add_option("--library-cache", o.library_cache,
+                 "directory of the deployment libraries this node fetched from the controller "
+                 "(default: <state-dir>/library-cache, else one under the temp dir)");
   app.add_option("--replica-binary", o.replica_binary,
                  "troupe-replica executable for replica processes (default: next to troupe-node)");
   app.add_option("--tls-dir", o.tls_dir,

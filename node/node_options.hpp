@@ -51,6 +51,10 @@ struct NodeOptions {
   std::string access_log = "on";
   // Directories where import_path libraries are looked up.
   std::vector<std::string> plugin_path;
+  // Where the node keeps the deployment libraries it fetched from the
+  // controller (runtime/libraries.hpp); empty: <state-dir>/library-cache, or
+  // without a state dir a directory of its own under the system's temp dir.
+  std::string library_cache;
   // Head: seconds to collect re-registering nodes' replicas after a restart.
   double recovery_window_s = 3.0;
   // The head's proxy serves the dashboard (/-/dashboard); --no-dashboard.

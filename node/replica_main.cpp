@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
   std::string node_id;
   pid_t parent_pid = 0;
   std::vector<std::string> plugin_path;
+  std::string library_cache;
   std::string tls_dir;
   std::string log_level = "info";
   size_t channel_lanes = 0;
@@ -157,6 +158,8 @@ int main(int argc, char** argv) {
   app.add_option("--node-id", node_id, "the node that started it")->required();
   app.add_option("--parent-pid", parent_pid, "pid of that node's troupe-node")->required();
   app.add_option("--plugin-path", plugin_path, "directories of deployment libraries");
+  app.add_option("--library-cache", library_cache,
+                 "the node's cache of libraries pinned by their SHA-256");
   app.add_option("--tls-dir", tls_dir, "present the node's certificate from this directory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   std::string log_format = "text";
@@ -233,7 +236,7 @@ int main(int argc, char** argv) {
     replica::ReplicaOptions options;
     options.spec = spec;
     options.node_id = node_id;
-    options.loader = std::make_shared<PluginLoader>(plugin_path);
+    options.loader = std::make_shared<PluginLoader>(plugin_path, library_cache);
     options.metrics_sink = caf::actor_cast<MetricsSinkActor>(spawn_forwarder(sys, sink_target));
     options.channel = data_channel;
     // The node serves this process's metrics: the replica sends them with

@@ -29,6 +29,8 @@ const char* operation_name(Operation op) {
       return "scale";
     case Operation::traffic:
       return "traffic";
+    case Operation::upload:
+      return "upload";
   }
   return "unknown";
 }

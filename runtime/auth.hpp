@@ -28,11 +28,12 @@ enum class Operation {
   kill,
   scale,    // one deployment's replica count
   traffic,  // an application's traffic split
+  upload,   // a piece of a deployment library
 };
 
 // The operation's name: part of the signed digest and of refusal messages,
 // so the names never change ("register", "heartbeat", "deregister", "leave", "drain",
-// "deploy", "delete", "shutdown", "kill", "scale", "traffic").
+// "deploy", "delete", "shutdown", "kill", "scale", "traffic", "upload").
 const char* operation_name(Operation op);
 
 // The digest both sides compute for an operation and its arguments.

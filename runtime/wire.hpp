@@ -44,7 +44,7 @@ namespace troupe {
 //     removed_replicas).
 // 12: a replica process's metrics registry in its metrics reports, and
 //     `troupectl logs` (logs_atom to the controller and the node agents).
-constexpr uint32_t kProtocolVersion = 12;
+constexpr uint32_t kProtocolVersion = 13;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -114,6 +114,11 @@ using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 // `troupectl logs`: a replica's log lines (troupectl -> controller -> the
 // node agent that has them).
 using logs_atom = caf::atom_constant<caf::atom("logs")>;
+// Deployment libraries pinned by their SHA-256 (runtime/libraries.hpp):
+// troupectl uploads them to the controller in pieces (upload), node agents
+// ask for their size and fetch them in pieces (library).
+using upload_atom = caf::atom_constant<caf::atom("upload")>;
+using library_atom = caf::atom_constant<caf::atom("library")>;
 
 // -- wire types --------------------------------------------------------------
 
@@ -544,6 +549,16 @@ using ControllerActor = caf::typed_actor<
     // A replica's log (replica id, offset, tail) -> (whole lines, the offset
     // to read on from), asked of the node that has it; see AgentActor.
     caf::replies_to<logs_atom, std::string, uint64_t, uint32_t>::with<std::string, uint64_t>,
+    // A deployment library (sha256) -> its size; 0: the controller has none.
+    caf::replies_to<library_atom, std::string>::with<uint64_t>,
+    // (sha256, offset) -> up to libraries::kChunkBytes of it from offset.
+    caf::replies_to<library_atom, std::string, uint64_t>::with<std::string>,
+    // A piece of a library troupectl uploads (sha256, total size, offset,
+    // bytes); pieces come in order from offset 0 -> the bytes received so
+    // far. The library is kept once the last piece is in and its content
+    // hashes to sha256.
+    caf::replies_to<upload_atom, std::string, uint64_t, uint64_t, std::string,
+                    Credential>::with<uint64_t>,
     // Pull: what changed since (epoch, seq).
     caf::replies_to<snapshot_atom, uint64_t, uint64_t>::with<RoutingSnapshot>,
     // Push: a proxy (holding epoch, seq) of a node gets every change.

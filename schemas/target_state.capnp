@@ -95,6 +95,8 @@ struct DeploymentSpec @0x97f5d1d179ca4da8 {
   initArgs @2 :Text;  # opaque JSON text
   codeVersion @3 :Text;
   config @4 :DeploymentConfig;
+  # The SHA-256 (hex) of the library's content; "": not known (format 4).
+  librarySha256 @5 :Text;
 }
 
 # One entry of an application's traffic split.

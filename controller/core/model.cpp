@@ -54,7 +54,8 @@ double effective_stuck_after_s(double configured, double request_timeout_s) {
 
 bool operator==(const DeploymentSpec& a, const DeploymentSpec& b) {
   auto tie = [](const DeploymentSpec& x) {
-    return std::tie(x.name, x.import_path, x.init_args, x.code_version, x.config);
+    return std::tie(x.name, x.import_path, x.init_args, x.code_version, x.config,
+                    x.library_sha256);
   };
   return tie(a) == tie(b);
 }

@@ -127,6 +127,13 @@ struct DeploymentSpec {
   // when empty.
   std::string code_version;
   DeploymentConfig config;
+  // The SHA-256 of the library's content (runtime/libraries.hpp), set by the
+  // controller when it has the library: uploaded by troupectl (the library
+  // of import_path is then a path on the operator's machine) or found in the
+  // head's plugin path. Part of the code identity: a rebuilt library
+  // restarts the replicas. Empty: a library only the workers have, loaded by
+  // name.
+  std::string library_sha256;
 
   friend bool operator==(const DeploymentSpec&, const DeploymentSpec&);
   friend bool operator!=(const DeploymentSpec& a, const DeploymentSpec& b) { return !(a == b); }

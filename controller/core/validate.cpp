@@ -104,6 +104,15 @@ void check_deployment(Problems& p, const std::string& path, const DeploymentSpec
     p.add(path + ".import_path", "\"\"", "must not be empty");
   else if (has_control_character(d.import_path))
     p.add(path + ".import_path", quote(d.import_path), "must not contain control characters");
+  if (!d.library_sha256.empty()) {
+    bool hex = d.library_sha256.size() == 64;
+    for (char c : d.library_sha256)
+      hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    if (!hex) {
+      p.add(path + ".library_sha256", quote(d.library_sha256),
+            "must be a SHA-256 in lowercase hex (64 digits)");
+    }
+  }
   const DeploymentConfig& c = d.config;
   const std::string cp = path;
   p.replicas(cp + ".num_replicas", c.num_replicas);

@@ -24,6 +24,10 @@ std::string code_identity(const DeploymentSpec& spec) {
   uint64_t h = 14695981039346656037ULL;
   fnv_mix(h, spec.code_version);
   fnv_mix(h, spec.import_path);
+  // The library's content: a rebuild restarts the replicas. Mixed in only
+  // when known, so the identity of a spec without it did not change.
+  if (!spec.library_sha256.empty())
+    fnv_mix(h, "library=" + spec.library_sha256);
   fnv_mix(h, spec.init_args);
   fnv_mix(h, spec.config.resources.to_string());
   // How the replica process is run. Mixed in only when not the default, so
@@ -54,6 +58,18 @@ std::string code_identity(const DeploymentSpec& spec) {
 
 ReplicaVersion version_of(const DeploymentSpec& spec) {
   return {code_identity(spec), spec.config.user_config};
+}
+
+std::string replica_import_path(const DeploymentSpec& spec) {
+  if (spec.library_sha256.empty())
+    return spec.import_path;
+  const auto colon = spec.import_path.find(':');
+  if (colon == std::string::npos)
+    return spec.import_path;  // refused by validation before it gets here
+  const std::string library = spec.import_path.substr(0, colon);
+  const auto slash = library.rfind('/');
+  const std::string name = slash == std::string::npos ? library : library.substr(slash + 1);
+  return name + "@" + spec.library_sha256 + spec.import_path.substr(colon);
 }
 
 std::string effective_code_version(const DeploymentSpec& spec) {

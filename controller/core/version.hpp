@@ -24,7 +24,8 @@ struct ReplicaVersion {
 };
 
 // "<code_version>-<16 hex digits>", the hex digits a stable hash (FNV-1a) of
-// code_version, import_path, init_args and resources, and of isolation and
+// code_version, import_path, init_args and resources, of the library's
+// SHA-256 when known, and of isolation and
 // memory_limit_bytes when they differ from their defaults (so identities of
 // specs that leave them at the defaults did not change when they were added);
 // just the hex digits when code_version is empty. Equal specs give equal
@@ -32,6 +33,11 @@ struct ReplicaVersion {
 std::string code_identity(const DeploymentSpec& spec);
 
 ReplicaVersion version_of(const DeploymentSpec& spec);
+
+// The import path a replica is started with: with library_sha256 set, the
+// library pinned by it ("<file name>@<sha256>:<Class>", runtime/libraries.hpp),
+// which the node loads from its library cache; else import_path as it is.
+std::string replica_import_path(const DeploymentSpec& spec);
 
 // The version a client names in prev_version: the user's code_version, or the
 // derived code identity when the user set none.

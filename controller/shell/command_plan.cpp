@@ -57,7 +57,7 @@ ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s) {
   spec.replica_id = cmd.replica_id;
   spec.app = cmd.app;
   spec.deployment = cmd.deployment;
-  spec.import_path = cmd.spec->import_path;
+  spec.import_path = replica_import_path(*cmd.spec);
   spec.init_args = cmd.spec->init_args;
   spec.code_version = cmd.version.code;
   spec.user_config = cmd.version.user_config;

@@ -1,6 +1,8 @@
 #include "controller/shell/controller_logic.hpp"
 
 #include <algorithm>
+#include <ctime>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -34,7 +36,11 @@ ControllerLogic::ControllerLogic(const ControllerOptions& options,
       nodes_file_(options.state_dir),
       proxies_(*clock_,
                ProxyHealthOptions{options.proxy_health_period_s, options.proxy_unhealthy_after}),
-      actors_(std::move(monitor), std::move(demonitor)) {}
+      actors_(std::move(monitor), std::move(demonitor)),
+      libraries_(options.state_dir.empty()
+                     ? std::string()
+                     : (std::filesystem::path(options.state_dir) / "libraries").string(),
+                 options.plugin_dirs, options.library_retention_s, log_) {}
 
 // ---------------------------------------------------------------- startup
 
@@ -243,6 +249,10 @@ Result<DeployResult> ControllerLogic::deploy(const std::string& encoded, const C
   auto app = decode_application(encoded);
   if (!app)
     return app.status();
+  if (auto pinned = libraries_.pin(*app); !pinned) {
+    log_->warn("deploy of {} refused: {}", app->name, pinned.to_string());
+    return pinned;
+  }
   auto result = core_->deploy_application(*app);
   if (!result) {
     log_->warn("deploy of {} refused: {}", app->name, result.status().to_string());
@@ -269,6 +279,12 @@ Result<std::string> ControllerLogic::apply(const std::string& encoded, const Cre
   auto declared = decode_target_state(encoded);
   if (!declared)
     return declared.status();
+  for (auto& [name, app] : declared->applications) {
+    if (auto pinned = libraries_.pin(app); !pinned) {
+      log_->warn("deploy refused: {}", pinned.to_string());
+      return pinned;
+    }
+  }
   bool changed = false;
   auto results = core_->apply(*declared, &changed, if_generation);
   if (!results) {
@@ -627,7 +643,26 @@ bool ControllerLogic::tick() {
   drop_unreachable(ts);
   if (!ts.empty())
     nodes_changed();
+  if (!recovering() && (libraries_collected_at_ < 0 ||
+                        now() - libraries_collected_at_ >= options_.library_collect_interval_s)) {
+    libraries_collected_at_ = now();
+    (void)libraries_.collect(core_->target_state(), static_cast<double>(std::time(nullptr)));
+  }
   return recovery_->window_over();
+}
+
+Result<uint64_t> ControllerLogic::upload_library(const std::string& sha256, uint64_t total,
+                                                 uint64_t offset, const std::string& piece,
+                                                 const Credential& cred) {
+  if (auto s = check_request(options_.ca_pem, cred, Operation::upload,
+                             {sha256, std::to_string(total), std::to_string(offset),
+                              libraries::sha256_hex(piece)});
+      !s)
+    return s;
+  auto received = libraries_.upload(sha256, total, offset, piece);
+  if (!received)
+    log_->warn("upload of library {} refused: {}", sha256, received.status().to_string());
+  return received;
 }
 
 std::vector<AgentActor> ControllerLogic::nodes_to_stop() {

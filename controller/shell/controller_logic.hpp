@@ -33,6 +33,7 @@
 #include "controller/shell/admission.hpp"
 #include "controller/shell/command_plan.hpp"
 #include "controller/shell/directory.hpp"
+#include "controller/shell/library_store.hpp"
 #include "controller/shell/proxy_health.hpp"
 #include "controller/shell/recovery_gate.hpp"
 #include "controller/shell/status_view.hpp"
@@ -118,6 +119,15 @@ class ControllerLogic {
   // ahead; the next publish pushes the routes) -> the new generation.
   Result<uint64_t> set_traffic(const std::string& app, const TrafficWeights& weights,
                                const Credential& cred);
+  // Deployment libraries (library_store.hpp). An upload piece is signed by an
+  // operator (its digest covers the piece's SHA-256); the size and read
+  // queries are open like status, for the node agents.
+  Result<uint64_t> upload_library(const std::string& sha256, uint64_t total, uint64_t offset,
+                                  const std::string& piece, const Credential& cred);
+  uint64_t library_size(const std::string& sha256) const { return libraries_.size_of(sha256); }
+  Result<std::string> library_piece(const std::string& sha256, uint64_t offset) const {
+    return libraries_.read(sha256, offset);
+  }
   // Deletes every application; with `nodes`, nodes_to_stop() then names
   // every agent once the last replica is gone.
   Status shutdown(bool nodes, const Credential& cred);
@@ -286,6 +296,9 @@ class ControllerLogic {
   std::vector<std::pair<std::string, NodeState>> flagged_nodes_;
   // Last logged status per deployment, to log transitions.
   StatusChangeLog status_log_;
+  LibraryStore libraries_;
+  // When tick() last looked for libraries to remove (the controller's clock).
+  double libraries_collected_at_ = -1;
 };
 
 }  // namespace troupe::controller

@@ -97,6 +97,7 @@ void write(const DeploymentSpec& in, schema::DeploymentSpec::Builder out) {
   out.setInitArgs(text(in.init_args));
   out.setCodeVersion(text(in.code_version));
   write(in.config, out.initConfig());
+  out.setLibrarySha256(text(in.library_sha256));
 }
 
 void write_shadow(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
@@ -130,6 +131,10 @@ void write(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
 
 // The format version a record needs (see kFormatVersion).
 uint16_t version_for(const ApplicationSpec& app) {
+  for (const auto& d : app.deployments) {
+    if (!d.library_sha256.empty())
+      return 4;
+  }
   if (!app.shadow.empty())
     return 3;
   return app.traffic.empty() && app.traffic_key_header.empty() ? 1 : 2;
@@ -296,6 +301,7 @@ DeploymentSpec read(schema::DeploymentSpec::Reader in) {
   out.init_args = str(in.getInitArgs());
   out.code_version = str(in.getCodeVersion());
   out.config = read(in.getConfig());
+  out.library_sha256 = str(in.getLibrarySha256());
   return out;
 }
 

@@ -50,7 +50,11 @@ inline constexpr char kCheckpointMagic[4] = {'T', 'R', 'C', 'P'};
 //      version 2 binaries would drop the request timeout, so requests that
 //      end in 504 would wait forever, and write the state back without it;
 //      they would drop a shadow and silently stop the copies
-inline constexpr uint16_t kFormatVersion = 3;
+//   4  an application with a deployment whose library is pinned by its
+//      SHA-256 (DeploymentSpec::library_sha256): version 3 binaries would drop
+//      the pin and look an uploaded library up by a path on the operator's
+//      machine
+inline constexpr uint16_t kFormatVersion = 4;
 inline constexpr size_t kEnvelopeSize = 8;
 
 enum class RecordKind : uint8_t {

@@ -2,37 +2,13 @@
 
 #include <dlfcn.h>
 
-#include <filesystem>
-#include <system_error>
 #include <utility>
+
+#include "runtime/libraries.hpp"
 
 namespace troupe {
 
-namespace fs = std::filesystem;
-
 namespace {
-
-std::string dirs_list(const std::vector<std::string>& dirs) {
-  std::string out = "[";
-  for (size_t i = 0; i < dirs.size(); ++i) {
-    if (i > 0)
-      out += ", ";
-    out += dirs[i];
-  }
-  return out + "]";
-}
-
-// True when `path` is `dir` or below it; both canonical.
-bool is_within(const fs::path& path, const fs::path& dir) {
-  auto p = path.begin();
-  for (auto d = dir.begin(); d != dir.end(); ++d, ++p) {
-    if (d->empty())
-      continue;  // a trailing separator yields an empty element
-    if (p == path.end() || *p != *d)
-      return false;
-  }
-  return true;
-}
 
 std::string last_dlerror(const char* fallback) {
   const char* error = dlerror();
@@ -41,64 +17,50 @@ std::string last_dlerror(const char* fallback) {
 
 }  // namespace
 
-PluginLoader::PluginLoader(std::vector<std::string> plugin_dirs)
-    : plugin_dirs_(std::move(plugin_dirs)) {}
+PluginLoader::PluginLoader(std::vector<std::string> plugin_dirs, std::string library_cache)
+    : plugin_dirs_(std::move(plugin_dirs)), library_cache_(std::move(library_cache)) {}
 
 Result<std::string> PluginLoader::locate(const std::string& library) const {
-  const fs::path name(library);
-  if (name.is_absolute()) {
-    return {errc::invalid_argument, "library '" + library +
-                                        "' is an absolute path; libraries are loaded only from "
-                                        "the plugin path " +
-                                        dirs_list(plugin_dirs_) + ", name one relative to it"};
+  if (auto pin = libraries::split_pinned(library)) {
+    if (library_cache_.empty()) {
+      return {errc::not_found, "library '" + library +
+                                   "' is pinned by its SHA-256 and this process has no "
+                                   "library cache"};
+    }
+    libraries::LibraryDir cache(library_cache_);
+    if (!cache.size_of(pin->sha256)) {
+      return {errc::not_found, "library '" + library + "' is not in the library cache " +
+                                   library_cache_};
+    }
+    return cache.path_of(pin->sha256);
   }
-  for (const auto& part : name) {
-    if (part == "..") {
-      return {errc::invalid_argument,
-              "library '" + library + "' contains a '..' component; libraries are loaded only " +
-                  "from inside the plugin path " + dirs_list(plugin_dirs_)};
-    }
-  }
-  for (const auto& dir : plugin_dirs_) {
-    std::error_code ec;
-    const fs::path canonical_dir = fs::canonical(dir, ec);
-    if (ec)
-      continue;  // a missing plugin dir holds nothing
-    const fs::path candidate = canonical_dir / name;
-    if (!fs::exists(fs::symlink_status(candidate, ec)))
-      continue;
-    const fs::path canonical = fs::canonical(candidate, ec);
-    if (ec) {
-      // Present but unresolvable: a dangling symlink or an unreadable dir.
-      return {errc::not_found, "library '" + library + "' in plugin dir '" + dir +
-                                   "' cannot be resolved: " + ec.message()};
-    }
-    if (!is_within(canonical, canonical_dir)) {
-      return {errc::invalid_argument, "library '" + library + "' in plugin dir '" + dir +
-                                          "' resolves to '" + canonical.string() +
-                                          "', outside the plugin dir; refusing to load it"};
-    }
-    if (!fs::is_regular_file(canonical, ec)) {
-      return {errc::invalid_argument,
-              "library '" + library + "' in plugin dir '" + dir + "' is not a regular file"};
-    }
-    return canonical.string();
-  }
-  return {errc::not_found,
-          "library '" + library + "' not found in plugin path " + dirs_list(plugin_dirs_)};
+  return libraries::locate(plugin_dirs_, library);
 }
 
 // Handles are never dlclose()d. Unloading a C++ library is unsafe: its static
 // objects, thread_locals, registered atexit handlers and any pointer into it
 // (a vtable of a live object, a factory, a std::function, an exception in
 // flight) would dangle, and glibc may keep it loaded anyway (RTLD_NODELETE,
-// unique symbols). A new code version should ship under a new file name, which
-// loads next to the old one.
-Result<void*> PluginLoader::open(const std::string& canonical_path) {
+// unique symbols). A new build of a pinned library (runtime/libraries.hpp)
+// is a file of another name (its hash) and loads next to the old one; a new
+// build of a library named in the plugin path should get a new file name.
+Result<void*> PluginLoader::open(const std::string& canonical_path, const std::string& sha256) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = handles_.find(canonical_path);
   if (it != handles_.end())
     return it->second;
+  if (!sha256.empty()) {
+    // Checked right before the first load: a cached file changed since the
+    // node put it there is refused, never loaded.
+    auto actual = libraries::sha256_file(canonical_path);
+    if (!actual)
+      return actual.status();
+    if (*actual != sha256) {
+      return {errc::corrupt, "library '" + canonical_path + "' has content of SHA-256 " +
+                                 *actual + ", not the " + sha256 +
+                                 " it is pinned to (damaged or changed); refusing to load it"};
+    }
+  }
   // Held across dlopen so one path is opened once; the library's static
   // initializers run here and must not call back into this loader.
   dlerror();
@@ -118,7 +80,8 @@ Result<const DeploymentFactory*> PluginLoader::resolve(const std::string& import
   auto path = locate(parsed->library);
   if (!path)
     return path.status();
-  auto handle = open(*path);
+  auto pin = libraries::split_pinned(parsed->library);
+  auto handle = open(*path, pin ? pin->sha256 : std::string());
   if (!handle)
     return handle.status();
 

@@ -219,6 +219,32 @@ TEST_CASE("version: what a change of the spec does to running replicas") {
   CHECK(effective_code_version(a).size() == 16);
 }
 
+TEST_CASE("version: the library's content is part of the code identity") {
+  const auto a = make_deployment("D", 3);
+  auto b = a;
+  b.library_sha256 = std::string(64, 'a');
+  // Unknown before: a pin is a restart (the replicas may run another build).
+  CHECK(classify_change(a, b) == ChangeKind::restart);
+  auto c = b;
+  c.library_sha256 = std::string(64, 'b');  // a rebuild
+  CHECK(classify_change(b, c) == ChangeKind::restart);
+  CHECK(code_identity(b) != code_identity(c));
+  auto same = b;
+  CHECK(classify_change(b, same) == ChangeKind::unchanged);
+  // Without a pin the identity is what it was before pins existed.
+  CHECK(code_identity(a) == code_identity(make_deployment("D", 3)));
+
+  // What the replica is started with: the pinned file name.
+  c.import_path = "./build/libm.so:Model";
+  CHECK(replica_import_path(c) == "libm.so@" + std::string(64, 'b') + ":Model");
+  auto plain = a;
+  plain.import_path = "libm.so:Model";
+  CHECK(replica_import_path(plain) == "libm.so:Model");
+  auto app = greeter();
+  app.deployments[0].library_sha256 = "not-hex";
+  CHECK(error_of(app).find("library_sha256") != std::string::npos);
+}
+
 TEST_CASE("version: a change of isolation or memory_limit_bytes restarts replicas") {
   const auto a = make_deployment("D", 3);
   auto b = a;

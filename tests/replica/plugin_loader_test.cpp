@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "plugin_test_util.hpp"
+#include "runtime/libraries.hpp"
 
 namespace troupe {
 namespace {
@@ -180,6 +181,49 @@ TEST_CASE("a dangling symlink is reported as not resolvable") {
   CHECK(r.status().code() == errc::not_found);
   CHECK(contains(r.status().message(), "library 'libdangling.so' in plugin dir '" +
                                            dir.path().string() + "' cannot be resolved"));
+}
+
+// A library pinned by its SHA-256 ("<name>@<sha256>:<Class>") loads from the
+// library cache, and only when its content hashes to the pin.
+TEST_CASE("a pinned library loads from the cache only with the content it is pinned to") {
+  TempDir cache;
+  const std::string examples = std::string(kPluginDir) + "/libtroupe_examples.so";
+  auto sha = libraries::sha256_file(examples);
+  REQUIRE(sha);
+  libraries::LibraryDir dir(cache.path().string());
+  const std::string pinned = "libtroupe_examples.so@" + *sha + ":Hello";
+
+  SUBCASE("not in the cache") {
+    PluginLoader loader({kPluginDir}, cache.path().string());
+    auto r = loader.resolve(pinned);
+    REQUIRE_FALSE(r);
+    CHECK(r.status().code() == errc::not_found);
+    CHECK(contains(r.status().message(), "is not in the library cache"));
+  }
+  SUBCASE("no cache") {
+    PluginLoader loader({kPluginDir});
+    auto r = loader.resolve(pinned);
+    REQUIRE_FALSE(r);
+    CHECK(contains(r.status().message(), "has no library cache"));
+  }
+  SUBCASE("the right content") {
+    REQUIRE(dir.put_file(*sha, examples));
+    PluginLoader loader({}, cache.path().string());
+    auto r = loader.resolve(pinned);
+    REQUIRE(r);
+    CHECK(std::string((*r)->class_name) == "Hello");
+  }
+  SUBCASE("other content under the pin's name is refused and never loaded") {
+    // Another valid library (it exports BadAbi) in the pinned file's place.
+    fs::copy_file(std::string(kPluginDir) + "/libtroupe_bad_abi.so", dir.path_of(*sha));
+    PluginLoader loader({}, cache.path().string());
+    auto r = loader.resolve("libtroupe_examples.so@" + *sha + ":BadAbi");
+    REQUIRE_FALSE(r);
+    CHECK(r.status().code() == errc::corrupt);
+    CHECK(contains(r.status().message(), "refusing to load it"));
+    // Had it been loaded, the ABI check would have named ABI 999.
+    CHECK_FALSE(contains(r.status().message(), "999"));
+  }
 }
 
 }  // namespace

@@ -83,13 +83,14 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   }
   {
     const DeploymentSpec def;
-    const auto& [a0, a1, a2, a3, a4] = dep;
-    const auto& [d0, d1, d2, d3, d4] = def;
+    const auto& [a0, a1, a2, a3, a4, a5] = dep;
+    const auto& [d0, d1, d2, d3, d4, d5] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
     CHECK(a3 != d3);
     CHECK(a4 != d4);
+    CHECK(a5 != d5);
   }
   const auto state = full_state();
   {
@@ -313,7 +314,9 @@ TEST_CASE("a record of a newer format version is refused with a clear message") 
   auto r = decode_target_state(bytes);
   REQUIRE_FALSE(r.has_value());
   CHECK(r.status().code() == errc::version_mismatch);
-  CHECK(contains(r.status().message(), "format version 4, newer than the 3 this binary reads"));
+  CHECK(contains(r.status().message(),
+                 "format version " + std::to_string(kFormatVersion + 1) + ", newer than the " +
+                     std::to_string(kFormatVersion) + " this binary reads"));
 
   bytes[4] = 0;
   bytes[5] = 0;
@@ -325,8 +328,19 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
     return static_cast<unsigned>(static_cast<unsigned char>(bytes[4]) |
                                  (static_cast<unsigned char>(bytes[5]) << 8));
   };
+  // The records below without library pins (version 4, checked last).
+  auto unpinned = [](ApplicationSpec app) {
+    for (auto& d : app.deployments)
+      d.library_sha256.clear();
+    return app;
+  };
+  auto unpinned_state = [&](TargetState s) {
+    for (auto& [name, app] : s.applications)
+      app = unpinned(app);
+    return s;
+  };
   // Without a traffic split: version 1, which older binaries read.
-  auto plain = full_state().applications.at("search");
+  auto plain = unpinned(full_state().applications.at("search"));
   REQUIRE(plain.traffic.empty());
   CHECK(version(encode_application(plain)) == 1);
   TargetState without;
@@ -335,7 +349,7 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
   CHECK(version(encode_head(without, 1)) == 1);
   // A split (or only its key header): version 2, which a version-1 binary
   // refuses instead of sending every request to the ingress.
-  auto split = full_state().applications.at("shop");
+  auto split = unpinned(full_state().applications.at("shop"));
   split.shadow.clear();
   CHECK(version(encode_application(split)) == 2);
   auto key_only = split;
@@ -345,7 +359,7 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
   CHECK(version(encode_target_state(without)) == 2);
   // Http settings (either one): version 3, which a version-2 binary refuses
   // instead of running without the request timeout.
-  CHECK(version(encode_head(full_state(), 3)) == 3);
+  CHECK(version(encode_head(unpinned_state(full_state()), 3)) == 3);
   TargetState http;
   http.http.keep_alive_timeout_s = 30;
   CHECK(version(encode_target_state(http)) == 3);
@@ -355,9 +369,17 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
   CHECK(version(encode_head(http, 0)) == 3);
   // Shadow traffic: version 3 too, which a version-2 binary refuses instead
   // of silently stopping the copies.
-  auto shadowed = full_state().applications.at("shop");
+  auto shadowed = unpinned(full_state().applications.at("shop"));
   CHECK(version(encode_application(shadowed)) == 3);
-  CHECK(version(encode_target_state(full_state())) == 3);
+  CHECK(version(encode_target_state(unpinned_state(full_state()))) == 3);
+  // A deployment pinned to its library's SHA-256: version 4, which a
+  // version-3 binary refuses instead of looking an uploaded library up by a
+  // path on the operator's machine.
+  auto pinned = plain;
+  pinned.deployments[0].library_sha256 = std::string(64, 'e');
+  CHECK(version(encode_application(pinned)) == 4);
+  CHECK(version(encode_target_state(full_state())) == 4);
+  CHECK(decode_application(encode_application(pinned)).value() == pinned);
   auto shadow_only = plain;
   shadow_only.deployments[1].name = "mirror";
   shadow_only.shadow = {{"mirror", 1.0}};

@@ -241,7 +241,7 @@ TEST_CASE("an undecodable stored value is corrupt - naming the database and key"
     auto bytes = encode_application(full_state().applications.at("shop"));
     bytes[4] = static_cast<char>(kFormatVersion + 1);
     raw_put(path, key, bytes);
-    fragment = "newer than the 3 this binary reads";
+    fragment = "newer than the " + std::to_string(kFormatVersion) + " this binary reads";
   }
   auto store = open_ok(path);
   auto loaded = store->load();

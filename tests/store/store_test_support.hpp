@@ -59,6 +59,7 @@ inline DeploymentSpec full_deployment(const std::string& name) {
   d.import_path = "libtroupe_examples.so:" + name;
   d.init_args = R"({"model": "m\u00e9t\u00e9o", "layers": [1, 2, 3], "text": "line\nbreak \"q\""})";
   d.code_version = "v-" + name + "-42";
+  d.library_sha256 = std::string(63, 'a') + std::to_string(name.size() % 10);
   d.config.num_replicas = 3;
   d.config.max_ongoing_requests = 9;
   d.config.max_queued_requests = 250;

@@ -8,6 +8,7 @@
 
 #include "controller/store/codec.hpp"
 #include "runtime/auth.hpp"
+#include "runtime/libraries.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/time.hpp"
 
@@ -211,6 +212,21 @@ Result<std::string> ControllerClient::status_json() {
   return ask<std::string>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
       status_atom::value);
+}
+
+Result<uint64_t> ControllerClient::library_size(const std::string& sha256) {
+  return ask<uint64_t>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      library_atom::value, sha256);
+}
+
+Result<uint64_t> ControllerClient::upload_piece(const std::string& sha256, uint64_t total,
+                                                uint64_t offset, const std::string& piece) {
+  return ask<uint64_t>(
+      *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
+      upload_atom::value, sha256, total, offset, piece,
+      sign(Operation::upload, {sha256, std::to_string(total), std::to_string(offset),
+                               libraries::sha256_hex(piece)}));
 }
 
 Result<ControllerClient::LogChunk> ControllerClient::logs(const std::string& replica_id,

@@ -67,6 +67,12 @@ class ControllerClient {
     uint64_t next_offset = 0;
   };
   Result<LogChunk> logs(const std::string& replica_id, uint64_t offset, uint32_t tail);
+  // Deployment libraries (runtime/libraries.hpp): what the controller holds
+  // of one (0: nothing), and one piece of an upload (signed) -> the bytes it
+  // holds after it.
+  Result<uint64_t> library_size(const std::string& sha256);
+  Result<uint64_t> upload_piece(const std::string& sha256, uint64_t total, uint64_t offset,
+                                const std::string& piece);
   // The route table and running replicas; epoch/seq of the last snapshot held
   // (0/0: everything).
   Result<RoutingSnapshot> snapshot(uint64_t epoch = 0, uint64_t seq = 0);

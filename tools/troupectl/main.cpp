@@ -27,6 +27,7 @@
 #include "node/replica_logs.hpp"
 #include "tools/troupectl/args.hpp"
 #include "tools/troupectl/client.hpp"
+#include "tools/troupectl/upload.hpp"
 
 using namespace troupe;
 using nlohmann::json;
@@ -449,6 +450,7 @@ int main(int argc, char** argv) {
   // Validate a config and every argument's value before contacting anyone:
   // bad input never reaches the cluster.
   std::optional<config::DeployConfig> declared;
+  std::vector<ctl::LocalLibrary> uploads;  // libraries named by a path in it
   std::optional<uint64_t> if_generation;
   if (*deploy_cmd) {
     if (!if_generation_text.empty()) {
@@ -461,6 +463,10 @@ int main(int argc, char** argv) {
     if (!loaded)
       return fail(1, loaded.status().message());
     declared = std::move(loaded.value());
+    auto local = ctl::prepare_uploads(declared->state, deploy_file);
+    if (!local)
+      return fail(1, local.status().message());
+    uploads = std::move(local.value());
     // Not an error: the rest of the file deploys as it would without them.
     if (auto ignored = config::ignored_http_fields(declared->http))
       std::fprintf(stderr, "troupectl: warning: %s\n", ignored->c_str());
@@ -555,6 +561,22 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*deploy_cmd) {
+    for (const auto& library : uploads) {
+      auto held = client->library_size(library.sha256);
+      if (!held)
+        return fail(1, "upload of " + library.path + " failed: " + held.status().message());
+      auto sent = ctl::upload(library, *held,
+                              [&](const std::string& sha256, uint64_t total, uint64_t offset,
+                                  const std::string& piece) {
+                                return client->upload_piece(sha256, total, offset, piece);
+                              });
+      if (!sent)
+        return fail(1, sent.message());
+      if (*held != library.bytes.size()) {
+        std::printf("uploaded %s (%zu bytes, sha256 %s)\n", library.path.c_str(),
+                    library.bytes.size(), library.sha256.c_str());
+      }
+    }
     auto result = client->apply(declared->state, if_generation);
     if (!result)
       return fail(1, result.status().message());

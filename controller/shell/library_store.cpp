@@ -1,0 +1,174 @@
+#include "controller/shell/library_store.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+namespace troupe::controller {
+
+namespace fs = std::filesystem;
+
+LibraryStore::LibraryStore(std::string dir, std::vector<std::string> plugin_dirs,
+                           double retention_s, std::shared_ptr<spdlog::logger> log)
+    : dir_(std::move(dir)),
+      plugin_dirs_(std::move(plugin_dirs)),
+      retention_s_(retention_s),
+      log_(std::move(log)) {}
+
+Result<std::string> LibraryStore::hash_of(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec)
+    return {errc::io_error, "cannot read " + path + ": " + ec.message()};
+  const auto mtime = fs::last_write_time(path, ec);
+  if (ec)
+    return {errc::io_error, "cannot read " + path + ": " + ec.message()};
+  const int64_t mtime_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count();
+  auto it = hashed_.find(path);
+  if (it != hashed_.end() && it->second.size == size && it->second.mtime_ns == mtime_ns)
+    return it->second.sha256;
+  auto sha = libraries::sha256_file(path);
+  if (!sha)
+    return sha.status();
+  hashed_[path] = Hashed{size, mtime_ns, *sha};
+  return sha;
+}
+
+Status LibraryStore::pin(ApplicationSpec& app) {
+  for (auto& d : app.deployments) {
+    const std::string who = "application '" + app.name + "' deployment '" + d.name + "'";
+    const std::string library = d.import_path.substr(0, d.import_path.find(':'));
+    if (!d.library_sha256.empty()) {
+      if (!enabled()) {
+        return {errc::invalid_argument,
+                who + ": library '" + library +
+                    "' was uploaded, but this controller keeps no libraries (it runs without "
+                    "a state dir)"};
+      }
+      if (!dir_.size_of(d.library_sha256)) {
+        return {errc::invalid_argument,
+                who + ": library '" + library + "' (SHA-256 " + d.library_sha256 +
+                    ") was not uploaded to the controller; deploy the config with troupectl "
+                    "deploy, which uploads it"};
+      }
+      continue;
+    }
+    if (libraries::split_pinned(library)) {
+      return {errc::invalid_argument, who + ": library '" + library +
+                                          "': a name ending in '@' and 64 hex digits is "
+                                          "reserved for libraries pinned by their SHA-256"};
+    }
+    if (libraries::is_local_path(library)) {
+      return {errc::invalid_argument,
+              who + ": library '" + library +
+                  "' is a path on the operator's machine; deploy the config with troupectl "
+                  "deploy, which uploads it"};
+    }
+    if (!enabled() || plugin_dirs_.empty())
+      continue;
+    auto path = libraries::locate(plugin_dirs_, library);
+    if (!path) {
+      // Only the workers have it: they load it by name, as before.
+      log_->debug("{}: library '{}' is not in the head's plugin path ({}); not pinned", who,
+                  library, path.status().message());
+      continue;
+    }
+    auto sha = hash_of(*path);
+    if (!sha) {
+      return {errc::io_error, who + ": cannot hash library '" + library + "': " +
+                                  sha.status().message()};
+    }
+    if (!dir_.size_of(*sha)) {
+      // Kept so that every node runs exactly this build, also one whose own
+      // plugin path has another (or none).
+      if (auto st = dir_.put_file(*sha, *path); !st)
+        return {st.code(), who + ": cannot keep library '" + library + "': " + st.message()};
+      log_->info("keeping library {} of the plugin path as {}", *path, *sha);
+    }
+    d.library_sha256 = *sha;
+  }
+  return Status::ok();
+}
+
+uint64_t LibraryStore::size_of(const std::string& sha256) const {
+  if (!enabled())
+    return 0;
+  return dir_.size_of(sha256).value_or(0);
+}
+
+Result<std::string> LibraryStore::read(const std::string& sha256, uint64_t offset) const {
+  if (!enabled())
+    return {errc::not_found, "this controller keeps no libraries"};
+  return dir_.read(sha256, offset, libraries::kChunkBytes);
+}
+
+Result<uint64_t> LibraryStore::upload(const std::string& sha256, uint64_t total, uint64_t offset,
+                                      const std::string& piece) {
+  if (!enabled()) {
+    return {errc::unavailable,
+            "this controller keeps no libraries (it runs without a state dir); give the head "
+            "--state-dir to upload libraries"};
+  }
+  if (offset == 0) {
+    if (auto st = libraries::check_elf_shared_object(piece); !st)
+      return {st.code(), "the uploaded library " + st.message()};
+  }
+  auto received = dir_.append(sha256, total, offset, piece);
+  if (received && *received == total) {
+    unnamed_since_.erase(sha256);
+    log_->info("library {} uploaded ({} bytes)", sha256, total);
+  }
+  return received;
+}
+
+std::vector<std::string> LibraryStore::collect(const TargetState& state, double wall_now_s) {
+  std::vector<std::string> removed;
+  if (!enabled())
+    return removed;
+  std::set<std::string> named;
+  for (const auto& [name, app] : state.applications) {
+    for (const auto& d : app.deployments) {
+      if (!d.library_sha256.empty())
+        named.insert(d.library_sha256);
+    }
+  }
+  std::set<std::string> stored;
+  for (const auto& e : dir_.list()) {
+    const bool named_now = !e.partial && named.count(e.sha256) > 0;
+    if (named_now)
+      continue;
+    double since = e.mtime_s;
+    if (!e.partial) {
+      stored.insert(e.sha256);
+      auto [it, inserted] = unnamed_since_.emplace(e.sha256, wall_now_s);
+      since = std::max(since, it->second);
+    }
+    if (wall_now_s - since < retention_s_)
+      continue;
+    if (e.partial) {
+      // A piece only: the complete library (if any) stays.
+      if (!dir_.size_of(e.sha256) && !named.count(e.sha256)) {
+        dir_.remove(e.sha256);
+        removed.push_back(e.sha256);
+      }
+      continue;
+    }
+    dir_.remove(e.sha256);
+    unnamed_since_.erase(e.sha256);
+    removed.push_back(e.sha256);
+    log_->info("removed library {}: no deployment has named it for {:.0f} s", e.sha256,
+               retention_s_);
+  }
+  for (auto it = unnamed_since_.begin(); it != unnamed_since_.end();) {
+    if (named.count(it->first) || !stored.count(it->first))
+      it = unnamed_since_.erase(it);
+    else
+      ++it;
+  }
+  return removed;
+}
+
+}  // namespace troupe::controller
