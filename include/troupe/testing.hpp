@@ -210,8 +210,10 @@ class App {
     transport_ = std::make_shared<detail::DirectTransport>(state_);
   }
 
+  // Movable (from_config() returns one), not assignable: the deployments of
+  // an App go in the reverse order of their construction, with it.
   App(App&&) = default;
-  App& operator=(App&&) = default;
+  App& operator=(App&&) = delete;
   App(const App&) = delete;
   App& operator=(const App&) = delete;
 
