@@ -27,6 +27,7 @@
 #include "node/replica_logs.hpp"
 #include "tools/troupectl/args.hpp"
 #include "tools/troupectl/client.hpp"
+#include "tools/troupectl/new_project.hpp"
 #include "tools/troupectl/upload.hpp"
 
 using namespace troupe;
@@ -411,6 +412,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"replica", "proxy", "agent", "controller"}));
   kill_cmd->add_option("ID", kill_id, "replica id, or node id for proxy/agent");
 
+  ctl::NewCommand new_command;
+  ctl::add_new_command(app, new_command);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -419,6 +423,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return fail(2, e.what());
   }
+  if (*new_command.command)
+    return ctl::run_new_command(new_command);  // local: no controller involved
   if (*certs_cmd) {
     // Local: no controller involved.
     if (*certs_init) {
