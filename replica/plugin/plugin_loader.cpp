@@ -82,6 +82,8 @@ Result<const DeploymentFactory*> PluginLoader::resolve(const std::string& import
     return path.status();
   auto pin = libraries::split_pinned(parsed->library);
   auto handle = open(*path, pin ? pin->sha256 : std::string());
+  // Messages name the file loaded and, for a pinned one, what it is.
+  const std::string shown = pin ? *path + "' (" + parsed->library + ")" : *path + "'";
   if (!handle)
     return handle.status();
 
@@ -89,24 +91,24 @@ Result<const DeploymentFactory*> PluginLoader::resolve(const std::string& import
   dlerror();
   void* address = dlsym(*handle, symbol.c_str());
   if (address == nullptr) {
-    return {errc::not_found, "library '" + *path + "' has no deployment '" + parsed->class_name +
+    return {errc::not_found, "library '" + shown + " has no deployment '" + parsed->class_name +
                                  "' (symbol " + symbol + ": " + last_dlerror("symbol is null") +
                                  ")"};
   }
   using Exported = const DeploymentFactory* (*)();
   const DeploymentFactory* factory = reinterpret_cast<Exported>(address)();
   if (factory == nullptr) {
-    return {errc::internal, "library '" + *path + "': " + symbol + "() returned no factory"};
+    return {errc::internal, "library '" + shown + ": " + symbol + "() returned no factory"};
   }
   if (factory->abi_version != kDeploymentAbiVersion) {
     return {errc::invalid_argument,
-            "library '" + *path + "': deployment '" + parsed->class_name +
+            "library '" + shown + ": deployment '" + parsed->class_name +
                 "' was built against deployment ABI " + std::to_string(factory->abi_version) +
                 ", this node supports " + std::to_string(kDeploymentAbiVersion) +
                 "; rebuild it against this node's <troupe/deployment.hpp>"};
   }
   if (factory->create == nullptr) {
-    return {errc::internal, "library '" + *path + "': deployment '" + parsed->class_name +
+    return {errc::internal, "library '" + shown + ": deployment '" + parsed->class_name +
                                 "' has no create function"};
   }
   return factory;

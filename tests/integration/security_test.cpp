@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -213,4 +214,49 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   CHECK(head_log.find("refused TLS peer 127.0.0.1:") != std::string::npos);
   CHECK(head_log.find("it does not speak TLS") != std::string::npos);
   CHECK(head_log.find("it refused our certificate") != std::string::npos);
+
+  // A library on the operator's side: uploaded over TLS by the operator
+  // (each piece signed), refused from a node certificate before anything is
+  // kept; the workers fetch it over their TLS connections and serve it.
+  std::filesystem::create_directories(s.cluster.dir / "build");
+  std::filesystem::copy_file(std::string(TROUPE_UPLOAD_FIXTURES) + "/libupload_v1.so",
+                             s.cluster.dir / "build/libup.so");
+  auto both = s.write("both.yaml", std::string(kEcho) + R"(  - name: up
+    route_prefix: /up
+    import_path: ./build/libup.so:UploadModel
+    deployments:
+      - name: UploadModel
+        num_replicas: 3
+        max_replicas_per_node: 1
+)");
+  const std::string store = s.cluster.dir / "head/libraries";
+  auto stored = [&] {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(store))
+      names.insert(e.path().filename().string());
+    return names;
+  };
+  const auto kept = stored();  // the examples library, pinned by the echo deploy
+  auto node_upload = s.ctl(s.as("w1", {"deploy", both}));
+  CHECK(node_upload.exit_code == 1);
+  CHECK(node_upload.err.find("permission denied: upload requires the operator role") !=
+        std::string::npos);
+  CHECK(stored() == kept);
+  CHECK_FALSE(json::parse(s.ctl(s.as("alice", {"status", "--json"})).out)
+                  .at("applications")
+                  .contains("up"));
+  auto uploaded = s.ctl(s.as("alice", {"deploy", both, "--wait"}));
+  CAPTURE(uploaded.err);
+  CHECK(uploaded.exit_code == 0);
+  CHECK(uploaded.out.find("uploaded ") != std::string::npos);
+  for (const auto& node : {"head", "w1", "w2"}) {
+    CAPTURE(node);
+    CHECK(wait_until(
+        [&] {
+          auto reply = http_get(s.cluster.http_ports.at(node), "/up/", 10);
+          return reply && reply->status == 200 &&
+                 reply->body.find("\"answer\":\"v1\"") != std::string::npos;
+        },
+        20s, 100ms));
+  }
 }

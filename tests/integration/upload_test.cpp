@@ -10,6 +10,8 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -254,6 +256,34 @@ TEST_CASE("upload: a cached library someone changed is refused by the node and f
   // Served from v1 again, never from the changed file.
   CHECK(serves_everywhere(c, {"head", "a"}, "v1", 30s, served_by));
   CHECK(troupe::libraries::sha256_hex(read_file(cached)) == v1);
+}
+
+TEST_CASE("upload: a restarted head still has the library for a node that joins later") {
+  Cluster c;
+  c.start_head();
+  c.start_worker("a");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}}, 30s));
+  Operator op(c.dir.path());
+  op.build("libupload_v1.so");
+  op.write_config("./build/libmodels.so:UploadModel", 2);
+  auto deployed = ctl(c, {"deploy", op.config.string(), "--wait"});
+  CAPTURE(deployed.err);
+  REQUIRE(deployed.exit_code == 0);
+  // The operator's file is gone: only the cluster has the library now.
+  fs::remove(op.library);
+
+  // The head dies and comes back over its state dir.
+  c.nodes.at("head").signal(SIGKILL);
+  REQUIRE(c.nodes.at("head").wait_exit(10s).has_value());
+  c.start_head();
+  c.start_worker("b");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}, {"b", "ALIVE"}}, 30s));
+  auto scaled = ctl(c, {"scale", "up/UploadModel", "3"}, 30s);
+  CAPTURE(scaled.err);
+  REQUIRE(scaled.exit_code == 0);
+  std::set<std::string> served_by;
+  CHECK(serves_everywhere(c, {"head", "a", "b"}, "v1", 60s, served_by));
+  CHECK(c.nodes.at("b").output().find("fetched library libmodels.so@") != std::string::npos);
 }
 
 TEST_CASE("upload: troupectl refuses a bad library before it contacts anyone") {
