@@ -244,6 +244,34 @@ Status check_elf_shared_object(std::string_view bytes) {
   return Status::ok();
 }
 
+Result<std::string> read_file(const std::string& path, uint64_t offset, uint64_t max) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return {errc::not_found, path + " is gone"};
+    return {errc::io_error, "cannot read " + path + ": " + errno_text()};
+  }
+  std::string out(max, '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      Status st(errc::io_error, "cannot read " + path + ": " + errno_text());
+      ::close(fd);
+      return st;
+    }
+    if (n == 0)
+      break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
 Result<std::string> locate(const std::vector<std::string>& dirs, const std::string& library) {
   const fs::path name(library);
   if (name.is_absolute()) {
@@ -364,31 +392,9 @@ Result<std::string> LibraryDir::read(const std::string& sha256, uint64_t offset,
                                      uint64_t max) const {
   if (!is_sha256(sha256))
     return {errc::invalid_argument, "'" + sha256 + "' is not a SHA-256 in hex"};
-  int fd = ::open(path_of(sha256).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT)
-      return {errc::not_found, "no library " + sha256 + " is stored here"};
-    return {errc::io_error, "cannot read " + path_of(sha256) + ": " + errno_text()};
-  }
-  std::string out(max, '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::pread(fd, out.data() + done, out.size() - done,
-                        static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      Status st(errc::io_error, "cannot read " + path_of(sha256) + ": " + errno_text());
-      ::close(fd);
-      return st;
-    }
-    if (n == 0)
-      break;
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  out.resize(done);
-  return out;
+  if (!size_of(sha256))
+    return {errc::not_found, "no library " + sha256 + " is stored here"};
+  return read_file(path_of(sha256), offset, max);
 }
 
 Result<uint64_t> LibraryDir::append(const std::string& sha256, uint64_t total, uint64_t offset,

@@ -57,6 +57,9 @@ bool is_local_path(const std::string& library);
 // architecture; the error names what is wrong.
 Status check_elf_shared_object(std::string_view bytes);
 
+// Up to `max` bytes of the file at `path` from `offset`.
+Result<std::string> read_file(const std::string& path, uint64_t offset, uint64_t max);
+
 // Finds `name` (relative, no "..") in `dirs`: its canonical path. The first
 // dir holding it wins; a file that resolves outside its dir, or is not a
 // regular file, is refused.

@@ -124,9 +124,11 @@ class ControllerLogic {
   // queries are open like status, for the node agents.
   Result<uint64_t> upload_library(const std::string& sha256, uint64_t total, uint64_t offset,
                                   const std::string& piece, const Credential& cred);
-  uint64_t library_size(const std::string& sha256) const { return libraries_.size_of(sha256); }
-  Result<std::string> library_piece(const std::string& sha256, uint64_t offset) const {
-    return libraries_.read(sha256, offset);
+  uint64_t library_size(const std::string& sha256) {
+    return libraries_.size_of(sha256, core_->target_state());
+  }
+  Result<std::string> library_piece(const std::string& sha256, uint64_t offset) {
+    return libraries_.read(sha256, offset, core_->target_state());
   }
   // Deletes every application; with `nodes`, nodes_to_stop() then names
   // every agent once the last replica is gone.

@@ -12,7 +12,7 @@ namespace fs = std::filesystem;
 
 LibraryStore::LibraryStore(std::string dir, std::vector<std::string> plugin_dirs,
                            double retention_s, std::shared_ptr<spdlog::logger> log)
-    : dir_(std::move(dir)),
+    : dir_(std::move(dir), false),
       plugin_dirs_(std::move(plugin_dirs)),
       retention_s_(retention_s),
       log_(std::move(log)) {}
@@ -48,7 +48,7 @@ Status LibraryStore::pin(ApplicationSpec& app) {
                     "' was uploaded, but this controller keeps no libraries (it runs without "
                     "a state dir)"};
       }
-      if (!dir_.size_of(d.library_sha256)) {
+      if (file_of(d.library_sha256, TargetState{}).empty()) {
         return {errc::invalid_argument,
                 who + ": library '" + library + "' (SHA-256 " + d.library_sha256 +
                     ") was not uploaded to the controller; deploy the config with troupectl "
@@ -67,7 +67,7 @@ Status LibraryStore::pin(ApplicationSpec& app) {
                   "' is a path on the operator's machine; deploy the config with troupectl "
                   "deploy, which uploads it"};
     }
-    if (!enabled() || plugin_dirs_.empty())
+    if (plugin_dirs_.empty())
       continue;
     auto path = libraries::locate(plugin_dirs_, library);
     if (!path) {
@@ -81,28 +81,67 @@ Status LibraryStore::pin(ApplicationSpec& app) {
       return {errc::io_error, who + ": cannot hash library '" + library + "': " +
                                   sha.status().message()};
     }
-    if (!dir_.size_of(*sha)) {
-      // Kept so that every node runs exactly this build, also one whose own
-      // plugin path has another (or none).
-      if (auto st = dir_.put_file(*sha, *path); !st)
-        return {st.code(), who + ": cannot keep library '" + library + "': " + st.message()};
-      log_->info("keeping library {} of the plugin path as {}", *path, *sha);
-    }
     d.library_sha256 = *sha;
   }
   return Status::ok();
 }
 
-uint64_t LibraryStore::size_of(const std::string& sha256) const {
-  if (!enabled())
-    return 0;
-  return dir_.size_of(sha256).value_or(0);
+std::string LibraryStore::file_of(const std::string& sha256, const TargetState& state) {
+  if (!libraries::is_sha256(sha256))
+    return {};
+  if (enabled() && dir_.size_of(sha256)) {
+    if (verified_.count(sha256))
+      return dir_.path_of(sha256);
+    auto whole = dir_.verify(sha256);
+    if (whole && *whole) {
+      verified_.insert(sha256);
+      return dir_.path_of(sha256);
+    }
+    log_->error("stored library {}: {}", sha256,
+                whole ? std::string("gone") : whole.status().message());
+  }
+  for (const auto& [path, h] : hashed_) {
+    if (h.sha256 != sha256)
+      continue;
+    auto now = hash_of(path);  // the same build still there?
+    if (now && *now == sha256)
+      return path;
+  }
+  // Not remembered (a restarted controller): the plugin-path libraries the
+  // deployments pinned to this hash name.
+  for (const auto& [name, app] : state.applications) {
+    for (const auto& d : app.deployments) {
+      if (d.library_sha256 != sha256)
+        continue;
+      const std::string library = d.import_path.substr(0, d.import_path.find(':'));
+      if (libraries::is_local_path(library))
+        continue;
+      auto path = libraries::locate(plugin_dirs_, library);
+      if (!path)
+        continue;
+      auto now = hash_of(*path);
+      if (now && *now == sha256)
+        return *path;
+    }
+  }
+  return {};
 }
 
-Result<std::string> LibraryStore::read(const std::string& sha256, uint64_t offset) const {
-  if (!enabled())
-    return {errc::not_found, "this controller keeps no libraries"};
-  return dir_.read(sha256, offset, libraries::kChunkBytes);
+uint64_t LibraryStore::size_of(const std::string& sha256, const TargetState& state) {
+  const std::string file = file_of(sha256, state);
+  if (file.empty())
+    return 0;
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  return ec ? 0 : static_cast<uint64_t>(size);
+}
+
+Result<std::string> LibraryStore::read(const std::string& sha256, uint64_t offset,
+                                       const TargetState& state) {
+  const std::string file = file_of(sha256, state);
+  if (file.empty())
+    return {errc::not_found, "the controller has no library " + sha256};
+  return libraries::read_file(file, offset, libraries::kChunkBytes);
 }
 
 Result<uint64_t> LibraryStore::upload(const std::string& sha256, uint64_t total, uint64_t offset,
@@ -119,6 +158,7 @@ Result<uint64_t> LibraryStore::upload(const std::string& sha256, uint64_t total,
   auto received = dir_.append(sha256, total, offset, piece);
   if (received && *received == total) {
     unnamed_since_.erase(sha256);
+    verified_.insert(sha256);  // append() checked the whole
     log_->info("library {} uploaded ({} bytes)", sha256, total);
   }
   return received;
@@ -158,6 +198,7 @@ std::vector<std::string> LibraryStore::collect(const TargetState& state, double 
     }
     dir_.remove(e.sha256);
     unnamed_since_.erase(e.sha256);
+    verified_.erase(e.sha256);
     removed.push_back(e.sha256);
     log_->info("removed library {}: no deployment has named it for {:.0f} s", e.sha256,
                retention_s_);

@@ -1,7 +1,14 @@
-// The controller's deployment libraries (issue 21): those troupectl uploads
-// and those it copies from the head's plugin path, each kept as
-// "<state dir>/libraries/<sha256>.so" (runtime/libraries.hpp) and served to
-// the node agents, which fetch what they miss.
+// The controller's deployment libraries (issue 21): those troupectl uploads,
+// each kept as "<state dir>/libraries/<sha256>.so" (runtime/libraries.hpp),
+// and those of the head's plugin path, read where they are; both are served
+// to the node agents, which fetch what they miss.
+//
+// The work runs on the controller's thread, so it is kept short: a
+// plugin-path library is hashed once per build (remembered by path, size and
+// modification time) and never copied; an upload's pieces are written
+// without fsync, and a stored library is checked against its hash the first
+// time this incarnation serves or names it (so one damaged by a crash is
+// removed, and troupectl uploads it again).
 //
 // On every deploy, `pin` gives each deployment the SHA-256 of its library's
 // content (DeploymentSpec::library_sha256), which is part of its code
@@ -15,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,10 +51,12 @@ class LibraryStore {
   // means than troupectl deploy).
   Status pin(ApplicationSpec& app);
 
-  // The size of a stored library; 0 when there is none.
-  uint64_t size_of(const std::string& sha256) const;
-  // Up to libraries::kChunkBytes of a stored library from `offset`.
-  Result<std::string> read(const std::string& sha256, uint64_t offset) const;
+  // The size of a library the controller can serve (stored, or the build in
+  // the head's plugin path that a deployment of `state` is pinned to); 0 when
+  // there is none.
+  uint64_t size_of(const std::string& sha256, const TargetState& state);
+  // Up to libraries::kChunkBytes of it from `offset`.
+  Result<std::string> read(const std::string& sha256, uint64_t offset, const TargetState& state);
   // One piece of an upload (LibraryDir::append); the first piece must begin
   // with the header of an ELF shared object of this machine.
   Result<uint64_t> upload(const std::string& sha256, uint64_t total, uint64_t offset,
@@ -60,6 +70,11 @@ class LibraryStore {
  private:
   // The SHA-256 of a plugin-path file, remembered by (path, size, mtime).
   Result<std::string> hash_of(const std::string& path);
+  // The stored file of `sha256` if it is there and whole (checked once per
+  // incarnation); else the plugin-path file of that hash a deployment of
+  // `state` names (looked up again when not remembered, as after a restart);
+  // else "".
+  std::string file_of(const std::string& sha256, const TargetState& state);
 
   libraries::LibraryDir dir_;
   std::vector<std::string> plugin_dirs_;
@@ -71,6 +86,8 @@ class LibraryStore {
     std::string sha256;
   };
   std::map<std::string, Hashed> hashed_;
+  // Stored libraries whose content this incarnation checked.
+  std::set<std::string> verified_;
   // Stored libraries no deployment names, and since when (wall seconds).
   std::map<std::string, double> unnamed_since_;
 };

@@ -20,6 +20,11 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 std::shared_ptr<spdlog::logger> quiet() { return std::make_shared<spdlog::logger>("test"); }
 
 ApplicationSpec app_with(const std::string& import_path, const std::string& sha = "") {
@@ -48,7 +53,7 @@ struct Fixture {
   }
 };
 
-TEST_CASE("a plugin-path library is pinned by its content and kept") {
+TEST_CASE("a plugin-path library is pinned by its content and served from where it is") {
   Fixture f;
   f.build("libm.so", "build one");
   auto app = app_with("libm.so:M");
@@ -56,13 +61,25 @@ TEST_CASE("a plugin-path library is pinned by its content and kept") {
   const std::string one = libraries::sha256_hex("build one");
   CHECK(app.deployments[0].library_sha256 == one);
   CHECK(app.deployments[0].import_path == "libm.so:M");  // as the user wrote it
-  CHECK(f.store.size_of(one) == std::string("build one").size());
+  const TargetState none;
+  CHECK(f.store.size_of(one, none) == std::string("build one").size());
+  CHECK(*f.store.read(one, 6, none) == "one");
+  CHECK((!fs::exists(f.store_dir) || fs::is_empty(f.store_dir)));  // never copied
 
-  // A rebuild: another pin.
+  // A restarted controller (nothing remembered) finds it through the
+  // deployments pinned to it.
+  LibraryStore restarted{f.store_dir, {f.plugins}, 600, quiet()};
+  CHECK(restarted.size_of(one, none) == 0);
+  TargetState state;
+  state.applications["a"] = app;
+  CHECK(restarted.size_of(one, state) == std::string("build one").size());
+
+  // A rebuild: another pin, and the old build is no longer served.
   f.build("libm.so", "build two, longer");
   auto again = app_with("libm.so:M");
   REQUIRE(f.store.pin(again));
   CHECK(again.deployments[0].library_sha256 == libraries::sha256_hex("build two, longer"));
+  CHECK(f.store.size_of(one, state) == 0);
 
   // Only the workers have it: loaded by name, as before.
   auto elsewhere = app_with("libother.so:M");
@@ -89,12 +106,7 @@ TEST_CASE("pin refuses what it cannot serve and names the deployment") {
 
 TEST_CASE("an upload must begin with an ELF shared object and end with its hash") {
   Fixture f;
-  const std::string elf =
-      [] {
-        std::ifstream in(std::string(TROUPE_TEST_PLUGIN_DIR) + "/libtroupe_bad_abi.so",
-                         std::ios::binary);
-        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      }();
+  const std::string elf = read_bytes(std::string(TROUPE_TEST_PLUGIN_DIR) + "/libtroupe_bad_abi.so");
   const std::string sha = libraries::sha256_hex(elf);
   auto not_elf = f.store.upload(libraries::sha256_hex("text"), 4, 0, "text");
   REQUIRE_FALSE(not_elf);
@@ -103,28 +115,40 @@ TEST_CASE("an upload must begin with an ELF shared object and end with its hash"
   auto first = f.store.upload(sha, elf.size(), 0, elf.substr(0, 1000));
   REQUIRE(first);
   CHECK(*first == 1000);
-  CHECK(f.store.size_of(sha) == 0);
+  const TargetState none;
+  CHECK(f.store.size_of(sha, none) == 0);
   auto rest = f.store.upload(sha, elf.size(), 1000, elf.substr(1000));
   REQUIRE(rest);
   CHECK(*rest == elf.size());
-  CHECK(f.store.size_of(sha) == elf.size());
-  auto piece = f.store.read(sha, 0);
+  CHECK(f.store.size_of(sha, none) == elf.size());
+  auto piece = f.store.read(sha, 0, none);
   REQUIRE(piece);
   CHECK(*piece == elf);
 
   // Now a deploy may name it.
   auto app = app_with("./build/libm.so:M", sha);
   CHECK(f.store.pin(app));
+
+  // Damaged on disk (say by a crash before it was flushed): a new
+  // incarnation finds out the first time it is asked, removes it, and the
+  // operator's next deploy uploads it again.
+  std::ofstream(fs::path(f.store_dir) / (sha + ".so"), std::ios::binary | std::ios::trunc)
+      << elf.substr(0, 100);
+  LibraryStore restarted{f.store_dir, {f.plugins}, 600, quiet()};
+  CHECK(restarted.size_of(sha, none) == 0);
+  CHECK_FALSE(fs::exists(fs::path(f.store_dir) / (sha + ".so")));
+  auto unpinned = app_with("./build/libm.so:M", sha);
+  CHECK(contains(restarted.pin(unpinned).message(), "was not uploaded"));
 }
 
-TEST_CASE("a controller without a state dir keeps no libraries") {
+TEST_CASE("a controller without a state dir keeps no uploads") {
   proc::TempDir tmp;
   fs::create_directories(tmp / "plugins");
   std::ofstream(fs::path(tmp / "plugins") / "libm.so") << "bytes";
   LibraryStore none("", {tmp / "plugins"}, 600, quiet());
   auto app = app_with("libm.so:M");
-  REQUIRE(none.pin(app));
-  CHECK(app.deployments[0].library_sha256.empty());
+  REQUIRE(none.pin(app));  // the plugin path is still pinned and served
+  CHECK(app.deployments[0].library_sha256 == libraries::sha256_hex("bytes"));
   auto up = none.upload(std::string(64, 'a'), 5, 0, "bytes");
   REQUIRE_FALSE(up);
   CHECK(contains(up.status().message(), "--state-dir"));
@@ -132,32 +156,34 @@ TEST_CASE("a controller without a state dir keeps no libraries") {
 
 TEST_CASE("libraries no deployment names are removed after the retention") {
   Fixture f;
-  f.build("libm.so", "first");
-  auto app = app_with("libm.so:M");
-  REQUIRE(f.store.pin(app));
-  const std::string first = app.deployments[0].library_sha256;
+  std::string elf = read_bytes(std::string(TROUPE_TEST_PLUGIN_DIR) + "/libtroupe_bad_abi.so");
+  const std::string first_bytes = elf + "1";
+  const std::string second_bytes = elf + "2";
+  const std::string first = libraries::sha256_hex(first_bytes);
+  const std::string second = libraries::sha256_hex(second_bytes);
+  REQUIRE(f.store.upload(first, first_bytes.size(), 0, first_bytes));
+  REQUIRE(f.store.upload(second, second_bytes.size(), 0, second_bytes));
+  const TargetState none;
   TargetState state;
-  state.applications["a"] = app;
+  state.applications["a"] = app_with("./build/libm.so:M", first);
   const double now = static_cast<double>(std::time(nullptr));
 
-  // Named: kept however old.
-  CHECK(f.store.collect(state, now + 100000).empty());
-  CHECK(f.store.size_of(first) > 0);
-
-  // A rebuild replaces it: the first is unnamed from now on.
-  f.build("libm.so", "second");
-  auto next = app_with("libm.so:M");
-  REQUIRE(f.store.pin(next));
-  state.applications["a"] = next;
-  const double t0 = now + 200000;
-  CHECK(f.store.collect(state, t0).empty());        // first seen unnamed
-  CHECK(f.store.collect(state, t0 + 599).empty());  // within the retention
-  CHECK(f.store.size_of(first) > 0);
-  auto removed = f.store.collect(state, t0 + 601);
+  // Named: kept however old. Unnamed: kept for the retention from when it
+  // was first seen unnamed.
+  CHECK(f.store.collect(state, now).empty());
+  CHECK(f.store.collect(state, now + 599).empty());
+  CHECK(f.store.size_of(second, none) > 0);
+  auto removed = f.store.collect(state, now + 601);
   REQUIRE(removed.size() == 1);
-  CHECK(removed[0] == first);
-  CHECK(f.store.size_of(first) == 0);
-  CHECK(f.store.size_of(next.deployments[0].library_sha256) > 0);
+  CHECK(removed[0] == second);
+  CHECK(f.store.size_of(second, none) == 0);
+  CHECK(f.store.size_of(first, none) > 0);
+
+  // A redeploy names another: the first goes a retention later.
+  state.applications["a"] = app_with("./build/libm.so:M", second);
+  CHECK(f.store.collect(state, now + 100000).empty());
+  CHECK(f.store.size_of(first, none) > 0);
+  CHECK(f.store.collect(state, now + 100601) == std::vector<std::string>{first});
 }
 
 }  // namespace

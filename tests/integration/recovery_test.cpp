@@ -95,10 +95,9 @@ struct Client {
 
 TEST_CASE("a full state disk on the head: a deploy is refused naming the checkpoint - reads work - writes resume with space") {
   Cluster c;
-  // The head's whole state directory (checkpoint, nodes file, and the
-  // deployment libraries it keeps: the examples library, 15 MB, pinned by the
-  // first deploy) on a disk of its own. The suite runs as root.
-  Tmpfs disk(c.dir / "head", "64m");
+  // The head's whole state directory (checkpoint, nodes file) on a disk of
+  // its own. The suite runs as root.
+  Tmpfs disk(c.dir / "head", "16m");
   REQUIRE_MESSAGE(disk.mounted, "mount tmpfs on " << disk.path << ": " << disk.error);
   c.start_head();
   REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));

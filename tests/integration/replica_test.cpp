@@ -290,8 +290,10 @@ TEST_CASE("kill -9 of a worker: its replicas are re-created on the other nodes")
         return spread == std::map<std::string, int>{{"head", 3}, {"w1", 3}};
       },
       7s, 50ms);
-  if (!moved)
+  if (!moved) {
     MESSAGE(f.deployment("echo", "Echo").dump(2));
+    f.cluster.dump_output();
+  }
   CHECK(moved);
 }
 
