@@ -75,25 +75,31 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// Writes `bytes` to a new temporary file beside `target`, flushes it to disk
-// and renames it into place.
-Status write_atomically(const std::string& target, std::string_view bytes, bool durable) {
-  const std::string tmp = target + ".tmp-" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return {errc::io_error, "cannot create " + tmp + ": " + errno_text()};
+// Writes all of `bytes` to `fd` (the file at `path`, for the message).
+Status write_all(int fd, std::string_view bytes, const std::string& path) {
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n < 0) {
-      Status st(errc::io_error, "cannot write " + tmp + ": " + errno_text());
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return st;
-    }
+    if (n < 0)
+      return {errc::io_error, "cannot write " + path + ": " + errno_text()};
     done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+// Writes `bytes` to a new temporary file beside `target`, flushes it to disk
+// (when `durable`) and renames it into place.
+Status write_atomically(const std::string& target, std::string_view bytes, bool durable) {
+  const std::string tmp = target + ".tmp-" + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return {errc::io_error, "cannot create " + tmp + ": " + errno_text()};
+  if (auto written = write_all(fd, bytes, tmp); !written) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return written;
   }
   if ((durable && ::fsync(fd) != 0) || ::close(fd) != 0) {
     Status st(errc::io_error, "cannot write " + tmp + ": " + errno_text());
@@ -428,17 +434,9 @@ Result<uint64_t> LibraryDir::append(const std::string& sha256, uint64_t total, u
                   0644);
   if (fd < 0)
     return {errc::io_error, "cannot write " + partial + ": " + errno_text()};
-  size_t done = 0;
-  while (done < piece.size()) {
-    ssize_t n = ::write(fd, piece.data() + done, piece.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      Status failed(errc::io_error, "cannot write " + partial + ": " + errno_text());
-      ::close(fd);
-      return failed;
-    }
-    done += static_cast<size_t>(n);
+  if (auto written = write_all(fd, piece, partial); !written) {
+    ::close(fd);
+    return written;
   }
   const uint64_t now_have = offset + piece.size();
   if (now_have < total) {
