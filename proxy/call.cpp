@@ -280,6 +280,22 @@ void refused(const CallPtr& c, const std::string& why) {
   });
 }
 
+namespace {
+
+// The replica's handle has ended with user_shutdown: the replica stopped
+// because it was told to (replica/replica_actor.cpp gives the handle its
+// replica's exit reason). Read under the actor's lock; a live handle, or a
+// remote one whose end this node has not heard of yet, says no.
+bool stopped_on_request(const ReplicaActor& handle) {
+  if (!handle)
+    return false;
+  auto* actor = caf::actor_cast<caf::abstract_actor*>(handle);
+  return static_cast<caf::monitorable_actor*>(actor)->fail_state() ==
+         caf::exit_reason::user_shutdown;
+}
+
+}  // namespace
+
 void on_error(const CallPtr& c, const caf::error& err) {
   c->worker->untrack(c.get());
   auto status = from_caf_error(err);
@@ -327,11 +343,19 @@ void on_error(const CallPtr& c, const caf::error& err) {
   // are: the receiver went down with the request in its mailbox, or with it.
   // (Outcome::died marks the slot dead at once: the retry never goes back to
   // it, even before its down message arrives.)
+  //
+  // A replica that stopped because it was told to (its handle ended with
+  // user_shutdown: a rolling update, a scale-down, a delete) did not crash
+  // either: the request reached it after it stopped taking new ones (this
+  // proxy's routes did not say so yet), or outlived its graceful stop.
   if (err == caf::sec::request_receiver_down || err == caf::sec::unexpected_response ||
       err == caf::exit_reason::kill || err.category() == caf::atom("exit")) {
-    bool crash = err != caf::sec::unexpected_response;
+    const bool stopped = err == caf::exit_reason::user_shutdown ||
+                         (err == caf::sec::request_receiver_down && c->slot &&
+                          stopped_on_request(c->slot->handle));
+    bool crash = err != caf::sec::unexpected_response && !stopped;
     std::string why = "replica " + (c->slot ? c->slot->replica_id : std::string()) +
-                      (crash ? " died" : " is gone");
+                      (stopped ? " has stopped" : crash ? " died" : " is gone");
     if (c->slot)
       c->tried.push_back(c->slot->replica_id);
     release(c, Outcome::died);
@@ -633,7 +657,8 @@ void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, c
   }
 }
 
-void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
+void Proxy::Core::replica_down(const caf::actor_addr& addr, const caf::error& reason) {
+  const bool link_lost = reason == caf::exit_reason::remote_link_unreachable;
   router.mark_dead(addr, link_lost);
   // A replica that died counts as a crash of the requests it had in flight,
   // also when its handle went down with the connection to its process (which
@@ -642,21 +667,26 @@ void Proxy::Core::replica_down(const caf::actor_addr& addr, bool link_lost) {
   // controller's (this node lost its connection to the head: hub_lost(),
   // whose down message may come a little later) or a peer's (the direct
   // connection to that worker dropped: peers.cpp), which is not the
-  // requests' fault.
-  bool crash = true;
+  // requests' fault. And except a replica that stopped because it was told
+  // to (a rolling update, a scale-down, a delete: its handle ends with
+  // user_shutdown): a request that reached it after it stopped taking new
+  // ones, or outlived its graceful stop, is lost with it, not its cause.
+  bool crash = reason != caf::exit_reason::user_shutdown;
+  const char* what = crash ? "died" : "stopped";
   if (link_lost) {
     // Every other handle of that node died with the same connection: none of
     // them may take a request failed over from this one.
     router.mark_node_lost(addr.node());
     std::lock_guard<std::mutex> lock(actor_mutex);
     crash = !(controller && controller.node() == addr.node()) && !is_peer_node(addr.node());
+    what = crash ? "died" : "was lost with the connection to its node";
   }
   for (auto& w : workers) {
-    post(w->io, [w = w.get(), addr, crash] {
+    post(w->io, [w = w.get(), addr, crash, what] {
       // A remote replica's node may be gone and never answer.
       fail_over(
-          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.address() == addr; },
-          crash ? "died" : "was lost with the connection to the head", crash);
+          w, [&](const ReplicaSlot& s) { return s.handle && s.handle.address() == addr; }, what,
+          crash);
     });
   }
 }

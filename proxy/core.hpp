@@ -132,8 +132,9 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
     for (auto& f : ready)
       f();
   }
-  // call.cpp: `link_lost`: it went down with the connection to its node.
-  void replica_down(const caf::actor_addr& addr, bool link_lost);
+  // call.cpp: a replica's handle went down with `reason` (remote_link_unreachable:
+  // with the connection to its node; user_shutdown: it was told to stop).
+  void replica_down(const caf::actor_addr& addr, const caf::error& reason);
   // call.cpp: Router::Applied::lost: replicas on nodes declared DEAD.
   void replicas_lost(const std::vector<SlotPtr>& lost);
   // call.cpp: the connection to the controller's node dropped. This node

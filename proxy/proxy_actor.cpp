@@ -55,7 +55,7 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
     }
     if (peer_down(self, core, dm.source))
       return;
-    core->replica_down(dm.source, link_lost);
+    core->replica_down(dm.source, dm.reason);
   });
   // A restarted proxy: watch the replicas it already knows, and ask the last
   // controller for what changed since the snapshot it holds.

@@ -354,8 +354,21 @@ ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
   // The handle everyone gets. Its only member is the replica actor: when that
   // exits the handle goes with it, and an exit sent to the handle reaches it.
   caf::scoped_execution_unit context{&sys};
-  return caf::actor_cast<ReplicaActor>(caf::actor_pool::make(
-      &context, 1, [&] { return actor; }, dispatch_policy(dispatch)));
+  auto pool = caf::actor_pool::make(&context, 1, [&] { return actor; }, dispatch_policy(dispatch));
+  // The handle ends with the replica actor's own exit reason, not the pool's
+  // `out_of_workers`: whoever watches the handle (the proxies, the agent, the
+  // controller) tells a requested stop (user_shutdown) from a fault. Attached
+  // after the pool's own monitor, so it runs first when the actor exits
+  // (CAF runs attachables newest first), and the pool takes this exit
+  // message before the down message that would end it otherwise.
+  actor->attach_functor([pool = caf::actor_cast<caf::weak_actor_ptr>(pool),
+                         source = actor.address()](const caf::error& reason) {
+    if (auto strong = pool.lock()) {
+      strong->enqueue(nullptr, caf::make_message_id(caf::message_priority::high),
+                      caf::make_message(caf::exit_msg{source, reason}), nullptr);
+    }
+  });
+  return caf::actor_cast<ReplicaActor>(std::move(pool));
 }
 
 }  // namespace troupe::replica

@@ -9,6 +9,7 @@
 // Deterministic: no timers expire, io_context::run() only runs posted work.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -201,7 +202,7 @@ TEST_CASE("proxy/call: after one crash the request is retried on another replica
 TEST_CASE("proxy/call: an exit reason and request_receiver_down are crashes") {
   for (auto err :
        {caf::make_error(caf::sec::request_receiver_down), caf::make_error(caf::exit_reason::kill),
-        caf::make_error(caf::exit_reason::user_shutdown)}) {
+        caf::make_error(caf::exit_reason::unhandled_exception)}) {
     Harness h({replica("a", 1), replica("b", 1)});
     std::shared_ptr<FakeExchange> ex;
     auto c = h.make_call(ex);
@@ -213,6 +214,71 @@ TEST_CASE("proxy/call: an exit reason and request_receiver_down are crashes") {
     CHECK(status_of(*ex) == 502);
     CHECK(h.core.metrics.crashes("echo") == 1);
   }
+}
+
+namespace {
+
+// A handle that has ended with `reason`, as a replica's handle does when its
+// replica actor ends (replica/replica_actor.cpp).
+ReplicaActor ended_handle(caf::actor_system& sys, caf::exit_reason reason) {
+  auto a = sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
+  caf::scoped_actor self{sys};
+  self->monitor(a);
+  caf::anon_send_exit(a, reason);
+  bool down = false;
+  self->receive([&](const caf::down_msg&) { down = true; },
+                caf::after(std::chrono::seconds(30)) >> [] {});
+  REQUIRE(down);
+  return caf::actor_cast<ReplicaActor>(a);
+}
+
+}  // namespace
+
+// A replica told to stop (a rolling update, a scale-down, a delete) ends with
+// user_shutdown; a request that reached it after it stopped taking new ones
+// (this proxy's routes did not say so yet) is lost with it, not its cause.
+// Before, such a loss counted as a crash, and a request that met two stopped
+// replicas in a row was answered 502 as a "query of death".
+TEST_CASE("proxy/call: a replica that stopped on request is not a crash of the request") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  for (int how = 0; how < 2; ++how) {
+    CAPTURE(how);
+    auto a = replica("a", 1);
+    a.handle = ended_handle(sys, caf::exit_reason::user_shutdown);
+    Harness h({a, replica("b", 1)});
+    std::shared_ptr<FakeExchange> ex;
+    auto c = h.make_call(ex);
+    REQUIRE(c->attempts.lost(true) == Attempts::Loss::retry);  // one crash already
+    h.place(c, {"b"});
+    REQUIRE(c->slot->replica_id == "a");
+    auto other = h.occupy();
+    // Bounced by the ended handle (request_receiver_down), or by the replica
+    // actor as it ended (the request failed with its exit reason).
+    on_error(c, how == 0 ? caf::make_error(caf::sec::request_receiver_down)
+                         : caf::make_error(caf::exit_reason::user_shutdown));
+    CHECK_FALSE(c->done);
+    CHECK(c->attempts.crashes() == 1);
+    CHECK(c->attempts.losses() == 2);
+    CHECK(c->tried == std::vector<std::string>{"a"});
+    CHECK(c->queued);
+    CHECK(h.core.metrics.crashes("echo") == 0);
+    h.give_back(other);
+  }
+  // A handle that ended otherwise: request_receiver_down is a crash, and the
+  // second one answers 502.
+  auto a = replica("a", 1);
+  a.handle = ended_handle(sys, caf::exit_reason::kill);
+  Harness h({a, replica("b", 1)});
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  REQUIRE(c->attempts.lost(true) == Attempts::Loss::retry);
+  h.place(c, {"b"});
+  REQUIRE(c->slot->replica_id == "a");
+  on_error(c, caf::make_error(caf::sec::request_receiver_down));
+  REQUIRE(c->done);
+  CHECK(status_of(*ex) == 502);
+  CHECK(h.core.metrics.crashes("echo") == 1);
 }
 
 TEST_CASE("proxy/call: a replica gone before the request reached it is not a crash") {
