@@ -14,7 +14,8 @@
 // request thread (admission: at most max_ongoing_requests, claimed with
 // atomics) and its answer straight back to the sender; every other message
 // goes to the replica actor. An exit sent to the handle reaches the replica
-// actor, and the handle exits with it.
+// actor, and the handle exits with it, with the replica actor's own exit
+// reason (user_shutdown after a stop: the proxies tell it from a crash).
 //
 // Its interface is ReplicaActor (runtime/wire.hpp): init (runs the
 // constructor and reconfigure(user_config); idempotent), reconfig (in place),
