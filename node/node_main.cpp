@@ -148,7 +148,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  auto parsed = parse_node_options(argc, argv, TROUPE_DEFAULT_PLUGIN_DIR);
+  std::error_code ec;
+  auto executable = std::filesystem::read_symlink("/proc/self/exe", ec);
+  auto parsed =
+      parse_node_options(argc, argv, ec ? std::string() : default_plugin_dir(executable.string()));
   if (!parsed)
     return usage_error(parsed.status().message());
   NodeOptions o = std::move(parsed.value());

@@ -2,9 +2,24 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <CLI/CLI.hpp>
 
 namespace troupe {
+
+std::string default_plugin_dir(const std::string& executable) {
+  namespace fs = std::filesystem;
+  const fs::path prefix = fs::path(executable).parent_path().parent_path();
+  const fs::path installed = (prefix / "lib" / "troupe" / "plugins").lexically_normal();
+  const fs::path build_tree = (prefix / "plugins").lexically_normal();
+  std::error_code ec;
+  if (fs::is_directory(installed, ec))
+    return installed.string();
+  if (fs::is_directory(build_tree, ec))
+    return build_tree.string();
+  return installed.string();
+}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;

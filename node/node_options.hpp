@@ -82,6 +82,15 @@ struct NodeOptions {
 Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                                        const std::string& default_plugin_dir = "");
 
+// The default --plugin-path of the troupe-node at `executable` (its own
+// path), found from where it is, so that an installed or moved node never
+// names the tree it was built in: `<prefix>/lib/troupe/plugins` when the
+// node is `<prefix>/bin/troupe-node` of an install (the package's
+// /usr/lib/troupe/plugins, which holds the example deployments), else
+// `<prefix>/plugins` (a build tree: build/bin, build/plugins). When neither
+// exists, the install's, which then holds nothing.
+std::string default_plugin_dir(const std::string& executable);
+
 // 127.0.0.0/8, ::1 and localhost.
 bool is_loopback(const std::string& host);
 

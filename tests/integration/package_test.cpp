@@ -40,6 +40,13 @@ TEST_CASE("package: a troupectl new project builds against an install prefix and
                         "lib/cmake/troupe/troupeConfig.cmake"})
     CHECK_MESSAGE(fs::exists(prefix + "/" + f), f);
 
+  // The installed node finds the installed example deployments by itself:
+  // its default --plugin-path is the prefix's, never the build tree's.
+  RunResult help = step("troupe-node --help", {prefix + "/bin/troupe-node", "--help"});
+  CHECK_MESSAGE(help.out.find("(default: " + prefix + "/lib/troupe/plugins)") != std::string::npos,
+                help.out);
+  CHECK(help.out.find(TROUPE_BUILD_DIR) == std::string::npos);
+
   // The installed troupectl writes the project; it refuses to write it twice.
   step("troupectl new", {prefix + "/bin/troupectl", "new", "hello_app", "--dir", tmp.path()});
   RunResult again = run({prefix + "/bin/troupectl", "new", "hello_app", "--dir", tmp.path()}, 30s);

@@ -2,7 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <vector>
+
+#include <stdlib.h>
 
 using namespace troupe;
 
@@ -151,4 +154,22 @@ TEST_CASE("a non-loopback bind without TLS is refused unless --insecure") {
   CHECK(parse({"--join", "h:1", "--bind", "localhost"}).has_value());
   CHECK(is_loopback("::1"));
   CHECK_FALSE(is_loopback("10.0.0.1"));
+}
+
+TEST_CASE("the default plugin path is found from where troupe-node is") {
+  namespace fs = std::filesystem;
+  char pattern[] = "/tmp/troupe_plugin_dir.XXXXXX";
+  REQUIRE(mkdtemp(pattern) != nullptr);
+  const fs::path root = pattern;
+  const std::string node = (root / "bin" / "troupe-node").string();
+  // Neither layout: the install's, which holds nothing.
+  CHECK(default_plugin_dir(node) == (root / "lib/troupe/plugins").string());
+  // A build tree: build/bin/troupe-node next to build/plugins.
+  fs::create_directories(root / "plugins");
+  CHECK(default_plugin_dir(node) == (root / "plugins").string());
+  // An install prefix: <prefix>/lib/troupe/plugins comes first.
+  fs::create_directories(root / "lib/troupe/plugins");
+  CHECK(default_plugin_dir(node) == (root / "lib/troupe/plugins").string());
+  std::error_code ec;
+  fs::remove_all(root, ec);
 }
