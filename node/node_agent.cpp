@@ -626,12 +626,11 @@ void prune_library_cache(agent_actor* self, const AgentOptions& o) {
     used.insert(sha);
   libraries::LibraryDir cache(o.library_cache, false);
   const double wall_now = static_cast<double>(std::time(nullptr));
-  for (const auto& e : cache.list()) {
-    if (used.count(e.sha256) || wall_now - e.mtime_s < o.library_cache_retention_s)
-      continue;
-    cache.remove(e.sha256);
-    st.verified_libraries.erase(e.sha256);
-    st.log->info("removed library {} from the cache: no replica of this node uses it", e.sha256);
+  for (const auto& sha :
+       libraries::stale_libraries(cache.list(), used, wall_now, o.library_cache_retention_s)) {
+    cache.remove(sha);
+    st.verified_libraries.erase(sha);
+    st.log->info("removed library {} from the cache: no replica of this node uses it", sha);
   }
 }
 

@@ -134,15 +134,13 @@ std::string sha256_hex(std::string_view bytes) {
   return finish_hex(ctx.get());
 }
 
-Result<std::string> sha256_file(const std::string& path) {
+namespace {
+
+// Feeds the whole content of the file at `path` into `ctx`.
+Status digest_file(const std::string& path, EVP_MD_CTX* ctx) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return {errc::io_error, "cannot read " + path + ": " + errno_text()};
-  auto ctx = new_digest();
-  if (!ctx) {
-    ::close(fd);
-    return {errc::internal, "cannot set up SHA-256"};
-  }
   std::string buffer(1 << 20, '\0');
   for (;;) {
     ssize_t n = ::read(fd, buffer.data(), buffer.size());
@@ -155,9 +153,20 @@ Result<std::string> sha256_file(const std::string& path) {
     }
     if (n == 0)
       break;
-    EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n));
+    EVP_DigestUpdate(ctx, buffer.data(), static_cast<size_t>(n));
   }
   ::close(fd);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::string> sha256_file(const std::string& path) {
+  auto ctx = new_digest();
+  if (!ctx)
+    return {errc::internal, "cannot set up SHA-256"};
+  if (auto st = digest_file(path, ctx.get()); !st)
+    return st;
   return finish_hex(ctx.get());
 }
 
@@ -323,6 +332,11 @@ Result<std::string> locate(const std::vector<std::string>& dirs, const std::stri
 
 // ------------------------------------------------------------- LibraryDir
 
+struct LibraryDir::Progress {
+  uint64_t have = 0;  // bytes hashed (and in the partial file)
+  Digest digest;
+};
+
 LibraryDir::LibraryDir(std::string dir, bool durable) : dir_(std::move(dir)), durable_(durable) {}
 
 std::string LibraryDir::path_of(const std::string& sha256) const {
@@ -430,31 +444,57 @@ Result<uint64_t> LibraryDir::append(const std::string& sha256, uint64_t total, u
                                 sha256 + ", which has " + std::to_string(have) +
                                 " bytes so far; start over from offset 0"};
   }
+  // The hash runs along with the pieces, so the last one costs what any
+  // piece costs, not a read of the whole library (up to kMaxLibraryBytes, on
+  // the thread of the controller or the node agent). Its state is set up
+  // again from the pieces on disk when there is none that matches them (this
+  // object is new: a restarted controller, a new agent).
+  auto& progress = in_progress_[sha256];
+  if (offset == 0 || !progress || progress->have != have) {
+    progress = std::make_shared<Progress>();
+    progress->digest = new_digest();
+    if (!progress->digest) {
+      in_progress_.erase(sha256);
+      return {errc::internal, "cannot set up SHA-256"};
+    }
+    if (offset != 0) {
+      if (auto st = digest_file(partial, progress->digest.get()); !st) {
+        in_progress_.erase(sha256);
+        return st;
+      }
+      progress->have = have;
+    }
+  }
   int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (offset == 0 ? O_TRUNC : O_APPEND),
                   0644);
-  if (fd < 0)
+  if (fd < 0) {
+    in_progress_.erase(sha256);
     return {errc::io_error, "cannot write " + partial + ": " + errno_text()};
+  }
   if (auto written = write_all(fd, piece, partial); !written) {
     ::close(fd);
+    in_progress_.erase(sha256);
     return written;
   }
+  EVP_DigestUpdate(progress->digest.get(), piece.data(), piece.size());
   const uint64_t now_have = offset + piece.size();
+  progress->have = now_have;
   if (now_have < total) {
     ::close(fd);
     return now_have;
   }
+  auto done = std::move(progress);
+  in_progress_.erase(sha256);
   if (durable_ && ::fsync(fd) != 0) {
     Status failed(errc::io_error, "cannot write " + partial + ": " + errno_text());
     ::close(fd);
     return failed;
   }
   ::close(fd);
-  auto actual = sha256_file(partial);
-  if (!actual)
-    return actual.status();
-  if (*actual != sha256) {
+  const std::string actual = finish_hex(done->digest.get());
+  if (actual != sha256) {
     ::unlink(partial.c_str());
-    return {errc::invalid_argument, "the library received has SHA-256 " + *actual + ", not " +
+    return {errc::invalid_argument, "the library received has SHA-256 " + actual + ", not " +
                                         sha256 + "; refused"};
   }
   if (::rename(partial.c_str(), path_of(sha256).c_str()) != 0)
@@ -493,6 +533,18 @@ void LibraryDir::remove(const std::string& sha256) const {
   std::error_code ec;
   fs::remove(path_of(sha256), ec);
   fs::remove(partial_path(sha256), ec);
+  in_progress_.erase(sha256);
+}
+
+std::vector<std::string> stale_libraries(const std::vector<LibraryDir::Entry>& entries,
+                                         const std::set<std::string>& used, double wall_now_s,
+                                         double retention_s) {
+  std::set<std::string> stale;
+  for (const auto& e : entries) {
+    if (used.count(e.sha256) == 0 && wall_now_s - e.mtime_s >= retention_s)
+      stale.insert(e.sha256);
+  }
+  return {stale.begin(), stale.end()};
 }
 
 }  // namespace troupe::libraries

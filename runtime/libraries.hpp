@@ -17,7 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,7 +107,10 @@ class LibraryDir {
 
   // A library arriving in pieces: `offset` 0 starts it over; the pieces must
   // come in order. When the last byte of `total` is in, the content is checked
-  // and the file put in place. Returns the bytes received so far.
+  // and the file put in place. Returns the bytes received so far. The content
+  // is hashed piece by piece as it arrives (the state is kept here, so one
+  // thread at a time appends); an upload continued by a new LibraryDir
+  // hashes the pieces already on disk once.
   Result<uint64_t> append(const std::string& sha256, uint64_t total, uint64_t offset,
                           std::string_view piece) const;
 
@@ -124,6 +130,17 @@ class LibraryDir {
 
   std::string dir_;
   bool durable_;
+  // The running hash of each library arriving in pieces.
+  struct Progress;
+  mutable std::map<std::string, std::shared_ptr<Progress>> in_progress_;
 };
+
+// What a node's cache may drop (the node agent looks every
+// library_cache_prune_interval_s): the libraries and pieces in `entries`
+// that `used` does not name and whose file was last written `retention_s`
+// or more before `wall_now_s` (seconds since the epoch). Each hash once.
+std::vector<std::string> stale_libraries(const std::vector<LibraryDir::Entry>& entries,
+                                         const std::set<std::string>& used, double wall_now_s,
+                                         double retention_s);
 
 }  // namespace troupe::libraries

@@ -155,11 +155,16 @@ Result<uint64_t> LibraryStore::upload(const std::string& sha256, uint64_t total,
     if (auto st = libraries::check_elf_shared_object(piece); !st)
       return {st.code(), "the uploaded library " + st.message()};
   }
+  // A library already whole is not written again (append() returns at
+  // once): it is checked when it is served, as any stored library.
+  const bool whole_before = dir_.size_of(sha256) == std::optional<uint64_t>(total);
   auto received = dir_.append(sha256, total, offset, piece);
   if (received && *received == total) {
     unnamed_since_.erase(sha256);
-    verified_.insert(sha256);  // append() checked the whole
-    log_->info("library {} uploaded ({} bytes)", sha256, total);
+    if (!whole_before) {
+      verified_.insert(sha256);  // append() hashed every byte it wrote
+      log_->info("library {} uploaded ({} bytes)", sha256, total);
+    }
   }
   return received;
 }

@@ -6,9 +6,12 @@
 // The work runs on the controller's thread, so it is kept short: a
 // plugin-path library is hashed once per build (remembered by path, size and
 // modification time) and never copied; an upload's pieces are written
-// without fsync, and a stored library is checked against its hash the first
+// without fsync and hashed as they arrive (its last piece costs what any
+// piece costs), and a stored library is checked against its hash the first
 // time this incarnation serves or names it (so one damaged by a crash is
-// removed, and troupectl uploads it again).
+// removed, and troupectl uploads it again). Those two whole-file hashes (a
+// new build in the plugin path, a stored library after a restart) still run
+// on the controller's thread, once each.
 //
 // On every deploy, `pin` gives each deployment the SHA-256 of its library's
 // content (DeploymentSpec::library_sha256), which is part of its code

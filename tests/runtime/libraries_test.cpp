@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <ctime>
 #include <string>
+#include <vector>
 
 #include "tools/common/process.hpp"
 
@@ -148,6 +150,81 @@ TEST_CASE("an upload in pieces is kept only whole and with the right hash") {
   auto huge = dir.append(other, kMaxLibraryBytes + 1, 0, "x");
   REQUIRE_FALSE(huge);
   CHECK(contains(huge.status().message(), "the limit is"));
+}
+
+// The hash runs along with the pieces (the last piece does not read the
+// whole library again); a LibraryDir that did not see the first pieces (a
+// restarted controller, a new agent) hashes what is on disk once and goes on.
+TEST_CASE("an upload in pieces continues in a new library dir and starts over at offset 0") {
+  proc::TempDir tmp;
+  std::string bytes;
+  for (int i = 0; i < 3000; ++i)
+    bytes += std::to_string(i * 7919);
+  const std::string sha = sha256_hex(bytes);
+  const size_t third = bytes.size() / 3;
+  {
+    LibraryDir first(tmp / "libs", false);
+    REQUIRE(first.append(sha, bytes.size(), 0, bytes.substr(0, third)));
+  }
+  LibraryDir second(tmp / "libs", false);
+  auto b = second.append(sha, bytes.size(), third, bytes.substr(third, third));
+  REQUIRE(b);
+  CHECK(*b == 2 * third);
+  auto c = second.append(sha, bytes.size(), 2 * third, bytes.substr(2 * third));
+  REQUIRE(c);
+  CHECK(*c == bytes.size());
+  CHECK(*second.read(sha, 0, bytes.size()) == bytes);
+  second.remove(sha);
+  CHECK_FALSE(second.size_of(sha));
+
+  // Pieces of other content, then the upload starts over at offset 0 with
+  // the right ones: the hash of the first attempt does not carry over.
+  REQUIRE(second.append(sha, bytes.size(), 0, std::string(third, 'x')));
+  REQUIRE(second.append(sha, bytes.size(), 0, bytes.substr(0, third)));
+  REQUIRE(second.append(sha, bytes.size(), third, bytes.substr(third)));
+  CHECK(*second.read(sha, 0, bytes.size()) == bytes);
+  second.remove(sha);
+
+  // A wrong piece in the middle: the whole is refused and nothing is kept.
+  REQUIRE(second.append(sha, bytes.size(), 0, bytes.substr(0, third)));
+  std::string wrong = bytes.substr(third, third);
+  wrong[0] = wrong[0] == 'z' ? 'y' : 'z';
+  REQUIRE(second.append(sha, bytes.size(), third, wrong));
+  auto refused = second.append(sha, bytes.size(), 2 * third, bytes.substr(2 * third));
+  REQUIRE_FALSE(refused);
+  CHECK(contains(refused.status().message(), "refused"));
+  CHECK_FALSE(second.size_of(sha));
+  CHECK(second.list().empty());
+}
+
+TEST_CASE("a node's cache drops what no replica uses once it is old enough") {
+  const std::string a(64, 'a'), b(64, 'b'), c(64, 'c'), d(64, 'd');
+  std::vector<LibraryDir::Entry> entries = {
+      {a, false, 1000},  // used: kept however old
+      {b, false, 1000},  // unused and old: dropped
+      {c, false, 4590},  // unused, written 10 s ago: kept
+      {d, true, 500},    // pieces of a fetch that stopped long ago: dropped
+      {b, true, 900},    // and pieces of b too: b once
+  };
+  auto stale = stale_libraries(entries, {a}, 4600, 3600);
+  CHECK(stale == std::vector<std::string>{b, d});
+  // Exactly the retention: dropped; a moment before: kept.
+  CHECK(stale_libraries({{c, false, 1000}}, {}, 4600, 3600) == std::vector<std::string>{c});
+  CHECK(stale_libraries({{c, false, 1000.5}}, {}, 4600, 3600).empty());
+  CHECK(stale_libraries({}, {a}, 4600, 3600).empty());
+
+  // What LibraryDir::list() gives it: a library and the pieces of another.
+  proc::TempDir tmp;
+  LibraryDir dir(tmp / "cache", false);
+  const std::string bytes = "library bytes";
+  const std::string whole = sha256_hex(bytes);
+  const std::string partial = sha256_hex("another library");
+  REQUIRE(dir.put(whole, bytes));
+  REQUIRE(dir.append(partial, 100, 0, "another"));
+  const double now = static_cast<double>(std::time(nullptr));
+  CHECK(stale_libraries(dir.list(), {}, now, 3600).empty());
+  auto later = stale_libraries(dir.list(), {whole}, now + 3600 + 60, 3600);
+  CHECK(later == std::vector<std::string>{partial});
 }
 
 TEST_CASE("locate finds a name in the plugin dirs and refuses escapes") {
