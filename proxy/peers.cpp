@@ -142,8 +142,10 @@ void peers_from_snapshot(ProxyImpl::pointer self, const core_ptr& core,
     auto& link = core->peers[ep.node_id];
     if (link.endpoint == ep && (link.actor || link.connecting || link.failures > 0))
       continue;  // connected, on its way, or waiting for its retry
-    if (!(link.endpoint == ep))
-      link = Proxy::Core::PeerLink{ep};  // new, or the node came back elsewhere
+    if (!(link.endpoint == ep)) {
+      link = Proxy::Core::PeerLink{};  // new, or the node came back elsewhere
+      link.endpoint = ep;
+    }
     connect(self, core, ep.node_id);
   }
 }
