@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -125,6 +126,9 @@ struct AgentState {
   std::map<std::string, libraries::LibraryDir::Stamp> verified_libraries;
   // When prune_library_cache() last looked.
   std::optional<std::chrono::steady_clock::time_point> cache_pruned_at;
+  // The cache that fetches append to: one object for all the pieces of a
+  // fetch, which keeps the running hash of each (LibraryDir::append).
+  std::unique_ptr<libraries::LibraryDir> fetch_dir;
   std::minstd_rand rng{std::random_device{}()};
   std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
   static inline const char* name = "troupe.agent";
@@ -519,8 +523,10 @@ void fetch_library_piece(agent_actor* self, const AgentOptions& o, const Control
                                                              std::to_string(offset) + " of " +
                                                              std::to_string(total) + " bytes"));
             }
-            auto got = libraries::LibraryDir(o.library_cache, false)
-                           .append(pin.sha256, total, offset, piece);
+            auto& dir = self->state.fetch_dir;
+            if (!dir)
+              dir = std::make_unique<libraries::LibraryDir>(o.library_cache, false);
+            auto got = dir->append(pin.sha256, total, offset, piece);
             if (!got) {
               // A hash mismatch included: refused, never loaded.
               self->state.log->error("{}: {}", what, got.status().message());

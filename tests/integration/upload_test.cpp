@@ -212,6 +212,38 @@ TEST_CASE("upload: a library only on the operator's side serves on three nodes a
   }
 }
 
+// A library of several pieces (libraries::kChunkBytes each): troupectl
+// uploads it piece by piece, the controller hashes the pieces as they come,
+// and a worker fetches it piece by piece, hashing as it goes.
+TEST_CASE("upload: a library of several pieces goes up and out to a worker whole") {
+  Cluster c;
+  c.start_head();
+  c.start_worker("a");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}}, 30s));
+  Operator op(c.dir.path());
+  op.build("libupload_large.so");
+  const std::string bytes = read_file(op.library);
+  REQUIRE(bytes.size() > 2 * troupe::libraries::kChunkBytes);
+  const std::string sha = troupe::libraries::sha256_hex(bytes);
+  op.write_config("./build/libmodels.so:UploadModel", 2);
+
+  auto deployed = ctl(c, {"deploy", op.config.string(), "--wait"});
+  CAPTURE(deployed.out);
+  CAPTURE(deployed.err);
+  REQUIRE(deployed.exit_code == 0);
+  CHECK(deployed.out.find("(" + std::to_string(bytes.size()) + " bytes, sha256 " + sha + ")") !=
+        std::string::npos);
+  std::set<std::string> served_by;
+  CHECK(serves_everywhere(c, {"head", "a"}, "large", 30s, served_by));
+  CHECK(read_file((fs::path(c.dir / "head") / "libraries" / (sha + ".so")).string()) == bytes);
+  CHECK(read_file((fs::path(c.dir / "a") / "library-cache" / (sha + ".so")).string()) == bytes);
+  CHECK(c.nodes.at("a").output().find("fetched library libmodels.so@" + sha + " (" +
+                                      std::to_string(bytes.size()) + " bytes)") != std::string::npos);
+  CHECK(c.nodes.at("head").output().find("library " + sha + " uploaded (" +
+                                         std::to_string(bytes.size()) + " bytes)") !=
+        std::string::npos);
+}
+
 TEST_CASE("upload: a cached library someone changed is refused by the node and fetched again") {
   Cluster c;
   c.start_head();
