@@ -277,6 +277,13 @@ int main(int argc, char** argv) {
         if (dm.source == inner.address()) {
           exit_code = dm.reason == caf::exit_reason::user_shutdown ? 0 : 1;
           log->info("replica {} stopped ({})", replica_id, sys.render(dm.reason));
+          if (exit_code == 0 && data_channel) {
+            // Told to stop: requests the proxy wrote after the replica's last
+            // read are lost with the process, not crashed by it. (A full
+            // lane drops this, and its requests count as a crash.)
+            for (size_t i = 0; i < data_channel->lanes(); ++i)
+              channel::send_control(data_channel->answer_fd(i), channel::Kind::closing, 0, 0);
+          }
           done = true;
           return;
         }

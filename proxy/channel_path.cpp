@@ -36,8 +36,10 @@ void arm(Worker* w, Lane* lane);
 // protocol: its requests in flight on this io thread will never be answered
 // here. Each is a crash of the request, as when the replica's handle goes
 // down (see retry()); the first of the two signals to arrive fails it over.
+// Not so (`crash` false) when the process said it ends because it was told
+// to stop (a `closing` frame): they are placed again as lost requests.
 // Later requests to that replica take the CAF path.
-void lane_closed(Worker* w, Lane* lane, const std::string& why) {
+void lane_closed(Worker* w, Lane* lane, const std::string& why, bool crash = true) {
   auto ch = lane->channel;
   ch->set_broken();
   std::vector<CallPtr> victims;
@@ -47,7 +49,7 @@ void lane_closed(Worker* w, Lane* lane, const std::string& why) {
   }
   w->lanes.erase(ch.get());  // `lane` is gone from here on
   auto* core = w->core;
-  if (!victims.empty() || why != "closed") {
+  if (!victims.empty() || (crash && why != "closed")) {
     core->log->info("data channel of replica {}: {} ({} requests in flight here)", ch->replica_id(),
                     why, victims.size());
   }
@@ -55,18 +57,19 @@ void lane_closed(Worker* w, Lane* lane, const std::string& why) {
     w->pending.erase(c->channel_call);
     c->channel_call = 0;
     w->untrack(c.get());
+    const char* ended = crash ? " died" : " stopped";
     if (c->streaming) {
-      stream_lost(c, Outcome::died, "replica " + c->slot->replica_id + " died mid-stream");
+      stream_lost(c, Outcome::died, "replica " + c->slot->replica_id + ended + " mid-stream");
       continue;
     }
     if (c->done) {
       release(c, Outcome::died);
       continue;
     }
-    std::string what = "replica " + c->slot->replica_id + " died";
+    std::string what = "replica " + c->slot->replica_id + ended;
     c->tried.push_back(c->slot->replica_id);
     release(c, Outcome::died);
-    retry(c, what, true);
+    retry(c, what, crash);
   }
 }
 
@@ -204,6 +207,10 @@ void read_lane(Worker* w, Lane* lane) {
       break;
     if (n <= 0)
       return lane_closed(w, lane, n == 0 ? "closed" : std::strerror(errno));
+    if (static_cast<size_t>(n) == sizeof(channel::FrameHeader) &&
+        reinterpret_cast<const channel::FrameHeader*>(w->frame.data())->kind ==
+            channel::Kind::closing)
+      return lane_closed(w, lane, "stopped on request", false);
     if (!on_frame(w, lane, static_cast<size_t>(n)))
       return lane_closed(w, lane, "protocol error (a malformed frame)");
   }

@@ -66,6 +66,10 @@ enum class Kind : uint8_t {
   credit = 8,   // no payload, proxy -> replica: `amount` more bytes of `call`
   cancel = 9,   // no payload, proxy -> replica: request `call` is cancelled
                 // (`amount` 1: its deadline passed; 0: its client left)
+  closing = 10,  // no payload, replica -> proxy, on every lane: the process
+                 // ends because it was told to stop; the requests of this
+                 // lane it did not answer never will be, and are not its
+                 // crash (the proxy places them again)
 };
 
 constexpr uint8_t kMore = 1;      // flags: more frames of this answer follow
@@ -166,7 +170,7 @@ bool send_head(int fd, uint64_t call, const HttpResponse& head, size_t max_frame
 // `data` as one or more chunk frames.
 bool send_chunk(int fd, uint64_t call, const char* data, size_t bytes, size_t max_frame);
 bool send_end(int fd, uint64_t call, bool complete, const std::string& why, size_t max_frame);
-// A credit or cancel frame (no payload), without blocking.
+// A credit, cancel or closing frame (no payload), without blocking.
 Sent send_control(int fd, Kind kind, uint64_t call, uint32_t amount);
 
 // Frames for one socket, sent with one system call (sendmmsg): the requests

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <caf/all.hpp>
+#include <unistd.h>
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
@@ -50,10 +51,11 @@ ReplicaEndpoint replica(const std::string& id, uint32_t max) {
   return e;
 }
 
-ProxyOptions options(uint32_t max_attempts) {
+ProxyOptions options(uint32_t max_attempts, std::shared_ptr<channel::Registry> channels) {
   ProxyOptions o;
   o.node_id = "n1";
   o.max_attempts = max_attempts;
+  o.channels = std::move(channels);
   return o;
 }
 
@@ -64,8 +66,11 @@ struct Harness {
   Proxy::Core core;
   Worker worker;
 
-  Harness(std::vector<ReplicaEndpoint> replicas, uint32_t max_attempts = 5)
-      : core(options(max_attempts)) {
+  // `channels`: the data channels of the replicas (runtime/data_channel.hpp)
+  // that have one.
+  Harness(std::vector<ReplicaEndpoint> replicas, uint32_t max_attempts = 5,
+          std::shared_ptr<channel::Registry> channels = nullptr)
+      : core(options(max_attempts, std::move(channels))) {
     core.id_prefix = "t";
     worker.core = &core;
     worker.io = &io;
@@ -279,6 +284,48 @@ TEST_CASE("proxy/call: a replica that stopped on request is not a crash of the r
   REQUIRE(c->done);
   CHECK(status_of(*ex) == 502);
   CHECK(h.core.metrics.crashes("echo") == 1);
+}
+
+// A replica process told to stop writes a `closing` frame on every lane
+// before it exits: the requests the proxy wrote after its last read are lost
+// with it, not crashed by it. Without the frame, the lane's end is a crash.
+TEST_CASE("proxy/call: requests on the data channel of a process that stopped on request are not crashes") {
+  for (bool says_closing : {true, false}) {
+    CAPTURE(says_closing);
+    auto made = channel::make_channel("a", 1);
+    REQUIRE(made);
+    auto registry = std::make_shared<channel::Registry>();
+    registry->add(made->channel);
+    // The process's ends: requests, inject, lane 0.
+    REQUIRE(made->child_fds.size() == 3);
+    Harness h({replica("a", 1), replica("b", 1)}, 5, registry);
+    std::shared_ptr<FakeExchange> ex;
+    auto c = h.make_call(ex);
+    auto a = h.core.router.admit(kEcho, {"b"}, [](SlotPtr) {});
+    REQUIRE(a.kind == Router::Admit::assigned);
+    c->slot = std::move(a.slot);
+    REQUIRE(c->slot->replica_id == "a");
+    REQUIRE(c->slot->channel);
+    c->key = 7;
+    REQUIRE(send_channel(c));
+    h.io.poll();  // the request frame goes out; the lane is read from now on
+    auto other = h.occupy();  // b is busy: the call waits for it
+    if (says_closing) {
+      REQUIRE(channel::send_control(made->child_fds[2], channel::Kind::closing, 0, 0) ==
+              channel::Sent::sent);
+    }
+    for (int fd : made->child_fds)
+      ::close(fd);  // the process is gone
+    h.io.restart();
+    h.io.run();
+    CHECK_FALSE(c->done);
+    CHECK(c->tried == std::vector<std::string>{"a"});
+    CHECK(c->attempts.losses() == 1);
+    CHECK(c->attempts.crashes() == (says_closing ? 0 : 1));
+    CHECK(c->queued);
+    CHECK(h.in_flight()["a"] == 0);
+    h.give_back(other);
+  }
 }
 
 TEST_CASE("proxy/call: a replica gone before the request reached it is not a crash") {
