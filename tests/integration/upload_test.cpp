@@ -106,6 +106,13 @@ std::map<std::string, std::string> running_replicas(const Cluster& c) {
   return out;
 }
 
+// A head and one worker, "a", both ALIVE.
+void start_head_and_worker(Cluster& c) {
+  c.start_head();
+  c.start_worker("a");
+  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}}, 30s));
+}
+
 // GETs /up/ on every node's proxy until answers from replicas on each of
 // `nodes` were seen, every answer being `answer`; false at the deadline or at
 // the first other answer.
@@ -217,9 +224,7 @@ TEST_CASE("upload: a library only on the operator's side serves on three nodes a
 // and a worker fetches it piece by piece, hashing as it goes.
 TEST_CASE("upload: a library of several pieces goes up and out to a worker whole") {
   Cluster c;
-  c.start_head();
-  c.start_worker("a");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}}, 30s));
+  start_head_and_worker(c);
   Operator op(c.dir.path());
   op.build("libupload_large.so");
   const std::string bytes = read_file(op.library);
@@ -246,9 +251,7 @@ TEST_CASE("upload: a library of several pieces goes up and out to a worker whole
 
 TEST_CASE("upload: a cached library someone changed is refused by the node and fetched again") {
   Cluster c;
-  c.start_head();
-  c.start_worker("a");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}}, 30s));
+  start_head_and_worker(c);
   Operator op(c.dir.path());
   op.build("libupload_v1.so");
   op.write_config("./build/libmodels.so:UploadModel", 2);
@@ -292,9 +295,7 @@ TEST_CASE("upload: a cached library someone changed is refused by the node and f
 
 TEST_CASE("upload: a restarted head still has the library for a node that joins later") {
   Cluster c;
-  c.start_head();
-  c.start_worker("a");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}}, 30s));
+  start_head_and_worker(c);
   Operator op(c.dir.path());
   op.build("libupload_v1.so");
   op.write_config("./build/libmodels.so:UploadModel", 2);

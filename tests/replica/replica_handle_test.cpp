@@ -20,6 +20,14 @@ using namespace troupe;
 
 namespace {
 
+// The reason of the next down message `self` receives (at most 30 s).
+caf::error next_down(caf::scoped_actor& self) {
+  caf::error reason = caf::make_error(caf::sec::request_timeout);
+  self->receive([&](const caf::down_msg& dm) { reason = dm.reason; },
+                caf::after(std::chrono::seconds(30)) >> [] { FAIL("no down message"); });
+  return reason;
+}
+
 struct Fixture {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -78,10 +86,7 @@ TEST_CASE("replica handle: a requested stop ends the handle with user_shutdown")
       .receive([&](caf::ok_atom) { stopped = true; },
                [&](const caf::error& err) { FAIL("stop failed: " << f.sys->render(err)); });
   CHECK(stopped);
-  caf::error reason;
-  self->receive([&](const caf::down_msg& dm) { reason = dm.reason; },
-                caf::after(std::chrono::seconds(30)) >> [] { FAIL("the handle did not end"); });
-  CHECK(reason == caf::exit_reason::user_shutdown);
+  CHECK(next_down(self) == caf::exit_reason::user_shutdown);
   // What a proxy reads when a request to the ended handle bounces.
   auto* actor = caf::actor_cast<caf::abstract_actor*>(handle);
   CHECK(static_cast<caf::monitorable_actor*>(actor)->fail_state() ==
@@ -98,9 +103,7 @@ TEST_CASE("replica handle: a replica actor that ends by itself ends the handle w
   // fault would end it. The handle does not end with the pool's own
   // out_of_workers.
   caf::anon_send_exit(inner, caf::exit_reason::unhandled_exception);
-  caf::error reason;
-  self->receive([&](const caf::down_msg& dm) { reason = dm.reason; },
-                caf::after(std::chrono::seconds(30)) >> [] { FAIL("the handle did not end"); });
+  auto reason = next_down(self);
   CHECK(reason == caf::exit_reason::unhandled_exception);
   CHECK(reason != caf::exit_reason::out_of_workers);
 }
@@ -113,14 +116,8 @@ TEST_CASE("replica handle: an exit sent to the handle ends it and the replica wi
   self->monitor(handle);
   self->monitor(inner);
   caf::anon_send_exit(handle, caf::exit_reason::kill);
-  std::vector<caf::error> reasons;
-  for (int i = 0; i < 2; ++i) {
-    self->receive([&](const caf::down_msg& dm) { reasons.push_back(dm.reason); },
-                  caf::after(std::chrono::seconds(30)) >> [] { FAIL("no down message"); });
-  }
-  REQUIRE(reasons.size() == 2);
-  CHECK(reasons[0] == caf::exit_reason::kill);
-  CHECK(reasons[1] == caf::exit_reason::kill);
+  CHECK(next_down(self) == caf::exit_reason::kill);
+  CHECK(next_down(self) == caf::exit_reason::kill);
 }
 
 }  // namespace
