@@ -264,6 +264,10 @@ int main(int argc, char** argv) {
     popts.on_give_up = on_give_up;
     popts.dashboard = o.head && o.dashboard;
     popts.connect_peers = !o.head;
+    // A worker serves other workers' requests to its replicas on a data port
+    // (proxy/peer_data.cpp); not with TLS, whose clusters keep CAF's
+    // encrypted connections for that.
+    popts.data_port = !o.head && o.tls_dir.empty();
     if (auto mode = proxy::parse_access_log_mode(o.access_log);
         mode && mode.value() != proxy::AccessLogMode::off) {
       std::string file;
@@ -354,7 +358,8 @@ int main(int argc, char** argv) {
     // A worker: other workers reach its replicas over a direct connection.
     std::optional<node::PeerListener> peer;
     if (!o.head) {
-      auto opened = node::open_peer_listener(sys, o.node_id, o.bind, o.peer_port);
+      auto opened = node::open_peer_listener(sys, o.node_id, o.bind, o.peer_port,
+                                             http_proxy->data_port(), http_proxy->data_token());
       if (!opened) {
         caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
         http_proxy->stop();
@@ -367,7 +372,9 @@ int main(int argc, char** argv) {
     const std::string advertised =
         o.advertise.empty() ? advertised_host(o.bind, o.join) : o.advertise;
     if (peer)
-      log->info("other workers reach this node on {}:{}", advertised, peer->port);
+      log->info("other workers reach this node on {}:{} (data port {})", advertised, peer->port,
+                http_proxy->data_port() == 0 ? std::string("none")
+                                             : std::to_string(http_proxy->data_port()));
 
     // Pinned deployment libraries this node fetched (runtime/libraries.hpp).
     std::string library_cache = o.library_cache;

@@ -21,9 +21,12 @@ struct PeerListener {
 };
 
 // Spawns the peer actor and publishes it on bind:port (0: any free port).
+// The actor answers data_port_atom with `data_port` and `data_token`: this
+// node's proxy's data port (0: none) and the token it wants.
 // Blocks the calling thread (not for actors). On failure nothing is left
 // running and the status names the address.
 Result<PeerListener> open_peer_listener(caf::actor_system& sys, const std::string& node_id,
-                                        const std::string& bind, uint16_t port);
+                                        const std::string& bind, uint16_t port,
+                                        uint16_t data_port = 0, std::string data_token = {});
 
 }  // namespace troupe::node

@@ -280,8 +280,6 @@ void refused(const CallPtr& c, const std::string& why) {
   });
 }
 
-namespace {
-
 // The replica's handle has ended with user_shutdown: the replica stopped
 // because it was told to (replica/replica_actor.cpp gives the handle its
 // replica's exit reason). Read under the actor's lock; a live handle, or a
@@ -293,8 +291,6 @@ bool stopped_on_request(const ReplicaActor& handle) {
   return static_cast<caf::monitorable_actor*>(actor)->fail_state() ==
          caf::exit_reason::user_shutdown;
 }
-
-}  // namespace
 
 void on_error(const CallPtr& c, const caf::error& err) {
   c->worker->untrack(c.get());
@@ -394,9 +390,12 @@ void send(const CallPtr& c, SlotPtr slot) {
   ++c->sends;
   c->key = w->new_key();
   c->request.call_key = c->key;
+  c->peer = nullptr;
   if (send_inline(c))
     return;
   if (send_channel(c))
+    return;
+  if (send_peer(c))
     return;
   send_caf(c);
 }

@@ -43,6 +43,7 @@ namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
 
 struct Worker;
+struct PeerConn;
 
 // One request on its way through the data path. Lives on its worker's io
 // thread: every member is touched only there.
@@ -69,6 +70,10 @@ struct Call : std::enable_shared_from_this<Call> {
   Clock::time_point sent_at;       // of the current attempt
   caf::message_id response_id;     // of the current attempt (over CAF)
   uint64_t channel_call = 0;       // of the current attempt over a data channel
+                                   // or a data port
+  // The data port connection of the current attempt (peer_data.cpp); null:
+  // it went another way.
+  std::shared_ptr<PeerConn> peer;
   size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
   Clock::time_point start;
   Clock::time_point deadline = Clock::time_point::max();
@@ -204,6 +209,25 @@ bool send_inline(const CallPtr& c);
 // pass's other handlers; those the socket does not take (it is full, or the
 // process is gone) go over CAF then.
 bool send_channel(const CallPtr& c);
+
+// --- data ports between workers (peer_data.cpp) ---------------------------------
+
+// Queues the call's request for the data port of its replica's node (another
+// worker); false when there is no connection up to it (one is opened for
+// later requests when the node has a data port) or the request is too
+// large: then it goes over CAF. Sent with the pass's other frames to that
+// node, after the pass's other handlers.
+bool send_peer(const CallPtr& c);
+// A credit (bytes) or a cancel (1: the deadline passed, 0: the client left)
+// for the call's current attempt over its data port connection.
+void peer_control(const CallPtr& c, bool credit, uint64_t amount);
+// On the worker's io thread: a piece of a stream relayed to another worker
+// (true: it was one, forwarded).
+bool served_stream_chunk(Worker* w, uint64_t key, uint64_t seq, std::string& data);
+bool served_stream_end(Worker* w, uint64_t key, uint64_t seq, bool complete,
+                       const std::string& why);
+// A replica's handle that ended with user_shutdown (it stopped on request).
+bool stopped_on_request(const ReplicaActor& handle);
 
 // --- streamed answers and cancellation (streams.cpp) ---------------------------
 

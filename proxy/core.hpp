@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -43,6 +44,9 @@
 namespace troupe::proxy {
 
 struct Worker;
+struct DataPort;
+struct PeerConn;
+struct ServedConn;
 
 // Everything the proxy shares between its io threads and its actor.
 struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::Core> {
@@ -94,6 +98,23 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
     uint32_t failures = 0;  // attempts failed since the last success
   };
   std::map<std::string, PeerLink> peers;
+  // The data port (peer_data.cpp): this worker's listener for other workers'
+  // requests (null: none) and the token they must present; and the data
+  // ports of the peers, by node id, learned from their peer actors (set by
+  // the proxy actor, read by the io threads when `data_ports_version`
+  // changed).
+  std::shared_ptr<DataPort> data_port;
+  uint16_t data_port_number = 0;
+  std::string data_token;
+  struct DataPortEndpoint {
+    std::string host;
+    uint16_t port = 0;
+    std::string token;
+  };
+  std::mutex data_ports_mutex;
+  std::map<std::string, DataPortEndpoint> data_ports;
+  std::atomic<uint64_t> data_ports_version{0};
+  void set_data_port(const std::string& node_id, std::optional<DataPortEndpoint> ep);
   // A node this proxy has (or had) a direct connection to: a troupe-node
   // process, not a replica process. Proxy actor only.
   bool is_peer_node(const caf::node_id& node) const;
@@ -223,6 +244,21 @@ struct Worker {
   // can cancel them; the sweep forgets those that ended.
   std::unordered_map<uint64_t, std::weak_ptr<Call>> handle_calls;
   std::vector<uint64_t> frame;
+  // Data ports (peer_data.cpp). Connections to other workers' data ports by
+  // node id, with this thread's copy of Core::data_ports; connections from
+  // other workers served here, and the streams relayed to them by the key
+  // their replicas' pieces carry.
+  std::unordered_map<std::string, std::shared_ptr<PeerConn>> peer_conns;
+  std::map<std::string, Proxy::Core::DataPortEndpoint> data_ports;
+  uint64_t data_ports_seen = UINT64_MAX;
+  std::unordered_map<ServedConn*, std::shared_ptr<ServedConn>> served;
+  struct ServedStream {
+    std::weak_ptr<ServedConn> conn;
+    uint64_t call = 0;  // the connecting worker's id of the request
+    uint64_t next_seq = 0;
+  };
+  std::unordered_map<uint64_t, ServedStream> served_streams;
+  std::unordered_map<std::string, std::weak_ptr<ReplicaSlot>> served_slots;
   std::unique_ptr<asio::steady_timer> sweeper;
   // When this io thread last ran its sweep (steady clock, ns): the proxy's
   // health check tells a stalled io thread by it.
@@ -249,6 +285,12 @@ struct Worker {
   uint64_t new_key() { return core_key_base + (uint64_t(index) << 48) + ++next_call; }
   uint64_t core_key_base = 0;
 };
+
+// peer_data.cpp: opens the data port (Core::data_port) when the options ask
+// for it (it accepts once the io threads run); closes it and drops every
+// connection of the data ports once the io threads have ended (stop()).
+Status open_data_port(Proxy::Core& core);
+void close_data_ports(Proxy::Core& core);
 
 // admin.cpp: the answer to a request for /-/<endpoint> (404 for an unknown one).
 Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id);

@@ -308,7 +308,8 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
   out +=
       "# HELP troupe_proxy_replica_sends_total Requests sent to replicas (retries included), by "
       "transport: channel (a replica process of this node, over its data channel), caf, or "
-      "inline (an in-process replica's non-blocking handler, called by the io thread).\n";
+      "inline (an in-process replica's non-blocking handler, called by the io thread), or peer "
+      "(a replica of another worker, over that worker's data port).\n";
   out += "# TYPE troupe_proxy_replica_sends_total counter\n";
   out += "troupe_proxy_replica_sends_total{transport=\"channel\"} " +
          std::to_string(sent_over(true)) + "\n";
@@ -316,6 +317,8 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
          "\n";
   out += "troupe_proxy_replica_sends_total{transport=\"inline\"} " +
          std::to_string(sent_inline_count()) + "\n";
+  out += "troupe_proxy_replica_sends_total{transport=\"peer\"} " +
+         std::to_string(sent_peer_count()) + "\n";
   out += "# HELP troupe_proxy_queue_length Requests waiting for a replica, by deployment.\n";
   out += "# TYPE troupe_proxy_queue_length gauge\n";
   for (const auto& d : deployments) {

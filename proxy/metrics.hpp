@@ -72,6 +72,9 @@ class Metrics {
   // A request run inline by an in-process replica's non-blocking handler
   // (proxy/inline_path.cpp).
   void sent_inline() { sent_inline_.fetch_add(1, std::memory_order_relaxed); }
+  // ... and over another worker's data port (proxy/peer_data.cpp).
+  void sent_peer() { sent_peer_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t sent_peer_count() const { return sent_peer_.load(std::memory_order_relaxed); }
   uint64_t sent_inline_count() const { return sent_inline_.load(std::memory_order_relaxed); }
   // A shadow copy of a request to `app` for its shadow `deployment`, once it
   // ends: `outcome` is the status code of its answer ("200", or the proxy's
@@ -116,6 +119,7 @@ class Metrics {
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> shadow_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> sent_channel_{0};
+  std::atomic<uint64_t> sent_peer_{0};
   std::atomic<uint64_t> sent_caf_{0};
   std::atomic<uint64_t> sent_inline_{0};
   struct Http;  // the prometheus-cpp registry and families

@@ -50,6 +50,30 @@ void failed(ProxyImpl::pointer self, const core_ptr& core, const std::string& id
 void caf_connect(ProxyImpl::pointer self, const core_ptr& core, const std::string& id,
                  const PeerEndpoint& endpoint);
 
+// Where the peer's data port is (peer_data.cpp): the io threads send its
+// replicas' requests there from now on. A peer without one (TLS, or an older
+// node that does not know the question) is reached over CAF.
+void ask_data_port(ProxyImpl::pointer self, const core_ptr& core, const std::string& id,
+                   const PeerEndpoint& endpoint, const PeerActor& peer) {
+  self->request(peer, kHelloTimeout, data_port_atom::value)
+      .then(
+          [=](uint16_t port, const std::string& token) {
+            auto it = core->peers.find(id);
+            if (it == core->peers.end() || !(it->second.endpoint == endpoint))
+              return;
+            if (port == 0) {
+              core->set_data_port(id, std::nullopt);
+              return;
+            }
+            core->set_data_port(id, Proxy::Core::DataPortEndpoint{endpoint.host, port, token});
+          },
+          [=](caf::error& err) {
+            core->log->info("node {} has no data port ({}); its replicas are reached over CAF", id,
+                            self->home_system().render(err));
+            core->set_data_port(id, std::nullopt);
+          });
+}
+
 void connect(ProxyImpl::pointer self, const core_ptr& core, const std::string& id) {
   auto& link = core->peers.at(id);
   link.connecting = true;
@@ -105,6 +129,7 @@ void caf_connect(ProxyImpl::pointer self, const core_ptr& core, const std::strin
                       link.actor = peer.address();
                       self->monitor(peer);
                       core->log->info("direct connection to node {} at {}", id, where(endpoint));
+                      ask_data_port(self, core, id, endpoint, peer);
                     },
                     [=](caf::error& err) {
                       failed(self, core, id, endpoint, self->home_system().render(err));
@@ -134,8 +159,10 @@ void peers_from_snapshot(ProxyImpl::pointer self, const core_ptr& core,
                          const RoutingSnapshot& snap) {
   if (!core->options.connect_peers)
     return;
-  for (const auto& id : snap.dead_nodes)
+  for (const auto& id : snap.dead_nodes) {
     core->peers.erase(id);
+    core->set_data_port(id, std::nullopt);
+  }
   for (const auto& ep : snap.peers) {
     if (ep.node_id == core->options.node_id || ep.port == 0)
       continue;
@@ -164,6 +191,9 @@ bool peer_down(ProxyImpl::pointer self, const core_ptr& core, const caf::actor_a
     return false;
   auto id = it->first;
   it->second.actor = caf::actor_addr();
+  // Its data port is asked again with the connection: the node may have
+  // restarted with another one.
+  core->set_data_port(id, std::nullopt);
   core->log->warn("lost the direct connection to node {}; reaching it through the head", id);
   // CAF dropped the handles of that node's actors with the connection: a
   // full snapshot brings them back, reached through the head until the

@@ -173,6 +173,9 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   core->server = std::make_unique<HttpServer>(core->options.server, *core);
   if (auto st = core->server->listen(); !st)
     return st;
+  // Before anything that needs stopping: it accepts once the io threads run.
+  if (auto st = open_data_port(*core); !st)
+    return st;
   for (size_t i = 0; i < core->server->threads(); ++i) {
     auto w = std::make_unique<Worker>();
     w->core = core.get();
@@ -254,6 +257,14 @@ size_t Proxy::io_threads() const {
   return core_->workers.size();
 }
 
+uint16_t Proxy::data_port() const {
+  return core_->data_port_number;
+}
+
+std::string Proxy::data_token() const {
+  return core_->data_token;
+}
+
 int64_t Proxy::in_flight() const {
   return core_->metrics.in_flight();
 }
@@ -281,6 +292,7 @@ void Proxy::stop() {
     core.io_closed = true;
   }
   core.server->stop();
+  close_data_ports(core);
   // No io thread runs now: the companions can be taken down from here. Their
   // pending answers (and the calls they hold) go with them.
   for (auto& w : core.workers) {

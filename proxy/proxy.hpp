@@ -104,6 +104,11 @@ struct ProxyOptions {
   // worker's proxy does; the head's does not need to, every node being
   // connected to the head already.
   bool connect_peers = true;
+  // Serve this worker's replicas to other workers' proxies on a data port
+  // (proxy/peer_data.cpp): TCP on server.bind, a port the kernel picks,
+  // frames of the data channel, a connection admitted only with the token
+  // the node's peer actor hands out. troupe-node: a worker without TLS.
+  bool data_port = false;
   // The access log (proxy/access_log.hpp); null: none.
   std::shared_ptr<AccessLog> access_log;
   // The node's metrics (runtime/metrics.hpp), served at /-/metrics; empty:
@@ -124,6 +129,9 @@ class Proxy {
   ProxyActor actor() const;
   uint16_t port() const;
   size_t io_threads() const;
+  // The data port (0: none) and the token a connection must present there.
+  uint16_t data_port() const;
+  std::string data_token() const;
   // Stops serving, drops open connections and stops the actors. Call before
   // the actor system ends. Idempotent.
   // Restarts the proxy actor when it dies; takes (subscribe, controller)

@@ -703,6 +703,15 @@ std::vector<ReplicaActor> Router::handles() const {
   return out;
 }
 
+SlotPtr Router::find_replica(const std::string& replica_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [addr, slot] : by_address_) {
+    if (slot->replica_id == replica_id && !slot->dead && slot->owner)
+      return slot;
+  }
+  return nullptr;
+}
+
 void Router::clear() {
   std::unordered_map<std::string, std::unique_ptr<Deployment>> gone;
   {

@@ -58,6 +58,10 @@ void retry_credit(const CallPtr& c) {
 void grant(const CallPtr& c, uint64_t bytes) {
   if (!c->slot || !c->streaming)
     return;  // the stream ended (or was given up) meanwhile
+  if (c->peer) {
+    peer_control(c, true, bytes);
+    return;
+  }
   if (c->stream_over_caf) {
     caf::anon_send(c->slot->handle, credit_atom::value, c->key, bytes);
     return;
@@ -82,6 +86,11 @@ void grant(const CallPtr& c, uint64_t bytes) {
 void cancel_at_replica(const CallPtr& c, bool deadline_passed) {
   if (!c->slot || c->key == 0)
     return;
+  if (c->peer) {
+    if (c->streaming || c->channel_call != 0)
+      peer_control(c, false, deadline_passed ? 1 : 0);
+    return;
+  }
   if (c->streaming ? !c->stream_over_caf : c->channel_call != 0) {
     if (int fd = lane_fd(c); fd >= 0) {
       // Best effort: a full lane loses it, and the replica sees the deadline
@@ -182,6 +191,8 @@ void forget_stream(const CallPtr& c) {
 }
 
 void stream_chunk_message(Worker* w, uint64_t key, uint64_t seq, std::string& data) {
+  if (served_stream_chunk(w, key, seq, data))
+    return;
   auto it = w->streams.find(key);
   if (it == w->streams.end())
     return;  // given up here (replica lost, stalled) or cancelled
@@ -200,6 +211,8 @@ void stream_chunk_message(Worker* w, uint64_t key, uint64_t seq, std::string& da
 
 void stream_end_message(Worker* w, uint64_t key, uint64_t seq, bool complete,
                         const std::string& why) {
+  if (served_stream_end(w, key, seq, complete, why))
+    return;
   auto it = w->streams.find(key);
   if (it == w->streams.end())
     return;

@@ -179,7 +179,8 @@ size_t answer_bytes(const HttpResponse& answer) {
   return bytes;
 }
 
-void build_request(capnp::MessageBuilder& message, const HttpRequest& request);
+void build_request(capnp::MessageBuilder& message, const HttpRequest& request,
+                   const std::string& replica_id = {});
 
 // Builds `request`'s frame (header and message) and hands it to `send`;
 // too_large (nothing built) when it cannot fit in max_frame.
@@ -198,8 +199,11 @@ Sent with_request(uint64_t call, uint8_t lane, const HttpRequest& request, size_
   return send(h, message);
 }
 
-void build_request(capnp::MessageBuilder& message, const HttpRequest& request) {
+void build_request(capnp::MessageBuilder& message, const HttpRequest& request,
+                   const std::string& replica_id) {
   auto r = message.initRoot<schema::ChannelRequest>();
+  if (!replica_id.empty())
+    r.setReplicaId(text(replica_id));
   r.setMethod(text(request.method));
   r.setPath(text(request.path));
   r.setQuery(text(request.query));
@@ -415,6 +419,71 @@ Sent send_control(int fd, Kind kind, uint64_t call, uint32_t amount) {
   return classify(send_iov(fd, &iov, 1, MSG_DONTWAIT));
 }
 
+// --- frames on a byte stream --------------------------------------------------------------
+
+namespace {
+
+// Room for a frame of `bytes` (header included) at the end of `out`, after its
+// prefix; returns where the frame goes. The padding is zeroed.
+char* grow_stream(std::vector<uint64_t>& out, size_t bytes) {
+  size_t first = out.size();
+  out.resize(first + 1 + (bytes + 7) / 8);
+  uint32_t prefix[2] = {static_cast<uint32_t>(bytes), 0};
+  std::memcpy(out.data() + first, prefix, sizeof(prefix));
+  out.back() = 0;
+  return reinterpret_cast<char*>(out.data() + first + 1);
+}
+
+void append_message(std::vector<uint64_t>& out, FrameHeader header,
+                    capnp::MessageBuilder& message) {
+  Gather g;
+  gather(header, message, g);
+  char* to = grow_stream(out, g.bytes);
+  for (int i = 0; i < g.count; ++i) {
+    std::memcpy(to, g.iov[i].iov_base, g.iov[i].iov_len);
+    to += g.iov[i].iov_len;
+  }
+}
+
+}  // namespace
+
+void append_stream_frame(std::vector<uint64_t>& out, FrameHeader header, const void* payload,
+                         size_t bytes) {
+  char* to = grow_stream(out, sizeof(header) + bytes);
+  std::memcpy(to, &header, sizeof(header));
+  if (bytes > 0)
+    std::memcpy(to + sizeof(header), payload, bytes);
+}
+
+void append_stream_request(std::vector<uint64_t>& out, uint64_t call, const HttpRequest& request,
+                           const std::string& replica_id) {
+  capnp::MallocMessageBuilder message(
+      estimate_words(request_bytes(request) + replica_id.size(), request.headers.size()));
+  build_request(message, request, replica_id);
+  FrameHeader h;
+  h.kind = Kind::request;
+  h.call = call;
+  append_message(out, h, message);
+}
+
+bool append_stream_answer(std::vector<uint64_t>& out, Kind kind, uint64_t call,
+                          const HttpResponse& answer) {
+  size_t bytes = kind == Kind::head ? 0 : answer_bytes(answer);
+  if (bytes + sizeof(FrameHeader) + 64 * (answer.headers.size() + 4) > kMaxStreamFrame)
+    return false;
+  capnp::MallocMessageBuilder message(estimate_words(bytes, answer.headers.size()));
+  auto a = message.initRoot<schema::ChannelAnswer>();
+  a.setStatus(answer.status);
+  set_headers(a.initHeaders(static_cast<unsigned>(answer.headers.size())), answer.headers);
+  if (kind != Kind::head)
+    a.setBody(data(answer.body));
+  FrameHeader h;
+  h.kind = kind;
+  h.call = call;
+  append_message(out, h, message);
+  return true;
+}
+
 // --- batches ------------------------------------------------------------------------------
 
 Sent Batch::add(FrameHeader header, capnp::MessageBuilder& message, size_t max_frame) {
@@ -487,6 +556,12 @@ void Batch::clear() {
 }
 
 Status decode_request(const void* payload, size_t bytes, HttpRequest& out) {
+  std::string replica_id;
+  return decode_request(payload, bytes, out, replica_id);
+}
+
+Status decode_request(const void* payload, size_t bytes, HttpRequest& out,
+                      std::string& replica_id) {
   return read_payload(payload, bytes, "request", [&](capnp::MessageReader& reader) {
     auto r = reader.getRoot<schema::ChannelRequest>();
     out.method = str(r.getMethod());
@@ -496,6 +571,7 @@ Status decode_request(const void* payload, size_t bytes, HttpRequest& out) {
     out.body = str(r.getBody());
     out.request_id = str(r.getRequestId());
     out.timeout_s = r.getTimeoutS();
+    replica_id = str(r.getReplicaId());
   });
 }
 

@@ -70,6 +70,13 @@ enum class Kind : uint8_t {
                  // ends because it was told to stop; the requests of this
                  // lane it did not answer never will be, and are not its
                  // crash (the proxy places them again)
+  // Only on a worker's data port (a TCP connection between two workers'
+  // proxies, proxy/peer_data.cpp):
+  hello = 11,   // raw payload: the port's token; the first frame a
+                // connecting worker sends, and nothing is served before it
+  failed = 12,  // the request failed at the replica: `amount` is the error
+                // code; raw payload: the category (8 bytes), then the
+                // message (text) of an error of troupe's category
 };
 
 constexpr uint8_t kMore = 1;      // flags: more frames of this answer follow
@@ -234,6 +241,33 @@ class ReplicaEnd {
   std::vector<int> answers_;
   size_t max_frame_;
 };
+
+// --- frames on a byte stream: a worker's data port -----------------------------
+//
+// A TCP connection keeps no message boundaries. There each frame follows an
+// 8-byte prefix (the frame's size in bytes, header included, little-endian;
+// then 4 zero bytes) and is padded to whole words, so that every frame's
+// payload stays word-aligned in the reader's buffer.
+constexpr size_t kStreamPrefix = 8;
+// The largest frame either side accepts on a data port (as the largest
+// answer a replica process's channel takes); a larger answer is sent as a
+// failure instead.
+constexpr size_t kMaxStreamFrame = size_t{1} << 30;
+
+// Appends one frame with a raw payload (`bytes` from `payload`; none for 0).
+void append_stream_frame(std::vector<uint64_t>& out, FrameHeader header, const void* payload,
+                         size_t bytes);
+// Appends a request frame naming the replica it is for (ChannelRequest's
+// replicaId).
+void append_stream_request(std::vector<uint64_t>& out, uint64_t call, const HttpRequest& request,
+                           const std::string& replica_id);
+// Appends an answer, or a stream's head (`kind` head: the body is not sent).
+// False (nothing appended) when the frame would exceed kMaxStreamFrame.
+bool append_stream_answer(std::vector<uint64_t>& out, Kind kind, uint64_t call,
+                          const HttpResponse& answer);
+// decode_request, also reading the replica id of a data port's request.
+Status decode_request(const void* payload, size_t bytes, HttpRequest& out,
+                      std::string& replica_id);
 
 // A word-aligned buffer for one frame of at most max_frame bytes.
 // Not zeroed: pages a thread never fills cost address space, not memory.

@@ -44,7 +44,9 @@ namespace troupe {
 //     removed_replicas).
 // 12: a replica process's metrics registry in its metrics reports, and
 //     `troupectl logs` (logs_atom to the controller and the node agents).
-constexpr uint32_t kProtocolVersion = 13;
+// 14: the data port between workers (PeerActor answers data_port_atom; a
+//     data port request frame names its replica).
+constexpr uint32_t kProtocolVersion = 14;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -477,7 +479,13 @@ using ProxyActor = HandleCallActor::extend<
 // that the connecting side knows it reached the node it meant; the
 // connection it rides on is what matters (CAF routes messages to the node's
 // actors over it instead of through the head).
-using PeerActor = caf::typed_actor<caf::replies_to<hello_atom>::with<std::string>>;
+// It also answers where this worker's data port is (proxy/peer_data.cpp):
+// its port (0: none, as with TLS) and the token a connection must present
+// there, so only a member of the cluster that reached this actor can.
+using data_port_atom = caf::atom_constant<caf::atom("dataport")>;
+using PeerActor =
+    caf::typed_actor<caf::replies_to<hello_atom>::with<std::string>,
+                     caf::replies_to<data_port_atom>::with<uint16_t, std::string>>;
 
 // A node agent (node/node_agent.hpp), as the controller sees it.
 using AgentActor = caf::typed_actor<

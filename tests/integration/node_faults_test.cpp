@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -248,6 +249,16 @@ void finish_through_w1(Load& load, size_t during) {
 // Freezes the head (SIGSTOP) for 10 s under `load` through w1, then resumes
 // it (SIGCONT). Returns the answers w1 gave from when it noticed the head
 // was gone until the head was resumed.
+// Requests the proxy on `port` sent over other workers' data ports so far.
+long peer_sends(uint16_t port) {
+  auto r = http_get(port, "/-/metrics", 5);
+  REQUIRE(r);
+  static const std::regex line(R"(troupe_proxy_replica_sends_total\{transport="peer"\} (\d+))");
+  std::smatch m;
+  REQUIRE(std::regex_search(r->body, m, line));
+  return std::stol(m[1]);
+}
+
 size_t freeze_head_10s(Fixture& f, Load& load) {
   f.cluster.nodes.at("head").signal(SIGSTOP);
   auto frozen_at = Clock::now();
@@ -472,12 +483,21 @@ TEST_CASE("frozen head: 10 s under load through w1 on the replicas of w2 - answe
   REQUIRE(wait_until([&] { return f.output_has("w1", "direct connection to node w2 at"); }, 20s));
   Load load({f.port("w1"), f.port("w1"), f.port("w1"), f.port("w1")}, "/echo/w1-to-w2", 30);
   REQUIRE(wait_until([&] { return load.count() >= 40; }, 20s));
+  // The requests go over w2's data port (proxy/peer_data.cpp), opened by
+  // w1's io thread on its first request there.
+  REQUIRE(wait_until([&] { return f.output_has("w1", "data port connection to node w2"); }, 20s));
+  long peer_before = peer_sends(f.port("w1"));
 
   size_t during = freeze_head_10s(f, load);
+  long peer_during = peer_sends(f.port("w1")) - peer_before;
 
   back_after_frozen_head(f);
-  // The direct connection held: w1 never fell back to the head.
+  // The direct connection and the data port connection held: w1 never fell
+  // back to the head, and the requests during the freeze went over the data
+  // port.
   CHECK_FALSE(f.output_has("w1", "lost the direct connection to node w2"));
+  CHECK_FALSE(f.output_has("w1", "lost the data port connection to node w2"));
+  CHECK(peer_during >= static_cast<long>(during));
   finish_through_w1(load, during);
   CHECK(f.same_replicas("echo", "Echo", before));
 }

@@ -413,3 +413,104 @@ TEST_CASE("data channel: a batch sends its frames with one call - each read alon
   CHECK(late.flush(ch.request_fd(), MSG_DONTWAIT) == Sent::closed);
   CHECK(late.sent_count() == 0);
 }
+
+namespace {
+
+// The frames of a data port's byte stream (prefix, header, payload), as a
+// reader splits them.
+struct StreamFrame {
+  FrameHeader header;
+  const char* payload;
+  size_t bytes;
+};
+std::vector<StreamFrame> split_stream(const std::vector<uint64_t>& words) {
+  std::vector<StreamFrame> out;
+  auto* base = reinterpret_cast<const char*>(words.data());
+  size_t total = words.size() * 8, off = 0;
+  while (off < total) {
+    uint32_t prefix[2];
+    std::memcpy(prefix, base + off, sizeof(prefix));
+    REQUIRE(prefix[1] == 0);
+    REQUIRE(prefix[0] >= sizeof(FrameHeader));
+    StreamFrame f;
+    std::memcpy(&f.header, base + off + kStreamPrefix, sizeof(FrameHeader));
+    f.payload = base + off + kStreamPrefix + sizeof(FrameHeader);
+    f.bytes = prefix[0] - sizeof(FrameHeader);
+    // Every payload starts on a word, as Cap'n Proto reads it.
+    CHECK(reinterpret_cast<uintptr_t>(f.payload) % 8 == 0);
+    out.push_back(f);
+    off += kStreamPrefix + ((prefix[0] + 7) & ~size_t{7});
+  }
+  REQUIRE(off == total);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("data port frames: a request names its replica - answers heads and raw frames follow in order on one stream") {
+  std::vector<uint64_t> words;
+  auto sent = sample_request(333);
+  append_stream_request(words, 7, sent, "app#Dep#abc");
+  HttpResponse answer;
+  answer.status = 201;
+  answer.headers = {{"Content-Type", "text/plain"}, {"X-A", "b"}};
+  answer.body = std::string(1001, 'z');
+  REQUIRE(append_stream_answer(words, Kind::answer, 7, answer));
+  REQUIRE(append_stream_answer(words, Kind::head, 8, answer));
+  FrameHeader chunk;
+  chunk.kind = Kind::chunk;
+  chunk.call = 8;
+  append_stream_frame(words, chunk, "abc", 3);  // not a whole word: padded
+  FrameHeader credit;
+  credit.kind = Kind::credit;
+  credit.call = 8;
+  credit.amount = 65536;
+  append_stream_frame(words, credit, nullptr, 0);
+
+  auto frames = split_stream(words);
+  REQUIRE(frames.size() == 5);
+  CHECK(frames[0].header.kind == Kind::request);
+  CHECK(frames[0].header.call == 7);
+  HttpRequest got;
+  std::string replica;
+  REQUIRE(decode_request(frames[0].payload, frames[0].bytes, got, replica));
+  CHECK(replica == "app#Dep#abc");
+  CHECK(got.path == sent.path);
+  CHECK(got.headers == sent.headers);
+  CHECK(got.body == sent.body);
+  // A replica process's channel names none.
+  std::vector<uint64_t> plain;
+  append_stream_request(plain, 1, sent, "");
+  auto one = split_stream(plain);
+  REQUIRE(decode_request(one[0].payload, one[0].bytes, got, replica));
+  CHECK(replica.empty());
+
+  HttpResponse a;
+  CHECK(frames[1].header.kind == Kind::answer);
+  REQUIRE(decode_answer(frames[1].payload, frames[1].bytes, a));
+  CHECK(a.status == 201);
+  CHECK(a.headers == answer.headers);
+  CHECK(a.body == answer.body);
+  CHECK(frames[2].header.kind == Kind::head);
+  CHECK(frames[2].header.call == 8);
+  REQUIRE(decode_answer(frames[2].payload, frames[2].bytes, a));
+  CHECK(a.status == 201);
+  CHECK(a.body.empty());  // a head carries no body
+  CHECK(frames[3].header.kind == Kind::chunk);
+  CHECK(std::string(frames[3].payload, frames[3].bytes) == "abc");
+  CHECK(frames[4].header.kind == Kind::credit);
+  CHECK(frames[4].header.amount == 65536);
+  CHECK(frames[4].bytes == 0);
+}
+
+TEST_CASE("data port frames: an answer over the largest frame is refused - nothing appended") {
+  std::vector<uint64_t> words;
+  HttpResponse huge;
+  huge.status = 200;
+  huge.body.assign(kMaxStreamFrame, 'x');
+  CHECK_FALSE(append_stream_answer(words, Kind::answer, 1, huge));
+  CHECK(words.empty());
+  // Its head alone fits.
+  CHECK(append_stream_answer(words, Kind::head, 1, huge));
+  CHECK(split_stream(words).size() == 1);
+}

@@ -1,0 +1,345 @@
+// Worker to worker over data ports (proxy/peer_data.cpp): a worker's proxy
+// sends requests for another worker's replicas to that worker's data port,
+// not over CAF. Real troupe-node processes on loopback; every wait is a
+// condition with a deadline; the Cluster stops every process it started,
+// also when a check fails.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/data_channel.hpp"
+#include "runtime/resources.hpp"
+#include "tests/support/client_cluster.hpp"
+#include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
+#include "tests/support/specs.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// An application of `cls` whose replicas run only on nodes with the
+// resource `node` (each worker started with one named after itself).
+controller::ApplicationSpec pinned_app(const std::string& name, const std::string& prefix,
+                                       const std::string& cls, uint32_t replicas,
+                                       const std::string& node,
+                                       controller::Isolation isolation =
+                                           controller::Isolation::process) {
+  auto app = example_app(name, prefix, cls, replicas);
+  app.deployments[0].config.resources = parse_resources(node + "=0.1").value();
+  app.deployments[0].config.isolation = isolation;
+  app.deployments[0].config.max_ongoing_requests = 8;
+  return app;
+}
+
+struct Fixture : ClientCluster {
+  // Each worker has a resource named after itself; those in `serving` also
+  // `srv`.
+  explicit Fixture(const std::vector<std::string>& workers,
+                   const std::set<std::string>& serving = {}) {
+    std::map<std::string, std::vector<std::string>> args;
+    for (const auto& w : workers)
+      args[w] = {"--resources", "cpu=2," + w + "=1" + (serving.count(w) ? ",srv=1" : "")};
+    start(workers, {}, args);
+  }
+
+  uint16_t port(const std::string& node) { return cluster.http_ports.at(node); }
+
+  bool output_has(const std::string& node, const std::string& text) {
+    return cluster.nodes.at(node).output().find(text) != std::string::npos;
+  }
+
+  // Replica id -> node of the RUNNING replicas.
+  std::map<std::string, std::string> running(const std::string& app, const std::string& dep) {
+    std::map<std::string, std::string> out;
+    for (const auto& r : deployment(app, dep).value("replicas", json::array())) {
+      if (r.at("state") == "RUNNING")
+        out[r.at("id")] = r.at("node");
+    }
+    return out;
+  }
+
+  // The proxy of `node` routes (app, dep) to `n` replicas.
+  bool wait_routed(const std::string& node, const std::string& app, const std::string& dep,
+                   size_t n) {
+    return wait_until(
+        [&] {
+          auto r = http_get(port(node), "/-/routes", 2);
+          if (!r || r->status != 200)
+            return false;
+          auto view = json::parse(r->body, nullptr, false);
+          if (!view.is_object())
+            return false;
+          for (const auto& d : view.value("deployments", json::array())) {
+            if (d.at("application") == app && d.at("deployment") == dep)
+              return d.at("replicas").size() == n;
+          }
+          return false;
+        },
+        30s, 100ms);
+  }
+
+  // Requests `node`'s proxy sent over other workers' data ports so far.
+  long peer_sends(const std::string& node) {
+    auto r = http_get(port(node), "/-/metrics", 5);
+    REQUIRE(r);
+    static const std::regex line(R"(troupe_proxy_replica_sends_total\{transport="peer"\} (\d+))");
+    std::smatch m;
+    REQUIRE(std::regex_search(r->body, m, line));
+    return std::stol(m[1]);
+  }
+
+  // `node`'s data port, from its log line.
+  uint16_t data_port(const std::string& node) {
+    static const std::regex line(R"(other workers reach this node on [^ ]+ \(data port (\d+)\))");
+    std::smatch m;
+    auto out = cluster.nodes.at(node).output();
+    REQUIRE(std::regex_search(out, m, line));
+    return static_cast<uint16_t>(std::stoi(m[1]));
+  }
+};
+
+// A frame as it goes on a data port: its 8-byte prefix, then the frame
+// padded to whole words.
+std::string stream_frame(channel::Kind kind, uint64_t call, const std::string& payload) {
+  std::vector<uint64_t> words;
+  channel::FrameHeader h;
+  h.kind = kind;
+  h.call = call;
+  channel::append_stream_frame(words, h, payload.data(), payload.size());
+  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8);
+}
+
+// Connects to 127.0.0.1:port, sends `bytes`, and reports whether the other
+// side closed the connection within `deadline` (reading and discarding
+// whatever it sends).
+bool closed_after_sending(uint16_t port, const std::string& bytes,
+                          std::chrono::milliseconds deadline) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool closed = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
+    auto until = std::chrono::steady_clock::now() + deadline;
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0)
+        continue;
+      char buf[4096];
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        closed = true;
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  return closed;
+}
+
+}  // namespace
+
+TEST_CASE("w1 reaches the replicas of w2 over the data port of w2 - answers bodies and streams arrive whole") {
+  Fixture f({"w1", "w2"});
+  REQUIRE(f.client->deploy(pinned_app("echo", "/echo", "Echo", 2, "w2")).has_value());
+  REQUIRE(f.client
+              ->deploy(pinned_app("bytes", "/bytes", "Bytes", 1, "w2",
+                                  controller::Isolation::in_process))
+              .has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 2));
+  REQUIRE(f.wait_healthy("bytes", "Bytes", 1));
+  auto replicas = f.running("echo", "Echo");
+  for (const auto& [id, node] : replicas)
+    REQUIRE(node == "w2");
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 2));
+  REQUIRE(f.wait_routed("w1", "bytes", "Bytes", 1));
+  // The first request to w2 opens the connection (it goes over CAF itself).
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(f.port("w1"), "/echo/open", 5);
+        return r && r->status == 200 && f.output_has("w1", "data port connection to node w2");
+      },
+      20s, 100ms));
+  long before = f.peer_sends("w1");
+
+  std::set<std::string> served_by;
+  for (int i = 0; i < 40; ++i) {
+    auto r = http_get(f.port("w1"), "/echo/item/" + std::to_string(i) + "?q=" + std::to_string(i),
+                      10);
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    auto body = json::parse(r->body);
+    CHECK(body.at("path") == "/item/" + std::to_string(i));
+    CHECK(body.at("query") == "q=" + std::to_string(i));
+    CHECK(body.at("node_id") == "w2");
+    served_by.insert(body.at("replica_id").get<std::string>());
+  }
+  for (const auto& id : served_by)
+    CHECK(replicas.count(id) == 1);
+  // A body of 3 MiB there and back.
+  std::string big(3 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<char>('a' + i % 26);
+  auto posted = http_request(f.port("w1"), "POST", "/echo/big", big, 30);
+  REQUIRE(posted);
+  REQUIRE(posted->status == 200);
+  CHECK(json::parse(posted->body).at("body") == big);
+  // A streamed answer of 8 MiB, in chunks of 64 KiB, under the replica's
+  // credit window: every byte in order.
+  auto streamed = http_get(f.port("w1"), "/bytes/?mb=8&chunk=65520", 60);
+  REQUIRE(streamed);
+  REQUIRE(streamed->status == 200);
+  REQUIRE(streamed->body.size() == size_t{8} << 20);
+  bool pattern = true;
+  for (size_t i = 0; i < streamed->body.size() && pattern; ++i)
+    pattern = streamed->body[i] == static_cast<char>('a' + (i % 65520) % 26);
+  CHECK(pattern);
+  // All of it went over the data port.
+  CHECK(f.peer_sends("w1") - before >= 42);
+  CHECK_FALSE(f.output_has("w1", "lost the data port connection"));
+}
+
+TEST_CASE("w1 judges what happened at w2 as over CAF - a query of death is answered 502 after two crashed replicas of w2") {
+  Fixture f({"w1", "w2"});
+  REQUIRE(f.client->deploy(pinned_app("crash", "/crash", "Crash", 2, "w2")).has_value());
+  REQUIRE(f.wait_healthy("crash", "Crash", 2));
+  REQUIRE(f.wait_routed("w1", "crash", "Crash", 2));
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(f.port("w1"), "/crash/", 5);
+        return r && r->status == 200 && f.output_has("w1", "data port connection to node w2");
+      },
+      20s, 100ms));
+  auto before = f.running("crash", "Crash");
+  long sends = f.peer_sends("w1");
+  auto r = http_get(f.port("w1"), "/crash/?mode=segv", 30);
+  REQUIRE(r);
+  CHECK(r->status == 502);
+  auto body = json::parse(r->body, nullptr, false);
+  REQUIRE(body.is_object());
+  CHECK(body.value("error", "").find("crashed 2 replicas") != std::string::npos);
+  CHECK(f.peer_sends("w1") - sends >= 1);
+  // Both were replaced; w1 kept its connection to w2 throughout.
+  REQUIRE(f.wait_healthy("crash", "Crash", 2));
+  for (const auto& [id, node] : f.running("crash", "Crash"))
+    CHECK(before.count(id) == 0);
+  CHECK_FALSE(f.output_has("w1", "lost the data port connection"));
+  auto ok = http_get(f.port("w1"), "/crash/", 10);
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+}
+
+TEST_CASE("a data port serves nobody without the token of its node") {
+  Fixture f({"w1", "w2"});
+  uint16_t port = f.data_port("w2");
+  // A wrong token, and a request with no hello at all: each connection is
+  // closed, and w2 says why.
+  CHECK(closed_after_sending(port, stream_frame(channel::Kind::hello, 0, "not-the-token"), 10s));
+  HttpRequest req;
+  req.method = "GET";
+  req.path = "/";
+  std::vector<uint64_t> words;
+  channel::append_stream_request(words, 1, req, "echo#Echo#1");
+  CHECK(closed_after_sending(
+      port, std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8), 10s));
+  CHECK(wait_until(
+      [&] { return f.output_has("w2", "refused a data port connection from 127.0.0.1"); }, 10s));
+  // Garbage is closed too.
+  CHECK(closed_after_sending(port, std::string(64, '\xff'), 10s));
+  // The node serves on.
+  REQUIRE(f.client->deploy(pinned_app("echo", "/echo", "Echo", 1, "w2")).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 1));
+  CHECK(f.cluster.wait_answers("w1", "/echo/after"));
+}
+
+TEST_CASE("a worker killed under load through another worker - its requests on the data port are placed again - none fails") {
+  Fixture f({"w1", "w2", "w3"}, {"w2", "w3"});
+  // Four replicas on w2 and w3 (placement spreads them); the load enters at
+  // w1, which has none.
+  auto app = example_app("echo", "/echo", "Echo", 4);
+  app.deployments[0].config.resources = parse_resources("srv=0.1").value();
+  app.deployments[0].config.max_ongoing_requests = 8;
+  REQUIRE(f.client->deploy(app).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 4));
+  std::map<std::string, int> per_node;
+  for (const auto& [id, node] : f.running("echo", "Echo"))
+    ++per_node[node];
+  REQUIRE(per_node["w2"] > 0);
+  REQUIRE(per_node["w3"] > 0);
+  REQUIRE(f.wait_routed("w1", "echo", "Echo", 4));
+  REQUIRE(wait_until(
+      [&] {
+        http_get(f.port("w1"), "/echo/open", 5);
+        return f.output_has("w1", "data port connection to node w2") &&
+               f.output_has("w1", "data port connection to node w3");
+      },
+      20s, 100ms));
+
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::map<int, int> statuses;
+  std::atomic<int> count{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&] {
+      while (!stop) {
+        auto r = http_get(f.port("w1"), "/echo/load", 30);
+        std::lock_guard<std::mutex> lock(mutex);
+        ++statuses[r ? r->status : 0];
+        ++count;
+      }
+    });
+  }
+  struct Join {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Join() {
+      stop = true;
+      for (auto& t : threads)
+        t.join();
+    }
+  } join{stop, clients};
+  REQUIRE(wait_until([&] { return count >= 100; }, 20s));
+  int at_kill = count;
+  long peer_before = f.peer_sends("w1");
+  f.cluster.nodes.at("w2").signal(SIGKILL);
+  CHECK(wait_until([&] { return f.output_has("w1", "lost the data port connection to node w2"); },
+                   10s));
+  // Requests go on, on w3's replicas.
+  REQUIRE(wait_until([&] { return count >= at_kill + 200; }, 30s));
+  stop = true;
+  for (auto& t : clients)
+    t.join();
+  clients.clear();
+  CHECK(f.peer_sends("w1") > peer_before);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [status, n] : statuses)
+    MESSAGE("status " << status << ": " << n);
+  CHECK(statuses.size() == 1);
+  CHECK(statuses.count(200) == 1);
+}
