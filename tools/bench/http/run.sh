@@ -11,9 +11,10 @@
 #   (a) troupe proxy on worker A -> a no-op deployment, all replicas on A,
 #       isolation: in_process (the replicas run inside A's troupe-node)
 #   (b) troupe proxy on worker A -> the same, all replicas on worker B,
-#       isolation: in_process, over the direct connection between the two
-#       workers (checked before measuring: A's process holds a TCP connection
-#       to B's peer port or B's to A's), not through the head
+#       isolation: in_process, between the two workers, not through the head
+#       (checked before measuring: A's process holds a TCP connection to B's
+#       peer port or B's to A's): over B's data port once A's proxy has it
+#       (the row's note says how many requests went that way), else CAF
 #   (p) troupe proxy on node A -> the same, all replicas on node A,
 #       isolation: process (each replica its own troupe-replica process,
 #       reached over its data channel; the default isolation; (a') of the
@@ -377,8 +378,24 @@ measure() {  # key, url
 declare -A URL=([e]="http://127.0.0.1:$UP_PORT/" [c]="http://127.0.0.1:$NGX_PROXY_PORT/"
   [d]="http://127.0.0.1:$HAP_PORT/" [a]="http://127.0.0.1:$A_PORT/a/"
   [b]="http://127.0.0.1:$A_PORT/b/" [p]="http://127.0.0.1:$A_PORT/p/")
+# Requests node A's proxy sent over other workers' data ports (worker to
+# worker without CAF, proxy/peer_data.cpp): (b) says how many of its own did.
+peer_sends() {
+  curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" 2>/dev/null |
+    awk '/^troupe_proxy_replica_sends_total\{transport="peer"\}/ {print $2}'
+}
 for k in e c d a b p; do
-  case " $ONLY " in *" $k "*) measure "$k" "${URL[$k]}" ;; *) RPS[$k]=0 ;; esac
+  case " $ONLY " in
+    *" $k "*)
+      [ "$k" = b ] && peer_before=$(peer_sends)
+      measure "$k" "${URL[$k]}"
+      if [ "$k" = b ]; then
+        peer_after=$(peer_sends)
+        ERR[b]="${ERR[b]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's data port"
+      fi
+      ;;
+    *) RPS[$k]=0 ;;
+  esac
 done
 curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" >"$WORK/metrics.txt" || true
 
