@@ -416,9 +416,17 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     answering_ = true;
     ++generation_;
     server_.handler().on_request(shared_from_this());
-    // Not answered at once: watch for the client going away meanwhile.
-    if (answering_)
-      watch();
+    // Not answered at once: watch for the client going away meanwhile. From
+    // a moment later: most answers come sooner, and each watch costs a
+    // system call (the socket's registration is changed). A client that
+    // left meanwhile is seen as soon as the watch begins.
+    if (answering_) {
+      server_.defer(thread_, [weak = weak_from_this(), generation = generation_] {
+        auto self = weak.lock();
+        if (self && self->answering_ && self->generation_ == generation && !self->watching_)
+          self->watch();
+      });
+    }
   }
 
   void reject(http::status status, const std::string& message) {
@@ -470,14 +478,41 @@ HttpServer::HttpServer(ServerOptions options, Handler& handler)
   size_t n = std::max<size_t>(1, options_.io_threads);
   for (size_t i = 0; i < n; ++i) {
     ios_.push_back(std::make_unique<asio::io_context>(1));
+    deferred_.push_back(std::make_unique<Deferred>(*ios_.back()));
     guards_.push_back(std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(
         ios_.back()->get_executor()));
   }
 }
 
+struct HttpServer::Deferred {
+  explicit Deferred(asio::io_context& io) : timer(io) {}
+  asio::steady_timer timer;
+  std::vector<std::function<void()>> due;
+  bool armed = false;
+};
+
+void HttpServer::defer(size_t thread, std::function<void()> f) {
+  auto& d = *deferred_[thread];
+  d.due.push_back(std::move(f));
+  if (d.armed)
+    return;
+  d.armed = true;
+  d.timer.expires_after(kDeferral);
+  d.timer.async_wait([&d](const boost::system::error_code& ec) {
+    d.armed = false;
+    if (ec)
+      return;
+    auto due = std::move(d.due);
+    d.due.clear();
+    for (auto& f : due)
+      f();
+  });
+}
+
 HttpServer::~HttpServer() {
   stop();
   guards_.clear();
+  deferred_.clear();
   // Connections (and their sockets) go before the io_contexts they use: an
   // io_context destroys its pending handlers, and with them the sessions.
   acceptor_.reset();

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -156,9 +157,14 @@ class HttpServer {
   size_t idle_connections() const { return idle_connections_.load(std::memory_order_relaxed); }
   void idle_started() { idle_connections_.fetch_add(1, std::memory_order_relaxed); }
   void idle_ended() { idle_connections_.fetch_sub(1, std::memory_order_relaxed); }
+  // Runs `f` on io thread `thread`, from that thread, about kDeferral later,
+  // together with everything deferred there meanwhile (one timer per thread).
+  void defer(size_t thread, std::function<void()> f);
+  static constexpr auto kDeferral = std::chrono::milliseconds(2);
 
  private:
   void accept();
+  struct Deferred;
 
   ServerOptions options_;
   Handler& handler_;
@@ -166,6 +172,7 @@ class HttpServer {
   std::atomic<size_t> idle_connections_{0};
   std::atomic<bool> closing_{false};
   std::vector<std::unique_ptr<asio::io_context>> ios_;
+  std::vector<std::unique_ptr<Deferred>> deferred_;  // per io thread
   std::vector<std::shared_ptr<void>> guards_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
   std::vector<std::thread> threads_;
