@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -31,6 +32,7 @@
 #include "tests/support/cluster.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/specs.hpp"
+#include "tests/support/stream_client.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -342,4 +344,97 @@ TEST_CASE("a worker killed under load through another worker - its requests on t
     MESSAGE("status " << status << ": " << n);
   CHECK(statuses.size() == 1);
   CHECK(statuses.count(200) == 1);
+}
+
+TEST_CASE("through the data port of w2 - a deadline answers 504 - a full replica makes a request wait - a client that leaves cancels at the replica") {
+  Fixture f({"w1", "w2"});
+  // In process: its metrics are the node's own, not a report a second
+  // late (it runs on its request threads: w2 sends it requests over CAF).
+  auto sleep = pinned_app("sleep", "/sleep", "Sleep", 1, "w2", controller::Isolation::in_process);
+  sleep.deployments[0].config.max_ongoing_requests = 1;
+  REQUIRE(f.client->deploy(sleep).has_value());
+  REQUIRE(f.client->deploy(pinned_app("ticker", "/ticker", "Ticker", 1, "w2")).has_value());
+  REQUIRE(f.wait_healthy("sleep", "Sleep", 1));
+  REQUIRE(f.wait_healthy("ticker", "Ticker", 1));
+  REQUIRE(f.wait_routed("w1", "sleep", "Sleep", 1));
+  REQUIRE(f.wait_routed("w1", "ticker", "Ticker", 1));
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(f.port("w1"), "/sleep/?ms=0", 5);
+        return r && r->status == 200 && f.output_has("w1", "data port connection to node w2");
+      },
+      20s, 100ms));
+  long sends = f.peer_sends("w1");
+  auto stats = [&](const std::string& prefix) {
+    auto r = http_get(f.port("w2"), prefix + "/stats", 5);
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return json::parse(r->body);
+  };
+
+  // The client's deadline: 504 at about 0.5 s; the replica learns it and
+  // ends the request (cancelled), freeing its only slot.
+  auto started = std::chrono::steady_clock::now();
+  auto late = http_request(f.port("w1"), "GET", "/sleep/?ms=5000", "", 30,
+                           {{"X-Request-Timeout-Seconds", "0.5"}});
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  REQUIRE(late);
+  CHECK(late->status == 504);
+  CHECK(took < 3.0);
+  CHECK(wait_until([&] { return stats("/sleep").value("cancelled", 0) >= 1; }, 10s, 50ms));
+
+  // The replica is full with a request through w2's own proxy; w1 does not
+  // know it: its request is refused at the replica, over the data port, and
+  // placed again until the slot is free. Both are answered.
+  // A second: within the refusals' budget (Attempts::kMaxRefusals, about
+  // 1.8 s of backoff), after which a request is answered 503.
+  auto held = std::async(std::launch::async,
+                         [&] { return http_get(f.port("w2"), "/sleep/?ms=1000", 30); });
+  static const std::regex busy(
+      R"(troupe_replica_processing_requests\{[^}]*deployment="Sleep"[^}]*\} 1)");
+  REQUIRE(wait_until(
+      [&] {
+        auto r = http_get(f.port("w2"), "/-/metrics", 5);
+        return r && std::regex_search(r->body, busy);
+      },
+      900ms, 5ms));
+  auto waited = http_get(f.port("w1"), "/sleep/?ms=0", 30);
+  auto first = held.get();
+  REQUIRE(first);
+  CHECK(first->status == 200);
+  REQUIRE(waited);
+  CHECK(waited->status == 200);
+  // It was refused at least once and placed again.
+  auto m = http_get(f.port("w1"), "/-/metrics", 5);
+  REQUIRE(m);
+  static const std::regex retries(R"(troupe_proxy_retries_total\{application="sleep"\} (\d+))");
+  std::smatch got;
+  REQUIRE(std::regex_search(m->body, got, retries));
+  CHECK(std::stol(got[1]) >= 1);
+
+  // A client of w1 that leaves a Ticker stream of w2: its producer stops
+  // within 100 ms (the cancel frame, then a CAF message at w2).
+  StreamClient stream;
+  REQUIRE(stream.get(f.port("w1"), "/ticker/?n=1000&ms=300"));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  REQUIRE(stream.read_head(deadline));
+  StreamClient::Chunk chunk;
+  REQUIRE(stream.next_chunk(chunk, deadline) == StreamClient::Next::chunk);
+  CHECK(chunk.data == "data: 0\n\n");
+  const int64_t t0 = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count();
+  stream.close();
+  json after;
+  REQUIRE(wait_until(
+      [&] {
+        after = stats("/ticker");
+        return after.value("streams_cancelled", int64_t{0}) >= 1;
+      },
+      10s, 20ms));
+  CAPTURE(after.dump());
+  int64_t noticed = after.value("last_cancel_ns", int64_t{0}) - t0;
+  CHECK(noticed >= 0);
+  CHECK(noticed < 100'000'000);  // 100 ms
+  CHECK(f.peer_sends("w1") - sends >= 4);
 }
