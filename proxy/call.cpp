@@ -148,6 +148,15 @@ Response invalid_status(const CallPtr& c, int status) {
                     c->request.request_id);
 }
 
+HttpResponse malformed_answer(const CallPtr& c, const std::string& sender, const std::string& why) {
+  HttpResponse answer;
+  answer.status = 502;
+  answer.headers = {{"Content-Type", "application/json"}};
+  answer.body =
+      json{{"error", sender + " sent " + why}, {"request_id", c->request.request_id}}.dump();
+  return answer;
+}
+
 bool past_deadline(const CallPtr& c) {
   return c->deadline != Clock::time_point::max() && Clock::now() >= c->deadline;
 }

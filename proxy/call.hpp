@@ -146,6 +146,9 @@ bool past_deadline(const CallPtr& c);
 // (answered with invalid_status()).
 std::optional<Response> client_head(const CallPtr& c, HttpResponse& answer);
 Response invalid_status(const CallPtr& c, int status);
+// The answer a client gets when its replica's answer frame did not decode
+// (`sender` names who sent it: "replica X", "node N"; `why` what is wrong).
+HttpResponse malformed_answer(const CallPtr& c, const std::string& sender, const std::string& why);
 
 // The request failed at its replica (the call is not done): a refusal is
 // placed again, a lost replica retried (see retry()), a request_timeout

@@ -182,13 +182,7 @@ bool on_frame(Worker* w, Lane* lane, size_t size) {
   }
   if (!st) {
     core->log->warn("replica {}: {}", lane->channel->replica_id(), st.message());
-    answer = HttpResponse{};
-    answer.status = 502;
-    answer.headers = {{"Content-Type", "application/json"}};
-    answer.body =
-        json{{"error", "replica " + lane->channel->replica_id() + " sent " + st.message()},
-             {"request_id", c->request.request_id}}
-            .dump();
+    answer = malformed_answer(c, "replica " + lane->channel->replica_id(), st.message());
   }
   on_answer(c, answer);
   return true;

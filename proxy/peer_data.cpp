@@ -337,12 +337,7 @@ struct PeerConn : FrameConn {
         }
         if (!st) {
           w->core->log->warn("node {}: {}", node_id, st.message());
-          answer = HttpResponse{};
-          answer.status = 502;
-          answer.headers = {{"Content-Type", "application/json"}};
-          answer.body = json{{"error", "node " + node_id + " sent " + st.message()},
-                             {"request_id", c->request.request_id}}
-                            .dump();
+          answer = malformed_answer(c, "node " + node_id, st.message());
         }
         on_answer(c, answer);
         return true;

@@ -112,6 +112,18 @@ struct Fixture : ClientCluster {
     return std::stol(m[1]);
   }
 
+  // GETs `target` through w1 until it is answered 200 and w1 has its data
+  // port connection to w2 (the first request to w2 opens it and goes over
+  // CAF itself).
+  void open_w1_to_w2(const std::string& target) {
+    REQUIRE(wait_until(
+        [&] {
+          auto r = http_get(port("w1"), target, 5);
+          return r && r->status == 200 && output_has("w1", "data port connection to node w2");
+        },
+        20s, 100ms));
+  }
+
   // `node`'s data port, from its log line.
   uint16_t data_port(const std::string& node) {
     static const std::regex line(R"(other workers reach this node on [^ ]+ \(data port (\d+)\))");
@@ -180,13 +192,7 @@ TEST_CASE("w1 reaches the replicas of w2 over the data port of w2 - answers bodi
     REQUIRE(node == "w2");
   REQUIRE(f.wait_routed("w1", "echo", "Echo", 2));
   REQUIRE(f.wait_routed("w1", "bytes", "Bytes", 1));
-  // The first request to w2 opens the connection (it goes over CAF itself).
-  REQUIRE(wait_until(
-      [&] {
-        auto r = http_get(f.port("w1"), "/echo/open", 5);
-        return r && r->status == 200 && f.output_has("w1", "data port connection to node w2");
-      },
-      20s, 100ms));
+  f.open_w1_to_w2("/echo/open");
   long before = f.peer_sends("w1");
 
   std::set<std::string> served_by;
@@ -231,12 +237,7 @@ TEST_CASE("w1 judges what happened at w2 as over CAF - a query of death is answe
   REQUIRE(f.client->deploy(pinned_app("crash", "/crash", "Crash", 2, "w2")).has_value());
   REQUIRE(f.wait_healthy("crash", "Crash", 2));
   REQUIRE(f.wait_routed("w1", "crash", "Crash", 2));
-  REQUIRE(wait_until(
-      [&] {
-        auto r = http_get(f.port("w1"), "/crash/", 5);
-        return r && r->status == 200 && f.output_has("w1", "data port connection to node w2");
-      },
-      20s, 100ms));
+  f.open_w1_to_w2("/crash/");
   auto before = f.running("crash", "Crash");
   long sends = f.peer_sends("w1");
   auto r = http_get(f.port("w1"), "/crash/?mode=segv", 30);
@@ -358,12 +359,7 @@ TEST_CASE("through the data port of w2 - a deadline answers 504 - a full replica
   REQUIRE(f.wait_healthy("ticker", "Ticker", 1));
   REQUIRE(f.wait_routed("w1", "sleep", "Sleep", 1));
   REQUIRE(f.wait_routed("w1", "ticker", "Ticker", 1));
-  REQUIRE(wait_until(
-      [&] {
-        auto r = http_get(f.port("w1"), "/sleep/?ms=0", 5);
-        return r && r->status == 200 && f.output_has("w1", "data port connection to node w2");
-      },
-      20s, 100ms));
+  f.open_w1_to_w2("/sleep/?ms=0");
   long sends = f.peer_sends("w1");
   auto stats = [&](const std::string& prefix) {
     auto r = http_get(f.port("w2"), prefix + "/stats", 5);
