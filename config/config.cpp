@@ -1015,7 +1015,7 @@ bool Parser::traffic(const Field& f, const ApplicationSpec& app,
   double sum = 0;
   for (const auto& [name, w] : out)
     sum += w;
-  if (std::fabs(sum - 1.0) > controller::kTrafficSumTolerance) {
+  if (!controller::traffic_sum_is_one(sum)) {
     return fail(mark_of(f),
                 self + ": the weights sum to " + format_double(sum) + "; they must sum to 1");
   }

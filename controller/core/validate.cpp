@@ -207,7 +207,7 @@ void check_traffic(Problems& p, const std::string& path, const ApplicationSpec& 
       sum += weight;
     }
   }
-  if (weights_ok && std::fabs(sum - 1.0) > kTrafficSumTolerance) {
+  if (weights_ok && !traffic_sum_is_one(sum)) {
     std::ostringstream text;
     text.precision(10);
     text << sum;

@@ -5,6 +5,8 @@
 // Several problems are joined with "; ". errc::invalid_argument on failure.
 #pragma once
 
+#include <cmath>
+
 #include "controller/core/model.hpp"
 #include "runtime/status.hpp"
 
@@ -14,9 +16,20 @@ namespace troupe::controller {
 constexpr uint32_t kMaxReplicas = 100000;
 constexpr uint32_t kMaxOngoingRequests = 1000000;
 constexpr double kMaxTimeoutS = 86400.0;
-// How far the weights of a traffic split may sum from 1: the seed's (it
-// hands them to np.random.choice, whose tolerance this is).
-constexpr double kTrafficSumTolerance = 1e-8;
+// How far the weights of a traffic split may sum from 1: the seed's rule,
+// np.isclose(sum, 1, atol=1e-8) with numpy's default rtol of 1e-5, that is
+// |sum - 1| <= 1e-8 + 1e-5 * |1| (1.001e-05): 0.33333 x 3 (0.99999) passes,
+// 0.999989 does not. The proxy ends the last share at exactly 1, so a sum a
+// little off 1 still routes every request.
+constexpr double kTrafficSumAbsTolerance = 1e-8;
+constexpr double kTrafficSumRelTolerance = 1e-5;
+constexpr double kTrafficSumTolerance = kTrafficSumAbsTolerance + kTrafficSumRelTolerance * 1.0;
+
+// True when weights summing to `sum` make a valid split (the rule above, in
+// numpy's arithmetic; NaN is not). Used by validate() and the config loader.
+inline bool traffic_sum_is_one(double sum) {
+  return std::fabs(sum - 1.0) <= kTrafficSumTolerance;
+}
 
 // Checks one application on its own (names, ingress, every deployment).
 Status validate(const ApplicationSpec& app);

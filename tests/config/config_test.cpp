@@ -845,8 +845,10 @@ TEST_CASE("config: a traffic split and its key header are read and printed back"
   CHECK(yaml.find("traffic: {Canary: 0.1, Hello: 0.9}") != std::string::npos);
   CHECK(yaml.find("traffic_key_header: X-User") != std::string::npos);
   CHECK(parse_config(yaml, kFile).value() == *r);
-  // Within the seed's tolerance of 1.
+  // Within the seed's tolerance of 1 (np.isclose: 1e-08 + 1e-05).
   CHECK(parse_config(split_app("    traffic: {Hello: 0.300000001, Canary: 0.7}\n"), kFile)
+            .has_value());
+  CHECK(parse_config(split_app("    traffic: {Hello: 0.66666, Canary: 0.33333}\n"), kFile)
             .has_value());
   // Without a split: nothing printed.
   auto plain = parse_config(split_app(""), kFile);
@@ -859,6 +861,9 @@ TEST_CASE("config error: every kind of bad traffic split - naming the field and 
   CHECK(error_of(split_app("    traffic: {Hello: 0.8, Canary: 0.1}\n")) ==
         "deploy.yaml:4:14: traffic of application 'greet': the weights sum to 0.9; they must "
         "sum to 1");
+  CHECK(error_of(split_app("    traffic: {Hello: 0.66665, Canary: 0.33333}\n")) ==
+        "deploy.yaml:4:14: traffic of application 'greet': the weights sum to 0.99998; they "
+        "must sum to 1");
   CHECK(error_of(split_app("    traffic: {Hello: 1.5, Canary: -0.5}\n")) ==
         "deploy.yaml:4:22: traffic: Hello: 1.5 must be <= 1");
   CHECK(error_of(split_app("    traffic: {Hello: 1, Canary: -0.5}\n")) ==

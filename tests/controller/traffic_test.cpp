@@ -46,7 +46,6 @@ TEST_CASE("traffic: valid splits - weights of the application's deployments summ
   CHECK(validate(greet({{"Hello", 0.8}, {"Canary", 0.2}})).is_ok());
   CHECK(validate(greet({{"Hello", 0}, {"Canary", 1}})).is_ok());
   CHECK(validate(greet({{"Canary", 1}})).is_ok());
-  // The seed's tolerance: 1e-8.
   CHECK(validate(greet({{"Hello", 0.7 + 5e-9}, {"Canary", 0.3}})).is_ok());
   auto keyed = greet({{"Hello", 0.5}, {"Canary", 0.5}});
   keyed.traffic_key_header = "X-User";
@@ -55,9 +54,7 @@ TEST_CASE("traffic: valid splits - weights of the application's deployments summ
 
 TEST_CASE("traffic: every kind of bad split is refused naming the field") {
   CHECK(problem(greet({{"Hello", 0.8}, {"Canary", 0.1}})) ==
-        "applications[greet].traffic: weights sum to 0.9, must sum to 1 (within 1e-08)");
-  CHECK(problem(greet({{"Hello", 0.7 + 2e-8}, {"Canary", 0.3}})).find("must sum to 1") !=
-        std::string::npos);
+        "applications[greet].traffic: weights sum to 0.9, must sum to 1 (within 1.001e-05)");
   CHECK(problem(greet({{"Hello", 1.5}, {"Canary", -0.5}})) ==
         "applications[greet].traffic[Canary]: -0.5 must be a weight >= 0");
   CHECK(problem(greet({{"Hello", NAN}, {"Canary", 1}})) ==
@@ -89,6 +86,65 @@ TEST_CASE("traffic: every kind of bad split is refused naming the field") {
   CHECK(s.message() ==
         "applications[greet].traffic[Mirror]: \"Mirror\" must name a deployment of application "
         "\"greet\" (it is a deployment of application \"other\")");
+}
+
+// The seed's rule is np.isclose(sum, 1, atol=1e-8) with numpy's default
+// rtol=1e-5: |sum - 1| <= 1e-8 + 1e-5 * 1, computed in doubles as numpy does.
+TEST_CASE("traffic: weights sum to 1 within the seed's np.isclose tolerance (1.001e-05)") {
+  CHECK(kTrafficSumTolerance == 1e-8 + 1e-5);
+  // A Ray config with 0.33333 x 3 (sum 0.99999, 1e-05 from 1): accepted.
+  auto thirds = make_app("thirds", "/thirds",
+                         {make_deployment("A", 1), make_deployment("B", 1), make_deployment("C", 1)});
+  thirds.traffic = {{"A", 0.33333}, {"B", 0.33333}, {"C", 0.33333}};
+  CHECK(validate(thirds).is_ok());
+  // 0.3 x 3 (0.8999999999999999 in doubles): refused, naming the sum.
+  thirds.traffic = {{"A", 0.3}, {"B", 0.3}, {"C", 0.3}};
+  CHECK(problem(thirds) ==
+        "applications[thirds].traffic: weights sum to 0.9, must sum to 1 (within 1.001e-05)");
+  // Just outside: 0.999989 is 1.1e-05 from 1.
+  CHECK(problem(greet({{"Hello", 0}, {"Canary", 0.999989}})) ==
+        "applications[greet].traffic: weights sum to 0.999989, must sum to 1 (within 1.001e-05)");
+  CHECK(validate(greet({{"Hello", 0}, {"Canary", 0.99999}})).is_ok());
+  CHECK(validate(greet({{"Hello", 0.5}, {"Canary", 0.50001}})).is_ok());
+  CHECK(problem(greet({{"Hello", 0.5}, {"Canary", 0.500011}})) ==
+        "applications[greet].traffic: weights sum to 1.000011, must sum to 1 (within 1.001e-05)");
+  // The exact boundaries, in doubles: 1 - 1.001e-05 rounds to 0.99998999,
+  // whose distance from 1 is 1.0010000000004737e-05 > the tolerance; the next
+  // double up is inside. The same above 1.
+  CHECK_FALSE(traffic_sum_is_one(0.99998999));
+  CHECK(traffic_sum_is_one(std::nextafter(0.99998999, 1.0)));
+  CHECK_FALSE(traffic_sum_is_one(1.00001001));
+  CHECK(traffic_sum_is_one(std::nextafter(1.00001001, 1.0)));
+  CHECK(problem(greet({{"Hello", 0}, {"Canary", 0.99998999}})) ==
+        "applications[greet].traffic: weights sum to 0.99998999, must sum to 1 (within "
+        "1.001e-05)");
+  CHECK(validate(greet({{"Hello", 0}, {"Canary", std::nextafter(0.99998999, 1.0)}})).is_ok());
+  CHECK_FALSE(traffic_sum_is_one(NAN));
+}
+
+TEST_CASE("traffic: set_traffic follows the same tolerance - 0.33333 x 3 taken - 0.3 x 3 refused") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app(
+              "thirds", "/thirds",
+              {make_deployment("A", 1), make_deployment("B", 1), make_deployment("C", 1)}))
+              .has_value());
+  const int saves = h.store->saves;
+  auto r = h.core->set_traffic("thirds", {{"A", 0.3}, {"B", 0.3}, {"C", 0.3}});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().code() == errc::invalid_argument);
+  CHECK(r.status().message() ==
+        "applications[thirds].traffic: weights sum to 0.9, must sum to 1 (within 1.001e-05)");
+  r = h.core->set_traffic("thirds", {{"A", 0}, {"B", 0}, {"C", 0.999989}});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().message() ==
+        "applications[thirds].traffic: weights sum to 0.999989, must sum to 1 (within "
+        "1.001e-05)");
+  CHECK(h.store->saves == saves);
+  r = h.core->set_traffic("thirds", {{"A", 0.33333}, {"B", 0.33333}, {"C", 0.33333}});
+  REQUIRE(r.has_value());
+  CHECK(h.store->saves == saves + 1);
+  CHECK(h.core->target_state().applications.at("thirds").traffic ==
+        Weights{{"A", 0.33333}, {"B", 0.33333}, {"C", 0.33333}});
 }
 
 TEST_CASE("traffic: set_traffic is written ahead - published with the routes - kept on restart") {
@@ -155,7 +211,7 @@ TEST_CASE("traffic: set_traffic refuses bad weights and unknown names - nothing 
            Bad{"greet", {}, errc::invalid_argument,
                "applications[greet].traffic: {} must name at least one deployment"},
            Bad{"greet", {{"Hello", 0.5}, {"Canary", 0.4}}, errc::invalid_argument,
-               "applications[greet].traffic: weights sum to 0.9, must sum to 1 (within 1e-08)"},
+               "applications[greet].traffic: weights sum to 0.9, must sum to 1 (within 1.001e-05)"},
            Bad{"greet", {{"Hello", 1.2}, {"Canary", -0.2}}, errc::invalid_argument,
                "applications[greet].traffic[Canary]: -0.2 must be a weight >= 0"},
            Bad{"greet", {{"Hello", 0.5}, {"Mirror", 0.5}}, errc::invalid_argument,
