@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -16,13 +17,13 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include "replica/control_worker.hpp"
-#include "replica/replica_metrics.hpp"
-#include "runtime/metrics.hpp"
 #include "replica/dispatch.hpp"
 #include "replica/inline_replica.hpp"
 #include "replica/instance.hpp"
+#include "replica/replica_metrics.hpp"
 #include "replica/request_workers.hpp"
 #include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/time.hpp"
 
 namespace troupe::replica {
@@ -44,6 +45,8 @@ struct ReplicaState {
   std::optional<caf::typed_response_promise<caf::ok_atom>> stop_promise;
   std::vector<caf::typed_response_promise<ReplicaMetadata>> init_waiters;
   bool init_running = false;
+  // The start-up gate's next check, due at its gate_atom.
+  std::function<void()> gate_retry;
   std::string user_config;  // what it runs now
   double start_time = 0;
   Clock::time_point window_start = Clock::now();
@@ -64,10 +67,10 @@ struct ReplicaState {
 using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
 using report_atom = caf::atom_constant<caf::atom("report")>;
 using registry_atom = caf::atom_constant<caf::atom("registry")>;
-using ReplicaImpl =
-    ReplicaActor::extend<caf::reacts_to<done_atom>, caf::reacts_to<stop_due_atom>,
-                         caf::reacts_to<report_atom>, caf::reacts_to<models_atom>,
-                         caf::reacts_to<registry_atom>>;
+using gate_atom = caf::atom_constant<caf::atom("gate")>;
+using ReplicaImpl = ReplicaActor::extend<caf::reacts_to<done_atom>, caf::reacts_to<stop_due_atom>,
+                                         caf::reacts_to<report_atom>, caf::reacts_to<models_atom>,
+                                         caf::reacts_to<registry_atom>, caf::reacts_to<gate_atom>>;
 using replica_actor = ReplicaImpl::stateful_base<ReplicaState>;
 
 ReplicaMetadata metadata(const ReplicaState& st) {
@@ -131,9 +134,10 @@ void register_inline(replica_actor* self, const Instance& instance) {
     registry->remove(entry);
     entry->close();
   });
-  st.log->info("replica {} of {}/{}: handler declared non-blocking; this node's proxy calls it "
-               "inline",
-               st.options.spec.replica_id, st.options.spec.app, st.options.spec.deployment);
+  st.log->info(
+      "replica {} of {}/{}: handler declared non-blocking; this node's proxy calls it "
+      "inline",
+      st.options.spec.replica_id, st.options.spec.app, st.options.spec.deployment);
 }
 
 void finish_stop(replica_actor* self) {
@@ -142,6 +146,100 @@ void finish_stop(replica_actor* self) {
     st.stop_promise->deliver(caf::ok_atom::value);
   st.stop_promise.reset();
   self->quit(caf::exit_reason::user_shutdown);
+}
+
+// The start-up gate, on the control thread: the user's check_health() after
+// the constructor and reconfigure, and after every reconfigure, before the
+// replica reports ready (Ray Serve's replica checks once in
+// initialize_and_get_metadata). A failing check is tried again every
+// health_check_period_s, so a replica that warms up within a few periods
+// passes; health_check_failure_threshold failures in a row, or a check
+// without an answer within health_check_timeout_s (user code still blocked
+// in it), fail the start. `passed` or `failed` runs on the replica actor; a
+// failure names the check's last message, so the controller's status says
+// why the start failed.
+template <class Passed, class Failed>
+void gate(replica_actor* self, std::string when, Passed passed, Failed failed,
+          uint32_t failures = 0) {
+  auto& st = self->state;
+  const ReplicaSpec& spec = st.options.spec;
+  const double timeout_s = spec.health_check_timeout_s > 0 ? spec.health_check_timeout_s : 30.0;
+  self->request(st.control, seconds_as<caf::timespan>(timeout_s), health_atom::value)
+      .then([=](caf::ok_atom) mutable { passed(); },
+            [=](caf::error& err) mutable {
+              auto& st = self->state;
+              const ReplicaSpec& spec = st.options.spec;
+              Status why = from_caf_error(err);
+              const uint32_t threshold = std::max<uint32_t>(1, spec.health_check_failure_threshold);
+              const bool timed_out = why.code() == errc::timeout;
+              if (!timed_out && failures + 1 < threshold) {
+                st.log->info("replica {}: initial health check{} failed ({} of {}): {}",
+                             spec.replica_id, when, failures + 1, threshold, why.message());
+                self->delayed_send(self, seconds_as<caf::timespan>(spec.health_check_period_s),
+                                   gate_atom::value);
+                st.gate_retry = [=]() mutable { gate(self, when, passed, failed, failures + 1); };
+                return;
+              }
+              std::string text = timed_out ? "no answer within health_check_timeout_s (" +
+                                                 fmt::format("{:g}", timeout_s) + " s)"
+                                           : why.message();
+              Status s(
+                  errc::internal,
+                  "the initial health check" + when + " failed" +
+                      (timed_out ? "" : " " + std::to_string(failures + 1) + " times in a row") +
+                      ": " + text);
+              st.log->warn("replica {}: {}", spec.replica_id, s.message());
+              failed(to_caf_error(s));
+            });
+}
+
+// The replica passed its gate: request threads start and every caller of
+// initialize gets the metadata.
+void become_ready(replica_actor* self, const Instance& instance) {
+  auto& st = self->state;
+  st.init_running = false;
+  auto& d = *st.dispatch;
+  size_t n = std::max<uint32_t>(1, st.options.spec.max_ongoing_requests);
+  d.limit = static_cast<uint32_t>(n);
+  if (d.channel) {
+    // Plain threads; they end with the process. A non-blocking handler
+    // needs no pool: one loop serves (max_ongoing_requests still bounds
+    // what it admits).
+    if (declares_nonblocking(*instance)) {
+      std::thread(channel_loop, instance, st.dispatch).detach();
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        std::thread(channel_worker, instance, st.dispatch).detach();
+    }
+    std::thread(lane_reader, st.dispatch).detach();
+  } else {
+    d.busy = std::make_unique<std::atomic<bool>[]>(n);
+    for (size_t i = 0; i < n; ++i) {
+      d.busy[i].store(false);
+      d.workers.push_back(
+          self->home_system().spawn<caf::detached>(request_worker, instance, st.dispatch, i));
+    }
+  }
+  if (!d.channel && st.options.local_replicas && declares_nonblocking(*instance))
+    register_inline(self, instance);
+  d.ready.store(true, std::memory_order_release);
+  st.initialized = true;
+  st.start_time = unix_now();
+  st.log->info("replica {} of {}/{} ready ({} request threads)", st.options.spec.replica_id,
+               st.options.spec.app, st.options.spec.deployment, n);
+  for (auto& w : st.init_waiters)
+    w.deliver(metadata(st));
+  st.init_waiters.clear();
+}
+
+void fail_init(replica_actor* self, const caf::error& err) {
+  auto& st = self->state;
+  st.init_running = false;
+  st.log->warn("replica {} failed to start: {}", st.options.spec.replica_id,
+               from_caf_error(err).message());
+  for (auto& w : st.init_waiters)
+    w.deliver(caf::error(err));
+  st.init_waiters.clear();
 }
 
 ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatch) {
@@ -178,51 +276,14 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         self->request(st.control, caf::infinite, initialize_atom::value)
             .then(
                 [=](Instance& instance) {
-                  auto& st = self->state;
-                  st.init_running = false;
-                  auto& d = *st.dispatch;
-                  size_t n = std::max<uint32_t>(1, st.options.spec.max_ongoing_requests);
-                  d.limit = static_cast<uint32_t>(n);
-                  if (d.channel) {
-                    // Plain threads; they end with the process. A
-                    // non-blocking handler needs no pool: one loop serves
-                    // (max_ongoing_requests still bounds what it admits).
-                    if (declares_nonblocking(*instance)) {
-                      std::thread(channel_loop, instance, st.dispatch).detach();
-                    } else {
-                      for (size_t i = 0; i < n; ++i)
-                        std::thread(channel_worker, instance, st.dispatch).detach();
-                    }
-                    std::thread(lane_reader, st.dispatch).detach();
-                  } else {
-                    d.busy = std::make_unique<std::atomic<bool>[]>(n);
-                    for (size_t i = 0; i < n; ++i) {
-                      d.busy[i].store(false);
-                      d.workers.push_back(self->home_system().spawn<caf::detached>(
-                          request_worker, instance, st.dispatch, i));
-                    }
-                  }
-                  if (!d.channel && st.options.local_replicas && declares_nonblocking(*instance))
-                    register_inline(self, instance);
-                  d.ready.store(true, std::memory_order_release);
-                  st.initialized = true;
-                  st.start_time = unix_now();
-                  st.log->info("replica {} of {}/{} ready ({} request threads)",
-                               st.options.spec.replica_id, st.options.spec.app,
-                               st.options.spec.deployment, n);
-                  for (auto& w : st.init_waiters)
-                    w.deliver(metadata(st));
-                  st.init_waiters.clear();
+                  // The gate: a replica whose first check fails never
+                  // reports ready, so it takes no traffic and counts as a
+                  // start failure (the old version keeps serving).
+                  gate(
+                      self, "", [=] { become_ready(self, instance); },
+                      [=](const caf::error& err) { fail_init(self, err); });
                 },
-                [=](caf::error& err) {
-                  auto& st = self->state;
-                  st.init_running = false;
-                  st.log->warn("replica {} failed to start: {}", st.options.spec.replica_id,
-                               from_caf_error(err).message());
-                  for (auto& w : st.init_waiters)
-                    w.deliver(caf::error(err));
-                  st.init_waiters.clear();
-                });
+                [=](caf::error& err) { fail_init(self, err); });
         return rp;
       },
       [=](reconfigure_atom, const std::string& user_config) -> caf::result<ReplicaMetadata> {
@@ -231,7 +292,10 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
             .then(
                 [=](caf::ok_atom) mutable {
                   self->state.user_config = user_config;
-                  rp.deliver(metadata(self->state));
+                  gate(
+                      self, " after reconfigure",
+                      [=]() mutable { rp.deliver(metadata(self->state)); },
+                      [=](const caf::error& err) mutable { rp.deliver(err); });
                 },
                 [=](caf::error& err) mutable { rp.deliver(err); });
         return rp;
@@ -320,6 +384,12 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s),
                            report_atom::value);
       },
+      [=](gate_atom) {
+        if (auto retry = std::move(self->state.gate_retry)) {
+          self->state.gate_retry = nullptr;
+          retry();
+        }
+      },
       [=](registry_atom) {
         auto& st = self->state;
         self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
@@ -354,7 +424,8 @@ ReplicaActor spawn_replica(caf::actor_system& sys, ReplicaOptions options) {
   // The handle everyone gets. Its only member is the replica actor: when that
   // exits the handle goes with it, and an exit sent to the handle reaches it.
   caf::scoped_execution_unit context{&sys};
-  auto pool = caf::actor_pool::make(&context, 1, [&] { return actor; }, dispatch_policy(dispatch));
+  auto pool = caf::actor_pool::make(
+      &context, 1, [&] { return actor; }, dispatch_policy(dispatch));
   // The handle ends with the replica actor's own exit reason, not the pool's
   // `out_of_workers`: whoever watches the handle (the proxies, the agent, the
   // controller) tells a requested stop (user_shutdown) from a fault. Attached

@@ -46,7 +46,10 @@ namespace troupe {
 //     `troupectl logs` (logs_atom to the controller and the node agents).
 // 14: the data port between workers (PeerActor answers data_port_atom; a
 //     data port request frame names its replica).
-constexpr uint32_t kProtocolVersion = 14;
+// 15: ReplicaSpec::health_check_timeout_s, health_check_period_s and
+//     health_check_failure_threshold (a replica's start-up health checks,
+//     run before it reports ready).
+constexpr uint32_t kProtocolVersion = 15;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -184,6 +187,14 @@ struct ReplicaSpec {
   // ReplicaContext::max_num_models_per_replica: what a ModelCache of the
   // replica holds at most; -1: no limit.
   int32_t max_num_models_per_replica = -1;
+  // The start-up gate: after its constructor and reconfigure (and after
+  // every later reconfigure) the replica runs check_health() before it
+  // reports ready, again every health_check_period_s while it fails; the
+  // start fails after health_check_failure_threshold failed checks in a
+  // row, or when one gives no answer within health_check_timeout_s.
+  double health_check_timeout_s = 30.0;
+  double health_check_period_s = 10.0;
+  uint32_t health_check_failure_threshold = 3;
 };
 
 template <class Inspector>
@@ -191,7 +202,8 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaSpec& x) {
   return f(caf::meta::type_name("troupe.ReplicaSpec"), x.replica_id, x.app, x.deployment,
            x.import_path, x.init_args, x.code_version, x.user_config, x.max_ongoing_requests,
            x.metrics_interval_s, x.isolation, x.memory_limit_bytes, x.stuck_after_s,
-           x.max_num_models_per_replica);
+           x.max_num_models_per_replica, x.health_check_timeout_s, x.health_check_period_s,
+           x.health_check_failure_threshold);
 }
 
 // What an initialized replica reports about itself.

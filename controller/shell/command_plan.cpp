@@ -71,6 +71,8 @@ ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s) {
   spec.memory_limit_bytes = cmd.spec->config.memory_limit_bytes;
   spec.stuck_after_s = effective_stuck_after_s(cmd.spec->config.stuck_after_s, request_timeout_s);
   spec.max_num_models_per_replica = cmd.spec->config.max_num_models_per_replica;
+  spec.health_check_timeout_s = cmd.spec->config.health_check_timeout_s;
+  spec.health_check_period_s = cmd.spec->config.health_check_period_s;
   return spec;
 }
 

@@ -235,6 +235,44 @@ TEST_CASE("FlakyHealth passes exactly N health checks - then fails") {
   }
 }
 
+TEST_CASE("Release answers its label and status - its health check fails for a while or for ever") {
+  SUBCASE("defaults: v1, 200, healthy at once") {
+    auto r = make("Release");
+    CHECK_NOTHROW(r->check_health());
+    Response response = r->handle(get());
+    CHECK(response.status == 200);
+    CHECK(json_of(response) ==
+          Json{{"release", "v1"}, {"replica_id", "app#Dep#r1"}, {"node_id", "node-1"}});
+  }
+  SUBCASE("a broken release: 500 and a check that never passes") {
+    auto r =
+        make("Release", Json{{"release", "v2"}, {"status", 500}, {"unhealthy_for_ms", "forever"}});
+    CHECK_THROWS_WITH_AS(r->check_health(), "release v2: the model's weights did not load",
+                         std::runtime_error);
+    CHECK(r->handle(get()).status == 500);
+  }
+  SUBCASE("unhealthy for a while, then healthy") {
+    auto r = make("Release", Json{{"release", "v3"}, {"unhealthy_for_ms", 300}});
+    CHECK_THROWS_WITH(r->check_health(), "release v3: still warming up");
+    bool passed = false;
+    for (int i = 0; i < 200 && !passed; ++i) {
+      try {
+        r->check_health();
+        passed = true;
+      } catch (const std::runtime_error&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling its clock
+      }
+    }
+    CHECK(passed);
+  }
+  SUBCASE("bad args are refused by name") {
+    CHECK_THROWS_WITH(make("Release", Json{{"status", 42}}),
+                      "Release: init args.status must be an HTTP status, got 42");
+    CHECK_THROWS_WITH(make("Release", Json{{"release", 2}}),
+                      "Release: init args.release must be a string, got 2");
+  }
+}
+
 // Routes handle calls to deployments of this process, by name, the way the
 // proxy would; unknown names and names in `failing` answer like the proxy.
 class LocalTransport : public HandleTransport {
