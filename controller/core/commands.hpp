@@ -103,6 +103,9 @@ struct CoreOptions {
   double health_check_jitter = 0.1;
   // Grace period for orphans (replicas of no known deployment).
   double orphan_graceful_shutdown_timeout_s = 20.0;
+  // A replica still not gone this long after a kill is killed again, and so
+  // on until its node reports it stopped (or the node is DEAD).
+  double kill_resend_s = 1.0;
   // Identifies this controller incarnation in snapshot ids, so a subscriber
   // presenting an id of a previous incarnation gets a full snapshot. The shell
   // should pass a value unlikely to repeat (e.g. a random 64-bit number).

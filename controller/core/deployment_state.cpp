@@ -56,13 +56,17 @@ NodeState node_state(Replica& r, const Cluster& cluster) {
 bool advance_stopping(Replica& r, TickContext& ctx) {
   if (r.stopped || r.crashed || node_state(r, ctx.cluster) == NodeState::dead)
     return true;
-  if (!r.kill_sent && ctx.now >= r.kill_at) {
+  // Sent again every kill_resend_s until the replica is gone (Ray Serve
+  // repeats it every loop): a kill lost with a dropped connection, or one
+  // its node could not carry out yet, must not keep the deployment one
+  // replica short for ever.
+  if (ctx.now >= r.kill_at) {
     Command c;
     c.kind = CommandKind::kill;
     c.replica_id = r.id;
     c.node_id = r.node_id;
     ctx.out.push_back(std::move(c));
-    r.kill_sent = true;
+    r.kill_at = ctx.now + ctx.options.kill_resend_s;
   }
   return false;
 }
@@ -82,11 +86,9 @@ bool begin_stop(Replica& r, double grace_s, TickContext& ctx) {
     c.kind = CommandKind::stop;
     c.timeout_s = grace_s;
     r.kill_at = ctx.now + grace_s;
-    r.kill_sent = false;
   } else {
     c.kind = CommandKind::kill;
-    r.kill_at = ctx.now;
-    r.kill_sent = true;
+    r.kill_at = ctx.now + ctx.options.kill_resend_s;
   }
   ctx.out.push_back(std::move(c));
   return false;
@@ -142,6 +144,11 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
 
   const uint32_t old_target = target_;
   const bool had_autoscaling = spec_->config.autoscaling_config.has_value();
+  // Ray Serve's is_scaled_copy_of compares the whole deployment config but
+  // num_replicas: a new autoscaling_config is a config update (UPDATING),
+  // not a scale.
+  const bool autoscaling_changed =
+      spec_->config.autoscaling_config != spec->config.autoscaling_config;
   if (spec->config.max_ongoing_requests != spec_->config.max_ongoing_requests) {
     running_dirty_ = true;
   }
@@ -178,12 +185,19 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
 
   start_failures_ = 0;
   last_start_error_.clear();
+  unproven_failures_ = 0;
+  last_unproven_error_.clear();
+  needs_proof_ = false;
   backoff_s_ = 1.0;
   retry_not_before_ = 0;
+  // The rolling update picks again which replicas the new target replaces
+  // (none, when it is the version they run: a rollback keeps them).
+  for (auto& r : replicas_)
+    r->replacing = false;
 
   if (kind == ChangeKind::unchanged)
     kind = ChangeKind::scaled;
-  if (kind == ChangeKind::scaled && !was_deleting) {
+  if (kind == ChangeKind::scaled && !was_deleting && !autoscaling_changed) {
     if (target_ != old_target) {
       const bool up = target_ > old_target;
       const DeploymentStatus s =
@@ -343,6 +357,7 @@ void DeploymentState::on_became_running(Replica& r, TickContext& ctx) {
   r.state = ReplicaState::running;
   r.state_since = ctx.now;
   r.consecutive_failures = 0;
+  r.checks_passed = 0;
   r.check_outstanding = false;
   r.health_result = -1;
   // The first check is due at once (at the next tick), as in Ray Serve, whose
@@ -350,9 +365,6 @@ void DeploymentState::on_became_running(Replica& r, TickContext& ctx) {
   // start is found one period sooner than if it waited a whole period.
   r.next_check_at = ctx.now;
   running_dirty_ = true;
-  // One successful start of the target version stops the failure counting.
-  if (is_target(r))
-    start_failures_ = -1;
 }
 
 void DeploymentState::handle_startup_failure(Replica& r, const std::string& error,
@@ -409,6 +421,10 @@ void DeploymentState::check_health(Replica& r, TickContext& ctx) {
       if (r.health_result == 1) {
         r.consecutive_failures = 0;
         r.last_failure.clear();
+        // A replica of the target version proved itself: its version can
+        // run, so earlier replicas that failed early were not its fault.
+        if (++r.checks_passed == options_.health_check_failure_threshold && is_target(r))
+          unproven_failures_ = 0;
       } else {
         ++r.consecutive_failures;
         r.last_failure = std::move(r.health_error);
@@ -427,8 +443,20 @@ void DeploymentState::check_health(Replica& r, TickContext& ctx) {
     // The replica's own words ("stuck: all 2 request threads busy for 31.0 s
     // with none finished"), so the status says why it is replaced.
     const std::string why = r.last_failure.empty() ? "" : " (last: " + r.last_failure + ")";
+    const bool proven = r.checks_passed >= options_.health_check_failure_threshold;
     stop_replica(r, /*graceful=*/true, ctx);
     if (target && !deleting_) {
+      needs_proof_ = true;
+      if (!proven) {
+        // Replaced before it proved itself: a start that did not hold, so
+        // its replacements back off like those of failed starts instead of
+        // being replaced in a tight loop.
+        ++unproven_failures_;
+        last_unproven_error_ = "replica " + r.id + " failed " + std::to_string(failures) +
+                               " health checks in a row after passing " +
+                               std::to_string(r.checks_passed) + why;
+        failed_this_tick_ = true;
+      }
       set_status(DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed,
                  "Replica " + r.id + " failed " + std::to_string(failures) +
                      " health checks in a row" + why +
@@ -453,6 +481,11 @@ void DeploymentState::check_health(Replica& r, TickContext& ctx) {
 
 uint32_t DeploymentState::start_failure_threshold() const {
   return std::min<uint32_t>(options_.max_constructor_retry_count, 3 * target_);
+}
+
+bool DeploymentState::backing_off() const {
+  const uint32_t threshold = start_failure_threshold();
+  return threshold > 0 && (start_failures_ >= threshold || unproven_failures_ >= threshold);
 }
 
 void DeploymentState::update(TickContext& ctx) {
@@ -500,8 +533,7 @@ void DeploymentState::update(TickContext& ctx) {
   }
 
   // Backoff after failures beyond the threshold: 1, 2, 4, ... s, capped.
-  const uint32_t threshold = start_failure_threshold();
-  if (failed_this_tick_ && threshold > 0 && start_failures_ >= threshold) {
+  if (failed_this_tick_ && backing_off()) {
     last_wait_s_ = backoff_s_;
     // Ray Serve's offset: up to backoff_jitter_s more, so deployments that
     // failed together do not retry together.
@@ -533,6 +565,10 @@ void DeploymentState::rolling_update(TickContext& ctx) {
     if (r.removed || r.migrating)
       continue;
     const bool target = is_target(r);
+    if (r.replacing) {  // on its way out: serves until its replacement runs
+      ++old_stopping;
+      continue;
+    }
     switch (r.state) {
       case ReplicaState::starting:
       case ReplicaState::updating:
@@ -566,12 +602,20 @@ void DeploymentState::rolling_update(TickContext& ctx) {
   for (ReplicaState pass : {ReplicaState::starting, ReplicaState::running}) {
     for (std::size_t i = 0, n = replicas_.size(); i < n && changes < max_changes; ++i) {
       Replica& r = *replicas_[i];
-      if (r.removed || r.migrating || r.state != pass || is_target(r))
+      if (r.removed || r.migrating || r.replacing || r.state != pass || is_target(r))
         continue;
       if (r.version.code != target_version_.code) {
         ++changes;
-        // A replica still starting has no requests to finish: no grace period.
-        stop_replica(r, /*graceful=*/r.state == ReplicaState::running, ctx);
+        if (r.state == ReplicaState::running) {
+          // Surge: it serves until a replacement of the new version passed
+          // its start-up gate (scale() starts it, stop_migrated() stops
+          // this one), so a release that fails to start leaves the old
+          // version's replicas running.
+          r.replacing = true;
+        } else {
+          // Still starting: no requests to finish, no grace period.
+          stop_replica(r, /*graceful=*/false, ctx);
+        }
       } else if (r.state == ReplicaState::running) {
         ++changes;
         running_dirty_ = true;
@@ -601,14 +645,15 @@ void DeploymentState::scale(TickContext& ctx) {
       continue;
     if (r.state == ReplicaState::stopping) {
       ++stopping;
-    } else if (r.migrating) {
+    } else if (r.migrating || r.replacing) {
       ++migrating;
     } else {
       ++current;
     }
   }
-  // Replicas on draining nodes are replaced at most rollout_size at a time;
-  // the others still count as current until their turn.
+  // Replicas on draining nodes, and old ones a rolling update replaces, are
+  // replaced at most rollout_size at a time; the others still count as
+  // current until their turn.
   const int64_t rollout = std::max<int64_t>(target_ / 5, 1);
   current += std::max<int64_t>(migrating - rollout, 0);
   const int64_t delta = static_cast<int64_t>(target_) - current;
@@ -616,8 +661,7 @@ void DeploymentState::scale(TickContext& ctx) {
     const int64_t to_add = std::max<int64_t>(delta - stopping, 0);
     if (to_add == 0)
       return;
-    const uint32_t threshold = start_failure_threshold();
-    if (threshold > 0 && start_failures_ >= threshold && ctx.now < retry_not_before_)
+    if (backing_off() && ctx.now < retry_not_before_)
       return;
     for (int64_t k = 0; k < to_add; ++k) {
       auto owned = std::make_unique<Replica>();
@@ -638,19 +682,25 @@ void DeploymentState::scale(TickContext& ctx) {
   if (delta == 0)
     return;
 
-  // Downscale: not-yet-running replicas first (unplaced, then starting,
-  // recovering, updating), old versions before the target version, then
-  // replicas on the nodes with the most replicas of this deployment, newest
-  // first.
+  // Downscale, Ray Serve's order (its scheduler's _get_replicas_to_stop):
+  // replicas not running yet first (unplaced, starting, recovering, then
+  // updating); then those on the nodes holding the fewest replicas of all
+  // deployments, so that whole nodes empty out and can be given back;
+  // newest first. troupe adds one rule: an old version's replica before one
+  // of the target version (a rolling update then has less to replace).
+  // Every replica stops gracefully, one still starting included (it has no
+  // request, so it goes at once).
   std::vector<Replica*> candidates;
-  std::map<std::string, uint32_t> per_node;
   for (auto& rp : replicas_) {
     Replica& r = *rp;
-    if (!active(r) || r.migrating)
+    if (!active(r) || r.migrating || r.replacing)
       continue;
     candidates.push_back(&r);
-    if (r.placed)
-      ++per_node[r.node_id];
+  }
+  std::map<std::string, uint32_t> per_node;  // replicas of every deployment
+  for (const auto& [id, r] : ctx.directory) {
+    if (r->placed && !r->removed && r->state != ReplicaState::stopping)
+      ++per_node[r->node_id];
   }
   auto rank = [](const Replica& r) {
     switch (r.state) {
@@ -677,7 +727,7 @@ void DeploymentState::scale(TickContext& ctx) {
       uint32_t na = a->placed ? per_node[a->node_id] : 0;
       uint32_t nb = b->placed ? per_node[b->node_id] : 0;
       if (na != nb)
-        return na > nb;
+        return na < nb;
       return a->seq > b->seq;
     };
     auto it = std::min_element(candidates.begin(), candidates.end(), better);
@@ -685,7 +735,7 @@ void DeploymentState::scale(TickContext& ctx) {
     candidates.erase(it);
     if (victim.placed)
       --per_node[victim.node_id];
-    stop_replica(victim, /*graceful=*/victim.state != ReplicaState::starting, ctx);
+    stop_replica(victim, /*graceful=*/true, ctx);
   }
 }
 
@@ -731,13 +781,24 @@ void DeploymentState::place_pending(TickContext& ctx) {
 
 void DeploymentState::stop_migrated(TickContext& ctx) {
   uint32_t running_ok = 0;
+  int64_t unplaced = 0;
+  int64_t freeing = 0;  // placed and STOPPING: their room comes free
   std::vector<Replica*> migrating;
+  std::vector<Replica*> replacing;
   for (auto& rp : replicas_) {
     Replica& r = *rp;
-    if (!active(r))
+    if (r.removed)
       continue;
-    if (r.migrating) {
+    if (r.state == ReplicaState::stopping) {
+      freeing += r.placed ? 1 : 0;
+      continue;
+    }
+    if (r.state == ReplicaState::starting && !r.placed)
+      ++unplaced;
+    if (r.migrating || r.replacing) {
       migrating.push_back(&r);
+      if (r.replacing)
+        replacing.push_back(&r);
     } else if (r.state == ReplicaState::running) {
       ++running_ok;
     }
@@ -746,9 +807,62 @@ void DeploymentState::stop_migrated(TickContext& ctx) {
     return;
   const std::size_t keep = target_ > running_ok ? target_ - running_ok : 0;
   // Oldest first.
+  std::size_t stopped = 0;
   for (std::size_t i = 0; i + keep < migrating.size(); ++i) {
+    if (migrating[i]->replacing)
+      ++stopped;
     stop_replica(*migrating[i], /*graceful=*/true, ctx);
   }
+  // No node has room for a replacement beside the replica it replaces
+  // (resources, max_replicas_per_node): that one makes room, as Ray Serve's
+  // rolling update always does. A release that then fails to start costs
+  // the old version those replicas (at most rollout_size) until a rollback.
+  int64_t make_room = unplaced - freeing - static_cast<int64_t>(stopped);
+  for (std::size_t i = 0; i < replacing.size() && make_room > 0; ++i) {
+    Replica& r = *replacing[i];
+    if (r.removed || r.state == ReplicaState::stopping)
+      continue;
+    stop_replica(r, /*graceful=*/true, ctx);
+    --make_room;
+  }
+}
+
+bool DeploymentState::report_failures(uint32_t running_target, uint32_t running_old) {
+  const uint32_t threshold = start_failure_threshold();
+  if (threshold == 0)
+    return false;
+  std::string what;
+  if (start_failures_ >= threshold) {
+    if (running_target > 0) {
+      // Partial success, checked at the threshold as Ray Serve does: the
+      // version can start; the controller goes on filling the target.
+      start_failures_ = -1;
+    } else {
+      what = "The deployment failed to start " + std::to_string(start_failures_) +
+             " times in a row. This may be due to a problem with its constructor, reconfigure "
+             "or initial health check.";
+    }
+  }
+  DeploymentTrigger trigger = DeploymentTrigger::replica_startup_failed;
+  std::string error = last_start_error_;
+  if (what.empty() && unproven_failures_ >= threshold) {
+    what = std::to_string(unproven_failures_) +
+           " replicas of this version in a row failed their health checks before passing " +
+           std::to_string(options_.health_check_failure_threshold) + ".";
+    trigger = DeploymentTrigger::health_check_failed;
+    error = last_unproven_error_;
+  }
+  if (what.empty())
+    return false;
+  const bool was_running =
+      status_.status == DeploymentStatus::healthy || status_.status == DeploymentStatus::unhealthy;
+  if (running_old > 0) {
+    what += " The previous version keeps serving on " + std::to_string(running_old) +
+            (running_old == 1 ? " replica." : " replicas.");
+  }
+  set_status(was_running ? DeploymentStatus::unhealthy : DeploymentStatus::deploy_failed, trigger,
+             what + " Retrying after " + seconds(last_wait_s_) + " seconds. Error:\n" + error);
+  return true;
 }
 
 void DeploymentState::check_status(TickContext& ctx) {
@@ -756,6 +870,7 @@ void DeploymentState::check_status(TickContext& ctx) {
     return;
   uint32_t running_all = 0;
   uint32_t running_target = 0;
+  uint32_t unproven = 0;
   uint32_t transitional = 0;
   uint32_t migrating = 0;
   uint32_t slow_allocation = 0;
@@ -764,12 +879,14 @@ void DeploymentState::check_status(TickContext& ctx) {
     const Replica& r = *rp;
     if (r.removed)
       continue;
-    if (r.migrating)
+    if (r.migrating || r.replacing)
       ++migrating;
     if (r.state == ReplicaState::running) {
       ++running_all;
       if (is_target(r))
         ++running_target;
+      if (r.checks_passed < options_.health_check_failure_threshold)
+        ++unproven;
     } else {
       ++transitional;
       if ((r.state == ReplicaState::starting || r.state == ReplicaState::updating) &&
@@ -778,22 +895,18 @@ void DeploymentState::check_status(TickContext& ctx) {
       }
     }
   }
-  const uint32_t threshold = start_failure_threshold();
-  if (threshold > 0 && start_failures_ >= threshold) {
-    if (running_target > 0) {
-      start_failures_ = -1;
-    } else {
-      const DeploymentStatus s = status_.status == DeploymentStatus::healthy ||
-                                         status_.status == DeploymentStatus::unhealthy
-                                     ? DeploymentStatus::unhealthy
-                                     : DeploymentStatus::deploy_failed;
-      set_status(s, DeploymentTrigger::replica_startup_failed,
-                 "The deployment failed to start " + std::to_string(start_failures_) +
-                     " times in a row. This may be due to a problem with its constructor or "
-                     "reconfigure. Retrying after " +
-                     seconds(last_wait_s_) + " seconds. Error:\n" + last_start_error_);
-      return;
+  if (report_failures(running_target, running_all - running_target))
+    return;
+  // After a replica of this version failed its checks, HEALTHY needs every
+  // replica to have proven itself: a replacement that passes its gate and
+  // fails a few checks later must not read HEALTHY in between.
+  if (needs_proof_ && unproven > 0) {
+    if (status_.status == DeploymentStatus::healthy) {
+      set_status(DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed,
+                 "Waiting for the replacement replicas to pass " +
+                     std::to_string(options_.health_check_failure_threshold) + " health checks.");
     }
+    return;
   }
   if (transitional == 0 && migrating == 0 && running_target == target_ &&
       running_all == running_target) {
@@ -813,6 +926,7 @@ void DeploymentState::check_status(TickContext& ctx) {
       }
       set_status(DeploymentStatus::healthy, t, std::move(message));
     }
+    needs_proof_ = false;
     return;
   }
   if (status_.status == DeploymentStatus::unhealthy)

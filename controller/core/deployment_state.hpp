@@ -131,8 +131,16 @@ class DeploymentState {
   std::vector<ReplicaInfo> replicas() const;
   // Replicas in RECOVERING state.
   uint32_t recovering_count() const;
-  // Start failures counted so far; -1 once a replica started (counting stops).
+  // Start failures counted so far (constructor, reconfigure or the
+  // replica's first health check failed); -1 once the count reached the
+  // threshold while a replica of the target version ran (partial success:
+  // counting stops, as in Ray Serve).
   int64_t start_failures() const { return start_failures_; }
+  // Replicas of the target version replaced for failed health checks before
+  // they passed health_check_failure_threshold checks in a row; reset when
+  // one does, and by a new deploy. At the start-failure threshold, new
+  // replicas back off as after start failures.
+  uint32_t unproven_failures() const { return unproven_failures_; }
   // The next backoff wait (before jitter) after a failure beyond the threshold.
   double backoff_s() const { return backoff_s_; }
 
@@ -180,6 +188,12 @@ class DeploymentState {
   void stop_migrated(TickContext& ctx);
   void check_status(TickContext& ctx);
   uint32_t start_failure_threshold() const;
+  // Start failures or unproven replicas' health failures reached the
+  // threshold: new replicas wait for the backoff.
+  bool backing_off() const;
+  // The failures above mark the deployment DEPLOY_FAILED or UNHEALTHY;
+  // false when there is nothing to say.
+  bool report_failures(uint32_t running_target, uint32_t running_old);
   bool is_target(const Replica& r) const { return r.version == target_version_; }
 
   DeploymentId id_;
@@ -206,6 +220,11 @@ class DeploymentState {
   double retry_not_before_ = 0;
   double last_wait_s_ = 0;
   bool failed_this_tick_ = false;
+  uint32_t unproven_failures_ = 0;
+  std::string last_unproven_error_;
+  // A replica of the target version was replaced for failed health checks:
+  // HEALTHY again only once every running replica proved itself.
+  bool needs_proof_ = false;
 
   bool running_dirty_ = true;
   uint64_t published_seq_ = 0;

@@ -30,6 +30,11 @@ struct Replica {
   double created_at = 0;
   double state_since = 0;
   bool migrating = false;  // RUNNING on a DRAINING node, waiting for its replacement
+  // An old version's RUNNING replica that a rolling update replaces: it
+  // keeps serving until a replacement of the target version passed its
+  // start-up gate (or, with no room for one more replica, until the
+  // replacement needs its place).
+  bool replacing = false;
   // State of node_id as of Cluster::epoch() == node_epoch (a cache: the node
   // view changes rarely, replicas are visited every tick).
   uint64_t node_epoch = 0;
@@ -58,10 +63,14 @@ struct Replica {
   double next_check_at = 0;
   uint32_t consecutive_failures = 0;
   std::string last_failure;  // why the last failed check failed ("" unknown)
+  // Checks passed in a row since it became RUNNING. A replica has proven
+  // itself once this reaches health_check_failure_threshold: before that, a
+  // replica replaced for failed checks counts toward the deployment's
+  // backoff like a start failure.
+  uint32_t checks_passed = 0;
 
   // --- stopping
-  double kill_at = 0;
-  bool kill_sent = false;
+  double kill_at = 0;  // when the (next) kill is due
 };
 
 // A read-only view for status queries and tests.

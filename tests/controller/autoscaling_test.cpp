@@ -441,7 +441,9 @@ TEST_CASE("autoscaling: a step down applies after downscale_delay_s") {
   CHECK(last_decision(h).direction == ScaleDirection::down);
   CHECK(last_decision(h).since == 130);
   CHECK(h.core->target_replicas(kD) == 6u);
-  CHECK(load.tick() == V{"stop a#D#6 20", "stop a#D#5 20", "stop a#D#4 20", "stop a#D#3 20"});
+  // The nodes with the fewest replicas empty first (n3, then n2), newest
+  // first (Ray Serve's scheduler).
+  CHECK(load.tick() == V{"stop a#D#6 20", "stop a#D#3 20", "stop a#D#5 20", "stop a#D#2 20"});
   CHECK(h.core->target_replicas(kD) == 2u);
   expect_status(h, DeploymentStatus::downscaling, DeploymentTrigger::autoscaling);
   CHECK(h.status("a", "D").message ==
@@ -632,7 +634,7 @@ TEST_CASE("autoscaling: target_capacity scales the bounds the policy moves withi
   // No load: min 2 at 50 % is 1.
   load.total = 0;
   CHECK(load.until(42) == V{});
-  CHECK(load.tick() == V{"stop a#D#3 20", "stop a#D#2 20"});
+  CHECK(load.tick() == V{"stop a#D#2 20", "stop a#D#4 20"});  // fewest-replica nodes first
   CHECK(h.core->target_replicas(kD) == 1u);
   // 0 %: nothing runs, and a queued request does not start a replica.
   REQUIRE(h.core->set_target_capacity(0.0).is_ok());
@@ -687,6 +689,37 @@ TEST_CASE("autoscaling: a redeploy keeps the autoscaled count - switching it on 
   a.initial_replicas.reset();
   deploy(h, autoscaled(a, "v2"));
   CHECK(h.core->target_replicas(kD) == 3u);
+}
+
+TEST_CASE(
+    "autoscaling: a new autoscaling_config is UPDATING - CONFIG_UPDATE_STARTED as in Ray Serve") {
+  Harness h;
+  deploy(h, make_deployment("D", 2));
+  h.ticks(2);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  // Switched on, with initial_replicas above the current count.
+  AutoscalingConfig a = bounded(1, 10);
+  a.initial_replicas = 4;
+  auto r = h.core->deploy_application(make_app("a", "/a", {autoscaled(a)}));
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::scaled);  // no replica restarts
+  expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+  h.ticks(2);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  // New bounds that move the target down: still a config update.
+  a.initial_replicas = 3;
+  a.max_replicas = 3;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {autoscaled(a)})).has_value());
+  CHECK(h.core->target_replicas(kD) == 3u);
+  expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+  h.ticks(3);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  // A manual num_replicas change of a fixed deployment is still a scale.
+  deploy(h, make_deployment("D", 3));  // autoscaling off: the count stays 3
+  expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
+  h.ticks(2);
+  deploy(h, make_deployment("D", 5));
+  expect_status(h, DeploymentStatus::upscaling, DeploymentTrigger::config_update_started);
 }
 
 TEST_CASE("autoscaling: a restarted controller keeps the replicas its predecessor scaled to") {

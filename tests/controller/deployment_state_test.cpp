@@ -63,8 +63,9 @@ TEST_CASE("scaling: create - scale up - scale down") {
   REQUIRE(h.core->deploy_deployment("a", scaled(d, 2)).has_value());
   expect_status(h, DeploymentStatus::downscaling, DeploymentTrigger::config_update_started);
   CHECK(h.status("a", "D").message == "Downscaling from 5 to 2 replicas.");
-  // Nodes with the most replicas first (n1 and n2 hold two), newest first.
-  CHECK(h.tick() == V{"stop a#D#5 20", "stop a#D#4 20", "stop a#D#3 20"});
+  // Nodes with the fewest replicas first (n3 holds one), newest first: n3
+  // empties, then n2 (Ray Serve's scheduler; n1 and n2 held two each).
+  CHECK(h.tick() == V{"stop a#D#3 20", "stop a#D#5 20", "stop a#D#2 20"});
   CHECK(h.count("a", "D", ReplicaState::stopping) == 3);
   CHECK(h.count("a", "D", ReplicaState::running) == 2);
   expect_status(h, DeploymentStatus::downscaling, DeploymentTrigger::config_update_started);
@@ -84,12 +85,37 @@ TEST_CASE("scaling: downscale stops not-yet-running replicas first") {
   CHECK(h.tick() == V{});
   CHECK(h.count("a", "D", ReplicaState::starting) == 2);
   REQUIRE(h.core->deploy_deployment("a", scaled(d, 2)).has_value());
-  // STARTING replicas have no requests to finish: killed without grace; the
-  // one on the node with more replicas of the deployment first.
-  CHECK(h.tick() == V{"kill a#D#4", "kill a#D#3"});
+  // STARTING replicas first, stopped gracefully as Ray Serve does (having
+  // no request, they go at once); the one on the node with fewer replicas
+  // (n3 holds one, n1 two) first.
+  CHECK(h.tick() == V{"stop a#D#3 20", "stop a#D#4 20"});
   CHECK(h.tick() == V{});
   CHECK(h.count("a", "D", ReplicaState::running) == 2);
   expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::downscale_completed);
+}
+
+TEST_CASE("scaling: a scale-down empties the nodes with the fewest replicas of all deployments") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("b", "/b", {make_deployment("E", 2)})).has_value());
+  h.ticks(2);  // b#E#1 on n1, b#E#2 on n2
+  auto d = make_deployment("D", 5);
+  deploy(h, d);
+  h.ticks(2);
+  std::map<std::string, std::string> where;
+  for (const auto& r : h.replicas("a", "D"))
+    where[r.id] = r.node_id;
+  // Placed where this deployment had fewest, then where all had fewest.
+  REQUIRE(where ==
+          std::map<std::string, std::string>{
+              {"a#D#3", "n3"}, {"a#D#4", "n1"}, {"a#D#5", "n2"}, {"a#D#6", "n3"}, {"a#D#7", "n1"}});
+  // Replicas of every deployment: n1 3 (E and two of D), n2 2, n3 2. Ties
+  // go to the newest replica: a#D#6 on n3, then n3 (one left) before n2,
+  // then n2 (two, against n1's three). n3 is empty, n2 holds only E.
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 2)).has_value());
+  CHECK(h.tick() == V{"stop a#D#6 20", "stop a#D#3 20", "stop a#D#5 20"});
+  h.tick();
+  for (const auto& r : h.replicas("a", "D"))
+    CHECK(r.node_id == "n1");
 }
 
 TEST_CASE("scaling: never exceeds the target counting STOPPING replicas") {
@@ -169,7 +195,8 @@ TEST_CASE("target capacity scales targets - rounding half up as Ray Serve does -
   h.ticks(2);
   REQUIRE(h.core->set_target_capacity(50.0).is_ok());
   CHECK(h.core->target_replicas({"a", "D"}) == 2u);
-  CHECK(h.tick() == V{"stop a#D#4 20", "stop a#D#3 20"});
+  // n3 holds one replica (a#D#3), n1 two: n3 empties first, then n2's.
+  CHECK(h.tick() == V{"stop a#D#3 20", "stop a#D#2 20"});
   h.tick();
   expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::downscale_completed);
   REQUIRE(h.core->set_target_capacity(std::nullopt).is_ok());
@@ -314,7 +341,13 @@ TEST_CASE(
         "replica is replaced or a new deploy happens.");
   CHECK(h.core->application_status("a")->status == ApplicationStatus::unhealthy);
   CHECK(h.tick() == V{"start a#D#2@n1"});  // gone: replaced
-  CHECK(h.tick() == V{});
+  CHECK(h.tick() == V{});                  // t = 56: a#D#2 runs; checks at 57, 67, 77
+  // Not HEALTHY until the replacement passed 3 checks (issue 39).
+  for (int i = 0; i < 21; ++i) {
+    h.tick();
+    expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+  }
+  h.tick();  // t = 78: the third passed check arrives
   // Ray Serve's names: HEALTHY with trigger UNSPECIFIED.
   expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::unspecified);
   CHECK(h.status("a", "D").message == "Every replica is healthy again.");
@@ -396,7 +429,8 @@ TEST_CASE("health: replicas on a node that died are replaced") {
 
 // ---------------------------------------------------------------- start failures
 
-TEST_CASE("start failures: DEPLOY_FAILED after 3 x target failures - then backoff 1 - 2 - 4 ... 64") {
+TEST_CASE(
+    "start failures: DEPLOY_FAILED after 3 x target failures - then backoff 1 - 2 - 4 ... 64") {
   Harness h;
   h.rng.fraction = 0;  // no jitter
   h.cluster.fail_start["D"] = "RuntimeError: cannot open model file";
@@ -414,7 +448,8 @@ TEST_CASE("start failures: DEPLOY_FAILED after 3 x target failures - then backof
       expect_status(h, DeploymentStatus::deploy_failed, DeploymentTrigger::replica_startup_failed);
       CHECK(h.status("a", "D").message ==
             "The deployment failed to start 3 times in a row. This may be due to a problem with "
-            "its constructor or reconfigure. Retrying after 1 seconds. Error:\n"
+            "its constructor, reconfigure or initial health check. Retrying after 1 seconds. "
+            "Error:\n"
             "RuntimeError: cannot open model file");
       CHECK(h.core->application_status("a")->status == ApplicationStatus::deploy_failed);
     }
@@ -455,13 +490,22 @@ TEST_CASE("start failures: backoff waits are jittered through the random source"
                    std::make_pair(0.0, 3.0)) == 4);
 }
 
-TEST_CASE("start failures: one success stops the counting (partial success)") {
+TEST_CASE("start failures: a success stops the counting at the threshold (partial success)") {
   Harness h;
   h.cluster.fail_start["D"] = "flaky";
   h.cluster.succeed_ids.insert("a#D#3");
   deploy(h, make_deployment("D", 3));
   CHECK(h.tick() == V{"start a#D#1@n1", "start a#D#2@n2", "start a#D#3@n3"});
   CHECK(h.tick() == V{"kill a#D#1", "kill a#D#2"});
+  // Counted on although a#D#3 runs (Ray Serve checks at the threshold, 9).
+  CHECK(h.core->deployment({"a", "D"})->start_failures() == 2);
+  CHECK(h.count("a", "D", ReplicaState::running) == 1);
+  int64_t seen = 2;
+  for (int i = 0; i < 20 && h.core->deployment({"a", "D"})->start_failures() >= 0; ++i) {
+    h.tick();
+    seen = std::max(seen, h.core->deployment({"a", "D"})->start_failures());
+  }
+  CHECK(seen >= 8);
   CHECK(h.core->deployment({"a", "D"})->start_failures() == -1);
   h.ticks(60);  // keeps failing: retried without backoff, never DEPLOY_FAILED
   expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
@@ -495,6 +539,33 @@ TEST_CASE("graceful stop: killed at graceful_shutdown_timeout_s - STOPPING until
   expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::downscale_completed);
 }
 
+TEST_CASE("graceful stop: the kill is sent again every second until the replica is gone") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  d.config.graceful_shutdown_timeout_s = 2;
+  deploy(h, d);
+  h.ticks(2);
+  h.cluster.ignore_stop.insert("a#D#1");
+  h.cluster.ignore_kill.insert("a#D#1");  // its node never carries a kill out
+  REQUIRE(h.core->deploy_deployment("a", scaled(d, 0)).has_value());
+  CHECK(h.tick(0.5) == V{"stop a#D#1 2"});  // t = 2.5
+  CHECK(h.tick(0.5) == V{});
+  CHECK(h.tick(0.5) == V{});
+  CHECK(h.tick(0.5) == V{});
+  CHECK(h.tick(0.5) == V{"kill a#D#1"});  // t = 4.5: the grace is over
+  for (int i = 0; i < 5; ++i) {
+    CHECK(h.tick(0.5) == V{});
+    CHECK(h.tick(0.5) == V{"kill a#D#1"});  // every second
+    CHECK(h.count("a", "D", ReplicaState::stopping) == 1);
+  }
+  h.cluster.ignore_kill.clear();
+  CHECK(h.tick(0.5) == V{});
+  CHECK(h.tick(0.5) == V{"kill a#D#1"});  // carried out this time
+  CHECK(h.tick(0.5) == V{});
+  CHECK(h.replicas("a", "D").empty());
+  CHECK(h.cluster.actors.empty());
+}
+
 // ---------------------------------------------------------------- rolling update
 
 TEST_CASE("rolling update: a code change with 10 replicas moves 2 at a time") {
@@ -510,22 +581,25 @@ TEST_CASE("rolling update: a code change with 10 replicas moves 2 at a time") {
   CHECK(r->deployments.at("D") == ChangeKind::restart);
   expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
 
-  std::vector<V> expected = {{"stop a#D#1 20", "stop a#D#2 20"},
-                             {"start a#D#11", "start a#D#12"},
-                             {"stop a#D#3 20", "stop a#D#4 20"},
+  // Surge: each pair of new replicas starts beside the old ones, and two old
+  // ones stop only once their replacements run (passed their gate).
+  std::vector<V> expected = {{"start a#D#11", "start a#D#12"},
+                             {"stop a#D#1 20", "stop a#D#2 20"},
                              {"start a#D#13", "start a#D#14"},
-                             {"stop a#D#5 20", "stop a#D#6 20"},
+                             {"stop a#D#3 20", "stop a#D#4 20"},
                              {"start a#D#15", "start a#D#16"},
-                             {"stop a#D#7 20", "stop a#D#8 20"},
+                             {"stop a#D#5 20", "stop a#D#6 20"},
                              {"start a#D#17", "start a#D#18"},
-                             {"stop a#D#9 20", "stop a#D#10 20"},
+                             {"stop a#D#7 20", "stop a#D#8 20"},
                              {"start a#D#19", "start a#D#20"},
+                             {"stop a#D#9 20", "stop a#D#10 20"},
                              {}};
   for (const auto& want : expected) {
     CHECK(without_nodes(h.tick()) == want);
     const auto alive = h.cluster.alive_not_stopping("a", "D");
-    CHECK(alive <= 10);
-    CHECK(alive >= 8);
+    CHECK(alive <= 12);
+    CHECK(alive >= 10);
+    CHECK(h.count("a", "D", ReplicaState::running) >= 10);
     if (!want.empty()) {
       expect_status(h, DeploymentStatus::updating, DeploymentTrigger::config_update_started);
     }
@@ -570,9 +644,11 @@ TEST_CASE("rolling update: a pending scale-down completes before the rollout pro
   CHECK(first.size() == 5);
   for (const auto& op : first)
     CHECK(op.rfind("stop", 0) == 0);
-  // Then one at a time (rollout_size = max(20% of 5, 1) = 1).
-  CHECK(without_nodes(h.tick()) == V{"stop a#D#1 20"});
+  // Then one at a time (rollout_size = max(20% of 5, 1) = 1), each new
+  // replica beside the old one it replaces.
   CHECK(without_nodes(h.tick()) == V{"start a#D#11"});
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#1 20"});
+  CHECK(without_nodes(h.tick()) == V{"start a#D#12"});
   CHECK(without_nodes(h.tick()) == V{"stop a#D#2 20"});
 }
 
@@ -588,6 +664,110 @@ TEST_CASE("rolling update: replicas still STARTING with an old version are kille
   // rollout_size is 1 for 2 replicas.
   CHECK(h.tick() == V{"kill a#D#1"});
   CHECK(without_nodes(h.tick()) == V{"start a#D#3"});
+}
+
+TEST_CASE("rolling update: a new version that fails to start leaves every old replica serving") {
+  Harness h;
+  h.rng.fraction = 0;  // no jitter
+  auto d = make_deployment("D", 4);
+  deploy(h, d);
+  h.ticks(2);
+  const auto old_ids = [&] {
+    V ids;
+    for (const auto& r : h.replicas("a", "D")) {
+      if (r.state == ReplicaState::running && r.version == version_of(d))
+        ids.push_back(r.id);
+    }
+    return ids;
+  };
+  const V v1 = old_ids();
+  REQUIRE(v1 == V{"a#D#1", "a#D#2", "a#D#3", "a#D#4"});
+  // Version 2's replicas fail their start (in a real replica: the first
+  // health check after the constructor).
+  const auto v2 = make_deployment("D", 4, "v2");
+  h.cluster.fail_codes.insert(code_identity(v2));
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {v2})).has_value());
+  std::vector<double> starts;
+  bool failed = false;
+  for (int i = 0; i < 60; ++i) {
+    for (const auto& op : h.tick()) {
+      CHECK(op.rfind("stop a#D#", 0) != 0);  // no old replica is ever stopped
+      if (op.rfind("start", 0) == 0)
+        starts.push_back(h.clock.now_s());
+    }
+    CHECK(old_ids() == v1);
+    CHECK(h.count("a", "D", ReplicaState::running) == 4);
+    if (!failed && h.status("a", "D").status == DeploymentStatus::deploy_failed) {
+      failed = true;
+      // 3 x 4 = 12 failures, one replacement at a time (rollout_size 1).
+      // Each failed start takes 2 ticks (the failure, then the kill's
+      // answer), from t = 3 on.
+      CHECK(h.core->deployment({"a", "D"})->start_failures() == 12);
+      CHECK(h.clock.now_s() == 26);
+    }
+  }
+  REQUIRE(failed);
+  expect_status(h, DeploymentStatus::deploy_failed, DeploymentTrigger::replica_startup_failed);
+  CHECK(h.status("a", "D").message.find("The previous version keeps serving on 4 replicas.") !=
+        std::string::npos);
+  CHECK(h.status("a", "D").message.find("Error:\nbad version") != std::string::npos);
+  // Before the threshold one start every 2 s; after it, each failure waits
+  // 1, 2, 4, 8, 16 s before the next start.
+  REQUIRE(starts.size() >= 13);
+  CHECK(std::vector<double>(starts.begin() + 11, starts.end()) ==
+        std::vector<double>{25, 27, 30, 35, 44, 61});
+  CHECK(h.core->application_status("a")->status == ApplicationStatus::deploy_failed);
+
+  // Back to version 1 (what `troupectl rollback` deploys): nothing restarts.
+  const int before = h.cluster.starts;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d})).has_value());
+  h.ticks(3);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  CHECK(old_ids() == v1);
+  CHECK(h.replicas("a", "D").size() == 4);
+  CHECK(h.cluster.starts == before);
+}
+
+TEST_CASE("rolling update: a new version that passes its gate late completes - nothing dips") {
+  Harness h;
+  deploy(h, make_deployment("D", 2));
+  h.ticks(2);
+  h.cluster.slow_ready.insert("a#D#3");  // its gate has not answered yet
+  REQUIRE(
+      h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2, "v2")})).has_value());
+  CHECK(without_nodes(h.tick()) == V{"start a#D#3"});
+  for (int i = 0; i < 5; ++i) {
+    CHECK(h.tick() == V{});
+    CHECK(h.count("a", "D", ReplicaState::running) == 2);
+  }
+  h.core->on_replica_ready("a#D#3", version_of(make_deployment("D", 2, "v2")));
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#1 20"});
+  CHECK(without_nodes(h.tick()) == V{"start a#D#4"});
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#2 20"});
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  for (const auto& r : h.replicas("a", "D"))
+    CHECK(r.version == version_of(make_deployment("D", 2, "v2")));
+}
+
+TEST_CASE("rolling update: with no room for a replica beside the old ones an old one makes room") {
+  Harness h;
+  auto d = make_deployment("D", 3);
+  d.config.max_replicas_per_node = 1;  // three nodes, one replica each
+  deploy(h, d);
+  h.ticks(2);
+  auto v2 = d;
+  v2.code_version = "v2";
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {v2})).has_value());
+  // The replacement has nowhere to go: a#D#1 stops for it, then it starts.
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#1 20"});
+  CHECK(without_nodes(h.tick()) == V{"start a#D#4"});
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#2 20"});
+  CHECK(without_nodes(h.tick()) == V{"start a#D#5"});
+  CHECK(without_nodes(h.tick()) == V{"stop a#D#3 20"});
+  CHECK(without_nodes(h.tick()) == V{"start a#D#6"});
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
 }
 
 // ---------------------------------------------------------------- draining
@@ -625,6 +805,79 @@ TEST_CASE("draining: several replicas on a draining node move rollout_size at a 
   for (const auto& r : h.replicas("a", "D"))
     CHECK(r.node_id != "n1");
   expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+}
+
+TEST_CASE(
+    "health: replicas failing their checks soon after starting back off - never HEALTHY in "
+    "between") {
+  Harness h;
+  h.rng.fraction = 0;
+  auto d = make_deployment("D", 1, "v1");
+  d.config.health_check_period_s = 1;
+  h.cluster.unhealthy_codes.insert(code_identity(d));  // passes its gate, fails every check after
+  deploy(h, d);
+  std::vector<double> starts;
+  bool failed_once = false;
+  for (int i = 0; i < 120; ++i) {
+    for (const auto& op : h.tick()) {
+      if (op.rfind("start", 0) == 0)
+        starts.push_back(h.clock.now_s());
+    }
+    // Its first replica passed its gate: HEALTHY until its checks fail;
+    // never again between two failed replacements.
+    const auto s = h.status("a", "D").status;
+    if (failed_once)
+      CHECK(s != DeploymentStatus::healthy);
+    failed_once = failed_once || s == DeploymentStatus::unhealthy;
+  }
+  REQUIRE(failed_once);
+  // Each replica fails 3 checks (~4 s); after 3 of them (the threshold for
+  // 1 replica) new ones wait 1, 2, 4, 8, 16, 32 s more.
+  CHECK(h.core->deployment({"a", "D"})->unproven_failures() >= 3);
+  MESSAGE("starts: " << doctest::toString(starts));
+  CHECK(starts.size() < 14);
+  expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+  CHECK(h.status("a", "D").message.find("replicas of this version in a row failed their health "
+                                        "checks before passing 3.") != std::string::npos);
+  // A fixed version that proves itself: HEALTHY after 3 passed checks.
+  h.cluster.unhealthy_codes.clear();
+  auto v2 = d;
+  v2.code_version = "v2";
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {v2})).has_value());
+  h.ticks(10);
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  CHECK(h.core->deployment({"a", "D"})->unproven_failures() == 0);
+}
+
+TEST_CASE("health: after a failed check HEALTHY waits for the replacement to pass 3 checks") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  d.config.health_check_period_s = 2;
+  deploy(h, d);
+  h.ticks(12);  // a#D#1 passes its checks (proven)
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  h.cluster.unhealthy.insert("a#D#1");
+  int ticks = 0;
+  while (h.status("a", "D").status == DeploymentStatus::healthy && ticks++ < 20)
+    h.tick();
+  expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+  // Replaced; the replacement runs but has not passed its checks yet.
+  while (h.count("a", "D", ReplicaState::running) == 0 || h.replicas("a", "D")[0].id == "a#D#1") {
+    REQUIRE(ticks++ < 40);
+    h.tick();
+  }
+  CHECK(h.replicas("a", "D")[0].id == "a#D#2");
+  double running_at = h.clock.now_s();
+  while (h.status("a", "D").status != DeploymentStatus::healthy) {
+    REQUIRE(ticks++ < 60);
+    expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+    h.tick();
+  }
+  // Three checks 2 s apart: the first at once, the third ~4 s later.
+  CHECK(h.clock.now_s() - running_at >= 4);
+  CHECK(h.status("a", "D").message == "Every replica is healthy again.");
+  // It was a proven replica: nothing counts against the version.
+  CHECK(h.core->deployment({"a", "D"})->unproven_failures() == 0);
 }
 
 TEST_CASE("health: the failure threshold is configurable") {

@@ -118,6 +118,7 @@ class FakeCluster {
   std::map<std::string, std::string> fail_start;  // deployment -> constructor error
   std::set<std::string> hang_start;               // deployments whose constructor never returns
   std::set<std::string> ignore_stop;              // replicas that ignore graceful stops
+  std::set<std::string> ignore_kill;              // replicas whose kills are lost (no answer)
   std::set<std::string> unhealthy;                // replicas failing health checks
   std::set<std::string> silent;                   // replicas not answering health checks
   std::map<std::string, std::string> unhealthy_why;  // what a failing check says, by replica
@@ -125,6 +126,9 @@ class FakeCluster {
   std::set<std::string> succeed_ids;              // replicas that start despite fail_start
   std::set<std::string> fail_codes;               // code versions whose constructor fails
   std::set<std::string> late_health;              // replicas answering checks only on release
+  // Code versions whose replicas pass their start-up gate (they report
+  // ready) and fail every health check after it.
+  std::set<std::string> unhealthy_codes;
   std::vector<std::function<void(StateManager&)>> late_answers;
   int starts = 0;
 
@@ -163,7 +167,7 @@ class FakeCluster {
       case CommandKind::check_health: {
         if (!actors.count(id) || silent.count(id))
           break;
-        bool ok = !unhealthy.count(id);
+        bool ok = !unhealthy.count(id) && !unhealthy_codes.count(actors[id].version.code);
         uint64_t seq = c.check_seq;
         if (late_health.count(id)) {
           late_answers.push_back(
@@ -200,6 +204,8 @@ class FakeCluster {
         break;
       }
       case CommandKind::kill:
+        if (ignore_kill.count(id))
+          break;
         actors.erase(id);
         queue([id](StateManager& m) { m.on_replica_stopped(id); });
         break;
