@@ -134,6 +134,20 @@ struct AutoscaledCount @0x903b2cc21c648461 {
   replicas @2 :UInt32;
 }
 
+# An application's last good declaration (TargetState::last_running): what
+# `troupectl rollback` deploys again.
+struct LastRunning @0xe5f938e1b6a565aa {
+  application @0 :Text;
+  generation @1 :UInt64;  # the target state's generation when it was recorded
+  declaration :union {
+    # Equal to the application's current declaration (the common case: the
+    # application runs what it declares), which is not written twice.
+    # `current` for an application the state does not hold is corrupt.
+    current @2 :Void;
+    spec @3 :ApplicationSpec;
+  }
+}
+
 # The whole target state in one message (codec: encode_target_state).
 struct TargetState @0xd3e510a1aeff7cd6 {
   applications @0 :List(ApplicationSpec);  # unique names
@@ -156,6 +170,12 @@ struct TargetState @0xd3e510a1aeff7cd6 {
   # starts an autoscaled deployment at the replicas it finds running (what
   # troupe did before the counts were written ahead): no format bump.
   autoscaledReplicas @8 :List(AutoscaledCount);
+  # Sorted by application. An older binary ignores it, with the library pins
+  # of the declarations written out in `spec` (it never runs those): no
+  # format bump. After a downgrade and an upgrade an application has no last
+  # good declaration until it runs its declaration again. In the RocksDB head
+  # it stays small: a `current` entry costs its name and generation.
+  lastRunning @9 :List(LastRunning);
 }
 
 # The RocksDB store keeps each application under its own key and everything

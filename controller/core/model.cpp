@@ -73,10 +73,14 @@ bool operator==(const HttpSettings& a, const HttpSettings& b) {
          a.keep_alive_timeout_s == b.keep_alive_timeout_s;
 }
 
+bool operator==(const RunningDeclaration& a, const RunningDeclaration& b) {
+  return a.spec == b.spec && a.generation == b.generation;
+}
+
 bool operator==(const TargetState& a, const TargetState& b) {
   return a.applications == b.applications && a.target_capacity == b.target_capacity &&
          a.generation == b.generation && a.http == b.http &&
-         a.autoscaled_replicas == b.autoscaled_replicas;
+         a.autoscaled_replicas == b.autoscaled_replicas && a.last_running == b.last_running;
 }
 
 }  // namespace troupe::controller

@@ -186,6 +186,20 @@ struct HttpSettings {
   friend bool operator!=(const HttpSettings& a, const HttpSettings& b) { return !(a == b); }
 };
 
+// An application's last good declaration (TargetState::last_running): the
+// spec it had the last time it was RUNNING with every deployment HEALTHY,
+// and the target state's generation when that was recorded (the declaration
+// in force at that generation).
+struct RunningDeclaration {
+  ApplicationSpec spec;
+  uint64_t generation = 0;
+
+  friend bool operator==(const RunningDeclaration&, const RunningDeclaration&);
+  friend bool operator!=(const RunningDeclaration& a, const RunningDeclaration& b) {
+    return !(a == b);
+  }
+};
+
 // Everything the controller must keep across a crash.
 struct TargetState {
   std::map<std::string, ApplicationSpec> applications;  // by name
@@ -204,6 +218,12 @@ struct TargetState {
   // the rest, and an autoscale decision changes neither the declaration nor
   // the generation.
   std::map<std::string, std::map<std::string, uint32_t>> autoscaled_replicas;
+  // Each application's last good declaration, by application: what
+  // `troupectl rollback` deploys again. Written ahead (same generation) when
+  // an application becomes RUNNING with a declaration other than the one
+  // recorded; dropped with the application. Not part of a declaration: a
+  // deploy neither sets nor compares it.
+  std::map<std::string, RunningDeclaration> last_running;
 
   friend bool operator==(const TargetState&, const TargetState&);
   friend bool operator!=(const TargetState& a, const TargetState& b) { return !(a == b); }

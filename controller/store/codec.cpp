@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <type_traits>
 #include <utility>
 
@@ -182,6 +183,21 @@ void write_top_level(const TargetState& in, schema::TargetState::Builder out) {
       e.setReplicas(replicas);
     }
   }
+  // A last good declaration equal to the application's own is written as
+  // `current`: the head record stays small however large the applications.
+  auto last = out.initLastRunning(static_cast<unsigned>(in.last_running.size()));
+  unsigned l = 0;
+  for (const auto& [app, running] : in.last_running) {
+    auto e = last[l++];
+    e.setApplication(text(app));
+    e.setGeneration(running.generation);
+    auto declared = in.applications.find(app);
+    if (declared != in.applications.end() && declared->second == running.spec) {
+      e.getDeclaration().setCurrent();
+    } else {
+      write(running.spec, e.getDeclaration().initSpec());
+    }
+  }
 }
 
 void write(const TargetState& in, schema::TargetState::Builder out) {
@@ -332,7 +348,12 @@ ApplicationSpec read(schema::ApplicationSpec::Reader in) {
   return out;
 }
 
-TargetState read_top_level(schema::TargetState::Reader in) {
+// Everything but the applications. The last good declarations written as
+// `current` are left out of `out.last_running`: `current` gets their
+// generation by application, for resolve_current() once the applications are
+// read.
+TargetState read_top_level(schema::TargetState::Reader in,
+                           std::map<std::string, uint64_t>& current) {
   TargetState out;
   out.target_capacity =
       read_optional<schema::TargetState::TargetCapacity>(in.getTargetCapacity(), "targetCapacity");
@@ -348,11 +369,30 @@ TargetState read_top_level(schema::TargetState::Reader in) {
                       str(e.getDeployment()) + "' appear twice"};
     }
   }
+  for (auto e : in.getLastRunning()) {
+    auto app = str(e.getApplication());
+    if (out.last_running.count(app) || current.count(app))
+      throw Malformed{"the last good declaration of '" + app + "' appears twice"};
+    auto declaration = e.getDeclaration();
+    switch (declaration.which()) {
+      case schema::LastRunning::Declaration::CURRENT:
+        current.emplace(app, e.getGeneration());
+        break;
+      case schema::LastRunning::Declaration::SPEC:
+        out.last_running.emplace(
+            app, RunningDeclaration{read(declaration.getSpec()), e.getGeneration()});
+        break;
+      default:
+        throw Malformed{"the last good declaration of '" + app + "' has an unknown union member " +
+                        std::to_string(static_cast<unsigned>(declaration.which()))};
+    }
+  }
   return out;
 }
 
 TargetState read(schema::TargetState::Reader in) {
-  TargetState out = read_top_level(in);
+  std::map<std::string, uint64_t> current;
+  TargetState out = read_top_level(in, current);
   for (auto a : in.getApplications()) {
     auto app = read(a);
     auto name = app.name;
@@ -360,6 +400,8 @@ TargetState read(schema::TargetState::Reader in) {
       throw Malformed{"application '" + name + "' appears twice"};
     }
   }
+  if (Status s = resolve_current(out, current); !s)
+    throw Malformed{s.message()};
   return out;
 }
 
@@ -499,8 +541,24 @@ Result<CheckpointHead> decode_head(std::string_view bytes) {
         if (state.getApplications().size() != 0) {
           throw Malformed{"the head holds applications; they belong under their own keys"};
         }
-        return CheckpointHead{read_top_level(state), r.getApplicationCount()};
+        CheckpointHead head;
+        head.state = read_top_level(state, head.last_running_current);
+        head.application_count = r.getApplicationCount();
+        return head;
       });
+}
+
+Status resolve_current(TargetState& state, const std::map<std::string, uint64_t>& current) {
+  for (const auto& [app, generation] : current) {
+    auto declared = state.applications.find(app);
+    if (declared == state.applications.end()) {
+      return Status(errc::corrupt, "the last good declaration of '" + app +
+                                       "' is its current one, but there is no application '" + app +
+                                       "'");
+    }
+    state.last_running[app] = RunningDeclaration{declared->second, generation};
+  }
+  return Status::ok();
 }
 
 }  // namespace troupe::controller

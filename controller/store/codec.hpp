@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -77,9 +78,20 @@ Result<ApplicationSpec> decode_application(std::string_view bytes);
 struct CheckpointHead {
   TargetState state;  // applications is empty
   uint32_t application_count = 0;
+  // Applications whose last good declaration is their current one (written
+  // without the spec), with its generation: not in state.last_running until
+  // resolve_current() has the applications.
+  std::map<std::string, uint64_t> last_running_current;
 };
-// Ignores state.applications; the count is given separately.
+// Writes everything but state.applications, which it only reads to write a
+// last good declaration equal to its application's as `current`; the count
+// is given separately.
 std::string encode_head(const TargetState& state, uint32_t application_count);
 Result<CheckpointHead> decode_head(std::string_view bytes);
+// Fills state.last_running[app] with state.applications[app] for each
+// application of `current` (CheckpointHead::last_running_current) at its
+// generation; errc::corrupt naming an application that is not in
+// state.applications.
+Status resolve_current(TargetState& state, const std::map<std::string, uint64_t>& current);
 
 }  // namespace troupe::controller

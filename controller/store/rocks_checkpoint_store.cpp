@@ -304,6 +304,8 @@ Result<std::optional<TargetState>> RocksCheckpointStore::load() {
                                      std::to_string(state.applications.size()) + " are stored");
   }
   head->state.applications = std::move(state.applications);
+  if (auto st = resolve_current(head->state, head->last_running_current); !st)
+    return Status(st.code(), where(kHeadKey) + st.message());
   remember(std::move(stored));
   return std::optional<TargetState>(std::move(head->state));
 }

@@ -2,8 +2,10 @@
 // (<state-dir>/checkpoint), written ahead with synced, atomic writes.
 //
 // Key layout (one column family):
-//   "head"        CheckpointHead: target_capacity, generation, and how many
-//                 application keys belong with it
+//   "head"        CheckpointHead: target_capacity, generation, the
+//                 autoscaled counts, the last good declarations (an
+//                 application's own is written as `current`, so the head
+//                 stays small), and how many application keys belong with it
 //   "app/<name>"  one ApplicationSpec per application
 // Every save() is one WriteBatch (head + the application keys that changed +
 // deletions), so a crash leaves either the old or the new state, never a mix.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <string_view>
@@ -107,13 +108,21 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   }
   {
     const TargetState def;
-    const auto& [a0, a1, a2, a3, a4] = state;
-    const auto& [d0, d1, d2, d3, d4] = def;
+    const auto& [a0, a1, a2, a3, a4, a5] = state;
+    const auto& [d0, d1, d2, d3, d4, d5] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
     CHECK(a3 != d3);
     CHECK(a4 != d4);
+    CHECK(a5 != d5);
+  }
+  {
+    const RunningDeclaration def;
+    const auto& [a0, a1] = state.last_running.at("search");
+    const auto& [d0, d1] = def;
+    CHECK(a0 != d0);
+    CHECK(a1 != d1);
   }
   {
     const HttpSettings def;
@@ -149,6 +158,53 @@ TEST_CASE("a target state setting every field round-trips exactly") {
 
   // Deterministic: encoding the decoded state gives the same bytes.
   CHECK(encode_target_state(*decoded) == bytes);
+}
+
+TEST_CASE("last good declarations: an application's own is written as current - a small head") {
+  const auto state = full_state();
+  // The head of a state whose every application runs its declaration is
+  // about the size of one without last good declarations: names and
+  // generations only.
+  TargetState running = state;
+  running.last_running.clear();
+  const auto bare = encode_head(running, 3).size();
+  for (const auto& [name, app] : running.applications)
+    running.last_running[name] = RunningDeclaration{app, 9};
+  const auto head = encode_head(running, 3);
+  CHECK(head.size() < bare + 3 * 48);
+  CHECK(head.size() * 4 < encode_target_state(running).size());
+
+  auto decoded = decode_head(head);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().to_string());
+  CHECK(decoded->state.last_running.empty());
+  CHECK(decoded->last_running_current ==
+        std::map<std::string, uint64_t>{{"empty", 9}, {"search", 9}, {"shop", 9}});
+  decoded->state.applications = running.applications;
+  REQUIRE(resolve_current(decoded->state, decoded->last_running_current).is_ok());
+  CHECK(decoded->state.last_running == running.last_running);
+
+  // An older declaration is written out, and read back as it was.
+  auto mixed = decode_head(encode_head(state, 3));
+  REQUIRE(mixed.has_value());
+  CHECK(mixed->state.last_running.size() == 1);
+  CHECK(mixed->state.last_running.at("search") == state.last_running.at("search"));
+  CHECK(mixed->last_running_current ==
+        std::map<std::string, uint64_t>{{"shop", 0x0123456789abcdefULL}});
+
+  // `current` for an application that is not there: corrupt, naming it.
+  TargetState orphan;
+  orphan.applications["shop"] = state.applications.at("shop");
+  orphan.last_running["shop"] = state.last_running.at("shop");
+  auto bytes = encode_target_state(orphan);
+  REQUIRE(decode_target_state(bytes).has_value());
+  auto lost = decode_head(encode_head(orphan, 1));
+  REQUIRE(lost.has_value());
+  lost->state.applications.clear();
+  auto st = resolve_current(lost->state, lost->last_running_current);
+  CHECK(st.code() == errc::corrupt);
+  CHECK(st.message() ==
+        "the last good declaration of 'shop' is its current one, but there is no application "
+        "'shop'");
 }
 
 TEST_CASE("isolation and memory limit round-trip - an unknown isolation value is refused") {

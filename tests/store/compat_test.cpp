@@ -146,6 +146,9 @@ TEST_CASE("a target state written with the v0 schema decodes with defaults for n
   // proxy uses its node's own).
   CHECK_FALSE(decoded->http.request_timeout_s.has_value());
   CHECK_FALSE(decoded->http.keep_alive_timeout_s.has_value());
+  // From before last good declarations: none (no rollback until an
+  // application runs its declaration again).
+  CHECK(decoded->last_running.empty());
 }
 
 TEST_CASE("a checkpoint database written by a v0 binary loads with the current store") {
@@ -182,12 +185,14 @@ TEST_CASE("a checkpoint database written by a v0 binary loads with the current s
   expected.applications.emplace("shop", expected_app());
   CHECK(**loaded == expected);
   CHECK((*loaded)->http == HttpSettings{});  // the head had none
+  CHECK((*loaded)->last_running.empty());    // nor last good declarations
 
   // Saving with the current binary upgrades the records in place; the head
   // then carries the http settings.
   expected.generation = 2;
   expected.http.request_timeout_s = 1;
   expected.http.keep_alive_timeout_s = 90;
+  expected.last_running["shop"] = RunningDeclaration{expected.applications.at("shop"), 2};
   REQUIRE((*store)->save(expected).is_ok());
   store->reset();
   auto reopened = RocksCheckpointStore::open(path);

@@ -145,6 +145,9 @@ TEST_CASE("a saved state survives a restart") {
   }
   auto fresh = open_ok(path);  // a new controller process, as far as RocksDB knows
   CHECK(load_ok(*fresh) == state);
+  // Last good declarations too: shop's, its own, is read back from its
+  // application's key; search's, an older one, from the head.
+  CHECK(load_ok(*fresh).last_running == state.last_running);
 }
 
 TEST_CASE("save overwrites: changed - added and deleted applications") {

@@ -83,7 +83,8 @@ inline DeploymentSpec full_deployment(const std::string& name) {
 // Three applications: "shop" uses every field with every optional present;
 // "search" has optionals absent (autoscaling absent, empty JSON text, no
 // resources, autoscaling optionals absent in a second deployment);
-// "empty" has no deployments at all.
+// "empty" has no deployments at all. Shop's last good declaration is its
+// own, search's an older one, empty has none.
 inline TargetState full_state() {
   TargetState s;
   s.generation = 0x1234567890abcdefULL;
@@ -124,6 +125,14 @@ inline TargetState full_state() {
   empty.name = "empty";
   empty.route_prefix = "/empty";
   s.applications.emplace(empty.name, empty);
+
+  // Last good declarations: shop's is its own (written as `current`),
+  // search's an older one (written out).
+  s.last_running["shop"] = RunningDeclaration{shop, 0x0123456789abcdefULL};
+  ApplicationSpec older = search;
+  older.deployments[1].code_version = "v-rank-41";
+  older.traffic_key_header = "X-Older";
+  s.last_running["search"] = RunningDeclaration{older, 3};
   return s;
 }
 
