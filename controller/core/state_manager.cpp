@@ -89,6 +89,11 @@ Status StateManager::recover(const std::vector<HostedReplica>& hosted) {
       return Status(errc::corrupt, "the checkpoint holds an invalid target state: " + v.message());
     }
     target_ = std::move(**loaded);
+    // A last good declaration outlives no application (no checkpoint holds
+    // one of an application it lacks; dropped rather than trusted if one did).
+    for (auto it = target_.last_running.begin(); it != target_.last_running.end();) {
+      it = target_.applications.count(it->first) ? std::next(it) : target_.last_running.erase(it);
+    }
   }
   recovered_ = true;
   apply_target(nullptr);
@@ -155,6 +160,11 @@ Status StateManager::commit(TargetState next) {
       }
     }
   }
+  // A deleted application's last good declaration goes with it, in the same
+  // commit (an application deployed again under its name starts afresh).
+  for (auto it = next.last_running.begin(); it != next.last_running.end();) {
+    it = next.applications.count(it->first) ? std::next(it) : next.last_running.erase(it);
+  }
   if (Status v = validate(next); !v)
     return v;
   // Written ahead: if the store fails, memory is untouched and the caller
@@ -163,6 +173,52 @@ Status StateManager::commit(TargetState next) {
     return s;
   target_ = std::move(next);
   return Status::ok();
+}
+
+bool StateManager::runs_its_declaration(const std::string& app) const {
+  auto a = apps_.find(app);
+  if (a == apps_.end() || a->second.deleting)
+    return false;
+  bool any = false;
+  for (auto d = first_of(app); d != deployments_.end() && d->first.app == app; ++d) {
+    if (d->second->deleting())
+      continue;  // dropped from the declaration, still stopping
+    if (d->second->status().status != DeploymentStatus::healthy)
+      return false;
+    any = true;
+  }
+  return any;
+}
+
+void StateManager::record_running() {
+  std::vector<std::string> due;
+  for (auto it = unrecorded_.begin(); it != unrecorded_.end();) {
+    auto declared = target_.applications.find(*it);
+    if (declared == target_.applications.end()) {  // deleted meanwhile
+      it = unrecorded_.erase(it);
+      continue;
+    }
+    auto last = target_.last_running.find(*it);
+    if (last != target_.last_running.end() && last->second.spec == declared->second) {
+      it = unrecorded_.erase(it);  // e.g. a rollback, or the same spec deployed again
+      continue;
+    }
+    if (runs_its_declaration(*it))
+      due.push_back(*it);
+    ++it;
+  }
+  if (due.empty())
+    return;
+  // One synced save for every application that got there this tick; a failed
+  // one changes nothing, and the next tick tries again.
+  TargetState next = target_;
+  for (const auto& app : due)
+    next.last_running[app] = RunningDeclaration{next.applications.at(app), next.generation};
+  if (Status s = store_.save(next); !s)
+    return;
+  target_.last_running = std::move(next.last_running);
+  for (const auto& app : due)
+    unrecorded_.erase(app);
 }
 
 Status StateManager::write_autoscaled(const DeploymentId& id, uint32_t replicas) {
@@ -188,8 +244,10 @@ Status StateManager::write_autoscaled(const DeploymentId& id, uint32_t replicas)
 void StateManager::apply_target(std::map<std::string, DeployResult>* results) {
   for (const auto& [name, app] : target_.applications) {
     AppState& state = apps_[name];
-    if (state.deleting || state.spec != app)
+    if (state.deleting || state.spec != app) {
       routes_dirty_ = true;
+      unrecorded_.insert(name);
+    }
     state.spec = app;
     state.deleting = false;
     DeployResult* result = results ? &(*results)[name] : nullptr;
@@ -267,6 +325,30 @@ Result<DeployResult> StateManager::deploy_application(const ApplicationSpec& app
   r.changed = true;
   r.generation = target_.generation;
   return r;
+}
+
+Result<DeployResult> StateManager::rollback(const std::string& app) {
+  if (Status s = require_recovered(); !s)
+    return s;
+  auto current = target_.applications.find(app);
+  if (current == target_.applications.end())
+    return unknown_application(app);
+  auto last = target_.last_running.find(app);
+  if (last == target_.last_running.end()) {
+    return Status(errc::conflict,
+                  app_path(app) + ": application '" + app +
+                      "' has no last good declaration to roll back to: it has not run with "
+                      "every deployment HEALTHY since it was deployed");
+  }
+  if (last->second.spec == current->second) {
+    return Status(errc::conflict, app_path(app) + ": application '" + app +
+                                      "' is already at its last good declaration (generation " +
+                                      std::to_string(last->second.generation) +
+                                      "): there is nothing to roll back");
+  }
+  // A copy: the commit replaces target_, which holds it.
+  const ApplicationSpec spec = last->second.spec;
+  return deploy_application(spec);
 }
 
 Result<DeployResult> StateManager::deploy_deployment(
@@ -656,6 +738,7 @@ std::vector<Command> StateManager::update() {
         it->second.deleting && (first == deployments_.end() || first->first.app != it->first);
     it = gone ? apps_.erase(it) : std::next(it);
   }
+  record_running();
   publish();
   return out;
 }

@@ -14,7 +14,7 @@
 //              if (!s) -> stop the controller and log s (e.g. a corrupt
 //              checkpoint, naming the file). Never run without recover().
 //   user call: deploy_application / deploy_deployment / delete_* /
-//              set_target_capacity / shutdown. Each writes the new target
+//              set_target_capacity / rollback / shutdown. Each writes the new target
 //              state ahead (CheckpointStore::save, synced) and only then
 //              changes memory; reply to the client after it returns. On error
 //              nothing changed. Run update() right after a successful call.
@@ -46,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,24 @@ class StateManager {
   // for an unknown application. Returns the generation after the call.
   Result<uint64_t> set_traffic(const std::string& app, const std::map<std::string, double>& weights);
 
+  // Rolls an application back (`troupectl rollback APP`, Kubernetes'
+  // `rollout undo`): deploys its last good declaration again
+  // (TargetState::last_running: the spec it had the last time it was RUNNING
+  // with every deployment HEALTHY) exactly as deploy_application does — the
+  // same limits and validation, written ahead with a new generation — so a
+  // release that has not run (DEPLOY_FAILED, or still rolling out) is undone
+  // without its config file. A release that ran is itself the last good
+  // declaration: there is no going further back. Answered like a deploy:
+  // the next update() rolls the replicas, the status shows the progress.
+  // Refused, changing nothing: errc::not_found for an unknown application
+  // (or one being deleted); errc::conflict, naming the application, when it
+  // has no last good declaration (it never ran its declaration since it was
+  // deployed) or already declares it (naming its generation); whatever
+  // deploy_application refuses (a store that fails: nothing changed, retry).
+  // The DeployResult's generation is the new one; the last good
+  // declaration's own stays in target_state().last_running.
+  Result<DeployResult> rollback(const std::string& app);
+
   // Deletes are idempotent while under way: deleting an application (or
   // deployment) whose replicas are still stopping answers ok again, so a
   // client may retry a call whose answer it lost. A name that is not known
@@ -226,6 +245,12 @@ class StateManager {
   bool on_replica_crashed(const std::string& replica_id, const std::string& cause = "");
 
   // One reconcile tick over every deployment; returns the commands to send.
+  // Then every application that now runs a declaration other than its last
+  // good one (RUNNING, every deployment HEALTHY) gets it recorded as such:
+  // written ahead in one synced save (same generation, like an autoscale
+  // decision) before target_state().last_running changes. A failed save
+  // changes nothing and is tried again at the next update(), at most once
+  // per update().
   std::vector<Command> update();
 
   // --- queries -------------------------------------------------------------
@@ -274,6 +299,11 @@ class StateManager {
   Status write_autoscaled(const DeploymentId& id, uint32_t replicas);
   // Brings apps_/deployments_ in line with target_ (after a commit or load).
   void apply_target(std::map<std::string, DeployResult>* results);
+  // The application runs what it declares: not being deleted, and each of
+  // its deployments (but those being deleted) HEALTHY.
+  bool runs_its_declaration(const std::string& app) const;
+  // Records the last good declarations that are due (see update()).
+  void record_running();
   Status require_recovered() const;
   TickContext context(std::vector<Command>& out);
   Replica* find(const std::string& replica_id);
@@ -288,6 +318,9 @@ class StateManager {
   bool recovered_ = false;
   TargetState target_;
   std::map<std::string, AppState> apps_;
+  // Applications whose declaration changed since their last good one was
+  // recorded (or looked at): record_running() checks only these.
+  std::set<std::string> unrecorded_;
   DeploymentMap deployments_;
   std::vector<std::unique_ptr<Replica>> orphans_;
   ReplicaDirectory directory_;
