@@ -127,6 +127,22 @@ std::string LibraryStore::file_of(const std::string& sha256, const TargetState& 
   return {};
 }
 
+Status LibraryStore::check_available(const ApplicationSpec& app) {
+  TargetState named;  // where file_of() finds plugin-path builds by their pins
+  named.applications.emplace(app.name, app);
+  for (const auto& d : app.deployments) {
+    if (d.library_sha256.empty() || !file_of(d.library_sha256, named).empty())
+      continue;
+    const std::string library = d.import_path.substr(0, d.import_path.find(':'));
+    return {errc::not_found,
+            "application '" + app.name + "' deployment '" + d.name + "': library '" + library +
+                "' (SHA-256 " + d.library_sha256 +
+                ") is no longer held by the controller (a build in the plugin path replaced "
+                "since, or a stored library that was damaged); deploy a config instead"};
+  }
+  return Status::ok();
+}
+
 uint64_t LibraryStore::size_of(const std::string& sha256, const TargetState& state) {
   const std::string file = file_of(sha256, state);
   if (file.empty())
@@ -173,13 +189,19 @@ std::vector<std::string> LibraryStore::collect(const TargetState& state, double 
   std::vector<std::string> removed;
   if (!enabled())
     return removed;
+  // Named: by a deployment of the target state, or of an application's last
+  // good declaration (a rollback must find the library it pins).
   std::set<std::string> named;
-  for (const auto& [name, app] : state.applications) {
+  auto name_libraries = [&named](const ApplicationSpec& app) {
     for (const auto& d : app.deployments) {
       if (!d.library_sha256.empty())
         named.insert(d.library_sha256);
     }
-  }
+  };
+  for (const auto& [name, app] : state.applications)
+    name_libraries(app);
+  for (const auto& [name, running] : state.last_running)
+    name_libraries(running.spec);
   std::set<std::string> stored;
   for (const auto& e : dir_.list()) {
     const bool named_now = !e.partial && named.count(e.sha256) > 0;

@@ -16,9 +16,10 @@
 // On every deploy, `pin` gives each deployment the SHA-256 of its library's
 // content (DeploymentSpec::library_sha256), which is part of its code
 // identity: a rebuilt library rolls the replicas, an identical one changes
-// nothing. Libraries no deployment names any more are removed once they have
-// gone unnamed for `retention_s`; a restarted controller finds the others on
-// disk.
+// nothing. Libraries no deployment names any more (neither of the target
+// state nor of an application's last good declaration, which a rollback
+// deploys again) are removed once they have gone unnamed for `retention_s`;
+// a restarted controller finds the others on disk.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,13 @@ class LibraryStore {
   // means than troupectl deploy).
   Status pin(ApplicationSpec& app);
 
+  // Every library `app` pins is one the controller can serve (stored, or the
+  // build in the head's plugin path it is pinned to): a rollback deploys a
+  // declaration pinned earlier, whose plugin-path build may have been
+  // rebuilt in place since. errc::not_found naming the deployment and the
+  // library otherwise.
+  Status check_available(const ApplicationSpec& app);
+
   // The size of a library the controller can serve (stored, or the build in
   // the head's plugin path that a deployment of `state` is pinned to); 0 when
   // there is none.
@@ -65,7 +73,8 @@ class LibraryStore {
   Result<uint64_t> upload(const std::string& sha256, uint64_t total, uint64_t offset,
                           const std::string& piece);
 
-  // Removes the libraries that `state` does not name and that have gone
+  // Removes the libraries that `state` does not name (in its applications or
+  // their last good declarations, TargetState::last_running) and that have gone
   // unnamed (and unwritten) for retention_s by `wall_now_s` (seconds since the
   // epoch), and pieces of uploads untouched that long. Returns their hashes.
   std::vector<std::string> collect(const TargetState& state, double wall_now_s);

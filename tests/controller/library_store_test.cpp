@@ -186,5 +186,50 @@ TEST_CASE("libraries no deployment names are removed after the retention") {
   CHECK(f.store.collect(state, now + 100601) == std::vector<std::string>{first});
 }
 
+TEST_CASE("a library only a last good declaration names is kept - a rollback can deploy it") {
+  Fixture f;
+  std::string elf = read_bytes(std::string(TROUPE_TEST_PLUGIN_DIR) + "/libtroupe_bad_abi.so");
+  const std::string old_bytes = elf + "old";
+  const std::string new_bytes = elf + "new";
+  const std::string old_sha = libraries::sha256_hex(old_bytes);
+  const std::string new_sha = libraries::sha256_hex(new_bytes);
+  REQUIRE(f.store.upload(old_sha, old_bytes.size(), 0, old_bytes));
+  REQUIRE(f.store.upload(new_sha, new_bytes.size(), 0, new_bytes));
+  const TargetState none;
+  const auto good = app_with("./build/libm.so:M", old_sha);
+  // The release deployed now pins the new build; the one that last ran, the
+  // old build.
+  TargetState state;
+  state.applications["a"] = app_with("./build/libm.so:M", new_sha);
+  state.last_running["a"] = RunningDeclaration{good, 1};
+  const double now = static_cast<double>(std::time(nullptr));
+  CHECK(f.store.collect(state, now).empty());
+  CHECK(f.store.collect(state, now + 601).empty());
+  CHECK(f.store.collect(state, now + 100000).empty());
+  CHECK(f.store.size_of(old_sha, none) == old_bytes.size());
+  CHECK(f.store.check_available(good).is_ok());
+
+  // Once no last good declaration names it either (the new release ran, or
+  // the application was deleted), it goes a retention later.
+  state.last_running["a"] = RunningDeclaration{state.applications["a"], 2};
+  CHECK(f.store.collect(state, now + 200000).empty());
+  CHECK(f.store.collect(state, now + 200601) == std::vector<std::string>{old_sha});
+  auto gone = f.store.check_available(good);
+  CHECK(gone.code() == errc::not_found);
+  CHECK(contains(gone.message(),
+                 "application 'a' deployment 'M': library './build/libm.so' (SHA-256 " + old_sha +
+                     ") is no longer held by the controller"));
+
+  // A plugin-path build rebuilt in place since it was pinned: not at hand.
+  f.build("libp.so", "build one");
+  auto plugin = app_with("libp.so:M");
+  REQUIRE(f.store.pin(plugin));
+  CHECK(f.store.check_available(plugin).is_ok());
+  f.build("libp.so", "build two, longer");
+  CHECK(f.store.check_available(plugin).code() == errc::not_found);
+  // Unpinned (only the workers have it): nothing to check.
+  CHECK(f.store.check_available(app_with("libother.so:M")).is_ok());
+}
+
 }  // namespace
 }  // namespace troupe::controller
