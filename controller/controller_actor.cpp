@@ -12,6 +12,7 @@
 #include "runtime/log.hpp"
 #include "runtime/time.hpp"
 #include "runtime/wire.hpp"
+#include "runtime/wire_rollback.hpp"
 
 // The actor is wiring only. Every decision it acts on is made by plain code
 // with an injected clock, each part tested without actors: ControllerLogic
@@ -53,9 +54,9 @@ struct ControllerState {
 // Its own messages besides its interface: the recovery window is over; time
 // for a tick.
 using reconcile_atom = caf::atom_constant<caf::atom("reconcile")>;
-using ControllerImpl = ControllerActor::extend<caf::reacts_to<recover_atom>,
-                                               caf::reacts_to<tick_atom>,
-                                               caf::reacts_to<reconcile_atom>>;
+using ControllerImpl =
+    ControllerRollbackActor::extend<caf::reacts_to<recover_atom>, caf::reacts_to<tick_atom>,
+                                    caf::reacts_to<reconcile_atom>>;
 using controller_actor = ControllerImpl::stateful_base<ControllerState>;
 
 ControllerLogic& logic(controller_actor* self) {
@@ -544,6 +545,14 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
         if (generation)
           reconcile(self);  // publishes the new routes at once
         return answer(std::move(generation));
+      },
+      [=](rollback_atom, const std::string& app,
+          const Credential& cred) -> caf::result<uint64_t, uint64_t> {
+        auto rolled = logic(self).rollback(app, cred);
+        if (!rolled)
+          return to_caf_error(rolled.status());
+        reconcile(self);
+        return {rolled->generation, rolled->from_generation};
       },
       [=](shutdown_atom, bool nodes, const Credential& cred) {
         return reconciled(self, logic(self).shutdown(nodes, cred));

@@ -4,7 +4,8 @@
 // every state change. It runs on the head node and is published there for
 // node agents and troupectl.
 //
-// Its interface is ControllerActor (runtime/wire.hpp): every message it
+// Its interface is ControllerActor (runtime/wire.hpp) with the rollback call
+// (ControllerRollbackActor, runtime/wire_rollback.hpp): every message it
 // takes and answers, checked by the compiler at both ends.
 #pragma once
 

@@ -31,6 +31,8 @@ const char* operation_name(Operation op) {
       return "traffic";
     case Operation::upload:
       return "upload";
+    case Operation::rollback:
+      return "rollback";
   }
   return "unknown";
 }

@@ -26,14 +26,16 @@ enum class Operation {
   delete_app,
   shutdown,
   kill,
-  scale,    // one deployment's replica count
-  traffic,  // an application's traffic split
-  upload,   // a piece of a deployment library
+  scale,     // one deployment's replica count
+  traffic,   // an application's traffic split
+  upload,    // a piece of a deployment library
+  rollback,  // an application back to its last good declaration
 };
 
 // The operation's name: part of the signed digest and of refusal messages,
 // so the names never change ("register", "heartbeat", "deregister", "leave", "drain",
-// "deploy", "delete", "shutdown", "kill", "scale", "traffic", "upload").
+// "deploy", "delete", "shutdown", "kill", "scale", "traffic", "upload",
+// "rollback").
 const char* operation_name(Operation op);
 
 // The digest both sides compute for an operation and its arguments.

@@ -375,6 +375,37 @@ Result<uint64_t> ControllerLogic::set_traffic(const std::string& app,
   return generation;
 }
 
+Result<ControllerLogic::Rollback> ControllerLogic::rollback(const std::string& app,
+                                                            const Credential& cred) {
+  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::rollback, {app}, *recovery_);
+      !s)
+    return s;
+  const TargetState& state = core_->target_state();
+  Rollback out;
+  if (auto last = state.last_running.find(app); last != state.last_running.end()) {
+    out.from_generation = last->second.generation;
+    auto current = state.applications.find(app);
+    if (current != state.applications.end() && current->second != last->second.spec) {
+      if (auto s = libraries_.check_available(last->second.spec); !s) {
+        log_->warn("rollback of {} refused: {}", app, s.to_string());
+        return s;
+      }
+    }
+  }
+  auto result = core_->rollback(app);
+  if (!result) {
+    log_->warn("rollback of {} refused: {}", app, result.status().to_string());
+    return result.status();
+  }
+  out.generation = result->generation;
+  const std::string what = "rollback of " + app + " to generation " +
+                           std::to_string(out.from_generation) + "'s declaration";
+  log_->info("{}: accepted (generation {})", what, out.generation);
+  activity_.record(now(), "deploy", app,
+                   what + " (generation " + std::to_string(out.generation) + ")");
+  return out;
+}
+
 Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {
   std::vector<std::string> args{nodes ? "nodes" : ""};
   if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::shutdown, args, *recovery_); !s)

@@ -119,6 +119,14 @@ class ControllerLogic {
   // ahead; the next publish pushes the routes) -> the new generation.
   Result<uint64_t> set_traffic(const std::string& app, const TrafficWeights& weights,
                                const Credential& cred);
+  // `troupectl rollback`: deploys the application's last good declaration
+  // again (StateManager::rollback), once its libraries are checked to be at
+  // hand (LibraryStore::check_available); logged and recorded like a deploy.
+  struct Rollback {
+    uint64_t generation = 0;       // the new one
+    uint64_t from_generation = 0;  // the last good declaration's
+  };
+  Result<Rollback> rollback(const std::string& app, const Credential& cred);
   // Deployment libraries (library_store.hpp). An upload piece is signed by an
   // operator (its digest covers the piece's SHA-256); the size and read
   // queries are open like status, for the node agents.

@@ -945,3 +945,39 @@ TEST_CASE("logic: a kill is checked - named and logged") {
   CHECK(open.logic->kill("replica", "a#D#1", Credential{}).status().message() ==
         "no replica 'a#D#1'");
 }
+
+TEST_CASE("logic: a rollback is checked - deploys the last good declaration - logged as an event") {
+  Fixture tls;
+  tls.options.ca_pem = "-----BEGIN CERTIFICATE-----";
+  tls.start();
+  auto refused = tls.logic->rollback("a", Credential{});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.status().code() == errc::permission_denied);
+  CHECK(refused.status().message() ==
+        "permission denied: rollback needs a signed credential (an operator certificate of this "
+        "cluster)");
+
+  Fixture f;
+  f.start();
+  auto agent = f.handle();
+  std::string id;
+  f.running_replica(agent, &id);  // a/D v1, RUNNING: its last good declaration
+  REQUIRE(f.logic->core().target_state().last_running.count("a") == 1);
+  REQUIRE(f.deploy(make_app("a", "/a", {make_deployment("D", 1, "v2")})));
+  f.reconcile();
+  auto rolled = f.logic->rollback("a", Credential{});
+  REQUIRE_MESSAGE(rolled, rolled.status().to_string());
+  CHECK(rolled->generation == 3);
+  CHECK(rolled->from_generation == 1);
+  CHECK(f.logic->core().target_state().applications.at("a") ==
+        make_app("a", "/a", {make_deployment("D", 1)}));
+  CHECK(contains(f.log_text.str(),
+                 "info rollback of a to generation 1's declaration: accepted (generation 3)"));
+  auto d = nlohmann::json::parse(f.logic->dashboard());
+  CHECK(d["events"][0]["message"] == "rollback of a to generation 1's declaration (generation 3)");
+
+  auto again = f.logic->rollback("a", Credential{});
+  REQUIRE_FALSE(again);
+  CHECK(again.status().code() == errc::conflict);
+  CHECK(contains(f.log_text.str(), "warning rollback of a refused: conflict: "));
+}

@@ -24,6 +24,7 @@
 #include "controller/store/codec.hpp"
 #include "runtime/time.hpp"
 #include "runtime/wire.hpp"
+#include "runtime/wire_rollback.hpp"
 #include "tests/controller/fakes.hpp"
 
 using namespace troupe;
@@ -36,10 +37,13 @@ struct WiringConfig : caf::actor_system_config {
   WiringConfig() { register_wire_types(*this); }
 };
 
-// A replica that constructs at once and answers health checks.
+// A replica that constructs at once and answers health checks; its
+// constructor fails when its init_args say "fail".
 caf::behavior fake_replica(caf::event_based_actor*, ReplicaSpec spec) {
   return {
-      [=](initialize_atom) {
+      [=](initialize_atom) -> caf::result<ReplicaMetadata> {
+        if (spec.init_args == "fail")
+          return to_caf_error(Status(errc::internal, "the constructor threw"));
         return ReplicaMetadata{spec.replica_id,  "n1",        1, spec.code_version,
                                spec.user_config, 1700000000.0};
       },
@@ -119,6 +123,7 @@ struct Fixture : test_coordinator_fixture<WiringConfig> {
     caf::message answer;
     self->receive([&](uint64_t x) { answer = caf::make_message(x); },
                   [&](bool b, uint64_t x) { answer = caf::make_message(b, x); },
+                  [&](uint64_t x, uint64_t y) { answer = caf::make_message(x, y); },
                   [&](std::string& x) { answer = caf::make_message(std::move(x)); },
                   [&](std::vector<NodeStatus>& x) { answer = caf::make_message(std::move(x)); },
                   [&](caf::error& x) { answer = caf::make_message(std::move(x)); },
@@ -322,4 +327,38 @@ TEST_CASE("wiring: kill answers what it cannot find and kills what it can") {
   }
   CHECK(ok);
   CHECK(killed);
+}
+
+TEST_CASE("wiring: a rollback deploys the last good declaration again") {
+  Fixture f;
+  f.start();
+  f.register_node();
+  const auto v1 = make_app("a", "/a", {make_deployment("D", 1)});
+  REQUIRE(f.deploy(v1).match_elements<bool, uint64_t>());
+  for (int i = 0; i < 40 && !(f.store->saved && f.store->saved->last_running.count("a")); ++i)
+    f.tick();
+  REQUIRE(f.store->saved->last_running.count("a") == 1);
+  CHECK(error_of(f.call(rollback_atom::value, std::string("a"), Credential{})) ==
+        "applications[a]: application 'a' is already at its last good declaration (generation "
+        "1): there is nothing to roll back");
+
+  auto v2 = v1;
+  v2.deployments[0].code_version = "v2";
+  v2.deployments[0].init_args = "fail";  // never runs
+  REQUIRE(f.deploy(v2).match_elements<bool, uint64_t>());
+  f.tick();
+  const auto spawns = f.spawned->specs.size();
+  auto answer = f.call(rollback_atom::value, std::string("a"), Credential{});
+  REQUIRE_MESSAGE((answer.match_elements<uint64_t, uint64_t>()), error_of(answer));
+  CHECK(answer.get_as<uint64_t>(0) == 3);  // the new generation
+  CHECK(answer.get_as<uint64_t>(1) == 1);  // the last good declaration's
+  CHECK(f.store->saved->generation == 3);
+  CHECK(f.store->saved->applications.at("a") == v1);
+  // The first replica kept running; none of v2 is asked for again.
+  for (size_t i = spawns; i < f.spawned->specs.size(); ++i)
+    CHECK(f.spawned->specs[i].code_version.rfind("v1-", 0) == 0);
+  CHECK(f.status()["generation"] == 3);
+
+  CHECK(error_of(f.call(rollback_atom::value, std::string("nope"), Credential{})) ==
+        "applications[nope]: \"nope\" is not a known application");
 }

@@ -1,4 +1,4 @@
-// troupectl's argument values: APP/DEPLOYMENT, counts, NAME=W weights. Each
+// troupectl's argument values: APP, APP/DEPLOYMENT, counts, NAME=W weights. Each
 // malformed value is refused with one line naming the argument and quoting
 // the value.
 #include <doctest/doctest.h>
@@ -7,6 +7,18 @@
 
 using namespace troupe;
 using namespace troupe::ctl;
+
+TEST_CASE("troupectl args: an application name") {
+  CHECK(parse_app_name("greet", "APP").value() == "greet");
+  for (const char* bad : {"", "a/b", "a#b", "a b"}) {
+    CAPTURE(bad);
+    auto r = parse_app_name(bad, "APP");
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.status().code() == errc::invalid_argument);
+    CHECK(r.status().message() ==
+          "APP: \"" + std::string(bad) + "\" is not a valid application name");
+  }
+}
 
 TEST_CASE("troupectl args: APP/DEPLOYMENT") {
   auto ok = parse_deployment_ref("greet/Canary", "APP/DEPLOYMENT");

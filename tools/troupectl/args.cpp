@@ -16,6 +16,14 @@ std::string quoted(const std::string& s) {
 
 }  // namespace
 
+Result<std::string> parse_app_name(const std::string& text, const std::string& arg) {
+  if (!controller::valid_name(text)) {
+    return Status(errc::invalid_argument,
+                  arg + ": " + quoted(text) + " is not a valid application name");
+  }
+  return text;
+}
+
 Result<DeploymentRef> parse_deployment_ref(const std::string& text, const std::string& arg) {
   const auto slash = text.find('/');
   if (slash == std::string::npos) {

@@ -1,6 +1,7 @@
 // The values of troupectl's arguments that CLI11 takes as text: an
-// APP/DEPLOYMENT reference, counts, and traffic weights (NAME=W). Plain C++,
-// tested without a cluster (tests/tools/troupectl_args_test.cpp).
+// application name, an APP/DEPLOYMENT reference, counts, and traffic weights
+// (NAME=W). Plain C++, tested without a cluster
+// (tests/tools/troupectl_args_test.cpp).
 //
 // Every error is errc::invalid_argument with one line that starts with the
 // argument's name and quotes the value, e.g.
@@ -21,6 +22,9 @@ struct DeploymentRef {
   std::string app;
   std::string deployment;
 };
+
+// An application's name (controller::valid_name), e.g. rollback's APP.
+Result<std::string> parse_app_name(const std::string& text, const std::string& arg);
 
 // "greet/Canary" -> {greet, Canary}. Both parts must be valid names
 // (controller::valid_name), so there is exactly one '/'.

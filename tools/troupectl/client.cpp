@@ -11,6 +11,7 @@
 #include "runtime/libraries.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/time.hpp"
+#include "runtime/wire_rollback.hpp"
 
 namespace troupe {
 
@@ -146,6 +147,21 @@ Result<uint64_t> ControllerClient::set_traffic(const std::string& app,
   return ask<uint64_t>(
       *sys_, controller_, timeout_s_, [&](const caf::error& e) { return describe(e); },
       traffic_atom::value, app, wire, sign(Operation::traffic, traffic_args(app, wire)));
+}
+
+Result<ControllerClient::RollbackReply> ControllerClient::rollback(const std::string& app) {
+  caf::scoped_actor self{*sys_};
+  Result<RollbackReply> out(errc::internal, "no answer");
+  // The handshake checked the protocol version: this controller takes it.
+  auto controller = caf::actor_cast<ControllerRollbackActor>(controller_);
+  self->request(controller, seconds_as(timeout_s_), rollback_atom::value, app,
+                sign(Operation::rollback, {app}))
+      .receive(
+          [&](uint64_t generation, uint64_t from) {
+            out = RollbackReply{generation, from};
+          },
+          [&](caf::error& err) { out = describe(err); });
+  return out;
 }
 
 Status ControllerClient::delete_deployment(const std::string& app, const std::string& deployment) {

@@ -49,6 +49,12 @@ class ControllerClient {
                             uint32_t replicas);
   // Replaces an application's traffic split; the generation after it.
   Result<uint64_t> set_traffic(const std::string& app, const std::map<std::string, double>& weights);
+  // Deploys the application's last good declaration again (`rollback`).
+  struct RollbackReply {
+    uint64_t generation = 0;       // the target state's after it
+    uint64_t from_generation = 0;  // the generation whose declaration it is
+  };
+  Result<RollbackReply> rollback(const std::string& app);
   // Deletes one deployment of an application (not its ingress).
   Status delete_deployment(const std::string& app, const std::string& deployment);
   // The declared target state.

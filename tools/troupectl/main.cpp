@@ -350,8 +350,8 @@ int main(int argc, char** argv) {
   std::string if_generation_text;
   deploy_cmd->add_option("--if-generation", if_generation_text,
                          "deploy only if the cluster's target state is still at generation N "
-                         "(as printed by deploy, scale, traffic and status --json); refused "
-                         "otherwise, naming the current generation");
+                         "(as printed by deploy, scale, traffic, rollback and status --json); "
+                         "refused otherwise, naming the current generation");
 
   auto* status_cmd = app.add_subcommand("status", "applications, deployments and replicas");
   std::string status_app;
@@ -399,6 +399,16 @@ int main(int argc, char** argv) {
   traffic_cmd->add_option("APP", traffic_app, "application name")->required();
   traffic_cmd->add_option("NAME=W", traffic_items, "deployment and weight, e.g. Hello=0.9 Canary=0.1")
       ->required();
+
+  auto* rollback_cmd = app.add_subcommand(
+      "rollback",
+      "deploy an application's last good declaration again (the one it last ran with every "
+      "deployment HEALTHY)");
+  std::string rollback_app;
+  rollback_cmd->add_option("APP", rollback_app, "application name")->required();
+  rollback_cmd->add_flag("--wait", wait, "show progress until the application is RUNNING");
+  rollback_cmd->add_option("--wait-timeout", wait_timeout_s, "seconds --wait waits at most")
+      ->capture_default_str();
 
   auto* shutdown_cmd = app.add_subcommand("shutdown", "delete every application");
   bool shutdown_nodes = false;
@@ -501,6 +511,10 @@ int main(int argc, char** argv) {
     if (!w)
       return fail(1, w.status().message());
     traffic_weights = std::move(w.value());
+  }
+  if (*rollback_cmd) {
+    if (auto name = ctl::parse_app_name(rollback_app, "APP"); !name)
+      return fail(1, name.status().message());
   }
   ctl::DeploymentRef scale_ref;
   uint32_t scale_replicas = 0;
@@ -662,6 +676,19 @@ int main(int argc, char** argv) {
     std::printf("traffic of %s: %s (generation %llu)\n", traffic_app.c_str(), shown.c_str(),
                 static_cast<unsigned long long>(*g));
     return 0;
+  }
+  if (*rollback_cmd) {
+    auto r = client->rollback(rollback_app);
+    if (!r)
+      return fail(1, r.status().message());
+    std::printf("rolled back %s to generation %llu's declaration (generation %llu)\n",
+                rollback_app.c_str(), static_cast<unsigned long long>(r->from_generation),
+                static_cast<unsigned long long>(r->generation));
+    if (!wait)
+      return 0;
+    controller::TargetState watched;
+    watched.applications[rollback_app].name = rollback_app;
+    return wait_for(*client, watched, wait_timeout_s);
   }
   if (*delete_cmd) {
     auto st = client->delete_application(delete_app);
