@@ -57,10 +57,10 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
       CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
     }
   }
-  CHECK(files == 12);
+  CHECK(files == 13);
   CHECK(route_prefixes == std::set<std::string>{"/burn", "/compose", "/counter", "/crash", "/echo",
                                                 "/fail", "/flaky", "/greet", "/models", "/noop",
-                                                "/sleep", "/stream"});
+                                                "/release", "/sleep", "/stream"});
 }
 
 }  // namespace
