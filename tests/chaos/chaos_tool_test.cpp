@@ -3,6 +3,7 @@
 // goal verdicts.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -46,7 +47,15 @@ Observation healthy_at(double start, double end) {
   o.status_ok = true;
   o.nodes_ok = true;
   o.app_status["echo"] = "RUNNING";
-  o.deployments["echo/Echo"] = {"HEALTHY", 2, 2, 2, {{"head", 2}}, {{"head", 2}}};
+  DeploymentView v;
+  v.status = "HEALTHY";
+  v.target = 2;
+  v.running = 2;
+  v.total = 2;
+  v.running_on = {{"head", 2}};
+  v.kept_on = {{"head", 2}};
+  v.state_of = {{"r1", "RUNNING"}, {"r2", "RUNNING"}};
+  o.deployments["echo/Echo"] = v;
   o.replica_ids = {"r1", "r2"};
   o.replicas_per_node["head"] = 2;
   o.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}};
@@ -579,4 +588,378 @@ faults:
   CHECK(forever.find("fill_disk needs duration_s") != std::string::npos);
   auto tiny = error_of("disk4", std::string(kMinimal) + "cluster: {head_disk_mb: 1}\n");
   CHECK(tiny.find("head_disk_mb is within 8-4096") != std::string::npos);
+}
+
+// -- a release under test: redeploy, rollback and the rollout goals ---------
+
+namespace {
+
+const char* kRelease = R"(name: t
+deploy:
+  applications:
+    - name: release
+      route_prefix: /release
+      import_path: libtroupe_examples.so:Release
+      args: {release: v1}
+      deployments:
+        - {name: Release, num_replicas: 4}
+load: {rate: 10, duration_s: 40, paths: [/release/]}
+)";
+
+// A redeploy of `release` as v2 and whatever follows, as fault items.
+std::string release_faults(const std::string& more, const std::string& redeploy_extra = "") {
+  return std::string(kRelease) +
+         "faults:\n"
+         "  - action: redeploy\n"
+         "    at_s: 5\n" +
+         redeploy_extra +
+         "    deploy:\n"
+         "      applications:\n"
+         "        - name: release\n"
+         "          route_prefix: /release\n"
+         "          import_path: libtroupe_examples.so:Release\n"
+         "          args: {release: v2, status: 500, unhealthy_for_ms: forever}\n"
+         "          deployments:\n"
+         "            - {name: Release, num_replicas: 4}\n" +
+         more;
+}
+
+}  // namespace
+
+TEST_CASE("chaos/redeploy and rollback faults are loaded with their config - app and goals") {
+  auto s = load_scenario(write_temp("rel", release_faults("  - {action: rollback, app: release, "
+                                                          "at_s: 25}\n"
+                                                          "goals:\n"
+                                                          "  min_success_ratio: 1.0\n"
+                                                          "  deploy_failed_within_s: 15\n"
+                                                          "  deploy_failed_message: weights\n"
+                                                          "  replicas_kept: true\n"
+                                                          "  no_healthy_until_rollback: true\n"
+                                                          "  rollback_healthy_within_s: 5\n")));
+  REQUIRE(s.faults.size() == 2);
+  const auto& r = s.faults[0];
+  CHECK(r.kind == FaultKind::redeploy);
+  CHECK(std::string(to_string(r.kind)) == "redeploy");
+  CHECK(!node_scoped(r.kind));
+  CHECK(r.start_s == doctest::Approx(5));
+  // The only application and its only deployment are the ones watched.
+  CHECK(r.app == "release");
+  CHECK(r.deployment == "Release");
+  REQUIRE(r.deploy["applications"]);
+  CHECK(r.deploy["applications"][0]["args"]["release"].as<std::string>() == "v2");
+  CHECK(r.deploy["applications"][0]["args"]["unhealthy_for_ms"].as<std::string>() == "forever");
+  const auto& b = s.faults[1];
+  CHECK(b.kind == FaultKind::rollback);
+  CHECK(std::string(to_string(b.kind)) == "rollback");
+  CHECK(b.app == "release");
+  CHECK(b.start_s == doctest::Approx(25));
+  CHECK(*s.goals.deploy_failed_within_s == doctest::Approx(15));
+  CHECK(s.goals.deploy_failed_message == std::vector<std::string>{"weights"});
+  CHECK(s.goals.replicas_kept);
+  CHECK(s.goals.no_healthy_until_rollback);
+  CHECK(*s.goals.rollback_healthy_within_s == doctest::Approx(5));
+  // A deployment named explicitly; the ingress of an application that
+  // lists none is its import_path's class.
+  auto named = load_scenario(write_temp(
+      "rel2", release_faults("goals: {deploy_failed_message: [weights, keeps serving]}\n",
+                             "    deployment: Release\n")));
+  CHECK(named.faults[0].deployment == "Release");
+  CHECK(named.goals.deploy_failed_message ==
+        std::vector<std::string>{"weights", "keeps serving"});
+  auto bare = load_scenario(write_temp("rel3", std::string(kRelease) + R"(faults:
+  - action: redeploy
+    at_s: 5
+    deploy: {applications: [{name: release, route_prefix: /release, import_path: "libtroupe_examples.so:Release"}]}
+)"));
+  CHECK(bare.faults[0].app == "release");
+  CHECK(bare.faults[0].deployment == "Release");
+  // Without goals of its own a rollback may follow a plain redeploy too.
+  CHECK_NOTHROW(load_scenario(
+      write_temp("rel4", release_faults("  - {action: redeploy, at_s: 20, deploy: {applications: "
+                                        "[{name: release, route_prefix: /release, import_path: "
+                                        "'libtroupe_examples.so:Release'}]}}\n"
+                                        "goals: {rollback_healthy_within_s: 5}\n"))));
+}
+
+TEST_CASE("chaos/bad redeploy and rollback faults and rollout goals are refused") {
+  auto err = [](const std::string& name, const std::string& text) { return error_of(name, text); };
+  // redeploy: its config.
+  auto none = err("rb1", std::string(kRelease) + "faults:\n  - {action: redeploy, at_s: 5}\n");
+  CHECK(none.find("redeploy needs deploy:") != std::string::npos);
+  auto scalar = err("rb2", std::string(kRelease) +
+                               "faults:\n  - {action: redeploy, at_s: 5, deploy: v2}\n");
+  CHECK(scalar.find("chaos_tool_test_rb2.yaml:12:") != std::string::npos);
+  CHECK(scalar.find("redeploy needs deploy:") != std::string::npos);
+  auto empty = err("rb3", std::string(kRelease) +
+                              "faults:\n  - {action: redeploy, at_s: 5, deploy: {applications: []}}\n");
+  CHECK(empty.find("redeploy needs deploy:") != std::string::npos);
+  auto app = err("rb4", release_faults("", "    app: other\n"));
+  CHECK(app.find("app 'other' is not an application of this deploy") != std::string::npos);
+  CHECK(app.find("chaos_tool_test_rb4.yaml:14:10") != std::string::npos);
+  auto dep = err("rb5", release_faults("", "    deployment: Nope\n"));
+  CHECK(dep.find("deployment 'Nope' is not a deployment of application 'release'") !=
+        std::string::npos);
+  auto every = err("rb6", release_faults("", "    every_s: 1\n"));
+  CHECK(every.find("redeploy happens once") != std::string::npos);
+  auto node = err("rb7", release_faults("", "    node: w1\n"));
+  CHECK(node.find("node is not a field of action redeploy") != std::string::npos);
+  auto other = err("rb8", std::string(kRelease) +
+                              "faults:\n  - {action: kill_replica, at_s: 5, deploy: {a: 1}}\n");
+  CHECK(other.find("deploy is for action redeploy only") != std::string::npos);
+  // rollback: its application.
+  auto no_app = err("rb9", std::string(kRelease) + "faults:\n  - {action: rollback, at_s: 5}\n");
+  CHECK(no_app.find("rollback needs app") != std::string::npos);
+  auto unknown = err("rb10", std::string(kRelease) +
+                                 "faults:\n  - {action: rollback, app: nope, at_s: 5}\n");
+  CHECK(unknown.find("app 'nope' is not an application the scenario deploys") !=
+        std::string::npos);
+  auto dep2 = err("rb11", std::string(kRelease) + "faults:\n  - {action: rollback, app: release, "
+                                                  "deployment: Release, at_s: 5}\n");
+  CHECK(dep2.find("rollback rolls back a whole application") != std::string::npos);
+  auto dur = err("rb12", std::string(kRelease) + "faults:\n  - {action: rollback, app: release, "
+                                                 "at_s: 5, duration_s: 3}\n");
+  CHECK(dur.find("duration_s is not a field of action rollback") != std::string::npos);
+  // The goals: a release to judge, sound values.
+  auto alone = err("rb13", std::string(kRelease) + "goals: {replicas_kept: true}\n");
+  CHECK(alone.find("replicas_kept needs a redeploy fault") != std::string::npos);
+  auto zero = err("rb14", release_faults("goals: {deploy_failed_within_s: 0}\n"));
+  CHECK(zero.find("deploy_failed_within_s must be > 0") != std::string::npos);
+  auto text = err("rb15", release_faults("goals: {deploy_failed_message: ''}\n"));
+  CHECK(text.find("deploy_failed_message is a text to find") != std::string::npos);
+  auto texts = err("rb19", release_faults("goals: {deploy_failed_message: [a, '']}\n"));
+  CHECK(texts.find("deploy_failed_message is a text to find, or a list") != std::string::npos);
+  auto nested = err("rb20", release_faults("goals: {deploy_failed_message: {a: b}}\n"));
+  CHECK(nested.find("deploy_failed_message: wrong type") != std::string::npos);
+  auto type = err("rb16", release_faults("goals: {no_healthy_until_rollback: often}\n"));
+  CHECK(type.find("no_healthy_until_rollback: wrong type") != std::string::npos);
+  auto back = err("rb17", release_faults("goals: {rollback_healthy_within_s: 5}\n"));
+  CHECK(back.find("rollback_healthy_within_s needs a rollback") != std::string::npos);
+  auto typo = err("rb18", release_faults("goals: {replica_kept: true}\n"));
+  CHECK(typo.find("unknown field 'replica_kept' in goals") != std::string::npos);
+}
+
+namespace {
+
+// A poll of the release deployment: `replicas` as id -> state.
+Observation release_poll(double start, const std::string& status,
+                         std::map<std::string, std::string> replicas,
+                         const std::string& message = "") {
+  Observation o;
+  o.start_s = start;
+  o.state_end_s = start + 0.05;
+  o.end_s = start + 0.05;
+  o.status_ok = true;
+  o.nodes_ok = true;
+  o.app_status["release"] = status == "HEALTHY" ? "RUNNING" : "DEPLOYING";
+  DeploymentView v;
+  v.status = status;
+  v.message = message;
+  v.target = 4;
+  v.state_of = std::move(replicas);
+  for (const auto& [id, state] : v.state_of) {
+    ++v.total;
+    if (state == "RUNNING")
+      ++v.running;
+  }
+  o.deployments["release/Release"] = v;
+  o.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
+  return o;
+}
+
+const std::map<std::string, std::string> kV1 = {
+    {"r1", "RUNNING"}, {"r2", "RUNNING"}, {"r3", "RUNNING"}, {"r4", "RUNNING"}};
+
+std::map<std::string, std::string> v1_and(const std::string& id, const std::string& state) {
+  auto m = kV1;
+  m[id] = state;
+  return m;
+}
+
+FaultEvent release_event(FaultKind kind, double t) {
+  FaultEvent f;
+  f.kind = kind;
+  f.t_s = t;
+  f.acked_s = t + 0.1;
+  f.ok = true;
+  f.app = "release";
+  if (kind == FaultKind::redeploy)
+    f.deployment = "Release";
+  return f;
+}
+
+const char* kFailed =
+    "The deployment failed to start 12 times in a row. This may be due to a problem with its "
+    "constructor, reconfigure or initial health check. The previous version keeps serving on 4 "
+    "replicas. Retrying after 1.0 seconds. Error:\nrelease v2: the model's weights did not load";
+
+// The story of acceptance 1 as the polls should see it.
+RunData broken_release_run() {
+  RunData run;
+  auto& g = run.scenario.goals;
+  g.deploy_failed_within_s = 15;
+  g.deploy_failed_message = {"the model's weights did not load",
+                             "The previous version keeps serving on 4 replicas."};
+  g.replicas_kept = true;
+  g.no_healthy_until_rollback = true;
+  g.rollback_healthy_within_s = 5;
+  run.faults = {release_event(FaultKind::redeploy, 5), release_event(FaultKind::rollback, 25)};
+  run.observations = {
+      release_poll(4.0, "HEALTHY", kV1),
+      release_poll(4.96, "HEALTHY", kV1),  // answered after the redeploy started: not the reference
+      release_poll(5.02, "HEALTHY", kV1),  // started before the acknowledgement: not judged
+      release_poll(5.2, "UPDATING", v1_and("r5", "STARTING")),
+      release_poll(6.0, "UPDATING", v1_and("r6", "STARTING")),
+      release_poll(12.0, "DEPLOY_FAILED", v1_and("r16", "STARTING"), kFailed),
+      release_poll(24.96, "DEPLOY_FAILED", kV1, kFailed),  // answered after the rollback started
+      release_poll(25.3, "UPDATING", v1_and("r17", "STOPPING")),
+      release_poll(26.0, "HEALTHY", kV1),
+      release_poll(40.0, "HEALTHY", kV1),
+  };
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("chaos/a broken release kept off by the gate and rolled back meets the rollout goals") {
+  auto run = broken_release_run();
+  analyze(run);
+  REQUIRE(run.rollout.has_value());
+  const auto& r = *run.rollout;
+  CHECK(r.deployment == "release/Release");
+  CHECK(r.kept_ids == std::set<std::string>{"r1", "r2", "r3", "r4"});
+  CHECK(*r.before_t_s == doctest::Approx(4.0));
+  CHECK(*r.deploy_failed_s == doctest::Approx(7.05));
+  // 5.2, 6 and 12; not 5.02 (before the acknowledgement) nor 24.96
+  // (answered at 25.01, after the rollback started).
+  CHECK(r.between_polls == 3);
+  CHECK(r.between_healthy == 0);
+  CHECK(r.new_ids == std::set<std::string>{"r5", "r6", "r16", "r17"});
+  CHECK(*r.rollback_healthy_s == doctest::Approx(1.05));
+  CHECK(r.final_exact);
+  CHECK(goal(run, "deploy_failed_within_s")->met);
+  CHECK(*goal(run, "deploy_failed_within_s")->measured == doctest::Approx(7.05));
+  CHECK(goal(run, "deploy_failed_message")->met);
+  CHECK(*goal(run, "deploy_failed_message")->measured == doctest::Approx(2));
+  CHECK(goal(run, "replicas_kept")->met);
+  CHECK(*goal(run, "replicas_kept")->measured == doctest::Approx(0));
+  CHECK(goal(run, "no_healthy_until_rollback")->met);
+  CHECK(goal(run, "rollback_healthy_within_s")->met);
+  CHECK(run.ok);
+  // The JSON report carries the findings.
+  auto j = to_json(run);
+  CHECK(j["rollout"]["kept_ids"].size() == 4);
+  CHECK(j["rollout"]["deploy_failed_message"] == kFailed);
+  CHECK(!j["rollout"]["steps"].empty());
+  CHECK(to_text(run).find("rollout of release/Release") != std::string::npos);
+}
+
+TEST_CASE("chaos/a broken release that takes over - restarts or reads HEALTHY misses the goals") {
+  SUBCASE("a poll reads HEALTHY between the redeploy and the rollback") {
+    auto run = broken_release_run();
+    run.observations.insert(run.observations.begin() + 5,
+                            release_poll(8.0, "HEALTHY", kV1, "Every replica is healthy again."));
+    analyze(run);
+    CHECK(!goal(run, "no_healthy_until_rollback")->met);
+    CHECK(*goal(run, "no_healthy_until_rollback")->measured == doctest::Approx(1));
+    CHECK(goal(run, "no_healthy_until_rollback")->detail.find("at t=8.00") != std::string::npos);
+    CHECK(goal(run, "replicas_kept")->met);
+    CHECK(!run.ok);
+  }
+  SUBCASE("a v1 replica is stopped for a v2 one") {
+    auto run = broken_release_run();
+    run.observations[4] = release_poll(6.0, "UPDATING", v1_and("r2", "STOPPING"));
+    analyze(run);
+    CHECK(!goal(run, "replicas_kept")->met);
+    CHECK(*goal(run, "replicas_kept")->measured == doctest::Approx(1));
+    CHECK(goal(run, "replicas_kept")->detail.find("r2 STOPPING") != std::string::npos);
+  }
+  SUBCASE("after the rollback the replicas are not the ones kept") {
+    auto run = broken_release_run();
+    auto replaced = kV1;
+    replaced.erase("r4");
+    replaced["r20"] = "RUNNING";
+    run.observations.back() = release_poll(40.0, "HEALTHY", replaced);
+    analyze(run);
+    CHECK(!goal(run, "replicas_kept")->met);
+    CHECK(!run.rollout->final_exact);
+    CHECK(goal(run, "replicas_kept")->detail.find("r4 not listed") != std::string::npos);
+    // It was HEALTHY with exactly those ids once, right after the rollback.
+    CHECK(goal(run, "rollback_healthy_within_s")->met);
+  }
+  SUBCASE("never DEPLOY_FAILED - or with another message") {
+    auto run = broken_release_run();
+    for (auto& o : run.observations) {
+      auto& v = o.deployments["release/Release"];
+      if (v.status == "DEPLOY_FAILED")
+        v.status = "UPDATING";
+    }
+    analyze(run);
+    CHECK(!goal(run, "deploy_failed_within_s")->met);
+    CHECK(std::isinf(*goal(run, "deploy_failed_within_s")->measured));
+    CHECK(!goal(run, "deploy_failed_message")->met);
+    auto other = broken_release_run();
+    other.observations[5].deployments["release/Release"].message = "failed to start 12 times";
+    analyze(other);
+    CHECK(goal(other, "deploy_failed_within_s")->met);
+    CHECK(!goal(other, "deploy_failed_message")->met);
+    CHECK(*goal(other, "deploy_failed_message")->measured == doctest::Approx(0));
+    // One text of two.
+    other.observations[5].deployments["release/Release"].message =
+        "The previous version keeps serving on 4 replicas.";
+    analyze(other);
+    CHECK(!goal(other, "deploy_failed_message")->met);
+    CHECK(*goal(other, "deploy_failed_message")->measured == doctest::Approx(1));
+    CHECK(goal(other, "deploy_failed_message")->detail.find(
+              "does NOT contain \"the model's weights did not load\"") != std::string::npos);
+  }
+  SUBCASE("DEPLOY_FAILED later than the limit") {
+    auto run = broken_release_run();
+    run.scenario.goals.deploy_failed_within_s = 5;
+    analyze(run);
+    CHECK(!goal(run, "deploy_failed_within_s")->met);
+  }
+  SUBCASE("not HEALTHY at target before the redeploy: nothing to keep") {
+    auto run = broken_release_run();
+    run.observations[0] = release_poll(4.0, "UPDATING", v1_and("r4", "STARTING"));
+    analyze(run);
+    CHECK(!goal(run, "replicas_kept")->met);
+    CHECK(goal(run, "replicas_kept")->detail.find("before the redeploy") != std::string::npos);
+    CHECK(!goal(run, "rollback_healthy_within_s")->met);
+  }
+  SUBCASE("the redeploy or the rollback failed") {
+    auto run = broken_release_run();
+    run.faults[0].ok = false;
+    run.faults[0].message = "troupectl timed out";
+    analyze(run);
+    for (const char* name : {"deploy_failed_within_s", "deploy_failed_message", "replicas_kept",
+                             "no_healthy_until_rollback", "rollback_healthy_within_s"}) {
+      CAPTURE(name);
+      REQUIRE(goal(run, name));
+      CHECK(!goal(run, name)->met);
+      CHECK(goal(run, name)->detail.find("the redeploy failed: troupectl timed out") !=
+            std::string::npos);
+    }
+    auto stuck = broken_release_run();
+    stuck.faults[1].ok = false;
+    stuck.faults[1].message = "unknown command rollback";
+    for (auto& o : stuck.observations) {
+      if (o.start_s > 25)
+        o = release_poll(o.start_s, "DEPLOY_FAILED", v1_and("r30", "STARTING"), kFailed);
+    }
+    analyze(stuck);
+    CHECK(!goal(stuck, "rollback_healthy_within_s")->met);
+    CHECK(goal(stuck, "rollback_healthy_within_s")->detail.find("the rollback failed") !=
+          std::string::npos);
+    CHECK(!goal(stuck, "replicas_kept")->met);  // never HEALTHY with them again
+  }
+  SUBCASE("without a rollback the goals run to the end") {
+    auto run = broken_release_run();
+    run.scenario.goals.rollback_healthy_within_s.reset();
+    run.faults.pop_back();
+    run.observations.resize(7);  // ... DEPLOY_FAILED to the end
+    analyze(run);
+    CHECK(goal(run, "replicas_kept")->met);
+    CHECK(goal(run, "no_healthy_until_rollback")->met);
+    CHECK(run.rollout->between_polls == 4);
+  }
 }

@@ -557,6 +557,10 @@ class Runner {
       command({"kill", "controller"});
       return ev;
     }
+    if (spec.kind == FaultKind::redeploy || spec.kind == FaultKind::rollback) {
+      release(spec, ev);
+      return ev;
+    }
     auto node = pick_node(spec.node, spec_index);
     ev.t_s = since(t0_);
     if (!node) {
@@ -620,6 +624,41 @@ class Runner {
         break;
     }
     return ev;
+  }
+
+  // A new release (troupectl deploy of the fault's config, without --wait)
+  // or a rollback (troupectl rollback APP). Once accepted, the declaration
+  // is the acknowledged one the final checks compare with.
+  void release(const FaultSpec& spec, FaultEvent& ev) {
+    ev.app = spec.app;
+    ev.deployment = spec.deployment;
+    std::vector<std::string> args;
+    if (spec.kind == FaultKind::redeploy) {
+      std::string file = dir_ / ("redeploy-" + std::to_string(++redeploys_) + ".yaml");
+      YAML::Emitter em;
+      em << spec.deploy;
+      std::ofstream(file) << em.c_str() << "\n";
+      args = {"deploy", file};
+    } else {
+      args = {"rollback", spec.app};
+    }
+    ev.t_s = since(t0_);
+    auto r = cluster_->ctl(args, 10);
+    ev.acked_s = since(t0_);
+    ev.ok = r.exit_code == 0;
+    ev.reply = trim(r.out);
+    if (!ev.ok) {
+      ev.message = r.exit_code < 0 ? "troupectl timed out"
+                                   : trim(r.err.empty() ? r.out : r.err);
+      return;
+    }
+    if (spec.kind == FaultKind::redeploy) {
+      declared_apps_.clear();
+      for (const auto& app : spec.deploy["applications"])
+        declared_apps_.insert(app["name"] ? app["name"].as<std::string>() : "default");
+    }
+    if (auto st = cluster_->status_json(5))
+      acknowledged_ = *st;
   }
 
   // The peers a partition or degrade cuts `node` off from.
@@ -1244,6 +1283,7 @@ class Runner {
   std::map<size_t, size_t> round_robin_;  // spec index -> next node (node: round_robin)
   size_t poison_count_ = 0;
   int disk_deploys_ = 0;      // fill_disk: deploys made, for their names
+  int redeploys_ = 0;         // redeploy: configs written, for their names
   std::string disk_refused_;  // fill_disk: the application of the refused deploy
   std::vector<std::unique_ptr<PoisonCall>> poison_calls_;
 };

@@ -8,6 +8,15 @@ namespace chaos {
 
 using nlohmann::json;
 
+std::set<std::string> DeploymentView::running_ids() const {
+  std::set<std::string> out;
+  for (const auto& [id, state] : state_of) {
+    if (state == "RUNNING")
+      out.insert(id);
+  }
+  return out;
+}
+
 bool Observation::healthy() const {
   return unhealthy_reason().empty();
 }
@@ -78,6 +87,7 @@ void read_status(const json& s, Observation& o) {
       DeploymentView v;
       v.status = d.value("status", "");
       v.target = d.value("target_replicas", int64_t{0});
+      v.message = d.value("message", "");
       for (const auto& r : d.at("replicas")) {
         ++v.total;
         if (r.value("state", "") != "STOPPING")
@@ -87,6 +97,7 @@ void read_status(const json& s, Observation& o) {
           ++v.running_on[r.value("node", "")];
         }
         auto id = r.value("id", "");
+        v.state_of[id] = r.value("state", "");
         if (++seen[id] == 2)
           o.duplicate_ids.push_back(id);
         o.replica_ids.insert(id);

@@ -29,6 +29,11 @@ struct DeploymentView {
   int total = 0;    // replicas listed, any state
   std::map<std::string, int> running_on;  // node -> replicas RUNNING there
   std::map<std::string, int> kept_on;     // node -> replicas there that are not STOPPING
+  std::string message;                      // the deployment's status message
+  std::map<std::string, std::string> state_of;  // replica id -> its state (every one listed)
+
+  // The ids of the replicas in state RUNNING.
+  std::set<std::string> running_ids() const;
 };
 
 struct Observation {

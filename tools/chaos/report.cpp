@@ -76,10 +76,184 @@ std::string fault_label(const FaultEvent& f) {
   std::string s = to_string(f.kind);
   if (!f.node.empty())
     s += "(" + f.node + ")";
+  else if (!f.app.empty())
+    s += "(" + f.app + ")";
   return s;
 }
 
+std::string join(const std::set<std::string>& ids) {
+  std::string out;
+  for (const auto& id : ids)
+    out += (out.empty() ? "" : ", ") + id;
+  return out;
+}
+
 }  // namespace
+
+std::optional<RolloutFindings> judge_rollout(const std::vector<FaultEvent>& faults,
+                                             const std::vector<Observation>& obs) {
+  // The release under test and the rollback after it.
+  const FaultEvent* release = nullptr;
+  const FaultEvent* rollback = nullptr;
+  for (const auto& f : faults) {
+    if (!release) {
+      if (f.kind == FaultKind::redeploy)
+        release = &f;
+    } else if (f.kind == FaultKind::redeploy || f.kind == FaultKind::rollback) {
+      rollback = &f;
+      break;
+    }
+  }
+  if (!release)
+    return std::nullopt;
+  RolloutFindings r;
+  r.deployment = release->app + "/" + release->deployment;
+  r.redeployed = release->ok;
+  r.redeploy_error = release->ok ? "" : release->message;
+  r.redeploy_s = release->t_s;
+  r.redeploy_acked_s = release->acked_s;
+  const double until = rollback ? rollback->t_s : kInf;
+  if (rollback) {
+    r.rollback_s = rollback->t_s;
+    r.rollback_acked_s = rollback->acked_s;
+    r.rolled_back = rollback->ok;
+    r.rollback_error = rollback->ok ? "" : rollback->message;
+  }
+  auto view = [&](const Observation& o) -> const DeploymentView* {
+    auto it = o.deployments.find(r.deployment);
+    return it == o.deployments.end() ? nullptr : &it->second;
+  };
+  auto exact = [&](const DeploymentView& v) {
+    if (v.status != "HEALTHY" || v.state_of.size() != r.kept_ids.size())
+      return false;
+    for (const auto& [id, state] : v.state_of) {
+      if (state != "RUNNING" || !r.kept_ids.count(id))
+        return false;
+    }
+    return true;
+  };
+
+  // The reference: the last poll answered before the redeploy started.
+  const Observation* before = nullptr;
+  for (const auto& o : obs) {
+    if (o.state_end_s > release->t_s)
+      break;
+    if (o.status_ok)
+      before = &o;
+  }
+  if (!before) {
+    r.before_problem = "no poll answered before the redeploy";
+  } else {
+    r.before_t_s = before->start_s;
+    if (const auto* v = view(*before)) {
+      r.before_status = v->status;
+      r.kept_ids = v->running_ids();
+      if (v->status != "HEALTHY" || v->running != v->target || v->total != v->target)
+        r.before_problem = "before the redeploy " + r.deployment + " was " + v->status + " with " +
+                           std::to_string(v->running) + " RUNNING of " +
+                           std::to_string(v->total) + " listed, target " +
+                           std::to_string(v->target);
+      else if (r.kept_ids.empty())
+        r.before_problem = "before the redeploy " + r.deployment + " had no RUNNING replica";
+    } else {
+      r.before_problem = "the poll before the redeploy does not list " + r.deployment;
+    }
+  }
+
+  const double acked = release->acked_s >= 0 ? release->acked_s : release->t_s;
+  const DeploymentView* last_view = nullptr;
+  std::optional<RolloutStep> prev;
+  std::set<std::string> prev_ids;
+  for (const auto& o : obs) {
+    if (!o.status_ok)
+      continue;
+    const auto* v = view(o);
+    // The steps: every change the polls saw, from the reference on.
+    if (before && o.start_s >= before->start_s) {
+      RolloutStep step;
+      step.t_s = o.start_s;
+      std::set<std::string> ids;
+      if (v) {
+        step.status = v->status;
+        step.message = v->message;
+        step.running = v->running;
+        step.listed = v->total;
+        step.target = v->target;
+        for (const auto& [id, state] : v->state_of) {
+          ids.insert(id + "=" + state);
+          if (state == "RUNNING" && r.kept_ids.count(id))
+            ++step.kept_running;
+        }
+      } else {
+        step.status = "(not listed)";
+      }
+      if (!prev || prev->status != step.status || prev->message != step.message ||
+          prev_ids != ids) {
+        r.steps.push_back(step);
+        prev = step;
+        prev_ids = ids;
+      }
+    }
+    // The kept ids are RUNNING at every poll from the reference to the end.
+    if (before && !r.kept_ids.empty() && o.start_s >= before->start_s) {
+      ++r.kept_polls;
+      std::string missing;
+      for (const auto& id : r.kept_ids) {
+        std::string state = "not listed";
+        if (v) {
+          auto it = v->state_of.find(id);
+          if (it != v->state_of.end())
+            state = it->second;
+        }
+        if (state != "RUNNING")
+          missing += (missing.empty() ? "" : ", ") + id + " " + state;
+      }
+      if (!missing.empty() && ++r.kept_polls_missing == 1)
+        r.first_missing = "at t=" + fixed(o.start_s, 2) + ": " + missing;
+    }
+    if (v && o.start_s >= release->t_s) {
+      for (const auto& [id, state] : v->state_of) {
+        if (!r.kept_ids.count(id))
+          r.new_ids.insert(id);
+      }
+    }
+    // DEPLOY_FAILED, read by a poll that started after the redeploy and
+    // before the rollback.
+    if (v && !r.deploy_failed_s && o.start_s >= release->t_s && o.start_s < until &&
+        v->status == "DEPLOY_FAILED") {
+      r.deploy_failed_s = o.state_end_s - release->t_s;
+      r.deploy_failed_message = v->message;
+    }
+    // Polls answered wholly between the acknowledgement and the rollback.
+    if (o.start_s >= acked && o.state_end_s <= until) {
+      ++r.between_polls;
+      std::string st = v ? v->status : "(not listed)";
+      ++r.between_by_status[st];
+      if (st == "HEALTHY" && ++r.between_healthy == 1)
+        r.first_healthy = "at t=" + fixed(o.start_s, 2) + " (" + fixed(o.start_s - acked, 2) +
+                          " s after the acknowledgement): " + (v ? v->message : "");
+    }
+    if (rollback && v && !r.rollback_healthy_s && o.start_s >= rollback->t_s &&
+        !r.kept_ids.empty() && exact(*v))
+      r.rollback_healthy_s = o.state_end_s - rollback->t_s;
+    last_view = v;
+    r.final_t_s = o.start_s;
+  }
+  if (!r.final_t_s) {
+    r.final_detail = "no poll answered";
+  } else if (!last_view) {
+    r.final_detail = "the last poll does not list " + r.deployment;
+  } else {
+    r.final_status = last_view->status;
+    r.final_exact = !r.kept_ids.empty() && exact(*last_view);
+    std::set<std::string> listed;
+    for (const auto& [id, state] : last_view->state_of)
+      listed.insert(id + " " + state);
+    r.final_detail = "last poll (t=" + fixed(*r.final_t_s, 2) + "): " + last_view->status +
+                     ", listing " + join(listed);
+  }
+  return r;
+}
 
 void analyze(RunData& run) {
   const auto& obs = run.observations;
@@ -107,6 +281,8 @@ void analyze(RunData& run) {
         break;
       case FaultKind::kill_controller:
       case FaultKind::fill_disk:
+      case FaultKind::redeploy:
+      case FaultKind::rollback:
         cond = [&](const Observation& o) { return o.healthy(); };
         break;
       case FaultKind::kill_proxy:
@@ -594,6 +770,125 @@ void analyze(RunData& run) {
     run.goals.push_back(g);
   }
 
+  // The rollout goals: the release under test (the first redeploy).
+  run.rollout = judge_rollout(run.faults, obs);
+  const bool rollout_goals = goals.deploy_failed_within_s || !goals.deploy_failed_message.empty() ||
+                             goals.replicas_kept || goals.no_healthy_until_rollback ||
+                             goals.rollback_healthy_within_s;
+  if (rollout_goals) {
+    const RolloutFindings* ro = run.rollout ? &*run.rollout : nullptr;
+    // Why nothing can be judged (empty: it can).
+    std::string unjudged = !ro              ? "no redeploy fault was made"
+                           : !ro->redeployed ? "the redeploy failed: " + ro->redeploy_error
+                                             : "";
+    if (goals.deploy_failed_within_s) {
+      GoalResult g{"deploy_failed_within_s", *goals.deploy_failed_within_s, std::nullopt, false,
+                   unjudged};
+      if (unjudged.empty()) {
+        g.measured = ro->deploy_failed_s.value_or(kInf);
+        g.met = ro->deploy_failed_s && *ro->deploy_failed_s <= g.target;
+        g.detail = ro->deploy_failed_s
+                       ? ro->deployment + " read DEPLOY_FAILED " +
+                             fixed(*ro->deploy_failed_s, 3) + " s after the redeploy"
+                       : "no poll after the redeploy" +
+                             std::string(ro->rollback_s ? " and before the rollback" : "") +
+                             " read " + ro->deployment + " DEPLOY_FAILED";
+      }
+      run.goals.push_back(g);
+    }
+    if (!goals.deploy_failed_message.empty()) {
+      // Target: every text; measured: the texts the first DEPLOY_FAILED
+      // poll's message contains.
+      const auto& texts = goals.deploy_failed_message;
+      GoalResult g{"deploy_failed_message", static_cast<double>(texts.size()), std::nullopt, false,
+                   unjudged};
+      if (unjudged.empty() && !ro->deploy_failed_s) {
+        g.measured = 0;
+        g.detail = "never read DEPLOY_FAILED: no message to look for the texts in";
+      } else if (unjudged.empty()) {
+        int found = 0;
+        std::string missing;
+        for (const auto& t : texts) {
+          if (ro->deploy_failed_message.find(t) != std::string::npos)
+            ++found;
+          else
+            missing += (missing.empty() ? "" : ", ") + std::string("\"") + t + "\"";
+        }
+        g.measured = found;
+        g.met = found == static_cast<int>(texts.size());
+        g.detail = (g.met ? std::string("contains every text") : "does NOT contain " + missing) +
+                   "; the message: " + ro->deploy_failed_message;
+      }
+      run.goals.push_back(g);
+    }
+    if (goals.replicas_kept) {
+      // Measured: polls at which a kept id was not RUNNING.
+      GoalResult g{"replicas_kept", 0, std::nullopt, false, unjudged};
+      if (unjudged.empty()) {
+        if (!ro->before_problem.empty()) {
+          g.detail = ro->before_problem;
+        } else {
+          g.measured = static_cast<double>(ro->kept_polls_missing);
+          g.met = ro->kept_polls_missing == 0;
+          g.detail = std::to_string(ro->kept_ids.size()) + " ids RUNNING before the redeploy (" +
+                     join(ro->kept_ids) + "); " + std::to_string(ro->kept_polls_missing) + " of " +
+                     std::to_string(ro->kept_polls) + " polls to the end missed one";
+          if (!ro->first_missing.empty())
+            g.detail += ", first " + ro->first_missing;
+          if (ro->rollback_s) {
+            g.met = g.met && ro->final_exact;
+            g.detail += std::string("; after the rollback, ") +
+                        (ro->final_exact ? "HEALTHY with exactly those ids, all RUNNING"
+                                         : "NOT HEALTHY with exactly those ids") +
+                        " at the " + ro->final_detail;
+          }
+        }
+      }
+      run.goals.push_back(g);
+    }
+    if (goals.no_healthy_until_rollback) {
+      // Measured: polls reading HEALTHY between acknowledgement and rollback.
+      GoalResult g{"no_healthy_until_rollback", 0, std::nullopt, false, unjudged};
+      if (unjudged.empty()) {
+        g.measured = static_cast<double>(ro->between_healthy);
+        g.met = ro->between_polls > 0 && ro->between_healthy == 0;
+        g.detail = std::to_string(ro->between_healthy) + " of " +
+                   std::to_string(ro->between_polls) + " polls between the redeploy's " +
+                   "acknowledgement and the " + (ro->rollback_s ? "rollback" : "end") +
+                   " read HEALTHY; by status:";
+        for (const auto& [st, n] : ro->between_by_status)
+          g.detail += " " + st + "=" + std::to_string(n);
+        if (!ro->first_healthy.empty())
+          g.detail += "; first " + ro->first_healthy;
+        if (ro->between_polls == 0)
+          g.detail += " (no poll to judge)";
+      }
+      run.goals.push_back(g);
+    }
+    if (goals.rollback_healthy_within_s) {
+      GoalResult g{"rollback_healthy_within_s", *goals.rollback_healthy_within_s, std::nullopt,
+                   false, unjudged};
+      if (unjudged.empty()) {
+        if (!ro->rollback_s) {
+          g.detail = "no rollback was made";
+        } else if (!ro->rolled_back) {
+          g.detail = "the rollback failed: " + ro->rollback_error;
+        } else if (!ro->before_problem.empty()) {
+          g.detail = ro->before_problem;
+        } else {
+          g.measured = ro->rollback_healthy_s.value_or(kInf);
+          g.met = ro->rollback_healthy_s && *ro->rollback_healthy_s <= g.target;
+          g.detail = ro->rollback_healthy_s
+                         ? "HEALTHY with exactly the kept ids " +
+                               fixed(*ro->rollback_healthy_s, 3) + " s after the rollback"
+                         : "never HEALTHY with exactly the kept ids after the rollback; " +
+                               ro->final_detail;
+        }
+      }
+      run.goals.push_back(g);
+    }
+  }
+
   run.ok = run.setup_error.empty() && !run.interrupted;
   for (const auto& c : run.invariants)
     run.ok = run.ok && c.ok;
@@ -688,6 +983,13 @@ json to_json(const RunData& run) {
       row["peers"] = f.peers;
       row["network"] = f.network_detail;
     }
+    if (f.kind == FaultKind::redeploy || f.kind == FaultKind::rollback) {
+      row["app"] = f.app;
+      if (!f.deployment.empty())
+        row["deployment"] = f.deployment;
+      row["acked_s"] = f.acked_s >= 0 ? json(f.acked_s) : json(nullptr);
+      row["reply"] = f.reply;
+    }
     if (f.kind == FaultKind::fill_disk)
       row["disk"] = {{"filled_bytes", f.disk_filled_bytes},
                      {"deploys_accepted_while_full", f.disk_accepted},
@@ -730,6 +1032,47 @@ json to_json(const RunData& run) {
                    {"answered_2xx", run.poison_2xx},    {"no_answer", run.poison_no_answer},
                    {"by_answer", run.poison_by_answer}, {"slowest_answer_s", slowest},
                    {"replicas_crashed", victims}};
+  }
+  if (run.rollout) {
+    const auto& r = *run.rollout;
+    json steps = json::array();
+    for (const auto& st : r.steps)
+      steps.push_back({{"t_s", st.t_s},
+                       {"status", st.status},
+                       {"running", st.running},
+                       {"listed", st.listed},
+                       {"target", st.target},
+                       {"kept_running", st.kept_running},
+                       {"message", st.message}});
+    j["rollout"] = {
+        {"deployment", r.deployment},
+        {"redeployed", r.redeployed},
+        {"redeploy_error", r.redeploy_error},
+        {"redeploy_s", r.redeploy_s},
+        {"redeploy_acked_s", r.redeploy_acked_s >= 0 ? json(r.redeploy_acked_s) : json(nullptr)},
+        {"rollback_s", opt(r.rollback_s)},
+        {"rollback_acked_s", r.rollback_acked_s >= 0 ? json(r.rollback_acked_s) : json(nullptr)},
+        {"rolled_back", r.rolled_back},
+        {"rollback_error", r.rollback_error},
+        {"before_t_s", opt(r.before_t_s)},
+        {"before_status", r.before_status},
+        {"before_problem", r.before_problem},
+        {"kept_ids", r.kept_ids},
+        {"deploy_failed_after_s", opt(r.deploy_failed_s)},
+        {"deploy_failed_message", r.deploy_failed_message},
+        {"kept_polls", r.kept_polls},
+        {"kept_polls_missing", r.kept_polls_missing},
+        {"first_missing", r.first_missing},
+        {"polls_until_rollback", r.between_polls},
+        {"polls_until_rollback_by_status", r.between_by_status},
+        {"healthy_polls_until_rollback", r.between_healthy},
+        {"first_healthy", r.first_healthy},
+        {"new_replica_ids", r.new_ids},
+        {"rollback_healthy_after_s", opt(r.rollback_healthy_s)},
+        {"final_status", r.final_status},
+        {"final_exact", r.final_exact},
+        {"final", r.final_detail},
+        {"steps", steps}};
   }
   j["polls"] = {{"count", run.polls},
                 {"failed", run.polls_failed},
@@ -846,6 +1189,13 @@ std::string to_text(const RunData& run) {
               << (i < f.victim_nodes.size() ? f.victim_nodes[i] : "?");
       }
       out << "; ";
+    } else if (f.kind == FaultKind::redeploy || f.kind == FaultKind::rollback) {
+      std::string reply = f.reply;
+      for (size_t at = reply.find('\n'); at != std::string::npos; at = reply.find('\n', at))
+        reply.replace(at, 1, "; ");
+      out << f.app << (f.deployment.empty() ? "" : "/" + f.deployment) << ": "
+          << (f.ok ? reply : std::string("FAILED")) << " (answered in "
+          << (f.acked_s >= 0 ? fixed(f.acked_s - f.t_s, 3) : std::string("-")) << " s) ";
     } else if (!f.victim.empty())
       out << f.victim << " ";
     else if (f.replicas_on_node_before)
@@ -881,6 +1231,51 @@ std::string to_text(const RunData& run) {
     for (const auto& [what, n] : run.poison_by_answer)
       out << " " << what << "=" << n;
     out << "\n";
+  }
+  if (run.rollout) {
+    const auto& r = *run.rollout;
+    out << "\nrollout of " << r.deployment << " (redeploy at t=" << fixed(r.redeploy_s, 2);
+    if (r.rollback_s)
+      out << ", rollback at t=" << fixed(*r.rollback_s, 2);
+    out << "):\n";
+    if (!r.redeployed)
+      out << "  the redeploy FAILED: " << r.redeploy_error << "\n";
+    if (r.rollback_s && !r.rolled_back)
+      out << "  the rollback FAILED: " << r.rollback_error << "\n";
+    out << "  before: " << (r.before_status.empty() ? "-" : r.before_status) << ", RUNNING "
+        << join(r.kept_ids) << (r.before_problem.empty() ? "" : " (" + r.before_problem + ")")
+        << "\n";
+    out << "  DEPLOY_FAILED: "
+        << (r.deploy_failed_s ? fixed(*r.deploy_failed_s, 3) + " s after the redeploy: " +
+                                    r.deploy_failed_message
+                              : std::string("never read"))
+        << "\n";
+    out << "  polls until the rollback: " << r.between_polls << ", by status:";
+    for (const auto& [st, n] : r.between_by_status)
+      out << " " << st << "=" << n;
+    out << "\n  kept ids missing from " << r.kept_polls_missing << " of " << r.kept_polls
+        << " polls" << (r.first_missing.empty() ? "" : " (first " + r.first_missing + ")")
+        << "; new replica ids seen: " << r.new_ids.size() << "\n";
+    out << "  after the rollback: "
+        << (r.rollback_healthy_s ? "HEALTHY with exactly the kept ids after " +
+                                       fixed(*r.rollback_healthy_s, 3) + " s"
+                                 : std::string("never HEALTHY with exactly the kept ids"))
+        << "; " << r.final_detail << "\n";
+    out << "  status as the polls saw it change (t, status, RUNNING/listed/target, kept "
+           "RUNNING):\n";
+    size_t shown = 0;
+    for (const auto& st : r.steps) {
+      if (++shown > 40) {
+        out << "    ... " << r.steps.size() - 40 << " more in the JSON report\n";
+        break;
+      }
+      std::string msg = st.message.substr(0, std::min(st.message.find('\n'), size_t{160}));
+      char line[96];
+      std::snprintf(line, sizeof(line), "    t=%7.2f %-14s %d/%d/%lld kept %d  ", st.t_s,
+                    st.status.c_str(), st.running, st.listed, static_cast<long long>(st.target),
+                    st.kept_running);
+      out << line << msg << "\n";
+    }
   }
   out << "polls: " << run.polls << ", " << run.polls_failed
       << " without an answer to status or nodes; longest between two status answers "

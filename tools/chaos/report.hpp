@@ -5,6 +5,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,14 @@ struct FaultEvent {
     return status == 502 && !request_id.empty() && answer.find("crashed") != std::string::npos;
   }
 
+  // redeploy / rollback: the application (and, redeploy, the deployment
+  // the rollout goals watch); when troupectl returned (the controller had
+  // acknowledged the change: written ahead); what it printed.
+  std::string app;
+  std::string deployment;
+  double acked_s = -1;
+  std::string reply;
+
   double reference() const { return end_s >= 0 ? end_s : t_s; }
 };
 
@@ -98,6 +107,72 @@ struct GoalResult {
   bool met = false;
   std::string detail;
 };
+
+// One poll's view of the deployment a rollout watches, kept when it
+// differs from the previous poll's (status, message, replicas and states).
+struct RolloutStep {
+  double t_s = 0;  // the poll's start
+  std::string status;
+  std::string message;
+  int running = 0;
+  int listed = 0;
+  int64_t target = 0;
+  int kept_running = 0;  // of the ids kept from before the redeploy
+};
+
+// What the status polls showed of a release under test: the first
+// `redeploy` fault, the deployment it watches, and the rollback after it
+// (the next `rollback` or `redeploy` fault). Filled by judge_rollout().
+struct RolloutFindings {
+  std::string deployment;  // "app/Deployment"
+  bool redeployed = false;  // the redeploy command succeeded
+  std::string redeploy_error;
+  double redeploy_s = 0;
+  double redeploy_acked_s = -1;
+  std::optional<double> rollback_s;  // the rollback command started
+  double rollback_acked_s = -1;
+  bool rolled_back = false;  // the rollback command succeeded
+  std::string rollback_error;
+
+  // The last poll answered before the redeploy.
+  std::optional<double> before_t_s;
+  std::string before_status;
+  std::string before_problem;  // why it cannot serve as the reference (empty: it can)
+  std::set<std::string> kept_ids;  // RUNNING then
+
+  // The first poll that started after the redeploy (and before the
+  // rollback) and read DEPLOY_FAILED: seconds after the redeploy, message.
+  std::optional<double> deploy_failed_s;
+  std::string deploy_failed_message;
+  // Polls answered from the reference poll to the end, and those where a
+  // kept id was not RUNNING (the first such, described).
+  int64_t kept_polls = 0;
+  int64_t kept_polls_missing = 0;
+  std::string first_missing;
+  // Polls answered wholly between the redeploy's acknowledgement and the
+  // rollback: how many, by the deployment's status; HEALTHY ones (first
+  // described).
+  int64_t between_polls = 0;
+  std::map<std::string, int64_t> between_by_status;
+  int64_t between_healthy = 0;
+  std::string first_healthy;
+  // Replica ids listed after the redeploy that were not kept: the new
+  // version's starts (and any replacement of an old one) seen by the polls.
+  std::set<std::string> new_ids;
+  // After the rollback: seconds until a poll read HEALTHY with exactly the
+  // kept ids, all RUNNING; the last answered poll's view of it.
+  std::optional<double> rollback_healthy_s;
+  std::optional<double> final_t_s;
+  std::string final_status;
+  bool final_exact = false;  // HEALTHY, listing exactly the kept ids, all RUNNING
+  std::string final_detail;
+  std::vector<RolloutStep> steps;
+};
+
+// Plain function over the recorded faults and polls (no cluster): the
+// rollout of `faults`' first redeploy; nullopt when there is none.
+std::optional<RolloutFindings> judge_rollout(const std::vector<FaultEvent>& faults,
+                                             const std::vector<Observation>& observations);
 
 struct RunData {
   Scenario scenario;
@@ -139,6 +214,7 @@ struct RunData {
   int64_t polls = 0;
   int64_t polls_failed = 0;         // status or nodes unanswered
   double longest_unanswered_s = 0;  // longest stretch without a status answer
+  std::optional<RolloutFindings> rollout;  // a redeploy fault: judge_rollout()
   std::vector<GoalResult> goals;
   bool ok = false;
 };

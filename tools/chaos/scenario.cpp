@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -33,6 +34,10 @@ const char* to_string(FaultKind kind) {
       return "degrade";
     case FaultKind::fill_disk:
       return "fill_disk";
+    case FaultKind::redeploy:
+      return "redeploy";
+    case FaultKind::rollback:
+      return "rollback";
   }
   return "?";
 }
@@ -118,6 +123,7 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
       {"drain_node", FaultKind::drain_node},     {"poison", FaultKind::poison},
       {"sigterm_node", FaultKind::sigterm_node}, {"partition", FaultKind::partition},
       {"degrade", FaultKind::degrade},           {"fill_disk", FaultKind::fill_disk},
+      {"redeploy", FaultKind::redeploy},         {"rollback", FaultKind::rollback},
   };
   if (!node)
     r.fail(node, "a fault needs an action");
@@ -128,7 +134,45 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
   }
   r.fail(node, "unknown action '" + name +
                    "' (kill_replica, kill_proxy, kill_agent, kill_controller, kill9_node, "
-                   "sigstop_node, drain_node, sigterm_node, poison, partition, degrade, fill_disk)");
+                   "sigstop_node, drain_node, sigterm_node, poison, partition, degrade, fill_disk, "
+                   "redeploy, rollback)");
+}
+
+// The applications a `troupectl deploy` config declares: name -> its
+// entry ("default" when it has no name).
+std::map<std::string, YAML::Node> applications_of(const YAML::Node& config) {
+  std::map<std::string, YAML::Node> out;
+  if (!config || !config.IsMap() || !config["applications"] ||
+      !config["applications"].IsSequence())
+    return out;
+  for (const auto& app : config["applications"]) {
+    if (!app.IsMap())
+      continue;
+    std::string name = "default";
+    if (app["name"] && app["name"].IsScalar())
+      name = app["name"].as<std::string>();
+    out[name] = static_cast<const YAML::Node&>(app);
+  }
+  return out;
+}
+
+// The deployments an application entry names: those listed, and the
+// ingress of its import_path (the class after ':').
+std::vector<std::string> deployments_of(const YAML::Node& app) {
+  std::vector<std::string> out;
+  if (app["deployments"] && app["deployments"].IsSequence()) {
+    for (const auto& d : app["deployments"]) {
+      if (d.IsMap() && d["name"] && d["name"].IsScalar())
+        out.push_back(d["name"].as<std::string>());
+    }
+  }
+  if (out.empty() && app["import_path"] && app["import_path"].IsScalar()) {
+    auto path = app["import_path"].as<std::string>();
+    auto colon = path.rfind(':');
+    if (colon != std::string::npos && colon + 1 < path.size())
+      out.push_back(path.substr(colon + 1));
+  }
+  return out;
 }
 
 }  // namespace
@@ -229,7 +273,7 @@ Scenario load_scenario(const std::string& path) {
           item,
           {"action", "at_s", "start_s", "every_s", "stop_s", "node", "app", "deployment",
            "restart_after_s", "duration_s", "max_recovery_s", "path", "paths", "mark", "timeout_s",
-           "from", "direction", "delay_ms", "loss_pct"},
+           "from", "direction", "delay_ms", "loss_pct", "deploy"},
           "fault");
       FaultSpec spec;
       spec.kind = parse_kind(r, item["action"]);
@@ -282,6 +326,61 @@ Scenario load_scenario(const std::string& path) {
       }
       spec.app = r.get<std::string>(item, "app", "");
       spec.deployment = r.get<std::string>(item, "deployment", "");
+      const bool release = spec.kind == FaultKind::redeploy || spec.kind == FaultKind::rollback;
+      if (release) {
+        const char* what = to_string(spec.kind);
+        if (spec.every_s > 0 || item["stop_s"])
+          r.fail(item, std::string(what) + " happens once: give at_s (or start_s), not every_s/stop_s");
+        for (const char* key : {"node", "restart_after_s", "duration_s", "max_recovery_s"}) {
+          if (item[key])
+            r.fail(item[key], std::string(key) + " is not a field of action " + what);
+        }
+      } else if (item["deploy"]) {
+        r.fail(item["deploy"], "deploy is for action redeploy only");
+      }
+      if (spec.kind == FaultKind::redeploy) {
+        const std::string needs =
+            "redeploy needs deploy:, a troupectl deploy config with applications (like the "
+            "scenario's own deploy)";
+        if (!item["deploy"])
+          r.fail(item, needs);
+        spec.deploy = item["deploy"];
+        if (!spec.deploy.IsMap() || !spec.deploy["applications"] ||
+            !spec.deploy["applications"].IsSequence() || spec.deploy["applications"].size() == 0)
+          r.fail(spec.deploy, needs);
+        auto apps = applications_of(spec.deploy);
+        if (spec.app.empty()) {
+          if (apps.size() != 1)
+            r.fail(item, "redeploy of several applications needs app: the one its goals watch");
+          spec.app = apps.begin()->first;
+        } else if (!apps.count(spec.app)) {
+          r.fail(item["app"], "app '" + spec.app + "' is not an application of this deploy");
+        }
+        auto deps = deployments_of(apps.at(spec.app));
+        if (spec.deployment.empty()) {
+          if (deps.size() != 1)
+            r.fail(item, "redeploy needs deployment: application '" + spec.app + "' has " +
+                             std::to_string(deps.size()) + " deployments");
+          spec.deployment = deps.front();
+        } else if (std::find(deps.begin(), deps.end(), spec.deployment) == deps.end()) {
+          r.fail(item["deployment"], "deployment '" + spec.deployment +
+                                         "' is not a deployment of application '" + spec.app +
+                                         "' in this deploy");
+        }
+      }
+      if (spec.kind == FaultKind::rollback) {
+        if (spec.app.empty())
+          r.fail(item, "rollback needs app: the application rolled back");
+        if (item["deployment"])
+          r.fail(item["deployment"], "rollback rolls back a whole application: no deployment");
+        bool declared = applications_of(s.deploy).count(spec.app) > 0;
+        for (const auto& earlier : s.faults) {
+          if (earlier.kind == FaultKind::redeploy && applications_of(earlier.deploy).count(spec.app))
+            declared = true;
+        }
+        if (!declared)
+          r.fail(item["app"], "app '" + spec.app + "' is not an application the scenario deploys");
+      }
       spec.restart_after_s = r.get<double>(item, "restart_after_s", -1);
       spec.duration_s = r.positive(item, "duration_s", spec.duration_s);
       spec.max_recovery_s = r.opt_double(item, "max_recovery_s");
@@ -335,7 +434,9 @@ Scenario load_scenario(const std::string& path) {
            {"min_success_ratio", "max_recovery_s", "max_final_recovery_s", "max_dead_detection_s",
             "max_replacement_s", "max_failures_via_unfaulted_nodes", "max_unexplained_failures",
             "min_poison_502_ratio", "max_nodes_seen_not_alive", "max_failed_status_polls",
-            "max_status_gap_s", "max_dead_transitions_per_fault", "max_replicas_above_surge"},
+            "max_status_gap_s", "max_dead_transitions_per_fault", "max_replicas_above_surge",
+            "deploy_failed_within_s", "deploy_failed_message", "replicas_kept",
+            "no_healthy_until_rollback", "rollback_healthy_within_s"},
            "goals");
     auto& go = s.goals;
     go.min_success_ratio = r.opt_double(g, "min_success_ratio");
@@ -355,6 +456,45 @@ Scenario load_scenario(const std::string& path) {
         std::none_of(s.faults.begin(), s.faults.end(),
                      [](const FaultSpec& f) { return f.kind == FaultKind::poison; }))
       r.fail(g["min_poison_502_ratio"], "min_poison_502_ratio needs a poison fault");
+
+    // The rollout goals: the first redeploy (by time) and the rollback after it.
+    const FaultSpec* release = nullptr;
+    for (const auto& f : s.faults) {
+      if (f.kind == FaultKind::redeploy && (!release || f.start_s < release->start_s))
+        release = &f;
+    }
+    bool rolled_back = false;
+    for (const auto& f : s.faults) {
+      if (release && &f != release &&
+          (f.kind == FaultKind::redeploy || f.kind == FaultKind::rollback) &&
+          f.start_s > release->start_s)
+        rolled_back = true;
+    }
+    if (g["deploy_failed_within_s"])
+      go.deploy_failed_within_s = r.positive(g, "deploy_failed_within_s", 0);
+    if (auto m = g["deploy_failed_message"]) {
+      if (m.IsSequence())
+        go.deploy_failed_message = r.get<std::vector<std::string>>(g, "deploy_failed_message", {});
+      else
+        go.deploy_failed_message = {r.get<std::string>(g, "deploy_failed_message", "")};
+      if (go.deploy_failed_message.empty() ||
+          std::any_of(go.deploy_failed_message.begin(), go.deploy_failed_message.end(),
+                      [](const std::string& t) { return t.empty(); }))
+        r.fail(m, "deploy_failed_message is a text to find, or a list of them (none empty)");
+    }
+    go.replicas_kept = r.get<bool>(g, "replicas_kept", false);
+    go.no_healthy_until_rollback = r.get<bool>(g, "no_healthy_until_rollback", false);
+    if (g["rollback_healthy_within_s"])
+      go.rollback_healthy_within_s = r.positive(g, "rollback_healthy_within_s", 0);
+    for (const char* key : {"deploy_failed_within_s", "deploy_failed_message", "replicas_kept",
+                            "no_healthy_until_rollback", "rollback_healthy_within_s"}) {
+      if (g[key] && !release)
+        r.fail(g[key], std::string(key) + " needs a redeploy fault (the release it judges)");
+    }
+    if (go.rollback_healthy_within_s && !rolled_back)
+      r.fail(g["rollback_healthy_within_s"],
+             "rollback_healthy_within_s needs a rollback (or redeploy) fault after the first "
+             "redeploy");
   }
   return s;
 }

@@ -70,6 +70,8 @@ enum class FaultKind {
   partition,        // drop the packets between `node` and `from` for duration_s, then heal
   degrade,          // delay and lose packets between `node` and `from` for duration_s
   fill_disk,        // fill the head's state disk, deploy until refused; free it after duration_s
+  redeploy,         // troupectl deploy of the fault's own `deploy:` config (a new release)
+  rollback,         // troupectl rollback APP: the application's last good declaration again
 };
 
 // Which packets a partition drops, seen from the partitioned node.
@@ -90,8 +92,12 @@ struct FaultSpec {
   double every_s = 0;           // 0: once
   double stop_s = -1;           // last possible firing (repeating faults)
   std::string node;             // node faults: an id, `random`, `random_worker` or `head`
-  std::string app;              // kill_replica: only replicas of this application (empty: any)
-  std::string deployment;       // kill_replica: only replicas of this deployment (empty: any)
+  // kill_replica: only replicas of this application / deployment (empty:
+  // any). redeploy: the application and deployment the rollout goals watch
+  // (default: the config's only application / its only deployment).
+  // rollback: the application rolled back (required).
+  std::string app;
+  std::string deployment;
   double restart_after_s = -1;  // kill9_node: < 0 never restarts
   double duration_s = 5;        // sigstop_node
   std::optional<double> max_recovery_s;  // overrides goals.max_recovery_s
@@ -110,6 +116,10 @@ struct FaultSpec {
   Direction direction = Direction::both;  // partition
   double delay_ms = 0;                    // degrade: added to each packet, each way
   double loss_pct = 0;                    // degrade: share of packets dropped, each way
+  // redeploy: a `troupectl deploy` config, verbatim like the scenario's own
+  // `deploy:` (a whole declaration: what it leaves out is deleted), deployed
+  // without --wait at the fault's time.
+  YAML::Node deploy;
 };
 
 // The faults that change the network between nodes.
@@ -155,6 +165,33 @@ struct Goals {
   // surge (max(target / 5, 1)) replicas that are not STOPPING on nodes that
   // are not DEAD, plus this many.
   std::optional<int64_t> max_replicas_above_surge;
+
+  // The rollout goals judge the first `redeploy` fault (the release under
+  // test) and the deployment it watches (its app/deployment); "the
+  // rollback" is the next `rollback` or `redeploy` fault after it. All of
+  // them are judged from the status polls.
+  //
+  // From the redeploy (troupectl deploy started) until the answer of the
+  // first poll that started after it and read the deployment DEPLOY_FAILED,
+  // before the rollback.
+  std::optional<double> deploy_failed_within_s;
+  // That first DEPLOY_FAILED poll's status message contains each of these
+  // texts (e.g. the health check's message); empty: not judged. In YAML a
+  // text or a list of texts.
+  std::vector<std::string> deploy_failed_message;
+  // The ids RUNNING in the deployment at the last poll answered before the
+  // redeploy (which must read it HEALTHY at target) are RUNNING at every
+  // answered poll from then to the end (nothing of the old version stopped
+  // or restarted); and, with a rollback, the last answered poll reads the
+  // deployment HEALTHY listing exactly those ids, all RUNNING.
+  bool replicas_kept = false;
+  // No poll answered wholly between the redeploy's acknowledgement and the
+  // rollback (the end, without one) reads the deployment HEALTHY.
+  bool no_healthy_until_rollback = false;
+  // From the rollback (command started) until the answer of the first poll
+  // that reads the deployment HEALTHY listing exactly the kept ids, all
+  // RUNNING.
+  std::optional<double> rollback_healthy_within_s;
 };
 
 struct Scenario {
