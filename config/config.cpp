@@ -81,7 +81,8 @@ const std::vector<std::string> kDeploymentFields = {"name",
                                                     "isolation",
                                                     "memory_limit",
                                                     "stuck_after_s",
-                                                    "max_num_models_per_replica"};
+                                                    "max_num_models_per_replica",
+                                                    "force_stop_unhealthy_replicas"};
 const std::vector<std::string> kAutoscalingFields = {"min_replicas",
                                                      "max_replicas",
                                                      "initial_replicas",
@@ -345,6 +346,7 @@ class Parser {
   bool read_fields(const YAML::Node& map, const std::vector<std::string>& valid,
                    const std::string& where, Fields& out);
   bool get_string(const Field& f, const std::string& label, std::string& out);
+  bool get_bool(const Field& f, const std::string& label, bool& out);
   bool get_integer(const Field& f, const std::string& label, const std::string& expected,
                    long long lo, long long hi, long long& out);
   template <class T>
@@ -425,6 +427,24 @@ bool Parser::get_string(const Field& f, const std::string& label, std::string& o
   if (!f.value.IsScalar())
     return fail(mark_of(f), label + ": expected a string, got " + describe(f.value));
   out = f.value.Scalar();
+  return true;
+}
+
+// true or false (also True/TRUE, False/FALSE); YAML 1.1's yes/no/on/off are
+// refused by name, since a Ray config read by PyYAML would take them.
+bool Parser::get_bool(const Field& f, const std::string& label, bool& out) {
+  const std::string expected = label + ": expected true or false, got ";
+  if (!f.value.IsScalar())
+    return fail(mark_of(f), expected + describe(f.value));
+  const std::string& text = f.value.Scalar();
+  if (is_true_text(text)) {
+    out = true;
+  } else if (is_false_text(text)) {
+    out = false;
+  } else {
+    return fail(mark_of(f), expected + in_quotes(text) +
+                                (is_yaml11_bool_text(text) ? " (write true or false)" : ""));
+  }
   return true;
 }
 
@@ -940,6 +960,10 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
   }
   if (const Field* f = fields.get("resources")) {
     if (!resources(*f, c.resources))
+      return false;
+  }
+  if (const Field* f = fields.get("force_stop_unhealthy_replicas")) {
+    if (!get_bool(*f, "force_stop_unhealthy_replicas", c.force_stop_unhealthy_replicas))
       return false;
   }
   if (const Field* f = fields.get("isolation")) {
@@ -1567,6 +1591,10 @@ void emit_deployment(YAML::Emitter& out, const DeploymentSpec& spec, const std::
   if (c.max_num_models_per_replica != d.max_num_models_per_replica) {
     out << YAML::Key << "max_num_models_per_replica" << YAML::Value
         << std::to_string(c.max_num_models_per_replica);
+  }
+  if (c.force_stop_unhealthy_replicas != d.force_stop_unhealthy_replicas) {
+    out << YAML::Key << "force_stop_unhealthy_replicas" << YAML::Value
+        << c.force_stop_unhealthy_replicas;
   }
   out << YAML::EndMap;
 }

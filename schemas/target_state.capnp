@@ -81,6 +81,9 @@ struct DeploymentConfig @0xfc284f5555afc3f4 {
   memoryLimitBytes @13 :UInt64 = 0;  # per replica process; 0: no limit
   stuckAfterS @14 :Float64 = 0;  # 0: derived from the request timeout
   maxNumModelsPerReplica @15 :Int32 = -1;  # model multiplexing; -1: no limit
+  # Kill an unhealthy replica at once instead of stopping it gracefully. An
+  # older binary ignores it (stops gracefully): no format bump.
+  forceStopUnhealthyReplicas @16 :Bool = false;
 }
 
 # troupe::controller::Isolation. Only ever append enumerants.
@@ -176,6 +179,16 @@ struct TargetState @0xd3e510a1aeff7cd6 {
   # good declaration until it runs its declaration again. In the RocksDB head
   # it stays small: a `current` entry costs its name and generation.
   lastRunning @9 :List(LastRunning);
+  # Which way targetCapacity last moved (TargetState::target_capacity_
+  # direction). An older binary ignores it (min_replicas is then the lower
+  # bound while capacity rises): no format bump.
+  targetCapacityDirection @10 :CapacityDirection = none;
+}
+
+enum CapacityDirection {
+  none @0;
+  up @1;
+  down @2;
 }
 
 # The RocksDB store keeps each application under its own key and everything

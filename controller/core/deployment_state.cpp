@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 namespace troupe::controller {
 
@@ -95,11 +97,13 @@ bool begin_stop(Replica& r, double grace_s, TickContext& ctx) {
 }
 
 DeploymentState::DeploymentState(DeploymentId id, std::shared_ptr<const DeploymentSpec> spec,
-                                 std::optional<double> target_capacity, const CoreOptions& options)
+                                 std::optional<double> target_capacity, const CoreOptions& options,
+                                 CapacityDirection direction)
     : id_(std::move(id)),
       spec_(std::move(spec)),
       target_version_(version_of(*spec_)),
       target_capacity_(target_capacity),
+      capacity_direction_(direction),
       options_(options) {
   if (const auto& a = spec_->config.autoscaling_config) {
     policy_.emplace(*a);
@@ -117,8 +121,7 @@ void DeploymentState::recompute_target() {
     target_ = 0;
   } else if (c.autoscaling_config) {
     const AutoscalingConfig& a = *c.autoscaling_config;
-    uint32_t lo = capacity_adjusted(a.min_replicas, target_capacity_);
-    uint32_t hi = capacity_adjusted(a.max_replicas, target_capacity_);
+    const auto [lo, hi] = autoscaling_bounds();
     uint32_t want = autoscaled_ ? *autoscaled_
                                 : capacity_adjusted(a.initial_replicas.value_or(a.min_replicas),
                                                     target_capacity_);
@@ -134,10 +137,23 @@ void DeploymentState::set_status(DeploymentStatus s, DeploymentTrigger t, std::s
   status_.message = std::move(message);
 }
 
+std::pair<uint32_t, uint32_t> DeploymentState::autoscaling_bounds() const {
+  const auto& a = spec_->config.autoscaling_config;
+  if (!a)
+    return {0, 0};
+  const uint32_t floor = capacity_direction_ == CapacityDirection::up && a->initial_replicas
+                             ? *a->initial_replicas
+                             : a->min_replicas;
+  return {capacity_adjusted(floor, target_capacity_),
+          capacity_adjusted(a->max_replicas, target_capacity_)};
+}
+
 ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
-                                   std::optional<double> target_capacity) {
+                                   std::optional<double> target_capacity,
+                                   CapacityDirection direction) {
   ChangeKind kind = classify_change(*spec_, *spec);
-  const bool capacity_changed = target_capacity != target_capacity_;
+  const bool capacity_changed =
+      target_capacity != target_capacity_ || direction != capacity_direction_;
   const bool was_deleting = deleting_;
   if (kind == ChangeKind::unchanged && !capacity_changed && !was_deleting)
     return kind;
@@ -155,6 +171,7 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
   spec_ = std::move(spec);
   target_version_ = version_of(*spec_);
   target_capacity_ = target_capacity;
+  capacity_direction_ = direction;
   deleting_ = false;
   if (const auto& a = spec_->config.autoscaling_config) {
     // A redeploy (new code, new config, new capacity) keeps the count the load
@@ -268,8 +285,7 @@ void DeploymentState::autoscale(TickContext& ctx) {
       ++in.running;
   }
   in.current = target_;
-  in.lower = capacity_adjusted(a.min_replicas, target_capacity_);
-  in.upper = capacity_adjusted(a.max_replicas, target_capacity_);
+  std::tie(in.lower, in.upper) = autoscaling_bounds();
   last_decision_ = policy_->decide(in);
   const AutoscalingDecision& d = *last_decision_;
   if (d.apply && d.proposed != target_) {
@@ -444,7 +460,7 @@ void DeploymentState::check_health(Replica& r, TickContext& ctx) {
     // with none finished"), so the status says why it is replaced.
     const std::string why = r.last_failure.empty() ? "" : " (last: " + r.last_failure + ")";
     const bool proven = r.checks_passed >= options_.health_check_failure_threshold;
-    stop_replica(r, /*graceful=*/true, ctx);
+    stop_replica(r, /*graceful=*/!c.force_stop_unhealthy_replicas, ctx);
     if (target && !deleting_) {
       needs_proof_ = true;
       if (!proven) {

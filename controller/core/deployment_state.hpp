@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "controller/core/autoscaling.hpp"
@@ -64,7 +65,8 @@ bool begin_stop(Replica& r, double grace_s, TickContext& ctx);
 class DeploymentState {
  public:
   DeploymentState(DeploymentId id, std::shared_ptr<const DeploymentSpec> spec,
-                  std::optional<double> target_capacity, const CoreOptions& options);
+                  std::optional<double> target_capacity, const CoreOptions& options,
+                  CapacityDirection direction = CapacityDirection::none);
   ~DeploymentState();
   DeploymentState(const DeploymentState&) = delete;
   DeploymentState& operator=(const DeploymentState&) = delete;
@@ -73,7 +75,14 @@ class DeploymentState {
   // what kind of change it was. Resets start-failure tracking and backoff
   // unless the change is `unchanged`. Revives a deployment being deleted.
   ChangeKind deploy(std::shared_ptr<const DeploymentSpec> spec,
-                    std::optional<double> target_capacity);
+                    std::optional<double> target_capacity,
+                    CapacityDirection direction = CapacityDirection::none);
+
+  // The autoscaled count's bounds under the target capacity: [min_replicas,
+  // max_replicas], capacity-adjusted; while the capacity rises
+  // (CapacityDirection::up) the lower one is initial_replicas when set (Ray
+  // Serve's get_current_lower_bound). {0, 0} without an autoscaling_config.
+  std::pair<uint32_t, uint32_t> autoscaling_bounds() const;
 
   // Sets the autoscaled replica count, clamped to the capacity-adjusted
   // [min, max]; ignored without an autoscaling_config. Soft state: not
@@ -200,6 +209,7 @@ class DeploymentState {
   std::shared_ptr<const DeploymentSpec> spec_;
   ReplicaVersion target_version_;
   std::optional<double> target_capacity_;
+  CapacityDirection capacity_direction_ = CapacityDirection::none;
   std::optional<uint32_t> autoscaled_;
   // Set once the policy (or the hook) decided in this controller incarnation:
   // until then replicas adopted at recovery raise the target (see adopt()).

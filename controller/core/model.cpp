@@ -15,6 +15,36 @@ const char* to_string(Isolation isolation) {
   return "?";
 }
 
+const char* to_string(CapacityDirection d) {
+  switch (d) {
+    case CapacityDirection::none:
+      return "none";
+    case CapacityDirection::up:
+      return "up";
+    case CapacityDirection::down:
+      return "down";
+  }
+  return "?";
+}
+
+CapacityDirection next_capacity_direction(const TargetState& current, const TargetState& next) {
+  bool same_apps = current.applications.size() == next.applications.size();
+  for (auto a = current.applications.begin(), b = next.applications.begin();
+       same_apps && a != current.applications.end(); ++a, ++b) {
+    same_apps = a->first == b->first;
+  }
+  if (!same_apps)
+    return next.target_capacity ? CapacityDirection::up : CapacityDirection::none;
+  if (current.target_capacity == next.target_capacity)
+    return current.target_capacity_direction;
+  if (!next.target_capacity)
+    return CapacityDirection::none;
+  if (!current.target_capacity)
+    return CapacityDirection::down;
+  return *current.target_capacity < *next.target_capacity ? CapacityDirection::up
+                                                          : CapacityDirection::down;
+}
+
 std::optional<Isolation> parse_isolation(const std::string& text) {
   if (text == "process")
     return Isolation::process;
@@ -39,7 +69,7 @@ bool operator==(const DeploymentConfig& a, const DeploymentConfig& b) {
                     x.autoscaling_config, x.health_check_period_s, x.health_check_timeout_s,
                     x.graceful_shutdown_wait_loop_s, x.graceful_shutdown_timeout_s, x.resources,
                     x.max_replicas_per_node, x.isolation, x.memory_limit_bytes, x.stuck_after_s,
-                    x.max_num_models_per_replica);
+                    x.max_num_models_per_replica, x.force_stop_unhealthy_replicas);
   };
   return tie(a) == tie(b);
 }
@@ -79,6 +109,7 @@ bool operator==(const RunningDeclaration& a, const RunningDeclaration& b) {
 
 bool operator==(const TargetState& a, const TargetState& b) {
   return a.applications == b.applications && a.target_capacity == b.target_capacity &&
+         a.target_capacity_direction == b.target_capacity_direction &&
          a.generation == b.generation && a.http == b.http &&
          a.autoscaled_replicas == b.autoscaled_replicas && a.last_running == b.last_running;
 }

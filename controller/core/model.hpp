@@ -108,6 +108,13 @@ struct DeploymentConfig {
   // change restarts them (in Ray Serve it is an argument of
   // @serve.multiplexed, i.e. part of the code).
   int32_t max_num_models_per_replica = -1;
+  // A replica that fails its health checks is killed at once instead of
+  // stopped with graceful_shutdown_timeout_s (Ray Serve's
+  // RAY_SERVE_FORCE_STOP_UNHEALTHY_REPLICAS, per deployment here): for a
+  // replica whose requests cannot finish anyway, so that its replacement
+  // need not wait for the grace period to free its resources. A change
+  // applies in place, from the next replica found unhealthy.
+  bool force_stop_unhealthy_replicas = false;
 
   friend bool operator==(const DeploymentConfig&, const DeploymentConfig&);
   friend bool operator!=(const DeploymentConfig& a, const DeploymentConfig& b) { return !(a == b); }
@@ -200,12 +207,24 @@ struct RunningDeclaration {
   }
 };
 
+// Which way target_capacity last moved (Ray Serve's
+// TargetCapacityDirection). While it rises, an autoscaled deployment with
+// initial_replicas keeps at least initial_replicas (capacity-adjusted) instead
+// of min_replicas, so a cluster brought back up gets its capacity before any
+// load arrives.
+enum class CapacityDirection { none, up, down };
+
+const char* to_string(CapacityDirection d);
+
 // Everything the controller must keep across a crash.
 struct TargetState {
   std::map<std::string, ApplicationSpec> applications;  // by name
   // Cluster-wide scale in percent (0-100) applied to every deployment's
   // target and autoscaling bounds; absent means 100.
   std::optional<double> target_capacity;
+  // Derived by next_capacity_direction() whenever target_capacity or the
+  // set of applications changes, and checkpointed with them.
+  CapacityDirection target_capacity_direction = CapacityDirection::none;
   // Increases with every accepted change; lets a client detect lost updates.
   uint64_t generation = 0;
   // The declared http_options (`troupectl deploy`); part of the signed,
@@ -228,5 +247,13 @@ struct TargetState {
   friend bool operator==(const TargetState&, const TargetState&);
   friend bool operator!=(const TargetState& a, const TargetState& b) { return !(a == b); }
 };
+
+// Ray Serve's calculate_target_capacity_direction: the direction after the
+// target state moves from `current` to `next`. With the same applications:
+// the capacity unchanged keeps `current`'s direction, from none (100 %) to a
+// value is down, to none is none, a rise is up, a fall down. With other
+// applications: up when `next` has a capacity, else none.
+CapacityDirection next_capacity_direction(const TargetState& current, const TargetState& next);
+
 
 }  // namespace troupe::controller

@@ -258,11 +258,13 @@ void StateManager::apply_target(std::map<std::string, DeployResult>* results) {
       ChangeKind kind;
       if (it == deployments_.end()) {
         deployments_.emplace(id, std::make_unique<DeploymentState>(
-                                     id, std::move(spec), target_.target_capacity, options_));
+                                     id, std::move(spec), target_.target_capacity, options_,
+                                     target_.target_capacity_direction));
         removed_at_.erase(id);
         kind = ChangeKind::created;
       } else {
-        kind = it->second->deploy(std::move(spec), target_.target_capacity);
+        kind = it->second->deploy(std::move(spec), target_.target_capacity,
+                                  target_.target_capacity_direction);
       }
       if (result)
         result->deployments[d.name] = kind;
@@ -435,6 +437,7 @@ Result<std::map<std::string, DeployResult>> StateManager::apply(
   TargetState next = target_;
   next.applications = declared.applications;
   next.target_capacity = declared.target_capacity;
+  next.target_capacity_direction = next_capacity_direction(target_, next);
   next.http = declared.http;
   if (Status s = commit(std::move(next)); !s)
     return s;
@@ -567,6 +570,7 @@ Status StateManager::set_target_capacity(std::optional<double> capacity) {
     return Status::ok();
   TargetState next = target_;
   next.target_capacity = capacity;
+  next.target_capacity_direction = next_capacity_direction(target_, next);
   if (Status s = commit(std::move(next)); !s)
     return s;
   apply_target(nullptr);
@@ -598,10 +602,8 @@ Status StateManager::set_autoscaled_target(const DeploymentId& id, uint32_t repl
                                               "cannot be autoscaled");
   }
   // Clamped like a decision of the policy, and written ahead like one.
-  const AutoscalingConfig& a = *it->second->spec().config.autoscaling_config;
-  const uint32_t n =
-      std::clamp(replicas, capacity_adjusted(a.min_replicas, target_.target_capacity),
-                 capacity_adjusted(a.max_replicas, target_.target_capacity));
+  const auto [lo, hi] = it->second->autoscaling_bounds();
+  const uint32_t n = std::clamp(replicas, lo, hi);
   if (Status s = write_autoscaled(id, n); !s)
     return s;
   it->second->set_autoscaled_target(n);

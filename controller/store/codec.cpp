@@ -89,6 +89,7 @@ void write(const DeploymentConfig& in, schema::DeploymentConfig::Builder out) {
                                                          : schema::Isolation::PROCESS);
   out.setMemoryLimitBytes(in.memory_limit_bytes);
   out.setStuckAfterS(in.stuck_after_s);
+  out.setForceStopUnhealthyReplicas(in.force_stop_unhealthy_replicas);
   out.setMaxNumModelsPerReplica(in.max_num_models_per_replica);
 }
 
@@ -160,6 +161,17 @@ void write_top_level(const TargetState& in, schema::TargetState::Builder out) {
     out.getTargetCapacity().setNone();
   }
   out.setGeneration(in.generation);
+  switch (in.target_capacity_direction) {
+    case CapacityDirection::none:
+      out.setTargetCapacityDirection(schema::CapacityDirection::NONE);
+      break;
+    case CapacityDirection::up:
+      out.setTargetCapacityDirection(schema::CapacityDirection::UP);
+      break;
+    case CapacityDirection::down:
+      out.setTargetCapacityDirection(schema::CapacityDirection::DOWN);
+      break;
+  }
   if (in.http.request_timeout_s) {
     out.getRequestTimeoutS().setValue(*in.http.request_timeout_s);
   } else {
@@ -306,6 +318,7 @@ DeploymentConfig read(schema::DeploymentConfig::Reader in) {
   }
   out.memory_limit_bytes = in.getMemoryLimitBytes();
   out.stuck_after_s = finite(in.getStuckAfterS(), "stuckAfterS");
+  out.force_stop_unhealthy_replicas = in.getForceStopUnhealthyReplicas();
   out.max_num_models_per_replica = in.getMaxNumModelsPerReplica();
   return out;
 }
@@ -358,6 +371,17 @@ TargetState read_top_level(schema::TargetState::Reader in,
   out.target_capacity =
       read_optional<schema::TargetState::TargetCapacity>(in.getTargetCapacity(), "targetCapacity");
   out.generation = in.getGeneration();
+  switch (in.getTargetCapacityDirection()) {
+    case schema::CapacityDirection::UP:
+      out.target_capacity_direction = CapacityDirection::up;
+      break;
+    case schema::CapacityDirection::DOWN:
+      out.target_capacity_direction = CapacityDirection::down;
+      break;
+    default:  // NONE, or a value of a newer binary: the safe reading
+      out.target_capacity_direction = CapacityDirection::none;
+      break;
+  }
   out.http.request_timeout_s = read_optional<schema::TargetState::RequestTimeoutS>(
       in.getRequestTimeoutS(), "requestTimeoutS");
   out.http.keep_alive_timeout_s = read_optional<schema::TargetState::KeepAliveTimeoutS>(

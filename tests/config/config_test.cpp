@@ -1201,6 +1201,26 @@ TEST_CASE("config: stuck_after_s - default 0 (derived) - seconds - printed when 
         "deploy.yaml:7:24: stuck_after_s: expected a number of seconds, got 'soon'");
 }
 
+TEST_CASE("config: force_stop_unhealthy_replicas - default false - true or false only - printed when "
+          "set") {
+  const DeploymentConfig defaults = only_app(parse_ok(with_fields(""))).deployments[0].config;
+  CHECK_FALSE(defaults.force_stop_unhealthy_replicas);
+  CHECK(to_yaml(parse_ok(with_fields(""))).find("force_stop") == std::string::npos);
+
+  DeployConfig c = parse_ok(with_fields("        force_stop_unhealthy_replicas: true\n"));
+  CHECK(only_app(c).deployments[0].config.force_stop_unhealthy_replicas);
+  CHECK(to_yaml(c).find("        force_stop_unhealthy_replicas: true\n") != std::string::npos);
+  check_round_trip(c);
+  CHECK_FALSE(only_app(parse_ok(with_fields("        force_stop_unhealthy_replicas: False\n")))
+                  .deployments[0]
+                  .config.force_stop_unhealthy_replicas);
+  CHECK(error_of(with_fields("        force_stop_unhealthy_replicas: yes\n")) ==
+        "deploy.yaml:7:40: force_stop_unhealthy_replicas: expected true or false, got 'yes' "
+        "(write true or false)");
+  CHECK(error_of(with_fields("        force_stop_unhealthy_replicas: 1\n")) ==
+        "deploy.yaml:7:40: force_stop_unhealthy_replicas: expected true or false, got '1'");
+}
+
 TEST_CASE(
     "config: max_num_models_per_replica - default -1 (no limit) - at least 1 - printed when set") {
   const DeploymentConfig defaults = only_app(parse_ok(with_fields(""))).deployments[0].config;

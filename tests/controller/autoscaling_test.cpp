@@ -722,6 +722,65 @@ TEST_CASE(
   expect_status(h, DeploymentStatus::upscaling, DeploymentTrigger::config_update_started);
 }
 
+TEST_CASE("target_capacity_direction: Ray Serve's rule - from the capacities and the applications") {
+  TargetState a;
+  a.applications["x"] = make_app("x", "/x", {make_deployment("D", 1)});
+  TargetState b = a;
+  // Same applications.
+  b.target_capacity = 50;  // from none (100 %) to a value: down
+  CHECK(next_capacity_direction(a, b) == CapacityDirection::down);
+  a.target_capacity = 20;
+  CHECK(next_capacity_direction(a, b) == CapacityDirection::up);
+  a.target_capacity = 80;
+  CHECK(next_capacity_direction(a, b) == CapacityDirection::down);
+  a.target_capacity = 50;  // unchanged: keeps the current direction
+  a.target_capacity_direction = CapacityDirection::up;
+  CHECK(next_capacity_direction(a, b) == CapacityDirection::up);
+  b.target_capacity.reset();  // to none
+  CHECK(next_capacity_direction(a, b) == CapacityDirection::none);
+  // Other applications: up with a capacity, else none.
+  b.applications["y"] = make_app("y", "/y", {make_deployment("E", 1)});
+  CHECK(next_capacity_direction(a, b) == CapacityDirection::none);
+  b.target_capacity = 10;
+  CHECK(next_capacity_direction(a, b) == CapacityDirection::up);
+}
+
+TEST_CASE("autoscaling: while target_capacity rises initial_replicas is the floor - then min_replicas") {
+  Harness h;
+  AutoscalingConfig a = bounded(1, 10);
+  a.initial_replicas = 6;
+  a.downscale_delay_s = 0;
+  a.metrics_interval_s = 1;
+  a.look_back_period_s = 1;
+  deploy(h, autoscaled(a));
+  Load load{h, 0.0, 1.0};  // no load: the policy wants min_replicas
+  load.until(5);
+  CHECK(h.core->target_replicas(kD) == 1u);
+  // The cluster is brought down, then back up in steps.
+  REQUIRE(h.core->set_target_capacity(0.0).is_ok());
+  CHECK(h.core->target_state().target_capacity_direction == CapacityDirection::down);
+  load.until(10);
+  CHECK(h.core->target_replicas(kD) == 0u);
+  REQUIRE(h.core->set_target_capacity(50.0).is_ok());
+  CHECK(h.core->target_state().target_capacity_direction == CapacityDirection::up);
+  // Rising: at least initial_replicas at 50 % (3), though no load asks.
+  load.until(30);
+  CHECK(h.core->target_replicas(kD) == 3u);
+  CHECK(h.core->deployment(kD)->autoscaling_bounds() == std::make_pair(3u, 5u));
+  // Written ahead: a restarted controller knows the direction.
+  REQUIRE(h.store->saved.has_value());
+  CHECK(h.store->saved->target_capacity_direction == CapacityDirection::up);
+  // Falling again: min_replicas is the floor, the idle deployment goes to 1.
+  REQUIRE(h.core->set_target_capacity(40.0).is_ok());
+  CHECK(h.core->target_state().target_capacity_direction == CapacityDirection::down);
+  load.until(60);
+  CHECK(h.core->target_replicas(kD) == 1u);
+  // Without a capacity: no direction, min_replicas.
+  REQUIRE(h.core->set_target_capacity(std::nullopt).is_ok());
+  CHECK(h.core->target_state().target_capacity_direction == CapacityDirection::none);
+  CHECK(h.core->deployment(kD)->autoscaling_bounds() == std::make_pair(1u, 10u));
+}
+
 TEST_CASE("autoscaling: a restarted controller keeps the replicas its predecessor scaled to") {
   Harness h;
   AutoscalingConfig a = bounded(1, 10);

@@ -880,6 +880,34 @@ TEST_CASE("health: after a failed check HEALTHY waits for the replacement to pas
   CHECK(h.core->deployment({"a", "D"})->unproven_failures() == 0);
 }
 
+TEST_CASE("health: force_stop_unhealthy_replicas kills an unhealthy replica without grace") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  d.config.force_stop_unhealthy_replicas = true;
+  deploy(h, d);
+  h.ticks(2);  // t = 2: RUNNING; checks at 3, 13, 23
+  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(21);                         // t = 23: third check
+  CHECK(h.tick() == V{"kill a#D#1"});  // t = 24: third failure in a row, no "stop ... 20"
+  expect_status(h, DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed);
+  CHECK(without_nodes(h.tick()) == V{"start a#D#2"});
+  // In place: the same deployment without it stops the next one gracefully.
+  d.config.force_stop_unhealthy_replicas = false;
+  auto r = h.core->deploy_application(make_app("a", "/a", {d}));
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::config_only);
+  h.ticks(2);
+  h.cluster.unhealthy.insert("a#D#2");
+  std::vector<std::string> seen;
+  for (int i = 0; i < 40 && seen.empty(); ++i) {
+    for (const auto& op : h.tick()) {
+      if (op.find("a#D#2") != std::string::npos)
+        seen.push_back(op);
+    }
+  }
+  CHECK(seen == V{"stop a#D#2 20"});
+}
+
 TEST_CASE("health: the failure threshold is configurable") {
   Harness h;
   h.options.health_check_failure_threshold = 1;

@@ -64,8 +64,9 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   const auto dep = full_deployment("x");
   {
     const DeploymentConfig def;
-    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14] = dep.config;
-    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14] = def;
+    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15] =
+        dep.config;
+    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14, d15] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
@@ -81,6 +82,7 @@ TEST_CASE("full_state sets every model field to a non-default value") {
     CHECK(a12 != d12);
     CHECK(a13 != d13);
     CHECK(a14 != d14);
+    CHECK(a15 != d15);
   }
   {
     const DeploymentSpec def;
@@ -108,14 +110,15 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   }
   {
     const TargetState def;
-    const auto& [a0, a1, a2, a3, a4, a5] = state;
-    const auto& [d0, d1, d2, d3, d4, d5] = def;
+    const auto& [a0, a1, a2, a3, a4, a5, a6] = state;
+    const auto& [d0, d1, d2, d3, d4, d5, d6] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
     CHECK(a3 != d3);
     CHECK(a4 != d4);
     CHECK(a5 != d5);
+    CHECK(a6 != d6);
   }
   {
     const RunningDeclaration def;

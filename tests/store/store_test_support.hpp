@@ -76,6 +76,7 @@ inline DeploymentSpec full_deployment(const std::string& name) {
   d.config.isolation = Isolation::in_process;
   d.config.memory_limit_bytes = 768ULL * 1024 * 1024 + 1;
   d.config.stuck_after_s = 42.5;
+  d.config.force_stop_unhealthy_replicas = true;
   d.config.max_num_models_per_replica = 7;
   return d;
 }
@@ -89,6 +90,7 @@ inline TargetState full_state() {
   TargetState s;
   s.generation = 0x1234567890abcdefULL;
   s.target_capacity = 62.5;
+  s.target_capacity_direction = CapacityDirection::down;
   s.http.request_timeout_s = 12.5;
   s.http.keep_alive_timeout_s = 75;
   s.autoscaled_replicas["shop"] = {{"cart", 7}, {"frontend", 0}};
