@@ -26,11 +26,13 @@ std::vector<DeploymentSpec>::const_iterator find_deployment(const std::vector<De
 }
 
 // A shadow deployment cannot be deleted alone: the application's shadow
-// field names it (errc::invalid_argument saying so).
+// field names it (errc::invalid_argument saying so). One shadowed with
+// probability 0 gets no copy: it may go, and leaves the shadow set with it
+// (the seed's set_shadow removes an entry set to 0).
 Status check_not_shadow(const std::string& app, const ApplicationSpec& spec,
                         const std::string& deployment) {
   auto s = spec.shadow.find(deployment);
-  if (s == spec.shadow.end())
+  if (s == spec.shadow.end() || s->second == 0)
     return Status::ok();
   std::ostringstream probability;
   probability << s->second;
@@ -521,6 +523,7 @@ Status StateManager::delete_deployment(const std::string& app, const std::string
   }
   if (Status s = check_not_shadow(app, next_app, deployment); !s)
     return s;
+  next_app.shadow.erase(deployment);
   if (auto w = next_app.traffic.find(deployment); w != next_app.traffic.end()) {
     if (w->second > 0) {
       std::ostringstream weight;

@@ -168,7 +168,8 @@ class StateManager {
   // nor one that carries traffic weight (errc::invalid_argument: move its
   // weight first), nor a shadow of the application (errc::invalid_argument:
   // deploy the application without it in `shadow` first). A deployment named
-  // in the split with weight 0 leaves the split with it.
+  // in the split with weight 0, or shadowed with probability 0, leaves the
+  // split (or the shadow set) with it, in the same commit.
   Status delete_deployment(const std::string& app, const std::string& deployment);
   // Percent in [0, 100]; nullopt means 100. See capacity_adjusted().
   Status set_target_capacity(std::optional<double> capacity);

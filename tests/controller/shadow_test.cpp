@@ -159,3 +159,18 @@ TEST_CASE("shadow: a shadow deployment cannot be deleted - once out of shadow it
   REQUIRE(h.core->delete_deployment("greet", "Mirror").is_ok());
   CHECK(h.core->target_state().applications.at("greet").deployments.size() == 2);
 }
+
+TEST_CASE("shadow: a shadow at probability 0 does not keep its deployment - it leaves with it") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(greet({{"Mirror", 0}})).has_value());
+  h.ticks(2);
+  const int saves = h.store->saves;
+  // As in the seed, whose set_shadow(backend, 0) removes the entry: nothing
+  // is mirrored to it, so nothing keeps it.
+  REQUIRE(h.core->delete_deployment("greet", "Mirror").is_ok());
+  CHECK(h.store->saves == saves + 1);  // one write-ahead commit for both
+  const auto& app = h.core->target_state().applications.at("greet");
+  CHECK(app.shadow.empty());
+  CHECK(app.deployments.size() == 2);
+  CHECK(validate(app).is_ok());
+}
