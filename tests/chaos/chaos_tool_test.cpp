@@ -851,6 +851,10 @@ TEST_CASE("chaos/a broken release kept off by the gate and rolled back meets the
   CHECK(j["rollout"]["deploy_failed_message"] == kFailed);
   CHECK(!j["rollout"]["steps"].empty());
   CHECK(to_text(run).find("rollout of release/Release") != std::string::npos);
+  // A redeploy's recovery counts from its acknowledgement: the poll that
+  // started at 5.02, before it, saw the old declaration HEALTHY.
+  REQUIRE(run.faults[0].recovery_s);
+  CHECK(*run.faults[0].recovery_s == doctest::Approx(26.05 - 5.1));
 }
 
 TEST_CASE("chaos/a broken release that takes over - restarts or reads HEALTHY misses the goals") {

@@ -91,7 +91,10 @@ struct FaultEvent {
   double acked_s = -1;
   std::string reply;
 
-  double reference() const { return end_s >= 0 ? end_s : t_s; }
+  // Where recovery is measured from: the end of a fault that lasts, the
+  // acknowledgement of a redeploy or rollback (a poll started before it
+  // may still see the old declaration), else the fault itself.
+  double reference() const { return end_s >= 0 ? end_s : acked_s >= 0 ? acked_s : t_s; }
 };
 
 struct Check {
