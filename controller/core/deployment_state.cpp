@@ -406,6 +406,9 @@ void DeploymentState::handle_crash(Replica& r, TickContext& ctx) {
       break;
     case ReplicaState::running:
       if (is_target(r) && !deleting_) {
+        // Not counted as an unproven failure: a crash may come from outside
+        // (a kill, a node's memory limit, a query of death), which says
+        // nothing about the version (docs/architecture.md, "Safe rollouts").
         set_status(DeploymentStatus::unhealthy, DeploymentTrigger::health_check_failed,
                    (r.error.empty() ? "Replica " + r.id + " crashed" : r.error) +
                        ". This deployment is UNHEALTHY until the replica is replaced or "
@@ -815,7 +818,11 @@ void DeploymentState::stop_migrated(TickContext& ctx) {
       migrating.push_back(&r);
       if (r.replacing)
         replacing.push_back(&r);
-    } else if (r.state == ReplicaState::running) {
+    } else if (r.state == ReplicaState::running &&
+               (unproven_failures_ == 0 || !is_target(r) ||
+                r.checks_passed >= options_.health_check_failure_threshold)) {
+      // Once replicas of this version failed before proving themselves, an
+      // old replica waits for a proven replacement, not just a running one.
       ++running_ok;
     }
   }

@@ -146,9 +146,10 @@ class DeploymentState {
   // counting stops, as in Ray Serve).
   int64_t start_failures() const { return start_failures_; }
   // Replicas of the target version replaced for failed health checks before
-  // they passed health_check_failure_threshold checks in a row; reset when
-  // one does, and by a new deploy. At the start-failure threshold, new
-  // replicas back off as after start failures.
+  // they passed health_check_failure_threshold checks;
+  // reset when one does, and by a new deploy. At the start-failure
+  // threshold, new replicas back off as after start failures; while it is
+  // above 0, a rolling update stops an old replica only for a proven one.
   uint32_t unproven_failures() const { return unproven_failures_; }
   // The next backoff wait (before jitter) after a failure beyond the threshold.
   double backoff_s() const { return backoff_s_; }

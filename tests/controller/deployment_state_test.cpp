@@ -728,6 +728,42 @@ TEST_CASE("rolling update: a new version that fails to start leaves every old re
   CHECK(h.cluster.starts == before);
 }
 
+TEST_CASE(
+    "rolling update: a new version that fails its checks after its gate stops costing old "
+    "replicas") {
+  Harness h;
+  h.rng.fraction = 0;
+  auto d = make_deployment("D", 4);
+  d.config.health_check_period_s = 1;
+  deploy(h, d);
+  h.ticks(2);
+  auto v2 = d;
+  v2.code_version = "v2";
+  // v2's replicas pass their start-up gate, then fail every check.
+  h.cluster.unhealthy_codes.insert(code_identity(v2));
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {v2})).has_value());
+  const auto old_running = [&] {
+    std::size_t n = 0;
+    for (const auto& r : h.replicas("a", "D"))
+      n += r.state == ReplicaState::running && r.version.code != version_of(v2).code;
+    return n;
+  };
+  std::size_t fewest = 4;
+  for (int i = 0; i < 150; ++i) {
+    h.tick();
+    fewest = std::min(fewest, old_running());
+  }
+  // The replacements that ran before the first v2 replica failed its third
+  // check (two, 1 s checks apart) stopped their old replicas. From then on
+  // old replicas wait for a proven replacement: no further loss.
+  CHECK(fewest == 2);
+  CHECK(old_running() == 2);
+  CHECK(h.core->deployment({"a", "D"})->unproven_failures() >= 12);
+  CHECK(h.cluster.starts < 40);  // backed off after 3 x 4, not a tight loop
+  CHECK(h.status("a", "D").message.find("failed their health checks before passing 3") !=
+        std::string::npos);
+}
+
 TEST_CASE("rolling update: a new version that passes its gate late completes - nothing dips") {
   Harness h;
   deploy(h, make_deployment("D", 2));
