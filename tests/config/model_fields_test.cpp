@@ -36,8 +36,8 @@ auto fields(const AutoscalingConfig& x) {
 }
 
 auto fields(const DeploymentConfig& x) {
-  const auto& [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14] = x;
-  return std::tie(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14);
+  const auto& [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15] = x;
+  return std::tie(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15);
 }
 
 auto fields(const DeploymentSpec& x) {
@@ -119,6 +119,7 @@ const std::vector<Mutation<DeploymentConfig>>& config_mutations() {
       {"memory_limit_bytes", [](auto& x) { x.memory_limit_bytes = 64ULL << 20; }},
       {"stuck_after_s", [](auto& x) { x.stuck_after_s = 45; }},
       {"max_num_models_per_replica", [](auto& x) { x.max_num_models_per_replica = 3; }},
+      {"force_stop_unhealthy_replicas", [](auto& x) { x.force_stop_unhealthy_replicas = true; }},
   };
   return m;
 }
