@@ -170,13 +170,21 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   // The per-deployment operations and the traffic split need the operator
   // role too; the operator's signatures (over the count, the exact weights,
   // the generation) are accepted.
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"scale", "echo/Echo", "3"}, {"traffic", "echo", "Echo=1"}, {"delete", "echo/Echo"}}) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"scale", "echo/Echo", "3"},
+                                                                {"traffic", "echo", "Echo=1"},
+                                                                {"delete", "echo/Echo"},
+                                                                {"rollback", "echo"}}) {
     CAPTURE(args);
     auto refused = s.ctl(s.as("w1", args));
     CHECK(refused.exit_code == 1);
     CHECK(refused.err.find("permission denied") != std::string::npos);
   }
+  // The operator's signed rollback is admitted, and refused on its merits:
+  // echo runs its last good declaration.
+  auto rollback = s.ctl(s.as("alice", {"rollback", "echo"}));
+  CAPTURE(rollback.err);
+  CHECK(rollback.exit_code == 1);
+  CHECK(rollback.err.find("is already at its last good declaration") != std::string::npos);
   CHECK(s.ctl(s.as("alice", {"scale", "echo/Echo", "3"})).exit_code == 0);
   auto traffic = s.ctl(s.as("alice", {"traffic", "echo", "Echo=1"}));
   CAPTURE(traffic.err);
