@@ -1,0 +1,3 @@
+#include <string>
+#include <runtime/wire.hpp>
+#include <controller/core/model.hpp>

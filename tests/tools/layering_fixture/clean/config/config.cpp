@@ -1,0 +1,4 @@
+#include <yaml-cpp/yaml.h>
+#include "controller/core/model.hpp"
+#include "replica/plugin/import_path.hpp"
+#include <runtime/status.hpp>

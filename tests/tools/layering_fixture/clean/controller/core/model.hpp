@@ -1,0 +1,4 @@
+#pragma once
+#include <vector>
+#include "runtime/status.hpp"
+#include <runtime/status.hpp>

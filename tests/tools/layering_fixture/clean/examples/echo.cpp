@@ -1,0 +1,2 @@
+#include <troupe/deployment.hpp>
+#include <vector>

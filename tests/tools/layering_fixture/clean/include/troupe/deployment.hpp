@@ -1,0 +1,3 @@
+#pragma once
+#include <string>
+#include <nlohmann/json.hpp>

@@ -1,0 +1,2 @@
+#include "controller/core/model.hpp"
+#include "controller/controller.hpp"

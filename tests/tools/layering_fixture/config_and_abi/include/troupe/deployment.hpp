@@ -1,0 +1,3 @@
+#pragma once
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>

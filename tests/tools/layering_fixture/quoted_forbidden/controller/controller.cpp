@@ -1,0 +1,3 @@
+#include <vector>
+#include "runtime/status.hpp"
+#include "proxy/proxy.hpp"
