@@ -301,11 +301,9 @@ const std::string& dashboard_page();
 // answers health and handle calls) and the keeper that restarts it.
 using core_ptr = std::shared_ptr<Proxy::Core>;
 // Their own messages besides their interfaces: the proxy's once-a-second load
-// report and its retry of a direct connection to a peer node (peers.cpp);
-// the keeper's restart policy delay passed.
+// report and its retry of a direct connection to a peer node (peers.cpp).
 using ProxyImpl =
     ProxyActor::extend<caf::reacts_to<tick_atom>, caf::reacts_to<reconnect_atom, std::string>>;
-using ProxyKeeperImpl = ProxyKeeperActor::extend<caf::reacts_to<restart_atom>>;
 ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core);
 // peers.cpp, for the proxy actor: connect to the peer listeners a snapshot
 // names and forget the nodes it lists DEAD; retry one (reconnect_atom); and a
@@ -316,6 +314,6 @@ void peer_retry(ProxyImpl::pointer self, const core_ptr& core, const std::string
 bool peer_down(ProxyImpl::pointer self, const core_ptr& core, const caf::actor_addr& source);
 // Monitors the peer actors again (a restarted proxy actor).
 void watch_peers(ProxyImpl::pointer self, const core_ptr& core);
-ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_ptr core);
+ProxyKeeperActor spawn_proxy_keeper(caf::actor_system& sys, const core_ptr& core);
 
 }  // namespace troupe::proxy

@@ -218,7 +218,7 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
     core->workers.push_back(std::move(w));
   }
   core->actor = sys.spawn(proxy_actor, core);
-  core->keeper = sys.spawn(keeper_actor, core);
+  core->keeper = spawn_proxy_keeper(sys, core);
   core->server->run();
   core->log->info("proxy listening on {}:{} ({} io threads)", core->options.server.bind,
                   core->server->port(), core->server->threads());
@@ -308,9 +308,12 @@ void Proxy::stop() {
     // Both are gone before anything they use is destroyed.
     caf::scoped_actor self{*core.sys};
     self->send_exit(core.keeper, caf::exit_reason::user_shutdown);
-    if (proxy_actor)
+    if (proxy_actor) {
       self->send_exit(proxy_actor, caf::exit_reason::user_shutdown);
-    self->wait_for(core.keeper, proxy_actor);
+      self->wait_for(core.keeper, proxy_actor);
+    } else {
+      self->wait_for(core.keeper);
+    }
   }
   // Queued calls hold exchanges, and timers belong to io_contexts: drop them
   // before the io_contexts go.

@@ -90,10 +90,11 @@ struct ProxyOptions {
   // agent): a request to a local replica that has one goes over it, see
   // runtime/data_channel.hpp. Empty: every request goes over CAF.
   std::shared_ptr<channel::Registry> channels;
-  // How the keeper restarts a proxy actor that died (runtime/keeper.hpp);
-  // when it gives up it logs why, calls `on_give_up` with the message (from
-  // the keeper's thread; troupe-node then stops and exits with an error) and
-  // leaves the proxy without an actor: no new route tables.
+  // How the keeper restarts a proxy actor that died (runtime/keeper.hpp,
+  // runtime/keeper_actor.hpp); when it gives up it logs why, calls
+  // `on_give_up` with the message (from the keeper's thread; troupe-node then
+  // stops and exits with an error) and quits, as every keeper does: the proxy
+  // has no actor then, so no new route tables.
   RestartPolicy restart_policy;
   std::function<void(const std::string&)> on_give_up;
   // Serve the cluster's dashboard: /-/dashboard (the page) and

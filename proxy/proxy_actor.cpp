@@ -10,6 +10,7 @@
 
 #include "proxy/core.hpp"
 #include "proxy/handle_calls.hpp"
+#include "runtime/keeper_actor.hpp"
 
 namespace troupe::proxy {
 
@@ -167,100 +168,50 @@ ProxyImpl::behavior_type proxy_actor(ProxyImpl::pointer self, core_ptr core) {
   };
 }
 
-namespace {
-
-// The proxy actor handle calls are delegated to; null once stopped.
-ProxyActor current_proxy(Proxy::Core& core) {
-  std::lock_guard<std::mutex> lock(core.actor_mutex);
-  return core.stopped ? ProxyActor() : core.actor;
-}
-
-}  // namespace
-
-// Restarts the proxy actor when it dies of anything but a shutdown.
-ProxyKeeperImpl::behavior_type keeper_actor(ProxyKeeperImpl::pointer self, core_ptr core) {
-  auto restarts = std::make_shared<RestartLimiter>(core->options.restart_policy);
-  auto restart = [self, core] {
-    // Under actor_mutex.
-    core->actor = self->spawn(proxy_actor, core);
-    self->monitor(core->actor);
-  };
-  self->set_down_handler([=](caf::down_msg& dm) {
+// Restarts the proxy actor when it dies of anything but a shutdown
+// (runtime/keeper_actor.hpp). Callers hold the keeper: deployment handles'
+// calls are forwarded to the current proxy actor, which answers the caller
+// directly.
+ProxyKeeperActor spawn_proxy_keeper(caf::actor_system& sys, const core_ptr& core) {
+  KeeperOptions k;
+  k.what = "proxy actor";
+  k.policy = core->options.restart_policy;
+  k.on_give_up = core->options.on_give_up;
+  k.log = core->log;
+  k.unavailable = "the proxy of this node is restarting";
+  k.start = [core](Keeper& keeper) -> caf::actor {
     std::lock_guard<std::mutex> lock(core->actor_mutex);
-    if (core->stopped || dm.source != core->actor.address())
-      return;
-    if (dm.reason == caf::exit_reason::user_shutdown)
-      return;
-    auto reason = self->home_system().render(dm.reason);
+    if (core->stopped)
+      return nullptr;
+    core->actor = keeper.self()->home_system().spawn(proxy_actor, core);
+    return caf::actor_cast<caf::actor>(core->actor);
+  };
+  k.on_gone = [core] {
+    std::lock_guard<std::mutex> lock(core->actor_mutex);
     core->actor = nullptr;
-    auto decision = restarts->on_death(std::chrono::steady_clock::now());
-    if (decision.give_up) {
-      auto message = restarts->give_up_message("proxy actor", reason);
-      core->log->critical("{}", message);
-      if (core->options.on_give_up)
-        core->options.on_give_up(message);
-      return;
-    }
-    core->log->error("proxy actor died ({}); restarting it", reason);
-    if (decision.delay > RestartLimiter::duration::zero()) {
-      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(decision.delay),
-                         restart_atom::value);
-      return;
-    }
-    restart();
-  });
-  {
-    // Spawned right after the first proxy actor.
-    std::lock_guard<std::mutex> lock(core->actor_mutex);
-    if (core->actor)
-      self->monitor(core->actor);
-  }
-  return {
-      // The restart policy's delay passed.
-      [=](restart_atom) {
-        std::lock_guard<std::mutex> lock(core->actor_mutex);
-        if (!core->stopped && !core->actor)
-          restart();
-      },
-      // From the node agent after each (re-)registration: subscribe the
-      // current proxy actor (a restarted one too) for a full snapshot.
-      [=](subscribe_atom, const ControllerActor& controller) {
-        ProxyActor current;
-        {
-          std::lock_guard<std::mutex> lock(core->actor_mutex);
-          current = core->actor;
-        }
-        if (controller && current) {
-          self->send(controller, subscribe_atom::value, current, uint64_t{0}, uint64_t{0},
-                     core->options.node_id);
-        }
-      },
-      // A deployment handle's call from another process: the keeper is the
-      // handle that stays valid across restarts of the proxy actor, so callers
-      // hold it; delegated to the current proxy actor, which answers the
-      // caller directly. (One that died and is not restarted yet bounces it:
-      // the caller gets request_receiver_down.)
-      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
-          double timeout_s) -> caf::result<HttpResponse> {
-        ProxyActor current = current_proxy(*core);
-        if (!current)
-          return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
-        self->delegate(current, call_atom::value, std::move(app), std::move(deployment),
-                       std::move(request), timeout_s);
-        return caf::delegated<HttpResponse>{};
-      },
-      [=](call_atom, std::string& app, std::string& deployment, HttpRequest& request,
-          double timeout_s, bool streamed) -> caf::result<HttpResponse> {
-        ProxyActor current = current_proxy(*core);
-        if (!current)
-          return to_caf_error(Status(errc::unavailable, "the proxy of this node is stopped"));
-        self->delegate(current, call_atom::value, std::move(app), std::move(deployment),
-                       std::move(request), timeout_s, streamed);
-        return caf::delegated<HttpResponse>{};
-      },
-      // Calls live in the proxy's io threads, which outlive its actor.
-      [=](cancel_atom, uint64_t key) { core->cancel_handle_call(key); },
   };
+  k.handlers = [core](Keeper& keeper) -> caf::message_handler {
+    return {
+        // From the node agent after each (re-)registration: subscribe the
+        // current proxy actor (a restarted one too) for a full snapshot.
+        [core, &keeper](subscribe_atom, const ControllerActor& controller) {
+          if (controller && keeper.current()) {
+            keeper.self()->send(controller, subscribe_atom::value,
+                                caf::actor_cast<ProxyActor>(keeper.current()), uint64_t{0},
+                                uint64_t{0}, core->options.node_id);
+          }
+        },
+        // Calls live in the proxy's io threads, which outlive its actor.
+        [core](cancel_atom, uint64_t key) { core->cancel_handle_call(key); },
+    };
+  };
+  caf::actor first;
+  {
+    std::lock_guard<std::mutex> lock(core->actor_mutex);
+    first = caf::actor_cast<caf::actor>(core->actor);
+  }
+  return caf::actor_cast<ProxyKeeperActor>(
+      spawn_keeper(sys, std::move(k), "troupe.proxy-keeper", std::move(first)));
 }
 
 }  // namespace troupe::proxy

@@ -1,8 +1,8 @@
 // The restart policy of every keeper (an actor that restarts another one when
 // it dies): how fast it restarts, and when it gives up. Plain C++ with the
 // time passed in, so the decision is tested tick by tick
-// (tests/runtime/keeper_test.cpp); the keepers (node/node_agent.cpp,
-// node/head_supervisor.cpp) run it in their down handler.
+// (tests/runtime/keeper_test.cpp); the one keeper actor
+// (runtime/keeper_actor.hpp) runs it in its down handler.
 //
 // Giving up is the answer to a crash loop: an actor that dies again each time
 // it starts (a controller whose recovery fails, an agent that cannot start)

@@ -659,6 +659,50 @@ TEST_CASE("troupectl kill agent: the node restarts its agent and its replicas ar
   CHECK(f.cluster.wait_states({{"head", "ALIVE"}}, 10s));
 }
 
+// Every keeper is the one keeper (runtime/keeper_actor.hpp) and gives up the
+// same way: past its restart policy (10 restarts within 60 s) it stops the
+// node, which exits 1 naming what it gave up on. The controller's case is in
+// recovery_test ("head supervisor: a controller that keeps dying ...").
+TEST_CASE("every keeper gives up the same way: a node agent or proxy actor that keeps dying stops its node - exit 1 naming it") {
+  for (std::string kind : {"agent", "proxy"}) {
+    CAPTURE(kind);
+    const std::string what = kind == "agent" ? "node agent" : "proxy actor";
+    Fixture f({"w1"});
+    auto& w1 = f.cluster.nodes.at("w1");
+    // Each kill lands on the current actor: one that is restarting, or whose
+    // successor the controller does not know yet, is tried again.
+    for (int kill = 1; kill <= 11; ++kill) {
+      CAPTURE(kill);
+      bool landed = wait_until(
+          [&] {
+            if (!f.client->kill(kind, "w1").is_ok())
+              return false;
+            // The 11th death is not restarted: it is the give-up.
+            return wait_until(
+                [&] {
+                  return f.occurrences("w1", what + " died") +
+                             f.occurrences("w1", "gave up on the " + what) >=
+                         kill;
+                },
+                2s);
+          },
+          30s);
+      if (!landed)
+        f.cluster.dump_output();
+      REQUIRE(landed);
+    }
+    auto code = w1.wait_exit(30s);
+    if (!code)
+      f.cluster.dump_output();
+    REQUIRE(code.has_value());
+    CHECK(*code == 1);
+    CHECK(f.output_has("w1", "gave up on the " + what +
+                                 ": it was restarted 10 times within 60 s and died again; last "
+                                 "exit reason: "));
+    CHECK(f.output_has("w1", "troupe-node: error: gave up on the " + what));
+  }
+}
+
 // The shutdown crash of a proxy (a replica's down message posted to an
 // io_context being destroyed) showed only when nodes stopped while replicas
 // died under load. Every round stops all nodes at once in that state; the
