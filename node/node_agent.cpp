@@ -21,12 +21,15 @@
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
 
+#include "node/controller_session.hpp"
+#include "node/library_fetcher.hpp"
 #include "node/process_supervisor.hpp"
 #include "node/replica_logs.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/forwarder.hpp"
+#include "runtime/keeper_actor.hpp"
 #include "runtime/libraries.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
@@ -54,7 +57,6 @@ using AgentImpl = AgentActor::extend_with<AgentLocalActor>::extend<
     caf::reacts_to<attach_deadline_atom, std::string, int32_t>,
     caf::reacts_to<reattach_deadline_atom, std::string, int32_t, uint32_t>,
     caf::reacts_to<stop_due_atom, std::string>>;
-using KeeperImpl = AgentKeeperActor::extend<caf::reacts_to<restart_atom>>;
 
 // troupe_replica_starts_total: a replica this node was asked to start.
 void count_start(const AgentOptions& o, const ReplicaSpec& spec) {
@@ -106,30 +108,23 @@ using HostedReplicas = std::map<std::string, Hosted>;
 
 struct AgentState {
   std::shared_ptr<HostedReplicas> hosted;
+  // The controller of the current link (node/controller_session.hpp), or
+  // empty while none is reached.
   ControllerActor controller;
-  bool registered = false;
-  bool connecting = false;
-  bool stopping = false;
-  double backoff_s = 0;
-  uint64_t incarnation = 0;
+  node::ControllerSession session;
   std::unordered_map<caf::actor_addr, std::string> replica_ids;
   // Replica actors in processes, by the address of their remote handle.
   std::unordered_map<caf::actor_addr, std::string> remote_ids;
   // Answered once every replica is gone and the node has deregistered.
   std::optional<caf::typed_response_promise<caf::ok_atom>> shutdown_promise;
   // Replicas whose library is being fetched, with the spawn requests that
-  // wait for them; and per library (sha256) what waits for its fetch.
+  // wait for them.
   std::map<std::string, std::vector<caf::typed_response_promise<ReplicaActor>>> starting;
-  std::map<std::string, std::vector<std::function<void(const Status&)>>> library_waiters;
-  // Cached libraries whose content this agent checked, and the file's stamp
-  // then: checked again only once the file changed.
-  std::map<std::string, libraries::LibraryDir::Stamp> verified_libraries;
-  // When prune_library_cache() last looked.
-  std::optional<std::chrono::steady_clock::time_point> cache_pruned_at;
-  // The cache that fetches append to: one object for all the pieces of a
-  // fetch, which keeps the running hash of each (LibraryDir::append).
-  std::unique_ptr<libraries::LibraryDir> fetch_dir;
+  // The node's library cache (node/library_fetcher.hpp).
+  std::unique_ptr<node::LibraryFetcher> libraries;
   std::minstd_rand rng{std::random_device{}()};
+  // The node is stopping (session.stopping(), kept here for the replicas).
+  bool stopping() const { return session.stopping(); }
   std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
   static inline const char* name = "troupe.agent";
 };
@@ -147,55 +142,52 @@ std::vector<HostedReplicaInfo> hosted_list(const AgentState& st) {
   return out;
 }
 
-void schedule_reconnect(agent_actor* self, const AgentOptions& o) {
-  auto& st = self->state;
-  if (st.stopping)
-    return;
-  st.backoff_s =
-      st.backoff_s == 0 ? o.initial_backoff_s : std::min(st.backoff_s * 2, o.max_backoff_s);
-  // +-20 % jitter so that a restarted head is not hit by every node at once.
-  std::uniform_real_distribution<double> jitter(0.8, 1.2);
-  self->delayed_send(self, seconds_as(st.backoff_s * jitter(st.rng)), reconnect_atom::value);
+// The next attempt to reach the controller, after `delay_s` (none while
+// stopping).
+void schedule_reconnect(agent_actor* self, std::optional<double> delay_s) {
+  if (delay_s)
+    self->delayed_send(self, seconds_as(*delay_s), reconnect_atom::value);
 }
 
 void send_register(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   auto controller = st.controller;
+  auto link = st.session.link();
   self->request(controller, seconds_as(o.request_timeout_s), register_atom::value, o.info,
                 caf::actor_cast<caf::actor>(self), hosted_list(st),
                 sign_request(o.identity, Operation::register_node, {o.info.id}))
       .then(
           [=](uint64_t incarnation) {
             auto& st = self->state;
-            if (st.controller != controller)
+            auto registered = st.session.registered(link, incarnation);
+            if (registered == node::ControllerSession::Registered::stale)
               return;  // superseded by a reconnect
-            if (!st.registered) {
+            if (registered == node::ControllerSession::Registered::first) {
               st.log->info("registered with the controller as {} ({} replicas hosted)", o.info.id,
                            st.hosted->size());
             }
-            st.registered = true;
-            st.backoff_s = 0;
-            st.incarnation = incarnation;
-            if (o.proxy) {
+            if (o.proxy)
               self->send(o.proxy, subscribe_atom::value, controller);
-            }
           },
           [=](caf::error& err) {
             auto& st = self->state;
-            if (st.controller != controller)
+            auto retry = st.session.register_failed(link);
+            if (!retry)
               return;
-            auto status = from_caf_error(err);
-            st.log->error("registration as {} failed: {}", o.info.id, status.to_string());
+            st.log->error("registration as {} failed: {}", o.info.id,
+                          from_caf_error(err).to_string());
             // Keep trying: the controller may be restarting or being upgraded.
-            schedule_reconnect(self, o);
+            schedule_reconnect(self, retry);
           });
 }
 
 void adopt_controller(agent_actor* self, const AgentOptions& o, ControllerActor controller) {
   auto& st = self->state;
-  st.controller = std::move(controller);
-  st.registered = false;
-  self->monitor(st.controller);
+  if (st.controller != controller) {
+    st.controller = std::move(controller);
+    self->monitor(st.controller);
+  }
+  st.session.connected();
   send_register(self, o);
 }
 
@@ -204,33 +196,26 @@ void caf_connect(agent_actor* self, const AgentOptions& o);
 // A connection attempt failed: try again after the backoff.
 void unreachable(agent_actor* self, const AgentOptions& o, const std::string& why) {
   auto& st = self->state;
-  st.connecting = false;
   st.log->warn("cannot reach the controller at {}: {}; retrying", o.controller_endpoint.to_string(),
                why);
-  schedule_reconnect(self, o);
+  schedule_reconnect(self, st.session.connect_failed());
 }
 
 void connect(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
-  if (st.stopping || st.connecting || st.controller)
+  if (!st.session.should_connect())
     return;
+  st.session.connect_started();
   if (o.local_supervisor) {
-    st.connecting = true;
     self->request(o.local_supervisor, seconds_as(o.request_timeout_s), caf::get_atom::value)
-        .then(
-            [=](const ControllerActor& controller) {
-              self->state.connecting = false;
-              adopt_controller(self, o, controller);
-            },
-            [=](caf::error& err) {
-              self->state.connecting = false;
-              self->state.log->warn("no controller on this head yet: {}; retrying",
-                                    from_caf_error(err).message());
-              schedule_reconnect(self, o);
-            });
+        .then([=](const ControllerActor& controller) { adopt_controller(self, o, controller); },
+              [=](caf::error& err) {
+                self->state.log->warn("no controller on this head yet: {}; retrying",
+                                      from_caf_error(err).message());
+                schedule_reconnect(self, self->state.session.connect_failed());
+              });
     return;
   }
-  st.connecting = true;
   // Asked first, with a short deadline: CAF's own connect would block its
   // middleman (runtime/tcp_probe.hpp).
   const auto& ep = o.controller_endpoint;
@@ -254,11 +239,10 @@ void caf_connect(agent_actor* self, const AgentOptions& o) {
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& st = self->state;
-            st.connecting = false;
             if (!ptr) {
               st.log->warn("{} answers but publishes no controller; retrying",
                            o.controller_endpoint.to_string());
-              schedule_reconnect(self, o);
+              schedule_reconnect(self, st.session.connect_failed());
               return;
             }
             st.log->info("connected to the controller at {}", o.controller_endpoint.to_string());
@@ -269,16 +253,16 @@ void caf_connect(agent_actor* self, const AgentOptions& o) {
 
 void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
-  if (!st.stopping || !st.shutdown_promise || !st.hosted->empty())
+  if (!st.stopping() || !st.shutdown_promise || !st.hosted->empty())
     return;
   auto finish = [=] {
     auto& st = self->state;
-    st.registered = false;  // no more heartbeats
+    st.session.deregistered();  // no more heartbeats
     if (st.shutdown_promise)
       st.shutdown_promise->deliver(caf::ok_atom::value);
     st.shutdown_promise.reset();
   };
-  if (!st.registered || !st.controller) {
+  if (!st.session.is_registered()) {
     finish();
     return;
   }
@@ -497,147 +481,66 @@ void start_replica(agent_actor* self, const AgentOptions& o, const MetricsSinkAc
     p.deliver(handle);
 }
 
-// Calls every waiter of the library `sha256` once, with `outcome`.
-void library_done(agent_actor* self, const std::string& sha256, const Status& outcome) {
-  auto& st = self->state;
-  auto it = st.library_waiters.find(sha256);
-  if (it == st.library_waiters.end())
-    return;
-  auto waiters = std::move(it->second);
-  st.library_waiters.erase(it);
-  for (auto& f : waiters)
-    f(outcome);
+void log_notes(agent_actor* self, const node::LibraryFetcher::Notes& notes) {
+  for (const auto& n : notes) {
+    if (n.level == node::LibraryFetcher::Note::Level::error)
+      self->state.log->error("{}", n.text);
+    else
+      self->state.log->info("{}", n.text);
+  }
 }
 
-// Fetches the library from `offset` on (of `total` bytes) into the cache,
-// piece by piece; the cache checks the content's hash when the last is in.
-void fetch_library_piece(agent_actor* self, const AgentOptions& o, const ControllerActor& from,
-                         const libraries::Pinned& pin, uint64_t total, uint64_t offset) {
-  self->request(from, seconds_as(o.request_timeout_s), library_atom::value, pin.sha256, offset)
-      .then(
-          [=](const std::string& piece) {
-            const std::string what = "library " + libraries::pinned(pin.name, pin.sha256);
-            if (piece.empty()) {
-              return library_done(self, pin.sha256,
-                                  Status(errc::io_error, what + ": the controller sent " +
-                                                             std::to_string(offset) + " of " +
-                                                             std::to_string(total) + " bytes"));
-            }
-            auto& dir = self->state.fetch_dir;
-            if (!dir)
-              dir = std::make_unique<libraries::LibraryDir>(o.library_cache, false);
-            auto got = dir->append(pin.sha256, total, offset, piece);
-            if (!got) {
-              // A hash mismatch included: refused, never loaded.
-              self->state.log->error("{}: {}", what, got.status().message());
-              return library_done(self, pin.sha256, Status(got.status().code(),
-                                                           what + ": " + got.status().message()));
-            }
-            if (*got < total)
-              return fetch_library_piece(self, o, from, pin, total, *got);
-            self->state.log->info("fetched {} ({} bytes) from the controller", what, total);
-            library_done(self, pin.sha256, Status::ok());
-          },
-          [=](caf::error& err) {
-            library_done(self, pin.sha256,
-                         Status(errc::unavailable,
-                                "cannot fetch library " + libraries::pinned(pin.name, pin.sha256) +
-                                    " from the controller: " + from_caf_error(err).message()));
-          });
-}
+// Where the library fetcher gets a library the node lacks: the controller it
+// was asked of (every piece of one fetch from the same one).
+class ControllerLibrarySource final : public node::LibraryFetcher::Source {
+ public:
+  ControllerLibrarySource(agent_actor* self, ControllerActor from, double timeout_s)
+      : self_(self), from_(std::move(from)), timeout_s_(timeout_s) {}
+
+  void size(const std::string& sha256, SizeReply reply) override {
+    auto* self = self_;
+    self->request(from_, seconds_as(timeout_s_), library_atom::value, sha256)
+        .then([self, reply](uint64_t n) { log_notes(self, reply(n)); },
+              [self, reply](caf::error& e) { log_notes(self, reply(from_caf_error(e))); });
+  }
+
+  void piece(const std::string& sha256, uint64_t offset, PieceReply reply) override {
+    auto* self = self_;
+    self->request(from_, seconds_as(timeout_s_), library_atom::value, sha256, offset)
+        .then([self, reply](const std::string& p) { log_notes(self, reply(p)); },
+              [self, reply](caf::error& e) { log_notes(self, reply(from_caf_error(e))); });
+  }
+
+ private:
+  agent_actor* self_;
+  ControllerActor from_;
+  double timeout_s_;
+};
 
 // Makes sure the node's library cache holds the pinned library, then calls
-// `done`: a verified cached copy is used as it is; a cached copy whose
-// content does not hash to the pin is refused (logged) and replaced; else
-// this node's plugin path may hold the same build; else the controller has
-// it.
+// `done` (node/library_fetcher.hpp).
 void with_library(agent_actor* self, const AgentOptions& o, const libraries::Pinned& pin,
                   std::function<void(const Status&)> done) {
   auto& st = self->state;
-  auto& waiters = st.library_waiters[pin.sha256];
-  waiters.push_back(std::move(done));
-  if (waiters.size() > 1)
-    return;  // a fetch of it is under way
-  const std::string what = "library " + libraries::pinned(pin.name, pin.sha256);
-  libraries::LibraryDir cache(o.library_cache, false);
-  if (auto st_open = cache.open(); !st_open)
-    return library_done(self, pin.sha256, st_open);
-  auto stamp = cache.stamp_of(pin.sha256);
-  if (auto it = st.verified_libraries.find(pin.sha256);
-      stamp && it != st.verified_libraries.end() && it->second == *stamp)
-    return library_done(self, pin.sha256, Status::ok());
-  auto cached = cache.verify(pin.sha256);
-  if (cached && *cached) {
-    if (stamp)
-      st.verified_libraries[pin.sha256] = *stamp;
-    return library_done(self, pin.sha256, Status::ok());
-  }
-  st.verified_libraries.erase(pin.sha256);
-  if (!cached) {
-    if (cached.status().code() != errc::corrupt)
-      return library_done(self, pin.sha256, cached.status());
-    st.log->error("refused the cached {}: {}; fetching it again", what, cached.status().message());
-  }
-  if (auto local = libraries::locate(o.plugin_path, pin.name)) {
-    auto sha = libraries::sha256_file(*local);
-    if (sha && *sha == pin.sha256)
-      return library_done(self, pin.sha256, cache.put_file(pin.sha256, *local));
-  }
-  if (!st.controller) {
-    return library_done(self, pin.sha256,
-                        Status(errc::unavailable, what + " is not in this node's cache and the "
-                                                         "controller is not connected"));
-  }
-  auto from = st.controller;
-  self->request(from, seconds_as(o.request_timeout_s), library_atom::value, pin.sha256)
-      .then(
-          [=](uint64_t size) {
-            if (size == 0) {
-              return library_done(self, pin.sha256,
-                                  Status(errc::not_found, "the controller has no " + what));
-            }
-            fetch_library_piece(self, o, from, pin, size, 0);
-          },
-          [=](caf::error& err) {
-            library_done(self, pin.sha256,
-                         Status(errc::unavailable, "cannot fetch " + what +
-                                                       " from the controller: " +
-                                                       from_caf_error(err).message()));
-          });
-}
-
-// The library a replica spec pins (runtime/libraries.hpp), if any.
-std::optional<libraries::Pinned> pinned_library(const ReplicaSpec& spec) {
-  return libraries::split_pinned(spec.import_path.substr(0, spec.import_path.find(':')));
+  std::shared_ptr<node::LibraryFetcher::Source> source;
+  if (st.controller)
+    source = std::make_shared<ControllerLibrarySource>(self, st.controller, o.request_timeout_s);
+  log_notes(self, st.libraries->ensure(pin, std::move(source), std::move(done)).notes);
 }
 
 // Every library_cache_prune_interval_s: removes the cached libraries that no
 // replica of this node uses and that were fetched over
 // library_cache_retention_s ago (a controller keeps them; a node that needs
 // one again fetches it again).
-void prune_library_cache(agent_actor* self, const AgentOptions& o) {
+void prune_library_cache(agent_actor* self) {
   auto& st = self->state;
-  const auto now = std::chrono::steady_clock::now();
-  if (o.library_cache.empty() ||
-      (st.cache_pruned_at && now - *st.cache_pruned_at <
-                                 std::chrono::duration<double>(o.library_cache_prune_interval_s)))
-    return;
-  st.cache_pruned_at = now;
   std::set<std::string> used;
   for (const auto& [id, h] : *st.hosted) {
-    if (auto pin = pinned_library(h.spec))
+    if (auto pin = node::pinned_library(h.spec.import_path))
       used.insert(pin->sha256);
   }
-  for (const auto& [sha, waiters] : st.library_waiters)
-    used.insert(sha);
-  libraries::LibraryDir cache(o.library_cache, false);
-  const double wall_now = static_cast<double>(std::time(nullptr));
-  for (const auto& sha :
-       libraries::stale_libraries(cache.list(), used, wall_now, o.library_cache_retention_s)) {
-    cache.remove(sha);
-    st.verified_libraries.erase(sha);
+  for (const auto& sha : st.libraries->prune(used))
     st.log->info("removed library {} from the cache: no replica of this node uses it", sha);
-  }
 }
 
 // `hosted`: the replicas of this node (those of a predecessor that died, or
@@ -646,6 +549,19 @@ void prune_library_cache(agent_actor* self, const AgentOptions& o) {
 AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
                                std::shared_ptr<HostedReplicas> hosted, MetricsSinkActor sink) {
   self->state.hosted = std::move(hosted);
+  {
+    node::LibraryFetcher::Options lo;
+    lo.cache_dir = o.library_cache;
+    lo.plugin_path = o.plugin_path;
+    lo.retention_s = o.library_cache_retention_s;
+    lo.prune_interval_s = o.library_cache_prune_interval_s;
+    self->state.libraries = std::make_unique<node::LibraryFetcher>(std::move(lo));
+  }
+  self->state.session = node::ControllerSession(
+      {o.initial_backoff_s, o.max_backoff_s}, [self] {
+        // +-20 %: a restarted head is not hit by every node at once.
+        return std::uniform_real_distribution<double>(0.8, 1.2)(self->state.rng);
+      });
   {
     // A restarted agent: watch the replicas its predecessor spawned (one
     // that exited meanwhile is reported at once), and keep enforcing the
@@ -732,14 +648,14 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
     if (!st.controller || dm.source != st.controller.address())
       return;
     st.controller = nullptr;
-    st.registered = false;
-    if (st.stopping) {
+    auto retry = st.session.lost();
+    if (!retry) {
       maybe_finish_shutdown(self, o);
       return;
     }
     st.log->warn("connection to the controller lost ({}); reconnecting",
                  self->home_system().render(dm.reason));
-    schedule_reconnect(self, o);
+    schedule_reconnect(self, retry);
   });
   connect(self, o);
   self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
@@ -750,34 +666,37 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         // A stopping node keeps its heartbeat until it has deregistered: its
         // replicas finish the requests they hold meanwhile, which a DEAD
         // node's would not (every proxy would fail them over elsewhere).
-        if (st.stopping && !st.shutdown_promise)
+        if (st.stopping() && !st.shutdown_promise)
           return;
         self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
-        prune_library_cache(self, o);
-        if (!st.registered || !st.controller)
+        prune_library_cache(self);
+        if (!st.session.heartbeat_due())
           return;
-        auto controller = st.controller;
-        self->request(controller, seconds_as(o.request_timeout_s), heartbeat_atom::value, o.info.id,
-                      sign_request(o.identity, Operation::heartbeat, {o.info.id}))
+        auto link = st.session.link();
+        self->request(st.controller, seconds_as(o.request_timeout_s), heartbeat_atom::value,
+                      o.info.id, sign_request(o.identity, Operation::heartbeat, {o.info.id}))
             .then([](caf::ok_atom) {},
                   [=](caf::error& err) {
                     auto& st = self->state;
-                    if (st.controller != controller || st.stopping)
-                      return;
                     auto status = from_caf_error(err);
-                    if (status.code() == errc::not_found) {
-                      st.log->warn("controller does not know this node ({}); registering again",
-                                   status.message());
-                      st.registered = false;
-                      send_register(self, o);
-                    } else {
-                      st.log->warn("heartbeat failed: {}", status.to_string());
+                    using Failure = node::ControllerSession::HeartbeatFailure;
+                    switch (st.session.heartbeat_failed(link, status.code() == errc::not_found)) {
+                      case Failure::ignore:
+                        return;
+                      case Failure::reregister:
+                        st.log->warn("controller does not know this node ({}); registering again",
+                                     status.message());
+                        send_register(self, o);
+                        return;
+                      case Failure::report:
+                        st.log->warn("heartbeat failed: {}", status.to_string());
+                        return;
                     }
                   });
       },
       [=](spawn_replica_atom, const ReplicaSpec& spec) -> caf::result<ReplicaActor> {
         auto& st = self->state;
-        if (st.stopping) {
+        if (st.stopping()) {
           return to_caf_error(Status(errc::unavailable, "node " + o.info.id + " is shutting down"));
         }
         if (auto it = st.hosted->find(spec.replica_id); it != st.hosted->end()) {
@@ -788,7 +707,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
           return rp;
         }
         auto rp = self->make_response_promise<ReplicaActor>();
-        auto pin = pinned_library(spec);
+        auto pin = node::pinned_library(spec.import_path);
         if (!pin || o.library_cache.empty()) {
           count_start(o, spec);
           start_replica(self, o, sink, spec, {rp});
@@ -807,7 +726,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
             return;
           auto waiting = std::move(node.mapped());
           Status outcome = ready;
-          if (outcome && st.stopping)
+          if (outcome && st.stopping())
             outcome = Status(errc::unavailable, "node " + o.info.id + " is shutting down");
           if (!outcome) {
             st.log->warn("replica {} of {}/{} not started: {}", spec.replica_id, spec.app,
@@ -940,7 +859,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
       },
       [=](metrics_atom, const std::string& replica_id, double ongoing, uint64_t finished) {
         auto& st = self->state;
-        if (st.registered && st.controller) {
+        if (st.session.is_registered()) {
           self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing, finished);
         }
       },
@@ -960,7 +879,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         // Lost while unregistered: the replica repeats it with every metrics
         // report.
         auto& st = self->state;
-        if (st.registered && st.controller) {
+        if (st.session.is_registered()) {
           self->send(st.controller, models_atom::value, o.info.id, replica_id, seq,
                      std::move(model_ids));
         }
@@ -994,7 +913,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
         // The node is stopping: the controller replaces this node's replicas
         // elsewhere, then stops them here (the usual stop commands).
         auto& st = self->state;
-        if (!st.registered || !st.controller)
+        if (!st.session.is_registered())
           return std::string("not registered with a controller: nothing moved");
         auto rp = self->make_response_promise<std::string>();
         self->request(st.controller, seconds_as(budget_s), leave_atom::value, o.info.id,
@@ -1007,7 +926,7 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
       },
       [=](shutdown_atom, double grace_s) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
-        st.stopping = true;
+        st.session.stop();
         auto rp = self->make_response_promise<caf::ok_atom>();
         st.shutdown_promise = rp;
         for (auto& [id, h] : *st.hosted)
@@ -1018,150 +937,56 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
   };
 }
 
-// A replica process's exit report (replica_exit_atom's arguments).
-struct ProcessExit {
-  std::string id;
-  int32_t pid = 0;
-  std::string cause;
-  bool clean = false;
-};
-
-struct KeeperState {
-  AgentImpl agent;
-  // Exit reports of replica processes that came while no agent ran; the
-  // next agent gets them.
-  std::vector<ProcessExit> exits;
-  std::shared_ptr<HostedReplicas> hosted = std::make_shared<HostedReplicas>();
-  bool stopping = false;
-  RestartLimiter restarts;
-  std::shared_ptr<spdlog::logger> log = troupe::log::get("agent");
-  static inline const char* name = "troupe.agent-keeper";
-};
-
-using keeper_actor = KeeperImpl::stateful_base<KeeperState>;
-
-void start_agent(keeper_actor* self, const AgentOptions& o) {
-  auto& st = self->state;
-  st.agent = self->home_system().spawn(agent, o, st.hosted, caf::actor_cast<MetricsSinkActor>(self));
-  self->monitor(st.agent);
-  for (auto& e : st.exits)
-    self->send(st.agent, replica_exit_atom::value, e.id, e.pid, e.cause, e.clean);
-  st.exits.clear();
-}
-
-// Keeps a node agent running: restarts it (with the replicas it hosted) when
-// it dies of anything but a requested stop, e.g. `troupectl kill agent`, as
-// the proxy's keeper restarts the proxy actor. Forwards to the current agent
-// what outlives it: the shutdown request and the replicas' metrics.
-KeeperImpl::behavior_type agent_keeper(keeper_actor* self, AgentOptions o) {
-  self->state.restarts = RestartLimiter(o.restart_policy);
-  self->set_down_handler([=](const caf::down_msg& dm) {
-    auto& st = self->state;
-    if (!st.agent || dm.source != st.agent.address())
-      return;
-    if (st.stopping || dm.reason == caf::exit_reason::user_shutdown) {
-      st.agent = nullptr;
-      self->quit(caf::exit_reason::user_shutdown);
-      return;
-    }
-    auto reason = self->home_system().render(dm.reason);
-    st.agent = nullptr;
-    auto decision = st.restarts.on_death(std::chrono::steady_clock::now());
-    if (decision.give_up) {
-      auto message = st.restarts.give_up_message("node agent", reason);
-      st.log->critical("{}", message);
-      if (o.on_give_up)
-        o.on_give_up(message);
-      self->quit(to_caf_error(Status(errc::unavailable, message)));
-      return;
-    }
-    st.log->error("node agent died ({}); restarting it with {} replicas hosted", reason,
-                  st.hosted->size());
-    if (decision.delay > RestartLimiter::duration::zero()) {
-      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(decision.delay),
-                         restart_atom::value);
-      return;
-    }
-    start_agent(self, o);
-  });
-  // The process stops the agent by stopping the keeper.
-  self->set_exit_handler([=](const caf::exit_msg& em) {
-    auto& st = self->state;
-    st.stopping = true;
-    if (st.agent)
-      self->send_exit(st.agent, em.reason);
-    self->quit(em.reason);
-  });
-  start_agent(self, o);
+// The keeper's own messages; everything else goes to the current agent
+// (runtime/keeper_actor.hpp).
+caf::message_handler keeper_handlers(Keeper& keeper) {
+  auto* self = keeper.self();
   return {
-      [=](restart_atom) {
-        auto& st = self->state;
-        if (!st.stopping && !st.agent)
-          start_agent(self, o);
-      },
-      [=](shutdown_atom atom, double grace_s) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        st.stopping = true;
-        if (!st.agent)
+      [self, &keeper](shutdown_atom atom, double grace_s) -> caf::result<caf::ok_atom> {
+        keeper.stop();
+        if (!keeper.current())
           return caf::ok_atom::value;
         auto rp = self->make_response_promise<caf::ok_atom>();
-        self->request(st.agent, seconds_as(grace_s + 2), atom, grace_s)
+        self->request(keeper.current(), seconds_as(grace_s + 2), atom, grace_s)
             .then([rp](caf::ok_atom ok) mutable { rp.deliver(ok); },
                   [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
         return rp;
       },
-      [=](leave_atom atom, double budget_s) -> caf::result<std::string> {
-        if (!self->state.agent)
+      [self, &keeper](leave_atom atom, double budget_s) -> caf::result<std::string> {
+        if (!keeper.current())
           return std::string("the node agent is restarting: nothing moved");
-        return self->delegate(self->state.agent, atom, budget_s);
+        return self->delegate(caf::actor_cast<AgentImpl>(keeper.current()), atom, budget_s);
       },
-      [=](metrics_atom atom, const std::string& replica_id, double ongoing, uint64_t finished) {
-        if (auto& a = self->state.agent)
-          self->send(a, atom, replica_id, ongoing, finished);
-      },
-      [=](metrics_atom atom, const std::string& replica_id, std::string& encoded) {
-        if (auto& a = self->state.agent)
-          self->send(a, atom, replica_id, std::move(encoded));
-      },
-      [=](models_atom atom, const std::string& replica_id, uint64_t seq,
-          std::vector<std::string>& model_ids) {
-        if (auto& a = self->state.agent)
-          self->send(a, atom, replica_id, seq, std::move(model_ids));
-      },
-      [=](caf::get_atom) -> caf::result<AgentActor> {
-        if (!self->state.agent)
+      [&keeper](caf::get_atom) -> caf::result<AgentActor> {
+        if (!keeper.current())
           return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
-        return caf::actor_cast<AgentActor>(self->state.agent);
-      },
-      // From the replica gate: checked by the agent, which knows the secrets.
-      [=](replica_hello_atom atom, const std::string& id, const std::string& secret)
-          -> caf::result<ReplicaSpec, MetricsSinkActor, ProxyKeeperActor> {
-        if (!self->state.agent)
-          return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
-        return self->delegate(self->state.agent, atom, id, secret);
-      },
-      [=](replica_attach_atom atom, const std::string& id, const std::string& secret,
-          const ReplicaActor& remote) -> caf::result<caf::ok_atom> {
-        if (!self->state.agent)
-          return to_caf_error(Status(errc::unavailable, "the node agent is restarting"));
-        return self->delegate(self->state.agent, atom, id, secret, remote);
-      },
-      // From the process supervisor's thread.
-      [=](replica_exit_atom atom, const std::string& id, int32_t pid, const std::string& cause,
-          bool clean) {
-        auto& st = self->state;
-        if (st.agent)
-          self->send(st.agent, atom, id, pid, cause, clean);
-        else
-          st.exits.push_back(ProcessExit{id, pid, cause, clean});
+        return caf::actor_cast<AgentActor>(keeper.current());
       },
   };
 }
 
 }  // namespace
 
+// Keeps a node agent running: restarts it (with the replicas it hosted) when
+// it dies of anything but a requested stop, e.g. `troupectl kill agent`.
+// Replica processes' exit reports that come while no agent runs are kept for
+// the next one; the replicas' metrics are dropped then.
 AgentKeeperActor spawn_node_agent(caf::actor_system& sys, const AgentOptions& options) {
-  return sys.spawn(agent_keeper, options);
+  auto hosted = std::make_shared<HostedReplicas>();
+  KeeperOptions k;
+  k.what = "node agent";
+  k.policy = options.restart_policy;
+  k.on_give_up = options.on_give_up;
+  k.log = troupe::log::get("agent");
+  k.unavailable = "the node agent is restarting";
+  k.start = [options, hosted](Keeper& keeper) -> caf::actor {
+    return caf::actor_cast<caf::actor>(keeper.self()->home_system().spawn(
+        agent, options, hosted, caf::actor_cast<MetricsSinkActor>(keeper.self())));
+  };
+  k.hold = [](const caf::message& msg) { return msg.match_element<replica_exit_atom>(0); };
+  k.handlers = keeper_handlers;
+  return caf::actor_cast<AgentKeeperActor>(
+      spawn_keeper(sys, std::move(k), "troupe.agent-keeper"));
 }
 
 }  // namespace troupe

@@ -206,7 +206,7 @@ TEST_CASE("library fetcher: a cached copy is verified and used without the contr
   CHECK_FALSE(f.fetcher->fetching(pin.sha256));
 }
 
-TEST_CASE("library fetcher: an unchanged stamp is not hashed again; a changed one is") {
+TEST_CASE("library fetcher: an unchanged stamp is not hashed again, a changed one is") {
   Fixture f;
   const auto bytes = content('a');
   const auto pin = pin_of("libm.so", bytes);
