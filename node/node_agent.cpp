@@ -22,6 +22,7 @@
 #include <prometheus/registry.h>
 
 #include "node/controller_session.hpp"
+#include "node/hosted_replicas.hpp"
 #include "node/library_fetcher.hpp"
 #include "node/process_supervisor.hpp"
 #include "node/replica_logs.hpp"
@@ -70,41 +71,13 @@ void count_start(const AgentOptions& o, const ReplicaSpec& spec) {
       .Increment();
 }
 
-struct Hosted {
-  ReplicaSpec spec;
-  // What everyone else holds: the replica's own handle (in process), or the
-  // forwarding handle made when its process attached (empty before).
-  ReplicaActor handle;
-  bool stopping = false;
-  // When stopping: when the agent kills it if it has not exited by then.
-  std::chrono::steady_clock::time_point kill_at;
-  // A replica process:
-  bool process = false;
-  pid_t pid = 0;
-  // Written to the process's stdin. It attaches with it once; after that it
-  // is accepted again only while the connection to the process is lost (it
-  // attaches again with it, see `detached`).
-  std::string secret;
-  ReplicaActor remote;  // its replica actor, in the process
-  // Where `handle` forwards to: `remote`, and the next remote handle when
-  // the process attaches again.
-  std::shared_ptr<ForwardTarget> target;
-  // The connection to the process was lost while it runs (a frozen node
-  // dropped it at its BASP connection timeout, say): the process connects
-  // again and attaches its replica actor again, within
-  // AgentOptions::reattach_timeout_s, or it is killed. `detaches` counts
-  // the losses (which one a deadline is for).
-  bool detached = false;
-  uint32_t detaches = 0;
-  // Spawn requests answered when the process attaches.
-  std::vector<caf::typed_response_promise<ReplicaActor>> waiting;
-};
-
-// The replicas of this node, by id. They outlive the agent actor (they are
-// not linked to it): owned by the current agent, and handed to the next one
-// when the keeper restarts it, so the new agent reports them to the
-// controller (which adopts them) instead of forgetting them.
-using HostedReplicas = std::map<std::string, Hosted>;
+using node::Hosted;
+// The replicas of this node (node/hosted_replicas.hpp). They outlive the
+// agent actor (they are not linked to it): owned by the current agent, and
+// handed to the next one when the keeper restarts it, so the new agent
+// reports them to the controller (which adopts them) instead of forgetting
+// them.
+using node::HostedReplicas;
 
 struct AgentState {
   std::shared_ptr<HostedReplicas> hosted;
@@ -132,18 +105,9 @@ struct AgentState {
 using agent_actor = AgentImpl::stateful_base<AgentState>;
 
 std::vector<HostedReplicaInfo> hosted_list(const AgentState& st) {
-  std::vector<HostedReplicaInfo> out;
-  for (const auto& [id, h] : *st.hosted) {
-    if (!h.handle)
-      continue;  // a process that has not attached yet
-    out.push_back({id, h.spec.app, h.spec.deployment, h.spec.code_version, h.spec.user_config,
-                   h.stopping, h.handle});
-  }
-  return out;
+  return st.hosted->list();
 }
 
-// The next attempt to reach the controller, after `delay_s` (none while
-// stopping).
 void schedule_reconnect(agent_actor* self, std::optional<double> delay_s) {
   if (delay_s)
     self->delayed_send(self, seconds_as(*delay_s), reconnect_atom::value);
@@ -291,24 +255,17 @@ void kill_now(agent_actor* self, const AgentOptions& o, Hosted& h) {
 }
 
 void stop_replica(agent_actor* self, const AgentOptions& o, Hosted& h, double timeout_s) {
-  if (!h.handle || h.detached) {
-    // A process that has not attached runs no user code yet; one whose
-    // connection is lost cannot be told to stop.
-    h.stopping = true;
-    kill_now(self, o, h);
-    return;
-  }
-  if (!h.stopping) {
-    h.stopping = true;
+  auto stop = self->state.hosted->stop(h, timeout_s, std::chrono::steady_clock::now());
+  if (stop.kill_now)
+    return kill_now(self, o, h);
+  if (stop.send_stop) {
     // Its answer (or error) tells nothing its exit does not: the down
     // message, or the process's exit report, settles the stop.
     self->request(h.handle, caf::infinite, stop_atom::value, timeout_s)
         .then([](caf::ok_atom) {}, [](caf::error&) {});
   }
-  // Enforce the timeout here too, so a stop survives a controller crash.
-  auto grace = seconds_as(timeout_s + 0.5);
-  h.kill_at = std::chrono::steady_clock::now() + grace;
-  self->delayed_send(self, grace, stop_due_atom::value, h.spec.replica_id);
+  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(stop.grace),
+                     stop_due_atom::value, h.spec.replica_id);
 }
 
 std::string make_secret() {
@@ -321,16 +278,6 @@ std::string make_secret() {
     out += hex[(v >> 4) & 0xf];
   }
   return out;
-}
-
-// Compares in time independent of where the strings differ.
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size() || a.empty())
-    return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 // The handle of a replica process (runtime/forwarder.hpp): it forwards every
@@ -351,16 +298,12 @@ ReplicaActor make_forwarder(caf::actor_system& sys, const std::shared_ptr<Forwar
 Hosted* check_process(agent_actor* self, const std::string& id, const std::string& secret,
                       const char* what) {
   auto& st = self->state;
-  auto it = st.hosted->find(id);
-  if (it != st.hosted->end() && it->second.process &&
-      (!it->second.handle || it->second.detached) && same_secret(it->second.secret, secret)) {
-    return &it->second;
-  }
+  auto admitted = st.hosted->admit(id, secret);
+  if (admitted)
+    return *admitted;
   auto sender = self->current_sender();
   st.log->warn("refused a process that claims to be replica '{}' ({}): {} (from node {})", id, what,
-               it == st.hosted->end() || !it->second.process   ? "no such replica process"
-               : it->second.handle && !it->second.detached ? "it has attached already"
-                                                           : "wrong secret",
+               admitted.status().message(),
                sender ? to_string(sender->node()) : std::string("unknown"));
   return nullptr;
 }
@@ -373,10 +316,7 @@ Status spawn_process(agent_actor* self, const AgentOptions& o, const ReplicaSpec
   auto& st = self->state;
   if (!o.processes || o.replica_binary.empty())
     return Status(errc::unavailable, "node " + o.info.id + " cannot start replica processes");
-  Hosted h;
-  h.spec = spec;
-  h.process = true;
-  h.secret = make_secret();
+  auto secret = make_secret();
   node::ProcessSpec ps;
   ps.id = spec.replica_id;
   ps.executable = o.replica_binary;
@@ -419,7 +359,7 @@ Status spawn_process(agent_actor* self, const AgentOptions& o, const ReplicaSpec
                    spec.replica_id, m.status().message());
     }
   }
-  ps.stdin_data = h.secret + "\n";
+  ps.stdin_data = secret + "\n";
   ps.memory_limit_bytes = spec.memory_limit_bytes;
   // glibc reserves 64 MiB of address space per thread arena; under an
   // RLIMIT_AS memory limit that would count against the user's budget.
@@ -431,9 +371,7 @@ Status spawn_process(agent_actor* self, const AgentOptions& o, const ReplicaSpec
     return pid.status();
   if (made.channel)
     o.channels->add(made.channel);
-  h.pid = *pid;
-  h.waiting = std::move(waiting);
-  (*st.hosted)[spec.replica_id] = std::move(h);
+  st.hosted->add_process(spec, *pid, std::move(secret), std::move(waiting));
   self->delayed_send(self, seconds_as(o.attach_timeout_s), attach_deadline_atom::value,
                      spec.replica_id, static_cast<int32_t>(*pid));
   st.log->info("started replica process {} of {}/{} ({}, pid {}{})", spec.replica_id, spec.app,
@@ -471,10 +409,7 @@ void start_replica(agent_actor* self, const AgentOptions& o, const MetricsSinkAc
   auto handle = replica::spawn_replica(self->home_system(), std::move(ropts));
   self->monitor(handle);
   st.replica_ids[handle.address()] = spec.replica_id;
-  Hosted h;
-  h.spec = spec;
-  h.handle = handle;
-  (*st.hosted)[spec.replica_id] = std::move(h);
+  st.hosted->add_in_process(spec, handle);
   st.log->info("spawned replica {} of {}/{} ({})", spec.replica_id, spec.app, spec.deployment,
                spec.import_path);
   for (auto& p : waiting)
@@ -535,7 +470,7 @@ void with_library(agent_actor* self, const AgentOptions& o, const libraries::Pin
 void prune_library_cache(agent_actor* self) {
   auto& st = self->state;
   std::set<std::string> used;
-  for (const auto& [id, h] : *st.hosted) {
+  for (const auto& [id, h] : st.hosted->all()) {
     if (auto pin = node::pinned_library(h.spec.import_path))
       used.insert(pin->sha256);
   }
@@ -543,397 +478,448 @@ void prune_library_cache(agent_actor* self) {
     st.log->info("removed library {} from the cache: no replica of this node uses it", sha);
 }
 
+// -- the replicas' lifecycle: one function per event ---------------------
+
+// A restarted agent: watch the replicas its predecessor spawned (one that
+// exited meanwhile is reported at once), and keep enforcing the stop
+// deadlines it had set.
+void watch_hosted(agent_actor* self, const AgentOptions& o) {
+  auto& st = self->state;
+  for (auto& w : st.hosted->adopt(std::chrono::steady_clock::now())) {
+    if (w.await_attach) {
+      self->delayed_send(self, seconds_as(o.attach_timeout_s), attach_deadline_atom::value, w.id,
+                         static_cast<int32_t>(w.pid));
+      continue;
+    }
+    if (w.remote) {
+      self->monitor(w.remote);
+      st.remote_ids[w.remote.address()] = w.id;
+    }
+    self->monitor(w.handle);
+    st.replica_ids[w.handle.address()] = w.id;
+    if (w.kill_in) {
+      self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(*w.kill_in),
+                         stop_due_atom::value, w.id);
+    }
+  }
+  if (!st.hosted->empty())
+    st.log->info("agent started with {} replicas still hosted on this node", st.hosted->size());
+}
+
+// The connection to a replica process broke. (Its replica actor ending
+// first, on a graceful stop or a fault in the process, ends the remote handle
+// too: the process then exits by itself and its exit is reported.)
+void remote_lost(agent_actor* self, const AgentOptions& o, const std::string& id,
+                 const caf::error& reason) {
+  auto& st = self->state;
+  if (!o.processes)
+    return;
+  switch (st.hosted->connection_lost(id, reason == caf::exit_reason::remote_link_unreachable)) {
+    case HostedReplicas::Lost::ignore:
+      return;
+    case HostedReplicas::Lost::kill:
+      if (o.processes->signal(id, SIGKILL))
+        st.log->warn("lost the connection to replica process {} while it stops; killed it", id);
+      return;
+    case HostedReplicas::Lost::wait_reattach: {
+      // The process may still run (this node was frozen past its connection
+      // timeout, say): it connects again and attaches again, or is killed.
+      auto* h = st.hosted->find(id);
+      st.log->warn("lost the connection to replica process {} (pid {}); it has {:.0f} s to attach "
+                   "again",
+                   id, h->pid, o.reattach_timeout_s);
+      self->delayed_send(self, seconds_as(o.reattach_timeout_s), reattach_deadline_atom::value, id,
+                         static_cast<int32_t>(h->pid), h->detaches);
+      return;
+    }
+  }
+}
+
+// The handle of a replica ended: it is gone.
+void replica_ended(agent_actor* self, const AgentOptions& o, const std::string& id,
+                   const caf::error& reason) {
+  auto& st = self->state;
+  auto ended = st.hosted->handle_ended(id);
+  // Its handle ended before its process (an exit sent to the handle): the
+  // process must not run on unreachable.
+  if (ended.process && o.processes)
+    o.processes->signal(id, SIGKILL);
+  if (ended.remote)
+    st.remote_ids.erase(ended.remote.address());
+  if (ended.expected)
+    st.log->info("replica {} exited", id);
+  else
+    st.log->warn("replica {} exited unexpectedly: {}", id, self->home_system().render(reason));
+  if (o.registry)
+    o.registry->drop_remote(id);
+  maybe_finish_shutdown(self, o);
+}
+
+void controller_lost(agent_actor* self, const AgentOptions& o, const caf::error& reason) {
+  auto& st = self->state;
+  st.controller = nullptr;
+  auto retry = st.session.lost();
+  if (!retry)
+    return maybe_finish_shutdown(self, o);
+  st.log->warn("connection to the controller lost ({}); reconnecting",
+               self->home_system().render(reason));
+  schedule_reconnect(self, retry);
+}
+
+// Who went down: a replica process's connection, a replica, or the
+// controller.
+void on_down(agent_actor* self, const AgentOptions& o, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (auto it = st.remote_ids.find(dm.source); it != st.remote_ids.end()) {
+    auto id = it->second;
+    st.remote_ids.erase(it);
+    return remote_lost(self, o, id, dm.reason);
+  }
+  if (auto it = st.replica_ids.find(dm.source); it != st.replica_ids.end()) {
+    auto id = it->second;
+    st.replica_ids.erase(it);
+    return replica_ended(self, o, id, dm.reason);
+  }
+  if (st.controller && dm.source == st.controller.address())
+    controller_lost(self, o, dm.reason);
+}
+
+void heartbeat(agent_actor* self, const AgentOptions& o) {
+  auto& st = self->state;
+  // A stopping node keeps its heartbeat until it has deregistered: its
+  // replicas finish the requests they hold meanwhile, which a DEAD node's
+  // would not (every proxy would fail them over elsewhere).
+  if (st.stopping() && !st.shutdown_promise)
+    return;
+  self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
+  prune_library_cache(self);
+  if (!st.session.heartbeat_due())
+    return;
+  auto link = st.session.link();
+  self->request(st.controller, seconds_as(o.request_timeout_s), heartbeat_atom::value, o.info.id,
+                sign_request(o.identity, Operation::heartbeat, {o.info.id}))
+      .then([](caf::ok_atom) {},
+            [=](caf::error& err) {
+              auto& st = self->state;
+              auto status = from_caf_error(err);
+              using Failure = node::ControllerSession::HeartbeatFailure;
+              switch (st.session.heartbeat_failed(link, status.code() == errc::not_found)) {
+                case Failure::ignore:
+                  return;
+                case Failure::reregister:
+                  st.log->warn("controller does not know this node ({}); registering again",
+                               status.message());
+                  return send_register(self, o);
+                case Failure::report:
+                  st.log->warn("heartbeat failed: {}", status.to_string());
+                  return;
+              }
+            });
+}
+
+// Its library first (from the cache, else fetched), then the replica.
+void start_with_library(agent_actor* self, const AgentOptions& o, const MetricsSinkActor& sink,
+                        const ReplicaSpec& spec, const libraries::Pinned& pin) {
+  with_library(self, o, pin, [=](const Status& ready) {
+    auto& st = self->state;
+    auto node = st.starting.extract(spec.replica_id);
+    if (node.empty())
+      return;
+    auto waiting = std::move(node.mapped());
+    Status outcome = ready;
+    if (outcome && st.stopping())
+      outcome = Status(errc::unavailable, "node " + o.info.id + " is shutting down");
+    if (!outcome) {
+      st.log->warn("replica {} of {}/{} not started: {}", spec.replica_id, spec.app,
+                   spec.deployment, outcome.message());
+      for (auto& p : waiting)
+        p.deliver(to_caf_error(outcome));
+      return;
+    }
+    start_replica(self, o, sink, spec, std::move(waiting));
+  });
+}
+
+caf::result<ReplicaActor> on_spawn(agent_actor* self, const AgentOptions& o,
+                                   const MetricsSinkActor& sink, const ReplicaSpec& spec) {
+  auto& st = self->state;
+  if (st.stopping())
+    return to_caf_error(Status(errc::unavailable, "node " + o.info.id + " is shutting down"));
+  if (auto* h = st.hosted->find(spec.replica_id)) {
+    if (h->attached)
+      return h->handle;  // a retried request: same replica
+    auto rp = self->make_response_promise<ReplicaActor>();
+    h->waiting.push_back(rp);
+    return rp;
+  }
+  auto rp = self->make_response_promise<ReplicaActor>();
+  auto pin = node::pinned_library(spec.import_path);
+  if (!pin || o.library_cache.empty()) {
+    count_start(o, spec);
+    start_replica(self, o, sink, spec, {rp});
+    return rp;
+  }
+  auto [it, fresh] = st.starting.try_emplace(spec.replica_id);
+  it->second.push_back(rp);
+  if (!fresh)
+    return rp;  // a retried request: answered with the first
+  count_start(o, spec);
+  start_with_library(self, o, sink, spec, *pin);
+  return rp;
+}
+
+caf::result<ReplicaSpec, MetricsSinkActor, ProxyKeeperActor> on_hello(
+    agent_actor* self, const AgentOptions& o, const MetricsSinkActor& sink, const std::string& id,
+    const std::string& secret) {
+  auto* h = check_process(self, id, secret, "hello");
+  if (!h)
+    return to_caf_error(
+        Status(errc::permission_denied, "not a replica process started by this node"));
+  return {h->spec, sink, o.proxy};
+}
+
+caf::result<caf::ok_atom> on_attach(agent_actor* self, const std::string& id,
+                                    const std::string& secret, const ReplicaActor& remote) {
+  auto& st = self->state;
+  auto* h = check_process(self, id, secret, "attach");
+  if (!h || !remote)
+    return to_caf_error(
+        Status(errc::permission_denied, "not a replica process started by this node"));
+  self->monitor(remote);
+  st.remote_ids[remote.address()] = id;
+  if (st.hosted->attach(*h, remote) == HostedReplicas::Attach::again) {
+    // Everyone holds the forwarder: from now on it reaches the process over
+    // the new connection.
+    h->target->set(caf::actor_cast<caf::actor>(remote));
+    st.log->info("replica process {} (pid {}) attached again", id, h->pid);
+    return caf::ok_atom::value;
+  }
+  h->target = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(remote));
+  auto handle = make_forwarder(self->home_system(), h->target);
+  self->monitor(handle);
+  st.replica_ids[handle.address()] = id;
+  st.log->info("replica process {} (pid {}) attached", id, h->pid);
+  for (auto& rp : st.hosted->attached(*h, handle))
+    rp.deliver(handle);
+  return caf::ok_atom::value;
+}
+
+void on_reattach_deadline(agent_actor* self, const AgentOptions& o, const std::string& id,
+                          int32_t pid, uint32_t detach) {
+  if (!self->state.hosted->reattach_overdue(id, pid, detach))
+    return;
+  self->state.log->error(
+      "replica process {} (pid {}) did not attach again within {:.0f} s; killing it", id, pid,
+      o.reattach_timeout_s);
+  if (o.processes)
+    o.processes->signal(id, SIGKILL);  // its exit report ends the handle
+}
+
+void on_attach_deadline(agent_actor* self, const AgentOptions& o, const std::string& id,
+                        int32_t pid) {
+  auto& st = self->state;
+  if (!st.hosted->attach_overdue(id, pid))
+    return;
+  st.log->error("replica process {} (pid {}) did not attach within {:.0f} s; killing it", id, pid,
+                o.attach_timeout_s);
+  kill_now(self, o, *st.hosted->find(id));
+}
+
+void on_process_exit(agent_actor* self, const AgentOptions& o, const std::string& id, int32_t pid,
+                     const std::string& cause, bool clean) {
+  auto& st = self->state;
+  std::vector<caf::typed_response_promise<ReplicaActor>> failed;
+  auto* h = st.hosted->find(id);
+  auto handle = h ? h->handle : ReplicaActor();
+  auto exit = st.hosted->process_exited(id, pid, clean, &failed);
+  if (exit != HostedReplicas::Exit::ignore && o.channels)
+    o.channels->remove(id);
+  switch (exit) {
+    case HostedReplicas::Exit::ignore:
+      return;
+    case HostedReplicas::Exit::stopped:
+      // The controller and every proxy monitor this handle: they see the
+      // replica go down with the cause.
+      return self->send_exit(handle, caf::exit_reason::user_shutdown);
+    case HostedReplicas::Exit::crashed:
+      st.log->warn("replica {} (pid {}) exited: {}", id, pid, cause);
+      return self->send_exit(
+          handle, to_caf_error(Status(errc::internal, "replica " + id + " exited: " + cause)));
+    case HostedReplicas::Exit::never_attached: {
+      // No user code ran: its spawn fails.
+      Status why(errc::internal,
+                 "replica process " + id + " exited before it attached: " + cause);
+      st.log->warn("{}", why.message());
+      for (auto& rp : failed)
+        rp.deliver(to_caf_error(why));
+      if (o.registry)
+        o.registry->drop_remote(id);
+      return maybe_finish_shutdown(self, o);
+    }
+  }
+}
+
+caf::result<caf::ok_atom> on_stop(agent_actor* self, const AgentOptions& o, const std::string& id,
+                                  double timeout_s) {
+  auto* h = self->state.hosted->find(id);
+  if (!h)
+    return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
+  stop_replica(self, o, *h, timeout_s);
+  return caf::ok_atom::value;
+}
+
+caf::result<caf::ok_atom> on_kill(agent_actor* self, const AgentOptions& o, const std::string& id) {
+  auto* h = self->state.hosted->find(id);
+  if (!h)
+    return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
+  self->state.log->warn("killing replica {}", id);
+  kill_now(self, o, *h);
+  return caf::ok_atom::value;
+}
+
+// The graceful-stop deadline of a replica passed.
+void on_stop_due(agent_actor* self, const AgentOptions& o, const std::string& id) {
+  auto* h = self->state.hosted->find(id);
+  if (!h)
+    return;
+  self->state.log->warn("replica {} did not stop within its graceful timeout; killing it", id);
+  kill_now(self, o, *h);
+}
+
+// A replica process's registry, served with this node's metrics while the
+// replica is hosted here (not after it ended: a late report is dropped).
+void on_process_metrics(agent_actor* self, const AgentOptions& o, const std::string& replica_id,
+                        const std::string& encoded) {
+  if (!o.registry || !self->state.hosted->find(replica_id))
+    return;
+  if (auto s = o.registry->set_remote(replica_id, encoded); !s)
+    self->state.log->warn("metrics report of replica {} refused: {}", replica_id, s.message());
+}
+
+// An in-process replica's lines are in the node's own log; a replica
+// process's output (running or ended) in its own file.
+caf::result<std::string, uint64_t> on_logs(agent_actor* self, const AgentOptions& o,
+                                           const std::string& id, uint64_t offset, uint32_t tail) {
+  auto* h = self->state.hosted->find(id);
+  bool in_process = h && !h->process;
+  Result<node::LogRead> read = Status(errc::not_found, "");
+  if (in_process && !o.node_log_file.empty())
+    read = node::read_log(o.node_log_file, id, offset, tail);
+  else if (o.processes && !o.processes->log_path(id).empty())
+    read = node::read_log(o.processes->log_path(id), "", offset, tail);
+  if (!read) {
+    if (read.status().code() == errc::not_found)
+      return to_caf_error(
+          Status(errc::not_found, "node " + o.info.id + " has no log of replica " + id));
+    return to_caf_error(read.status());
+  }
+  return {std::move(read->text), read->next_offset};
+}
+
+// The node is stopping: the controller replaces this node's replicas
+// elsewhere, then stops them here (the usual stop commands).
+caf::result<std::string> on_leave(agent_actor* self, const AgentOptions& o, double budget_s) {
+  auto& st = self->state;
+  if (!st.session.is_registered())
+    return std::string("not registered with a controller: nothing moved");
+  auto rp = self->make_response_promise<std::string>();
+  self->request(st.controller, seconds_as(budget_s), leave_atom::value, o.info.id,
+                sign_request(o.identity, Operation::leave, {o.info.id}))
+      .then([rp](std::string& what) mutable { rp.deliver(std::move(what)); },
+            [rp](caf::error& err) mutable {
+              rp.deliver("the move did not finish: " + from_caf_error(err).message());
+            });
+  return rp;
+}
+
+caf::result<caf::ok_atom> on_shutdown(agent_actor* self, const AgentOptions& o, double grace_s) {
+  auto& st = self->state;
+  st.session.stop();
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  st.shutdown_promise = rp;
+  for (auto& [id, h] : st.hosted->all())
+    stop_replica(self, o, h, grace_s * 0.8);
+  maybe_finish_shutdown(self, o);
+  return rp;
+}
+
+// What the agent forwards to the controller while registered (lost while
+// not: replicas repeat their reports).
+template <class... Ts>
+void to_controller(agent_actor* self, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.session.is_registered())
+    self->send(st.controller, std::forward<Ts>(xs)...);
+}
+
+void init_agent(agent_actor* self, const AgentOptions& o, std::shared_ptr<HostedReplicas> hosted) {
+  auto& st = self->state;
+  st.hosted = std::move(hosted);
+  st.session = node::ControllerSession({o.initial_backoff_s, o.max_backoff_s}, [self] {
+    // +-20 %: a restarted head is not hit by every node at once.
+    return std::uniform_real_distribution<double>(0.8, 1.2)(self->state.rng);
+  });
+  node::LibraryFetcher::Options lo;
+  lo.cache_dir = o.library_cache;
+  lo.plugin_path = o.plugin_path;
+  lo.retention_s = o.library_cache_retention_s;
+  lo.prune_interval_s = o.library_cache_prune_interval_s;
+  st.libraries = std::make_unique<node::LibraryFetcher>(std::move(lo));
+  watch_hosted(self, o);
+  self->set_down_handler([=](const caf::down_msg& dm) { on_down(self, o, dm); });
+  connect(self, o);
+  self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
+}
+
 // `hosted`: the replicas of this node (those of a predecessor that died, or
 // none); `sink`: where replicas send their metrics (the keeper, which
 // outlives this actor and forwards them to the current agent).
 AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
                                std::shared_ptr<HostedReplicas> hosted, MetricsSinkActor sink) {
-  self->state.hosted = std::move(hosted);
-  {
-    node::LibraryFetcher::Options lo;
-    lo.cache_dir = o.library_cache;
-    lo.plugin_path = o.plugin_path;
-    lo.retention_s = o.library_cache_retention_s;
-    lo.prune_interval_s = o.library_cache_prune_interval_s;
-    self->state.libraries = std::make_unique<node::LibraryFetcher>(std::move(lo));
-  }
-  self->state.session = node::ControllerSession(
-      {o.initial_backoff_s, o.max_backoff_s}, [self] {
-        // +-20 %: a restarted head is not hit by every node at once.
-        return std::uniform_real_distribution<double>(0.8, 1.2)(self->state.rng);
-      });
-  {
-    // A restarted agent: watch the replicas its predecessor spawned (one
-    // that exited meanwhile is reported at once), and keep enforcing the
-    // stop deadlines it had set.
-    auto& st = self->state;
-    auto now = std::chrono::steady_clock::now();
-    for (auto& [id, h] : *st.hosted) {
-      // Spawn requests of the dead agent time out at the controller.
-      h.waiting.clear();
-      if (h.process && !h.handle) {
-        self->delayed_send(self, seconds_as(o.attach_timeout_s), attach_deadline_atom::value, id,
-                           static_cast<int32_t>(h.pid));
-        continue;
-      }
-      if (h.remote) {
-        self->monitor(h.remote);
-        st.remote_ids[h.remote.address()] = id;
-      }
-      self->monitor(h.handle);
-      st.replica_ids[h.handle.address()] = id;
-      if (h.stopping) {
-        auto left = h.kill_at > now ? h.kill_at - now : std::chrono::steady_clock::duration{0};
-        self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(left),
-                           stop_due_atom::value, id);
-      }
-    }
-    if (!st.hosted->empty())
-      st.log->info("agent started with {} replicas still hosted on this node", st.hosted->size());
-  }
-  self->set_down_handler([=](const caf::down_msg& dm) {
-    auto& st = self->state;
-    if (auto it = st.remote_ids.find(dm.source); it != st.remote_ids.end()) {
-      // The connection to a replica process broke. (Its replica actor
-      // ending first, on a graceful stop or a fault in the process, ends the
-      // remote handle too: the process then exits by itself and its exit is
-      // reported.)
-      auto id = it->second;
-      st.remote_ids.erase(it);
-      auto hit = st.hosted->find(id);
-      if (hit == st.hosted->end() || dm.reason != caf::exit_reason::remote_link_unreachable ||
-          !o.processes)
-        return;
-      auto& h = hit->second;
-      if (h.stopping) {
-        // It is on its way out: of no use any more.
-        if (o.processes->signal(id, SIGKILL))
-          st.log->warn("lost the connection to replica process {} while it stops; killed it", id);
-        return;
-      }
-      // The process may still run (this node was frozen past its connection
-      // timeout, say): it connects again and attaches again, or is killed.
-      h.detached = true;
-      ++h.detaches;
-      st.log->warn("lost the connection to replica process {} (pid {}); it has {:.0f} s to attach "
-                   "again",
-                   id, h.pid, o.reattach_timeout_s);
-      self->delayed_send(self, seconds_as(o.reattach_timeout_s), reattach_deadline_atom::value, id,
-                         static_cast<int32_t>(h.pid), h.detaches);
-      return;
-    }
-    if (auto it = st.replica_ids.find(dm.source); it != st.replica_ids.end()) {
-      auto id = it->second;
-      st.replica_ids.erase(it);
-      auto hit = st.hosted->find(id);
-      // Its handle ended before its process (an exit sent to the handle):
-      // the process must not run on unreachable.
-      if (hit != st.hosted->end() && hit->second.process && o.processes)
-        o.processes->signal(id, SIGKILL);
-      if (hit != st.hosted->end() && hit->second.remote)
-        st.remote_ids.erase(hit->second.remote.address());
-      bool expected = hit != st.hosted->end() && hit->second.stopping;
-      if (expected) {
-        st.log->info("replica {} exited", id);
-      } else {
-        st.log->warn("replica {} exited unexpectedly: {}", id,
-                     self->home_system().render(dm.reason));
-      }
-      st.hosted->erase(id);
-      if (o.registry)
-        o.registry->drop_remote(id);
-      maybe_finish_shutdown(self, o);
-      return;
-    }
-    if (!st.controller || dm.source != st.controller.address())
-      return;
-    st.controller = nullptr;
-    auto retry = st.session.lost();
-    if (!retry) {
-      maybe_finish_shutdown(self, o);
-      return;
-    }
-    st.log->warn("connection to the controller lost ({}); reconnecting",
-                 self->home_system().render(dm.reason));
-    schedule_reconnect(self, retry);
-  });
-  connect(self, o);
-  self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
+  init_agent(self, o, std::move(hosted));
+  const auto& id = o.info.id;
   return {
       [=](reconnect_atom) { connect(self, o); },
-      [=](tick_atom) {
-        auto& st = self->state;
-        // A stopping node keeps its heartbeat until it has deregistered: its
-        // replicas finish the requests they hold meanwhile, which a DEAD
-        // node's would not (every proxy would fail them over elsewhere).
-        if (st.stopping() && !st.shutdown_promise)
-          return;
-        self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
-        prune_library_cache(self);
-        if (!st.session.heartbeat_due())
-          return;
-        auto link = st.session.link();
-        self->request(st.controller, seconds_as(o.request_timeout_s), heartbeat_atom::value,
-                      o.info.id, sign_request(o.identity, Operation::heartbeat, {o.info.id}))
-            .then([](caf::ok_atom) {},
-                  [=](caf::error& err) {
-                    auto& st = self->state;
-                    auto status = from_caf_error(err);
-                    using Failure = node::ControllerSession::HeartbeatFailure;
-                    switch (st.session.heartbeat_failed(link, status.code() == errc::not_found)) {
-                      case Failure::ignore:
-                        return;
-                      case Failure::reregister:
-                        st.log->warn("controller does not know this node ({}); registering again",
-                                     status.message());
-                        send_register(self, o);
-                        return;
-                      case Failure::report:
-                        st.log->warn("heartbeat failed: {}", status.to_string());
-                        return;
-                    }
-                  });
-      },
-      [=](spawn_replica_atom, const ReplicaSpec& spec) -> caf::result<ReplicaActor> {
-        auto& st = self->state;
-        if (st.stopping()) {
-          return to_caf_error(Status(errc::unavailable, "node " + o.info.id + " is shutting down"));
-        }
-        if (auto it = st.hosted->find(spec.replica_id); it != st.hosted->end()) {
-          if (it->second.handle)
-            return it->second.handle;  // a retried request: same replica
-          auto rp = self->make_response_promise<ReplicaActor>();
-          it->second.waiting.push_back(rp);
-          return rp;
-        }
-        auto rp = self->make_response_promise<ReplicaActor>();
-        auto pin = node::pinned_library(spec.import_path);
-        if (!pin || o.library_cache.empty()) {
-          count_start(o, spec);
-          start_replica(self, o, sink, spec, {rp});
-          return rp;
-        }
-        // Its library first: from the cache, else fetched.
-        auto [it, fresh] = st.starting.try_emplace(spec.replica_id);
-        it->second.push_back(rp);
-        if (!fresh)
-          return rp;  // a retried request: answered with the first
-        count_start(o, spec);
-        with_library(self, o, *pin, [=](const Status& ready) {
-          auto& st = self->state;
-          auto node = st.starting.extract(spec.replica_id);
-          if (node.empty())
-            return;
-          auto waiting = std::move(node.mapped());
-          Status outcome = ready;
-          if (outcome && st.stopping())
-            outcome = Status(errc::unavailable, "node " + o.info.id + " is shutting down");
-          if (!outcome) {
-            st.log->warn("replica {} of {}/{} not started: {}", spec.replica_id, spec.app,
-                         spec.deployment, outcome.message());
-            for (auto& p : waiting)
-              p.deliver(to_caf_error(outcome));
-            return;
-          }
-          start_replica(self, o, sink, spec, std::move(waiting));
-        });
-        return rp;
-      },
+      [=](tick_atom) { heartbeat(self, o); },
+      [=](spawn_replica_atom, const ReplicaSpec& spec) { return on_spawn(self, o, sink, spec); },
       [=](list_replicas_atom) { return hosted_list(self->state); },
-      [=](replica_hello_atom, const std::string& id, const std::string& secret)
-          -> caf::result<ReplicaSpec, MetricsSinkActor, ProxyKeeperActor> {
-        auto* h = check_process(self, id, secret, "hello");
-        if (!h) {
-          return to_caf_error(
-              Status(errc::permission_denied, "not a replica process started by this node"));
-        }
-        return {h->spec, sink, o.proxy};
+      [=](replica_hello_atom, const std::string& rid, const std::string& secret) {
+        return on_hello(self, o, sink, rid, secret);
       },
-      [=](replica_attach_atom, const std::string& id, const std::string& secret,
-          const ReplicaActor& remote) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        auto* h = check_process(self, id, secret, "attach");
-        if (!h || !remote) {
-          return to_caf_error(
-              Status(errc::permission_denied, "not a replica process started by this node"));
-        }
-        h->remote = remote;
-        self->monitor(remote);
-        st.remote_ids[remote.address()] = id;
-        if (h->detached) {
-          // Everyone holds the forwarder: from now on it reaches the process
-          // over the new connection.
-          h->detached = false;
-          h->target->set(caf::actor_cast<caf::actor>(remote));
-          st.log->info("replica process {} (pid {}) attached again", id, h->pid);
-          return caf::ok_atom::value;
-        }
-        h->target = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(remote));
-        h->handle = make_forwarder(self->home_system(), h->target);
-        self->monitor(h->handle);
-        st.replica_ids[h->handle.address()] = id;
-        st.log->info("replica process {} (pid {}) attached", id, h->pid);
-        for (auto& rp : h->waiting)
-          rp.deliver(h->handle);
-        h->waiting.clear();
-        return caf::ok_atom::value;
+      [=](replica_attach_atom, const std::string& rid, const std::string& secret,
+          const ReplicaActor& remote) { return on_attach(self, rid, secret, remote); },
+      [=](reattach_deadline_atom, const std::string& rid, int32_t pid, uint32_t detach) {
+        on_reattach_deadline(self, o, rid, pid, detach);
       },
-      [=](reattach_deadline_atom, const std::string& id, int32_t pid, uint32_t detach) {
-        auto& st = self->state;
-        auto it = st.hosted->find(id);
-        if (it == st.hosted->end() || it->second.pid != pid || !it->second.detached ||
-            it->second.detaches != detach)
-          return;
-        st.log->error("replica process {} (pid {}) did not attach again within {:.0f} s; killing it",
-                      id, pid, o.reattach_timeout_s);
-        if (o.processes)
-          o.processes->signal(id, SIGKILL);  // its exit report ends the handle
+      [=](attach_deadline_atom, const std::string& rid, int32_t pid) {
+        on_attach_deadline(self, o, rid, pid);
       },
-      [=](attach_deadline_atom, const std::string& id, int32_t pid) {
-        auto& st = self->state;
-        auto it = st.hosted->find(id);
-        if (it == st.hosted->end() || it->second.pid != pid || it->second.handle)
-          return;
-        st.log->error("replica process {} (pid {}) did not attach within {:.0f} s; killing it", id,
-                      pid, o.attach_timeout_s);
-        kill_now(self, o, it->second);
+      [=](replica_exit_atom, const std::string& rid, int32_t pid, const std::string& cause,
+          bool clean) { on_process_exit(self, o, rid, pid, cause, clean); },
+      [=](stop_atom, const std::string& rid, double timeout_s) {
+        return on_stop(self, o, rid, timeout_s);
       },
-      [=](replica_exit_atom, const std::string& id, int32_t pid, const std::string& cause,
-          bool clean) {
-        auto& st = self->state;
-        auto it = st.hosted->find(id);
-        if (it == st.hosted->end() || it->second.pid != pid)
-          return;
-        if (o.channels)
-          o.channels->remove(id);
-        auto& h = it->second;
-        if (h.handle) {
-          // The controller and every proxy monitor this handle: they see the
-          // replica go down with the cause.
-          if (clean && h.stopping) {
-            self->send_exit(h.handle, caf::exit_reason::user_shutdown);
-          } else {
-            st.log->warn("replica {} (pid {}) exited: {}", id, pid, cause);
-            self->send_exit(h.handle, to_caf_error(Status(errc::internal, "replica " + id +
-                                                                              " exited: " + cause)));
-          }
-          return;
-        }
-        // It never attached: no user code ran, its spawn fails.
-        Status why(errc::internal, "replica process " + id + " exited before it attached: " + cause);
-        st.log->warn("{}", why.message());
-        for (auto& rp : h.waiting)
-          rp.deliver(to_caf_error(why));
-        st.hosted->erase(it);
-        if (o.registry)
-          o.registry->drop_remote(id);
-        maybe_finish_shutdown(self, o);
+      [=](kill_replica_atom, const std::string& rid) { return on_kill(self, o, rid); },
+      [=](stop_due_atom, const std::string& rid) { on_stop_due(self, o, rid); },
+      [=](metrics_atom, const std::string& rid, double ongoing, uint64_t finished) {
+        to_controller(self, metrics_atom::value, id, rid, ongoing, finished);
       },
-      [=](stop_atom, const std::string& id, double timeout_s) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        auto it = st.hosted->find(id);
-        if (it == st.hosted->end()) {
-          return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
-        }
-        stop_replica(self, o, it->second, timeout_s);
-        return caf::ok_atom::value;
+      [=](metrics_atom, const std::string& rid, const std::string& encoded) {
+        on_process_metrics(self, o, rid, encoded);
       },
-      [=](kill_replica_atom, const std::string& id) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        auto it = st.hosted->find(id);
-        if (it == st.hosted->end()) {
-          return to_caf_error(Status(errc::not_found, "no replica '" + id + "' on " + o.info.id));
-        }
-        st.log->warn("killing replica {}", id);
-        kill_now(self, o, it->second);
-        return caf::ok_atom::value;
+      [=](models_atom, const std::string& rid, uint64_t seq, std::vector<std::string>& models) {
+        to_controller(self, models_atom::value, id, rid, seq, std::move(models));
       },
-      [=](stop_due_atom, const std::string& id) {
-        // The graceful-stop deadline of a replica passed.
-        auto& st = self->state;
-        auto it = st.hosted->find(id);
-        if (it == st.hosted->end())
-          return;
-        st.log->warn("replica {} did not stop within its graceful timeout; killing it", id);
-        kill_now(self, o, it->second);
-      },
-      [=](metrics_atom, const std::string& replica_id, double ongoing, uint64_t finished) {
-        auto& st = self->state;
-        if (st.session.is_registered()) {
-          self->send(st.controller, metrics_atom::value, o.info.id, replica_id, ongoing, finished);
-        }
-      },
-      [=](metrics_atom, const std::string& replica_id, const std::string& encoded) {
-        // A replica process's registry, served with this node's metrics
-        // while the replica is hosted here (not after it ended: a late
-        // report is dropped).
-        auto& st = self->state;
-        if (!o.registry || st.hosted->count(replica_id) == 0)
-          return;
-        if (auto s = o.registry->set_remote(replica_id, encoded); !s) {
-          st.log->warn("metrics report of replica {} refused: {}", replica_id, s.message());
-        }
-      },
-      [=](models_atom, const std::string& replica_id, uint64_t seq,
-          std::vector<std::string>& model_ids) {
-        // Lost while unregistered: the replica repeats it with every metrics
-        // report.
-        auto& st = self->state;
-        if (st.session.is_registered()) {
-          self->send(st.controller, models_atom::value, o.info.id, replica_id, seq,
-                     std::move(model_ids));
-        }
-      },
-      [=](logs_atom, const std::string& id, uint64_t offset,
-          uint32_t tail) -> caf::result<std::string, uint64_t> {
-        // An in-process replica's lines are in the node's own log; a
-        // replica process's output (running or ended) in its own file.
-        auto& st = self->state;
-        auto it = st.hosted->find(id);
-        bool in_process = it != st.hosted->end() && !it->second.process;
-        Result<node::LogRead> read = Status(errc::not_found, "");
-        if (in_process && !o.node_log_file.empty())
-          read = node::read_log(o.node_log_file, id, offset, tail);
-        else if (o.processes && !o.processes->log_path(id).empty())
-          read = node::read_log(o.processes->log_path(id), "", offset, tail);
-        if (!read) {
-          if (read.status().code() == errc::not_found)
-            return to_caf_error(
-                Status(errc::not_found, "node " + o.info.id + " has no log of replica " + id));
-          return to_caf_error(read.status());
-        }
-        return {std::move(read->text), read->next_offset};
+      [=](logs_atom, const std::string& rid, uint64_t offset, uint32_t tail) {
+        return on_logs(self, o, rid, offset, tail);
       },
       [=](stop_node_atom) {
         // `troupectl shutdown --nodes`: the same path as SIGTERM.
         self->state.log->warn("the controller asks this node to stop");
         ::kill(::getpid(), SIGTERM);
       },
-      [=](leave_atom, double budget_s) -> caf::result<std::string> {
-        // The node is stopping: the controller replaces this node's replicas
-        // elsewhere, then stops them here (the usual stop commands).
-        auto& st = self->state;
-        if (!st.session.is_registered())
-          return std::string("not registered with a controller: nothing moved");
-        auto rp = self->make_response_promise<std::string>();
-        self->request(st.controller, seconds_as(budget_s), leave_atom::value, o.info.id,
-                      sign_request(o.identity, Operation::leave, {o.info.id}))
-            .then([rp](std::string& what) mutable { rp.deliver(std::move(what)); },
-                  [rp](caf::error& err) mutable {
-                    rp.deliver("the move did not finish: " + from_caf_error(err).message());
-                  });
-        return rp;
-      },
-      [=](shutdown_atom, double grace_s) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        st.session.stop();
-        auto rp = self->make_response_promise<caf::ok_atom>();
-        st.shutdown_promise = rp;
-        for (auto& [id, h] : *st.hosted)
-          stop_replica(self, o, h, grace_s * 0.8);
-        maybe_finish_shutdown(self, o);
-        return rp;
-      },
+      [=](leave_atom, double budget_s) { return on_leave(self, o, budget_s); },
+      [=](shutdown_atom, double grace_s) { return on_shutdown(self, o, grace_s); },
   };
 }
 
