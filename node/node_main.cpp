@@ -137,24 +137,424 @@ std::string replica_binary(const NodeOptions& o) {
   return (self.parent_path() / "troupe-replica").string();
 }
 
-}  // namespace
+// A keeper that gave up (the controller's, the agent's or the proxy's: it
+// died again and again) stops the node, which then exits with an error.
+class GaveUp {
+ public:
+  void set(const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (message_.empty())
+      message_ = message;
+  }
+  std::string message() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return message_;
+  }
 
-int main(int argc, char** argv) {
-  // Every thread inherits this mask, so only the main loop below sees the
-  // signals; blocked first, so a SIGTERM during start-up is not lost to the
-  // default action.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+ private:
+  std::mutex mutex_;
+  std::string message_;  // empty: none gave up
+};
+
+// The node agent's keeper, for those that start before it (the process
+// supervisor's exit reports, the replica gate): empty until it runs and
+// after it stopped.
+class KeeperRef {
+ public:
+  void set(AgentKeeperActor keeper) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keeper_ = std::move(keeper);
+  }
+  AgentKeeperActor get() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return keeper_;
+  }
+
+ private:
+  std::mutex mutex_;
+  AgentKeeperActor keeper_;
+};
+
+// TLS: CAF's OpenSSL module with this node's certificate; write requests are
+// then signed with it and checked against the cluster CA.
+Result<std::optional<security::Identity>> configure_tls(caf::actor_system_config& cfg,
+                                                        const NodeOptions& o,
+                                                        const std::shared_ptr<spdlog::logger>& log) {
+  if (o.tls_dir.empty())
+    return std::optional<security::Identity>();
+  if (auto st = security::configure_tls(cfg, o.tls_dir, o.node_id); !st)
+    return Status(st.code(), "--tls-dir: " + st.message());
+  auto loaded = security::load_identity(o.tls_dir, o.node_id, std::time(nullptr));
+  if (!loaded)
+    return Status(loaded.status().code(), "--tls-dir: " + loaded.status().message());
+  log->info("TLS on: certificate '{}' ({}), peers must present a certificate of this cluster's CA",
+            loaded->name, security::to_string(loaded->role));
+  // CAF's OpenSSL transport drops a failed handshake silently: name the peer
+  // and the reason here.
+  security::on_handshake_failure([tls_log = log::get("tls")](const auto& f) {
+    if (f.accepting)
+      tls_log->warn("refused TLS peer {}: {}", f.peer, f.reason);
+    else
+      tls_log->warn("TLS handshake with {} failed: {}", f.peer, f.reason);
+  });
+  return std::optional<security::Identity>(std::move(loaded.value()));
+}
+
+// Pinned deployment libraries this node fetched (runtime/libraries.hpp).
+std::string library_cache_dir(const NodeOptions& o) {
+  if (!o.library_cache.empty())
+    return o.library_cache;
+  if (!o.state_dir.empty())
+    return (fs::path(o.state_dir) / "library-cache").string();
+  std::error_code ec;
+  return (fs::temp_directory_path(ec) / ("troupe-" + std::to_string(::getuid())) / o.node_id /
+          "library-cache")
+      .string();
+}
+
+// The parts of a running troupe-node, in the order they start. When a part
+// cannot start, abort() ends those that did and the node exits 2.
+class Node {
+ public:
+  Node(const NodeOptions& o, caf::actor_system& sys, std::optional<security::Identity> identity,
+       std::string log_file)
+      : o_(o), sys_(sys), identity_(std::move(identity)), log_file_(std::move(log_file)) {}
+
+  // Starts every part; an error names what did not start (nothing is left
+  // running then).
+  Status start(std::shared_ptr<controller::CheckpointStore> checkpoint) {
+    Status st = start_proxy();
+    if (st && o_.head)
+      st = start_head(std::move(checkpoint));
+    if (st)
+      st = start_replica_processes();
+    if (st && !o_.head)
+      st = open_peer();
+    if (!st) {
+      abort();
+      return st;
+    }
+    start_agent();
+    log_->info("node {} started ({}; http port {}; resources {})", o_.node_id,
+               o_.head ? "head" : "worker joining " + o_.join->to_string(), o_.http_port,
+               o_.resources.to_string());
+    return Status::ok();
+  }
+
+  // Until SIGINT or SIGTERM, or a keeper gives up: what it said then ("" on
+  // a signal, which `sig` names).
+  std::string wait(const sigset_t& signals, int& sig) {
+    sig = 0;
+    while (sig != SIGINT && sig != SIGTERM) {
+      timespec wait{0, 200 * 1000 * 1000};
+      sig = sigtimedwait(&signals, nullptr, &wait);
+      if (auto failure = gave_up_->message(); !failure.empty())
+        return failure;
+    }
+    return "";
+  }
+
+  // Stops in order: not ready, the replicas moved (on a signal) during the
+  // drain delay, no new connections, the agent's graceful stop within the
+  // grace, the controller, the requests in flight, then every part.
+  void stop(const sigset_t& signals, const std::string& failure, int exit_code);
+
+ private:
+  Status start_proxy();
+  Status start_head(std::shared_ptr<controller::CheckpointStore> checkpoint);
+  Status start_replica_processes();
+  Status open_peer();
+  void start_agent();
+  void abort();
+  void stop_agent_and_controller(const std::string& failure, double drain_delay_s,
+                                 double grace_s);
+  void wait_in_flight(std::chrono::steady_clock::time_point until);
+
+  const NodeOptions& o_;
+  caf::actor_system& sys_;
+  std::optional<security::Identity> identity_;
+  std::string log_file_;
+  std::shared_ptr<spdlog::logger> log_ = log::get("node");
+  std::shared_ptr<GaveUp> gave_up_ = std::make_shared<GaveUp>();
+  std::function<void(const std::string&)> on_give_up_ = [g = gave_up_](const std::string& m) {
+    g->set(m);
+  };
+  // The node's metrics, served by its proxy at /-/metrics: the proxy's, the
+  // agent's, the in-process replicas', the replica processes' reports and,
+  // on the head, the controller's (docs/observability.md).
+  std::shared_ptr<metrics::Registry> registry_ = std::make_shared<metrics::Registry>();
+  // Requests reach this node's replica processes over their data channels.
+  std::shared_ptr<channel::Registry> channels_ = std::make_shared<channel::Registry>();
+  std::unique_ptr<proxy::Proxy> proxy_;
+  HeadSupervisorActor supervisor_;
+  std::shared_ptr<KeeperRef> keeper_ref_ = std::make_shared<KeeperRef>();
+  std::shared_ptr<node::ProcessSupervisor> processes_;
+  ReplicaGateActor gate_;
+  uint16_t gate_port_ = 0;
+  std::optional<node::PeerListener> peer_;
+  std::string advertised_;
+  AgentKeeperActor agent_;
+};
+
+// The HTTP proxy listens first: a port in use stops the node before any
+// actor runs.
+Status Node::start_proxy() {
+  proxy::ProxyOptions popts;
+  popts.registry = registry_;
+  popts.node_id = o_.node_id;
+  popts.server.bind = o_.bind;
+  popts.server.port = o_.http_port;
+  popts.server.io_threads = o_.proxy_io_threads;
+  popts.server.body_limit = o_.proxy_body_limit;
+  popts.server.idle_timeout_s = o_.proxy_idle_timeout_s;
+  popts.request_timeout_s = o_.proxy_request_timeout_s;
+  popts.channels = channels_;
+  popts.on_give_up = on_give_up_;
+  popts.dashboard = o_.head && o_.dashboard;
+  popts.connect_peers = !o_.head;
+  // A worker serves other workers' requests to its replicas on a data port
+  // (proxy/peer_data.cpp); not with TLS, whose clusters keep CAF's
+  // encrypted connections for that.
+  popts.data_port = !o_.head && o_.tls_dir.empty();
+  if (auto mode = proxy::parse_access_log_mode(o_.access_log);
+      mode && mode.value() != proxy::AccessLogMode::off) {
+    std::string file;
+    if (!o_.state_dir.empty())
+      file = (fs::path(o_.state_dir) / "logs" / "access.log").string();
+    auto opened = proxy::AccessLog::open(mode.value(), file, o_.node_id, o_.log_format == "json");
+    if (!opened)
+      return opened.status();
+    popts.access_log = std::move(opened.value());
+  }
+  auto started = proxy::Proxy::start(sys_, popts);
+  if (!started)
+    return started.status();
+  proxy_ = std::move(started.value());
+  return Status::ok();
+}
+
+// The head's controller runs under a supervisor that restarts it over the
+// checkpoint if it dies.
+Status Node::start_head(std::shared_ptr<controller::CheckpointStore> checkpoint) {
+  SupervisorOptions sopts;
+  sopts.controller.node_timeout_s = o_.node_timeout_s;
+  sopts.controller.recovery_window_s = o_.recovery_window_s;
+  sopts.controller.state_dir = o_.state_dir;
+  sopts.controller.plugin_dirs = o_.plugin_path;
+  sopts.controller.metrics = std::make_shared<controller::ControllerMetrics>(registry_);
+  if (identity_)
+    sopts.controller.ca_pem = identity_->ca_pem;
+  sopts.controller.limits.max_replicas_per_deployment = o_.max_replicas_per_deployment;
+  sopts.controller.limits.max_replicas_total = o_.max_replicas_total;
+  sopts.controller.limits.max_config_bytes = o_.max_config_bytes;
+  sopts.store = std::move(checkpoint);
+  sopts.bind = o_.bind;
+  sopts.port = o_.port;
+  sopts.on_give_up = on_give_up_;
+  auto started = start_head_supervisor(sys_, sopts);
+  if (!started)
+    return started.status();
+  supervisor_ = *started;
+  log_->info("controller listening on {}:{}", o_.bind, o_.port);
+  return Status::ok();
+}
+
+// Replica processes: started and reaped by the process supervisor; they
+// reach this node through the replica gate on loopback.
+Status Node::start_replica_processes() {
+  node::SupervisorOptions sup_options;
+  if (!o_.state_dir.empty())
+    sup_options.log_dir = (fs::path(o_.state_dir) / "logs" / "replicas").string();
+  sup_options.on_exit = [ref = keeper_ref_](const std::string& id, const node::ProcessExit& exit) {
+    if (auto keeper = ref->get()) {
+      caf::anon_send(keeper, replica_exit_atom::value, id, static_cast<int32_t>(exit.pid),
+                     exit.describe(), exit.clean());
+    }
+  };
+  auto started = node::ProcessSupervisor::start(std::move(sup_options));
+  if (!started)
+    return started.status();
+  processes_ = std::move(started.value());
+  gate_ = node::spawn_replica_gate(sys_, [ref = keeper_ref_] { return ref->get(); });
+  auto port = security::publish(caf::actor_cast<caf::actor>(gate_), 0, "127.0.0.1");
+  if (!port) {
+    return Status(errc::unavailable,
+                  "cannot open the replica port on 127.0.0.1: " + sys_.render(port.error()));
+  }
+  gate_port_ = *port;
+  log_->info("replica processes reach this node on 127.0.0.1:{}", gate_port_);
+  return Status::ok();
+}
+
+// A worker: other workers reach its replicas over a direct connection.
+Status Node::open_peer() {
+  auto opened = node::open_peer_listener(sys_, o_.node_id, o_.bind, o_.peer_port,
+                                         proxy_->data_port(), proxy_->data_token());
+  if (!opened)
+    return opened.status();
+  peer_ = *opened;
+  return Status::ok();
+}
+
+void Node::start_agent() {
+  // What the other nodes are told to connect to: never a wildcard.
+  advertised_ = o_.advertise.empty() ? advertised_host(o_.bind, o_.join) : o_.advertise;
+  if (peer_) {
+    log_->info("other workers reach this node on {}:{} (data port {})", advertised_, peer_->port,
+               proxy_->data_port() == 0 ? std::string("none")
+                                        : std::to_string(proxy_->data_port()));
+  }
+  auto library_cache = library_cache_dir(o_);
+  AgentOptions aopts;
+  aopts.info.id = o_.node_id;
+  aopts.info.host = advertised_;
+  aopts.info.http_port = o_.http_port;
+  aopts.info.peer_port = peer_ ? peer_->port : 0;
+  aopts.info.resources = o_.resources.to_string();
+  aopts.info.pid = static_cast<int32_t>(::getpid());
+  aopts.local_supervisor = supervisor_;
+  if (o_.join)
+    aopts.controller_endpoint = *o_.join;
+  aopts.heartbeat_interval_s = o_.heartbeat_interval_s;
+  aopts.library_cache = library_cache;
+  aopts.loader = std::make_shared<PluginLoader>(o_.plugin_path, library_cache);
+  aopts.proxy = proxy_->keeper();
+  aopts.handles = replica::make_handle_transport(proxy_->caller());
+  aopts.identity = identity_;
+  aopts.processes = processes_;
+  aopts.replica_binary = replica_binary(o_);
+  aopts.gate_port = gate_port_;
+  aopts.plugin_path = o_.plugin_path;
+  aopts.tls_dir = o_.tls_dir;
+  aopts.log_level = o_.log_level;
+  aopts.log_format = o_.log_format;
+  aopts.channels = channels_;
+  aopts.registry = registry_;
+  aopts.node_log_file = log_file_;
+  aopts.channel_lanes = proxy_->io_threads();
+  aopts.on_give_up = on_give_up_;
+  agent_ = spawn_node_agent(sys_, aopts);
+  keeper_ref_->set(agent_);
+}
+
+void Node::abort() {
+  if (gate_)
+    caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
+  if (proxy_)
+    proxy_->stop();
+  if (supervisor_)
+    caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
+}
+
+// The controller replaces this node's replicas on other nodes first (on a
+// signal, not after a keeper gave up), then stops them here, while the drain
+// delay runs; then the agent stops what is left within the grace.
+void Node::stop_agent_and_controller(const std::string& failure, double drain_delay_s,
+                                     double grace_s) {
+  using steady = std::chrono::steady_clock;
+  const auto drain_ends = steady::now() + seconds_as(drain_delay_s);
+  const auto grace_ends = drain_ends + seconds_as(grace_s);
+  auto left_until = [](steady::time_point t) {
+    return std::max(0.0, std::chrono::duration<double>(t - steady::now()).count());
+  };
+  caf::scoped_actor self{sys_};
+  if (failure.empty()) {
+    // At most until half the grace: the rest is for the replicas left and
+    // the requests in flight.
+    double budget = left_until(drain_ends + seconds_as(grace_s / 2));
+    self->request(agent_, seconds_as(budget + 1), leave_atom::value, budget)
+        .receive([&](std::string& what) { log_->info("moving the replicas: {}", what); },
+                 [&](caf::error& err) {
+                   log_->warn("moving the replicas failed: {}", sys_.render(err));
+                 });
+    if (steady::now() < drain_ends) {
+      log_->info("serving for {:.1f} s more (drain delay)", left_until(drain_ends));
+      std::this_thread::sleep_until(drain_ends);
+    }
+  }
+  // Nothing new from here: answers close their connections.
+  proxy_->stop_accepting();
+  double grace = std::max(left_until(grace_ends), 0.1);
+  self->request(agent_, seconds_as(grace + 3), shutdown_atom::value, grace)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& err) {
+                 log_->warn("graceful stop of the agent failed: {}", sys_.render(err));
+               });
+  self->send_exit(agent_, caf::exit_reason::user_shutdown);
+  if (supervisor_) {
+    self->request(supervisor_, std::chrono::seconds(2), shutdown_atom::value)
+        .receive([](caf::ok_atom) {}, [](caf::error&) {});
+    self->send_exit(supervisor_, caf::exit_reason::user_shutdown);
+  }
+}
+
+// Requests the proxy still has in flight (on other nodes' replicas, or
+// retried there) finish within the grace before their connections close.
+void Node::wait_in_flight(std::chrono::steady_clock::time_point until) {
+  auto left = proxy_->in_flight();
+  if (left == 0)
+    return;
+  log_->info("waiting for {} requests in flight (at most until the grace ends)", left);
+  while (proxy_->in_flight() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (auto still = proxy_->in_flight(); still > 0)
+    log_->warn("{} requests still in flight when the grace ended; closing them", still);
+}
+
+void Node::stop(const sigset_t& signals, const std::string& failure, int exit_code) {
+  const double drain_delay_s = failure.empty() ? o_.drain_delay_s : 0.0;
+  const auto grace_ends =
+      std::chrono::steady_clock::now() + seconds_as(drain_delay_s + o_.shutdown_grace_s);
+  // Not ready from now on (/-/readyz 503); the proxy keeps serving.
+  proxy_->shutting_down();
+  // User code blocked in a handler would keep ~actor_system waiting for its
+  // thread forever; past the grace period the process exits regardless.
+  std::thread([limit = drain_delay_s + o_.shutdown_grace_s + 5, log = log_, exit_code] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+    log->error("stopping did not complete in time; exiting now");
+    log->flush();
+    std::_Exit(exit_code);
+  }).detach();
+  // A second SIGINT or SIGTERM forces the stop: the replica processes die
+  // with the node (PR_SET_PDEATHSIG).
+  std::thread([signals, log = log_] {
+    int again = 0;
+    while (again != SIGINT && again != SIGTERM)
+      again = sigwaitinfo(&signals, nullptr);
+    log->warn("received a second {}; stopping now", again == SIGINT ? "SIGINT" : "SIGTERM");
+    log->flush();
+    std::_Exit(1);
+  }).detach();
+  stop_agent_and_controller(failure, drain_delay_s, o_.shutdown_grace_s);
+  wait_in_flight(grace_ends);
+  // Whatever replica process is left (it ignored its stop) dies now.
+  processes_->shutdown();
+  caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
+  if (peer_)
+    caf::anon_send_exit(peer_->actor, caf::exit_reason::user_shutdown);
+  keeper_ref_->set(AgentKeeperActor());
+  proxy_->stop();
+  if (!security::tls_enabled(sys_)) {
+    sys_.middleman().close(gate_port_);
+    if (peer_)
+      sys_.middleman().close(peer_->port);
+    if (supervisor_)
+      sys_.middleman().close(o_.port);
+  }
+}
+
+// Start-up before any actor: the options, the state dir, the head's port
+// and checkpoint, the log. An exit code when the node must not start.
+std::optional<int> prepare(int argc, char** argv, NodeOptions& o,
+                           std::shared_ptr<controller::CheckpointStore>& checkpoint,
+                           log::Options& log_options) {
   std::error_code ec;
   auto executable = std::filesystem::read_symlink("/proc/self/exe", ec);
   auto parsed =
       parse_node_options(argc, argv, ec ? std::string() : default_plugin_dir(executable.string()));
   if (!parsed)
     return usage_error(parsed.status().message());
-  NodeOptions o = std::move(parsed.value());
+  o = std::move(parsed.value());
   if (o.show_help) {
     std::fputs(o.help_text.c_str(), stdout);
     return 0;
@@ -164,10 +564,7 @@ int main(int argc, char** argv) {
   if (o.head) {
     if (auto st = check_port_free(o.bind, o.port); !st)
       return usage_error(st.message());
-  }
-  // A corrupt or unreadable checkpoint stops the head before anything runs.
-  std::shared_ptr<controller::CheckpointStore> checkpoint;
-  if (o.head) {
+    // A corrupt or unreadable checkpoint stops the head before anything runs.
     auto opened = controller::open_checkpoint(o.state_dir);
     if (!opened) {
       std::fprintf(stderr, "troupe-node: error: %s\n", opened.status().message().c_str());
@@ -175,361 +572,74 @@ int main(int argc, char** argv) {
     }
     checkpoint = std::move(opened.value());
   }
-  log::Options log_options;
   log_options.level = o.log_level;
   log_options.format = o.log_format;
   log_options.process = o.node_id;
-  if (!o.state_dir.empty()) {
+  if (!o.state_dir.empty())
     log_options.file = (fs::path(o.state_dir) / "logs" / "troupe-node.log").string();
-  }
   if (auto st = log::init(log_options); !st)
     return usage_error(st.message());
-  auto log = log::get("node");
   if (o.insecure && !is_loopback(o.bind)) {
-    log->warn(
+    log::get("node")->warn(
         "INSECURE: listening on {} without TLS: anyone who reaches this node can deploy "
         "code and kill actors",
         o.bind);
   }
+  return std::nullopt;
+}
 
+// The node from its actor system's start to its end: the exit code.
+// `started`: whether it ran (and so stopped).
+int run(const NodeOptions& o, const sigset_t& signals,
+        std::shared_ptr<controller::CheckpointStore> checkpoint, const std::string& log_file,
+        bool& started) {
+  auto log = log::get("node");
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg,
+                         TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
+  auto identity = configure_tls(cfg, o, log);
+  if (!identity)
+    return usage_error(identity.status().message());
+  caf::actor_system sys{cfg};
+  Node node(o, sys, std::move(identity.value()), log_file);
+  if (auto st = node.start(std::move(checkpoint)); !st)
+    return usage_error(st.message());
+  started = true;
+  int sig = 0;
+  auto failure = node.wait(signals, sig);
   int exit_code = 0;
-  {
-    caf::actor_system_config cfg;
-    configure_actor_system(
-        cfg, TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
-    // TLS: CAF's OpenSSL module with this node's certificate; write requests
-    // are then signed with it and checked against the cluster CA.
-    std::optional<security::Identity> identity;
-    if (!o.tls_dir.empty()) {
-      if (auto st = security::configure_tls(cfg, o.tls_dir, o.node_id); !st) {
-        log::shutdown();
-        return usage_error("--tls-dir: " + st.message());
-      }
-      auto loaded = security::load_identity(o.tls_dir, o.node_id, std::time(nullptr));
-      if (!loaded) {
-        log::shutdown();
-        return usage_error("--tls-dir: " + loaded.status().message());
-      }
-      identity = std::move(loaded.value());
-      log->info(
-          "TLS on: certificate '{}' ({}), peers must present a certificate of this "
-          "cluster's CA",
-          identity->name, security::to_string(identity->role));
-      // CAF's OpenSSL transport drops a failed handshake silently: name the
-      // peer and the reason here.
-      security::on_handshake_failure([tls_log = log::get("tls")](const auto& f) {
-        if (f.accepting)
-          tls_log->warn("refused TLS peer {}: {}", f.peer, f.reason);
-        else
-          tls_log->warn("TLS handshake with {} failed: {}", f.peer, f.reason);
-      });
-    }
-    caf::actor_system sys{cfg};
-
-    // A keeper that gave up (the controller's or the agent's: it died again
-    // and again) stops the node, which then exits with an error.
-    struct GaveUp {
-      std::mutex mutex;
-      std::string message;  // empty: none gave up
-    };
-    auto gave_up = std::make_shared<GaveUp>();
-    auto on_give_up = [gave_up](const std::string& message) {
-      std::lock_guard<std::mutex> lock(gave_up->mutex);
-      if (gave_up->message.empty())
-        gave_up->message = message;
-    };
-    auto give_up_message = [gave_up] {
-      std::lock_guard<std::mutex> lock(gave_up->mutex);
-      return gave_up->message;
-    };
-
-    // The HTTP proxy listens first: a port in use stops the node before any
-    // actor runs.
-    // The node's metrics, served by its proxy at /-/metrics: the proxy's,
-    // the agent's, the in-process replicas', the replica processes' reports
-    // and, on the head, the controller's (docs/observability.md).
-    auto registry = std::make_shared<metrics::Registry>();
-    proxy::ProxyOptions popts;
-    popts.registry = registry;
-    popts.node_id = o.node_id;
-    popts.server.bind = o.bind;
-    popts.server.port = o.http_port;
-    popts.server.io_threads = o.proxy_io_threads;
-    popts.server.body_limit = o.proxy_body_limit;
-    popts.server.idle_timeout_s = o.proxy_idle_timeout_s;
-    popts.request_timeout_s = o.proxy_request_timeout_s;
-    // Requests reach this node's replica processes over their data channels.
-    auto channels = std::make_shared<channel::Registry>();
-    popts.channels = channels;
-    popts.on_give_up = on_give_up;
-    popts.dashboard = o.head && o.dashboard;
-    popts.connect_peers = !o.head;
-    // A worker serves other workers' requests to its replicas on a data port
-    // (proxy/peer_data.cpp); not with TLS, whose clusters keep CAF's
-    // encrypted connections for that.
-    popts.data_port = !o.head && o.tls_dir.empty();
-    if (auto mode = proxy::parse_access_log_mode(o.access_log);
-        mode && mode.value() != proxy::AccessLogMode::off) {
-      std::string file;
-      if (!o.state_dir.empty())
-        file = (fs::path(o.state_dir) / "logs" / "access.log").string();
-      auto opened = proxy::AccessLog::open(mode.value(), file, o.node_id, o.log_format == "json");
-      if (!opened) {
-        log::shutdown();
-        return usage_error(opened.status().message());
-      }
-      popts.access_log = std::move(opened.value());
-    }
-    auto started = proxy::Proxy::start(sys, popts);
-    if (!started) {
-      log::shutdown();
-      return usage_error(started.status().message());
-    }
-    auto http_proxy = std::move(started.value());
-
-    // The head's controller runs under a supervisor that restarts it over
-    // the checkpoint if it dies.
-    HeadSupervisorActor supervisor;
-    if (o.head) {
-      SupervisorOptions sopts;
-      sopts.controller.node_timeout_s = o.node_timeout_s;
-      sopts.controller.recovery_window_s = o.recovery_window_s;
-      sopts.controller.state_dir = o.state_dir;
-      sopts.controller.plugin_dirs = o.plugin_path;
-      sopts.controller.metrics = std::make_shared<controller::ControllerMetrics>(registry);
-      if (identity)
-        sopts.controller.ca_pem = identity->ca_pem;
-      sopts.controller.limits.max_replicas_per_deployment = o.max_replicas_per_deployment;
-      sopts.controller.limits.max_replicas_total = o.max_replicas_total;
-      sopts.controller.limits.max_config_bytes = o.max_config_bytes;
-      sopts.store = checkpoint;
-      sopts.bind = o.bind;
-      sopts.port = o.port;
-      sopts.on_give_up = on_give_up;
-      auto started_supervisor = start_head_supervisor(sys, sopts);
-      if (!started_supervisor) {
-        http_proxy->stop();
-        log::shutdown();
-        return usage_error(started_supervisor.status().message());
-      }
-      supervisor = *started_supervisor;
-      log->info("controller listening on {}:{}", o.bind, o.port);
-    }
-    // Replica processes: started and reaped by the supervisor, they reach this
-    // node through the replica gate on loopback.
-    struct KeeperRef {
-      std::mutex mutex;
-      AgentKeeperActor keeper;
-    };
-    auto keeper_ref = std::make_shared<KeeperRef>();
-    auto keeper_of = [keeper_ref] {
-      std::lock_guard<std::mutex> lock(keeper_ref->mutex);
-      return keeper_ref->keeper;
-    };
-    node::SupervisorOptions sup_options;
-    if (!o.state_dir.empty())
-      sup_options.log_dir = (fs::path(o.state_dir) / "logs" / "replicas").string();
-    sup_options.on_exit = [keeper_of](const std::string& id, const node::ProcessExit& exit) {
-      if (auto keeper = keeper_of()) {
-        caf::anon_send(keeper, replica_exit_atom::value, id, static_cast<int32_t>(exit.pid),
-                       exit.describe(), exit.clean());
-      }
-    };
-    auto started_processes = node::ProcessSupervisor::start(std::move(sup_options));
-    if (!started_processes) {
-      http_proxy->stop();
-      if (supervisor)
-        caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
-      log::shutdown();
-      return usage_error(started_processes.status().message());
-    }
-    std::shared_ptr<node::ProcessSupervisor> processes = std::move(started_processes.value());
-    auto gate = node::spawn_replica_gate(sys, keeper_of);
-    auto gate_port = security::publish(caf::actor_cast<caf::actor>(gate), 0, "127.0.0.1");
-    if (!gate_port) {
-      caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
-      http_proxy->stop();
-      if (supervisor)
-        caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
-      log::shutdown();
-      return usage_error("cannot open the replica port on 127.0.0.1: " + sys.render(gate_port.error()));
-    }
-    log->info("replica processes reach this node on 127.0.0.1:{}", *gate_port);
-    // A worker: other workers reach its replicas over a direct connection.
-    std::optional<node::PeerListener> peer;
-    if (!o.head) {
-      auto opened = node::open_peer_listener(sys, o.node_id, o.bind, o.peer_port,
-                                             http_proxy->data_port(), http_proxy->data_token());
-      if (!opened) {
-        caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
-        http_proxy->stop();
-        log::shutdown();
-        return usage_error(opened.status().message());
-      }
-      peer = *opened;
-    }
-    // What the other nodes are told to connect to: never a wildcard.
-    const std::string advertised =
-        o.advertise.empty() ? advertised_host(o.bind, o.join) : o.advertise;
-    if (peer)
-      log->info("other workers reach this node on {}:{} (data port {})", advertised, peer->port,
-                http_proxy->data_port() == 0 ? std::string("none")
-                                             : std::to_string(http_proxy->data_port()));
-
-    // Pinned deployment libraries this node fetched (runtime/libraries.hpp).
-    std::string library_cache = o.library_cache;
-    if (library_cache.empty()) {
-      std::error_code ec;
-      library_cache = !o.state_dir.empty()
-                          ? (fs::path(o.state_dir) / "library-cache").string()
-                          : (fs::temp_directory_path(ec) /
-                             ("troupe-" + std::to_string(::getuid())) / o.node_id / "library-cache")
-                                .string();
-    }
-    AgentOptions aopts;
-    aopts.info.id = o.node_id;
-    aopts.info.host = advertised;
-    aopts.info.http_port = o.http_port;
-    aopts.info.peer_port = peer ? peer->port : 0;
-    aopts.info.resources = o.resources.to_string();
-    aopts.info.pid = static_cast<int32_t>(::getpid());
-    aopts.local_supervisor = supervisor;
-    if (o.join)
-      aopts.controller_endpoint = *o.join;
-    aopts.heartbeat_interval_s = o.heartbeat_interval_s;
-    aopts.library_cache = library_cache;
-    aopts.loader = std::make_shared<PluginLoader>(o.plugin_path, library_cache);
-    aopts.proxy = http_proxy->keeper();
-    aopts.handles = replica::make_handle_transport(http_proxy->caller());
-    aopts.identity = identity;
-    aopts.processes = processes;
-    aopts.replica_binary = replica_binary(o);
-    aopts.gate_port = *gate_port;
-    aopts.plugin_path = o.plugin_path;
-    aopts.tls_dir = o.tls_dir;
-    aopts.log_level = o.log_level;
-    aopts.log_format = o.log_format;
-    aopts.channels = channels;
-    aopts.registry = registry;
-    aopts.node_log_file = log_options.file;
-    aopts.channel_lanes = http_proxy->io_threads();
-    aopts.on_give_up = on_give_up;
-    auto agent = spawn_node_agent(sys, aopts);
-    {
-      std::lock_guard<std::mutex> lock(keeper_ref->mutex);
-      keeper_ref->keeper = agent;
-    }
-    log->info("node {} started ({}; http port {}; resources {})", o.node_id,
-              o.head ? "head" : "worker joining " + o.join->to_string(), o.http_port,
-              o.resources.to_string());
-
-    int sig = 0;
-    std::string failure;
-    while (sig != SIGINT && sig != SIGTERM) {
-      timespec wait{0, 200 * 1000 * 1000};
-      sig = sigtimedwait(&signals, nullptr, &wait);
-      failure = give_up_message();
-      if (!failure.empty())
-        break;
-    }
-    if (!failure.empty()) {
-      log->critical("stopping the node: {}", failure);
-      std::fprintf(stderr, "troupe-node: error: %s\n", failure.c_str());
-      exit_code = 1;
-    } else {
-      log->info("received {}; stopping (drain delay {:.1f} s, then grace {:.1f} s)",
-                sig == SIGINT ? "SIGINT" : "SIGTERM", o.drain_delay_s, o.shutdown_grace_s);
-    }
-    using steady = std::chrono::steady_clock;
-    auto after = [](steady::time_point from, double s) {
-      return from + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s));
-    };
-    auto left_until = [](steady::time_point t) {
-      return std::max(0.0, std::chrono::duration<double>(t - steady::now()).count());
-    };
-    const auto stop_began = steady::now();
-    const auto drain_ends = after(stop_began, failure.empty() ? o.drain_delay_s : 0.0);
-    const auto grace_ends = after(drain_ends, o.shutdown_grace_s);
-    // Not ready from now on (/-/readyz 503); the proxy keeps serving.
-    http_proxy->shutting_down();
-    // User code blocked in a handler would keep ~actor_system waiting for its
-    // thread forever; past the grace period the process exits regardless.
-    std::thread([limit = left_until(grace_ends) + 5, log, exit_code] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(limit));
-      log->error("stopping did not complete in time; exiting now");
-      log->flush();
-      std::_Exit(exit_code);
-    }).detach();
-    // A second SIGINT or SIGTERM forces the stop: the replica processes die
-    // with the node (PR_SET_PDEATHSIG).
-    std::thread([signals, log] {
-      int again = 0;
-      while (again != SIGINT && again != SIGTERM)
-        again = sigwaitinfo(&signals, nullptr);
-      log->warn("received a second {}; stopping now", again == SIGINT ? "SIGINT" : "SIGTERM");
-      log->flush();
-      std::_Exit(1);
-    }).detach();
-    {
-      caf::scoped_actor self{sys};
-      if (failure.empty()) {
-        // The controller replaces this node's replicas on other nodes first,
-        // then stops them here, while the drain delay runs. At most until
-        // half the grace: the rest is for the replicas left and the requests
-        // in flight.
-        double budget = left_until(after(drain_ends, o.shutdown_grace_s / 2));
-        self->request(agent, seconds_as(budget + 1), leave_atom::value, budget)
-            .receive([&](std::string& what) { log->info("moving the replicas: {}", what); },
-                     [&](caf::error& err) {
-                       log->warn("moving the replicas failed: {}", sys.render(err));
-                     });
-        if (steady::now() < drain_ends) {
-          log->info("serving for {:.1f} s more (drain delay)", left_until(drain_ends));
-          std::this_thread::sleep_until(drain_ends);
-        }
-      }
-      // Nothing new from here: answers close their connections.
-      http_proxy->stop_accepting();
-      double grace = std::max(left_until(grace_ends), 0.1);
-      self->request(agent, seconds_as(grace + 3), shutdown_atom::value, grace)
-          .receive([](caf::ok_atom) {},
-                   [&](caf::error& err) {
-                     log->warn("graceful stop of the agent failed: {}", sys.render(err));
-                   });
-      self->send_exit(agent, caf::exit_reason::user_shutdown);
-      if (supervisor) {
-        self->request(supervisor, std::chrono::seconds(2), shutdown_atom::value)
-            .receive([](caf::ok_atom) {}, [](caf::error&) {});
-        self->send_exit(supervisor, caf::exit_reason::user_shutdown);
-      }
-    }
-    // Requests the proxy still has in flight (on other nodes' replicas, or
-    // retried there) finish within the grace before their connections close.
-    if (auto left = http_proxy->in_flight(); left > 0) {
-      log->info("waiting for {} requests in flight (at most until the grace ends)", left);
-      while (http_proxy->in_flight() > 0 && std::chrono::steady_clock::now() < grace_ends)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (auto still = http_proxy->in_flight(); still > 0)
-        log->warn("{} requests still in flight when the grace ended; closing them", still);
-    }
-    // Whatever replica process is left (it ignored its stop) dies now.
-    processes->shutdown();
-    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
-    if (peer)
-      caf::anon_send_exit(peer->actor, caf::exit_reason::user_shutdown);
-    {
-      std::lock_guard<std::mutex> lock(keeper_ref->mutex);
-      keeper_ref->keeper = nullptr;
-    }
-    http_proxy->stop();
-    if (!security::tls_enabled(sys))
-      sys.middleman().close(*gate_port);
-    if (peer && !security::tls_enabled(sys))
-      sys.middleman().close(peer->port);
-    if (supervisor && !security::tls_enabled(sys))
-      sys.middleman().close(o.port);
+  if (!failure.empty()) {
+    log->critical("stopping the node: {}", failure);
+    std::fprintf(stderr, "troupe-node: error: %s\n", failure.c_str());
+    exit_code = 1;
+  } else {
+    log->info("received {}; stopping (drain delay {:.1f} s, then grace {:.1f} s)",
+              sig == SIGINT ? "SIGINT" : "SIGTERM", o.drain_delay_s, o.shutdown_grace_s);
   }
-  log->info("stopped");
+  node.stop(signals, failure, exit_code);
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Every thread inherits this mask, so only the main loop sees the signals;
+  // blocked first, so a SIGTERM during start-up is not lost to the default
+  // action.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  NodeOptions o;
+  std::shared_ptr<controller::CheckpointStore> checkpoint;
+  log::Options log_options;
+  if (auto code = prepare(argc, argv, o, checkpoint, log_options))
+    return *code;
+  bool started = false;
+  int exit_code = run(o, signals, std::move(checkpoint), log_options.file, started);
+  if (started)
+    log::get("node")->info("stopped");
   log::shutdown();
   return exit_code;
 }

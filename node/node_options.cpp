@@ -36,14 +36,19 @@ Resources detect_machine_resources() {
   return r;
 }
 
-Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
-                                       const std::string& default_plugin_dir) {
-  NodeOptions o;
-  CLI::App app{"troupe-node: runs a node agent (and, with --head, the controller)", "troupe-node"};
+namespace {
+
+// What the command line gives as text, checked and converted after parsing.
+struct RawArgs {
   std::string join;
   std::string resources;
+  std::string plugin_path;
+};
+
+// The node's role, where it listens and what it stores.
+void add_node_options(CLI::App& app, NodeOptions& o, RawArgs& raw) {
   auto* head = app.add_flag("--head", o.head, "run the controller on this node");
-  auto* join_opt = app.add_option("--join", join, "HOST:PORT of the head node to join");
+  auto* join_opt = app.add_option("--join", raw.join, "HOST:PORT of the head node to join");
   head->excludes(join_opt);
   auto* port_opt = app.add_option("--port", o.port, "head: port the controller listens on")
                        ->capture_default_str();
@@ -60,7 +65,11 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                  "this host's address on its route to the head)");
   app.add_option("--state-dir", o.state_dir, "directory for logs, node id and checkpoints");
   app.add_option("--node-id", o.node_id, "name of this node (default: kept in the state dir)");
-  app.add_option("--resources", resources, "capacity, e.g. cpu=4,mem=8G (default: detected)");
+  app.add_option("--resources", raw.resources, "capacity, e.g. cpu=4,mem=8G (default: detected)");
+}
+
+// The HTTP proxy, the timings of membership and stopping, and the logs.
+void add_serving_options(CLI::App& app, NodeOptions& o) {
   app.add_option("--http-port", o.http_port, "port of this node's HTTP proxy")
       ->capture_default_str();
   app.add_option("--proxy-body-limit", o.proxy_body_limit,
@@ -103,8 +112,12 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                  "a line per request the proxy answers: on, errors (status 400 and above) or off; "
                  "into <state-dir>/logs/access.log")
       ->capture_default_str();
-  std::string plugin_path;
-  app.add_option("--plugin-path", plugin_path,
+}
+
+// Deployment code, TLS, the head's limits.
+void add_code_and_head_options(CLI::App& app, NodeOptions& o, RawArgs& raw,
+                               const std::string& default_plugin_dir) {
+  app.add_option("--plugin-path", raw.plugin_path,
                  "colon-separated directories of deployment libraries (default: " +
                      (default_plugin_dir.empty() ? std::string("none") : default_plugin_dir) + ")");
   app.add_option("--library-cache", o.library_cache,
@@ -137,21 +150,18 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                  "head: seconds to wait for nodes to report their replicas after a restart")
       ->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    o.show_help = true;
-    o.help_text = app.help();
-    return o;
-  } catch (const CLI::ParseError& e) {
-    return Result<NodeOptions>(errc::invalid_argument, e.what());
-  }
+}
 
-  auto invalid = [](std::string what) { return Result<NodeOptions>(errc::invalid_argument, what); };
-  if (!o.head && join.empty())
+Status invalid(std::string what) {
+  return Status(errc::invalid_argument, std::move(what));
+}
+
+// The role, the ports, the node id and the resources.
+Status check_node(NodeOptions& o, const RawArgs& raw) {
+  if (!o.head && raw.join.empty())
     return invalid("give either --head or --join HOST:PORT");
-  if (!join.empty()) {
-    auto ep = parse_endpoint(join);
+  if (!raw.join.empty()) {
+    auto ep = parse_endpoint(raw.join);
     if (!ep)
       return invalid("--join: " + ep.status().message());
     o.join = *ep;
@@ -167,14 +177,19 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
     if (!st)
       return invalid("--node-id: " + st.message());
   }
-  if (resources.empty()) {
+  if (raw.resources.empty()) {
     o.resources = detect_machine_resources();
   } else {
-    auto r = parse_resources(resources);
+    auto r = parse_resources(raw.resources);
     if (!r)
       return invalid("--resources: " + r.status().message());
     o.resources = *r;
   }
+  return Status::ok();
+}
+
+// Durations, formats and the proxy's bounds.
+Status check_serving(const NodeOptions& o) {
   auto positive = [&](const char* name, double v) -> Status {
     if (!(v > 0) || v > 86400) {
       return Status(errc::invalid_argument, std::string(name) + " " + std::to_string(v) +
@@ -189,7 +204,7 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
                              {"--shutdown-grace", o.shutdown_grace_s}}) {
     auto st = positive(name, value);
     if (!st)
-      return Result<NodeOptions>(st);
+      return st;
   }
   if (o.log_format != "text" && o.log_format != "json")
     return invalid("--log-format '" + o.log_format + "' is not one of text, json");
@@ -204,7 +219,13 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   if (o.proxy_body_limit < 1)
     return invalid("--proxy-body-limit must be at least 1 byte");
   if (auto st = positive("--proxy-idle-timeout", o.proxy_idle_timeout_s); !st)
-    return Result<NodeOptions>(st);
+    return st;
+  return Status::ok();
+}
+
+std::vector<std::string> split_plugin_path(std::string plugin_path,
+                                           const std::string& default_plugin_dir) {
+  std::vector<std::string> out;
   if (plugin_path.empty())
     plugin_path = default_plugin_dir;
   std::size_t start = 0;
@@ -213,9 +234,14 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
     if (end == std::string::npos)
       end = plugin_path.size();
     if (end > start)
-      o.plugin_path.push_back(plugin_path.substr(start, end - start));
+      out.push_back(plugin_path.substr(start, end - start));
     start = end + 1;
   }
+  return out;
+}
+
+// The head's recovery window, exposure without TLS, the advertised address.
+Status check_exposure(const NodeOptions& o) {
   if (!(o.recovery_window_s >= 0) || o.recovery_window_s > 600) {
     return invalid("--recovery-window must be between 0 and 600 seconds");
   }
@@ -231,6 +257,36 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   if (o.heartbeat_interval_s >= o.node_timeout_s) {
     return invalid("--heartbeat-interval must be shorter than --node-timeout");
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
+                                       const std::string& default_plugin_dir) {
+  NodeOptions o;
+  RawArgs raw;
+  CLI::App app{"troupe-node: runs a node agent (and, with --head, the controller)", "troupe-node"};
+  add_node_options(app, o, raw);
+  add_serving_options(app, o);
+  add_code_and_head_options(app, o, raw, default_plugin_dir);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    o.show_help = true;
+    o.help_text = app.help();
+    return o;
+  } catch (const CLI::ParseError& e) {
+    return Result<NodeOptions>(errc::invalid_argument, e.what());
+  }
+
+  if (auto st = check_node(o, raw); !st)
+    return st;
+  if (auto st = check_serving(o); !st)
+    return st;
+  o.plugin_path = split_plugin_path(raw.plugin_path, default_plugin_dir);
+  if (auto st = check_exposure(o); !st)
+    return st;
   return o;
 }
 

@@ -357,6 +357,10 @@ struct ProcessSupervisor::Impl {
         fs::remove(files[i].second, ec);
     }
   }
+
+  // spawn()'s steps (below).
+  Status limit_memory(Child& c, const ProcessSpec& spec);
+  void watch(std::unique_ptr<Child> c);
 };
 
 ProcessSupervisor::ProcessSupervisor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -413,22 +417,11 @@ void ProcessSupervisor::shutdown() {
     ::rmdir(im.cgroup_root.c_str());
 }
 
-Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
-  auto& im = *impl_;
-  std::lock_guard<std::mutex> lock(im.mutex);
-  if (im.stopping.load())
-    return Status(errc::unavailable, "the node is shutting down");
-  if (im.children.count(spec.id))
-    return Status(errc::already_exists, "a process for " + spec.id + " runs already");
-  im.prune_logs();
+namespace {
 
-  // argv and envp, built before the spawn.
-  std::vector<std::string> args{spec.executable};
-  args.insert(args.end(), spec.args.begin(), spec.args.end());
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
+// The child's environment: the node's, with the spec's entries in place of
+// those of the same name.
+std::vector<std::string> child_env(const ProcessSpec& spec) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string entry(*e);
@@ -440,47 +433,48 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
   }
   for (const auto& [k, v] : spec.env)
     env.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env)
-    envp.push_back(e.data());
-  envp.push_back(nullptr);
+  return env;
+}
 
-  int in_pipe[2];
-  int out_pipe[2];
-  if (::pipe2(in_pipe, O_CLOEXEC) != 0)
-    return Status(errc::io_error, std::string("pipe: ") + std::strerror(errno));
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-    ::close(in_pipe[0]);
-    ::close(in_pipe[1]);
-    return Status(errc::io_error, std::string("pipe: ") + std::strerror(errno));
-  }
-  // The passed descriptors, first copied above the range they go to, so
-  // that no dup2 below overwrites one that is still to be copied.
-  const int first_free = 3 + static_cast<int>(spec.fds.size());
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings)
+    out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The passed descriptors, first copied above the range they go to (from
+// `first_free` on), so that no dup2 in the child overwrites one that is
+// still to be copied.
+Result<std::vector<int>> copy_passed(const std::vector<int>& fds, int first_free) {
   std::vector<int> passed;
-  auto close_passed = [&] {
-    for (int fd : passed)
-      ::close(fd);
-  };
-  for (int fd : spec.fds) {
+  for (int fd : fds) {
     int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, first_free);
     if (copy < 0) {
       int err = errno;
-      close_passed();
-      ::close(in_pipe[0]);
-      ::close(in_pipe[1]);
-      ::close(out_pipe[0]);
-      ::close(out_pipe[1]);
+      for (int c : passed)
+        ::close(c);
       return Status(errc::io_error, std::string("dup of a passed descriptor: ") +
                                         std::strerror(err));
     }
     passed.push_back(copy);
   }
+  return passed;
+}
+
+// posix_spawn with stdin from `in`, stdout and stderr into `out`, the passed
+// descriptors as 3..., nothing else of the node, in `dir` (unless empty):
+// 0 or the error number.
+int spawn_child(const ProcessSpec& spec, const std::string& dir, int in, int out,
+                const std::vector<int>& passed, char* const* argv, char* const* envp,
+                pid_t& pid) {
+  const int first_free = 3 + static_cast<int>(passed.size());
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 2);
+  posix_spawn_file_actions_adddup2(&actions, in, 0);
+  posix_spawn_file_actions_adddup2(&actions, out, 1);
+  posix_spawn_file_actions_adddup2(&actions, out, 2);
   for (size_t i = 0; i < passed.size(); ++i)
     posix_spawn_file_actions_adddup2(&actions, passed[i], 3 + static_cast<int>(i));
   // Nothing else of the node (sockets, the checkpoint, logs) leaks into user
@@ -488,8 +482,8 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
   posix_spawn_file_actions_addclosefrom_np(&actions, first_free);
   // It runs in the replica log directory: a core file it leaves (with a
   // relative core_pattern) lands next to its log, not in the node's cwd.
-  if (!im.options.log_dir.empty())
-    posix_spawn_file_actions_addchdir_np(&actions, im.options.log_dir.c_str());
+  if (!dir.empty())
+    posix_spawn_file_actions_addchdir_np(&actions, dir.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // The node blocks SIGINT/SIGTERM in every thread: a replica must not
@@ -506,11 +500,96 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, spec.executable.c_str(), &actions, &attr, argv.data(), envp.data());
+  int rc = ::posix_spawn(&pid, spec.executable.c_str(), &actions, &attr, argv, envp);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  close_passed();
+  return rc;
+}
+
+}  // namespace
+
+// The limit holds before the process reads its stdin, i.e. before it runs
+// any user code: its own cgroup when the node has a cgroup root, else
+// RLIMIT_AS. An error: the process was killed and reaped.
+Status ProcessSupervisor::Impl::limit_memory(Child& c, const ProcessSpec& spec) {
+  bool limited = false;
+  if (!cgroup_root.empty()) {
+    std::string dir = cgroup_root + "/" + file_name(spec.id);
+    std::error_code ec;
+    fs::create_directory(dir, ec);
+    bool made = !ec && write_file(dir + "/memory.max", std::to_string(spec.memory_limit_bytes));
+    // No swap beyond the limit (the file is absent without swap accounting).
+    if (made)
+      write_file(dir + "/memory.swap.max", "0");
+    if (made && write_file(dir + "/cgroup.procs", std::to_string(c.pid))) {
+      c.cgroup = dir;
+      limited = true;
+    } else {
+      ::rmdir(dir.c_str());
+    }
+  }
+  if (!limited) {
+    rlimit lim{spec.memory_limit_bytes, spec.memory_limit_bytes};
+    limited = ::prlimit(c.pid, RLIMIT_AS, &lim, nullptr) == 0;
+  }
+  if (limited)
+    return Status::ok();
+  int err = errno;
+  pidfd_send_signal(c.pidfd, SIGKILL);
+  reap(c, /*wait=*/true);
+  return Status(errc::io_error, "cannot apply the memory limit to replica " + spec.id + ": " +
+                                    std::strerror(err));
+}
+
+// Watches the child's output and exit (the supervisor's thread).
+void ProcessSupervisor::Impl::watch(std::unique_ptr<Child> c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = c->out_fd;
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c->out_fd, &ev);
+  ev.data.fd = c->pidfd;
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c->pidfd, &ev);
+  by_fd[c->out_fd] = c.get();
+  by_fd[c->pidfd] = c.get();
+  children[c->id] = std::move(c);
+}
+
+Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
+  auto& im = *impl_;
+  std::lock_guard<std::mutex> lock(im.mutex);
+  if (im.stopping.load())
+    return Status(errc::unavailable, "the node is shutting down");
+  if (im.children.count(spec.id))
+    return Status(errc::already_exists, "a process for " + spec.id + " runs already");
+  im.prune_logs();
+
+  // argv and envp, built before the spawn.
+  std::vector<std::string> args{spec.executable};
+  args.insert(args.end(), spec.args.begin(), spec.args.end());
+  auto argv = pointers(args);
+  auto env = child_env(spec);
+  auto envp = pointers(env);
+
+  int in_pipe[2];
+  int out_pipe[2];
+  if (::pipe2(in_pipe, O_CLOEXEC) != 0)
+    return Status(errc::io_error, std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    ::close(in_pipe[0]);
+    ::close(in_pipe[1]);
+    return Status(errc::io_error, std::string("pipe: ") + std::strerror(errno));
+  }
+  auto passed = copy_passed(spec.fds, 3 + static_cast<int>(spec.fds.size()));
+  if (!passed) {
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1]})
+      ::close(fd);
+    return passed.status();
+  }
+  pid_t pid = 0;
+  int rc = spawn_child(spec, im.options.log_dir, in_pipe[0], out_pipe[1], *passed, argv.data(),
+                       envp.data(), pid);
+  for (int fd : *passed)
+    ::close(fd);
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
   if (rc != 0) {
@@ -535,37 +614,10 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
   }
   ::fcntl(c->out_fd, F_SETFL, ::fcntl(c->out_fd, F_GETFL) | O_NONBLOCK);
   im.open_log(*c);
-
-  // The limit holds before the process reads its stdin, i.e. before it runs
-  // any user code.
   if (spec.memory_limit_bytes > 0) {
-    bool limited = false;
-    if (!im.cgroup_root.empty()) {
-      std::string dir = im.cgroup_root + "/" + file_name(spec.id);
-      std::error_code ec;
-      fs::create_directory(dir, ec);
-      bool made = !ec && write_file(dir + "/memory.max", std::to_string(spec.memory_limit_bytes));
-      // No swap beyond the limit (the file is absent without swap accounting).
-      if (made)
-        write_file(dir + "/memory.swap.max", "0");
-      if (made && write_file(dir + "/cgroup.procs", std::to_string(pid))) {
-        c->cgroup = dir;
-        limited = true;
-      } else {
-        ::rmdir(dir.c_str());
-      }
-    }
-    if (!limited) {
-      rlimit lim{spec.memory_limit_bytes, spec.memory_limit_bytes};
-      limited = ::prlimit(pid, RLIMIT_AS, &lim, nullptr) == 0;
-    }
-    if (!limited) {
-      int err = errno;
-      pidfd_send_signal(c->pidfd, SIGKILL);
-      im.reap(*c, /*wait=*/true);
+    if (auto limited = im.limit_memory(*c, spec); !limited) {
       ::close(in_pipe[1]);
-      return Status(errc::io_error, "cannot apply the memory limit to replica " + spec.id + ": " +
-                                        std::strerror(err));
+      return limited;
     }
   }
   if (!spec.stdin_data.empty()) {
@@ -573,16 +625,7 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
     (void)!::write(in_pipe[1], spec.stdin_data.data(), spec.stdin_data.size());
   }
   ::close(in_pipe[1]);
-
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = c->out_fd;
-  ::epoll_ctl(im.epoll_fd, EPOLL_CTL_ADD, c->out_fd, &ev);
-  ev.data.fd = c->pidfd;
-  ::epoll_ctl(im.epoll_fd, EPOLL_CTL_ADD, c->pidfd, &ev);
-  im.by_fd[c->out_fd] = c.get();
-  im.by_fd[c->pidfd] = c.get();
-  im.children[spec.id] = std::move(c);
+  im.watch(std::move(c));
   return pid;
 }
 

@@ -135,14 +135,8 @@ bool attach(caf::scoped_actor& self, const ReplicaGateActor& gate, const std::st
   std::_Exit(1);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  // A write to a closed pipe or socket (its log, once the node is gone) is
-  // an error to handle, not a reason to die.
-  ::signal(SIGPIPE, SIG_IGN);
-  CLI::App app{"troupe-replica: one replica in its own process (started by troupe-node)"};
+// The command line troupe-node gives this process.
+struct Args {
   uint16_t node_port = 0;
   std::string replica_id;
   std::string node_id;
@@ -151,180 +145,256 @@ int main(int argc, char** argv) {
   std::string library_cache;
   std::string tls_dir;
   std::string log_level = "info";
+  std::string log_format = "text";
   size_t channel_lanes = 0;
   size_t channel_max_frame = 0;
-  app.add_option("--node-port", node_port, "the node's replica port on 127.0.0.1")->required();
-  app.add_option("--replica-id", replica_id, "the replica this process runs")->required();
-  app.add_option("--node-id", node_id, "the node that started it")->required();
-  app.add_option("--parent-pid", parent_pid, "pid of that node's troupe-node")->required();
-  app.add_option("--plugin-path", plugin_path, "directories of deployment libraries");
-  app.add_option("--library-cache", library_cache,
+};
+
+// The arguments, or the exit code of a bad command line.
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
+  CLI::App app{"troupe-replica: one replica in its own process (started by troupe-node)"};
+  app.add_option("--node-port", a.node_port, "the node's replica port on 127.0.0.1")->required();
+  app.add_option("--replica-id", a.replica_id, "the replica this process runs")->required();
+  app.add_option("--node-id", a.node_id, "the node that started it")->required();
+  app.add_option("--parent-pid", a.parent_pid, "pid of that node's troupe-node")->required();
+  app.add_option("--plugin-path", a.plugin_path, "directories of deployment libraries");
+  app.add_option("--library-cache", a.library_cache,
                  "the node's cache of libraries pinned by their SHA-256");
-  app.add_option("--tls-dir", tls_dir, "present the node's certificate from this directory");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  std::string log_format = "text";
-  app.add_option("--log-format", log_format, "text or json");
-  app.add_option("--channel-lanes", channel_lanes,
+  app.add_option("--tls-dir", a.tls_dir, "present the node's certificate from this directory");
+  app.add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-format", a.log_format, "text or json");
+  app.add_option("--channel-lanes", a.channel_lanes,
                  "answer lanes of the data channel passed as fds 3, 4, 5...; 0: none");
-  app.add_option("--channel-max-frame", channel_max_frame,
+  app.add_option("--channel-max-frame", a.channel_max_frame,
                  "the data channel's largest frame in bytes");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  // The node died between starting us and PR_SET_PDEATHSIG taking hold.
-  if (::getppid() != parent_pid)
-    return 1;
-  std::shared_ptr<channel::ReplicaEnd> data_channel;
-  if (channel_lanes > 0) {
-    constexpr int kFirst = 3;
-    for (int fd = kFirst; fd < kFirst + 2 + static_cast<int>(channel_lanes); ++fd) {
-      if (::fcntl(fd, F_GETFD) < 0)
-        fail("--channel-lanes: fd " + std::to_string(fd) + " is not open");
-      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    }
-    if (channel_max_frame < sizeof(channel::FrameHeader))
-      fail("--channel-max-frame is missing or too small");
-    std::vector<int> lanes;
-    for (size_t i = 0; i < channel_lanes; ++i)
-      lanes.push_back(kFirst + 2 + static_cast<int>(i));
-    data_channel = std::make_shared<channel::ReplicaEnd>(kFirst, kFirst + 1, std::move(lanes),
-                                                         channel_max_frame);
+  return std::nullopt;
+}
+
+// The data channel whose ends the node passed as fds 3, 4 and 5...; empty
+// without --channel-lanes.
+std::shared_ptr<channel::ReplicaEnd> open_data_channel(const Args& a) {
+  if (a.channel_lanes == 0)
+    return nullptr;
+  constexpr int kFirst = 3;
+  for (int fd = kFirst; fd < kFirst + 2 + static_cast<int>(a.channel_lanes); ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0)
+      fail("--channel-lanes: fd " + std::to_string(fd) + " is not open");
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
+  if (a.channel_max_frame < sizeof(channel::FrameHeader))
+    fail("--channel-max-frame is missing or too small");
+  std::vector<int> lanes;
+  for (size_t i = 0; i < a.channel_lanes; ++i)
+    lanes.push_back(kFirst + 2 + static_cast<int>(i));
+  return std::make_shared<channel::ReplicaEnd>(kFirst, kFirst + 1, std::move(lanes),
+                                               a.channel_max_frame);
+}
+
+// The replica of this process, attached to its node; then the wait for its
+// end, attaching again when the connection to the node is lost.
+class ReplicaProcess {
+ public:
+  ReplicaProcess(caf::actor_system& sys, const Args& a, std::string secret,
+                 std::shared_ptr<channel::ReplicaEnd> data_channel)
+      : sys_(sys), a_(a), secret_(std::move(secret)), data_channel_(std::move(data_channel)),
+        self_(sys) {}
+
+  // Spawns the replica and attaches it; exits the process on failure.
+  void start();
+  // Until the replica stops (0 on a graceful stop) or the node is gone (1).
+  int run();
+
+ private:
+  replica::ReplicaOptions replica_options(const Welcome& welcome);
+  void watch_replica_actor();
+  // The node dropped the connection: true once attached again.
+  bool attach_again(const caf::error& reason);
+  void replica_stopped(const caf::error& reason);
+
+  caf::actor_system& sys_;
+  const Args& a_;
+  std::string secret_;
+  std::shared_ptr<channel::ReplicaEnd> data_channel_;
+  caf::scoped_actor self_;
+  std::shared_ptr<spdlog::logger> log_ = log::get("replica");
+  ReplicaGateActor gate_;
+  // The node's actors, behind local forwarders: pointed at their new remote
+  // handles when this process attaches again after a lost connection.
+  std::shared_ptr<ForwardTarget> sink_target_;
+  std::shared_ptr<ForwardTarget> proxy_target_;
+  ReplicaActor replica_;
+  caf::actor inner_;
+  int exit_code_ = 0;
+};
+
+replica::ReplicaOptions ReplicaProcess::replica_options(const Welcome& welcome) {
+  sink_target_ = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(welcome.sink));
+  proxy_target_ = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(welcome.proxy));
+  replica::ReplicaOptions options;
+  options.spec = welcome.spec;
+  options.node_id = a_.node_id;
+  options.loader = std::make_shared<PluginLoader>(a_.plugin_path, a_.library_cache);
+  options.metrics_sink = caf::actor_cast<MetricsSinkActor>(spawn_forwarder(sys_, sink_target_));
+  options.channel = data_channel_;
+  // The node serves this process's metrics: the replica sends them with
+  // every metrics report.
+  options.registry = std::make_shared<metrics::Registry>();
+  options.report_registry = true;
+  if (welcome.proxy) {
+    auto proxy = caf::actor_cast<ProxyKeeperActor>(spawn_forwarder(sys_, proxy_target_));
+    options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys_, proxy),
+                                                     replica::make_remote_proxy_stream(sys_, proxy),
+                                                     replica::make_remote_proxy_cancel(proxy));
+  }
+  return options;
+}
+
+// The handle is an actor pool that ends with `out_of_workers` whatever ended
+// its replica actor: watch the replica actor itself, whose exit reason tells
+// a graceful stop (user_shutdown) from a fault.
+void ReplicaProcess::watch_replica_actor() {
+  self_->request(caf::actor_cast<caf::actor>(replica_), std::chrono::seconds(10),
+                 caf::sys_atom::value, caf::get_atom::value)
+      .receive(
+          [&](std::vector<caf::actor>& workers) {
+            if (!workers.empty())
+              inner_ = workers.front();
+          },
+          [&](caf::error& err) { fail("cannot reach the replica actor: " + sys_.render(err)); });
+  if (!inner_)
+    fail("the replica actor is gone before it started");
+  self_->monitor(inner_);
+}
+
+void ReplicaProcess::start() {
+  std::string why;
+  auto first =
+      meet_node(sys_, self_, a_.node_port, a_.replica_id, secret_, std::chrono::seconds(10), why);
+  if (!first)
+    fail(why);
+  gate_ = first->gate;
+  self_->monitor(gate_);
+  const ReplicaSpec spec = first->spec;
+  replica_ = replica::spawn_replica(sys_, replica_options(*first));
+  first.reset();
+  watch_replica_actor();
+  if (!attach(self_, gate_, a_.replica_id, secret_, replica_, std::chrono::seconds(10), why))
+    fail(why);
+  log_->info("replica {} of {}/{} runs in process {}", a_.replica_id, spec.app, spec.deployment,
+             ::getpid());
+}
+
+void ReplicaProcess::replica_stopped(const caf::error& reason) {
+  exit_code_ = reason == caf::exit_reason::user_shutdown ? 0 : 1;
+  log_->info("replica {} stopped ({})", a_.replica_id, sys_.render(reason));
+  if (exit_code_ == 0 && data_channel_) {
+    // Told to stop: requests the proxy wrote after the replica's last read
+    // are lost with the process, not crashed by it. (A full lane drops this,
+    // and its requests count as a crash.)
+    for (size_t i = 0; i < data_channel_->lanes(); ++i)
+      channel::send_control(data_channel_->answer_fd(i), channel::Kind::closing, 0, 0);
+  }
+}
+
+// Usually the node died: PR_SET_PDEATHSIG ends this process a moment after
+// its sockets closed, and connecting again fails meanwhile. A node that still
+// runs dropped the connection (it was frozen past its connection timeout,
+// say): connect again and attach the same replica actor again, for as long as
+// the node waits for it.
+bool ReplicaProcess::attach_again(const caf::error& reason) {
+  log_->warn("lost the connection to node {} ({}); connecting again", a_.node_id,
+             sys_.render(reason));
+  std::string why;
+  auto until = std::chrono::steady_clock::now() + kReattachFor;
+  while (std::chrono::steady_clock::now() < until && ::getppid() == a_.parent_pid) {
+    auto back =
+        meet_node(sys_, self_, a_.node_port, a_.replica_id, secret_, std::chrono::seconds(2), why);
+    if (back) {
+      sink_target_->set(caf::actor_cast<caf::actor>(back->sink));
+      proxy_target_->set(caf::actor_cast<caf::actor>(back->proxy));
+      if (attach(self_, back->gate, a_.replica_id, secret_, replica_, std::chrono::seconds(2),
+                 why)) {
+        gate_ = back->gate;
+        self_->monitor(gate_);
+        log_->info("attached again to node {}", a_.node_id);
+        return true;
+      }
+    }
+    log_->debug("not attached again yet: {}", why);
+    wait_for_exit(a_.parent_pid, std::chrono::milliseconds(250));
+  }
+  log_->warn("could not attach again to node {} ({}); exiting", a_.node_id,
+             ::getppid() == a_.parent_pid ? why : std::string("the node is gone"));
+  return false;
+}
+
+int ReplicaProcess::run() {
+  bool done = false;
+  while (!done) {
+    self_->receive([&](caf::down_msg& dm) {
+      if (dm.source == inner_.address()) {
+        replica_stopped(dm.reason);
+        done = true;
+      } else if (dm.source == gate_.address() && !attach_again(dm.reason)) {
+        exit_code_ = 1;
+        done = true;
+      }
+    });
+  }
+  return exit_code_;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A write to a closed pipe or socket (its log, once the node is gone) is
+  // an error to handle, not a reason to die.
+  ::signal(SIGPIPE, SIG_IGN);
+  Args a;
+  if (auto code = parse_args(argc, argv, a))
+    return *code;
+  // The node died between starting us and PR_SET_PDEATHSIG taking hold.
+  if (::getppid() != a.parent_pid)
+    return 1;
+  auto data_channel = open_data_channel(a);
   std::set_new_handler(out_of_memory);
   std::string secret;
   if (!std::getline(std::cin, secret) || secret.empty())
     fail("no secret on stdin: troupe-replica is started by troupe-node only");
 
   log::Options log_options;
-  log_options.level = log_level;
-  log_options.format = log_format;
-  log_options.process = replica_id;
+  log_options.level = a.log_level;
+  log_options.format = a.log_format;
+  log_options.process = a.replica_id;
   if (auto st = log::init(log_options); !st)
     fail(st.message());
-  auto log = log::get("replica");
 
-  int exit_code = 0;
-  {
-    caf::actor_system_config cfg;
-    // Heartbeats, so that the node notices a frozen replica process; but no
-    // connection timeout on this side: a node that is frozen (SIGSTOP, a
-    // starved or migrated host) comes back to find its replicas serving,
-    // and a node that dies takes this process with it (PR_SET_PDEATHSIG).
-    TransportOptions transport;
-    transport.connection_timeout_s = 0;
-    configure_actor_system(cfg, transport);
-    if (!tls_dir.empty()) {
-      if (auto st = security::configure_tls(cfg, tls_dir, node_id); !st)
-        fail("--tls-dir: " + st.message());
-    }
-    caf::actor_system sys{cfg};
-    caf::scoped_actor self{sys};
-    std::string why;
-    auto first = meet_node(sys, self, node_port, replica_id, secret, std::chrono::seconds(10), why);
-    if (!first)
-      fail(why);
-    ReplicaGateActor gate = first->gate;
-    self->monitor(gate);
-    const ReplicaSpec spec = first->spec;
-    // The node's actors, behind local forwarders: pointed at their new remote
-    // handles when this process attaches again after a lost connection.
-    auto sink_target = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(first->sink));
-    auto proxy_target = std::make_shared<ForwardTarget>(caf::actor_cast<caf::actor>(first->proxy));
-
-    replica::ReplicaOptions options;
-    options.spec = spec;
-    options.node_id = node_id;
-    options.loader = std::make_shared<PluginLoader>(plugin_path, library_cache);
-    options.metrics_sink = caf::actor_cast<MetricsSinkActor>(spawn_forwarder(sys, sink_target));
-    options.channel = data_channel;
-    // The node serves this process's metrics: the replica sends them with
-    // every metrics report.
-    options.registry = std::make_shared<metrics::Registry>();
-    options.report_registry = true;
-    if (first->proxy) {
-      auto proxy = caf::actor_cast<ProxyKeeperActor>(spawn_forwarder(sys, proxy_target));
-      options.handles = replica::make_handle_transport(replica::make_remote_proxy_call(sys, proxy),
-                                                       replica::make_remote_proxy_stream(sys, proxy),
-                                                       replica::make_remote_proxy_cancel(proxy));
-    }
-    first.reset();
-    auto replica = replica::spawn_replica(sys, std::move(options));
-    // The handle is an actor pool that ends with `out_of_workers` whatever
-    // ended its replica actor: watch the replica actor itself, whose exit
-    // reason tells a graceful stop (user_shutdown) from a fault.
-    caf::actor inner;
-    self->request(caf::actor_cast<caf::actor>(replica), std::chrono::seconds(10),
-                  caf::sys_atom::value, caf::get_atom::value)
-        .receive(
-            [&](std::vector<caf::actor>& workers) {
-              if (!workers.empty())
-                inner = workers.front();
-            },
-            [&](caf::error& err) { fail("cannot reach the replica actor: " + sys.render(err)); });
-    if (!inner)
-      fail("the replica actor is gone before it started");
-    self->monitor(inner);
-    if (!attach(self, gate, replica_id, secret, replica, std::chrono::seconds(10), why))
-      fail(why);
-    log->info("replica {} of {}/{} runs in process {}", replica_id, spec.app, spec.deployment,
-              ::getpid());
-
-    bool done = false;
-    while (!done) {
-      self->receive([&](caf::down_msg& dm) {
-        if (dm.source == inner.address()) {
-          exit_code = dm.reason == caf::exit_reason::user_shutdown ? 0 : 1;
-          log->info("replica {} stopped ({})", replica_id, sys.render(dm.reason));
-          if (exit_code == 0 && data_channel) {
-            // Told to stop: requests the proxy wrote after the replica's last
-            // read are lost with the process, not crashed by it. (A full
-            // lane drops this, and its requests count as a crash.)
-            for (size_t i = 0; i < data_channel->lanes(); ++i)
-              channel::send_control(data_channel->answer_fd(i), channel::Kind::closing, 0, 0);
-          }
-          done = true;
-          return;
-        }
-        if (dm.source != gate.address())
-          return;
-        // Usually the node died: PR_SET_PDEATHSIG ends this process a moment
-        // after its sockets closed, and connecting again fails meanwhile. A
-        // node that still runs dropped the connection (it was frozen past
-        // its connection timeout, say): connect again and attach the same
-        // replica actor again, for as long as the node waits for it.
-        log->warn("lost the connection to node {} ({}); connecting again", node_id,
-                  sys.render(dm.reason));
-        auto until = std::chrono::steady_clock::now() + kReattachFor;
-        while (std::chrono::steady_clock::now() < until && ::getppid() == parent_pid) {
-          auto back =
-              meet_node(sys, self, node_port, replica_id, secret, std::chrono::seconds(2), why);
-          if (back) {
-            sink_target->set(caf::actor_cast<caf::actor>(back->sink));
-            proxy_target->set(caf::actor_cast<caf::actor>(back->proxy));
-            if (attach(self, back->gate, replica_id, secret, replica, std::chrono::seconds(2),
-                       why)) {
-              gate = back->gate;
-              self->monitor(gate);
-              log->info("attached again to node {}", node_id);
-              return;
-            }
-          }
-          log->debug("not attached again yet: {}", why);
-          wait_for_exit(parent_pid, std::chrono::milliseconds(250));
-        }
-        log->warn("could not attach again to node {} ({}); exiting", node_id,
-                  ::getppid() == parent_pid ? why : std::string("the node is gone"));
-        exit_code = 1;
-        done = true;
-      });
-    }
-    // Threads still inside user code would keep ~actor_system waiting: the
-    // process ends here.
-    log::shutdown();
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(exit_code);
+  caf::actor_system_config cfg;
+  // Heartbeats, so that the node notices a frozen replica process; but no
+  // connection timeout on this side: a node that is frozen (SIGSTOP, a
+  // starved or migrated host) comes back to find its replicas serving, and a
+  // node that dies takes this process with it (PR_SET_PDEATHSIG).
+  TransportOptions transport;
+  transport.connection_timeout_s = 0;
+  configure_actor_system(cfg, transport);
+  if (!a.tls_dir.empty()) {
+    if (auto st = security::configure_tls(cfg, a.tls_dir, a.node_id); !st)
+      fail("--tls-dir: " + st.message());
   }
+  caf::actor_system sys{cfg};
+  ReplicaProcess process(sys, a, std::move(secret), std::move(data_channel));
+  process.start();
+  int exit_code = process.run();
+  // Threads still inside user code would keep ~actor_system waiting: the
+  // process ends here.
+  log::shutdown();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(exit_code);
 }

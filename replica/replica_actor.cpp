@@ -242,6 +242,91 @@ void fail_init(replica_actor* self, const caf::error& err) {
   st.init_waiters.clear();
 }
 
+caf::result<ReplicaMetadata> on_initialize(replica_actor* self) {
+  auto& st = self->state;
+  if (st.initialized)
+    return metadata(st);
+  auto rp = self->make_response_promise<ReplicaMetadata>();
+  st.init_waiters.push_back(rp);
+  if (st.init_running)
+    return rp;
+  st.init_running = true;
+  self->request(st.control, caf::infinite, initialize_atom::value)
+      .then(
+          [=](Instance& instance) {
+            // The gate: a replica whose first check fails never reports
+            // ready, so it takes no traffic and counts as a start failure
+            // (the old version keeps serving).
+            gate(
+                self, "", [=] { become_ready(self, instance); },
+                [=](const caf::error& err) { fail_init(self, err); });
+          },
+          [=](caf::error& err) { fail_init(self, err); });
+  return rp;
+}
+
+caf::result<ReplicaMetadata> on_reconfigure(replica_actor* self, const std::string& user_config) {
+  auto rp = self->make_response_promise<ReplicaMetadata>();
+  self->request(self->state.control, caf::infinite, reconfigure_atom::value, user_config)
+      .then(
+          [=](caf::ok_atom) mutable {
+            self->state.user_config = user_config;
+            gate(
+                self, " after reconfigure", [=]() mutable { rp.deliver(metadata(self->state)); },
+                [=](const caf::error& err) mutable { rp.deliver(err); });
+          },
+          [=](caf::error& err) mutable { rp.deliver(err); });
+  return rp;
+}
+
+// Checked here, not by user code: a replica whose handlers never return may
+// still pass its own check_health(), and it answers no request any more.
+// Failing the check makes the controller replace it (and kill it, when its
+// graceful stop times out).
+caf::result<caf::ok_atom> on_health(replica_actor* self) {
+  auto& st = self->state;
+  auto stuck_after = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(st.options.spec.stuck_after_s));
+  if (auto progress = st.dispatch->check_progress(stuck_after); !progress) {
+    st.dispatch->metrics->set_healthy(false);
+    st.log->warn("replica {} reports unhealthy: {}", st.options.spec.replica_id,
+                 progress.message());
+    return to_caf_error(progress);
+  }
+  self->delegate(st.control, health_atom::value);
+  return caf::delegated<caf::ok_atom>{};
+}
+
+caf::result<caf::ok_atom> on_stop(replica_actor* self, double timeout_s) {
+  auto& st = self->state;
+  bool already = st.dispatch->stopping.exchange(true);
+  uint32_t ongoing = st.dispatch->in_flight();
+  if (!already) {
+    st.log->info("replica {} stopping ({} in flight, timeout {:.1f} s)",
+                 st.options.spec.replica_id, ongoing, timeout_s);
+  }
+  if (ongoing == 0) {
+    self->quit(caf::exit_reason::user_shutdown);
+    return caf::ok_atom::value;
+  }
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  st.stop_promise = rp;
+  self->delayed_send(self, seconds_as(timeout_s), stop_due_atom::value);
+  return rp;
+}
+
+// Every metrics_interval_s: the load since the last report, and the models.
+void report_load(replica_actor* self) {
+  auto& st = self->state;
+  auto now = Clock::now();
+  double average = st.dispatch->take_average(st.window_start, now);
+  st.window_start = now;
+  self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id, average,
+             st.dispatch->finished());
+  report_models(self, true);
+  self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s), report_atom::value);
+}
+
 ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, DispatchPtr dispatch) {
   auto& st = self->state;
   st.options = o;
@@ -264,59 +349,11 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
   if (o.metrics_sink && o.report_registry && o.registry_interval_s > 0)
     self->send(self, registry_atom::value);
   return {
-      [=](initialize_atom) -> caf::result<ReplicaMetadata> {
-        auto& st = self->state;
-        if (st.initialized)
-          return metadata(st);
-        auto rp = self->make_response_promise<ReplicaMetadata>();
-        st.init_waiters.push_back(rp);
-        if (st.init_running)
-          return rp;
-        st.init_running = true;
-        self->request(st.control, caf::infinite, initialize_atom::value)
-            .then(
-                [=](Instance& instance) {
-                  // The gate: a replica whose first check fails never
-                  // reports ready, so it takes no traffic and counts as a
-                  // start failure (the old version keeps serving).
-                  gate(
-                      self, "", [=] { become_ready(self, instance); },
-                      [=](const caf::error& err) { fail_init(self, err); });
-                },
-                [=](caf::error& err) { fail_init(self, err); });
-        return rp;
+      [=](initialize_atom) { return on_initialize(self); },
+      [=](reconfigure_atom, const std::string& user_config) {
+        return on_reconfigure(self, user_config);
       },
-      [=](reconfigure_atom, const std::string& user_config) -> caf::result<ReplicaMetadata> {
-        auto rp = self->make_response_promise<ReplicaMetadata>();
-        self->request(self->state.control, caf::infinite, reconfigure_atom::value, user_config)
-            .then(
-                [=](caf::ok_atom) mutable {
-                  self->state.user_config = user_config;
-                  gate(
-                      self, " after reconfigure",
-                      [=]() mutable { rp.deliver(metadata(self->state)); },
-                      [=](const caf::error& err) mutable { rp.deliver(err); });
-                },
-                [=](caf::error& err) mutable { rp.deliver(err); });
-        return rp;
-      },
-      [=](health_atom) -> caf::result<caf::ok_atom> {
-        // Checked here, not by user code: a replica whose handlers never
-        // return may still pass its own check_health(), and it answers no
-        // request any more. Failing the check makes the controller replace
-        // it (and kill it, when its graceful stop times out).
-        auto& st = self->state;
-        auto stuck_after = std::chrono::duration_cast<Clock::duration>(
-            std::chrono::duration<double>(st.options.spec.stuck_after_s));
-        if (auto progress = st.dispatch->check_progress(stuck_after); !progress) {
-          st.dispatch->metrics->set_healthy(false);
-          st.log->warn("replica {} reports unhealthy: {}", st.options.spec.replica_id,
-                       progress.message());
-          return to_caf_error(progress);
-        }
-        self->delegate(st.control, health_atom::value);
-        return caf::delegated<caf::ok_atom>{};
-      },
+      [=](health_atom) { return on_health(self); },
       [=](version_atom) -> caf::result<ReplicaMetadata> {
         auto& st = self->state;
         if (!st.initialized) {
@@ -348,23 +385,7 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
         if (st.dispatch->stopping.load() && st.dispatch->in_flight() == 0)
           finish_stop(self);
       },
-      [=](stop_atom, double timeout_s) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        bool already = st.dispatch->stopping.exchange(true);
-        uint32_t ongoing = st.dispatch->in_flight();
-        if (!already) {
-          st.log->info("replica {} stopping ({} in flight, timeout {:.1f} s)",
-                       st.options.spec.replica_id, ongoing, timeout_s);
-        }
-        if (ongoing == 0) {
-          self->quit(caf::exit_reason::user_shutdown);
-          return caf::ok_atom::value;
-        }
-        auto rp = self->make_response_promise<caf::ok_atom>();
-        st.stop_promise = rp;
-        self->delayed_send(self, seconds_as(timeout_s), stop_due_atom::value);
-        return rp;
-      },
+      [=](stop_atom, double timeout_s) { return on_stop(self, timeout_s); },
       [=](stop_due_atom) {
         // The graceful timeout expired with requests still in flight.
         self->state.log->warn("replica {} did not finish in time; exiting with {} in flight",
@@ -372,18 +393,7 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
                               self->state.dispatch->in_flight());
         finish_stop(self);
       },
-      [=](report_atom) {
-        auto& st = self->state;
-        auto now = Clock::now();
-        double average = st.dispatch->take_average(st.window_start, now);
-        st.window_start = now;
-        self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id,
-                   average, st.dispatch->finished());
-
-        report_models(self, true);
-        self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s),
-                           report_atom::value);
-      },
+      [=](report_atom) { report_load(self); },
       [=](gate_atom) {
         if (auto retry = std::move(self->state.gate_retry)) {
           self->state.gate_retry = nullptr;
