@@ -19,7 +19,7 @@ ControllerSession session(double jitter = 1.0) {
 
 }  // namespace
 
-TEST_CASE("controller session: connect, register, heartbeat") {
+TEST_CASE("controller session: connect - register - heartbeat") {
   auto s = session();
   CHECK(s.should_connect());
   s.connect_started();
@@ -33,7 +33,7 @@ TEST_CASE("controller session: connect, register, heartbeat") {
   CHECK(s.is_registered());
 }
 
-TEST_CASE("controller session: failed attempts back off 0.1, 0.2, 0.4 ... up to 1 s, with the jitter") {
+TEST_CASE("controller session: failed attempts back off 0.1 - 0.2 - 0.4 ... up to 1 s - with the jitter") {
   auto s = session(1.2);
   std::vector<double> delays;
   for (int i = 0; i < 6; ++i) {
@@ -77,7 +77,7 @@ TEST_CASE("controller session: the answer of an older link is stale and changes 
   CHECK(s.incarnation() == 6);
 }
 
-TEST_CASE("controller session: the controller lost - no heartbeats, and a new attempt after the backoff") {
+TEST_CASE("controller session: the controller lost - no heartbeats - and a new attempt after the backoff") {
   auto s = session();
   auto link = s.connected();
   s.registered(link, 1);
@@ -111,7 +111,7 @@ TEST_CASE("controller session: a heartbeat the controller does not know register
   CHECK(s.registered(link, 2) == Registered::first);
 }
 
-TEST_CASE("controller session: stopping - no new attempts, and once deregistered no heartbeats") {
+TEST_CASE("controller session: stopping - no new attempts - and once deregistered no heartbeats") {
   auto s = session();
   auto link = s.connected();
   s.registered(link, 1);

@@ -57,7 +57,7 @@ TEST_CASE("hosted replicas: only attached replicas are reported to the controlle
   CHECK(table.list().size() == 2);
 }
 
-TEST_CASE("hosted replicas: a lost connection waits for the process to attach again, with the same secret") {
+TEST_CASE("hosted replicas: a lost connection waits for the process to attach again - with the same secret") {
   HostedReplicas table;
   table.add_process(spec("r1"), 100, "s", {});
   auto* h = table.find("r1");
@@ -101,7 +101,7 @@ TEST_CASE("hosted replicas: the attach deadline holds only for the process that 
   CHECK_FALSE(table.attach_overdue("r1", 100));
 }
 
-TEST_CASE("hosted replicas: a process's exit - stopped, crashed, or before it attached") {
+TEST_CASE("hosted replicas: a process's exit - stopped - crashed - or before it attached") {
   HostedReplicas table;
   table.add_process(spec("r1"), 100, "s", {});
   table.add_process(spec("r2"), 200, "s", {});
@@ -135,7 +135,7 @@ TEST_CASE("hosted replicas: a stop tells an attached replica once and sets its k
   CHECK(h->kill_at == t0 + 1s + 2500ms);
 }
 
-TEST_CASE("hosted replicas: a process that has not attached, or is detached, is killed at once on stop") {
+TEST_CASE("hosted replicas: a process that has not attached - or is detached - is killed at once on stop") {
   HostedReplicas table;
   table.add_process(spec("r1"), 100, "s", {});
   CHECK(table.stop(*table.find("r1"), 10, t0).kill_now);
@@ -148,7 +148,7 @@ TEST_CASE("hosted replicas: a process that has not attached, or is detached, is 
   CHECK(table.stop(*h, 10, t0).kill_now);
 }
 
-TEST_CASE("hosted replicas: a handle that ends removes its replica, saying whether it was expected") {
+TEST_CASE("hosted replicas: a handle that ends removes its replica - saying whether it was expected") {
   HostedReplicas table;
   table.add_process(spec("r1"), 100, "s", {});
   table.add_in_process(spec("r2"), ReplicaActor());
@@ -165,7 +165,7 @@ TEST_CASE("hosted replicas: a handle that ends removes its replica, saying wheth
   CHECK_FALSE(table.handle_ended("r2").known);
 }
 
-TEST_CASE("hosted replicas: a restarted agent watches what its predecessor hosted, deadlines included") {
+TEST_CASE("hosted replicas: a restarted agent watches what its predecessor hosted - deadlines included") {
   HostedReplicas table;
   table.add_process(spec("r1"), 100, "s", {});  // not attached
   table.add_in_process(spec("r2"), ReplicaActor());

@@ -206,7 +206,7 @@ TEST_CASE("library fetcher: a cached copy is verified and used without the contr
   CHECK_FALSE(f.fetcher->fetching(pin.sha256));
 }
 
-TEST_CASE("library fetcher: an unchanged stamp is not hashed again, a changed one is") {
+TEST_CASE("library fetcher: an unchanged stamp is not hashed again - a changed one is") {
   Fixture f;
   const auto bytes = content('a');
   const auto pin = pin_of("libm.so", bytes);
@@ -382,7 +382,7 @@ TEST_CASE("library fetcher: an empty piece before the end is an io_error") {
   CHECK_FALSE(fs::exists(f.cached(pin)));
 }
 
-TEST_CASE("library fetcher: content that does not hash to the pin is refused, nothing cached") {
+TEST_CASE("library fetcher: content that does not hash to the pin is refused - nothing cached") {
   Fixture f;
   const auto pin = pin_of("libm.so", content('a'));
   auto source = std::make_shared<FakeSource>();
@@ -421,7 +421,7 @@ TEST_CASE("library fetcher: an answer after the fetcher is gone does nothing") {
 }
 
 TEST_CASE(
-    "library fetcher: pruning keeps to its interval, the retention, used and awaited "
+    "library fetcher: pruning keeps to its interval - the retention - used and awaited "
     "libraries") {
   Fixture f;
   const double now = static_cast<double>(std::time(nullptr));
@@ -480,7 +480,7 @@ TEST_CASE(
   CHECK(read_all(f.cached(b)) == content('b'));
 }
 
-TEST_CASE("library fetcher: no cache dir, no pruning") {
+TEST_CASE("library fetcher: no cache dir - no pruning") {
   LibraryFetcher::Options o;
   o.wall_now_s = [] { return 1e12; };
   LibraryFetcher fetcher(std::move(o));

@@ -112,7 +112,7 @@ struct Fixture : test_coordinator_fixture<KeeperConfig> {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(Fixture, "keeper: a message it does not handle reaches the kept actor, which answers the sender") {
+TEST_CASE_FIXTURE(Fixture, "keeper: a message it does not handle reaches the kept actor - which answers the sender") {
   spawn(options(10));
   auto answer = who();
   REQUIRE(answer);
@@ -135,7 +135,7 @@ TEST_CASE_FIXTURE(Fixture, "keeper: a kept actor that crashes is restarted and t
   CHECK(gave_up.empty());
 }
 
-TEST_CASE_FIXTURE(Fixture, "keeper: while the restart waits, requests get unavailable and held messages wait for the next actor") {
+TEST_CASE_FIXTURE(Fixture, "keeper: while the restart waits - requests get unavailable and held messages wait for the next actor") {
   spawn(options(10, 1s));
   crash_current();  // restart #1: at once
   REQUIRE(seen->started == 2);
@@ -203,7 +203,7 @@ TEST_CASE_FIXTURE(Fixture, "keeper: an exit message to the keeper stops the kept
   keeper = nullptr;
 }
 
-TEST_CASE_FIXTURE(Fixture, "keeper: an actor already running is adopted, not started again") {
+TEST_CASE_FIXTURE(Fixture, "keeper: an actor already running is adopted - not started again") {
   auto first = sys.spawn(kept, seen, 7);
   seen->kept.push_back(first);
   keeper = spawn_keeper(sys, options(10), "troupe.test-keeper", first);
