@@ -60,6 +60,12 @@ ALLOWED = {
     "controller/core": {"controller/core", "runtime/address.hpp", "runtime/printable.hpp",
                         "runtime/resources.hpp", "runtime/status.hpp", "runtime/time.hpp"},
     "controller": {"controller", "runtime", "schemas", "include"},
+    # The controller's plain shell: its parts, the core, membership, the
+    # store's codec and the options; never the actor (controller_actor.hpp)
+    # that wraps it.
+    "controller/shell": {"controller/shell", "controller/core", "controller/membership.hpp",
+                         "controller/store", "controller/controller_options.hpp", "runtime",
+                         "schemas", "include"},
     "replica": {"replica", "runtime", "schemas", "include"},
     "proxy": {"proxy", "runtime", "schemas", "include"},
     "config": {"config", "controller/core/model.hpp", "controller/core/validate.hpp",

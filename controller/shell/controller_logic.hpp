@@ -24,7 +24,7 @@
 #include <caf/actor_addr.hpp>
 #include <caf/error.hpp>
 
-#include "controller/controller_actor.hpp"  // ControllerOptions
+#include "controller/controller_options.hpp"
 #include "controller/core/checkpoint_store.hpp"
 #include "controller/core/clock.hpp"
 #include "controller/core/state_manager.hpp"
