@@ -313,7 +313,7 @@ Status Node::start_proxy() {
   popts.dashboard = o_.head && o_.dashboard;
   popts.connect_peers = !o_.head;
   // A worker serves other workers' requests to its replicas on a data port
-  // (proxy/peer_data.cpp); not with TLS, whose clusters keep CAF's
+  // (proxy/peer_server.cpp); not with TLS, whose clusters keep CAF's
   // encrypted connections for that.
   popts.data_port = !o_.head && o_.tls_dir.empty();
   if (auto mode = proxy::parse_access_log_mode(o_.access_log);

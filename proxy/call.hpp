@@ -71,7 +71,7 @@ struct Call : std::enable_shared_from_this<Call> {
   caf::message_id response_id;     // of the current attempt (over CAF)
   uint64_t channel_call = 0;       // of the current attempt over a data channel
                                    // or a data port
-  // The data port connection of the current attempt (peer_data.cpp); null:
+  // The data port connection of the current attempt (peer_client.cpp); null:
   // it went another way.
   std::shared_ptr<PeerConn> peer;
   size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
@@ -213,7 +213,7 @@ bool send_inline(const CallPtr& c);
 // process is gone) go over CAF then.
 bool send_channel(const CallPtr& c);
 
-// --- data ports between workers (peer_data.cpp) ---------------------------------
+// --- data ports between workers (peer_client.cpp, peer_server.cpp) ---------------------------------
 
 // Queues the call's request for the data port of its replica's node (another
 // worker); false when there is no connection up to it (one is opened for

@@ -1,13 +1,24 @@
 // What the proxy shares between its io threads and its actors (internal to
 // proxy/): Proxy::Core, and per io thread a Worker with its data channel
-// lanes. Where each part is implemented:
-//   call.{hpp,cpp}      the call state machine (dispatch, send, retries,
-//                       timeouts, fail-over) and Core's fail-over entries
-//   channel_path.cpp    requests and answers over replica data channels
-//   admin.cpp           /-/healthz, /-/routes, /-/metrics
-//   handle_calls.cpp    deployment handle calls (Core::call, ReplyTo)
-//   proxy_actor.cpp     the proxy actor and its keeper
-//   proxy.cpp           Proxy (start, stop) and Core::on_request
+// lanes. Where each part is implemented (proxy/README.md has the table):
+//   proxy.{hpp,cpp}       Proxy (start, stop) and Core::on_request
+//   http_server.{hpp,cpp} the Beast server, one io_context per io thread
+//   router.{hpp,cpp}      the routing decisions (plain C++)
+//   call.{hpp,cpp}        the call state machine (dispatch, send, retries,
+//                         timeouts, fail-over) and Core's fail-over entries
+//   attempts.{hpp,cpp}    the retry decisions (plain C++)
+//   inline_path.cpp       non-blocking in-process replicas, on the io thread
+//   channel_path.cpp      requests and answers over replica data channels
+//   peer_client.cpp       requests to another worker's data port
+//   peer_server.cpp       this worker's data port
+//   frame_conn.hpp        the framed connection of both sides of a data port
+//   streams.cpp           streamed answers (credits, chunks, ends)
+//   shadow.cpp            shadow traffic
+//   handle_calls.{hpp,cpp} deployment handle calls (Core::call, ReplyTo)
+//   peers.cpp             the proxy actor's direct connections to workers
+//   proxy_actor.cpp       the proxy actor and its keeper
+//   admin.cpp             /-/readyz, /-/routes, /-/metrics, the dashboard
+//   metrics.{hpp,cpp}, access_log.{hpp,cpp}, http_fields.{hpp,cpp}
 #pragma once
 
 #include <atomic>
@@ -98,7 +109,7 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
     uint32_t failures = 0;  // attempts failed since the last success
   };
   std::map<std::string, PeerLink> peers;
-  // The data port (peer_data.cpp): this worker's listener for other workers'
+  // The data port (peer_server.cpp): this worker's listener for other workers'
   // requests (null: none) and the token they must present; and the data
   // ports of the peers, by node id, learned from their peer actors (set by
   // the proxy actor, read by the io threads when `data_ports_version`
@@ -244,7 +255,7 @@ struct Worker {
   // can cancel them; the sweep forgets those that ended.
   std::unordered_map<uint64_t, std::weak_ptr<Call>> handle_calls;
   std::vector<uint64_t> frame;
-  // Data ports (peer_data.cpp). Connections to other workers' data ports by
+  // Data ports (peer_client.cpp, peer_server.cpp). Connections to other workers' data ports by
   // node id, with this thread's copy of Core::data_ports; connections from
   // other workers served here, and the streams relayed to them by the key
   // their replicas' pieces carry.
@@ -286,7 +297,7 @@ struct Worker {
   uint64_t core_key_base = 0;
 };
 
-// peer_data.cpp: opens the data port (Core::data_port) when the options ask
+// peer_server.cpp: opens the data port (Core::data_port) when the options ask
 // for it (it accepts once the io threads run); closes it and drops every
 // connection of the data ports once the io threads have ended (stop()).
 Status open_data_port(Proxy::Core& core);

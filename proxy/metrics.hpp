@@ -72,7 +72,7 @@ class Metrics {
   // A request run inline by an in-process replica's non-blocking handler
   // (proxy/inline_path.cpp).
   void sent_inline() { sent_inline_.fetch_add(1, std::memory_order_relaxed); }
-  // ... and over another worker's data port (proxy/peer_data.cpp).
+  // ... and over another worker's data port (proxy/peer_client.cpp).
   void sent_peer() { sent_peer_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t sent_peer_count() const { return sent_peer_.load(std::memory_order_relaxed); }
   uint64_t sent_inline_count() const { return sent_inline_.load(std::memory_order_relaxed); }

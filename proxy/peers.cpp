@@ -50,7 +50,7 @@ void failed(ProxyImpl::pointer self, const core_ptr& core, const std::string& id
 void caf_connect(ProxyImpl::pointer self, const core_ptr& core, const std::string& id,
                  const PeerEndpoint& endpoint);
 
-// Where the peer's data port is (peer_data.cpp): the io threads send its
+// Where the peer's data port is (peer_client.cpp): the io threads send its
 // replicas' requests there from now on. A peer without one (TLS, or an older
 // node that does not know the question) is reached over CAF.
 void ask_data_port(ProxyImpl::pointer self, const core_ptr& core, const std::string& id,

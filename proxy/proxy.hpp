@@ -106,7 +106,7 @@ struct ProxyOptions {
   // connected to the head already.
   bool connect_peers = true;
   // Serve this worker's replicas to other workers' proxies on a data port
-  // (proxy/peer_data.cpp): TCP on server.bind, a port the kernel picks,
+  // (proxy/peer_server.cpp): TCP on server.bind, a port the kernel picks,
   // frames of the data channel, a connection admitted only with the token
   // the node's peer actor hands out. troupe-node: a worker without TLS.
   bool data_port = false;

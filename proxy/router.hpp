@@ -299,7 +299,7 @@ class Router {
   // Every replica handle held (to monitor them again after a restart).
   std::vector<ReplicaActor> handles() const;
   // The live slot of replica `replica_id` (null: none). A scan of every
-  // slot: callers keep what it found (proxy/peer_data.cpp).
+  // slot: callers keep what it found (proxy/peer_client.cpp).
   SlotPtr find_replica(const std::string& replica_id) const;
   // Drops every deployment and queued waiter without calling it (shutdown).
   void clear();

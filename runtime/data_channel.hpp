@@ -71,7 +71,7 @@ enum class Kind : uint8_t {
                  // lane it did not answer never will be, and are not its
                  // crash (the proxy places them again)
   // Only on a worker's data port (a TCP connection between two workers'
-  // proxies, proxy/peer_data.cpp):
+  // proxies, proxy/peer_client.cpp and proxy/peer_server.cpp):
   hello = 11,   // raw payload: the port's token; the first frame a
                 // connecting worker sends, and nothing is served before it
   failed = 12,  // the request failed at the replica: `amount` is the error

@@ -491,7 +491,7 @@ using ProxyActor = HandleCallActor::extend<
 // that the connecting side knows it reached the node it meant; the
 // connection it rides on is what matters (CAF routes messages to the node's
 // actors over it instead of through the head).
-// It also answers where this worker's data port is (proxy/peer_data.cpp):
+// It also answers where this worker's data port is (proxy/peer_server.cpp):
 // its port (0: none, as with TLS) and the token a connection must present
 // there, so only a member of the cluster that reached this actor can.
 using data_port_atom = caf::atom_constant<caf::atom("dataport")>;

@@ -23,7 +23,7 @@ struct ChannelRequest @0x9d3770ab37526b35 {
   body @4 :Data;
   requestId @5 :Text;
   timeoutS @6 :Float64;  # the time left when sent; 0: no deadline
-  # On a worker's data port (proxy/peer_data.cpp): the replica of that
+  # On a worker's data port (proxy/peer_server.cpp): the replica of that
   # worker the request is for. Empty on a replica process's channel.
   replicaId @7 :Text;
 }

@@ -2,8 +2,12 @@
 //
 // A deployment is a class derived from troupe::Deployment, compiled into a
 // shared library and registered with TROUPE_DEPLOYMENT(ClassName). A config
-// names it as `import_path: libmy_models.so:ClassName`; the library is looked
-// up only in the node's plugin directories.
+// names it by a path relative to the config file,
+// `import_path: ./build/libmy_models.so:ClassName`: `troupectl deploy`
+// uploads the library to the controller, which pins it by its SHA-256, and
+// every node that runs a replica of it fetches that build. A bare file name,
+// `import_path: libmy_models.so:ClassName`, names a library in the nodes'
+// plugin directories (`--plugin-path`).
 //
 //   #include <troupe/deployment.hpp>
 //

@@ -1,4 +1,4 @@
-// Worker to worker over data ports (proxy/peer_data.cpp): a worker's proxy
+// Worker to worker over data ports (proxy/peer_client.cpp, proxy/peer_server.cpp): a worker's proxy
 // sends requests for another worker's replicas to that worker's data port,
 // not over CAF. Real troupe-node processes on loopback; every wait is a
 // condition with a deadline; the Cluster stops every process it started,

@@ -483,7 +483,7 @@ TEST_CASE("frozen head: 10 s under load through w1 on the replicas of w2 - answe
   REQUIRE(wait_until([&] { return f.output_has("w1", "direct connection to node w2 at"); }, 20s));
   Load load({f.port("w1"), f.port("w1"), f.port("w1"), f.port("w1")}, "/echo/w1-to-w2", 30);
   REQUIRE(wait_until([&] { return load.count() >= 40; }, 20s));
-  // The requests go over w2's data port (proxy/peer_data.cpp), opened by
+  // The requests go over w2's data port (proxy/peer_client.cpp), opened by
   // w1's io thread on its first request there.
   REQUIRE(wait_until([&] { return f.output_has("w1", "data port connection to node w2"); }, 20s));
   long peer_before = peer_sends(f.port("w1"));

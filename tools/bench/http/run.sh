@@ -379,7 +379,7 @@ declare -A URL=([e]="http://127.0.0.1:$UP_PORT/" [c]="http://127.0.0.1:$NGX_PROX
   [d]="http://127.0.0.1:$HAP_PORT/" [a]="http://127.0.0.1:$A_PORT/a/"
   [b]="http://127.0.0.1:$A_PORT/b/" [p]="http://127.0.0.1:$A_PORT/p/")
 # Requests node A's proxy sent over other workers' data ports (worker to
-# worker without CAF, proxy/peer_data.cpp): (b) says how many of its own did.
+# worker without CAF, proxy/peer_client.cpp): (b) says how many of its own did.
 peer_sends() {
   curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" 2>/dev/null |
     awk '/^troupe_proxy_replica_sends_total\{transport="peer"\}/ {print $2}'
