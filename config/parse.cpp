@@ -171,56 +171,9 @@ class DocumentMarks : public YAML::EventHandler {
 }  // namespace
 
 Result<DeployConfig> Parser::run(const std::string& text) {
-  // One document: Load reads the first, and the parser is asked for at most
-  // one more. (Not LoadAll: in yaml-cpp 0.7, Debian 12's, it loops for ever,
-  // allocating, on some malformed input such as a stray ',' after a
-  // document, whose parser keeps handing out an empty document without
-  // consuming the token; found by tests/fuzz/config_fuzz.cpp.)
-  if (BadText bad = first_bad_character(text); bad.at != std::string::npos) {
-    // (text[bad.at] is not a newline: rfind finds the one before it, if any.)
-    size_t line_start = text.rfind('\n', bad.at);
-    line_start = line_start == std::string::npos ? 0 : line_start + 1;
-    YAML::Mark at;
-    at.pos = static_cast<int>(bad.at);
-    at.line = static_cast<int>(std::count(text.begin(), text.begin() + bad.at, '\n'));
-    at.column = static_cast<int>(bad.at - line_start);
-    char what[96];
-    if (!bad.utf8) {
-      std::snprintf(what, sizeof(what), "not UTF-8 text (byte 0x%02x)",
-                    static_cast<unsigned char>(text[bad.at]));
-    } else {
-      std::snprintf(what, sizeof(what),
-                    "character U+%04X is not allowed in YAML text (escape it in double quotes)",
-                    bad.code);
-    }
-    fail(at, what);
-    return error_;
-  }
   YAML::Node top;
-  std::optional<DocumentMarks> second;
-  try {
-    top = YAML::Load(text);
-    std::istringstream in(text);
-    YAML::Parser parser(in);
-    DocumentMarks first;
-    if (parser.HandleNextDocument(first)) {
-      DocumentMarks next;
-      if (parser.HandleNextDocument(next))
-        second = next;
-    }
-  } catch (const YAML::ParserException& e) {
-    fail(e.mark, "YAML syntax error: " + e.msg);
+  if (!check_text(text) || !load_document(text, top))
     return error_;
-  }
-  if (second) {
-    const YAML::Mark start = second->start.value_or(YAML::Mark());
-    const bool separator =
-        start.pos >= 0 && text.compare(static_cast<size_t>(start.pos), 3, "---") == 0;
-    fail(second->node.value_or(start),
-         separator ? "a second YAML document ('---'): expected exactly one"
-                   : "more after the first YAML document: expected exactly one");
-    return error_;
-  }
   if (top.IsNull()) {
     return Status(errc::invalid_argument,
                   file_ + " is empty: expected a mapping with 'applications'");
@@ -252,23 +205,90 @@ Result<DeployConfig> Parser::run(const std::string& text) {
          "to declare none)");
     return error_;
   }
-  if (!apps->value.IsSequence()) {
-    fail(mark_of(*apps),
-         "applications: expected a sequence of applications, got " + describe(apps->value));
+  if (!applications(*apps, config.state))
     return error_;
+
+  // The controller's own rules, so that a config that parses is one the
+  // controller accepts; anything caught only here has no position.
+  Status valid = controller::validate(config.state);
+  if (!valid)
+    return Status(errc::invalid_argument, file_ + ": " + valid.message());
+  return std::move(config);
+}
+
+// Refuses text that YAML does not allow, at its first bad character.
+bool Parser::check_text(const std::string& text) {
+  BadText bad = first_bad_character(text);
+  if (bad.at == std::string::npos)
+    return true;
+  // (text[bad.at] is not a newline: rfind finds the one before it, if any.)
+  size_t line_start = text.rfind('\n', bad.at);
+  line_start = line_start == std::string::npos ? 0 : line_start + 1;
+  YAML::Mark at;
+  at.pos = static_cast<int>(bad.at);
+  at.line = static_cast<int>(std::count(text.begin(), text.begin() + bad.at, '\n'));
+  at.column = static_cast<int>(bad.at - line_start);
+  char what[96];
+  if (!bad.utf8) {
+    std::snprintf(what, sizeof(what), "not UTF-8 text (byte 0x%02x)",
+                  static_cast<unsigned char>(text[bad.at]));
+  } else {
+    std::snprintf(what, sizeof(what),
+                  "character U+%04X is not allowed in YAML text (escape it in double quotes)",
+                  bad.code);
+  }
+  return fail(at, what);
+}
+
+// One document: Load reads the first, and the parser is asked for at most
+// one more. (Not LoadAll: in yaml-cpp 0.7, Debian 12's, it loops for ever,
+// allocating, on some malformed input such as a stray ',' after a
+// document, whose parser keeps handing out an empty document without
+// consuming the token; found by tests/fuzz/config_fuzz.cpp.)
+bool Parser::load_document(const std::string& text, YAML::Node& top) {
+  std::optional<DocumentMarks> second;
+  try {
+    top = YAML::Load(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentMarks first;
+    if (parser.HandleNextDocument(first)) {
+      DocumentMarks next;
+      if (parser.HandleNextDocument(next))
+        second = next;
+    }
+  } catch (const YAML::ParserException& e) {
+    return fail(e.mark, "YAML syntax error: " + e.msg);
+  }
+  if (second) {
+    const YAML::Mark start = second->start.value_or(YAML::Mark());
+    const bool separator =
+        start.pos >= 0 && text.compare(static_cast<size_t>(start.pos), 3, "---") == 0;
+    return fail(second->node.value_or(start),
+                separator ? "a second YAML document ('---'): expected exactly one"
+                          : "more after the first YAML document: expected exactly one");
+  }
+  return true;
+}
+
+// The top level's `applications`: each application, names and route
+// prefixes unique.
+bool Parser::applications(const Field& f, controller::TargetState& state) {
+  if (!f.value.IsSequence()) {
+    return fail(mark_of(f),
+                "applications: expected a sequence of applications, got " + describe(f.value));
   }
   std::map<std::string, YAML::Mark> names;
   std::map<std::string, std::string> prefixes;  // route_prefix -> application
   size_t index = 0;
-  for (const auto& item : apps->value) {
+  for (const auto& item : f.value) {
     ApplicationSpec app;
     if (!application(item, index++, app))
-      return error_;
+      return false;
     auto [it, inserted] = names.emplace(app.name, item.Mark());
     if (!inserted) {
-      fail(item.Mark(), "duplicate application name " + in_quotes(app.name) + " (first at " +
-                            position_text(it->second) + ")");
-      return error_;
+      return fail(item.Mark(), "duplicate application name " + in_quotes(app.name) + " (first at " +
+                                   position_text(it->second) + ")");
     }
     auto [prefix, fresh] = prefixes.emplace(app.route_prefix, app.name);
     if (!fresh) {
@@ -277,20 +297,13 @@ Result<DeployConfig> Parser::run(const std::string& text) {
         if (entry.first.IsScalar() && entry.first.Scalar() == "route_prefix")
           at = entry.second.Mark();
       }
-      fail(at, "route_prefix " + in_quotes(app.route_prefix) + " of application " +
-                   in_quotes(app.name) + " is already used by application " +
-                   in_quotes(prefix->second));
-      return error_;
+      return fail(at, "route_prefix " + in_quotes(app.route_prefix) + " of application " +
+                          in_quotes(app.name) + " is already used by application " +
+                          in_quotes(prefix->second));
     }
-    config.state.applications.emplace(app.name, std::move(app));
+    state.applications.emplace(app.name, std::move(app));
   }
-
-  // The controller's own rules, so that a config that parses is one the
-  // controller accepts; anything caught only here has no position.
-  Status valid = controller::validate(config.state);
-  if (!valid)
-    return Status(errc::invalid_argument, file_ + ": " + valid.message());
-  return std::move(config);
+  return true;
 }
 
 bool Parser::http_options(const YAML::Node& node, HttpOptions& out,
@@ -349,54 +362,28 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
     }
   }
 
+  ApplicationContext app;
+  app.name = out.name;
   const Field* import = fields.get("import_path");
   if (!import)
     return fail(node.Mark(), "missing field 'import_path' " + where);
-  std::string import_text;
-  if (!get_string(*import, "import_path", import_text))
+  if (!get_string(*import, "import_path", app.import_text))
     return false;
-  auto parsed_import = parse_import_path(import_text);
+  auto parsed_import = parse_import_path(app.import_text);
   if (!parsed_import)
     return fail(mark_of(*import), parsed_import.status().message());
-  out.ingress = parsed_import->class_name;
+  app.import = *parsed_import;
+  out.ingress = app.import.class_name;
 
-  std::string app_args;
-  YAML::Mark app_args_mark = node.Mark();
+  app.args_mark = node.Mark();
   if (const Field* f = fields.get("args")) {
-    if (!get_json(*f, "args", true, app_args))
+    if (!get_json(*f, "args", true, app.args))
       return false;
-    app_args_mark = mark_of(*f);
+    app.args_mark = mark_of(*f);
   }
 
-  std::map<std::string, YAML::Mark> seen;
-  if (const Field* f = fields.get("deployments")) {
-    if (!f->value.IsSequence()) {
-      return fail(mark_of(*f),
-                  "deployments: expected a sequence of deployments, got " + describe(f->value));
-    }
-    size_t i = 0;
-    for (const auto& item : f->value) {
-      DeploymentSpec d;
-      if (!deployment(item, i++, out.name, *parsed_import, import_text, app_args, app_args_mark,
-                      d)) {
-        return false;
-      }
-      auto [it, inserted] = seen.emplace(d.name, item.Mark());
-      if (!inserted) {
-        return fail(item.Mark(), "duplicate deployment name " + in_quotes(d.name) + " in " + self +
-                                     " (first at " + position_text(it->second) + ")");
-      }
-      out.deployments.push_back(std::move(d));
-    }
-  }
-  if (!seen.count(out.ingress)) {
-    // The ingress is not listed: it runs with the defaults.
-    DeploymentSpec ingress;
-    ingress.name = out.ingress;
-    ingress.import_path = import_text;
-    ingress.init_args = app_args;
-    out.deployments.insert(out.deployments.begin(), std::move(ingress));
-  }
+  if (!deployments(fields.get("deployments"), app, out))
+    return false;
   if (const Field* f = fields.given("traffic")) {
     if (!traffic(*f, out, out.traffic))
       return false;
@@ -420,12 +407,46 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
   return true;
 }
 
-bool Parser::deployment(const YAML::Node& node, size_t index, const std::string& app_name,
-                        const ImportPath& app_import, const std::string& app_import_text,
-                        const std::string& app_args, const YAML::Mark& app_args_mark,
+// An application's `deployments` (`f`; null when not given), each name once;
+// the ingress first with the defaults when it is not listed.
+bool Parser::deployments(const Field* f, const ApplicationContext& app, ApplicationSpec& out) {
+  std::map<std::string, YAML::Mark> seen;
+  if (f) {
+    if (!f->value.IsSequence()) {
+      return fail(mark_of(*f),
+                  "deployments: expected a sequence of deployments, got " + describe(f->value));
+    }
+    size_t i = 0;
+    for (const auto& item : f->value) {
+      DeploymentSpec d;
+      if (!deployment(item, i++, app, d))
+        return false;
+      auto [it, inserted] = seen.emplace(d.name, item.Mark());
+      if (!inserted) {
+        return fail(item.Mark(), "duplicate deployment name " + in_quotes(d.name) +
+                                     " in application " + in_quotes(app.name) + " (first at " +
+                                     position_text(it->second) + ")");
+      }
+      out.deployments.push_back(std::move(d));
+    }
+  }
+  if (!seen.count(out.ingress)) {
+    // The ingress is not listed: it runs with the defaults.
+    DeploymentSpec ingress;
+    ingress.name = out.ingress;
+    ingress.import_path = app.import_text;
+    ingress.init_args = app.args;
+    out.deployments.insert(out.deployments.begin(), std::move(ingress));
+  }
+  return true;
+}
+
+// One entry of an application's `deployments`: its name and code (import_path,
+// args, version), then its DeploymentConfig.
+bool Parser::deployment(const YAML::Node& node, size_t index, const ApplicationContext& app,
                         DeploymentSpec& out) {
   const std::string position =
-      "deployments[" + std::to_string(index) + "] of application " + in_quotes(app_name);
+      "deployments[" + std::to_string(index) + "] of application " + in_quotes(app.name);
   if (!node.IsMap())
     return fail(node.Mark(), position + ": expected a mapping, got " + describe(node));
   const std::string peeked = peek_name(node);
@@ -443,7 +464,7 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
   if (!controller::valid_name(out.name)) {
     return fail(mark_of(*name), "deployment name " + in_quotes(out.name) + " " + kNameRule);
   }
-  const bool is_ingress = out.name == app_import.class_name;
+  const bool is_ingress = out.name == app.import.class_name;
   const std::string self = "deployment " + in_quotes(out.name);
 
   if (const Field* f = fields.get("import_path")) {
@@ -452,14 +473,14 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
     auto parsed = parse_import_path(out.import_path);
     if (!parsed)
       return fail(mark_of(*f), parsed.status().message());
-    if (is_ingress && out.import_path != app_import_text) {
+    if (is_ingress && out.import_path != app.import_text) {
       return fail(mark_of(*f), "import_path of ingress " + self + " must be the application's (" +
-                                   in_quotes(app_import_text) + ") or be left out");
+                                   in_quotes(app.import_text) + ") or be left out");
     }
   } else if (is_ingress) {
-    out.import_path = app_import_text;
+    out.import_path = app.import_text;
   } else {
-    out.import_path = app_import.library + ":" + out.name;
+    out.import_path = app.import.library + ":" + out.name;
     auto parsed = parse_import_path(out.import_path);
     if (!parsed) {
       return fail(mark_of(*name), self + " has no import_path and its name is no class name (" +
@@ -468,22 +489,27 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
   }
 
   if (const Field* f = fields.get("args")) {
-    if (is_ingress && !app_args.empty() && !f->value.IsNull()) {
+    if (is_ingress && !app.args.empty() && !f->value.IsNull()) {
       return fail(mark_of(*f), "args of ingress " + self + " are given twice: here and at " +
-                                   position_text(app_args_mark) + " in the application; keep one");
+                                   position_text(app.args_mark) + " in the application; keep one");
     }
     if (!get_json(*f, "args", true, out.init_args))
       return false;
   }
   if (is_ingress && out.init_args.empty())
-    out.init_args = app_args;
+    out.init_args = app.args;
 
   if (const Field* f = fields.get("version")) {
     if (!get_string(*f, "version", out.code_version))
       return false;
   }
+  return deployment_config(fields, out.name, out.config);
+}
 
-  DeploymentConfig& c = out.config;
+// The fields of a deployment (`name`) that make its DeploymentConfig.
+bool Parser::deployment_config(const Fields& fields, const std::string& name,
+                               DeploymentConfig& out) {
+  const std::string self = "deployment " + in_quotes(name);
   const long long max_replicas = controller::kMaxReplicas;
   const Field* num_replicas = fields.get("num_replicas");
   if (num_replicas) {
@@ -492,7 +518,7 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
                   "num_replicas: 'auto' is not supported; give an autoscaling_config instead");
     }
     if (!get_int_as(num_replicas, "num_replicas", "a non-negative integer", 0, max_replicas,
-                    c.num_replicas)) {
+                    out.num_replicas)) {
       return false;
     }
   }
@@ -504,49 +530,49 @@ bool Parser::deployment(const YAML::Node& node, size_t index, const std::string&
                       "not both");
     }
     AutoscalingConfig a;
-    if (!autoscaling(*f, out.name, a))
+    if (!autoscaling(*f, name, a))
       return false;
-    c.autoscaling_config = a;
+    out.autoscaling_config = a;
   }
   if (!get_int_as(fields.get("max_ongoing_requests"), "max_ongoing_requests", "a positive integer",
-                  1, controller::kMaxOngoingRequests, c.max_ongoing_requests) ||
+                  1, controller::kMaxOngoingRequests, out.max_ongoing_requests) ||
       !get_int_as(fields.get("max_queued_requests"), "max_queued_requests",
                   "an integer (-1 for no limit)", -1, std::numeric_limits<int32_t>::max(),
-                  c.max_queued_requests) ||
+                  out.max_queued_requests) ||
       !get_int_as(fields.get("max_replicas_per_node"), "max_replicas_per_node",
                   "a non-negative integer (0 for no limit)", 0, max_replicas,
-                  c.max_replicas_per_node) ||
-      !max_num_models(fields.given("max_num_models_per_replica"), c.max_num_models_per_replica)) {
+                  out.max_replicas_per_node) ||
+      !max_num_models(fields.given("max_num_models_per_replica"), out.max_num_models_per_replica)) {
     return false;
   }
   if (const Field* f = fields.get("user_config")) {
-    if (!get_json(*f, "user_config", false, c.user_config))
+    if (!get_json(*f, "user_config", false, out.user_config))
       return false;
   }
-  if (!get_seconds(fields, "health_check_period_s", false, c.health_check_period_s) ||
-      !get_seconds(fields, "health_check_timeout_s", false, c.health_check_timeout_s) ||
+  if (!get_seconds(fields, "health_check_period_s", false, out.health_check_period_s) ||
+      !get_seconds(fields, "health_check_timeout_s", false, out.health_check_timeout_s) ||
       !get_seconds(fields, "graceful_shutdown_wait_loop_s", false,
-                   c.graceful_shutdown_wait_loop_s) ||
-      !get_seconds(fields, "graceful_shutdown_timeout_s", false, c.graceful_shutdown_timeout_s) ||
-      !get_seconds(fields, "stuck_after_s", true, c.stuck_after_s)) {
+                   out.graceful_shutdown_wait_loop_s) ||
+      !get_seconds(fields, "graceful_shutdown_timeout_s", false, out.graceful_shutdown_timeout_s) ||
+      !get_seconds(fields, "stuck_after_s", true, out.stuck_after_s)) {
     return false;
   }
   if (const Field* f = fields.get("resources")) {
-    if (!resources(*f, c.resources))
+    if (!resources(*f, out.resources))
       return false;
   }
   if (const Field* f = fields.get("force_stop_unhealthy_replicas")) {
-    if (!get_bool(*f, "force_stop_unhealthy_replicas", c.force_stop_unhealthy_replicas))
+    if (!get_bool(*f, "force_stop_unhealthy_replicas", out.force_stop_unhealthy_replicas))
       return false;
   }
   if (const Field* f = fields.get("isolation")) {
-    if (!isolation(*f, c.isolation))
+    if (!isolation(*f, out.isolation))
       return false;
   }
   if (const Field* f = fields.get("memory_limit")) {
-    if (!memory_limit(*f, c.memory_limit_bytes))
+    if (!memory_limit(*f, out.memory_limit_bytes))
       return false;
-    if (c.memory_limit_bytes != 0 && c.isolation == Isolation::in_process) {
+    if (out.memory_limit_bytes != 0 && out.isolation == Isolation::in_process) {
       return fail(mark_of(*f), "memory_limit of " + self +
                                    " needs isolation: process (it is enforced on the replica "
                                    "process; this deployment has isolation: in_process)");

@@ -60,6 +60,27 @@ struct Bounds {
   double hi;  // inclusive; infinity for none
 };
 
+// What a deployment of an application is read against: the application's own
+// fields, read before its deployments.
+struct ApplicationContext {
+  // The application's name, for messages ("deployments[1] of application
+  // 'default'").
+  std::string name;
+  // The application's import_path, parsed: its class_name is the name of the
+  // ingress deployment, its library the default library of the others (a
+  // deployment without import_path is library:name).
+  ImportPath import;
+  // The same import_path as written: the ingress's import_path, which the
+  // ingress may repeat but not change.
+  std::string import_text;
+  // The application's args as JSON text, "" when it gives none: the
+  // ingress's init_args unless the ingress gives args of its own (not both).
+  std::string args;
+  // Where the application's args are (the application's mapping when it gives
+  // none), named when the ingress gives args too.
+  YAML::Mark args_mark;
+};
+
 // The parser: walks the YAML tree, stops at the first problem.
 class Parser {
  public:
@@ -122,12 +143,15 @@ class Parser {
   bool memory_limit(const Field& f, uint64_t& out);
 
   // The document and its sections (parse.cpp).
+  bool check_text(const std::string& text);
+  bool load_document(const std::string& text, YAML::Node& top);
+  bool applications(const Field& f, controller::TargetState& state);
   bool http_options(const YAML::Node& node, HttpOptions& out, controller::HttpSettings& settings);
   bool application(const YAML::Node& node, size_t index, ApplicationSpec& out);
-  bool deployment(const YAML::Node& node, size_t index, const std::string& app_name,
-                  const ImportPath& app_import, const std::string& app_import_text,
-                  const std::string& app_args, const YAML::Mark& app_args_mark,
+  bool deployments(const Field* f, const ApplicationContext& app, ApplicationSpec& out);
+  bool deployment(const YAML::Node& node, size_t index, const ApplicationContext& app,
                   DeploymentSpec& out);
+  bool deployment_config(const Fields& fields, const std::string& name, DeploymentConfig& out);
   bool autoscaling(const Field& f, const std::string& deployment_name, AutoscalingConfig& out);
   bool traffic(const Field& f, const ApplicationSpec& app, std::map<std::string, double>& out);
   bool shadow(const Field& f, const ApplicationSpec& app, std::map<std::string, double>& out);
