@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proxy/core.hpp"
+#include "proxy/handle_calls.hpp"
 #include "runtime/multiplex.hpp"
 #include "runtime/time.hpp"
 
@@ -379,6 +380,7 @@ void late_answer(const CallPtr& c, Outcome outcome) {
 
 void send(const CallPtr& c, SlotPtr slot) {
   auto* w = c->worker;
+  c->via = nullptr;
   if (!slot->handle) {
     // Snapshots lose empty handles before the router sees them (see the
     // proxy actor); should one slip through, it is a replica that is gone.
@@ -399,70 +401,15 @@ void send(const CallPtr& c, SlotPtr slot) {
   ++c->sends;
   c->key = w->new_key();
   c->request.call_key = c->key;
-  c->peer = nullptr;
-  if (send_inline(c))
-    return;
-  if (send_channel(c))
-    return;
-  if (send_peer(c))
-    return;
-  send_caf(c);
+  for (Transport* t : {static_cast<Transport*>(&w->inline_path),
+                       static_cast<Transport*>(&w->channels), static_cast<Transport*>(&w->peers)}) {
+    if (t->send(c))
+      return;
+  }
+  w->caf.send(c);
 }
 
-void send_caf(const CallPtr& c) {
-  auto* w = c->worker;
-  w->core->metrics.sent(false);
-  auto id = await_caf_answer(c);
-  c->slot->handle->enqueue(w->companion->ctrl(), id,
-                           caf::make_message(handle_atom::value, c->request),
-                           w->companion->context());
-}
-
-caf::message_id await_caf_answer(const CallPtr& c) {
-  auto* w = c->worker;
-  uint32_t attempt = c->attempt;
-  // What mixin::requester does (actor_companion has no request()): a request
-  // id, a response handler with an error branch, and a timeout. The timeout
-  // is the worker's sweep (see sweep()), not CAF's clock: the clock thread
-  // would be woken twice per request (set and cancel), two context switches
-  // per request on the data path. The client gets its 504 from the call's
-  // timer at the deadline; the replica slot stays taken until the replica
-  // answers (it still works on the request), bounded by max_request_time_s.
-  auto* self = w->companion;
-  auto id = self->new_request_id(caf::message_priority::normal);
-  c->sent_at = Clock::now();
-  c->response_id = id.response_id();
-  w->track(c.get());
-  self->add_multiplexed_response_handler(id.response_id(),
-                                         caf::behavior{
-                                             [c, attempt, handle = c->slot->handle](
-                                                 HttpResponse& answer) {
-                                               if (attempt != c->attempt) {
-                                                 // Superseded: retried after a down. A
-                                                 // stream of it is not wanted.
-                                                 if (answer.stream != 0)
-                                                   caf::anon_send(handle, cancel_atom::value,
-                                                                  answer.stream, false);
-                                                 return;
-                                               }
-                                               if (answer.stream != 0)
-                                                 return on_stream_head(c, answer, true);
-                                               if (c->done)
-                                                 return late_answer(c, Outcome::answered);
-                                               on_answer(c, answer);
-                                             },
-                                             [c, attempt](caf::error& err) {
-                                               if (attempt != c->attempt)
-                                                 return;
-                                               if (c->done)
-                                                 return late_answer(c, Outcome::abandoned);
-                                               on_error(c, err);
-                                             },
-                                         });
-  return id;
-}
-
-void sweep(Worker* w) {
+void sweep(IoThread* w) {
   if (w->core->options.access_log)
     w->core->options.access_log->flush();
   auto limit = seconds_as<Clock::duration>(w->core->options.max_request_time_s);
@@ -470,47 +417,22 @@ void sweep(Worker* w) {
   w->last_sweep_ns.store(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
       std::memory_order_relaxed);
-  std::vector<CallPtr> expired;  // over a data channel
+  std::vector<CallPtr> expired;
   std::vector<CallPtr> stalled;  // streams
   for (Call* c : w->active) {
-    if (now - c->sent_at < limit)
+    if (now - c->sent_at < limit || !c->via)
       continue;
-    if (c->streaming) {
-      stalled.push_back(c->shared_from_this());
-      continue;
-    }
-    if (c->channel_call != 0) {
-      expired.push_back(c->shared_from_this());
-      continue;
-    }
-    w->companion->enqueue(nullptr, c->response_id,
-                          caf::make_message(caf::make_error(caf::sec::request_timeout)),
-                          w->unit.get());
+    (c->streaming ? stalled : expired).push_back(c->shared_from_this());
   }
   for (auto& c : stalled) {
     // No piece of the stream for max_request_time_s.
     cancel_at_replica(c);
-    if (c->channel_call != 0)
-      w->pending.erase(c->channel_call);
-    c->channel_call = 0;
     w->untrack(c.get());
     stream_lost(c, Outcome::abandoned, "the stream made no progress for max_request_time_s");
   }
-  for (auto& c : expired) {
-    w->pending.erase(c->channel_call);
-    c->channel_call = 0;
-    if (c->done)
-      late_answer(c, Outcome::abandoned);
-    else
-      on_error(c, caf::make_error(caf::sec::request_timeout));
-  }
-  // Handle calls that ended cannot be cancelled any more.
-  for (auto it = w->handle_calls.begin(); it != w->handle_calls.end();) {
-    if (it->second.expired())
-      it = w->handle_calls.erase(it);
-    else
-      ++it;
-  }
+  for (auto& c : expired)
+    c->via->expire(c);
+  forget_ended_handle_calls(w);
   w->sweeper->expires_after(std::min<Clock::duration>(std::chrono::seconds(1), limit / 4));
   w->sweeper->async_wait([w](const boost::system::error_code& ec) {
     if (!ec)
@@ -601,7 +523,7 @@ void on_timeout(const CallPtr& c) {
   finish(c, json_error(http::status::gateway_timeout, "request timed out", c->request.request_id));
 }
 
-void arm_deadline(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s) {
+void arm_deadline(const CallPtr& c, IoThread* w, Clock::time_point start, double timeout_s) {
   if (!(timeout_s > 0))
     return;
   c->deadline = start + seconds_as<Clock::duration>(timeout_s);
@@ -612,14 +534,14 @@ void arm_deadline(const CallPtr& c, Worker* w, Clock::time_point start, double t
   });
 }
 
-void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s) {
+void start_call(const CallPtr& c, IoThread* w, Clock::time_point start, double timeout_s) {
   arm_deadline(c, w, start, timeout_s);
   c->attempts = Attempts(w->core->options.max_attempts);
   c->model_id = multiplex::model_id_of(c->request.headers);
   dispatch(c);
 }
 
-std::string Worker::new_request_id() {
+std::string IoThread::new_request_id() {
   char buf[40];
   std::snprintf(buf, sizeof(buf), "%s%02zx%012llx", core->id_prefix.c_str(), index,
                 static_cast<unsigned long long>(++next_id));
@@ -628,7 +550,7 @@ std::string Worker::new_request_id() {
 
 // --- fail-over: replicas lost with requests in flight ---------------------------
 
-void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, const char* what,
+void fail_over(IoThread* w, const std::function<bool(const ReplicaSlot&)>& gone, const char* what,
                bool crash, Outcome outcome) {
   std::vector<CallPtr> victims;
   for (Call* c : w->active) {
@@ -636,32 +558,11 @@ void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, c
       victims.push_back(c->shared_from_this());
   }
   for (auto& c : victims) {
-    w->untrack(c.get());
-    // Its response handler in the companion would wait for an answer that
-    // does not come: end it now. The handler ignores it, being of an
-    // attempt superseded here (the retry may wait in the queue before it
-    // sends a new one). Over a data channel: a late answer finds no call.
-    ++c->attempt;
-    if (c->channel_call != 0) {
-      w->pending.erase(c->channel_call);
-      c->channel_call = 0;
-    } else {
-      w->companion->enqueue(nullptr, c->response_id,
-                            caf::make_message(caf::make_error(caf::sec::request_timeout)),
-                            w->unit.get());
-    }
-    if (c->streaming) {
-      stream_lost(c, outcome, "replica " + c->slot->replica_id + " " + what + " mid-stream");
-      continue;
-    }
-    if (c->done) {
-      release(c, outcome);
-      continue;
-    }
-    std::string why = "replica " + c->slot->replica_id + " " + what;
-    c->tried.push_back(c->slot->replica_id);
-    release(c, outcome);
-    retry(c, why, crash);
+    // Its transport forgets the attempt: a late answer of it finds no call
+    // (the retry may wait in the queue before it sends a new one).
+    if (c->via)
+      c->via->forget(c);
+    attempt_lost(c, outcome, "replica " + c->slot->replica_id + " " + what, crash);
   }
 }
 

@@ -35,6 +35,7 @@
 #include "proxy/attempts.hpp"
 #include "proxy/http_server.hpp"
 #include "proxy/router.hpp"
+#include "proxy/transport.hpp"
 #include "runtime/wire.hpp"
 
 namespace troupe::proxy {
@@ -42,14 +43,13 @@ namespace troupe::proxy {
 namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
 
-struct Worker;
-struct PeerConn;
+struct IoThread;
 
 // One request on its way through the data path. Lives on its worker's io
 // thread: every member is touched only there.
 struct Call : std::enable_shared_from_this<Call> {
   ExchangePtr exchange;
-  Worker* worker = nullptr;
+  IoThread* worker = nullptr;
   const Route* route = nullptr;
   std::shared_ptr<const RouteTable> routes;  // keeps `route` alive
   // A deployment handle's call: its target, which `route` points to.
@@ -67,13 +67,11 @@ struct Call : std::enable_shared_from_this<Call> {
   uint32_t sends = 0;
   Attempts attempts;  // replicas lost, crashed and refused (see retry())
   std::unique_ptr<asio::steady_timer> backoff;
-  Clock::time_point sent_at;       // of the current attempt
-  caf::message_id response_id;     // of the current attempt (over CAF)
-  uint64_t channel_call = 0;       // of the current attempt over a data channel
-                                   // or a data port
-  // The data port connection of the current attempt (peer_client.cpp); null:
-  // it went another way.
-  std::shared_ptr<PeerConn> peer;
+  // The current attempt: the transport that carries it (null: none, or it
+  // ended before send() returned) and when it went or last made progress
+  // (the sweep's clock). Whatever else an attempt needs is its transport's.
+  Transport* via = nullptr;
+  Clock::time_point sent_at;
   size_t active_index = SIZE_MAX;  // in worker->active while a replica has it
   Clock::time_point start;
   Clock::time_point deadline = Clock::time_point::max();
@@ -91,14 +89,10 @@ struct Call : std::enable_shared_from_this<Call> {
   // client (unless the call was done), the body follows in chunks; the slot
   // is held until the replica ends the stream. Never retried from here on.
   bool streaming = false;
-  bool stream_over_caf = false;  // chunks come as CAF messages (else frames)
-  uint64_t next_seq = 0;         // the next chunk over CAF
   int stream_status = 0;
-  uint64_t credit_owed = 0;  // not yet granted: the lane was full
   // A handle call from another process: the caller's key for it, by which
-  // the caller cancels it (Worker::handle_calls); 0: none.
+  // the caller cancels it (IoThread::handle_calls); 0: none.
   uint64_t caller_key = 0;
-  std::unique_ptr<asio::steady_timer> credit_timer;
 };
 using CallPtr = std::shared_ptr<Call>;
 
@@ -107,11 +101,11 @@ Response json_error(http::status status, const std::string& message, const std::
 
 // Arms the call's deadline, `timeout_s` after `start` (none when 0): its
 // timer answers 504 then (on_timeout).
-void arm_deadline(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s);
+void arm_deadline(const CallPtr& c, IoThread* w, Clock::time_point start, double timeout_s);
 
 // Arms the call's deadline and routes it: the common start of HTTP requests
 // and handle calls. The call's exchange, worker, route and request are set.
-void start_call(const CallPtr& c, Worker* w, Clock::time_point start, double timeout_s);
+void start_call(const CallPtr& c, IoThread* w, Clock::time_point start, double timeout_s);
 
 // Places the call on a replica (Router::admit): sent, queued, or answered
 // 503/404 when it cannot be.
@@ -174,80 +168,35 @@ void on_timeout(const CallPtr& c);
 
 // Every second on each io thread: requests whose replica has not answered
 // within max_request_time_s fail with request_timeout. Re-arms itself.
-void sweep(Worker* w);
+void sweep(IoThread* w);
 
 // On the worker's io thread: the requests in flight there on a replica that
 // `gone` selects will never be answered; each is retried on another replica
 // now, not at its timeout. `crash`: the replica died with them (see retry()).
-void fail_over(Worker* w, const std::function<bool(const ReplicaSlot&)>& gone, const char* what,
+void fail_over(IoThread* w, const std::function<bool(const ReplicaSlot&)>& gone, const char* what,
                bool crash, Outcome outcome = Outcome::died);
 
 // The path of the request as the client sent it, without the query (for log
 // lines: never the query's or the body's content).
 std::string_view path_of(Call& c);
 
-// The response handler of the call's current attempt over CAF, on the
-// worker's companion (answers, stream heads, errors; superseded attempts
-// ignored); the call is tracked (sweep, fail_over). Returns the request id
-// to send the request with.
-caf::message_id await_caf_answer(const CallPtr& c);
-// Sends the call's request over its replica's CAF handle.
-void send_caf(const CallPtr& c);
+// The transports (inline, data channel, data port, CAF) are in
+// transport.hpp and paths.hpp; send() offers each attempt to them in turn.
 
-// --- in-process replicas called inline (inline_path.cpp) ----------------------
-
-// Runs the call's request in its replica's non-blocking handler on this io
-// thread and answers it (on_answer), or places it again when the replica
-// refuses (on_error); a streamed answer continues over CAF
-// (await_caf_answer). False when the slot's replica is not called inline
-// (none, or it is gone): then it goes the normal way.
-bool send_inline(const CallPtr& c);
-
-// --- data channels to replica processes (channel_path.cpp) --------------------
-
-// Queues the call's request for its replica's data channel; false when it
-// has none (or a broken one) or the request does not fit in a frame: then
-// it goes over CAF. The requests queued during one pass of the io thread's
-// event loop go to each replica process with one system call, after the
-// pass's other handlers; those the socket does not take (it is full, or the
-// process is gone) go over CAF then.
-bool send_channel(const CallPtr& c);
-
-// --- data ports between workers (peer_client.cpp, peer_server.cpp) ---------------------------------
-
-// Queues the call's request for the data port of its replica's node (another
-// worker); false when there is no connection up to it (one is opened for
-// later requests when the node has a data port) or the request is too
-// large: then it goes over CAF. Sent with the pass's other frames to that
-// node, after the pass's other handlers.
-bool send_peer(const CallPtr& c);
-// A credit (bytes) or a cancel (1: the deadline passed, 0: the client left)
-// for the call's current attempt over its data port connection.
-void peer_control(const CallPtr& c, bool credit, uint64_t amount);
-// On the worker's io thread: a piece of a stream relayed to another worker
-// (true: it was one, forwarded).
-bool served_stream_chunk(Worker* w, uint64_t key, uint64_t seq, std::string& data);
-bool served_stream_end(Worker* w, uint64_t key, uint64_t seq, bool complete,
-                       const std::string& why);
 // A replica's handle that ended with user_shutdown (it stopped on request).
 bool stopped_on_request(const ReplicaActor& handle);
 
 // --- streamed answers and cancellation (streams.cpp) ---------------------------
 
-// The replica began a stream (a head with HttpResponse::stream, over CAF or
-// a data channel): the head goes to the client, chunks and the end follow.
-void on_stream_head(const CallPtr& c, HttpResponse& head, bool over_caf);
+// The replica began a stream (a head with HttpResponse::stream, over CAF, or
+// a head frame): the head goes to the client, chunks and the end follow.
+void on_stream_head(const CallPtr& c, HttpResponse& head);
 // A piece of the body: written to the client; once it is in the socket the
 // replica gets credit for as many bytes.
 void on_stream_chunk(const CallPtr& c, std::string data);
 // The replica ended the stream: with the final chunk when `complete`, else
 // the client's connection closes without it.
 void on_stream_end(const CallPtr& c, bool complete, const std::string& why);
-// Over CAF, on the worker's io thread: (chunk, key, seq, data) and (chunk,
-// key, seq, complete, why) from a replica.
-void stream_chunk_message(Worker* w, uint64_t key, uint64_t seq, std::string& data);
-void stream_end_message(Worker* w, uint64_t key, uint64_t seq, bool complete,
-                        const std::string& why);
 // Tells the replica that has the call's current attempt that it is
 // cancelled: its client left, or (`deadline_passed`) its deadline passed.
 void cancel_at_replica(const CallPtr& c, bool deadline_passed = false);
@@ -272,7 +221,7 @@ void stream_lost(const CallPtr& c, Outcome outcome, const std::string& why);
 // once, else dropped and counted. Never delays or changes the request itself;
 // runs on the worker's io thread. `timeout_s`: the copies' deadline, like the
 // request's (0: none).
-void send_shadows(Worker* w, const Route& route, const std::shared_ptr<const RouteTable>& table,
+void send_shadows(IoThread* w, const Route& route, const std::shared_ptr<const RouteTable>& table,
                   const HttpRequest& request, double timeout_s);
 
 // A shadow copy ends (once; later calls do nothing): counted under `outcome`

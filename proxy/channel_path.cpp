@@ -1,9 +1,9 @@
-// Requests to this node's replica processes over their data channels
-// (runtime/data_channel.hpp): the io thread writes a request frame without
-// blocking and reads the answers of its requests on its own lane of the
-// channel, by call id (Worker::pending). Part of the call state machine
-// (call.hpp): answers, refusals and a closed lane go to on_answer(),
-// on_error() and retry() like their CAF counterparts.
+// ChannelPath (paths.hpp): requests to this node's replica processes over
+// their data channels (runtime/data_channel.hpp). The io thread writes a
+// request frame without blocking and reads the answers of its requests on
+// its own lane of the channel, by call id. Answers, refusals and streams go
+// the one answer path (on_answer_frame, transport.hpp); a closed lane loses
+// its calls (attempt_lost) as a replica's down does.
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -13,15 +13,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/paths.hpp"
 #include "runtime/data_channel.hpp"
 
 namespace troupe::proxy {
-
-using nlohmann::json;
 
 namespace {
 
@@ -30,7 +27,9 @@ namespace {
 // process must not exhaust the node's memory with answers it never ends.
 constexpr size_t kMaxChannelAnswer = size_t{1} << 30;
 
-void arm(Worker* w, Lane* lane);
+}  // namespace
+
+ChannelPath::~ChannelPath() = default;
 
 // The lane's replica process closed its end (it exited) or broke the
 // protocol: its requests in flight on this io thread will never be answered
@@ -38,95 +37,40 @@ void arm(Worker* w, Lane* lane);
 // down (see retry()); the first of the two signals to arrive fails it over.
 // Not so (`crash` false) when the process said it ends because it was told
 // to stop (a `closing` frame): they are placed again as lost requests.
-// Later requests to that replica take the CAF path.
-void lane_closed(Worker* w, Lane* lane, const std::string& why, bool crash = true) {
+// Later requests to that replica take another way.
+void ChannelPath::closed(Lane* lane, const std::string& why, bool crash) {
   auto ch = lane->channel;
   ch->set_broken();
-  std::vector<CallPtr> victims;
-  for (auto& [id, c] : w->pending) {
-    if (c->slot && c->slot->channel == ch)
-      victims.push_back(c);
-  }
-  w->lanes.erase(ch.get());  // `lane` is gone from here on
-  auto* core = w->core;
+  auto victims = calls_.take(ch.get());
+  lanes_.erase(ch.get());  // `lane` is gone from here on
   if (!victims.empty() || (crash && why != "closed")) {
-    core->log->info("data channel of replica {}: {} ({} requests in flight here)", ch->replica_id(),
-                    why, victims.size());
+    t_.core->log->info("data channel of replica {}: {} ({} requests in flight here)",
+                       ch->replica_id(), why, victims.size());
   }
   for (auto& c : victims) {
-    w->pending.erase(c->channel_call);
-    c->channel_call = 0;
-    w->untrack(c.get());
-    const char* ended = crash ? " died" : " stopped";
-    if (c->streaming) {
-      stream_lost(c, Outcome::died, "replica " + c->slot->replica_id + ended + " mid-stream");
-      continue;
-    }
-    if (c->done) {
-      release(c, Outcome::died);
-      continue;
-    }
-    std::string what = "replica " + c->slot->replica_id + ended;
-    c->tried.push_back(c->slot->replica_id);
-    release(c, Outcome::died);
-    retry(c, what, crash);
+    owed_.erase(c->key);
+    attempt_lost(c, Outcome::died, "replica " + c->slot->replica_id + (crash ? " died" : " stopped"),
+                 crash);
   }
 }
 
-// A frame of a streamed answer: the head, a chunk or the end. The call stays
-// pending (by its key) until the end.
-bool on_stream_frame(Worker* w, Lane* lane, const channel::FrameHeader& h, const void* payload,
-                     size_t bytes) {
-  auto it = w->pending.find(h.call);
-  if (it == w->pending.end())
-    return true;  // given up here meanwhile; the replica was told to stop
-  CallPtr c = it->second;
-  if (!c->slot || c->slot->channel != lane->channel) {
-    w->core->log->warn("replica {} streamed to a request it was not sent; closing its data channel",
-                       lane->channel->replica_id());
-    return false;
-  }
-  if (h.kind == channel::Kind::head) {
-    if (c->streaming)
-      return false;  // a second head
-    HttpResponse head;
-    auto st = channel::decode_answer(payload, bytes, head);
-    if (!st) {
-      w->core->log->warn("replica {}: {}", lane->channel->replica_id(), st.message());
-      return false;
-    }
-    on_stream_head(c, head, false);
-    return true;
-  }
-  if (!c->streaming)
-    return false;  // a chunk or an end before the head
-  if (h.kind == channel::Kind::chunk) {
-    on_stream_chunk(c, std::string(static_cast<const char*>(payload), bytes));
-    return true;
-  }
-  w->pending.erase(it);
-  c->channel_call = 0;
-  on_stream_end(c, (h.flags & channel::kComplete) != 0,
-                std::string(static_cast<const char*>(payload), bytes));
-  return true;
-}
-
-// One frame from a lane, in w->frame (`size` bytes). False when the replica
+// One frame from a lane, in frame_ (`size` bytes). False when the replica
 // broke the protocol (the lane is closed then).
-bool on_frame(Worker* w, Lane* lane, size_t size) {
-  auto* core = w->core;
-  if (size < sizeof(channel::FrameHeader) || size > w->frame.size() * sizeof(uint64_t))
+bool ChannelPath::on_frame(Lane* lane, size_t size) {
+  if (size < sizeof(channel::FrameHeader) || size > frame_.size() * sizeof(uint64_t))
     return false;
-  channel::FrameHeader h = *reinterpret_cast<const channel::FrameHeader*>(w->frame.data());
+  channel::FrameHeader h = *reinterpret_cast<const channel::FrameHeader*>(frame_.data());
   if (h.version != channel::kVersion)
     return false;
-  const void* payload = w->frame.data() + 2;
+  const void* payload = frame_.data() + 2;
   size_t bytes = size - sizeof(channel::FrameHeader);
-  if (h.kind == channel::Kind::head || h.kind == channel::Kind::chunk ||
-      h.kind == channel::Kind::end)
-    return on_stream_frame(w, lane, h, payload, bytes);
+  const std::string sender = "replica " + lane->channel->replica_id();
+  if (h.kind != channel::Kind::answer && h.kind != channel::Kind::refusal &&
+      h.kind != channel::Kind::head && h.kind != channel::Kind::chunk &&
+      h.kind != channel::Kind::end)
+    return false;  // not what a replica process sends on its lane
   if (h.kind != channel::Kind::answer && h.kind != channel::Kind::refusal)
-    return false;
+    return on_answer_frame(calls_, lane->channel.get(), sender, h, payload, bytes);
   auto part = lane->partial.find(h.call);
   if ((h.flags & channel::kMore) != 0 || part != lane->partial.end()) {
     if (part == lane->partial.end())
@@ -149,152 +93,175 @@ bool on_frame(Worker* w, Lane* lane, size_t size) {
     payload = whole.words.data();
     bytes = whole.bytes;
   }
-  auto it = w->pending.find(h.call);
-  if (it == w->pending.end())
-    return true;  // failed over or timed out meanwhile
-  CallPtr c = it->second;
-  if (!c->slot || c->slot->channel != lane->channel) {
-    // Only the replica a request went to answers it.
-    core->log->warn("replica {} answered a request it was not sent; closing its data channel",
-                    lane->channel->replica_id());
-    return false;
-  }
-  w->pending.erase(it);
-  c->channel_call = 0;
-  if (h.kind == channel::Kind::refusal) {
-    bool overloaded = false;
-    std::string message;
-    auto st = channel::decode_refusal(payload, bytes, overloaded, message);
-    if (!st)
-      message = st.message();
-    if (c->done) {
-      late_answer(c, Outcome::refused);
-      return true;
-    }
-    on_error(c, to_caf_error(Status(overloaded ? errc::overloaded : errc::unavailable, message)));
-    return true;
-  }
-  HttpResponse answer;
-  auto st = channel::decode_answer(payload, bytes, answer);
-  if (c->done) {
-    late_answer(c, Outcome::answered);
-    return true;
-  }
-  if (!st) {
-    core->log->warn("replica {}: {}", lane->channel->replica_id(), st.message());
-    answer = malformed_answer(c, "replica " + lane->channel->replica_id(), st.message());
-  }
-  on_answer(c, answer);
-  return true;
+  return on_answer_frame(calls_, lane->channel.get(), sender, h, payload, bytes);
 }
 
 // Reads what the lane has (a bounded batch, so that one busy replica does
 // not starve the others on this io thread), then waits for more.
-void read_lane(Worker* w, Lane* lane) {
+void ChannelPath::read(Lane* lane) {
   int fd = lane->fd.native_handle();
-  size_t capacity = w->frame.size() * sizeof(uint64_t);
+  size_t capacity = frame_.size() * sizeof(uint64_t);
   for (int i = 0; i < 64; ++i) {
-    ssize_t n = ::recv(fd, w->frame.data(), capacity, MSG_DONTWAIT | MSG_TRUNC);
+    ssize_t n = ::recv(fd, frame_.data(), capacity, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       break;
     if (n <= 0)
-      return lane_closed(w, lane, n == 0 ? "closed" : std::strerror(errno));
+      return closed(lane, n == 0 ? "closed" : std::strerror(errno));
     if (static_cast<size_t>(n) == sizeof(channel::FrameHeader) &&
-        reinterpret_cast<const channel::FrameHeader*>(w->frame.data())->kind ==
+        reinterpret_cast<const channel::FrameHeader*>(frame_.data())->kind ==
             channel::Kind::closing)
-      return lane_closed(w, lane, "stopped on request", false);
-    if (!on_frame(w, lane, static_cast<size_t>(n)))
-      return lane_closed(w, lane, "protocol error (a malformed frame)");
+      return closed(lane, "stopped on request", false);
+    if (!on_frame(lane, static_cast<size_t>(n)))
+      return closed(lane, "protocol error (a malformed frame)");
   }
-  arm(w, lane);
+  arm(lane);
 }
 
-void arm(Worker* w, Lane* lane) {
+void ChannelPath::arm(Lane* lane) {
   lane->fd.async_wait(asio::posix::descriptor_base::wait_read,
-                      [w, lane](const boost::system::error_code& ec) {
+                      [this, lane](const boost::system::error_code& ec) {
                         if (!ec)
-                          read_lane(w, lane);
+                          read(lane);
                       });
 }
 
 // This io thread's lane of `ch`, opened on first use; null when it cannot be.
-Lane* lane_of(Worker* w, const channel::ChannelPtr& ch) {
-  auto it = w->lanes.find(ch.get());
-  if (it != w->lanes.end())
+ChannelPath::Lane* ChannelPath::lane_of(const channel::ChannelPtr& ch) {
+  auto it = lanes_.find(ch.get());
+  if (it != lanes_.end())
     return it->second.get();
-  if (w->index >= ch->lanes())
+  if (t_.index >= ch->lanes())
     return nullptr;
-  int fd = ::fcntl(ch->answer_fd(w->index), F_DUPFD_CLOEXEC, 0);
+  int fd = ::fcntl(ch->answer_fd(t_.index), F_DUPFD_CLOEXEC, 0);
   if (fd < 0)
     return nullptr;
-  if (w->frame.size() * sizeof(uint64_t) < ch->max_frame())
-    w->frame.resize((ch->max_frame() + 7) / 8);
-  auto lane = std::make_unique<Lane>(ch, *w->io, fd);
+  if (frame_.size() * sizeof(uint64_t) < ch->max_frame())
+    frame_.resize((ch->max_frame() + 7) / 8);
+  auto lane = std::make_unique<Lane>(ch, *t_.io, fd);
   auto* raw = lane.get();
-  w->lanes.emplace(ch.get(), std::move(lane));
-  arm(w, raw);
+  lanes_.emplace(ch.get(), std::move(lane));
+  arm(raw);
   return raw;
 }
 
-}  // namespace
-
-namespace {
-
-// Sends the request frames queued in this pass (send_channel). A call whose
-// frame the socket does not take goes over CAF, unless it ended meanwhile.
-void flush_channels(Worker* w) {
-  w->flush_posted = false;
-  auto outboxes = std::move(w->outboxes);
-  w->outboxes.clear();
+// Sends the request frames queued in this pass (send). A call whose frame
+// the socket does not take goes over CAF, unless it ended meanwhile.
+void ChannelPath::flush() {
+  flush_posted_ = false;
+  auto outboxes = std::move(outboxes_);
+  outboxes_.clear();
   for (auto& [key, box] : outboxes) {
     auto& ch = box.channel;
     auto sent = box.batch.flush(ch->request_fd(), MSG_DONTWAIT);
     size_t done = box.batch.sent_count();
     for (size_t i = 0; i < done; ++i)
-      w->core->metrics.sent(true);
+      t_.core->metrics.sent(true);
     if (sent == channel::Sent::sent)
       continue;
     if (sent == channel::Sent::closed)
       ch->set_broken();
     for (size_t i = done; i < box.calls.size(); ++i) {
       auto& c = box.calls[i];
-      auto it = w->pending.find(box.batch.call(i));
-      if (it == w->pending.end() || it->second != c)
+      if (calls_.get(box.batch.call(i)) != c)
         continue;  // it ended in this pass (its client left, say)
-      w->pending.erase(it);
-      c->channel_call = 0;
-      w->untrack(c.get());
-      send_caf(c);
+      calls_.remove(c->key);
+      t_.untrack(c.get());
+      t_.caf.send(c);
     }
   }
 }
 
-}  // namespace
-
-bool send_channel(const CallPtr& c) {
-  auto* w = c->worker;
+bool ChannelPath::send(const CallPtr& c) {
   const auto& ch = c->slot->channel;
-  if (!ch || ch->broken() || !lane_of(w, ch))
+  if (!ch || ch->broken() || !lane_of(ch))
     return false;
-  uint64_t id = c->key;
-  auto& box = w->outboxes[ch.get()];
+  auto& box = outboxes_[ch.get()];
   if (!box.channel)
     box.channel = ch;
-  if (box.batch.add_request(id, static_cast<uint8_t>(w->index), c->request, ch->max_frame()) !=
-      channel::Sent::sent)
+  if (box.batch.add_request(c->key, static_cast<uint8_t>(t_.index), c->request,
+                            ch->max_frame()) != channel::Sent::sent)
     return false;
   box.calls.push_back(c);
-  if (!w->flush_posted) {
-    w->flush_posted = true;
-    asio::post(*w->io, [w] { flush_channels(w); });
+  if (!flush_posted_) {
+    flush_posted_ = true;
+    asio::post(*t_.io, [this] { flush(); });
   }
-  c->channel_call = id;
+  c->via = this;
   c->sent_at = Clock::now();
-  w->pending.emplace(id, c);
-  w->track(c.get());
+  calls_.add(c, ch.get());
+  t_.track(c.get());
   return true;
+}
+
+// The lane of the call's replica process, while this transport carries the
+// call (in flight or streaming); -1 otherwise.
+int ChannelPath::lane_fd(const CallPtr& c) {
+  if (!c->slot || !c->slot->channel || calls_.get(c->key) != c)
+    return -1;
+  auto it = lanes_.find(c->slot->channel.get());
+  return it == lanes_.end() ? -1 : it->second->fd.native_handle();
+}
+
+void ChannelPath::retry_credit(uint64_t key) {
+  auto& o = owed_[key];
+  if (!o.timer)
+    o.timer = std::make_unique<asio::steady_timer>(*t_.io);
+  o.timer->expires_after(std::chrono::milliseconds(1));
+  o.timer->async_wait([this, key](const boost::system::error_code& ec) {
+    if (ec)
+      return;
+    auto it = owed_.find(key);
+    if (it == owed_.end() || it->second.bytes == 0)
+      return;
+    uint64_t bytes = it->second.bytes;
+    it->second.bytes = 0;
+    if (auto c = calls_.get(key))
+      credit(c, bytes);
+  });
+}
+
+void ChannelPath::credit(const CallPtr& c, uint64_t bytes) {
+  int fd = lane_fd(c);
+  if (fd < 0)
+    return;  // the stream ended (or was given up) meanwhile
+  auto sent = channel::send_control(fd, channel::Kind::credit, c->key,
+                                    static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX)));
+  if (sent == channel::Sent::busy) {
+    // The process reads its lanes on a thread of its own; a full lane is
+    // momentary. Owed, and sent again shortly.
+    auto& o = owed_[c->key];
+    bool armed = o.bytes > 0;
+    o.bytes += bytes;
+    if (!armed)
+      retry_credit(c->key);
+  }
+}
+
+void ChannelPath::cancel(const CallPtr& c, bool deadline_passed) {
+  // Best effort: a full lane loses it, and the replica sees the deadline or
+  // the closed connection's missing credits instead.
+  if (int fd = lane_fd(c); fd >= 0)
+    (void)channel::send_control(fd, channel::Kind::cancel, c->key, deadline_passed ? 1 : 0);
+}
+
+void ChannelPath::forget(const CallPtr& c) {
+  if (calls_.get(c->key) == c)
+    calls_.remove(c->key);
+  owed_.erase(c->key);
+}
+
+void ChannelPath::expire(const CallPtr& c) {
+  forget(c);
+  attempt_expired(c);
+}
+
+void ChannelPath::clear() {
+  calls_.clear();
+  owed_.clear();
+  outboxes_.clear();
+  lanes_.clear();
 }
 
 }  // namespace troupe::proxy

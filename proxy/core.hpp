@@ -1,15 +1,19 @@
 // What the proxy shares between its io threads and its actors (internal to
-// proxy/): Proxy::Core, and per io thread a Worker with its data channel
-// lanes. Where each part is implemented (proxy/README.md has the table):
+// proxy/): Proxy::Core, and per io thread an IoThread with its transports.
+// Where each part is implemented (proxy/README.md has the table):
 //   proxy.{hpp,cpp}       Proxy (start, stop) and Core::on_request
 //   http_server.{hpp,cpp} the Beast server, one io_context per io thread
 //   router.{hpp,cpp}      the routing decisions (plain C++)
 //   call.{hpp,cpp}        the call state machine (dispatch, send, retries,
 //                         timeouts, fail-over) and Core's fail-over entries
 //   attempts.{hpp,cpp}    the retry decisions (plain C++)
+//   transport.hpp         the transports' interface; answer_path.cpp the one
+//                         path their answers take back into the call
+//   paths.hpp             the transports of an io thread:
 //   inline_path.cpp       non-blocking in-process replicas, on the io thread
 //   channel_path.cpp      requests and answers over replica data channels
 //   peer_client.cpp       requests to another worker's data port
+//   caf_path.cpp          requests over CAF through the io thread's companion
 //   peer_server.cpp       this worker's data port
 //   frame_conn.hpp        the framed connection of both sides of a data port
 //   streams.cpp           streamed answers (credits, chunks, ends)
@@ -46,6 +50,7 @@
 #include "proxy/call.hpp"
 #include "proxy/http_fields.hpp"
 #include "proxy/metrics.hpp"
+#include "proxy/paths.hpp"
 #include "proxy/proxy.hpp"
 #include "proxy/router.hpp"
 #include "runtime/data_channel.hpp"
@@ -54,10 +59,8 @@
 
 namespace troupe::proxy {
 
-struct Worker;
+struct IoThread;
 struct DataPort;
-struct PeerConn;
-struct ServedConn;
 
 // Everything the proxy shares between its io threads and its actor.
 struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::Core> {
@@ -66,7 +69,7 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   Router router;
   Metrics metrics;
   std::unique_ptr<HttpServer> server;
-  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<std::unique_ptr<IoThread>> workers;
   std::shared_ptr<spdlog::logger> log = troupe::log::get("proxy");
   std::atomic<double> snapshot_timeout_s{0};
   std::string id_prefix;
@@ -117,11 +120,7 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   std::shared_ptr<DataPort> data_port;
   uint16_t data_port_number = 0;
   std::string data_token;
-  struct DataPortEndpoint {
-    std::string host;
-    uint16_t port = 0;
-    std::string token;
-  };
+  using DataPortEndpoint = proxy::DataPortEndpoint;
   std::mutex data_ports_mutex;
   std::map<std::string, DataPortEndpoint> data_ports;
   std::atomic<uint64_t> data_ports_version{0};
@@ -157,7 +156,7 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   void cancel_handle_call(uint64_t key);
   void start_handle_call(const std::string& app, const std::string& deployment,
                          HttpRequest request, double timeout_s,
-                         const std::function<ExchangePtr(Worker*)>& make);
+                         const std::function<ExchangePtr(IoThread*)>& make);
   std::atomic<size_t> next_call_worker{0};
 
   void run(std::vector<std::function<void()>>& ready) {
@@ -196,23 +195,6 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   }
 };
 
-// This io thread's answer lane of one replica process's data channel: the
-// io thread reads the answers of its requests to that process here, on its
-// own event loop.
-struct Lane {
-  channel::ChannelPtr channel;
-  asio::posix::stream_descriptor fd;  // a dup of the lane's node end
-  // Answers that come in several frames, by call id: the payload so far.
-  struct Partial {
-    std::vector<uint64_t> words;
-    size_t bytes = 0;
-  };
-  std::unordered_map<uint64_t, Partial> partial;
-  size_t partial_bytes = 0;  // of all of them
-  Lane(channel::ChannelPtr ch, asio::io_context& io, int dup)
-      : channel(std::move(ch)), fd(io, dup) {}
-};
-
 // What a relayed handle call's exchange takes from its caller (handle_calls.cpp).
 struct Relay {
   virtual ~Relay() = default;
@@ -221,8 +203,9 @@ struct Relay {
 };
 
 // Per io thread: the companion actor that sends requests to replicas and
-// receives their answers on this thread, and the calls in flight here.
-struct Worker {
+// receives their answers on this thread, the calls in flight here, and the
+// transports that carry them (paths.hpp).
+struct IoThread {
   Proxy::Core* core = nullptr;
   size_t index = 0;
   asio::io_context* io = nullptr;
@@ -231,49 +214,28 @@ struct Worker {
   std::unique_ptr<caf::scoped_execution_unit> unit;
   std::vector<Call*> active;
   uint64_t next_id = 0;
-  // Data channels: the lanes this io thread reads, the calls in flight on
-  // them by call id, and a buffer for one frame.
-  std::unordered_map<const channel::Channel*, std::unique_ptr<Lane>> lanes;
-  std::unordered_map<uint64_t, CallPtr> pending;
   uint64_t next_call = 0;
-  // Request frames written during this pass of the event loop, by channel:
-  // sent together (one sendmmsg per replica process) by a handler posted
-  // behind the pass's other handlers (channel_path.cpp, flush_channels).
-  struct Outbox {
-    channel::ChannelPtr channel;
-    channel::Batch batch;
-    std::vector<CallPtr> calls;  // of the frames, in order
-  };
-  std::unordered_map<const channel::Channel*, Outbox> outboxes;
-  bool flush_posted = false;
-  // Calls whose replica streams its answer over CAF, by key.
-  std::unordered_map<uint64_t, CallPtr> streams;
+  // The transports, in the order send() offers them an attempt, and the
+  // serving side of the data port.
+  InlinePath inline_path{*this};
+  ChannelPath channels{*this};
+  PeerClient peers{*this};
+  CafPath caf{*this};
+  PeerServer served{*this};
   // Streamed handle calls relayed to their callers (handle_calls.cpp), by
   // the key their pieces carry.
   std::unordered_map<uint64_t, std::weak_ptr<Relay>> relays;
   // Handle calls by their caller's key (Call::caller_key), so that the caller
   // can cancel them; the sweep forgets those that ended.
   std::unordered_map<uint64_t, std::weak_ptr<Call>> handle_calls;
-  std::vector<uint64_t> frame;
-  // Data ports (peer_client.cpp, peer_server.cpp). Connections to other workers' data ports by
-  // node id, with this thread's copy of Core::data_ports; connections from
-  // other workers served here, and the streams relayed to them by the key
-  // their replicas' pieces carry.
-  std::unordered_map<std::string, std::shared_ptr<PeerConn>> peer_conns;
-  std::map<std::string, Proxy::Core::DataPortEndpoint> data_ports;
-  uint64_t data_ports_seen = UINT64_MAX;
-  std::unordered_map<ServedConn*, std::shared_ptr<ServedConn>> served;
-  struct ServedStream {
-    std::weak_ptr<ServedConn> conn;
-    uint64_t call = 0;  // the connecting worker's id of the request
-    uint64_t next_seq = 0;
-  };
-  std::unordered_map<uint64_t, ServedStream> served_streams;
-  std::unordered_map<std::string, std::weak_ptr<ReplicaSlot>> served_slots;
   std::unique_ptr<asio::steady_timer> sweeper;
   // When this io thread last ran its sweep (steady clock, ns): the proxy's
   // health check tells a stalled io thread by it.
   std::atomic<int64_t> last_sweep_ns{0};
+
+  IoThread() = default;
+  IoThread(const IoThread&) = delete;
+  IoThread& operator=(const IoThread&) = delete;
 
   void track(Call* c) {
     c->active_index = active.size();

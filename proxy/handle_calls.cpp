@@ -85,7 +85,7 @@ class RelayExchange : public Exchange,
       reply_.send(std::move(r));
     }
   }
-  void bind(Worker* w) {
+  void bind(IoThread* w) {
     worker_ = w;
     key_ = w->new_key();
   }
@@ -161,7 +161,7 @@ class RelayExchange : public Exchange,
 
   ReplyTo reply_;
   caf::strong_actor_ptr caller_;
-  Worker* worker_ = nullptr;
+  IoThread* worker_ = nullptr;
   uint64_t key_ = 0;
   uint64_t seq_ = 0;
   bool answered_ = false;
@@ -178,7 +178,7 @@ class RelayExchange : public Exchange,
 
 void relay_call(Proxy::Core& core, const std::string& app, const std::string& deployment,
                 HttpRequest request, double timeout_s, const caf::mailbox_element& m) {
-  core.start_handle_call(app, deployment, std::move(request), timeout_s, [&m](Worker* w) {
+  core.start_handle_call(app, deployment, std::move(request), timeout_s, [&m](IoThread* w) {
     auto ex = std::make_shared<RelayExchange>(m);
     if (w)
       ex->bind(w);
@@ -200,7 +200,7 @@ void Proxy::Core::cancel_handle_call(uint64_t key) {
   }
 }
 
-void relay_credit(Worker* w, uint64_t key, uint64_t bytes) {
+void relay_credit(IoThread* w, uint64_t key, uint64_t bytes) {
   auto it = w->relays.find(key);
   if (it == w->relays.end())
     return;
@@ -208,7 +208,7 @@ void relay_credit(Worker* w, uint64_t key, uint64_t bytes) {
     relay->credit(bytes);
 }
 
-void relay_cancel(Worker* w, uint64_t key) {
+void relay_cancel(IoThread* w, uint64_t key) {
   auto it = w->relays.find(key);
   if (it == w->relays.end())
     return;
@@ -219,7 +219,7 @@ void relay_cancel(Worker* w, uint64_t key) {
 void Proxy::Core::call(const std::string& app, const std::string& deployment, HttpRequest request,
                        double timeout_s, CallDone done) {
   auto shared_done = std::make_shared<CallDone>(std::move(done));
-  start_handle_call(app, deployment, std::move(request), timeout_s, [shared_done](Worker* w) {
+  start_handle_call(app, deployment, std::move(request), timeout_s, [shared_done](IoThread* w) {
     auto ex = std::make_shared<HandleExchange>(std::move(*shared_done));
     if (w)
       ex->bind(w->index, w->io);
@@ -229,9 +229,9 @@ void Proxy::Core::call(const std::string& app, const std::string& deployment, Ht
 
 void Proxy::Core::start_handle_call(const std::string& app, const std::string& deployment,
                                     HttpRequest request, double timeout_s,
-                                    const std::function<ExchangePtr(Worker*)>& make) {
+                                    const std::function<ExchangePtr(IoThread*)>& make) {
   auto start = Clock::now();
-  Worker* w = nullptr;
+  IoThread* w = nullptr;
   {
     // Under the mutex stop() takes first: nothing is posted to an io_context
     // that is going away.
@@ -324,6 +324,15 @@ void ReplyTo::send(HttpResponse answer, caf::strong_actor_ptr from) {
   if (sender_ && mid_.is_request())
     sender_->enqueue(std::move(from), mid_.response_id(), std::move(msg), nullptr);
   sender_ = nullptr;
+}
+
+void forget_ended_handle_calls(IoThread* w) {
+  for (auto it = w->handle_calls.begin(); it != w->handle_calls.end();) {
+    if (it->second.expired())
+      it = w->handle_calls.erase(it);
+    else
+      ++it;
+  }
 }
 
 }  // namespace troupe::proxy

@@ -10,7 +10,7 @@
 
 namespace troupe::proxy {
 
-struct Worker;
+struct IoThread;
 
 // Where the answer of a (call) request goes: the reply address of the request
 // message, taken in the actor that received it.
@@ -49,7 +49,10 @@ class ReplyTo {
 void relay_call(Proxy::Core& core, const std::string& app, const std::string& deployment,
                 HttpRequest request, double timeout_s, const caf::mailbox_element& m);
 // The companion's handlers of those two messages, on the worker's io thread.
-void relay_credit(Worker* w, uint64_t key, uint64_t bytes);
-void relay_cancel(Worker* w, uint64_t key);
+void relay_credit(IoThread* w, uint64_t key, uint64_t bytes);
+void relay_cancel(IoThread* w, uint64_t key);
+// From the io thread's sweep: handle calls that ended cannot be cancelled
+// any more, and are forgotten.
+void forget_ended_handle_calls(IoThread* w);
 
 }  // namespace troupe::proxy

@@ -19,6 +19,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/paths.hpp"
 #include "runtime/local_replicas.hpp"
 
 namespace troupe::proxy {
@@ -57,11 +58,11 @@ void note_duration(const CallPtr& c, Clock::time_point began, Clock::time_point 
 
 }  // namespace
 
-bool send_inline(const CallPtr& c) {
+bool InlinePath::send(const CallPtr& c) {
   const auto& replica = c->slot->local_replica;
   if (!replica)
     return false;
-  auto* w = c->worker;
+  auto* w = &t_;
   HttpResponse answer;
   auto began = Clock::now();
   auto result = replica->serve(c->request, answer);
@@ -73,6 +74,7 @@ bool send_inline(const CallPtr& c) {
     case local::InlineResult::stopping:
     case local::InlineResult::overloaded:
       w->core->metrics.sent_inline();
+      c->via = this;
       on_error(c, to_caf_error(Status(result.kind == local::InlineResult::overloaded
                                           ? errc::overloaded
                                           : errc::unavailable,
@@ -81,7 +83,7 @@ bool send_inline(const CallPtr& c) {
     case local::InlineResult::streaming: {
       w->core->metrics.sent_inline();
       note_duration(c, began, ended);
-      auto id = await_caf_answer(c);
+      auto id = w->caf.await(c);
       result.stream->start(caf::actor_cast<caf::strong_actor_ptr>(w->companion_handle), id);
       return true;
     }
@@ -90,6 +92,7 @@ bool send_inline(const CallPtr& c) {
   }
   w->core->metrics.sent_inline();
   note_duration(c, began, ended);
+  c->via = this;
   c->sent_at = began;
   on_answer(c, answer);
   return true;

@@ -8,7 +8,7 @@
 // the multiplexer thread of both nodes and a hand-off to and from it.
 //
 // The side that sends (A): each io thread keeps one connection per peer
-// node (Worker::peer_conns), opened on first use once the proxy actor learnt
+// node (PeerClient, paths.hpp), opened on first use once the proxy actor learnt
 // the peer's data port from its peer actor (peers.cpp). A request to a
 // replica of that node goes as a request frame naming the replica; the
 // frames of one pass of the event loop leave with one write. Answers,
@@ -22,7 +22,7 @@
 //
 // The side that serves (B): a listener on the proxy's bind address, on a
 // port the kernel picks, hands each connection to an io thread
-// (Worker::served). Nothing is served before a `hello` frame with the token
+// (PeerServer). Nothing is served before a `hello` frame with the token
 // this node's peer actor gives out (so only a member of the cluster that
 // reached that actor over CAF can connect). A request frame is sent to the
 // named replica of this node as a CAF request from the io thread's
@@ -46,6 +46,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/paths.hpp"
 #include "proxy/peer_frames.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/local_replicas.hpp"
@@ -81,31 +82,31 @@ caf::error error_of(uint32_t code, const char* payload, size_t bytes) {
   return caf::error(static_cast<uint8_t>(code), atom);
 }
 
-bool same(const Proxy::Core::DataPortEndpoint& a, const Proxy::Core::DataPortEndpoint& b) {
-  return a.host == b.host && a.port == b.port && a.token == b.token;
-}
 
 
 // --- the sending side (A) ---------------------------------------------------------
 
 struct PeerConn : FrameConn {
-  Worker* w;
+  PeerClient& client;
+  IoThread& t;
   std::string node_id;
-  Proxy::Core::DataPortEndpoint endpoint;
+  DataPortEndpoint endpoint;
   bool up = false;
   uint32_t failures = 0;  // attempts failed since the last success
   Clock::time_point retry_at;
 
-  PeerConn(Worker* worker, std::string node, Proxy::Core::DataPortEndpoint ep)
-      : FrameConn(*worker->io), w(worker), node_id(std::move(node)), endpoint(std::move(ep)) {}
+  PeerConn(PeerClient& c, IoThread& thread, std::string node, DataPortEndpoint ep)
+      : FrameConn(*thread.io), client(c), t(thread), node_id(std::move(node)),
+        endpoint(std::move(ep)) {}
 
   std::shared_ptr<PeerConn> self() { return std::static_pointer_cast<PeerConn>(shared_from_this()); }
+  std::string sender() const { return "node " + node_id; }
 
   void start() {
     boost::system::error_code ec;
     auto addr = ip::make_address(endpoint.host, ec);
     if (ec) {
-      auto resolver = std::make_shared<ip::tcp::resolver>(*w->io);
+      auto resolver = std::make_shared<ip::tcp::resolver>(*t.io);
       resolver->async_resolve(endpoint.host, std::to_string(endpoint.port),
                               [self = self(), resolver](const boost::system::error_code& ec,
                                                         ip::tcp::resolver::results_type results) {
@@ -122,12 +123,16 @@ struct PeerConn : FrameConn {
     connect(ip::tcp::endpoint(addr, endpoint.port));
   }
 
-  void connect(const ip::tcp::endpoint& to) {
+  void await_hello() {
     timer->expires_after(kHelloTimeout);
     timer->async_wait([self = self()](const boost::system::error_code& ec) {
       if (!ec && !self->up)
         self->close("no answer within 5 s");
     });
+  }
+
+  void connect(const ip::tcp::endpoint& to) {
+    await_hello();
     sock->async_connect(to, [self = self()](const boost::system::error_code& ec) {
       if (self->closed)
         return;
@@ -135,12 +140,16 @@ struct PeerConn : FrameConn {
         self->close(ec.message());
         return;
       }
-      boost::system::error_code ignored;
-      self->sock->set_option(ip::tcp::no_delay(true), ignored);
-      self->frame(channel::Kind::hello, 0, 0, 0, self->endpoint.token.data(),
-                  self->endpoint.token.size());
-      self->read();
+      self->connected();
     });
+  }
+
+  // The TCP connection is up: hello with the peer's token, then its answers.
+  void connected() {
+    boost::system::error_code ignored;
+    sock->set_option(ip::tcp::no_delay(true), ignored);
+    frame(channel::Kind::hello, 0, 0, 0, endpoint.token.data(), endpoint.token.size());
+    read();
   }
 
   bool on_frame(const channel::FrameHeader& h, const char* payload, size_t bytes) override {
@@ -150,84 +159,25 @@ struct PeerConn : FrameConn {
       up = true;
       failures = 0;
       timer->cancel();
-      w->core->log->info("data port connection to node {} at {}:{} (io thread {})", node_id,
-                         endpoint.host, endpoint.port, w->index);
+      t.core->log->info("data port connection to node {} at {}:{} (io thread {})", node_id,
+                        endpoint.host, endpoint.port, t.index);
       return true;
     }
     if (!up)
       return false;
-    auto it = w->pending.find(h.call);
-    if (it == w->pending.end())
-      return true;  // failed over, timed out or cancelled meanwhile
-    CallPtr c = it->second;
-    if (c->peer.get() != this)
-      return true;
-    switch (h.kind) {
-      case channel::Kind::answer: {
-        w->pending.erase(it);
-        c->channel_call = 0;
-        HttpResponse answer;
-        auto st = channel::decode_answer(payload, bytes, answer);
-        if (c->done) {
-          late_answer(c, Outcome::answered);
-          return true;
-        }
-        if (!st) {
-          w->core->log->warn("node {}: {}", node_id, st.message());
-          answer = malformed_answer(c, "node " + node_id, st.message());
-        }
-        on_answer(c, answer);
-        return true;
-      }
-      case channel::Kind::failed: {
-        w->pending.erase(it);
-        c->channel_call = 0;
-        auto err = error_of(h.amount, payload, bytes);
-        if (c->done) {
-          late_answer(c, Outcome::answered);
-          return true;
-        }
-        on_error(c, err);
-        return true;
-      }
-      case channel::Kind::head: {
-        if (c->streaming)
-          return false;
-        HttpResponse head;
-        if (auto st = channel::decode_answer(payload, bytes, head); !st) {
-          w->core->log->warn("node {}: {}", node_id, st.message());
-          return false;
-        }
-        on_stream_head(c, head, false);
-        return true;
-      }
-      case channel::Kind::chunk:
-        if (!c->streaming)
-          return false;
-        on_stream_chunk(c, std::string(payload, bytes));
-        return true;
-      case channel::Kind::end:
-        if (!c->streaming)
-          return false;
-        w->pending.erase(it);
-        c->channel_call = 0;
-        on_stream_end(c, (h.flags & channel::kComplete) != 0, std::string(payload, bytes));
-        return true;
-      default:
-        return false;
-    }
+    if (h.kind != channel::Kind::answer && h.kind != channel::Kind::failed &&
+        h.kind != channel::Kind::head && h.kind != channel::Kind::chunk &&
+        h.kind != channel::Kind::end)
+      return false;  // not what a data port sends back
+    return on_answer_frame(client.calls_, this, sender(), h, payload, bytes);
   }
 
   void on_closed(const std::string& why) override {
-    auto* core = w->core;
+    auto* core = t.core;
     ++failures;
     uint32_t backoff = std::min<uint32_t>(kMaxBackoffS, 1u << std::min<uint32_t>(failures, 5));
     retry_at = Clock::now() + std::chrono::seconds(backoff);
-    std::vector<CallPtr> victims;
-    for (auto& [id, c] : w->pending) {
-      if (c->peer.get() == this)
-        victims.push_back(c);
-    }
+    auto victims = client.calls_.take(this);
     if (up) {
       core->log->warn(
           "lost the data port connection to node {} ({}); {} requests in flight on it are "
@@ -241,56 +191,43 @@ struct PeerConn : FrameConn {
     }
     up = false;
     for (auto& c : victims) {
-      w->pending.erase(c->channel_call);
-      c->channel_call = 0;
-      c->peer = nullptr;
-      w->untrack(c.get());
-      std::string what = "replica " + c->slot->replica_id +
-                         " was lost with the data port connection to node " + node_id;
-      if (c->streaming) {
-        stream_lost(c, Outcome::abandoned, what + " mid-stream");
-        continue;
-      }
-      if (c->done) {
-        release(c, Outcome::abandoned);
-        continue;
-      }
-      c->tried.push_back(c->slot->replica_id);
-      release(c, Outcome::abandoned);
-      retry(c, what, false);
+      attempt_lost(c, Outcome::abandoned,
+                   "replica " + c->slot->replica_id +
+                       " was lost with the data port connection to node " + node_id,
+                   false);
     }
   }
 };
 
-namespace {
+PeerClient::~PeerClient() = default;
 
 // This io thread's connection to `node_id`'s data port when it is up; else
 // null, after starting one when the node has a data port and no attempt is
 // under way or waiting for its retry.
-PeerConn* peer_conn(Worker* w, const std::string& node_id) {
-  auto* core = w->core;
+PeerConn* PeerClient::conn_to(const std::string& node_id) {
+  auto* core = t_.core;
   uint64_t version = core->data_ports_version.load(std::memory_order_acquire);
-  if (version != w->data_ports_seen) {
+  if (version != data_ports_seen_) {
     std::lock_guard<std::mutex> lock(core->data_ports_mutex);
-    w->data_ports = core->data_ports;
-    w->data_ports_seen = version;
+    data_ports_ = core->data_ports;
+    data_ports_seen_ = version;
   }
-  auto ep = w->data_ports.find(node_id);
-  auto it = w->peer_conns.find(node_id);
-  if (ep == w->data_ports.end() || (it != w->peer_conns.end() && !same(it->second->endpoint, ep->second))) {
+  auto ep = data_ports_.find(node_id);
+  auto it = conns_.find(node_id);
+  if (ep == data_ports_.end() || (it != conns_.end() && !(it->second->endpoint == ep->second))) {
     // Closed after it left the map: the requests it fails over may come back
     // here, and find no connection (they go over CAF). The next request
     // opens the one to the new endpoint.
-    if (it != w->peer_conns.end()) {
+    if (it != conns_.end()) {
       auto conn = it->second;
-      w->peer_conns.erase(it);
-      conn->close(ep == w->data_ports.end() ? "the node has no data port any more"
-                                            : "the node's data port moved");
+      conns_.erase(it);
+      conn->close(ep == data_ports_.end() ? "the node has no data port any more"
+                                          : "the node's data port moved");
     }
     return nullptr;
   }
   uint32_t failures = 0;
-  if (it != w->peer_conns.end()) {
+  if (it != conns_.end()) {
     auto& conn = it->second;
     if (!conn->closed) {
       return conn->up ? conn.get() : nullptr;
@@ -300,46 +237,91 @@ PeerConn* peer_conn(Worker* w, const std::string& node_id) {
       failures = conn->failures;
     }
   }
-  auto conn = std::make_shared<PeerConn>(w, node_id, ep->second);
+  auto conn = std::make_shared<PeerConn>(*this, t_, node_id, ep->second);
   conn->failures = failures;
-  w->peer_conns[node_id] = conn;
+  conns_[node_id] = conn;
   conn->start();
   return nullptr;
 }
 
-}  // namespace
+void PeerClient::adopt(const std::string& node_id, DataPortEndpoint endpoint,
+                       asio::ip::tcp::socket sock) {
+  auto conn = std::make_shared<PeerConn>(*this, t_, node_id, endpoint);
+  *conn->sock = std::move(sock);
+  conns_[node_id] = conn;
+  data_ports_[node_id] = std::move(endpoint);
+  data_ports_seen_ = t_.core->data_ports_version.load(std::memory_order_acquire);
+  conn->await_hello();
+  conn->connected();
+}
 
-bool send_peer(const CallPtr& c) {
-  auto* w = c->worker;
+bool PeerClient::up(const std::string& node_id) const {
+  auto it = conns_.find(node_id);
+  return it != conns_.end() && !it->second->closed && it->second->up;
+}
+
+bool PeerClient::send(const CallPtr& c) {
   const auto& slot = c->slot;
   if (slot->local || slot->node_id.empty() || c->request.body.size() > channel::kMaxStreamFrame / 2)
     return false;
-  auto* conn = peer_conn(w, slot->node_id);
+  auto* conn = conn_to(slot->node_id);
   if (!conn)
     return false;
   channel::append_stream_request(conn->out, c->key, c->request, slot->replica_id);
   conn->schedule_flush();
-  c->peer = conn->self();
-  c->channel_call = c->key;
+  c->via = this;
   c->sent_at = Clock::now();
-  w->pending.emplace(c->key, c);
-  w->track(c.get());
-  w->core->metrics.sent_peer();
+  calls_.add(c, conn);
+  t_.track(c.get());
+  t_.core->metrics.sent_peer();
   return true;
 }
 
-void drop_peer_conns(Worker& w) {
-  for (auto& [id, conn] : w.peer_conns)
-    conn->drop();
-  w.peer_conns.clear();
+namespace {
+
+// The connection that carries the call's attempt while it is in flight or
+// streaming; null otherwise.
+PeerConn* carrier(const FrameCalls& calls,
+                  const std::unordered_map<std::string, std::shared_ptr<PeerConn>>& conns,
+                  const CallPtr& c) {
+  if (!c->slot || calls.get(c->key) != c)
+    return nullptr;
+  auto it = conns.find(c->slot->node_id);
+  if (it == conns.end() || it->second->closed)
+    return nullptr;
+  bool stranger = false;
+  calls.find(c->key, it->second.get(), stranger);
+  return stranger ? nullptr : it->second.get();
 }
 
-void peer_control(const CallPtr& c, bool credit, uint64_t amount) {
-  auto& conn = c->peer;
-  if (!conn || conn->closed)
-    return;
-  conn->frame(credit ? channel::Kind::credit : channel::Kind::cancel, c->key,
-              static_cast<uint32_t>(amount_of(amount)), 0, nullptr, 0);
+}  // namespace
+
+void PeerClient::credit(const CallPtr& c, uint64_t bytes) {
+  if (auto* conn = carrier(calls_, conns_, c))
+    conn->frame(channel::Kind::credit, c->key, static_cast<uint32_t>(amount_of(bytes)), 0,
+                nullptr, 0);
+}
+
+void PeerClient::cancel(const CallPtr& c, bool deadline_passed) {
+  if (auto* conn = carrier(calls_, conns_, c))
+    conn->frame(channel::Kind::cancel, c->key, deadline_passed ? 1 : 0, 0, nullptr, 0);
+}
+
+void PeerClient::forget(const CallPtr& c) {
+  if (calls_.get(c->key) == c)
+    calls_.remove(c->key);
+}
+
+void PeerClient::expire(const CallPtr& c) {
+  forget(c);
+  attempt_expired(c);
+}
+
+void PeerClient::drop() {
+  for (auto& [id, conn] : conns_)
+    conn->drop();
+  conns_.clear();
+  calls_.clear();
 }
 
 void Proxy::Core::set_data_port(const std::string& node_id, std::optional<DataPortEndpoint> ep) {
@@ -350,7 +332,7 @@ void Proxy::Core::set_data_port(const std::string& node_id, std::optional<DataPo
       return;
     data_ports.erase(it);
   } else {
-    if (it != data_ports.end() && same(it->second, *ep))
+    if (it != data_ports.end() && it->second == *ep)
       return;
     data_ports[node_id] = std::move(*ep);
   }

@@ -29,11 +29,4 @@ inline uint64_t amount_of(uint64_t v) {
 std::string error_payload(const caf::error& err);
 caf::error error_of(uint32_t code, const char* payload, size_t bytes);
 
-bool same(const Proxy::Core::DataPortEndpoint& a, const Proxy::Core::DataPortEndpoint& b);
-
-// The io threads have ended: this worker's connections to other workers'
-// data ports go without the fail-over a closed connection runs
-// (peer_client.cpp; close_data_ports in peer_server.cpp).
-void drop_peer_conns(Worker& w);
-
 }  // namespace troupe::proxy

@@ -14,6 +14,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/paths.hpp"
 #include "proxy/peer_frames.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/local_replicas.hpp"
@@ -25,7 +26,8 @@ using nlohmann::json;
 // --- the serving side (B) ---------------------------------------------------------
 
 struct ServedConn : FrameConn {
-  Worker* w;
+  PeerServer& server;
+  IoThread* w;
   std::string from;  // the peer's address, for log lines
   bool admitted = false;
   struct InFlight {
@@ -35,7 +37,7 @@ struct ServedConn : FrameConn {
   // By the connecting worker's id of the request.
   std::unordered_map<uint64_t, InFlight> calls;
 
-  explicit ServedConn(Worker* worker) : FrameConn(*worker->io), w(worker) {}
+  ServedConn(PeerServer& s, IoThread* worker) : FrameConn(*worker->io), server(s), w(worker) {}
 
   std::weak_ptr<ServedConn> weak() {
     return std::static_pointer_cast<ServedConn>(shared_from_this());
@@ -108,13 +110,14 @@ struct ServedConn : FrameConn {
       return false;
     }
     SlotPtr slot;
-    if (auto found = w->served_slots.find(replica_id); found != w->served_slots.end())
+    auto& slots = server.slots_;
+    if (auto found = slots.find(replica_id); found != slots.end())
       slot = found->second.lock();
     if (!slot || slot->dead || !slot->owner) {
-      w->served_slots.erase(replica_id);
+      slots.erase(replica_id);
       slot = core->router.find_replica(replica_id);
       if (slot)
-        w->served_slots[replica_id] = slot;
+        slots[replica_id] = slot;
     }
     if (!slot || !slot->local || !slot->handle) {
       fail(call, to_caf_error(Status(errc::unavailable, "replica " + replica_id +
@@ -148,7 +151,7 @@ struct ServedConn : FrameConn {
         }
         case local::InlineResult::answered:
           calls.emplace(call, InFlight{key, handle});
-          answered(w, weak(), call, key, handle, answer);
+          answered(server, weak(), call, key, handle, answer);
           return true;
       }
     }
@@ -166,12 +169,12 @@ struct ServedConn : FrameConn {
     calls[call] = InFlight{key, handle};
     auto* self = w->companion;
     auto id = self->new_request_id(caf::message_priority::normal);
-    Worker* worker = w;
+    PeerServer* to = &server;
     self->add_multiplexed_response_handler(
         id.response_id(),
         caf::behavior{
-            [worker, conn = weak(), call, key, handle](HttpResponse& answer) {
-              answered(worker, conn, call, key, handle, answer);
+            [to, conn = weak(), call, key, handle](HttpResponse& answer) {
+              answered(*to, conn, call, key, handle, answer);
             },
             [conn = weak(), call, handle](caf::error& err) {
               auto c = conn.lock();
@@ -190,7 +193,7 @@ struct ServedConn : FrameConn {
     return id;
   }
 
-  static void answered(Worker* w, const std::weak_ptr<ServedConn>& weak, uint64_t call,
+  static void answered(PeerServer& server, const std::weak_ptr<ServedConn>& weak, uint64_t call,
                        uint64_t key, const ReplicaActor& handle, HttpResponse& answer) {
     auto conn = weak.lock();
     if (!conn || conn->closed) {
@@ -201,7 +204,7 @@ struct ServedConn : FrameConn {
     if (answer.stream != 0) {
       channel::append_stream_answer(conn->out, channel::Kind::head, call, answer);
       conn->schedule_flush();
-      w->served_streams[key] = Worker::ServedStream{weak, call, 0};
+      server.streams_[key] = PeerServer::Stream{weak, call, 0};
       return;
     }
     conn->calls.erase(call);
@@ -222,21 +225,38 @@ struct ServedConn : FrameConn {
     }
     for (auto& [call, f] : calls) {
       caf::anon_send(f.handle, cancel_atom::value, f.key, false);
-      w->served_streams.erase(f.key);
+      server.streams_.erase(f.key);
     }
     calls.clear();
     auto keep = shared_from_this();
-    w->served.erase(this);
+    server.conns_.erase(this);
   }
 };
 
-bool served_stream_chunk(Worker* w, uint64_t key, uint64_t seq, std::string& data) {
-  auto it = w->served_streams.find(key);
-  if (it == w->served_streams.end())
+PeerServer::~PeerServer() = default;
+
+void PeerServer::serve(asio::ip::tcp::socket sock) {
+  auto conn = std::make_shared<ServedConn>(*this, &t_);
+  *conn->sock = std::move(sock);
+  conns_[conn.get()] = conn;
+  conn->start();
+}
+
+void PeerServer::drop() {
+  for (auto& [raw, conn] : conns_)
+    conn->drop();
+  conns_.clear();
+  streams_.clear();
+  slots_.clear();
+}
+
+bool PeerServer::chunk(uint64_t key, uint64_t seq, std::string& data) {
+  auto it = streams_.find(key);
+  if (it == streams_.end())
     return false;
   auto conn = it->second.conn.lock();
   if (!conn || conn->closed) {
-    w->served_streams.erase(it);
+    streams_.erase(it);
     return true;
   }
   auto& s = it->second;
@@ -248,7 +268,7 @@ bool served_stream_chunk(Worker* w, uint64_t key, uint64_t seq, std::string& dat
       caf::anon_send(f->second.handle, cancel_atom::value, key, false);
       conn->calls.erase(f);
     }
-    w->served_streams.erase(it);
+    streams_.erase(it);
     return true;
   }
   ++s.next_seq;
@@ -256,15 +276,14 @@ bool served_stream_chunk(Worker* w, uint64_t key, uint64_t seq, std::string& dat
   return true;
 }
 
-bool served_stream_end(Worker* w, uint64_t key, uint64_t seq, bool complete,
-                       const std::string& why) {
-  auto it = w->served_streams.find(key);
-  if (it == w->served_streams.end())
+bool PeerServer::end(uint64_t key, uint64_t seq, bool complete, const std::string& why) {
+  auto it = streams_.find(key);
+  if (it == streams_.end())
     return false;
   auto conn = it->second.conn.lock();
   auto call = it->second.call;
   bool whole = complete && seq == it->second.next_seq;
-  w->served_streams.erase(it);
+  streams_.erase(it);
   if (!conn || conn->closed)
     return true;
   conn->calls.erase(call);
@@ -294,11 +313,7 @@ void accept_next(const std::shared_ptr<Proxy::Core>& core) {
         if (!ec) {
           auto s = std::make_shared<ip::tcp::socket>(std::move(socket));
           core->post(io, [core = core.get(), index, s] {
-            Worker* to = core->workers[index].get();
-            auto conn = std::make_shared<ServedConn>(to);
-            *conn->sock = std::move(*s);
-            to->served[conn.get()] = conn;
-            conn->start();
+            core->workers[index]->served.serve(std::move(*s));
           });
         } else {
           core->log->warn("data port: accept failed: {}", ec.message());
@@ -349,12 +364,8 @@ void close_data_ports(Proxy::Core& core) {
   // The io threads have ended: the sockets and timers go now, before their
   // io_contexts, without the fail-over a closed connection runs.
   for (auto& w : core.workers) {
-    drop_peer_conns(*w);
-    for (auto& [raw, conn] : w->served)
-      conn->drop();
-    w->served.clear();
-    w->served_streams.clear();
-    w->served_slots.clear();
+    w->peers.drop();
+    w->served.drop();
   }
   core.data_port.reset();
 }

@@ -177,7 +177,7 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   if (auto st = open_data_port(*core); !st)
     return st;
   for (size_t i = 0; i < core->server->threads(); ++i) {
-    auto w = std::make_unique<Worker>();
+    auto w = std::make_unique<IoThread>();
     w->core = core.get();
     w->index = i;
     w->core_key_base = key_base;
@@ -190,15 +190,19 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
     // Besides answers and timeouts, the companion receives the pieces of
     // streamed answers (streams.cpp). (Without a behavior it would terminate
     // after its first answer.)
-    Worker* self_worker = w.get();
+    IoThread* self_worker = w.get();
     w->companion->become(caf::behavior{
         [](caf::ok_atom) {},
+        // A piece of a stream relayed to another worker's data port, or of
+        // a call's own stream over CAF.
         [self_worker](chunk_atom, uint64_t key, uint64_t seq, std::string& data) {
-          stream_chunk_message(self_worker, key, seq, data);
+          if (!self_worker->served.chunk(key, seq, data))
+            self_worker->caf.chunk(key, seq, data);
         },
         [self_worker](chunk_atom, uint64_t key, uint64_t seq, bool complete,
                       const std::string& why) {
-          stream_end_message(self_worker, key, seq, complete, why);
+          if (!self_worker->served.end(key, seq, complete, why))
+            self_worker->caf.end(key, seq, complete, why);
         },
         // From the callers of streamed handle calls (handle_calls.hpp).
         [self_worker](credit_atom, uint64_t key, uint64_t bytes) {
@@ -207,7 +211,7 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
         [self_worker](cancel_atom, uint64_t key) { relay_cancel(self_worker, key); },
     });
     w->companion->set_default_handler(caf::drop);
-    Worker* raw = w.get();
+    IoThread* raw = w.get();
     w->companion->on_enqueue([raw](caf::mailbox_element_ptr m) {
       raw->core->post(raw->io, [raw, m = std::shared_ptr<caf::mailbox_element>(std::move(m))] {
         raw->companion->activate(raw->unit.get(), *m);
@@ -320,11 +324,10 @@ void Proxy::stop() {
   core.router.clear();
   for (auto& w : core.workers) {
     w->sweeper.reset();
-    w->pending.clear();
-    w->streams.clear();
+    w->channels.clear();
+    w->caf.clear();
     w->relays.clear();
     w->handle_calls.clear();
-    w->lanes.clear();
   }
   core.server.reset();
   for (auto& w : core.workers) {

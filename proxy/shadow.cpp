@@ -40,7 +40,7 @@ class ShadowExchange : public Exchange {
 
 }  // namespace
 
-void send_shadows(Worker* w, const Route& route, const std::shared_ptr<const RouteTable>& table,
+void send_shadows(IoThread* w, const Route& route, const std::shared_ptr<const RouteTable>& table,
                   const HttpRequest& request, double timeout_s) {
   if (route.shadow.empty())
     return;

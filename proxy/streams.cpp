@@ -30,88 +30,26 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// This worker's lane of the call's replica process, when the stream (or the
-// request) went over its data channel.
-int lane_fd(const CallPtr& c) {
-  if (!c->slot || !c->slot->channel)
-    return -1;
-  auto it = c->worker->lanes.find(c->slot->channel.get());
-  return it == c->worker->lanes.end() ? -1 : it->second->fd.native_handle();
-}
-
-void grant(const CallPtr& c, uint64_t bytes);
-
-void retry_credit(const CallPtr& c) {
-  if (!c->credit_timer)
-    c->credit_timer = std::make_unique<asio::steady_timer>(*c->worker->io);
-  c->credit_timer->expires_after(std::chrono::milliseconds(1));
-  c->credit_timer->async_wait([c](const boost::system::error_code& ec) {
-    if (ec || c->credit_owed == 0)
-      return;
-    uint64_t owed = c->credit_owed;
-    c->credit_owed = 0;
-    grant(c, owed);
-  });
-}
-
 // Room for `bytes` more at the replica.
 void grant(const CallPtr& c, uint64_t bytes) {
-  if (!c->slot || !c->streaming)
+  if (!c->slot || !c->streaming || !c->via)
     return;  // the stream ended (or was given up) meanwhile
-  if (c->peer) {
-    peer_control(c, true, bytes);
-    return;
-  }
-  if (c->stream_over_caf) {
-    caf::anon_send(c->slot->handle, credit_atom::value, c->key, bytes);
-    return;
-  }
-  int fd = lane_fd(c);
-  if (fd < 0)
-    return;
-  auto sent = channel::send_control(fd, channel::Kind::credit, c->key,
-                                    static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX)));
-  if (sent == channel::Sent::busy) {
-    // The process reads its lanes on a thread of its own; a full lane is
-    // momentary. Owed, and sent again shortly.
-    bool armed = c->credit_owed > 0;
-    c->credit_owed += bytes;
-    if (!armed)
-      retry_credit(c);
-  }
+  c->via->credit(c, bytes);
 }
 
 }  // namespace
 
 void cancel_at_replica(const CallPtr& c, bool deadline_passed) {
-  if (!c->slot || c->key == 0)
+  if (!c->slot || c->key == 0 || !c->via)
     return;
-  if (c->peer) {
-    if (c->streaming || c->channel_call != 0)
-      peer_control(c, false, deadline_passed ? 1 : 0);
-    return;
-  }
-  if (c->streaming ? !c->stream_over_caf : c->channel_call != 0) {
-    if (int fd = lane_fd(c); fd >= 0) {
-      // Best effort: a full lane loses it, and the replica sees the deadline
-      // or the closed connection's missing credits instead.
-      (void)channel::send_control(fd, channel::Kind::cancel, c->key, deadline_passed ? 1 : 0);
-    }
-    return;
-  }
-  if (c->slot->handle)
-    caf::anon_send(c->slot->handle, cancel_atom::value, c->key, deadline_passed);
+  c->via->cancel(c, deadline_passed);
 }
 
-void on_stream_head(const CallPtr& c, HttpResponse& head, bool over_caf) {
-  auto* w = c->worker;
-  auto* core = w->core;
+void on_stream_head(const CallPtr& c, HttpResponse& head) {
+  auto* core = c->worker->core;
   c->streaming = true;
-  c->stream_over_caf = over_caf;
   c->stream_status = head.status;
   c->sent_at = Clock::now();  // progress, for the sweep
-  if (over_caf)
-    w->streams[c->key] = c;
   if (c->shadow) {
     // A copy's answer is discarded: counted by its status, and the replica
     // stops producing.
@@ -157,13 +95,11 @@ void on_stream_chunk(const CallPtr& c, std::string data) {
 void on_stream_end(const CallPtr& c, bool complete, const std::string& why) {
   auto* w = c->worker;
   auto* core = w->core;
-  if (c->stream_over_caf)
-    w->streams.erase(c->key);
+  if (c->via)
+    c->via->forget(c);
   w->untrack(c.get());
   release(c, Outcome::answered);
   c->streaming = false;
-  if (c->credit_timer)
-    c->credit_timer->cancel();
   if (c->done || c->shadow)
     return;
   c->done = true;
@@ -183,42 +119,9 @@ void on_stream_end(const CallPtr& c, bool complete, const std::string& why) {
 }
 
 void forget_stream(const CallPtr& c) {
-  if (c->stream_over_caf)
-    c->worker->streams.erase(c->key);
+  if (c->via)
+    c->via->forget(c);
   c->streaming = false;
-  if (c->credit_timer)
-    c->credit_timer->cancel();
-}
-
-void stream_chunk_message(Worker* w, uint64_t key, uint64_t seq, std::string& data) {
-  if (served_stream_chunk(w, key, seq, data))
-    return;
-  auto it = w->streams.find(key);
-  if (it == w->streams.end())
-    return;  // given up here (replica lost, stalled) or cancelled
-  CallPtr c = it->second;
-  if (seq != c->next_seq) {
-    // CAF delivers in order; a gap means pieces were lost with a connection.
-    w->core->log->warn("request {}: stream piece {} arrived where {} was expected; ending it",
-                       c->request.request_id, seq, c->next_seq);
-    cancel_at_replica(c);
-    on_stream_end(c, false, "pieces of the stream were lost");
-    return;
-  }
-  ++c->next_seq;
-  on_stream_chunk(c, std::move(data));
-}
-
-void stream_end_message(Worker* w, uint64_t key, uint64_t seq, bool complete,
-                        const std::string& why) {
-  if (served_stream_end(w, key, seq, complete, why))
-    return;
-  auto it = w->streams.find(key);
-  if (it == w->streams.end())
-    return;
-  CallPtr c = it->second;
-  bool whole = complete && seq == c->next_seq;
-  on_stream_end(c, whole, whole || !complete ? why : "pieces of the stream were lost");
 }
 
 void client_gone(const CallPtr& c) {

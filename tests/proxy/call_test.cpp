@@ -1,5 +1,5 @@
 // The proxy's call state machine (proxy/call.hpp) without sockets, actors or
-// a cluster: a Proxy::Core without its server, one Worker on an io_context
+// a cluster: a Proxy::Core without its server, one IoThread on an io_context
 // the test runs itself, replicas known to the router only, and an Exchange
 // that records the answer. Replicas have no handle, so a call the router
 // places on one is treated as sent to a replica that is gone
@@ -9,6 +9,7 @@
 // Deterministic: no timers expire, io_context::run() only runs posted work.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
@@ -64,7 +65,7 @@ const std::string kEcho = deployment_key("echo", "Echo");
 struct Harness {
   asio::io_context io;
   Proxy::Core core;
-  Worker worker;
+  IoThread worker;
 
   // `channels`: the data channels of the replicas (runtime/data_channel.hpp)
   // that have one.
@@ -307,7 +308,8 @@ TEST_CASE("proxy/call: requests on the data channel of a process that stopped on
     REQUIRE(c->slot->replica_id == "a");
     REQUIRE(c->slot->channel);
     c->key = 7;
-    REQUIRE(send_channel(c));
+    REQUIRE(h.worker.channels.send(c));
+    REQUIRE(c->via == &h.worker.channels);
     h.io.poll();  // the request frame goes out; the lane is read from now on
     auto other = h.occupy();  // b is busy: the call waits for it
     if (says_closing) {
@@ -510,10 +512,20 @@ TEST_CASE("proxy/call: an answer is passed on and frees the slot") {
   CHECK(h.in_flight()["a"] == 0);
 }
 
+// A transport that only records what the call state machine asks of it.
+struct RecordingTransport : Transport {
+  std::vector<Call*> forgotten, expired;
+  bool send(const CallPtr&) override { return false; }
+  void credit(const CallPtr&, uint64_t) override {}
+  void cancel(const CallPtr&, bool) override {}
+  void forget(const CallPtr& c) override { forgotten.push_back(c.get()); }
+  void expire(const CallPtr& c) override { expired.push_back(c.get()); }
+};
+
 TEST_CASE("proxy/call: fail_over retries the requests of a replica that died with them") {
   Harness h({replica("a", 2), replica("b", 2)});
-  // Two calls on a (b is chosen only when a is full), over the data channel
-  // path (no companion message to end); one was already answered 504.
+  // Two calls on a (b is chosen only when a is full), over a transport that
+  // records what it is told; one was already answered 504.
   std::shared_ptr<FakeExchange> ex1, ex2;
   auto c1 = h.make_call(ex1);
   auto c2 = h.make_call(ex2);
@@ -521,15 +533,16 @@ TEST_CASE("proxy/call: fail_over retries the requests of a replica that died wit
   h.place(c2, {"b"});
   REQUIRE(c1->slot->replica_id == "a");
   REQUIRE(c2->slot->replica_id == "a");
-  c1->channel_call = 1;
-  c2->channel_call = 2;
-  h.worker.pending.emplace(1, c1);
-  h.worker.pending.emplace(2, c2);
+  RecordingTransport via;
+  c1->via = &via;
+  c2->via = &via;
   on_timeout(c2);
   fail_over(
       &h.worker, [](const ReplicaSlot& s) { return s.replica_id == "a"; }, "died", true);
-  CHECK(h.worker.pending.empty());
-  CHECK(c1->channel_call == 0);
+  // Each attempt's transport forgot it: a late answer finds no call.
+  CHECK(via.forgotten.size() == 2);
+  CHECK(std::count(via.forgotten.begin(), via.forgotten.end(), c1.get()) == 1);
+  CHECK(std::count(via.forgotten.begin(), via.forgotten.end(), c2.get()) == 1);
   CHECK(h.in_flight()["a"] == 0);
   // c1 is retried on b (here without a handle: a second crash, 502); c2 had
   // its answer and is only released.

@@ -81,7 +81,7 @@ struct Harness {
   std::shared_ptr<channel::Registry> channels = std::make_shared<channel::Registry>();
   std::map<std::string, std::shared_ptr<FakeReplica>> fakes;
   std::unique_ptr<Proxy::Core> core;
-  Worker worker;
+  IoThread worker;
 
   // `inline_ids`: the replicas registered as called inline; `remote`: on
   // another node.

@@ -1,0 +1,526 @@
+// Both sides of a data port (proxy/peer_client.cpp, proxy/peer_server.cpp)
+// over socket pairs: an io thread of a Proxy::Core without its server on one
+// end, a bare framed connection (proxy/frame_conn.hpp) playing the other
+// worker on the other. What they decide: the client says hello with the
+// token and sends nothing before the answer; answers, failures and streams
+// reach the call state machine; a frame for a request the connection was not
+// sent closes it; a lost connection places its requests again, not as
+// crashes. The server refuses a connection without the token, fails a
+// request for a replica it does not have, answers one of a non-blocking
+// in-process replica at once, and closes a connection that reuses a request
+// id. Deterministic: no timer expires, the io_context runs until a condition.
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <caf/actor_companion.hpp>
+#include <caf/all.hpp>
+#include <caf/scoped_execution_unit.hpp>
+
+#include "proxy/call.hpp"
+#include "proxy/core.hpp"
+#include "proxy/frame_conn.hpp"
+#include "proxy/paths.hpp"
+#include "proxy/peer_frames.hpp"
+#include "runtime/data_channel.hpp"
+#include "runtime/local_replicas.hpp"
+
+using namespace troupe;
+using namespace troupe::proxy;
+
+namespace {
+
+class FakeExchange : public Exchange {
+ public:
+  explicit FakeExchange(asio::io_context& io) : io_(io) {
+    request_.method(boost::beast::http::verb::get);
+    request_.target("/echo/x");
+  }
+  Request& request() override { return request_; }
+  void respond(Response&& response) override { answers.push_back(std::move(response)); }
+  size_t thread() const override { return 0; }
+  asio::io_context& io() override { return io_; }
+  void begin_stream(Response&& head) override { answers.push_back(std::move(head)); }
+  void write_chunk(std::string data, std::function<void(bool ok)> written) override {
+    chunks.push_back(std::move(data));
+    written(true);
+  }
+  void end_stream(bool complete) override { ended = complete ? 1 : 0; }
+  std::vector<Response> answers;
+  std::vector<std::string> chunks;
+  int ended = -1;  // -1: not ended; 1 complete; 0 early
+
+ private:
+  asio::io_context& io_;
+  Request request_;
+};
+
+// A replica of this node called inline: answers with its id, or refuses.
+class FakeReplica : public local::LocalReplica {
+ public:
+  explicit FakeReplica(std::string id) : id_(std::move(id)) {}
+  const std::string& replica_id() const override { return id_; }
+  local::InlineResult serve(const HttpRequest& request, HttpResponse& answer) override {
+    seen.push_back(request);
+    local::InlineResult r;
+    r.kind = kind;
+    if (kind == local::InlineResult::overloaded)
+      r.why = "replica " + id_ + " is at max_ongoing_requests (1)";
+    if (kind == local::InlineResult::answered) {
+      answer.status = 200;
+      answer.body = "from " + id_;
+    }
+    return r;
+  }
+  local::InlineResult::Kind kind = local::InlineResult::answered;
+  std::vector<HttpRequest> seen;
+
+ private:
+  std::string id_;
+};
+
+struct Seen {
+  channel::Kind kind;
+  uint64_t call;
+  uint32_t amount;
+  std::string payload;
+};
+
+// The other worker: one end of a socket pair as a framed connection that
+// records what it reads.
+struct OtherSide : FrameConn {
+  std::vector<Seen> frames;
+  std::vector<std::string> closed_for;
+  OtherSide(asio::io_context& io, int fd) : FrameConn(io) { sock->assign(ip::tcp::v4(), fd); }
+  bool on_frame(const channel::FrameHeader& h, const char* payload, size_t bytes) override {
+    frames.push_back({h.kind, h.call, h.amount, std::string(payload, bytes)});
+    return true;
+  }
+  void on_closed(const std::string& why) override { closed_for.push_back(why); }
+  size_t count(channel::Kind kind) const {
+    return std::count_if(frames.begin(), frames.end(),
+                         [&](const Seen& s) { return s.kind == kind; });
+  }
+  const Seen* last(channel::Kind kind) const {
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      if (it->kind == kind)
+        return &*it;
+    }
+    return nullptr;
+  }
+  void answer(channel::Kind kind, uint64_t call, const HttpResponse& r) {
+    REQUIRE(channel::append_stream_answer(out, kind, call, r));
+    schedule_flush();
+  }
+};
+
+// (replica id, node id) of a deployment's replicas.
+using Replicas = std::vector<std::pair<std::string, std::string>>;
+
+struct Harness {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::vector<caf::actor> dummies;  // one handle per replica
+  asio::io_context io;
+  std::shared_ptr<channel::Registry> channels = std::make_shared<channel::Registry>();
+  std::map<std::string, std::shared_ptr<FakeReplica>> fakes;
+  std::unique_ptr<Proxy::Core> core;
+  IoThread worker;
+  std::vector<std::shared_ptr<OtherSide>> others;
+
+  // `replicas`: (replica id, node id) of the deployment's replicas; this
+  // node is n1. `inline_ids`: this node's replicas called inline.
+  explicit Harness(const Replicas& replicas, std::vector<std::string> inline_ids = {}) {
+    for (const auto& id : inline_ids) {
+      fakes[id] = std::make_shared<FakeReplica>(id);
+      channels->local_replicas()->add(fakes[id]);
+    }
+    ProxyOptions o;
+    o.node_id = "n1";
+    o.channels = channels;
+    core = std::make_unique<Proxy::Core>(o);
+    core->id_prefix = "t";
+    core->data_token = "this-node-token";
+    worker.core = core.get();
+    worker.io = &io;
+    worker.unit = std::make_unique<caf::scoped_execution_unit>(&sys);
+    worker.companion_handle = sys.spawn<caf::actor_companion>();
+    worker.companion = static_cast<caf::actor_companion*>(
+        caf::actor_cast<caf::abstract_actor*>(worker.companion_handle));
+    worker.companion->context(worker.unit.get());
+    std::vector<ReplicaEndpoint> eps;
+    for (const auto& [id, node] : replicas) {
+      // A stand-in for the replica's handle: requests sent to it are never
+      // answered here.
+      dummies.push_back(sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+        self->set_default_handler(caf::drop);
+        return {[](int) {}};
+      }));
+      ReplicaEndpoint e;
+      e.replica_id = id;
+      e.node_id = node;
+      e.max_ongoing_requests = 4;
+      e.handle = caf::actor_cast<ReplicaActor>(dummies.back());
+      eps.push_back(e);
+    }
+    RoutingSnapshot s;
+    s.epoch = 1;
+    s.seq = 1;
+    s.full = true;
+    s.routes = {{"/echo", "echo", "Echo"}};
+    s.deployments = {{"echo", "Echo", std::move(eps), -1}};
+    core->router.apply(s);
+  }
+  ~Harness() {
+    core->router.clear();
+    for (auto* c : std::vector<Call*>(worker.active))
+      worker.untrack(c);
+    worker.peers.drop();
+    worker.served.drop();
+    worker.channels.clear();
+    worker.caf.clear();
+    for (auto& o : others)
+      o->drop();
+    for (auto& d : dummies)
+      caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(worker.companion_handle, caf::exit_reason::user_shutdown);
+  }
+
+  // A socket pair: this io thread's end, and the other worker's, reading.
+  std::pair<ip::tcp::socket, std::shared_ptr<OtherSide>> pair() {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    ip::tcp::socket mine(io);
+    mine.assign(ip::tcp::v4(), fds[0]);
+    auto other = std::make_shared<OtherSide>(io, fds[1]);
+    other->read();
+    others.push_back(other);
+    return {std::move(mine), other};
+  }
+
+  // The connection to `node`'s data port, up: the other side answered hello.
+  std::shared_ptr<OtherSide> connect(const std::string& node, const std::string& token = "tok") {
+    auto [mine, other] = pair();
+    worker.peers.adopt(node, DataPortEndpoint{"127.0.0.1", 1, token}, std::move(mine));
+    REQUIRE(run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+    CHECK(other->frames[0].payload == token);
+    other->frame(channel::Kind::hello, 0, 0, 0, nullptr, 0);
+    REQUIRE(run_until([&] { return worker.peers.up(node); }));
+    return other;
+  }
+
+  // Runs the io_context until `done`, or for at most 10 s (a deadline on a
+  // condition: a broken side fails the test instead of hanging it).
+  template <class F>
+  bool run_until(F done) {
+    io.restart();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      io.run_one_until(deadline);
+    return done();
+  }
+  // Runs what is ready until nothing is: frames written to a socket pair are
+  // readable at once, so what one side sent has been handled by the other.
+  void settle() {
+    for (int quiet = 0; quiet < 3;) {
+      io.restart();
+      quiet = io.poll() == 0 ? quiet + 1 : 0;
+    }
+  }
+
+  CallPtr make_call(std::shared_ptr<FakeExchange>& ex) {
+    ex = std::make_shared<FakeExchange>(io);
+    auto c = std::make_shared<Call>();
+    c->exchange = ex;
+    c->worker = &worker;
+    c->routes = core->router.routes();
+    c->route = c->routes->match("/echo/x").route;
+    REQUIRE(c->route != nullptr);
+    c->start = Clock::now();
+    c->request.method = "GET";
+    c->request.path = "/x";
+    c->request.request_id = "req-1";
+    c->attempts = Attempts(core->options.max_attempts);
+    return c;
+  }
+};
+
+int status_of(const FakeExchange& ex) {
+  REQUIRE(ex.answers.size() == 1);
+  return static_cast<int>(ex.answers[0].result_int());
+}
+
+// The request frames the other side got: (call, replica id, path).
+struct SeenRequest {
+  uint64_t call;
+  std::string replica_id;
+  std::string path;
+};
+std::vector<SeenRequest> requests_of(const OtherSide& o) {
+  std::vector<SeenRequest> out;
+  for (const auto& f : o.frames) {
+    if (f.kind != channel::Kind::request)
+      continue;
+    HttpRequest r;
+    std::string replica;
+    REQUIRE(channel::decode_request(f.payload.data(), f.payload.size(), r, replica));
+    out.push_back({f.call, replica, r.path});
+  }
+  return out;
+}
+
+HttpResponse ok(const std::string& body) {
+  HttpResponse r;
+  r.status = 200;
+  r.body = body;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("peer client: it says hello with the token and sends nothing before the answer") {
+  Harness h(Replicas{{"r1", "n2"}});
+  auto [mine, other] = h.pair();
+  h.worker.peers.adopt("n2", DataPortEndpoint{"127.0.0.1", 1, "tok"}, std::move(mine));
+  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+  CHECK(other->frames[0].payload == "tok");
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  c->slot = h.core->router.find_replica("r1");
+  REQUIRE(c->slot);
+  c->key = 11;
+  CHECK_FALSE(h.worker.peers.send(c));  // not up yet: it goes another way
+  other->frame(channel::Kind::hello, 0, 0, 0, nullptr, 0);
+  REQUIRE(h.run_until([&] { return h.worker.peers.up("n2"); }));
+  CHECK(h.worker.peers.send(c));
+  CHECK(c->via == &h.worker.peers);
+  REQUIRE(h.run_until([&, o = other] { return requests_of(*o).size() == 1; }));
+  auto seen = requests_of(*other);
+  CHECK(seen[0].call == 11);
+  CHECK(seen[0].replica_id == "r1");
+  CHECK(seen[0].path == "/x");
+  h.worker.untrack(c.get());
+}
+
+TEST_CASE("peer client: an answer frame answers the call and frees its replica") {
+  Harness h(Replicas{{"r1", "n2"}});
+  auto other = h.connect("n2");
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  dispatch(c);
+  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
+  CHECK(c->via == &h.worker.peers);
+  other->answer(channel::Kind::answer, requests_of(*other)[0].call, ok("from n2"));
+  REQUIRE(h.run_until([&] { return c->done; }));
+  CHECK(status_of(*ex) == 200);
+  CHECK(ex->answers[0].body() == "from n2");
+  CHECK(h.core->router.find_replica("r1")->in_flight == 0);
+  CHECK(h.worker.active.empty());
+}
+
+TEST_CASE("peer client: a failure frame is judged as the replica's own error - a refusal is placed again") {
+  Harness h(Replicas{{"r1", "n2"}, {"r2", "n2"}});
+  auto other = h.connect("n2");
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  dispatch(c);
+  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
+  auto first = requests_of(*other)[0];
+  auto payload = error_payload(to_caf_error(Status(errc::overloaded, "replica is full")));
+  other->frame(channel::Kind::failed, first.call, static_cast<uint32_t>(errc::overloaded), 0,
+               payload.data(), payload.size());
+  // Refused: placed again, on the other replica, as a new attempt.
+  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 2; }));
+  auto second = requests_of(*other)[1];
+  CHECK(second.call != first.call);
+  CHECK(second.replica_id != first.replica_id);
+  CHECK_FALSE(c->done);
+  CHECK(c->attempts.crashes() == 0);
+  // A failure that is not a refusal: 502 naming it.
+  auto bad = error_payload(to_caf_error(Status(errc::internal, "handler threw")));
+  other->frame(channel::Kind::failed, second.call, static_cast<uint32_t>(errc::internal), 0,
+               bad.data(), bad.size());
+  REQUIRE(h.run_until([&] { return c->done; }));
+  CHECK(status_of(*ex) == 502);
+  CHECK(ex->answers[0].body().find("handler threw") != std::string::npos);
+}
+
+TEST_CASE("peer client: a frame for a request the connection was not sent closes it - a stale one is ignored") {
+  Harness h(Replicas{{"r1", "n2"}, {"r3", "n3"}});
+  auto n2 = h.connect("n2");
+  auto n3 = h.connect("n3");
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  c->slot = h.core->router.find_replica("r1");
+  c->key = 21;
+  REQUIRE(h.worker.peers.send(c));
+  REQUIRE(h.run_until([&] { return requests_of(*n2).size() == 1; }));
+  // n3 answers a request it never saw: a key no call has is stale (the call
+  // may have been failed over meanwhile), and changes nothing.
+  n3->answer(channel::Kind::answer, 999, ok("stale"));
+  h.settle();
+  CHECK(h.worker.peers.up("n3"));
+  // The key of a request in flight on n2: n3 is closed, the call untouched.
+  n3->answer(channel::Kind::answer, 21, ok("forged"));
+  REQUIRE(h.run_until([&] { return !h.worker.peers.up("n3"); }));
+  CHECK_FALSE(c->done);
+  CHECK(ex->answers.empty());
+  CHECK(h.worker.peers.up("n2"));
+  n2->answer(channel::Kind::answer, 21, ok("from n2"));
+  REQUIRE(h.run_until([&] { return c->done; }));
+  CHECK(ex->answers[0].body() == "from n2");
+}
+
+TEST_CASE("peer client: a lost connection places its requests again - not as crashes") {
+  Harness h(Replicas{{"r1", "n2"}, {"r2", "n2"}});
+  auto other = h.connect("n2");
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  dispatch(c);
+  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
+  auto replica = requests_of(*other)[0].replica_id;
+  other->close("gone");
+  REQUIRE(h.run_until([&] { return !h.worker.peers.up("n2"); }));
+  CHECK(c->tried == std::vector<std::string>{replica});
+  CHECK(c->attempts.crashes() == 0);
+  CHECK(c->attempts.losses() == 1);
+  // Placed again on the other replica, over CAF while the connection is down.
+  CHECK(c->via == &h.worker.caf);
+  CHECK(c->slot->replica_id != replica);
+  CHECK(h.core->router.find_replica(replica)->in_flight == 0);
+}
+
+TEST_CASE("peer client: a stream's head - chunks and end reach the client - each chunk is credited back") {
+  Harness h(Replicas{{"r1", "n2"}});
+  auto other = h.connect("n2");
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  dispatch(c);
+  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
+  uint64_t call = requests_of(*other)[0].call;
+  // A chunk before the head breaks the protocol.
+  {
+    Harness h2(Replicas{{"r1", "n2"}});
+    auto o2 = h2.connect("n2");
+    std::shared_ptr<FakeExchange> ex2;
+    auto c2 = h2.make_call(ex2);
+    dispatch(c2);
+    REQUIRE(h2.run_until([&] { return requests_of(*o2).size() == 1; }));
+    o2->frame(channel::Kind::chunk, requests_of(*o2)[0].call, 0, 0, "x", 1);
+    REQUIRE(h2.run_until([&] { return !h2.worker.peers.up("n2"); }));
+    CHECK(ex2->chunks.empty());
+  }
+  HttpResponse head = ok("");
+  head.stream = 1;
+  other->answer(channel::Kind::head, call, head);
+  REQUIRE(h.run_until([&] { return c->streaming && ex->answers.size() == 1; }));
+  other->frame(channel::Kind::chunk, call, 0, 0, "hello", 5);
+  REQUIRE(h.run_until([&] { return other->count(channel::Kind::credit) == 1; }));
+  CHECK(ex->chunks == std::vector<std::string>{"hello"});
+  CHECK(other->last(channel::Kind::credit)->amount == 5);
+  CHECK(other->last(channel::Kind::credit)->call == call);
+  other->frame(channel::Kind::end, call, 0, channel::kComplete, nullptr, 0);
+  REQUIRE(h.run_until([&] { return ex->ended != -1; }));
+  CHECK(ex->ended == 1);
+  CHECK(h.core->router.find_replica("r1")->in_flight == 0);
+  CHECK(h.worker.active.empty());
+}
+
+TEST_CASE("peer server: a connection without this node's token is refused and closed") {
+  Harness h(Replicas{{"r1", "n1"}}, {"r1"});
+  for (std::string token : {std::string("wrong-token"), std::string()}) {
+    CAPTURE(token);
+    auto [mine, other] = h.pair();
+    h.worker.served.serve(std::move(mine));
+    CHECK(h.worker.served.connections() == 1);
+    other->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
+    REQUIRE(h.run_until([&, o = other] { return !o->closed_for.empty(); }));
+    CHECK(other->count(channel::Kind::hello) == 0);
+    CHECK(h.worker.served.connections() == 0);
+  }
+  // A request before any hello is refused the same way, and never served.
+  auto [mine, other] = h.pair();
+  h.worker.served.serve(std::move(mine));
+  HttpRequest r;
+  r.path = "/x";
+  channel::append_stream_request(other->out, 1, r, "r1");
+  other->schedule_flush();
+  REQUIRE(h.run_until([&, o = other] { return !o->closed_for.empty(); }));
+  CHECK(h.fakes["r1"]->seen.empty());
+}
+
+TEST_CASE("peer server: with the token it serves a non-blocking in-process replica at once") {
+  Harness h(Replicas{{"r1", "n1"}}, {"r1"});
+  auto [mine, other] = h.pair();
+  h.worker.served.serve(std::move(mine));
+  std::string token = h.core->data_token;
+  other->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
+  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+  HttpRequest r;
+  r.path = "/x";
+  r.request_id = "req-7";
+  channel::append_stream_request(other->out, 5, r, "r1");
+  other->schedule_flush();
+  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::answer) == 1; }));
+  auto* a = other->last(channel::Kind::answer);
+  CHECK(a->call == 5);
+  HttpResponse answer;
+  REQUIRE(channel::decode_answer(a->payload.data(), a->payload.size(), answer));
+  CHECK(answer.status == 200);
+  CHECK(answer.body == "from r1");
+  REQUIRE(h.fakes["r1"]->seen.size() == 1);
+  CHECK(h.fakes["r1"]->seen[0].request_id == "req-7");
+  // Its own key at the replica, not the other worker's id.
+  CHECK(h.fakes["r1"]->seen[0].call_key != 5);
+  // Overloaded: a failure frame that carries the refusal.
+  h.fakes["r1"]->kind = local::InlineResult::overloaded;
+  channel::append_stream_request(other->out, 6, r, "r1");
+  other->schedule_flush();
+  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::failed) == 1; }));
+  auto* f = other->last(channel::Kind::failed);
+  CHECK(f->call == 6);
+  auto err = error_of(f->amount, f->payload.data(), f->payload.size());
+  CHECK(from_caf_error(err).code() == errc::overloaded);
+}
+
+TEST_CASE("peer server: a request for a replica it does not have fails naming it - a request id in use closes the connection") {
+  Harness h(Replicas{{"r1", "n1"}, {"r9", "n9"}});
+  auto [mine, other] = h.pair();
+  h.worker.served.serve(std::move(mine));
+  std::string token = h.core->data_token;
+  other->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
+  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+  HttpRequest r;
+  r.path = "/x";
+  // r9 is another node's; zz nobody's.
+  for (std::string id : {std::string("r9"), std::string("zz")}) {
+    channel::append_stream_request(other->out, 1, r, id);
+    other->schedule_flush();
+  }
+  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::failed) == 2; }));
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& f = other->frames[1 + i];
+    REQUIRE(f.kind == channel::Kind::failed);
+    auto st = from_caf_error(error_of(f.amount, f.payload.data(), f.payload.size()));
+    CHECK(st.code() == errc::unavailable);
+    CHECK(st.message() ==
+          "replica " + std::string(i == 0 ? "r9" : "zz") + " is not a replica of node n1");
+  }
+  // r1's handle never answers here: the request stays in flight, and a second
+  // request with its id breaks the protocol.
+  channel::append_stream_request(other->out, 2, r, "r1");
+  other->schedule_flush();
+  h.settle();
+  CHECK(other->closed_for.empty());
+  channel::append_stream_request(other->out, 2, r, "r1");
+  other->schedule_flush();
+  REQUIRE(h.run_until([&, o = other] { return !o->closed_for.empty(); }));
+  CHECK(h.worker.served.connections() == 0);
+}
