@@ -131,7 +131,7 @@ struct ServedConn : FrameConn {
     request.call_key = key;
     auto handle = slot->handle;
     if (const auto& replica = slot->local_replica) {
-      // A non-blocking in-process replica: run here, as send_inline does.
+      // A non-blocking in-process replica: run here, as InlinePath::send does.
       HttpResponse answer;
       auto result = replica->serve(request, answer);
       switch (result.kind) {
