@@ -16,6 +16,7 @@
 //   caf_path.cpp          requests over CAF through the io thread's companion
 //   peer_server.cpp       this worker's data port
 //   frame_conn.hpp        the framed connection of both sides of a data port
+//   peer_frames.hpp       what both sides share: the failure frame, the listener
 //   streams.cpp           streamed answers (credits, chunks, ends)
 //   shadow.cpp            shadow traffic
 //   handle_calls.{hpp,cpp} deployment handle calls (Core::call, ReplyTo)
