@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -24,25 +23,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
+
 namespace troupe::node {
 namespace {
 
 namespace fs = std::filesystem;
 using Ensured = LibraryFetcher::Ensured;
 using Level = LibraryFetcher::Note::Level;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/troupe_library_fetcher.XXXXXX";
-    REQUIRE(::mkdtemp(pattern) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using troupe::testing::TempDir;
 
 std::string read_all(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -161,15 +150,15 @@ struct Fixture {
 
   Fixture() {
     LibraryFetcher::Options o;
-    o.cache_dir = cache.path.string();
-    o.plugin_path = {plugins.path.string()};
+    o.cache_dir = cache.path();
+    o.plugin_path = {plugins.path()};
     o.retention_s = 100;
     o.prune_interval_s = 60;
     o.steady_now = [this] { return steady; };
     o.wall_now_s = [this] { return wall; };
     fetcher = std::make_unique<LibraryFetcher>(std::move(o));
   }
-  libraries::LibraryDir dir() const { return libraries::LibraryDir(cache.path.string(), false); }
+  libraries::LibraryDir dir() const { return libraries::LibraryDir(cache.path(), false); }
   fs::path cached(const libraries::Pinned& pin) const { return dir().path_of(pin.sha256); }
   void put(const libraries::Pinned& pin, const std::string& bytes) const {
     REQUIRE(dir().put(pin.sha256, bytes));
@@ -269,7 +258,7 @@ TEST_CASE("library fetcher: the plugin path's copy of the same build is put in t
   Fixture f;
   const auto bytes = content('p');
   const auto pin = pin_of("libm.so", bytes);
-  write_all(f.plugins.path / "libm.so", bytes);
+  write_all(f.plugins / "libm.so", bytes);
   auto source = std::make_shared<FakeSource>();
   Outcomes out;
   auto report = f.fetcher->ensure(pin, source, out.waiter());

@@ -351,21 +351,6 @@ uint16_t free_port(uint32_t seed) {
   throw std::runtime_error("no free loopback port in 20000-32000");
 }
 
-TempDir::TempDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
-  char* made = ::mkdtemp(tmpl.data());
-  if (!made)
-    throw std::runtime_error("mkdtemp failed");
-  path_ = made;
-}
-
-TempDir::~TempDir() {
-  if (keep_)
-    return;
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 std::vector<pid_t> processes_mentioning(const std::string& needle) {
   std::vector<pid_t> out;
   pid_t self = ::getpid();
