@@ -19,7 +19,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <future>
 #include <optional>
 #include <string>
@@ -78,26 +77,10 @@ struct CancelCluster {
   uint16_t proxy = 0;
 
   CancelCluster() {
-    cluster.start_head();
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+    cluster.start();
     proxy = cluster.http_ports.at("head");
-    std::ofstream(cluster.dir / "cancel.yaml") << kCancel;
-    auto r = ctl({"deploy", cluster.dir / "cancel.yaml", "--wait"});
-    CAPTURE(r.err);
-    REQUIRE(r.exit_code == 0);
-    REQUIRE(wait_until(
-        [&] {
-          auto a = http_get(proxy, "/stream/stats", 5);
-          auto b = http_get(proxy, "/sleep/stats", 5);
-          return a && a->status == 200 && b && b->status == 200;
-        },
-        30s, 100ms));
-  }
-
-  RunResult ctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
+    cluster.deploy_yaml("cancel.yaml", kCancel, 60s);
+    REQUIRE(cluster.wait_all_answer("head", {"/stream/stats", "/sleep/stats"}));
   }
 
   json stats(const std::string& prefix) {

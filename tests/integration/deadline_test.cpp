@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <fstream>
 #include <string>
 
 #include "tests/support/cluster.hpp"
@@ -43,26 +42,15 @@ struct DeadlineCluster {
   uint16_t proxy = 0;
 
   DeadlineCluster() {
-    cluster.start_head();
-    cluster.start_worker("w1");
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+    cluster.start({"w1"});
     proxy = cluster.http_ports.at("head");
-    std::ofstream(cluster.dir / "deadline.yaml") << kDeadline;
-    auto r = ctl({"deploy", cluster.dir / "deadline.yaml", "--wait"});
-    CAPTURE(r.err);
-    REQUIRE(r.exit_code == 0);
+    cluster.deploy_yaml("deadline.yaml", kDeadline, 60s);
     REQUIRE(wait_until(
         [&] {
           auto a = http_get(proxy, "/deadline/timed/Sleep?ms=1", 10);
           return a && a->status == 200 && json::parse(a->body, nullptr, false).value("status", 0) == 200;
         },
         20s, 100ms));
-  }
-
-  RunResult ctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
   }
 
   // One request with X-Request-Timeout-Seconds: its reply and duration.

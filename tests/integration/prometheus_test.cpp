@@ -168,7 +168,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
   const auto first_replicas = replicas_in(all, "troupe_replica_healthy");
   REQUIRE(first_replicas.size() == 3);
   const std::string victim = *first_replicas.begin();
-  auto killed = run({bin("troupectl"), "--address", cluster.address, "kill", "replica", victim});
+  auto killed = cluster.ctl({"kill", "replica", victim}, 30s);
   REQUIRE_MESSAGE(killed.exit_code == 0, killed.err);
   // Replaced: three replicas again, the victim's series gone from its node,
   // and every node answers.

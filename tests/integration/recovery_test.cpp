@@ -99,8 +99,7 @@ TEST_CASE("a full state disk on the head: a deploy is refused naming the checkpo
   // its own. The suite runs as root.
   Tmpfs disk(c.dir / "head", "16m");
   REQUIRE_MESSAGE(disk.mounted, "mount tmpfs on " << disk.path << ": " << disk.error);
-  c.start_head();
-  REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
+  c.start();
   Client client(c.address);
   REQUIRE(client.client->deploy(echo_app("before", 0)).has_value());
 
@@ -172,9 +171,7 @@ TEST_CASE("a full state disk on the head: a deploy is refused naming the checkpo
 
 TEST_CASE("a killed controller actor is restarted and adopts every replica without restarting it") {
   Cluster c;
-  c.start_head();
-  c.start_worker("w1");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  c.start({"w1"});
   Client client(c.address);
   REQUIRE(client.client->deploy(echo_app("echo", 4)).has_value());
   REQUIRE(wait_until([&] { return client.replica_ids("echo").size() == 4; }, 30s, 100ms));
@@ -212,8 +209,7 @@ TEST_CASE("kill -9 of the head during a stream of deploys loses no acknowledged 
   for (int attempt = 0; attempt < tries; ++attempt) {
     CAPTURE(attempt);
     Cluster c;
-    c.start_head();
-    REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
+    c.start();
     std::set<std::string> acknowledged;
     {
       Client client(c.address);
@@ -264,8 +260,8 @@ TEST_CASE("kill -9 of the head during a stream of deploys loses no acknowledged 
 // up, and the node stops with an error instead of restarting it forever.
 TEST_CASE("head supervisor: a controller that keeps dying is given up - the node exits 1 naming it") {
   Cluster c;
-  auto& head = c.start_head();
-  REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
+  c.start();
+  auto& head = c.nodes.at("head");
   Client client(c.address);
   for (int kill = 1; kill <= 10; ++kill) {
     CAPTURE(kill);

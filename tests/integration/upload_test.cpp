@@ -81,17 +81,10 @@ struct Operator {
   }
 };
 
-RunResult ctl(const Cluster& c, std::vector<std::string> args,
-              std::chrono::milliseconds timeout = 90s) {
-  std::vector<std::string> argv = {bin("troupectl"), "--address", c.address};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, timeout);
-}
-
 // Replica id -> node id of up/UploadModel's RUNNING replicas.
 std::map<std::string, std::string> running_replicas(const Cluster& c) {
   std::map<std::string, std::string> out;
-  auto r = ctl(c, {"status", "--json"}, 10s);
+  auto r = c.ctl({"status", "--json"}, 10s);
   if (r.exit_code != 0)
     return out;
   auto status = json::parse(r.out);
@@ -104,13 +97,6 @@ std::map<std::string, std::string> running_replicas(const Cluster& c) {
       out[replica.value("id", "")] = replica.value("node", "");
   }
   return out;
-}
-
-// A head and one worker, "a", both ALIVE.
-void start_head_and_worker(Cluster& c) {
-  c.start_head();
-  c.start_worker("a");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}}, 30s));
 }
 
 // GETs /up/ on every node's proxy until answers from replicas on each of
@@ -149,16 +135,13 @@ bool serves_everywhere(Cluster& c, const std::set<std::string>& nodes, const std
 
 TEST_CASE("upload: a library only on the operator's side serves on three nodes and rolls on a rebuild") {
   Cluster c;
-  c.start_head();
-  c.start_worker("a");
-  c.start_worker("b");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}, {"b", "ALIVE"}}, 30s));
+  c.start({"a", "b"}, 30s);
   Operator op(c.dir.path());
   op.build("libupload_v1.so");
   op.write_config("./build/libmodels.so:UploadModel", 3);
   const std::string v1 = troupe::libraries::sha256_hex(read_file(op.library));
 
-  auto first = ctl(c, {"deploy", op.config.string(), "--wait"});
+  auto first = c.ctl({"deploy", op.config.string(), "--wait"}, 90s);
   CAPTURE(first.out);
   CAPTURE(first.err);
   REQUIRE(first.exit_code == 0);
@@ -180,7 +163,7 @@ TEST_CASE("upload: a library only on the operator's side serves on three nodes a
     op.build("libupload_v2.so");
     const std::string v2 = troupe::libraries::sha256_hex(read_file(op.library));
     REQUIRE(v2 != v1);
-    auto second = ctl(c, {"deploy", op.config.string(), "--wait"});
+    auto second = c.ctl({"deploy", op.config.string(), "--wait"}, 90s);
     CAPTURE(second.out);
     CAPTURE(second.err);
     REQUIRE(second.exit_code == 0);
@@ -201,7 +184,7 @@ TEST_CASE("upload: a library only on the operator's side serves on three nodes a
     CHECK(serves_everywhere(c, {"head", "a", "b"}, "v2", 30s, served_by));
 
     // The same file again: nothing is uploaded, nothing changes.
-    auto third = ctl(c, {"deploy", op.config.string()});
+    auto third = c.ctl({"deploy", op.config.string()}, 90s);
     CAPTURE(third.out);
     REQUIRE(third.exit_code == 0);
     CHECK(third.out.find("unchanged") != std::string::npos);
@@ -211,7 +194,7 @@ TEST_CASE("upload: a library only on the operator's side serves on three nodes a
 
   SUBCASE("the identical file changes nothing") {
     op.build("libupload_v1.so");  // a new file with the same bytes
-    auto again = ctl(c, {"deploy", op.config.string()});
+    auto again = c.ctl({"deploy", op.config.string()}, 90s);
     CAPTURE(again.out);
     REQUIRE(again.exit_code == 0);
     CHECK(again.out.find("unchanged") != std::string::npos);
@@ -224,7 +207,7 @@ TEST_CASE("upload: a library only on the operator's side serves on three nodes a
 // and a worker fetches it piece by piece, hashing as it goes.
 TEST_CASE("upload: a library of several pieces goes up and out to a worker whole") {
   Cluster c;
-  start_head_and_worker(c);
+  c.start({"a"}, 30s);
   Operator op(c.dir.path());
   op.build("libupload_large.so");
   const std::string bytes = read_file(op.library);
@@ -232,7 +215,7 @@ TEST_CASE("upload: a library of several pieces goes up and out to a worker whole
   const std::string sha = troupe::libraries::sha256_hex(bytes);
   op.write_config("./build/libmodels.so:UploadModel", 2);
 
-  auto deployed = ctl(c, {"deploy", op.config.string(), "--wait"});
+  auto deployed = c.ctl({"deploy", op.config.string(), "--wait"}, 90s);
   CAPTURE(deployed.out);
   CAPTURE(deployed.err);
   REQUIRE(deployed.exit_code == 0);
@@ -251,12 +234,12 @@ TEST_CASE("upload: a library of several pieces goes up and out to a worker whole
 
 TEST_CASE("upload: a cached library someone changed is refused by the node and fetched again") {
   Cluster c;
-  start_head_and_worker(c);
+  c.start({"a"}, 30s);
   Operator op(c.dir.path());
   op.build("libupload_v1.so");
   op.write_config("./build/libmodels.so:UploadModel", 2);
   const std::string v1 = troupe::libraries::sha256_hex(read_file(op.library));
-  auto deployed = ctl(c, {"deploy", op.config.string(), "--wait"});
+  auto deployed = c.ctl({"deploy", op.config.string(), "--wait"}, 90s);
   CAPTURE(deployed.err);
   REQUIRE(deployed.exit_code == 0);
   std::set<std::string> served_by;
@@ -277,7 +260,7 @@ TEST_CASE("upload: a cached library someone changed is refused by the node and f
       victim = id;
   }
   REQUIRE(!victim.empty());
-  auto killed = ctl(c, {"kill", "replica", victim}, 10s);
+  auto killed = c.ctl({"kill", "replica", victim}, 10s);
   CAPTURE(killed.err);
   REQUIRE(killed.exit_code == 0);
   REQUIRE(wait_until(
@@ -295,11 +278,11 @@ TEST_CASE("upload: a cached library someone changed is refused by the node and f
 
 TEST_CASE("upload: a restarted head still has the library for a node that joins later") {
   Cluster c;
-  start_head_and_worker(c);
+  c.start({"a"}, 30s);
   Operator op(c.dir.path());
   op.build("libupload_v1.so");
   op.write_config("./build/libmodels.so:UploadModel", 2);
-  auto deployed = ctl(c, {"deploy", op.config.string(), "--wait"});
+  auto deployed = c.ctl({"deploy", op.config.string(), "--wait"}, 90s);
   CAPTURE(deployed.err);
   REQUIRE(deployed.exit_code == 0);
   // The operator's file is gone: only the cluster has the library now.
@@ -311,7 +294,7 @@ TEST_CASE("upload: a restarted head still has the library for a node that joins 
   c.start_head();
   c.start_worker("b");
   REQUIRE(c.wait_states({{"head", "ALIVE"}, {"a", "ALIVE"}, {"b", "ALIVE"}}, 30s));
-  auto scaled = ctl(c, {"scale", "up/UploadModel", "3"}, 30s);
+  auto scaled = c.ctl({"scale", "up/UploadModel", "3"}, 30s);
   CAPTURE(scaled.err);
   REQUIRE(scaled.exit_code == 0);
   std::set<std::string> served_by;
