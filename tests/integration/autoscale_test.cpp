@@ -29,11 +29,8 @@ struct Scaled {
   // The deployment's entry of `troupectl status --json`; nullopt when the
   // status call fails or does not list the deployment.
   std::optional<json> deployment(const std::string& app, const std::string& dep) {
-    auto r = cluster.ctl({"status", "--json"}, 120s);
-    if (r.exit_code != 0)
-      return std::nullopt;
-    auto s = json::parse(r.out, nullptr, false);
-    if (s.is_discarded() || !s.contains("applications") || !s["applications"].contains(app))
+    auto s = cluster.status(120s);
+    if (!s.is_object() || !s.contains("applications") || !s["applications"].contains(app))
       return std::nullopt;
     auto& deployments = s["applications"][app]["deployments"];
     if (!deployments.contains(dep))

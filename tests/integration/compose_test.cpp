@@ -33,9 +33,9 @@ struct Composed {
   }
 
   json status() {
-    auto r = cluster.ctl({"status", "--json"}, 120s);
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
+    auto s = cluster.status(120s);
+    REQUIRE(s.is_object());
+    return s;
   }
 
   // The answer of `target` through `node`'s proxy, once it is a 200 (a proxy

@@ -324,10 +324,8 @@ TEST_CASE("inline: a process-isolated non-blocking deployment loses no request i
 
 TEST_CASE("inline: requests from another node's proxy run a non-blocking handler where they arrive - one at a time - and answer") {
   Cluster cluster;
-  cluster.start_head({"--proxy-io-threads", "2", "--resources", "cpu=2"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  cluster.start_worker("w1", {"--resources", "cpu=2,probe=1"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  cluster.start({"w1"}, {"--proxy-io-threads", "2", "--resources", "cpu=2"},
+                {{"w1", {"--resources", "cpu=2,probe=1"}}}, 30s);
   const uint16_t port = cluster.http_ports.at("head");
   cluster.deploy_yaml("remote.yaml", R"(http_options: {request_timeout_s: 30}
 applications:

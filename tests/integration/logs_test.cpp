@@ -205,10 +205,8 @@ std::string pinned_app(const std::string& name, const std::string& isolation) {
 
 TEST_CASE("logs: troupectl logs shows what a replica on another node printed - in a process and in process - --follow within 1 s - JSON lines parse") {
   Cluster cluster;
-  cluster.start_head({"--log-format", "json"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  cluster.start_worker("w1", {"--log-format", "json", "--resources", "cpu=2,w1=1"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  cluster.start({"w1"}, {"--log-format", "json"},
+                {{"w1", {"--log-format", "json", "--resources", "cpu=2,w1=1"}}}, 30s);
   cluster.deploy_yaml("pinned.yaml", "applications:\n" + pinned_app("remote", "process") +
                                          pinned_app("local", "in_process"));
   const uint16_t head_port = cluster.http_ports.at("head");

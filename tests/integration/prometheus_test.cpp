@@ -106,11 +106,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
   REQUIRE_MESSAGE(!prometheus.empty(), "prometheus is missing (Debian: apt-get install prometheus)");
 
   Cluster cluster;
-  cluster.start_head();
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  cluster.start_worker("w1");
-  cluster.start_worker("w2");
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 30s));
+  cluster.start({"w1", "w2"}, 30s);
   cluster.deploy_yaml("probe.yaml", R"(applications:
   - name: probe
     route_prefix: /probe

@@ -46,9 +46,10 @@ struct Secured {
     // A second cluster's CA and operator: must not get in.
     REQUIRE(certs_cmd({"init", other}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", other, "--name", "mallory", "--role", "operator"}).exit_code == 0);
-    cluster.start_head({"--tls-dir", certs});
-    cluster.start_worker("w1", {"--tls-dir", certs});
-    cluster.start_worker("w2", {"--tls-dir", certs});
+    // The nodes' states are asked by the operator.
+    cluster.identity = as("alice", {});
+    const std::vector<std::string> tls = {"--tls-dir", certs};
+    cluster.start({"w1", "w2"}, tls, {{"w1", tls}, {"w2", tls}}, 30s);
   }
 
   std::vector<std::string> as(const std::string& name, std::vector<std::string> args) {
@@ -57,35 +58,11 @@ struct Secured {
     return argv;
   }
 
-  // Node id -> state, asked by the operator.
-  std::map<std::string, std::string> states() {
-    std::map<std::string, std::string> out;
-    auto r = cluster.ctl(as("alice", {"--timeout", "2", "nodes", "--json"}), 10s);
-    if (r.exit_code != 0)
-      return out;
-    for (const auto& n : json::parse(r.out))
-      out[n.at("id")] = n.at("state");
-    return out;
-  }
+  // Replica id -> node of the echo application's running replicas, asked
+  // by the operator.
+  std::map<std::string, std::string> replicas() { return cluster.running_replicas("echo", "Echo"); }
 
-  // Replica id -> node of the echo application's running replicas.
-  std::map<std::string, std::string> replicas() {
-    std::map<std::string, std::string> out;
-    auto r = cluster.ctl(as("alice", {"status", "--json"}));
-    if (r.exit_code != 0)
-      return out;
-    auto app = json::parse(r.out).at("applications").at("echo");
-    for (const auto& rep : app.at("deployments").at("Echo").at("replicas")) {
-      if (rep.at("state") == "RUNNING")
-        out[rep.at("id")] = rep.at("node");
-    }
-    return out;
-  }
-
-  std::string log_of(const std::string& node) {
-    std::ifstream in(cluster.dir / (node + ".log"));
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string log_of(const std::string& node) { return cluster.nodes.at(node).output(); }
 };
 
 }  // namespace
@@ -104,10 +81,9 @@ TEST_CASE("certs init refuses to overwrite a CA - issue needs a CA") {
 }
 
 TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - other CAs and wrong roles") {
-  Secured s;
+  Secured s;  // every node ALIVE, as the operator sees it
   const std::map<std::string, std::string> all_alive = {
       {"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
-  REQUIRE(wait_until([&] { return s.states() == all_alive; }, 30s, 200ms));
 
   // The operator deploys; replicas spread over the nodes; every node's proxy
   // serves.
@@ -130,9 +106,9 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
         },
         20s, 100ms));
   }
-  auto status = s.cluster.ctl(s.as("alice", {"status", "--json"}));
-  REQUIRE(status.exit_code == 0);
-  CHECK(json::parse(status.out).at("applications").at("echo").at("status") == "RUNNING");
+  auto status = s.cluster.status();
+  REQUIRE(status.is_object());
+  CHECK(status.at("applications").at("echo").at("status") == "RUNNING");
 
   // No certificate: the handshake fails; nothing changes.
   auto plain = s.cluster.ctl({"--timeout", "3", "delete", "echo"});
@@ -177,9 +153,7 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   auto traffic = s.cluster.ctl(s.as("alice", {"traffic", "echo", "Echo=1"}));
   CAPTURE(traffic.err);
   CHECK(traffic.exit_code == 0);
-  auto generation = json::parse(s.cluster.ctl(s.as("alice", {"status", "--json"})).out)
-                        .at("generation")
-                        .get<uint64_t>();
+  auto generation = s.cluster.status().at("generation").get<uint64_t>();
   auto guarded =
       s.cluster.ctl(s.as("alice", {"deploy", file, "--if-generation", std::to_string(generation)}));
   CAPTURE(guarded.err);
@@ -192,16 +166,16 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   // Nothing changed, and the members' own connections never broke: the same
   // replicas on the same nodes, every node ALIVE, no worker lost the
   // controller.
-  CHECK(s.states() == all_alive);
+  CHECK(s.cluster.states() == all_alive);
   CHECK(s.replicas() == before);
   for (const auto& worker : {"w1", "w2"}) {
     CAPTURE(worker);
     CHECK(s.log_of(worker).find("connection to the controller lost") == std::string::npos);
   }
-  auto after = s.cluster.ctl(s.as("alice", {"status", "--json"}));
-  REQUIRE(after.exit_code == 0);
-  CHECK(json::parse(after.out).at("applications").at("echo").at("status") == "RUNNING");
-  CHECK(json::parse(after.out).at("applications").size() == 1);
+  auto after = s.cluster.status();
+  REQUIRE(after.is_object());
+  CHECK(after.at("applications").at("echo").at("status") == "RUNNING");
+  CHECK(after.at("applications").size() == 1);
   auto reply = http_get(s.cluster.http_ports.at("w2"), "/echo/again", 10);
   REQUIRE(reply.has_value());
   CHECK(reply->status == 200);
@@ -240,9 +214,7 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   CHECK(node_upload.err.find("permission denied: upload requires the operator role") !=
         std::string::npos);
   CHECK(stored() == kept);
-  CHECK_FALSE(json::parse(s.cluster.ctl(s.as("alice", {"status", "--json"})).out)
-                  .at("applications")
-                  .contains("up"));
+  CHECK_FALSE(s.cluster.status().at("applications").contains("up"));
   auto uploaded = s.cluster.ctl(s.as("alice", {"deploy", both, "--wait"}));
   CAPTURE(uploaded.err);
   CHECK(uploaded.exit_code == 0);

@@ -68,8 +68,8 @@ struct ShadowCluster {
   }
 
   json status() {
-    auto r = cluster.ctl({"status", "--json"});
-    return r.exit_code == 0 ? json::parse(r.out) : json::object();
+    auto s = cluster.status();
+    return s.is_object() ? s : json::object();
   }
 
   // troupe_proxy_shadow_requests_total for (app, deployment, outcome); 0

@@ -44,8 +44,8 @@ struct TrafficCluster {
   }
 
   json status() {
-    auto r = cluster.ctl({"status", "--json"});
-    return r.exit_code == 0 ? json::parse(r.out) : json::object();
+    auto s = cluster.status();
+    return s.is_object() ? s : json::object();
   }
 };
 

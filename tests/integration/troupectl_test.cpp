@@ -17,9 +17,9 @@ struct Ctl {
   Ctl() { cluster.start({"w1"}); }
 
   json status() {
-    auto r = cluster.ctl({"status", "--json"});
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
+    auto s = cluster.status();
+    REQUIRE(s.is_object());
+    return s;
   }
 
   // What must not change when a bad deploy is refused: applications and
@@ -237,9 +237,9 @@ TEST_CASE("limits: a config over the cluster's replica caps is refused - naming 
   CHECK(many.exit_code == 1);
   CHECK(many.err.find("asks for 9 replicas in all; the cluster allows at most 8") !=
         std::string::npos);
-  auto status = cluster.ctl({"status", "--json"});
-  REQUIRE(status.exit_code == 0);
-  CHECK(json::parse(status.out).at("applications").empty());
+  auto status = cluster.status();
+  REQUIRE(status.is_object());
+  CHECK(status.at("applications").empty());
 }
 
 namespace {

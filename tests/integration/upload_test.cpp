@@ -83,20 +83,7 @@ struct Operator {
 
 // Replica id -> node id of up/UploadModel's RUNNING replicas.
 std::map<std::string, std::string> running_replicas(const Cluster& c) {
-  std::map<std::string, std::string> out;
-  auto r = c.ctl({"status", "--json"}, 10s);
-  if (r.exit_code != 0)
-    return out;
-  auto status = json::parse(r.out);
-  auto apps = status.value("applications", json::object());
-  if (!apps.contains("up"))
-    return out;
-  const auto& dep = apps["up"]["deployments"]["UploadModel"];
-  for (const auto& replica : dep.value("replicas", json::array())) {
-    if (replica.value("state", "") == "RUNNING")
-      out[replica.value("id", "")] = replica.value("node", "");
-  }
-  return out;
+  return c.running_replicas("up", "UploadModel", 10s);
 }
 
 // GETs /up/ on every node's proxy until answers from replicas on each of

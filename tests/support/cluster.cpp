@@ -158,12 +158,40 @@ RunResult Cluster::ctl(const std::vector<std::string>& args,
 }
 
 std::map<std::string, std::string> Cluster::states() {
-  auto r = ctl({"--timeout", "2", "nodes", "--json"}, 30s);
+  std::vector<std::string> args = identity;
+  args.insert(args.end(), {"--timeout", "2", "nodes", "--json"});
+  auto r = ctl(args, 30s);
   std::map<std::string, std::string> out;
   if (r.exit_code != 0)
     return out;
   for (const auto& node : nlohmann::json::parse(r.out))
     out[node.at("id")] = node.at("state");
+  return out;
+}
+
+nlohmann::json Cluster::status(std::chrono::milliseconds timeout) const {
+  std::vector<std::string> args = identity;
+  args.insert(args.end(), {"status", "--json"});
+  auto r = ctl(args, timeout);
+  if (r.exit_code != 0)
+    return nullptr;
+  auto parsed = nlohmann::json::parse(r.out, nullptr, false);
+  return parsed.is_discarded() ? nullptr : parsed;
+}
+
+std::map<std::string, std::string> Cluster::running_replicas(const std::string& app,
+                                                              const std::string& deployment,
+                                                              std::chrono::milliseconds timeout) const {
+  std::map<std::string, std::string> out;
+  const auto s = status(timeout);
+  const auto ptr = nlohmann::json::json_pointer("/applications/" + app + "/deployments/" +
+                                                deployment + "/replicas");
+  if (!s.is_object() || !s.contains(ptr))
+    return out;
+  for (const auto& replica : s.at(ptr)) {
+    if (replica.value("state", "") == "RUNNING")
+      out[replica.value("id", "")] = replica.value("node", "");
+  }
   return out;
 }
 

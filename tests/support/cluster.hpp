@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/process.hpp"
 
 namespace troupe::testing {
@@ -28,6 +30,9 @@ struct Cluster {
   std::vector<std::string> extra_args;         // appended to every node's command line
   // The liveness options of every node (change before starting nodes).
   std::vector<std::string> liveness = kFastLiveness;
+  // troupectl's options for the cluster's own questions (states(), and so
+  // start()): e.g. an operator's --tls-dir and --tls-name on a TLS cluster.
+  std::vector<std::string> identity;
 
   ChildProcess& start_head(const std::vector<std::string>& args = {});
   ChildProcess& start_worker(const std::string& id, const std::vector<std::string>& args = {});
@@ -45,9 +50,17 @@ struct Cluster {
   RunResult ctl(const std::vector<std::string>& args,
                 std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
 
-  // Node id -> state, as `troupectl nodes --json` reports it; empty when the
-  // call failed.
+  // Node id -> state, as `troupectl nodes --json` reports it (asked with
+  // `identity`); empty when the call failed.
   std::map<std::string, std::string> states();
+  // `troupectl status --json` (asked with `identity`), parsed; null when the
+  // call failed or its output is not JSON.
+  nlohmann::json status(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  // Replica id -> node of the RUNNING replicas of app/deployment in
+  // status(); empty when there are none or the call failed.
+  std::map<std::string, std::string> running_replicas(
+      const std::string& app, const std::string& deployment,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   bool wait_states(const std::map<std::string, std::string>& expected,
                    std::chrono::milliseconds deadline);
   // Prints every node's output (for failed checks).
