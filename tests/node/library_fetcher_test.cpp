@@ -31,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using Ensured = LibraryFetcher::Ensured;
 using Level = LibraryFetcher::Note::Level;
+using Event = LibraryFetcher::Note::Event;
 using troupe::testing::TempDir;
 
 std::string read_all(const fs::path& path) {
@@ -130,6 +131,11 @@ struct FakeSource : LibraryFetcher::Source {
   bool noted(Level level, const std::string& text) const {
     return std::any_of(notes.begin(), notes.end(),
                        [&](const auto& n) { return n.level == level && n.text == text; });
+  }
+  // The notes that report `event` (the agent counts them).
+  size_t counted(Event event) const {
+    return static_cast<size_t>(std::count_if(notes.begin(), notes.end(),
+                                             [&](const auto& n) { return n.event == event; }));
   }
 };
 
@@ -240,6 +246,7 @@ TEST_CASE("library fetcher: a corrupt cached copy is refused and fetched again")
   CHECK(report.how == Ensured::fetching);
   REQUIRE(report.notes.size() == 1);
   CHECK(report.notes[0].level == Level::error);
+  CHECK(report.notes[0].event == Event::cached_copy_refused);
   CHECK(report.notes[0].text == "refused the cached " + f.what(pin) + ": library " +
                                     f.cached(pin).string() + " has content of SHA-256 " +
                                     libraries::sha256_hex(content('z')) + ", not " + pin.sha256 +
@@ -248,6 +255,7 @@ TEST_CASE("library fetcher: a corrupt cached copy is refused and fetched again")
   CHECK(out.got[0].is_ok());
   CHECK(read_all(f.cached(pin)) == bytes);
   CHECK(source->noted(Level::info, "fetched " + f.what(pin) + " (35 bytes) from the controller"));
+  CHECK(source->counted(Event::fetched) == 1);
   // Verified on the next use (the fetch itself records no stamp), then reused.
   CHECK(f.fetcher->ensure(pin, source, out.waiter()).how == Ensured::verified);
   CHECK(f.fetcher->ensure(pin, source, out.waiter()).how == Ensured::reused);
@@ -320,6 +328,7 @@ TEST_CASE("library fetcher: a fetch in pieces answers every waiter once") {
   CHECK(read_all(f.cached(pin)) == bytes);
   CHECK(source->notes.size() == 1);
   CHECK(source->noted(Level::info, "fetched " + f.what(pin) + " (35 bytes) from the controller"));
+  CHECK(source->counted(Event::fetched) == 1);  // once for both waiters
 }
 
 TEST_CASE("library fetcher: the controller's failures end the fetch with their reason") {
@@ -386,6 +395,8 @@ TEST_CASE("library fetcher: content that does not hash to the pin is refused - n
   CHECK(out.got[0].code() == errc::invalid_argument);
   CHECK(out.got[0].message() == f.what(pin) + ": " + reason);
   CHECK(source->noted(Level::error, f.what(pin) + ": " + reason));
+  CHECK(source->counted(Event::fetched) == 0);
+  CHECK(source->counted(Event::cached_copy_refused) == 0);  // it was never cached
   CHECK(f.dir().list().empty());  // neither the library nor its pieces
   // The next attempt asks again (no stamp of a refused copy is kept).
   source->held[pin.sha256] = content('a');
