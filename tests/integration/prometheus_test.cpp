@@ -207,6 +207,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
            std::string("troupe_controller_reconcile_duration_seconds_bucket{le="),
            std::string("troupe_controller_checkpoint_write_duration_seconds_bucket{le="),
            std::string("troupe_controller_deploys_total{outcome=\"ok\"} 1"),
+           std::string("troupe_controller_restarts_total 0"),
            std::string("troupe_nodes{state=\"ALIVE\"} 3"),
            std::string("troupe_build_info{version="),
        }) {
