@@ -26,6 +26,7 @@ struct ControllerMetrics::Impl {
   prometheus::Histogram& reconcile;
   prometheus::Histogram& checkpoint;
   prometheus::Family<prometheus::Counter>& deploys;
+  prometheus::Counter& restarts;
   prometheus::Family<prometheus::Gauge>& target;
   prometheus::Family<prometheus::Gauge>& running;
   prometheus::Family<prometheus::Gauge>& nodes;
@@ -49,6 +50,11 @@ struct ControllerMetrics::Impl {
                     .Help("Deploy and apply requests the controller answered, by outcome (ok, "
                           "error).")
                     .Register(registry->prom())),
+        restarts(prometheus::BuildCounter()
+                     .Name("troupe_controller_restarts_total")
+                     .Help("Times the head's supervisor restarted the controller after it died.")
+                     .Register(registry->prom())
+                     .Add({})),
         target(prometheus::BuildGauge()
                    .Name("troupe_deployment_target_replicas")
                    .Help("Replicas a deployment should have now (autoscaling included).")
@@ -97,6 +103,10 @@ void ControllerMetrics::reconciled(double seconds) {
 
 void ControllerMetrics::deployed(const std::string& outcome) {
   impl_->deploys.Add({{"outcome", outcome}}).Increment();
+}
+
+void ControllerMetrics::restarted() {
+  impl_->restarts.Increment();
 }
 
 std::shared_ptr<CheckpointStore> ControllerMetrics::timed(std::shared_ptr<CheckpointStore> store) {

@@ -2,7 +2,8 @@
 // kept by the controller actor: reconcile passes, checkpoint writes and
 // deploys as they happen; deployments' target and running replicas and the
 // nodes by state refreshed from the controller's view (refresh(), at most
-// once a second). One per head process, shared by the controller's
+// once a second); and, kept by the head's supervisor, the restarts of the
+// controller. One per head process, shared by the controller's
 // incarnations. docs/observability.md lists them.
 #pragma once
 
@@ -33,6 +34,8 @@ class ControllerMetrics {
   void reconciled(double seconds);
   // A deploy or apply request ended: `outcome` "ok" or "error".
   void deployed(const std::string& outcome);
+  // The head's supervisor restarted the controller (and published it).
+  void restarted();
   // `store` with every save() timed into
   // troupe_controller_checkpoint_write_duration_seconds.
   std::shared_ptr<CheckpointStore> timed(std::shared_ptr<CheckpointStore> store);

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "controller/controller_metrics.hpp"
 #include "runtime/keeper_actor.hpp"
 #include "runtime/log.hpp"
 #include "runtime/security/tls.hpp"
@@ -39,6 +40,8 @@ void publish(Keeper& keeper, const std::shared_ptr<Publisher>& pub, int attempt)
           [pub, restarts](uint16_t port) {
             pub->log->warn("controller restarted (restart #{}) and published on {}:{}",
                            restarts, pub->options.bind, port);
+            if (pub->options.controller.metrics)
+              pub->options.controller.metrics->restarted();
           },
           [self, pub, attempt](caf::error& err) {
             if (attempt < 100) {

@@ -76,7 +76,8 @@ LibraryFetcher::EnsureReport LibraryFetcher::ensure(const libraries::Pinned& pin
     }
     report.notes.push_back(
         {Note::Level::error,
-         "refused the cached " + what + ": " + cached.status().message() + "; fetching it again"});
+         "refused the cached " + what + ": " + cached.status().message() + "; fetching it again",
+         Note::Event::cached_copy_refused});
   }
   if (auto local = libraries::locate(options_.plugin_path, pin.name)) {
     auto sha = libraries::sha256_file(*local);
@@ -157,7 +158,8 @@ LibraryFetcher::Notes LibraryFetcher::on_piece(const std::shared_ptr<Source>& so
   if (*got < total)
     return fetch_piece(source, pin, total, *got);
   Notes notes{{Note::Level::info,
-               "fetched " + what + " (" + std::to_string(total) + " bytes) from the controller"}};
+               "fetched " + what + " (" + std::to_string(total) + " bytes) from the controller",
+               Note::Event::fetched}};
   finish(pin.sha256, Status::ok());
   return notes;
 }

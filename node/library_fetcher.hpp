@@ -29,11 +29,16 @@ std::optional<libraries::Pinned> pinned_library(const std::string& import_path);
 
 class LibraryFetcher {
  public:
-  // A line for the caller's log.
+  // A line for the caller's log, and what it reports for the caller to
+  // count (troupe_library_cache_events_total): a library fetched whole from
+  // the controller, or a cached copy refused because its content no longer
+  // hashes to its pin.
   struct Note {
     enum class Level { info, error };
+    enum class Event { none, fetched, cached_copy_refused };
     Level level = Level::info;
     std::string text;
+    Event event = Event::none;
   };
   using Notes = std::vector<Note>;
 

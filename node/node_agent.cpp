@@ -71,6 +71,23 @@ void count_start(const AgentOptions& o, const ReplicaSpec& spec) {
       .Increment();
 }
 
+// troupe_library_cache_events_total: what the library cache did that a
+// Note reports (node/library_fetcher.hpp).
+void count_library_event(const std::shared_ptr<metrics::Registry>& registry,
+                         node::LibraryFetcher::Note::Event event) {
+  using Event = node::LibraryFetcher::Note::Event;
+  if (!registry || event == Event::none)
+    return;
+  prometheus::BuildCounter()
+      .Name("troupe_library_cache_events_total")
+      .Help("Libraries this node fetched whole from the controller (fetched), and cached copies "
+            "it refused because their content no longer hashed to their pin "
+            "(cached_copy_refused).")
+      .Register(registry->prom())
+      .Add({{"event", event == Event::fetched ? "fetched" : "cached_copy_refused"}})
+      .Increment();
+}
+
 using node::Hosted;
 // The replicas of this node (node/hosted_replicas.hpp). They outlive the
 // agent actor (they are not linked to it): owned by the current agent, and
@@ -95,6 +112,8 @@ struct AgentState {
   std::map<std::string, std::vector<caf::typed_response_promise<ReplicaActor>>> starting;
   // The node's library cache (node/library_fetcher.hpp).
   std::unique_ptr<node::LibraryFetcher> libraries;
+  // The node's metrics (AgentOptions::registry; may be null).
+  std::shared_ptr<metrics::Registry> registry;
   std::minstd_rand rng{std::random_device{}()};
   // The node is stopping (session.stopping(), kept here for the replicas).
   bool stopping() const { return session.stopping(); }
@@ -422,6 +441,7 @@ void log_notes(agent_actor* self, const node::LibraryFetcher::Notes& notes) {
       self->state.log->error("{}", n.text);
     else
       self->state.log->info("{}", n.text);
+    count_library_event(self->state.registry, n.event);
   }
 }
 
@@ -865,6 +885,7 @@ void init_agent(agent_actor* self, const AgentOptions& o, std::shared_ptr<Hosted
   lo.retention_s = o.library_cache_retention_s;
   lo.prune_interval_s = o.library_cache_prune_interval_s;
   st.libraries = std::make_unique<node::LibraryFetcher>(std::move(lo));
+  st.registry = o.registry;
   watch_hosted(self, o);
   self->set_down_handler([=](const caf::down_msg& dm) { on_down(self, o, dm); });
   connect(self, o);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/temp_dir.hpp"
 #include "tools/chaos/report.hpp"
 #include "tools/chaos/scenario.hpp"
 
@@ -16,10 +17,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// <name>.yaml in this test process's own directory (removed at its exit).
 std::string write_temp(const std::string& name, const std::string& text) {
-  auto path = fs::temp_directory_path() / ("chaos_tool_test_" + name + ".yaml");
+  static const troupe::testing::TempDir dir("chaos-tool-test");
+  auto path = dir / ("chaos_tool_test_" + name + ".yaml");
   std::ofstream(path) << text;
-  return path.string();
+  return path;
 }
 
 std::string error_of(const std::string& name, const std::string& text) {

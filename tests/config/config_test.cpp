@@ -16,6 +16,7 @@
 
 #include "config/config.hpp"
 #include "controller/core/validate.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::config;
@@ -685,13 +686,13 @@ TEST_CASE("config: load_config_file names an unreadable path") {
 }
 
 TEST_CASE("config: load_config_file prefixes errors with the path") {
-  const fs::path path = fs::temp_directory_path() / "troupe_config_test_bad.yaml";
+  troupe::testing::TempDir dir("troupe-config-test");
+  const fs::path path = dir / "bad.yaml";
   {
     std::ofstream out(path);
     out << "applications:\n  - import_path: nocolon\n";
   }
   auto r = load_config_file(path.string());
-  fs::remove(path);
   REQUIRE_FALSE(r.has_value());
   CHECK(r.status().message() ==
         path.string() +

@@ -13,7 +13,7 @@
 
 #include "runtime/auth.hpp"
 #include "tests/controller/fakes.hpp"
-#include "tests/security/temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -43,7 +43,7 @@ troupe::NodeInfo node_info(const std::string& id = "n1") {
 // minutes ago for a year, and a credential is checked a moment after it was
 // signed, far inside the allowed skew (120 s), so no outcome depends on time.
 struct TlsCluster {
-  security::testing::TempDir dir;
+  troupe::testing::TempDir dir;
   std::string ca_pem;
 
   TlsCluster() {

@@ -6,8 +6,6 @@
 #include "controller/shell/controller_logic.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -24,26 +22,13 @@
 #include "controller/store/codec.hpp"
 #include "tests/controller/fakes.hpp"
 #include "tests/support/any_handle.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
 using namespace troupe::controller::testing;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/troupe-logic-XXXXXX";
-    const char* dir = mkdtemp(tmpl);
-    REQUIRE(dir != nullptr);
-    path = dir;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -473,9 +458,9 @@ TEST_CASE("logic: a replica's crash reaches the core with its cause - a stop is 
 
 TEST_CASE("logic: after a restart registrations are collected until every known node is back") {
   Fixture f;
-  TempDir dir;
-  f.options.state_dir = dir.path;
-  NodesFile before(dir.path);
+  troupe::testing::TempDir dir;
+  f.options.state_dir = dir.path();
+  NodesFile before(dir.path());
   NodeRecord n1, n2;
   n1.id = "n1";
   n2.id = "n2";

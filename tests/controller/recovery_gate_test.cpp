@@ -2,14 +2,13 @@
 // collects, what it refuses meanwhile; and the file of live nodes it reads.
 #include "controller/shell/recovery_gate.hpp"
 
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include <doctest/doctest.h>
 
 #include "tests/controller/fakes.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -26,14 +25,6 @@ std::map<std::string, NodeRecord> nodes(std::map<std::string, NodeState> states)
     out[id] = r;
   }
   return out;
-}
-
-// A fresh directory under the system's temporary directory.
-std::string temp_dir() {
-  char tmpl[] = "/tmp/troupe-recovery-gate-XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  REQUIRE(dir != nullptr);
-  return dir;
 }
 
 std::string read(const std::string& path) {
@@ -121,7 +112,8 @@ TEST_CASE("recovery: the replicas nodes report are handed over once") {
 }
 
 TEST_CASE("nodes file: the live nodes - written only when they change") {
-  auto dir = temp_dir();
+  troupe::testing::TempDir tmp;
+  const std::string dir = tmp.path();
   NodesFile file(dir);
   CHECK(file.path() == dir + "/nodes");
   CHECK(file.load().empty());  // none yet
@@ -140,8 +132,6 @@ TEST_CASE("nodes file: the live nodes - written only when they change") {
   // no nodes.
   { std::ofstream(dir + "/nodes") << "a\n\nb\n"; }
   CHECK(NodesFile(dir).load() == std::set<std::string>{"a", "b"});
-  std::remove((dir + "/nodes").c_str());
-  std::remove(dir.c_str());
 }
 
 TEST_CASE("nodes file: without a state directory there is none") {

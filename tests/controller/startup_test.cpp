@@ -2,13 +2,13 @@
 // and whom it waits for before it reconciles.
 #include "controller/shell/startup.hpp"
 
-#include <cstdlib>
-#include <filesystem>
-
 #include <doctest/doctest.h>
+
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
+using troupe::testing::TempDir;
 
 namespace {
 
@@ -21,20 +21,6 @@ std::map<std::string, NodeRecord> alive(std::initializer_list<std::string> ids) 
   }
   return out;
 }
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/troupe-startup-XXXXXX";
-    const char* dir = mkdtemp(tmpl);
-    REQUIRE(dir != nullptr);
-    path = dir;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
 }  // namespace
 
@@ -63,7 +49,7 @@ TEST_CASE("startup: the snapshot epoch is never 0 - the id of \"nothing yet\"") 
 
 TEST_CASE("startup: an empty checkpoint means nothing to wait for") {
   TempDir tmp;
-  NodesFile file(tmp.path);
+  NodesFile file(tmp.path());
   REQUIRE(file.save(alive({"n1", "n2"})));
   Result<std::optional<TargetState>> empty = std::optional<TargetState>{};
   CHECK_FALSE(nodes_to_await(empty, file).has_value());
@@ -71,7 +57,7 @@ TEST_CASE("startup: an empty checkpoint means nothing to wait for") {
 
 TEST_CASE("startup: a checkpoint to recover waits for the nodes alive before") {
   TempDir tmp;
-  NodesFile file(tmp.path);
+  NodesFile file(tmp.path());
   REQUIRE(file.save(alive({"n1", "n2"})));
   TargetState saved;
   saved.generation = 3;
@@ -87,7 +73,7 @@ TEST_CASE("startup: a checkpoint to recover waits for the nodes alive before") {
 
 TEST_CASE("startup: an unreadable checkpoint is recovered - not taken for an empty one") {
   TempDir tmp;
-  NodesFile file(tmp.path);
+  NodesFile file(tmp.path());
   REQUIRE(file.save(alive({"n1"})));
   Result<std::optional<TargetState>> failed = Status(errc::corrupt, "checkpoint: bad record");
   auto nodes = nodes_to_await(failed, file);

@@ -14,6 +14,7 @@
 
 #include "runtime/security/certs.hpp"
 #include "runtime/security/credentials.hpp"
+#include "tools/common/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::security;
@@ -37,11 +38,9 @@ Made* made = nullptr;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  char dir_template[] = "/tmp/troupe-credential-fuzz-XXXXXX";
-  const char* dir = ::mkdtemp(dir_template);
-  if (!dir)
-    fail("mkdtemp failed");
-  const std::string ca_dir = std::string(dir) + "/ca";
+  // The CA, only while the credentials are made (removed on return).
+  const troupe::proc::TempDir dir("troupe-credential-fuzz");
+  const std::string ca_dir = dir / "ca";
   if (auto st = init_ca(ca_dir); !st.is_ok())
     fail("init_ca: " + st.message());
   if (auto st = issue_certificate(ca_dir, "node-1", Role::node); !st.is_ok())
@@ -59,7 +58,6 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   made->valid = *cred;
   if (!verify(made->ca_pem, made->valid, made->digest, made->now))
     fail("the valid credential does not verify");
-  std::filesystem::remove_all(dir);
   return 0;
 }
 

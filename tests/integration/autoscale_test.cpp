@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
-#include <fstream>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -23,25 +22,15 @@ struct Scaled {
   uint16_t http_port = 0;
 
   Scaled() {
-    cluster.start_head();
+    cluster.start();
     http_port = cluster.http_ports.at("head");
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  }
-
-  RunResult ctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 120s);
   }
 
   // The deployment's entry of `troupectl status --json`; nullopt when the
   // status call fails or does not list the deployment.
   std::optional<json> deployment(const std::string& app, const std::string& dep) {
-    auto r = ctl({"status", "--json"});
-    if (r.exit_code != 0)
-      return std::nullopt;
-    auto s = json::parse(r.out, nullptr, false);
-    if (s.is_discarded() || !s.contains("applications") || !s["applications"].contains(app))
+    auto s = cluster.status(120s);
+    if (!s.is_object() || !s.contains("applications") || !s["applications"].contains(app))
       return std::nullopt;
     auto& deployments = s["applications"][app]["deployments"];
     if (!deployments.contains(dep))
@@ -62,19 +51,13 @@ struct Scaled {
     }
     return n;
   }
-
-  std::string write(const std::string& name, const std::string& text) {
-    auto path = cluster.dir / name;
-    std::ofstream(path) << text;
-    return path;
-  }
 };
 
 }  // namespace
 
 TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests - and back down") {
   Scaled s;
-  auto file = s.write("sleep.yaml", R"(applications:
+  auto file = s.cluster.write("sleep.yaml", R"(applications:
   - name: sleepy
     route_prefix: /sleep
     import_path: libtroupe_examples.so:Sleep
@@ -92,7 +75,7 @@ TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests
           upscale_delay_s: 0.5
           downscale_delay_s: 2
 )");
-  auto r = s.ctl({"deploy", file, "--wait"});
+  auto r = s.cluster.ctl({"deploy", file, "--wait"}, 120s);
   REQUIRE(r.exit_code == 0);
   REQUIRE(s.running("sleepy", "Sleep") == 1u);
 
@@ -141,7 +124,7 @@ TEST_CASE("a sleep deployment scales from 1 up to 6 under 20 concurrent requests
 
 TEST_CASE("a request to a deployment scaled to zero is served by a cold start") {
   Scaled s;
-  auto file = s.write("zero.yaml", R"(applications:
+  auto file = s.cluster.write("zero.yaml", R"(applications:
   - name: zero
     route_prefix: /zero
     import_path: libtroupe_examples.so:Echo
@@ -155,7 +138,7 @@ TEST_CASE("a request to a deployment scaled to zero is served by a cold start") 
           look_back_period_s: 1
           downscale_delay_s: 1
 )");
-  REQUIRE(s.ctl({"deploy", file}).exit_code == 0);
+  REQUIRE(s.cluster.ctl({"deploy", file}, 120s).exit_code == 0);
   REQUIRE(wait_until(
       [&] {
         auto d = s.deployment("zero", "Echo");

@@ -17,13 +17,10 @@ using nlohmann::json;
 
 TEST_CASE("a head and two workers form a cluster - dead nodes are seen and come back") {
   Cluster c;
-  c.start_head();
-  c.start_worker("w1");
-  c.start_worker("w2");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+  c.start({"w1", "w2"});
 
   // The JSON rows carry the documented fields.
-  auto r = run({bin("troupectl"), "--address", c.address, "nodes", "--json"});
+  auto r = c.ctl({"nodes", "--json"}, 30s);
   REQUIRE(r.exit_code == 0);
   auto rows = json::parse(r.out);
   REQUIRE(rows.size() == 3);
@@ -35,7 +32,7 @@ TEST_CASE("a head and two workers form a cluster - dead nodes are seen and come 
   // Every node's proxy passes the controller's health checks.
   CHECK(wait_until(
       [&] {
-        auto nodes = run({bin("troupectl"), "--address", c.address, "nodes", "--json"});
+        auto nodes = c.ctl({"nodes", "--json"}, 30s);
         if (nodes.exit_code != 0)
           return false;
         for (const auto& row : json::parse(nodes.out)) {
@@ -67,9 +64,7 @@ TEST_CASE("a head and two workers form a cluster - dead nodes are seen and come 
 
 TEST_CASE("a frozen worker is declared DEAD by heartbeat timeout and returns when resumed") {
   Cluster c;
-  c.start_head();
-  c.start_worker("w1");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  c.start({"w1"});
   c.nodes.at("w1").signal(SIGSTOP);
   CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "DEAD"}}, 4s));
   c.nodes.at("w1").signal(SIGCONT);
@@ -78,10 +73,7 @@ TEST_CASE("a frozen worker is declared DEAD by heartbeat timeout and returns whe
 
 TEST_CASE("workers re-register on their own when the head restarts with the same state dir") {
   Cluster c;
-  c.start_head();
-  c.start_worker("w1");
-  c.start_worker("w2");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
+  c.start({"w1", "w2"});
   c.nodes.at("head").signal(SIGKILL);
   REQUIRE(c.nodes.at("head").wait_exit(5s).has_value());
   CHECK(c.states().empty());  // nobody answers while the head is down
@@ -91,13 +83,11 @@ TEST_CASE("workers re-register on their own when the head restarts with the same
 
 TEST_CASE("troupectl drain marks a node DRAINING - and it stays so across a reconnect") {
   Cluster c;
-  c.start_head();
-  c.start_worker("w1");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
-  auto r = run({bin("troupectl"), "--address", c.address, "drain", "w1"});
+  c.start({"w1"});
+  auto r = c.ctl({"drain", "w1"}, 30s);
   CHECK(r.exit_code == 0);
   CHECK(c.wait_states({{"head", "ALIVE"}, {"w1", "DRAINING"}}, 5s));
-  auto unknown = run({bin("troupectl"), "--address", c.address, "drain", "nope"});
+  auto unknown = c.ctl({"drain", "nope"}, 30s);
   CHECK(unknown.exit_code == 1);
   CHECK(unknown.err.find("no node named 'nope'") != std::string::npos);
   c.nodes.at("w1").signal(SIGKILL);
@@ -193,8 +183,7 @@ TEST_CASE("bad command lines are refused with one line naming the problem and ex
 
 TEST_CASE("a head refuses a port that is in use - and starts nothing") {
   Cluster c;
-  c.start_head();
-  REQUIRE(c.wait_states({{"head", "ALIVE"}}, 20s));
+  c.start();
   TempDir other;
   auto r = run({bin("troupe-node"), "--head", "--port", std::to_string(c.port), "--state-dir",
                 other / "s", "--http-port", std::to_string(free_port())},
@@ -228,9 +217,7 @@ TEST_CASE("a node on a non-loopback address without TLS needs --insecure - and t
 
 TEST_CASE("the exit check reports a node that crashed - with its signal - log - and backtrace") {
   Cluster c;
-  c.start_head();
-  c.start_worker("w1");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  c.start({"w1"});
   // A crash the test did not ask the helpers for: as if the node had one.
   pid_t pid = c.nodes.at("w1").pid();
   REQUIRE(::kill(pid, SIGSEGV) == 0);

@@ -22,11 +22,9 @@ struct Composed {
   Cluster cluster;
 
   Composed() {
-    cluster.start_head();
-    cluster.start_worker("w1");
-    cluster.start_worker("w2");
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 30s));
-    auto r = ctl({"deploy", std::string(TROUPE_SOURCE_DIR) + "/examples/compose.yaml", "--wait"});
+    cluster.start({"w1", "w2"}, 30s);
+    auto r = cluster.ctl(
+        {"deploy", std::string(TROUPE_SOURCE_DIR) + "/examples/compose.yaml", "--wait"}, 120s);
     CAPTURE(r.out);
     CAPTURE(r.err);
     if (r.exit_code != 0)
@@ -34,16 +32,10 @@ struct Composed {
     REQUIRE(r.exit_code == 0);
   }
 
-  RunResult ctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 120s);
-  }
-
   json status() {
-    auto r = ctl({"status", "--json"});
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
+    auto s = cluster.status(120s);
+    REQUIRE(s.is_object());
+    return s;
   }
 
   // The answer of `target` through `node`'s proxy, once it is a 200 (a proxy

@@ -180,23 +180,13 @@ const char* kApps = R"(applications:
 
 TEST_CASE("dashboard: headless Chromium shows every node - application and deployment - and a killed replica replaced") {
   Cluster c;
-  c.start_head();
-  c.start_worker("w1");
-  c.start_worker("w2");
-  REQUIRE(c.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 20s));
-  auto ctl = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", c.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
-  };
-  auto config = c.dir / "apps.yaml";
-  std::ofstream(config) << kApps;
-  auto deployed = ctl({"deploy", config, "--wait"});
+  c.start({"w1", "w2"});
+  auto deployed = c.ctl({"deploy", c.write("apps.yaml", kApps), "--wait"});
   REQUIRE_MESSAGE(deployed.exit_code == 0, deployed.out << deployed.err);
   auto status = [&] {
-    auto r = ctl({"status", "--json"});
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
+    auto s = c.status();
+    REQUIRE(s.is_object());
+    return s;
   };
 
   // Only the head serves it.
@@ -232,7 +222,7 @@ TEST_CASE("dashboard: headless Chromium shows every node - application and deplo
   // the page shows it at its next refresh (the one in flight may predate
   // it: at most two refreshes).
   const std::string victim = *before.begin();
-  auto killed = ctl({"kill", "replica", victim});
+  auto killed = c.ctl({"kill", "replica", victim});
   REQUIRE_MESSAGE(killed.exit_code == 0, killed.err);
   std::set<std::string> after;
   REQUIRE(wait_until(

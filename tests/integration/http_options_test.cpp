@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <fstream>
 #include <optional>
 #include <string>
 
@@ -120,21 +119,14 @@ TEST_CASE(
     "http_options: 504 after request_timeout_s and keep-alive closed after keep_alive_timeout_s - "
     "before and after a controller restart - port warns") {
   Cluster cluster;
-  cluster.start_head();
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+  cluster.start();
   const uint16_t port = cluster.http_ports.at("head");
-  auto ctl = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
-  };
   // Before any http_options: the node's own (no request timeout, 60 s idle).
   REQUIRE(wait_until([&] { return proxy_settings(port).contains("epoch"); }, 20s, 100ms));
   CHECK(proxy_settings(port)["keep_alive_timeout_s"] == 60.0);
   CHECK(proxy_settings(port)["request_timeout_s"] == 0.0);
 
-  std::ofstream(cluster.dir / "sleep.yaml") << kSleep;
-  auto deployed = ctl({"deploy", cluster.dir / "sleep.yaml", "--wait"});
+  auto deployed = cluster.ctl({"deploy", cluster.write("sleep.yaml", kSleep), "--wait"});
   REQUIRE_MESSAGE(deployed.exit_code == 0, deployed.out << deployed.err);
   // One line on stderr naming the ignored field and where the address is set.
   CHECK(deployed.err ==
@@ -160,9 +152,10 @@ TEST_CASE(
   };
   check_timeouts();
   // Declared state: shown by status and config (without the port).
-  auto status = json::parse(ctl({"status", "--json"}).out);
+  auto status = cluster.status();
+  REQUIRE(status.is_object());
   CHECK(status["http_options"] == wanted);
-  auto config = ctl({"config"});
+  auto config = cluster.ctl({"config"});
   REQUIRE(config.exit_code == 0);
   CHECK(config.out.rfind("http_options: {request_timeout_s: 1, keep_alive_timeout_s: 1}\n", 0) ==
         0);
@@ -171,7 +164,7 @@ TEST_CASE(
   // checkpoint and pushes them to the proxy with its first snapshot (a new
   // epoch replaces everything the proxy held).
   const uint64_t epoch = proxy_settings(port).value("epoch", uint64_t{0});
-  auto killed = ctl({"kill", "controller"});
+  auto killed = cluster.ctl({"kill", "controller"});
   REQUIRE(killed.exit_code == 0);
   REQUIRE(wait_until(
       [&] {
@@ -181,7 +174,7 @@ TEST_CASE(
       30s, 100ms));
   CHECK(in_force());
   check_timeouts();
-  auto after = ctl({"status", "--json"});
-  REQUIRE(after.exit_code == 0);
-  CHECK(json::parse(after.out)["http_options"] == wanted);
+  auto after = cluster.status();
+  REQUIRE(after.is_object());
+  CHECK(after["http_options"] == wanted);
 }

@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -94,19 +93,11 @@ struct InlineNode {
 
   InlineNode() {
     // Two io threads: inline calls of both can overlap.
-    cluster.start_head({"--proxy-io-threads", "2"});
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+    cluster.start({}, {"--proxy-io-threads", "2"});
     port = cluster.http_ports.at("head");
   }
 
-  void deploy(const std::string& yaml) {
-    std::ofstream(cluster.dir / "inline.yaml") << yaml;
-    auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
-                         cluster.dir / "inline.yaml", "--wait"},
-                        90s);
-    CAPTURE(deployed.err);
-    REQUIRE(deployed.exit_code == 0);
-  }
+  void deploy(const std::string& yaml) { cluster.deploy_yaml("inline.yaml", yaml); }
 
   // Waits until the proxy routes to `n` replicas of app's InlineProbe.
   void wait_replicas(const std::string& app, size_t n) {
@@ -239,7 +230,7 @@ void update_and_delete_under_load(const std::string& isolation) {
   REQUIRE(wait_until([&] { return answered() >= after_update + 100; }, 30s, 10ms));
 
   deleted.store(true);
-  auto gone = run({bin("troupectl"), "--address", node.cluster.address, "delete", "probe"}, 60s);
+  auto gone = node.cluster.ctl({"delete", "probe"});
   CAPTURE(gone.err);
   REQUIRE(gone.exit_code == 0);
   // Once the proxy has no route, every answer is 404.
@@ -333,10 +324,8 @@ TEST_CASE("inline: a process-isolated non-blocking deployment loses no request i
 
 TEST_CASE("inline: requests from another node's proxy run a non-blocking handler where they arrive - one at a time - and answer") {
   Cluster cluster;
-  cluster.start_head({"--proxy-io-threads", "2", "--resources", "cpu=2"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  cluster.start_worker("w1", {"--resources", "cpu=2,probe=1"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  cluster.start({"w1"}, {"--proxy-io-threads", "2", "--resources", "cpu=2"},
+                {{"w1", {"--resources", "cpu=2,probe=1"}}}, 30s);
   const uint16_t port = cluster.http_ports.at("head");
   cluster.deploy_yaml("remote.yaml", R"(http_options: {request_timeout_s: 30}
 applications:

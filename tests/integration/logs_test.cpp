@@ -47,8 +47,7 @@ struct LogNode {
   std::filesystem::path logs;
 
   explicit LogNode(const std::vector<std::string>& args) {
-    cluster.start_head(args);
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+    cluster.start({}, args);
     port = cluster.http_ports.at("head");
     logs = std::filesystem::path(cluster.dir / "head") / "logs";
     cluster.deploy_yaml("logs.yaml", kConfig);
@@ -206,10 +205,8 @@ std::string pinned_app(const std::string& name, const std::string& isolation) {
 
 TEST_CASE("logs: troupectl logs shows what a replica on another node printed - in a process and in process - --follow within 1 s - JSON lines parse") {
   Cluster cluster;
-  cluster.start_head({"--log-format", "json"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  cluster.start_worker("w1", {"--log-format", "json", "--resources", "cpu=2,w1=1"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  cluster.start({"w1"}, {"--log-format", "json"},
+                {{"w1", {"--log-format", "json", "--resources", "cpu=2,w1=1"}}}, 30s);
   cluster.deploy_yaml("pinned.yaml", "applications:\n" + pinned_app("remote", "process") +
                                          pinned_app("local", "in_process"));
   const uint16_t head_port = cluster.http_ports.at("head");
@@ -226,11 +223,6 @@ TEST_CASE("logs: troupectl logs shows what a replica on another node printed - i
         30s, 100ms));
     return json::parse(r->body).value("replica_id", "");
   };
-  auto ctl = [&](const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 30s);
-  };
   for (const std::string app : {"remote", "local"}) {
     CAPTURE(app);
     const std::string marker = app + "-marker-1";
@@ -242,7 +234,7 @@ TEST_CASE("logs: troupectl logs shows what a replica on another node printed - i
     RunResult shown;
     CHECK(wait_until(
         [&] {
-          shown = ctl({"logs", replica, "--tail", "50"});
+          shown = cluster.ctl({"logs", replica, "--tail", "50"}, 30s);
           return shown.exit_code == 0 && shown.out.find(marker) != std::string::npos;
         },
         10s, 200ms));
@@ -263,7 +255,7 @@ TEST_CASE("logs: troupectl logs shows what a replica on another node printed - i
     }
     CHECK(found);
     // The application's logs: each line prefixed with its replica.
-    auto by_app = ctl({"logs", app});
+    auto by_app = cluster.ctl({"logs", app}, 30s);
     CHECK(by_app.exit_code == 0);
     CHECK(by_app.out.find("[" + replica + "] ") != std::string::npos);
     CHECK(by_app.out.find(marker) != std::string::npos);
@@ -294,16 +286,16 @@ TEST_CASE("logs: troupectl logs shows what a replica on another node printed - i
   }
 
   // Bad input: each a one-line error, exit 1.
-  auto unknown = ctl({"logs", "nope#X#1"});
+  auto unknown = cluster.ctl({"logs", "nope#X#1"}, 30s);
   CHECK(unknown.exit_code == 1);
   CHECK(unknown.err.find("no node has a log of replica nope#X#1") != std::string::npos);
-  auto no_app = ctl({"logs", "nosuch"});
+  auto no_app = cluster.ctl({"logs", "nosuch"}, 30s);
   CHECK(no_app.exit_code == 1);
   CHECK(no_app.err.find("no application 'nosuch'") != std::string::npos);
-  auto no_dep = ctl({"logs", "remote/Other"});
+  auto no_dep = cluster.ctl({"logs", "remote/Other"}, 30s);
   CHECK(no_dep.exit_code == 1);
   CHECK(no_dep.err.find("application 'remote' has no deployment 'Other'") != std::string::npos);
-  auto bad_tail = ctl({"logs", "remote", "--tail", "-3"});
+  auto bad_tail = cluster.ctl({"logs", "remote", "--tail", "-3"}, 30s);
   CHECK(bad_tail.exit_code == 1);
   CHECK(bad_tail.err.find("--tail") != std::string::npos);
   auto reports = cluster.stop_all();

@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -96,16 +95,9 @@ TEST_CASE(
     "multiplex: 4 replicas x 2 models for 8 model ids - 95 % of requests hit a replica holding "
     "their model") {
   Cluster cluster;
-  cluster.start_head();
-  cluster.start_worker("w1");
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+  cluster.start({"w1"});
   const std::vector<uint16_t> ports = {cluster.http_ports.at("head"), cluster.http_ports.at("w1")};
-  std::ofstream(cluster.dir / "models.yaml") << kModels;
-  auto deployed = run({bin("troupectl"), "--address", cluster.address, "deploy",
-                       cluster.dir / "models.yaml", "--wait"},
-                      60s);
-  CAPTURE(deployed.err);
-  REQUIRE(deployed.exit_code == 0);
+  cluster.deploy_yaml("models.yaml", kModels, 60s);
   // Every proxy routes to all 4 replicas.
   for (uint16_t port : ports) {
     CAPTURE(port);

@@ -106,11 +106,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
   REQUIRE_MESSAGE(!prometheus.empty(), "prometheus is missing (Debian: apt-get install prometheus)");
 
   Cluster cluster;
-  cluster.start_head();
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  cluster.start_worker("w1");
-  cluster.start_worker("w2");
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 30s));
+  cluster.start({"w1", "w2"}, 30s);
   cluster.deploy_yaml("probe.yaml", R"(applications:
   - name: probe
     route_prefix: /probe
@@ -168,7 +164,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
   const auto first_replicas = replicas_in(all, "troupe_replica_healthy");
   REQUIRE(first_replicas.size() == 3);
   const std::string victim = *first_replicas.begin();
-  auto killed = run({bin("troupectl"), "--address", cluster.address, "kill", "replica", victim});
+  auto killed = cluster.ctl({"kill", "replica", victim}, 30s);
   REQUIRE_MESSAGE(killed.exit_code == 0, killed.err);
   // Replaced: three replicas again, the victim's series gone from its node,
   // and every node answers.
@@ -211,6 +207,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
            std::string("troupe_controller_reconcile_duration_seconds_bucket{le="),
            std::string("troupe_controller_checkpoint_write_duration_seconds_bucket{le="),
            std::string("troupe_controller_deploys_total{outcome=\"ok\"} 1"),
+           std::string("troupe_controller_restarts_total 0"),
            std::string("troupe_nodes{state=\"ALIVE\"} 3"),
            std::string("troupe_build_info{version="),
        }) {

@@ -31,12 +31,6 @@ struct Secured {
   std::string certs = cluster.dir / "certs";
   std::string other = cluster.dir / "other";
 
-  RunResult ctl(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, timeout);
-  }
-
   RunResult certs_cmd(std::vector<std::string> args) {
     std::vector<std::string> argv = {bin("troupectl"), "certs"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -52,9 +46,10 @@ struct Secured {
     // A second cluster's CA and operator: must not get in.
     REQUIRE(certs_cmd({"init", other}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", other, "--name", "mallory", "--role", "operator"}).exit_code == 0);
-    cluster.start_head({"--tls-dir", certs});
-    cluster.start_worker("w1", {"--tls-dir", certs});
-    cluster.start_worker("w2", {"--tls-dir", certs});
+    // The nodes' states are asked by the operator.
+    cluster.identity = as("alice", {});
+    const std::vector<std::string> tls = {"--tls-dir", certs};
+    cluster.start({"w1", "w2"}, tls, {{"w1", tls}, {"w2", tls}}, 30s);
   }
 
   std::vector<std::string> as(const std::string& name, std::vector<std::string> args) {
@@ -63,41 +58,11 @@ struct Secured {
     return argv;
   }
 
-  // Node id -> state, asked by the operator.
-  std::map<std::string, std::string> states() {
-    std::map<std::string, std::string> out;
-    auto r = ctl(as("alice", {"--timeout", "2", "nodes", "--json"}), 10s);
-    if (r.exit_code != 0)
-      return out;
-    for (const auto& n : json::parse(r.out))
-      out[n.at("id")] = n.at("state");
-    return out;
-  }
+  // Replica id -> node of the echo application's running replicas, asked
+  // by the operator.
+  std::map<std::string, std::string> replicas() { return cluster.running_replicas("echo", "Echo"); }
 
-  // Replica id -> node of the echo application's running replicas.
-  std::map<std::string, std::string> replicas() {
-    std::map<std::string, std::string> out;
-    auto r = ctl(as("alice", {"status", "--json"}));
-    if (r.exit_code != 0)
-      return out;
-    auto app = json::parse(r.out).at("applications").at("echo");
-    for (const auto& rep : app.at("deployments").at("Echo").at("replicas")) {
-      if (rep.at("state") == "RUNNING")
-        out[rep.at("id")] = rep.at("node");
-    }
-    return out;
-  }
-
-  std::string log_of(const std::string& node) {
-    std::ifstream in(cluster.dir / (node + ".log"));
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-
-  std::string write(const std::string& name, const std::string& text) {
-    auto path = cluster.dir / name;
-    std::ofstream(path) << text;
-    return path;
-  }
+  std::string log_of(const std::string& node) { return cluster.nodes.at(node).output(); }
 };
 
 }  // namespace
@@ -116,15 +81,14 @@ TEST_CASE("certs init refuses to overwrite a CA - issue needs a CA") {
 }
 
 TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - other CAs and wrong roles") {
-  Secured s;
+  Secured s;  // every node ALIVE, as the operator sees it
   const std::map<std::string, std::string> all_alive = {
       {"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
-  REQUIRE(wait_until([&] { return s.states() == all_alive; }, 30s, 200ms));
 
   // The operator deploys; replicas spread over the nodes; every node's proxy
   // serves.
-  auto file = s.write("echo.yaml", kEcho);
-  auto deploy = s.ctl(s.as("alice", {"deploy", file, "--wait"}));
+  auto file = s.cluster.write("echo.yaml", kEcho);
+  auto deploy = s.cluster.ctl(s.as("alice", {"deploy", file, "--wait"}));
   CAPTURE(deploy.err);
   REQUIRE(deploy.exit_code == 0);
   auto before = s.replicas();
@@ -142,28 +106,28 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
         },
         20s, 100ms));
   }
-  auto status = s.ctl(s.as("alice", {"status", "--json"}));
-  REQUIRE(status.exit_code == 0);
-  CHECK(json::parse(status.out).at("applications").at("echo").at("status") == "RUNNING");
+  auto status = s.cluster.status();
+  REQUIRE(status.is_object());
+  CHECK(status.at("applications").at("echo").at("status") == "RUNNING");
 
   // No certificate: the handshake fails; nothing changes.
-  auto plain = s.ctl({"--timeout", "3", "delete", "echo"});
+  auto plain = s.cluster.ctl({"--timeout", "3", "delete", "echo"});
   CHECK(plain.exit_code == 1);
   CHECK(plain.err.find("cannot reach the controller") != std::string::npos);
   CHECK(plain.err.find("the controller may require TLS: give --tls-dir") != std::string::npos);
 
   // A certificate of another cluster's CA: refused, and says why.
-  auto stranger =
-      s.ctl({"--tls-dir", s.other, "--tls-name", "mallory", "--timeout", "3", "delete", "echo"});
+  auto stranger = s.cluster.ctl(
+      {"--tls-dir", s.other, "--tls-name", "mallory", "--timeout", "3", "delete", "echo"});
   CHECK(stranger.exit_code == 1);
   CAPTURE(stranger.err);
   CHECK(stranger.err.find("not signed by this cluster's CA") != std::string::npos);
 
   // A node certificate may not deploy or delete.
-  auto node = s.ctl(s.as("w1", {"delete", "echo"}));
+  auto node = s.cluster.ctl(s.as("w1", {"delete", "echo"}));
   CHECK(node.exit_code == 1);
   CHECK(node.err.find("permission denied: delete requires the operator role") != std::string::npos);
-  auto node_deploy = s.ctl(s.as("head", {"deploy", file}));
+  auto node_deploy = s.cluster.ctl(s.as("head", {"deploy", file}));
   CHECK(node_deploy.exit_code == 1);
   CHECK(node_deploy.err.find("permission denied") != std::string::npos);
 
@@ -175,44 +139,43 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
                                                                 {"delete", "echo/Echo"},
                                                                 {"rollback", "echo"}}) {
     CAPTURE(args);
-    auto refused = s.ctl(s.as("w1", args));
+    auto refused = s.cluster.ctl(s.as("w1", args));
     CHECK(refused.exit_code == 1);
     CHECK(refused.err.find("permission denied") != std::string::npos);
   }
   // The operator's signed rollback is admitted, and refused on its merits:
   // echo runs its last good declaration.
-  auto rollback = s.ctl(s.as("alice", {"rollback", "echo"}));
+  auto rollback = s.cluster.ctl(s.as("alice", {"rollback", "echo"}));
   CAPTURE(rollback.err);
   CHECK(rollback.exit_code == 1);
   CHECK(rollback.err.find("is already at its last good declaration") != std::string::npos);
-  CHECK(s.ctl(s.as("alice", {"scale", "echo/Echo", "3"})).exit_code == 0);
-  auto traffic = s.ctl(s.as("alice", {"traffic", "echo", "Echo=1"}));
+  CHECK(s.cluster.ctl(s.as("alice", {"scale", "echo/Echo", "3"})).exit_code == 0);
+  auto traffic = s.cluster.ctl(s.as("alice", {"traffic", "echo", "Echo=1"}));
   CAPTURE(traffic.err);
   CHECK(traffic.exit_code == 0);
-  auto generation =
-      json::parse(s.ctl(s.as("alice", {"status", "--json"})).out).at("generation").get<uint64_t>();
+  auto generation = s.cluster.status().at("generation").get<uint64_t>();
   auto guarded =
-      s.ctl(s.as("alice", {"deploy", file, "--if-generation", std::to_string(generation)}));
+      s.cluster.ctl(s.as("alice", {"deploy", file, "--if-generation", std::to_string(generation)}));
   CAPTURE(guarded.err);
   CHECK(guarded.exit_code == 0);
 
   // Many short operator sessions: each connects and leaves.
   for (int i = 0; i < 10; ++i)
-    CHECK(s.ctl(s.as("alice", {"nodes"})).exit_code == 0);
+    CHECK(s.cluster.ctl(s.as("alice", {"nodes"})).exit_code == 0);
 
   // Nothing changed, and the members' own connections never broke: the same
   // replicas on the same nodes, every node ALIVE, no worker lost the
   // controller.
-  CHECK(s.states() == all_alive);
+  CHECK(s.cluster.states() == all_alive);
   CHECK(s.replicas() == before);
   for (const auto& worker : {"w1", "w2"}) {
     CAPTURE(worker);
     CHECK(s.log_of(worker).find("connection to the controller lost") == std::string::npos);
   }
-  auto after = s.ctl(s.as("alice", {"status", "--json"}));
-  REQUIRE(after.exit_code == 0);
-  CHECK(json::parse(after.out).at("applications").at("echo").at("status") == "RUNNING");
-  CHECK(json::parse(after.out).at("applications").size() == 1);
+  auto after = s.cluster.status();
+  REQUIRE(after.is_object());
+  CHECK(after.at("applications").at("echo").at("status") == "RUNNING");
+  CHECK(after.at("applications").size() == 1);
   auto reply = http_get(s.cluster.http_ports.at("w2"), "/echo/again", 10);
   REQUIRE(reply.has_value());
   CHECK(reply->status == 200);
@@ -229,7 +192,7 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
   std::filesystem::create_directories(s.cluster.dir / "build");
   std::filesystem::copy_file(std::string(TROUPE_UPLOAD_FIXTURES) + "/libupload_v1.so",
                              s.cluster.dir / "build/libup.so");
-  auto both = s.write("both.yaml", std::string(kEcho) + R"(  - name: up
+  auto both = s.cluster.write("both.yaml", std::string(kEcho) + R"(  - name: up
     route_prefix: /up
     import_path: ./build/libup.so:UploadModel
     deployments:
@@ -246,15 +209,13 @@ TEST_CASE("a 3-node TLS cluster serves its operator - and refuses strangers - ot
     return names;
   };
   const auto kept = stored();
-  auto node_upload = s.ctl(s.as("w1", {"deploy", both}));
+  auto node_upload = s.cluster.ctl(s.as("w1", {"deploy", both}));
   CHECK(node_upload.exit_code == 1);
   CHECK(node_upload.err.find("permission denied: upload requires the operator role") !=
         std::string::npos);
   CHECK(stored() == kept);
-  CHECK_FALSE(json::parse(s.ctl(s.as("alice", {"status", "--json"})).out)
-                  .at("applications")
-                  .contains("up"));
-  auto uploaded = s.ctl(s.as("alice", {"deploy", both, "--wait"}));
+  CHECK_FALSE(s.cluster.status().at("applications").contains("up"));
+  auto uploaded = s.cluster.ctl(s.as("alice", {"deploy", both, "--wait"}));
   CAPTURE(uploaded.err);
   CHECK(uploaded.exit_code == 0);
   CHECK(uploaded.out.find("uploaded ") != std::string::npos);

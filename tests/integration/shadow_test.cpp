@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,28 +56,20 @@ struct ShadowCluster {
   uint16_t port = 0;
 
   ShadowCluster() {
-    cluster.start_head();
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
+    cluster.start();
     port = cluster.http_ports.at("head");
   }
 
-  RunResult ctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
-  }
-
   RunResult deploy(const std::string& yaml, const std::string& name, bool wait = true) {
-    std::ofstream(cluster.dir / name) << yaml;
-    std::vector<std::string> args = {"deploy", cluster.dir / name};
+    std::vector<std::string> args = {"deploy", cluster.write(name, yaml)};
     if (wait)
       args.push_back("--wait");
-    return ctl(args);
+    return cluster.ctl(args);
   }
 
   json status() {
-    auto r = ctl({"status", "--json"});
-    return r.exit_code == 0 ? json::parse(r.out) : json::object();
+    auto s = cluster.status();
+    return s.is_object() ? s : json::object();
   }
 
   // troupe_proxy_shadow_requests_total for (app, deployment, outcome); 0
@@ -147,9 +138,9 @@ TEST_CASE(
   // Shown by status, config and the proxy's routes.
   auto s = t.status();
   CHECK(s["applications"]["greet"]["shadow"] == json({{"Mirror", 0.5}}));
-  auto shown = t.ctl({"status"});
+  auto shown = t.cluster.ctl({"status"});
   CHECK(shown.out.find("  shadow: Mirror=0.5") != std::string::npos);
-  CHECK(t.ctl({"config"}).out.find("shadow: {Mirror: 0.5}") != std::string::npos);
+  CHECK(t.cluster.ctl({"config"}).out.find("shadow: {Mirror: 0.5}") != std::string::npos);
   {
     auto r = http_get(t.port, "/-/routes", 5);
     REQUIRE(r);
@@ -178,7 +169,7 @@ TEST_CASE(
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(r.err.find("shadow") != std::string::npos);
   }
-  auto deleted = t.ctl({"delete", "greet/Mirror"});
+  auto deleted = t.cluster.ctl({"delete", "greet/Mirror"});
   CHECK(deleted.exit_code == 1);
   CHECK(std::count(deleted.err.begin(), deleted.err.end(), '\n') == 1);
   CHECK(deleted.err.find("is a shadow of the application") != std::string::npos);
@@ -287,7 +278,7 @@ TEST_CASE(
     return r && r->status == 200 ? json::parse(r->body, nullptr, false) : json::object();
   };
   const uint64_t epoch = routes_json().value("epoch", uint64_t{0});
-  auto killed = t.ctl({"kill", "controller"});
+  auto killed = t.cluster.ctl({"kill", "controller"});
   REQUIRE(killed.exit_code == 0);
   CHECK(wait_until(
       [&] {

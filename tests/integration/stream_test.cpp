@@ -20,12 +20,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstdlib>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -166,37 +165,15 @@ struct StreamCluster {
   Cluster cluster;
 
   explicit StreamCluster(bool with_worker) {
-    cluster.start_head();
-    std::map<std::string, std::string> expected = {{"head", "ALIVE"}};
-    if (with_worker) {
-      cluster.start_worker("w1");
-      expected["w1"] = "ALIVE";
-    }
-    REQUIRE(cluster.wait_states(expected, 20s));
-    std::ofstream(cluster.dir / "stream.yaml") << kStream;
-    auto r = ctl({"deploy", cluster.dir / "stream.yaml", "--wait"});
-    CAPTURE(r.err);
-    REQUIRE(r.exit_code == 0);
+    cluster.start(with_worker ? std::vector<std::string>{"w1"} : std::vector<std::string>{});
+    cluster.deploy_yaml("stream.yaml", kStream, 60s);
     // Every proxy routes both applications to their replica.
-    for (const auto& [node, port] : cluster.http_ports) {
+    for (const auto& node_port : cluster.http_ports) {
+      const std::string& node = node_port.first;
       CAPTURE(node);
-      REQUIRE(wait_until(
-          [&, port = port] {
-            auto a = http_get(port, "/stream/stats", 5);
-            auto b = http_get(port, "/bytes/stats", 5);
-            auto c = http_get(port, "/relay/stats", 5);
-            auto d = http_get(port, "/inproc/stats", 5);
-            return a && a->status == 200 && b && b->status == 200 && c && c->status == 200 &&
-                   d && d->status == 200;
-          },
-          30s, 100ms));
+      REQUIRE(cluster.wait_all_answer(
+          node, {"/stream/stats", "/bytes/stats", "/relay/stats", "/inproc/stats"}));
     }
-  }
-
-  RunResult ctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
   }
 
   // The node that runs the replica of (app, deployment), as the proxy on

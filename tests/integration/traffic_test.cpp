@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <optional>
 
@@ -40,21 +39,13 @@ struct TrafficCluster {
   std::vector<uint16_t> proxies;
 
   TrafficCluster() {
-    cluster.start_head();
-    cluster.start_worker("w1");
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
+    cluster.start({"w1"});
     proxies = {cluster.http_ports.at("head"), cluster.http_ports.at("w1")};
   }
 
-  RunResult ctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
-  }
-
   json status() {
-    auto r = ctl({"status", "--json"});
-    return r.exit_code == 0 ? json::parse(r.out) : json::object();
+    auto s = cluster.status();
+    return s.is_object() ? s : json::object();
   }
 };
 
@@ -77,10 +68,7 @@ std::optional<std::string> greeting(uint16_t port, const std::string& user = "")
 
 TEST_CASE("traffic split: 0.8/0.2 through the proxies - troupectl traffic within 2 s - sticky key - kept on restart") {
   TrafficCluster t;
-  std::ofstream(t.cluster.dir / "greet.yaml") << kGreet;
-  auto deployed = t.ctl({"deploy", t.cluster.dir / "greet.yaml", "--wait"});
-  CAPTURE(deployed.err);
-  REQUIRE(deployed.exit_code == 0);
+  t.cluster.deploy_yaml("greet.yaml", kGreet, 60s);
   // Both deployments serve through both proxies (the split can pick either).
   for (uint16_t port : t.proxies) {
     CAPTURE(port);
@@ -122,7 +110,7 @@ TEST_CASE("traffic split: 0.8/0.2 through the proxies - troupectl traffic within
 
   // troupectl traffic: every request goes to the canary within 2 s of the
   // command's answer, on both proxies.
-  auto changed = t.ctl({"traffic", "greet", "Hello=0", "Canary=1"});
+  auto changed = t.cluster.ctl({"traffic", "greet", "Hello=0", "Canary=1"});
   CAPTURE(changed.err);
   REQUIRE(changed.exit_code == 0);
   CHECK(changed.out.find("traffic of greet: Canary=1, Hello=0 (generation ") == 0);
@@ -152,7 +140,7 @@ TEST_CASE("traffic split: 0.8/0.2 through the proxies - troupectl traffic within
   auto s = t.status();
   CHECK(s["applications"]["greet"]["traffic"] == json({{"Canary", 1.0}, {"Hello", 0.0}}));
   CHECK(s["applications"]["greet"]["traffic_key_header"] == "X-User");
-  auto config = t.ctl({"config"});
+  auto config = t.cluster.ctl({"config"});
   CHECK(config.out.find("traffic: {Canary: 1, Hello: 0}") != std::string::npos);
 
   // Refused: the weights stay as they are.
@@ -165,7 +153,7 @@ TEST_CASE("traffic split: 0.8/0.2 through the proxies - troupectl traffic within
            {"delete", "greet/Canary"},
        }) {
     CAPTURE(bad);
-    auto r = t.ctl(bad);
+    auto r = t.cluster.ctl(bad);
     CHECK(r.exit_code == 1);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
@@ -183,7 +171,7 @@ TEST_CASE("traffic split: 0.8/0.2 through the proxies - troupectl traffic within
   std::vector<uint64_t> epochs;
   for (uint16_t port : t.proxies)
     epochs.push_back(routes_epoch(port));
-  auto killed = t.ctl({"kill", "controller"});
+  auto killed = t.cluster.ctl({"kill", "controller"});
   REQUIRE(killed.exit_code == 0);
   CHECK(wait_until(
       [&] {

@@ -2,7 +2,6 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <set>
 
 #include "tests/support/cluster.hpp"
@@ -15,28 +14,12 @@ namespace {
 struct Ctl {
   Cluster cluster;
 
-  Ctl() {
-    cluster.start_head();
-    cluster.start_worker("w1");
-    REQUIRE(cluster.wait_states({{"head", "ALIVE"}, {"w1", "ALIVE"}}, 20s));
-  }
-
-  RunResult ctl(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, timeout);
-  }
-
-  std::string write(const std::string& name, const std::string& text) {
-    auto path = cluster.dir / name;
-    std::ofstream(path) << text;
-    return path;
-  }
+  Ctl() { cluster.start({"w1"}); }
 
   json status() {
-    auto r = ctl({"status", "--json"});
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
+    auto s = cluster.status();
+    REQUIRE(s.is_object());
+    return s;
   }
 
   // What must not change when a bad deploy is refused: applications and
@@ -70,7 +53,8 @@ const char* kGreeter = R"(applications:
 
 TEST_CASE("deploy --wait - status --json - config round trip - delete") {
   Ctl c;
-  auto r = c.ctl({"deploy", std::string(TROUPE_SOURCE_DIR) + "/examples/hello.yaml", "--wait"});
+  auto r =
+      c.cluster.ctl({"deploy", std::string(TROUPE_SOURCE_DIR) + "/examples/hello.yaml", "--wait"});
   CAPTURE(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("greeter/Hello: HEALTHY, 3/3 running") != std::string::npos);
@@ -93,30 +77,30 @@ TEST_CASE("deploy --wait - status --json - config round trip - delete") {
 
   // config -> deploy is a no-op: nothing restarts.
   auto before = c.fingerprint();
-  auto config = c.ctl({"config"});
+  auto config = c.cluster.ctl({"config"});
   REQUIRE(config.exit_code == 0);
-  auto file = c.write("roundtrip.yaml", config.out);
-  auto again = c.ctl({"deploy", file});
+  auto file = c.cluster.write("roundtrip.yaml", config.out);
+  auto again = c.cluster.ctl({"deploy", file});
   CHECK(again.exit_code == 0);
   CHECK(again.out.find("unchanged") != std::string::npos);
   CHECK(c.fingerprint() == before);
 
   // Human-readable status names the replicas.
-  auto table = c.ctl({"status", "greeter"});
+  auto table = c.cluster.ctl({"status", "greeter"});
   CHECK(table.exit_code == 0);
   CHECK(table.out.find("greeter  RUNNING  /greet") != std::string::npos);
 
-  auto del = c.ctl({"delete", "greeter"});
+  auto del = c.cluster.ctl({"delete", "greeter"});
   CHECK(del.exit_code == 0);
   CHECK(wait_until([&] { return c.status().at("applications").empty(); }, 20s, 100ms));
-  auto missing = c.ctl({"delete", "greeter"});
+  auto missing = c.cluster.ctl({"delete", "greeter"});
   CHECK(missing.exit_code == 1);
   CHECK(missing.err.find("\"greeter\" is not a known application") != std::string::npos);
 }
 
 TEST_CASE("every kind of bad config is refused with a message naming it - nothing changes") {
   Ctl c;
-  auto ok = c.ctl({"deploy", c.write("good.yaml", kGreeter), "--wait"});
+  auto ok = c.cluster.ctl({"deploy", c.cluster.write("good.yaml", kGreeter), "--wait"});
   REQUIRE(ok.exit_code == 0);
   auto before = c.fingerprint();
   REQUIRE(before.size() == 2);
@@ -155,8 +139,8 @@ TEST_CASE("every kind of bad config is refused with a message naming it - nothin
   };
   for (const auto& k : cases) {
     CAPTURE(k.name);
-    auto file = c.write(std::string(k.name) + ".yaml", k.yaml);
-    auto r = c.ctl({"deploy", file});
+    auto file = c.cluster.write(std::string(k.name) + ".yaml", k.yaml);
+    auto r = c.cluster.ctl({"deploy", file});
     CAPTURE(r.err);
     CHECK(r.exit_code == 1);
     CHECK(r.err.find(k.fragment) != std::string::npos);
@@ -166,21 +150,21 @@ TEST_CASE("every kind of bad config is refused with a message naming it - nothin
 
   // A library that no node has: accepted, then DEPLOY_FAILED with the
   // loader's message; the running application is untouched.
-  auto missing = c.write("missing.yaml", std::string(kGreeter) + R"(  - name: ghost
+  auto missing = c.cluster.write("missing.yaml", std::string(kGreeter) + R"(  - name: ghost
     route_prefix: /ghost
     import_path: libnot_there.so:Ghost
 )");
-  auto r = c.ctl({"deploy", missing, "--wait", "--wait-timeout", "60"});
+  auto r = c.cluster.ctl({"deploy", missing, "--wait", "--wait-timeout", "60"});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("library 'libnot_there.so' not found in plugin path") != std::string::npos);
   CHECK(c.fingerprint() == before);
 
   // A class the library does not have: likewise, with the loader's message.
-  auto no_class = c.write("no_class.yaml", std::string(kGreeter) + R"(  - name: ghost
+  auto no_class = c.cluster.write("no_class.yaml", std::string(kGreeter) + R"(  - name: ghost
     route_prefix: /ghost
     import_path: libtroupe_examples.so:Ghost
 )");
-  auto rc = c.ctl({"deploy", no_class, "--wait", "--wait-timeout", "60"});
+  auto rc = c.cluster.ctl({"deploy", no_class, "--wait", "--wait-timeout", "60"});
   CHECK(rc.exit_code == 1);
   CHECK(rc.err.find("has no deployment 'Ghost'") != std::string::npos);
   CHECK(c.fingerprint() == before);
@@ -188,10 +172,11 @@ TEST_CASE("every kind of bad config is refused with a message naming it - nothin
 
 TEST_CASE("kill replica through troupectl - shutdown --nodes stops every node process") {
   Ctl c;
-  REQUIRE(c.ctl({"deploy", c.write("good.yaml", kGreeter), "--wait"}).exit_code == 0);
+  const auto good = c.cluster.write("good.yaml", kGreeter);
+  REQUIRE(c.cluster.ctl({"deploy", good, "--wait"}).exit_code == 0);
   auto dep = c.status()["applications"]["greeter"]["deployments"]["Hello"];
   auto victim = dep["replicas"][0]["id"].get<std::string>();
-  auto k = c.ctl({"kill", "replica", victim});
+  auto k = c.cluster.ctl({"kill", "replica", victim});
   CHECK(k.exit_code == 0);
   CHECK(wait_until(
       [&] {
@@ -205,13 +190,13 @@ TEST_CASE("kill replica through troupectl - shutdown --nodes stops every node pr
         return true;
       },
       20s, 100ms));
-  auto bad_kind = c.ctl({"kill", "thing", "x"});
+  auto bad_kind = c.cluster.ctl({"kill", "thing", "x"});
   CHECK(bad_kind.exit_code == 2);
-  auto unknown = c.ctl({"kill", "replica", "no-such-replica"});
+  auto unknown = c.cluster.ctl({"kill", "replica", "no-such-replica"});
   CHECK(unknown.exit_code == 1);
   CHECK(unknown.err.find("no replica 'no-such-replica'") != std::string::npos);
 
-  auto s = c.ctl({"shutdown", "--nodes"});
+  auto s = c.cluster.ctl({"shutdown", "--nodes"});
   CHECK(s.exit_code == 0);
   for (auto& [id, proc] : c.cluster.nodes) {
     CAPTURE(id);
@@ -223,19 +208,8 @@ TEST_CASE("kill replica through troupectl - shutdown --nodes stops every node pr
 
 TEST_CASE("limits: a config over the cluster's replica caps is refused - naming the cap") {
   Cluster cluster;
-  cluster.start_head({"--max-replicas-per-deployment", "5", "--max-replicas-total", "8"});
-  REQUIRE(cluster.wait_states({{"head", "ALIVE"}}, 20s));
-  auto write = [&](const std::string& name, const std::string& text) {
-    auto path = cluster.dir / name;
-    std::ofstream(path) << text;
-    return path;
-  };
-  auto ctl = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {bin("troupectl"), "--address", cluster.address};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, 60s);
-  };
-  auto big = ctl({"deploy", write("big.yaml", R"(applications:
+  cluster.start({}, {"--max-replicas-per-deployment", "5", "--max-replicas-total", "8"});
+  auto big = cluster.ctl({"deploy", cluster.write("big.yaml", R"(applications:
   - name: big
     route_prefix: /big
     import_path: libtroupe_examples.so:Echo
@@ -246,7 +220,7 @@ TEST_CASE("limits: a config over the cluster's replica caps is refused - naming 
   CHECK(big.exit_code == 1);
   CHECK(big.err.find("asks for 6 replicas; the cluster allows at most 5 per deployment") !=
         std::string::npos);
-  auto many = ctl({"deploy", write("many.yaml", R"(applications:
+  auto many = cluster.ctl({"deploy", cluster.write("many.yaml", R"(applications:
   - name: a
     route_prefix: /a
     import_path: libtroupe_examples.so:Echo
@@ -263,9 +237,9 @@ TEST_CASE("limits: a config over the cluster's replica caps is refused - naming 
   CHECK(many.exit_code == 1);
   CHECK(many.err.find("asks for 9 replicas in all; the cluster allows at most 8") !=
         std::string::npos);
-  auto status = ctl({"status", "--json"});
-  REQUIRE(status.exit_code == 0);
-  CHECK(json::parse(status.out).at("applications").empty());
+  auto status = cluster.status();
+  REQUIRE(status.is_object());
+  CHECK(status.at("applications").empty());
 }
 
 namespace {
@@ -300,21 +274,21 @@ int running(Ctl& c, const std::string& deployment) {
 
 TEST_CASE("scale - delete APP/DEPLOYMENT - deploy --if-generation work and refuse what they must") {
   Ctl c;
-  const auto file = c.write("shop.yaml", kShop);
-  auto deployed = c.ctl({"deploy", file, "--wait"});
+  const auto file = c.cluster.write("shop.yaml", kShop);
+  auto deployed = c.cluster.ctl({"deploy", file, "--wait"});
   CAPTURE(deployed.err);
   REQUIRE(deployed.exit_code == 0);
   const uint64_t g = c.status().at("generation").get<uint64_t>();
 
   // scale: written, then reconciled.
-  auto scaled = c.ctl({"scale", "shop/Counter", "3"});
+  auto scaled = c.cluster.ctl({"scale", "shop/Counter", "3"});
   CAPTURE(scaled.err);
   REQUIRE(scaled.exit_code == 0);
   CHECK(scaled.out == "accepted: shop/Counter has 3 replicas as its target (generation " +
                           std::to_string(g + 1) + ")\n");
   CHECK(wait_until([&] { return running(c, "Counter") == 3; }, 30s, 100ms));
   CHECK(c.status().at("generation") == g + 1);
-  auto again = c.ctl({"scale", "shop/Counter", "3"});
+  auto again = c.cluster.ctl({"scale", "shop/Counter", "3"});
   CHECK(again.exit_code == 0);
   CHECK(again.out.rfind("unchanged: ", 0) == 0);
 
@@ -346,7 +320,7 @@ TEST_CASE("scale - delete APP/DEPLOYMENT - deploy --if-generation work and refus
   };
   for (const auto& k : cases) {
     CAPTURE(k.args);
-    auto r = c.ctl(k.args);
+    auto r = c.cluster.ctl(k.args);
     CAPTURE(r.err);
     CHECK(r.exit_code == 1);
     CHECK(r.err.rfind("troupectl: error: ", 0) == 0);
@@ -358,7 +332,7 @@ TEST_CASE("scale - delete APP/DEPLOYMENT - deploy --if-generation work and refus
 
   // --if-generation at the current generation: accepted (the file's one
   // Counter replica replaces the scaled three).
-  auto current = c.ctl({"deploy", file, "--if-generation", g1});
+  auto current = c.cluster.ctl({"deploy", file, "--if-generation", g1});
   CAPTURE(current.err);
   REQUIRE(current.exit_code == 0);
   CHECK(current.out.find("accepted (generation " + std::to_string(g + 2) + ")") !=
@@ -366,13 +340,13 @@ TEST_CASE("scale - delete APP/DEPLOYMENT - deploy --if-generation work and refus
   CHECK(wait_until([&] { return running(c, "Counter") == 1; }, 30s, 100ms));
 
   // delete APP/DEPLOYMENT: that one goes, the application stays.
-  auto del = c.ctl({"delete", "shop/Counter"});
+  auto del = c.cluster.ctl({"delete", "shop/Counter"});
   CAPTURE(del.err);
   REQUIRE(del.exit_code == 0);
   CHECK(del.out == "deployment shop/Counter is being deleted\n");
   CHECK(wait_until([&] { return running(c, "Counter") == -1; }, 30s, 100ms));
   CHECK(running(c, "Hello") == 1);
-  auto config = c.ctl({"config"});
+  auto config = c.cluster.ctl({"config"});
   REQUIRE(config.exit_code == 0);
   CHECK(config.out.find("Counter") == std::string::npos);
   CHECK(config.out.find("Auto") != std::string::npos);

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -24,25 +23,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
+
 namespace troupe::node {
 namespace {
 
 namespace fs = std::filesystem;
 using Ensured = LibraryFetcher::Ensured;
 using Level = LibraryFetcher::Note::Level;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/troupe_library_fetcher.XXXXXX";
-    REQUIRE(::mkdtemp(pattern) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using Event = LibraryFetcher::Note::Event;
+using troupe::testing::TempDir;
 
 std::string read_all(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -142,6 +132,11 @@ struct FakeSource : LibraryFetcher::Source {
     return std::any_of(notes.begin(), notes.end(),
                        [&](const auto& n) { return n.level == level && n.text == text; });
   }
+  // The notes that report `event` (the agent counts them).
+  size_t counted(Event event) const {
+    return static_cast<size_t>(std::count_if(notes.begin(), notes.end(),
+                                             [&](const auto& n) { return n.event == event; }));
+  }
 };
 
 // What a waiter was called with, and how often.
@@ -161,15 +156,15 @@ struct Fixture {
 
   Fixture() {
     LibraryFetcher::Options o;
-    o.cache_dir = cache.path.string();
-    o.plugin_path = {plugins.path.string()};
+    o.cache_dir = cache.path();
+    o.plugin_path = {plugins.path()};
     o.retention_s = 100;
     o.prune_interval_s = 60;
     o.steady_now = [this] { return steady; };
     o.wall_now_s = [this] { return wall; };
     fetcher = std::make_unique<LibraryFetcher>(std::move(o));
   }
-  libraries::LibraryDir dir() const { return libraries::LibraryDir(cache.path.string(), false); }
+  libraries::LibraryDir dir() const { return libraries::LibraryDir(cache.path(), false); }
   fs::path cached(const libraries::Pinned& pin) const { return dir().path_of(pin.sha256); }
   void put(const libraries::Pinned& pin, const std::string& bytes) const {
     REQUIRE(dir().put(pin.sha256, bytes));
@@ -251,6 +246,7 @@ TEST_CASE("library fetcher: a corrupt cached copy is refused and fetched again")
   CHECK(report.how == Ensured::fetching);
   REQUIRE(report.notes.size() == 1);
   CHECK(report.notes[0].level == Level::error);
+  CHECK(report.notes[0].event == Event::cached_copy_refused);
   CHECK(report.notes[0].text == "refused the cached " + f.what(pin) + ": library " +
                                     f.cached(pin).string() + " has content of SHA-256 " +
                                     libraries::sha256_hex(content('z')) + ", not " + pin.sha256 +
@@ -259,6 +255,7 @@ TEST_CASE("library fetcher: a corrupt cached copy is refused and fetched again")
   CHECK(out.got[0].is_ok());
   CHECK(read_all(f.cached(pin)) == bytes);
   CHECK(source->noted(Level::info, "fetched " + f.what(pin) + " (35 bytes) from the controller"));
+  CHECK(source->counted(Event::fetched) == 1);
   // Verified on the next use (the fetch itself records no stamp), then reused.
   CHECK(f.fetcher->ensure(pin, source, out.waiter()).how == Ensured::verified);
   CHECK(f.fetcher->ensure(pin, source, out.waiter()).how == Ensured::reused);
@@ -269,7 +266,7 @@ TEST_CASE("library fetcher: the plugin path's copy of the same build is put in t
   Fixture f;
   const auto bytes = content('p');
   const auto pin = pin_of("libm.so", bytes);
-  write_all(f.plugins.path / "libm.so", bytes);
+  write_all(f.plugins / "libm.so", bytes);
   auto source = std::make_shared<FakeSource>();
   Outcomes out;
   auto report = f.fetcher->ensure(pin, source, out.waiter());
@@ -331,6 +328,7 @@ TEST_CASE("library fetcher: a fetch in pieces answers every waiter once") {
   CHECK(read_all(f.cached(pin)) == bytes);
   CHECK(source->notes.size() == 1);
   CHECK(source->noted(Level::info, "fetched " + f.what(pin) + " (35 bytes) from the controller"));
+  CHECK(source->counted(Event::fetched) == 1);  // once for both waiters
 }
 
 TEST_CASE("library fetcher: the controller's failures end the fetch with their reason") {
@@ -397,6 +395,8 @@ TEST_CASE("library fetcher: content that does not hash to the pin is refused - n
   CHECK(out.got[0].code() == errc::invalid_argument);
   CHECK(out.got[0].message() == f.what(pin) + ": " + reason);
   CHECK(source->noted(Level::error, f.what(pin) + ": " + reason));
+  CHECK(source->counted(Event::fetched) == 0);
+  CHECK(source->counted(Event::cached_copy_refused) == 0);  // it was never cached
   CHECK(f.dir().list().empty());  // neither the library nor its pieces
   // The next attempt asks again (no stamp of a refused copy is kept).
   source->held[pin.sha256] = content('a');

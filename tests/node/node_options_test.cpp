@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <vector>
 
-#include <stdlib.h>
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 
@@ -158,9 +158,8 @@ TEST_CASE("a non-loopback bind without TLS is refused unless --insecure") {
 
 TEST_CASE("the default plugin path is found from where troupe-node is") {
   namespace fs = std::filesystem;
-  char pattern[] = "/tmp/troupe_plugin_dir.XXXXXX";
-  REQUIRE(mkdtemp(pattern) != nullptr);
-  const fs::path root = pattern;
+  troupe::testing::TempDir tmp;
+  const fs::path root = tmp.path();
   const std::string node = (root / "bin" / "troupe-node").string();
   // Neither layout: the install's, which holds nothing.
   CHECK(default_plugin_dir(node) == (root / "lib/troupe/plugins").string());
@@ -170,6 +169,4 @@ TEST_CASE("the default plugin path is found from where troupe-node is") {
   // An install prefix: <prefix>/lib/troupe/plugins comes first.
   fs::create_directories(root / "lib/troupe/plugins");
   CHECK(default_plugin_dir(node) == (root / "lib/troupe/plugins").string());
-  std::error_code ec;
-  fs::remove_all(root, ec);
 }

@@ -3,24 +3,22 @@
 // a rotated file and a missing one.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "node/replica_logs.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
 
 namespace {
 
+// A log file in a directory of its own, removed with it.
 struct TempLog {
-  fs::path path = fs::temp_directory_path() /
-                  ("troupe-replica-logs-" + std::to_string(::getpid()) + ".log");
-  TempLog() { fs::remove(path); }
-  ~TempLog() { fs::remove(path); }
+  testing::TempDir dir{"troupe-replica-logs"};
+  fs::path path = dir / "replica.log";
   void append(const std::string& text) const {
     std::ofstream(path, std::ios::app | std::ios::binary) << text;
   }

@@ -100,8 +100,8 @@ TEST_CASE("a library built against another deployment ABI is refused") {
 
 TEST_CASE("a file that is not a loadable library reports the dlopen error") {
   TempDir dir;
-  { std::ofstream(dir.path() / "libjunk.so") << "not an ELF file\n"; }
-  PluginLoader loader({dir.path().string()});
+  { std::ofstream(dir / "libjunk.so") << "not an ELF file\n"; }
+  PluginLoader loader({dir.path()});
   auto r = loader.resolve("libjunk.so:Echo");
   REQUIRE_FALSE(r);
   CHECK(r.status().code() == errc::invalid_argument);
@@ -123,9 +123,9 @@ TEST_CASE("an absolute library path is refused") {
 TEST_CASE("a library path with a '..' component is refused") {
   // The plugin dir's parent would hold it: the name must not escape.
   TempDir dir;
-  fs::create_directory(dir.path() / "plugins");
-  fs::copy_file(kPluginDir + "/libtroupe_examples.so", dir.path() / "libtroupe_examples.so");
-  PluginLoader loader({(dir.path() / "plugins").string()});
+  fs::create_directory(dir / "plugins");
+  fs::copy_file(kPluginDir + "/libtroupe_examples.so", dir / "libtroupe_examples.so");
+  PluginLoader loader({dir / "plugins"});
   for (const char* value :
        {"../libtroupe_examples.so:Echo", "sub/../../libtroupe_examples.so:Echo", "./..:Echo"}) {
     CAPTURE(value);
@@ -138,15 +138,15 @@ TEST_CASE("a library path with a '..' component is refused") {
 
 TEST_CASE("a symlink in the plugin dir that leads outside it is refused") {
   TempDir dir;
-  fs::create_symlink(fs::path(kPluginDir) / "libtroupe_examples.so", dir.path() / "libout.so");
+  fs::create_symlink(fs::path(kPluginDir) / "libtroupe_examples.so", dir / "libout.so");
   // A symlinked subdirectory leading outside is refused the same way.
-  fs::create_directory_symlink(kPluginDir, dir.path() / "sub");
-  PluginLoader loader({dir.path().string()});
+  fs::create_directory_symlink(kPluginDir, dir / "sub");
+  PluginLoader loader({dir.path()});
 
   auto r = loader.resolve("libout.so:Echo");
   REQUIRE_FALSE(r);
   CHECK(r.status().code() == errc::invalid_argument);
-  CHECK(contains(r.status().message(), "library 'libout.so' in plugin dir '" + dir.path().string() +
+  CHECK(contains(r.status().message(), "library 'libout.so' in plugin dir '" + dir.path() +
                                            "' resolves to '" + fs::canonical(kPluginDir).string() +
                                            "/libtroupe_examples.so', outside the plugin dir"));
 
@@ -158,13 +158,12 @@ TEST_CASE("a symlink in the plugin dir that leads outside it is refused") {
 
 TEST_CASE("symlinks that stay inside the plugin dir - and a symlinked plugin dir - are fine") {
   TempDir dir;
-  fs::create_directory(dir.path() / "real");
-  fs::copy_file(kPluginDir + "/libtroupe_examples.so",
-                dir.path() / "real" / "libtroupe_examples.so");
-  fs::create_symlink("libtroupe_examples.so", dir.path() / "real" / "libcurrent.so");
-  fs::create_directory_symlink(dir.path() / "real", dir.path() / "link");
+  fs::create_directory(dir / "real");
+  fs::copy_file(kPluginDir + "/libtroupe_examples.so", dir / "real/libtroupe_examples.so");
+  fs::create_symlink("libtroupe_examples.so", dir / "real/libcurrent.so");
+  fs::create_directory_symlink(dir / "real", dir / "link");
 
-  PluginLoader loader({(dir.path() / "link").string()});
+  PluginLoader loader({dir / "link"});
   auto r = loader.resolve("libcurrent.so:Echo");
   INFO(r.status().to_string());
   REQUIRE(r);
@@ -174,13 +173,13 @@ TEST_CASE("symlinks that stay inside the plugin dir - and a symlinked plugin dir
 
 TEST_CASE("a dangling symlink is reported as not resolvable") {
   TempDir dir;
-  fs::create_symlink(dir.path() / "nowhere.so", dir.path() / "libdangling.so");
-  PluginLoader loader({dir.path().string()});
+  fs::create_symlink(dir / "nowhere.so", dir / "libdangling.so");
+  PluginLoader loader({dir.path()});
   auto r = loader.resolve("libdangling.so:Echo");
   REQUIRE_FALSE(r);
   CHECK(r.status().code() == errc::not_found);
-  CHECK(contains(r.status().message(), "library 'libdangling.so' in plugin dir '" +
-                                           dir.path().string() + "' cannot be resolved"));
+  CHECK(contains(r.status().message(),
+                 "library 'libdangling.so' in plugin dir '" + dir.path() + "' cannot be resolved"));
 }
 
 // A library pinned by its SHA-256 ("<name>@<sha256>:<Class>") loads from the
@@ -190,11 +189,11 @@ TEST_CASE("a pinned library loads from the cache only with the content it is pin
   const std::string examples = std::string(kPluginDir) + "/libtroupe_examples.so";
   auto sha = libraries::sha256_file(examples);
   REQUIRE(sha);
-  libraries::LibraryDir dir(cache.path().string());
+  libraries::LibraryDir dir(cache.path());
   const std::string pinned = "libtroupe_examples.so@" + *sha + ":Hello";
 
   SUBCASE("not in the cache") {
-    PluginLoader loader({kPluginDir}, cache.path().string());
+    PluginLoader loader({kPluginDir}, cache.path());
     auto r = loader.resolve(pinned);
     REQUIRE_FALSE(r);
     CHECK(r.status().code() == errc::not_found);
@@ -208,7 +207,7 @@ TEST_CASE("a pinned library loads from the cache only with the content it is pin
   }
   SUBCASE("the right content") {
     REQUIRE(dir.put_file(*sha, examples));
-    PluginLoader loader({}, cache.path().string());
+    PluginLoader loader({}, cache.path());
     auto r = loader.resolve(pinned);
     REQUIRE(r);
     CHECK(std::string((*r)->class_name) == "Hello");
@@ -216,7 +215,7 @@ TEST_CASE("a pinned library loads from the cache only with the content it is pin
   SUBCASE("other content under the pin's name is refused and never loaded") {
     // Another valid library (it exports BadAbi) in the pinned file's place.
     fs::copy_file(std::string(kPluginDir) + "/libtroupe_bad_abi.so", dir.path_of(*sha));
-    PluginLoader loader({}, cache.path().string());
+    PluginLoader loader({}, cache.path());
     auto r = loader.resolve("libtroupe_examples.so@" + *sha + ":BadAbi");
     REQUIRE_FALSE(r);
     CHECK(r.status().code() == errc::corrupt);

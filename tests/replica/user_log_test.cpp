@@ -4,8 +4,6 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +15,7 @@
 #include "replica/handle_transport.hpp"
 #include "replica/user_log.hpp"
 #include "runtime/log.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -26,10 +25,8 @@ namespace {
 // Logs through ctx.log() and the runtime's own logger, in and out of a
 // request, into a log file of `format`; returns its lines.
 std::vector<std::string> log_lines(const std::string& format) {
-  auto dir = fs::temp_directory_path() / ("troupe-user-log-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  auto file = (dir / ("log-" + format + ".log")).string();
-  fs::remove(file);
+  testing::TempDir dir("troupe-user-log");
+  auto file = dir / ("log-" + format + ".log");
   log::Options options;
   options.file = file;
   options.format = format;
@@ -49,7 +46,6 @@ std::vector<std::string> log_lines(const std::string& format) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);)
     lines.push_back(line);
-  fs::remove_all(dir);
   return lines;
 }
 

@@ -13,11 +13,11 @@
 #include <openssl/x509v3.h>
 
 #include "runtime/security/credentials.hpp"
-#include "tests/security/temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using troupe::errc;
 using namespace troupe::security;
-using troupe::security::testing::TempDir;
+using troupe::testing::TempDir;
 
 namespace {
 

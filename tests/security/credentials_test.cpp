@@ -4,12 +4,12 @@
 
 #include <doctest/doctest.h>
 
-#include "tests/security/temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using troupe::errc;
 using troupe::Status;
 using namespace troupe::security;
-using troupe::security::testing::TempDir;
+using troupe::testing::TempDir;
 
 namespace {
 

@@ -18,11 +18,11 @@
 #include <caf/openssl/manager.hpp>
 
 #include "runtime/system_setup.hpp"
-#include "tests/security/temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using troupe::errc;
 using namespace troupe::security;
-using troupe::security::testing::TempDir;
+using troupe::testing::TempDir;
 
 namespace {
 

@@ -15,10 +15,11 @@
 #include "controller/store/codec.hpp"
 #include "controller/store/rocks_checkpoint_store.hpp"
 #include "tests/store/store_test_support.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
-using troupe::controller::testing::TempDir;
+using troupe::testing::TempDir;
 
 namespace {
 
@@ -154,7 +155,7 @@ TEST_CASE("a target state written with the v0 schema decodes with defaults for n
 TEST_CASE("a checkpoint database written by a v0 binary loads with the current store") {
   V0Schema v0;
   TempDir dir;
-  const auto path = dir.sub("checkpoint");
+  const auto path = dir / "checkpoint";
   {
     // What a v0 controller would have left: head + one key per application.
     rocksdb::Options options;

@@ -12,12 +12,13 @@
 
 #include "controller/store/codec.hpp"
 #include "tests/store/store_test_support.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tools/common/tmpfs.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
 using troupe::controller::testing::full_state;
-using troupe::controller::testing::TempDir;
+using troupe::testing::TempDir;
 
 namespace {
 
@@ -127,16 +128,16 @@ class FlakyFileSystem : public rocksdb::FileSystemWrapper {
 
 TEST_CASE("an empty store loads nothing") {
   TempDir dir;
-  auto store = open_ok(dir.sub("checkpoint"));
+  auto store = open_ok(dir / "checkpoint");
   auto loaded = store->load();
   REQUIRE(loaded.has_value());
   CHECK_FALSE(loaded->has_value());
-  CHECK(store->path() == dir.sub("checkpoint"));
+  CHECK(store->path() == dir / "checkpoint");
 }
 
 TEST_CASE("a saved state survives a restart") {
   TempDir dir;
-  const auto path = dir.sub("checkpoint");
+  const auto path = dir / "checkpoint";
   const auto state = full_state();
   {
     auto store = open_ok(path);
@@ -152,7 +153,7 @@ TEST_CASE("a saved state survives a restart") {
 
 TEST_CASE("save overwrites: changed - added and deleted applications") {
   TempDir dir;
-  const auto path = dir.sub("checkpoint");
+  const auto path = dir / "checkpoint";
   auto state = full_state();
   auto store = open_ok(path);
   REQUIRE(store->save(state).is_ok());
@@ -198,7 +199,7 @@ TEST_CASE("save overwrites: changed - added and deleted applications") {
 
 TEST_CASE("an undecodable stored value is corrupt - naming the database and key") {
   TempDir dir;
-  const auto path = dir.sub("checkpoint");
+  const auto path = dir / "checkpoint";
   {
     auto store = open_ok(path);
     REQUIRE(store->save(full_state()).is_ok());
@@ -261,7 +262,7 @@ TEST_CASE("an undecodable stored value is corrupt - naming the database and key"
 TEST_CASE("open of an unusable directory is io_error naming it") {
   TempDir dir;
   SUBCASE("a path under a regular file") {
-    const auto file = dir.sub("plain-file");
+    const auto file = dir / "plain-file";
     std::ofstream(file) << "not a directory";
     const auto path = file + "/checkpoint";
     auto store = RocksCheckpointStore::open(path);
@@ -271,14 +272,14 @@ TEST_CASE("open of an unusable directory is io_error naming it") {
     CHECK(contains(store.status().message(), "IO error"));  // RocksDB's own message
   }
   SUBCASE("a missing parent directory") {
-    const auto path = dir.sub("missing/checkpoint");
+    const auto path = dir / "missing/checkpoint";
     auto store = RocksCheckpointStore::open(path);
     REQUIRE_FALSE(store.has_value());
     CHECK(store.status().code() == errc::io_error);
     CHECK(contains(store.status().message(), path));
   }
   SUBCASE("the database already open (a second controller on the same state dir)") {
-    const auto path = dir.sub("checkpoint");
+    const auto path = dir / "checkpoint";
     auto first = open_ok(path);
     auto second = RocksCheckpointStore::open(path);
     REQUIRE_FALSE(second.has_value());
@@ -290,7 +291,7 @@ TEST_CASE("open of an unusable directory is io_error naming it") {
 
 TEST_CASE("a database whose files are corrupt is refused as corrupt") {
   TempDir dir;
-  const auto path = dir.sub("checkpoint");
+  const auto path = dir / "checkpoint";
   {
     auto store = open_ok(path);
     REQUIRE(store->save(full_state()).is_ok());
@@ -304,7 +305,7 @@ TEST_CASE("a database whose files are corrupt is refused as corrupt") {
 
 TEST_CASE("a failed write changes nothing") {
   TempDir dir;
-  const auto path = dir.sub("checkpoint");
+  const auto path = dir / "checkpoint";
   auto fs = std::make_shared<FlakyFileSystem>(rocksdb::FileSystem::Default());
   auto env = rocksdb::NewCompositeEnv(fs);
   RocksCheckpointStoreOptions options;
@@ -365,7 +366,7 @@ TEST_CASE("a failed write changes nothing") {
 
 TEST_CASE("a full disk: the save fails naming the cause - saves work again once space returns") {
   TempDir dir;
-  troupe::proc::Tmpfs disk(dir.sub("disk"), "8m");
+  troupe::proc::Tmpfs disk(dir / "disk", "8m");
   REQUIRE_MESSAGE(disk.mounted, "mount tmpfs on " << disk.path << ": " << disk.error);
   const auto path = disk.path + "/checkpoint";
   auto store = open_ok(path);

@@ -1,41 +1,12 @@
-// Shared by the store tests: temporary directories and a TargetState that
-// sets every field of the model to a non-default value.
+// Shared by the store tests: a TargetState that sets every field of the
+// model to a non-default value.
 #pragma once
 
-#include <doctest/doctest.h>
-#include <stdlib.h>
-
-#include <filesystem>
 #include <string>
-#include <system_error>
 
 #include "controller/core/model.hpp"
 
 namespace troupe::controller::testing {
-
-// A fresh directory under /tmp (mkdtemp), removed with everything in it when
-// the test ends, so parallel ctest runs never share files.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = "/tmp/troupe-store-test-XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    REQUIRE(made != nullptr);
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline AutoscalingConfig full_autoscaling() {
   AutoscalingConfig a;

@@ -15,14 +15,7 @@ using namespace std::chrono_literals;
 void ClientCluster::start(const std::vector<std::string>& workers,
                           const std::vector<std::string>& head_args,
                           const std::map<std::string, std::vector<std::string>>& worker_args) {
-  cluster.start_head(head_args);
-  std::map<std::string, std::string> expected{{"head", "ALIVE"}};
-  for (const auto& id : workers) {
-    auto args = worker_args.find(id);
-    cluster.start_worker(id, args == worker_args.end() ? std::vector<std::string>{} : args->second);
-    expected[id] = "ALIVE";
-  }
-  REQUIRE(cluster.wait_states(expected, 20s));
+  cluster.start(workers, head_args, worker_args);
   configure_actor_system(cfg, TransportOptions{});
   sys = std::make_unique<caf::actor_system>(cfg);
   auto c = ControllerClient::connect(*sys, parse_endpoint(cluster.address).value(), 5);

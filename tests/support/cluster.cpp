@@ -132,8 +132,35 @@ ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std
       .first->second;
 }
 
+void Cluster::start(const std::vector<std::string>& workers, std::chrono::milliseconds deadline) {
+  start(workers, {}, {}, deadline);
+}
+
+void Cluster::start(const std::vector<std::string>& workers,
+                    const std::vector<std::string>& head_args,
+                    const std::map<std::string, std::vector<std::string>>& worker_args,
+                    std::chrono::milliseconds deadline) {
+  start_head(head_args);
+  std::map<std::string, std::string> expected{{"head", "ALIVE"}};
+  for (const auto& id : workers) {
+    auto args = worker_args.find(id);
+    start_worker(id, args == worker_args.end() ? std::vector<std::string>{} : args->second);
+    expected[id] = "ALIVE";
+  }
+  REQUIRE(wait_states(expected, deadline));
+}
+
+RunResult Cluster::ctl(const std::vector<std::string>& args,
+                       std::chrono::milliseconds timeout) const {
+  std::vector<std::string> argv = {bin("troupectl"), "--address", address};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, timeout);
+}
+
 std::map<std::string, std::string> Cluster::states() {
-  auto r = run({bin("troupectl"), "--address", address, "--timeout", "2", "nodes", "--json"});
+  std::vector<std::string> args = identity;
+  args.insert(args.end(), {"--timeout", "2", "nodes", "--json"});
+  auto r = ctl(args, 30s);
   std::map<std::string, std::string> out;
   if (r.exit_code != 0)
     return out;
@@ -142,21 +169,61 @@ std::map<std::string, std::string> Cluster::states() {
   return out;
 }
 
-void Cluster::deploy_yaml(const std::string& file, const std::string& yaml) {
-  std::ofstream(dir / file) << yaml;
-  auto deployed = run({bin("troupectl"), "--address", address, "deploy", dir / file, "--wait"},
-                      std::chrono::seconds(90));
+nlohmann::json Cluster::status(std::chrono::milliseconds timeout) const {
+  std::vector<std::string> args = identity;
+  args.insert(args.end(), {"status", "--json"});
+  auto r = ctl(args, timeout);
+  if (r.exit_code != 0)
+    return nullptr;
+  auto parsed = nlohmann::json::parse(r.out, nullptr, false);
+  return parsed.is_discarded() ? nullptr : parsed;
+}
+
+std::map<std::string, std::string> Cluster::running_replicas(const std::string& app,
+                                                              const std::string& deployment,
+                                                              std::chrono::milliseconds timeout) const {
+  std::map<std::string, std::string> out;
+  const auto s = status(timeout);
+  const auto ptr = nlohmann::json::json_pointer("/applications/" + app + "/deployments/" +
+                                                deployment + "/replicas");
+  if (!s.is_object() || !s.contains(ptr))
+    return out;
+  for (const auto& replica : s.at(ptr)) {
+    if (replica.value("state", "") == "RUNNING")
+      out[replica.value("id", "")] = replica.value("node", "");
+  }
+  return out;
+}
+
+std::string Cluster::write(const std::string& file, const std::string& text) const {
+  auto path = dir / file;
+  std::ofstream(path) << text;
+  return path;
+}
+
+void Cluster::deploy_yaml(const std::string& file, const std::string& yaml,
+                          std::chrono::milliseconds timeout) {
+  auto deployed = ctl({"deploy", write(file, yaml), "--wait"}, timeout);
   CAPTURE(deployed.err);
   REQUIRE(deployed.exit_code == 0);
 }
 
 bool Cluster::wait_answers(const std::string& node, const std::string& path,
                            std::chrono::milliseconds deadline) {
+  return wait_all_answer(node, {path}, deadline);
+}
+
+bool Cluster::wait_all_answer(const std::string& node, const std::vector<std::string>& paths,
+                              std::chrono::milliseconds deadline) {
   const uint16_t port = http_ports.at(node);
   return wait_until(
       [&] {
-        auto r = http_get(port, path, 5);
-        return r && r->status == 200;
+        for (const auto& path : paths) {
+          auto r = http_get(port, path, 5);
+          if (!r || r->status != 200)
+            return false;
+        }
+        return true;
       },
       deadline, 100ms);
 }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/process.hpp"
 
 namespace troupe::testing {
@@ -28,25 +30,56 @@ struct Cluster {
   std::vector<std::string> extra_args;         // appended to every node's command line
   // The liveness options of every node (change before starting nodes).
   std::vector<std::string> liveness = kFastLiveness;
+  // troupectl's options for the cluster's own questions (states(), and so
+  // start()): e.g. an operator's --tls-dir and --tls-name on a TLS cluster.
+  std::vector<std::string> identity;
 
   ChildProcess& start_head(const std::vector<std::string>& args = {});
   ChildProcess& start_worker(const std::string& id, const std::vector<std::string>& args = {});
+  // Starts the head, then `workers` (in that order), and REQUIREs that every
+  // node is ALIVE within `deadline`.
+  void start(const std::vector<std::string>& workers = {},
+             std::chrono::milliseconds deadline = std::chrono::seconds(20));
+  // The same with extra arguments of the head and of some workers (by id).
+  void start(const std::vector<std::string>& workers, const std::vector<std::string>& head_args,
+             const std::map<std::string, std::vector<std::string>>& worker_args = {},
+             std::chrono::milliseconds deadline = std::chrono::seconds(20));
 
-  // Node id -> state, as `troupectl nodes --json` reports it; empty when the
-  // call failed.
+  // Runs `troupectl --address <address> <args...>` to completion, killing it
+  // at `timeout`: its exit code and output.
+  RunResult ctl(const std::vector<std::string>& args,
+                std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+
+  // Node id -> state, as `troupectl nodes --json` reports it (asked with
+  // `identity`); empty when the call failed.
   std::map<std::string, std::string> states();
+  // `troupectl status --json` (asked with `identity`), parsed; null when the
+  // call failed or its output is not JSON.
+  nlohmann::json status(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  // Replica id -> node of the RUNNING replicas of app/deployment in
+  // status(); empty when there are none or the call failed.
+  std::map<std::string, std::string> running_replicas(
+      const std::string& app, const std::string& deployment,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   bool wait_states(const std::map<std::string, std::string>& expected,
                    std::chrono::milliseconds deadline);
   // Prints every node's output (for failed checks).
   void dump_output();
 
+  // Writes `text` to <dir>/<file>; the file's path.
+  std::string write(const std::string& file, const std::string& text) const;
   // Writes `yaml` to <dir>/<file> and deploys it with `troupectl deploy
-  // --wait`; REQUIREs that the deploy succeeds.
-  void deploy_yaml(const std::string& file, const std::string& yaml);
+  // --wait` (killed at `timeout`); REQUIREs that the deploy succeeds.
+  void deploy_yaml(const std::string& file, const std::string& yaml,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(90));
   // True once GET `path` on node `node`'s proxy answers 200 (within
   // `deadline`).
   bool wait_answers(const std::string& node, const std::string& path,
                     std::chrono::milliseconds deadline = std::chrono::seconds(30));
+  // True once GET of each of `paths` on node `node`'s proxy answers 200, all
+  // in the same round (within `deadline`).
+  bool wait_all_answer(const std::string& node, const std::vector<std::string>& paths,
+                       std::chrono::milliseconds deadline = std::chrono::seconds(30));
 
   // Stops every node (SIGTERM to all, then waits up to `grace`) and returns
   // one report per node that did not end well: still running after the

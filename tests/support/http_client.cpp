@@ -93,4 +93,21 @@ std::optional<HttpReply> http_request(
   return r;
 }
 
+std::optional<double> metric_value(uint16_t port, const std::string& series) {
+  auto page = http_get(port, "/-/metrics", 10);
+  if (!page || page->status != 200)
+    return std::nullopt;
+  const std::string& text = page->body;
+  const std::string key = series + " ";
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos)
+      end = text.size();
+    if (text.compare(at, key.size(), key) == 0)
+      return std::stod(text.substr(at + key.size(), end - at - key.size()));
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
 }  // namespace troupe::testing

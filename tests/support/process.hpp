@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
 #include "tools/common/process.hpp"
 
 namespace troupe::testing {
@@ -24,7 +25,6 @@ std::string bin(const std::string& name);
 using ChildProcess = proc::Child;
 using proc::free_port;  // below the ephemeral range, never the same twice
 using proc::RunResult;
-using proc::TempDir;  // under /tmp/troupe-test-*
 using proc::wait_until;
 
 // Runs a command to completion (killing it at the timeout) and captures its

@@ -4,37 +4,26 @@
 // test against an install prefix: tests/integration/package_test.cpp.)
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <string>
 
+#include "tests/support/temp_dir.hpp"
 #include "tools/troupectl/new_project.hpp"
 
 using namespace troupe::ctl;
+using troupe::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system's temp dir, removed at the end.
-struct Scratch {
-  fs::path path;
-  Scratch() {
-    std::string templ = (fs::temp_directory_path() / "troupe-new-XXXXXX").string();
-    REQUIRE(::mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::size_t entries() const {
-    return static_cast<std::size_t>(
-        std::distance(fs::directory_iterator(path), fs::directory_iterator()));
-  }
-};
+// The entries of `dir` (a staging directory left behind would be one more).
+std::size_t entries(const fs::path& dir) {
+  return static_cast<std::size_t>(
+      std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+}
 
 }  // namespace
 
@@ -85,40 +74,43 @@ TEST_CASE("new project: the starter's files name the project and its class") {
 }
 
 TEST_CASE("new project: written into DIR/NAME and never over a project") {
-  Scratch dir;
-  auto written = write_starter_project("hello", dir.path.string());
+  TempDir tmp;
+  const fs::path dir = tmp.path();
+  auto written = write_starter_project("hello", dir.string());
   REQUIRE(written);
-  CHECK(*written == (dir.path / "hello").string());
-  CHECK(fs::exists(dir.path / "hello" / "CMakeLists.txt"));
-  CHECK(fs::exists(dir.path / "hello" / "src" / "hello.cpp"));
-  CHECK(dir.entries() == 1);  // no staging directory left
+  CHECK(*written == (dir / "hello").string());
+  CHECK(fs::exists(dir / "hello" / "CMakeLists.txt"));
+  CHECK(fs::exists(dir / "hello" / "src" / "hello.cpp"));
+  CHECK(entries(dir) == 1);  // no staging directory left
 
   // Again: refused, and the first project is untouched.
-  std::ofstream(dir.path / "hello" / "src" / "hello.cpp") << "mine";
-  auto again = write_starter_project("hello", dir.path.string());
+  std::ofstream(dir / "hello" / "src" / "hello.cpp") << "mine";
+  auto again = write_starter_project("hello", dir.string());
   REQUIRE_FALSE(again);
   CHECK(again.status().message() ==
-        "\"" + (dir.path / "hello").string() + "\" exists and is not an empty directory");
-  std::ifstream in(dir.path / "hello" / "src" / "hello.cpp");
+        "\"" + (dir / "hello").string() + "\" exists and is not an empty directory");
+  std::ifstream in(dir / "hello" / "src" / "hello.cpp");
   std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(kept == "mine");
-  CHECK(dir.entries() == 1);
+  CHECK(entries(dir) == 1);
 }
 
 TEST_CASE("new project: an empty directory of that name is filled") {
-  Scratch dir;
-  fs::create_directory(dir.path / "empty");
-  REQUIRE(write_starter_project("empty", dir.path.string()));
-  CHECK(fs::exists(dir.path / "empty" / "config.yaml"));
+  TempDir tmp;
+  const fs::path dir = tmp.path();
+  fs::create_directory(dir / "empty");
+  REQUIRE(write_starter_project("empty", dir.string()));
+  CHECK(fs::exists(dir / "empty" / "config.yaml"));
 }
 
 TEST_CASE("new project: a file of that name or a missing dir is refused") {
-  Scratch dir;
-  std::ofstream(dir.path / "taken") << "x";
-  CHECK_FALSE(write_starter_project("taken", dir.path.string()));
-  auto missing = write_starter_project("hello", (dir.path / "nope").string());
+  TempDir tmp;
+  const fs::path dir = tmp.path();
+  std::ofstream(dir / "taken") << "x";
+  CHECK_FALSE(write_starter_project("taken", dir.string()));
+  auto missing = write_starter_project("hello", (dir / "nope").string());
   REQUIRE_FALSE(missing);
   CHECK(missing.status().message().find("is not a directory") != std::string::npos);
-  CHECK_FALSE(write_starter_project("bad name", dir.path.string()));
-  CHECK(dir.entries() == 1);
+  CHECK_FALSE(write_starter_project("bad name", dir.string()));
+  CHECK(entries(dir) == 1);
 }

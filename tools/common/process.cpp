@@ -274,12 +274,9 @@ std::optional<int> Child::wait_exit(std::chrono::milliseconds timeout) {
 }
 
 RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
-  char tmpl[] = "/tmp/troupe-run-XXXXXX";
-  char* dir = ::mkdtemp(tmpl);
-  if (!dir)
-    throw std::runtime_error("mkdtemp failed");
-  std::string out_path = std::string(dir) + "/out";
-  std::string err_path = std::string(dir) + "/err";
+  const TempDir dir("troupe-run");  // removed with the output on return
+  const std::string out_path = dir / "out";
+  const std::string err_path = dir / "err";
   auto start = Clock::now();
   pid_t pid = spawn(argv, out_path, err_path);
   RunResult result;
@@ -307,8 +304,6 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds ti
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.out = slurp(out_path);
   result.err = slurp(err_path);
-  std::error_code ec;
-  fs::remove_all(dir, ec);
   return result;
 }
 
@@ -349,21 +344,6 @@ uint16_t free_port(uint32_t seed) {
     }
   }
   throw std::runtime_error("no free loopback port in 20000-32000");
-}
-
-TempDir::TempDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
-  char* made = ::mkdtemp(tmpl.data());
-  if (!made)
-    throw std::runtime_error("mkdtemp failed");
-  path_ = made;
-}
-
-TempDir::~TempDir() {
-  if (keep_)
-    return;
-  std::error_code ec;
-  fs::remove_all(path_, ec);
 }
 
 std::vector<pid_t> processes_mentioning(const std::string& needle) {

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/common/temp_dir.hpp"
+
 namespace troupe::proc {
 
 using Clock = std::chrono::steady_clock;
@@ -104,23 +106,6 @@ bool wait_until(const std::function<bool()>& condition, std::chrono::millisecond
 // outgoing connection takes it between this check and its use) that was free
 // a moment ago; never one handed out before by this process.
 uint16_t free_port(uint32_t seed = 0);
-
-// A fresh directory /tmp/<prefix>-XXXXXX, removed with its content on
-// destruction unless keep() was called.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "troupe-test");
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  void keep() { keep_ = true; }
-
- private:
-  std::string path_;
-  bool keep_ = false;
-};
 
 // The last `lines` lines of `text`.
 std::string tail_lines(const std::string& text, size_t lines);

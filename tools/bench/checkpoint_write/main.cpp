@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -29,6 +30,7 @@
 
 #include "controller/store/codec.hpp"
 #include "controller/store/rocks_checkpoint_store.hpp"
+#include "tools/common/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -195,14 +197,11 @@ int main(int argc, char** argv) {
   if (iterations < 1) {
     fail("--iterations must be at least 1");
   }
-  bool remove_dir = false;
+  // Without --dir: a directory of its own, removed at the end.
+  std::optional<troupe::proc::TempDir> own_dir;
   if (dir.empty()) {
-    std::string pattern = "/tmp/troupe-checkpoint-bench-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) {
-      fail("mkdtemp: " + std::string(std::strerror(errno)));
-    }
-    dir = pattern;
-    remove_dir = true;
+    own_dir.emplace("troupe-checkpoint-bench");
+    dir = own_dir->path();
   } else {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -268,10 +267,5 @@ int main(int argc, char** argv) {
               load_ms);
   std::printf("  decode of the whole-state record %.3f ms\n", decode_ms);
   std::printf("  encode of every application (CPU part of each save) %.3f ms\n", encode_all_ms);
-
-  if (remove_dir) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
   return 0;
 }
