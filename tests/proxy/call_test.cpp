@@ -20,28 +20,16 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "tests/proxy/proxy_fakes.hpp"
 
 using namespace troupe;
 using namespace troupe::proxy;
 
 namespace {
 
-class FakeExchange : public Exchange {
- public:
-  FakeExchange(asio::io_context& io) : io_(io) {
-    request_.method(boost::beast::http::verb::get);
-    request_.target("/echo/x?secret=1");
-  }
-  Request& request() override { return request_; }
-  void respond(Response&& response) override { answers.push_back(std::move(response)); }
-  size_t thread() const override { return 0; }
-  asio::io_context& io() override { return io_; }
-
-  std::vector<Response> answers;
-
- private:
-  asio::io_context& io_;
-  Request request_;
+// The client's request target carries a query, which log lines never show.
+struct FakeExchange : fakes::FakeExchange {
+  explicit FakeExchange(asio::io_context& io) : fakes::FakeExchange(io, "/echo/x?secret=1") {}
 };
 
 ReplicaEndpoint replica(const std::string& id, uint32_t max) {
@@ -75,13 +63,7 @@ struct Harness {
     core.id_prefix = "t";
     worker.core = &core;
     worker.io = &io;
-    RoutingSnapshot s;
-    s.epoch = 1;
-    s.seq = 1;
-    s.full = true;
-    s.routes = {{"/echo", "echo", "Echo"}};
-    s.deployments = {{"echo", "Echo", std::move(replicas), -1}};
-    core.router.apply(s);
+    core.router.apply(fakes::echo_snapshot(std::move(replicas)));
   }
   ~Harness() {
     // Queued waiters hold calls, and calls hold timers of `io`.

@@ -21,133 +21,41 @@
 #include "proxy/core.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/local_replicas.hpp"
+#include "tests/proxy/proxy_fakes.hpp"
 
 using namespace troupe;
 using namespace troupe::proxy;
 
 namespace {
 
-class FakeExchange : public Exchange {
- public:
-  explicit FakeExchange(asio::io_context& io) : io_(io) {
-    request_.method(boost::beast::http::verb::get);
-    request_.target("/echo/x");
-  }
-  Request& request() override { return request_; }
-  void respond(Response&& response) override { answers.push_back(std::move(response)); }
-  size_t thread() const override { return 0; }
-  asio::io_context& io() override { return io_; }
-  std::vector<Response> answers;
+using fakes::FakeExchange;
+using fakes::FakeReplica;
 
- private:
-  asio::io_context& io_;
-  Request request_;
-};
+const std::string kEcho = fakes::echo_key();
 
-// A replica called inline: answers with its id, or refuses, or is closed.
-class FakeReplica : public local::LocalReplica {
- public:
-  explicit FakeReplica(std::string id) : id_(std::move(id)) {}
-  const std::string& replica_id() const override { return id_; }
-  local::InlineResult serve(const HttpRequest& request, HttpResponse& answer) override {
-    ++calls;
-    seen = request;
-    local::InlineResult r;
-    r.kind = kind;
-    if (kind == local::InlineResult::overloaded)
-      r.why = "replica " + id_ + " is at max_ongoing_requests (1)";
-    if (kind == local::InlineResult::answered) {
-      answer.status = 200;
-      answer.headers = {{"Content-Type", "text/plain"}};
-      answer.body = "from " + id_;
-    }
-    return r;
-  }
-  local::InlineResult::Kind kind = local::InlineResult::answered;
-  int calls = 0;
-  HttpRequest seen;
-
- private:
-  std::string id_;
-};
-
-const std::string kEcho = deployment_key("echo", "Echo");
-
-struct Harness {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::actor dummy;
-  asio::io_context io;
-  std::shared_ptr<channel::Registry> channels = std::make_shared<channel::Registry>();
-  std::map<std::string, std::shared_ptr<FakeReplica>> fakes;
-  std::unique_ptr<Proxy::Core> core;
-  IoThread worker;
-
+struct Harness : fakes::IoThreadHarness {
   // `inline_ids`: the replicas registered as called inline; `remote`: on
-  // another node.
+  // another node. One stand-in handle serves every replica (requests sent to
+  // it are never answered here).
   Harness(std::vector<std::string> ids, std::vector<std::string> inline_ids,
-          std::vector<std::string> remote = {}) {
-    for (const auto& id : inline_ids) {
-      fakes[id] = std::make_shared<FakeReplica>(id);
-      channels->local_replicas()->add(fakes[id]);
-    }
-    ProxyOptions o;
-    o.node_id = "n1";
-    o.channels = channels;
-    core = std::make_unique<Proxy::Core>(o);
-    core->id_prefix = "t";
-    worker.core = core.get();
-    worker.io = &io;
-    worker.unit = std::make_unique<caf::scoped_execution_unit>(&sys);
-    worker.companion_handle = sys.spawn<caf::actor_companion>();
-    worker.companion = static_cast<caf::actor_companion*>(
-        caf::actor_cast<caf::abstract_actor*>(worker.companion_handle));
-    worker.companion->context(worker.unit.get());
-    // A stand-in for every replica's handle (requests sent to it are never
-    // answered here).
-    dummy = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
-      self->set_default_handler(caf::drop);
-      return {[](int) {}};
-    });
+          std::vector<std::string> remote = {})
+      : IoThreadHarness(inline_ids) {
+    auto handle = stand_in();
     std::vector<ReplicaEndpoint> eps;
     for (const auto& id : ids) {
       ReplicaEndpoint e;
       e.replica_id = id;
       e.node_id = std::find(remote.begin(), remote.end(), id) != remote.end() ? "n2" : "n1";
       e.max_ongoing_requests = 1;
-      e.handle = caf::actor_cast<ReplicaActor>(dummy);
+      e.handle = handle;
       eps.push_back(e);
     }
-    RoutingSnapshot s;
-    s.epoch = 1;
-    s.seq = 1;
-    s.full = true;
-    s.routes = {{"/echo", "echo", "Echo"}};
-    s.deployments = {{"echo", "Echo", std::move(eps), -1}};
-    core->router.apply(s);
-  }
-  ~Harness() {
-    core->router.clear();
-    for (auto* c : std::vector<Call*>(worker.active))
-      worker.untrack(c);
-    caf::anon_send_exit(dummy, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(worker.companion_handle, caf::exit_reason::user_shutdown);
+    route(std::move(eps));
   }
 
   CallPtr make_call(std::shared_ptr<FakeExchange>& ex) {
-    ex = std::make_shared<FakeExchange>(io);
-    auto c = std::make_shared<Call>();
-    c->exchange = ex;
-    c->worker = &worker;
-    c->routes = core->router.routes();
-    c->route = c->routes->match("/echo/x").route;
-    REQUIRE(c->route != nullptr);
-    c->start = Clock::now();
-    c->request.method = "GET";
-    c->request.path = "/x";
-    c->request.request_id = "req-1";
+    auto c = IoThreadHarness::make_call(ex);
     c->request.body = "payload";
-    c->attempts = Attempts(core->options.max_attempts);
     return c;
   }
   uint32_t in_flight(const std::string& id) const {

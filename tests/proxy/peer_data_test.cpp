@@ -31,60 +31,14 @@
 #include "proxy/peer_frames.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/local_replicas.hpp"
+#include "tests/proxy/proxy_fakes.hpp"
 
 using namespace troupe;
 using namespace troupe::proxy;
 
 namespace {
 
-class FakeExchange : public Exchange {
- public:
-  explicit FakeExchange(asio::io_context& io) : io_(io) {
-    request_.method(boost::beast::http::verb::get);
-    request_.target("/echo/x");
-  }
-  Request& request() override { return request_; }
-  void respond(Response&& response) override { answers.push_back(std::move(response)); }
-  size_t thread() const override { return 0; }
-  asio::io_context& io() override { return io_; }
-  void begin_stream(Response&& head) override { answers.push_back(std::move(head)); }
-  void write_chunk(std::string data, std::function<void(bool ok)> written) override {
-    chunks.push_back(std::move(data));
-    written(true);
-  }
-  void end_stream(bool complete) override { ended = complete ? 1 : 0; }
-  std::vector<Response> answers;
-  std::vector<std::string> chunks;
-  int ended = -1;  // -1: not ended; 1 complete; 0 early
-
- private:
-  asio::io_context& io_;
-  Request request_;
-};
-
-// A replica of this node called inline: answers with its id, or refuses.
-class FakeReplica : public local::LocalReplica {
- public:
-  explicit FakeReplica(std::string id) : id_(std::move(id)) {}
-  const std::string& replica_id() const override { return id_; }
-  local::InlineResult serve(const HttpRequest& request, HttpResponse& answer) override {
-    seen.push_back(request);
-    local::InlineResult r;
-    r.kind = kind;
-    if (kind == local::InlineResult::overloaded)
-      r.why = "replica " + id_ + " is at max_ongoing_requests (1)";
-    if (kind == local::InlineResult::answered) {
-      answer.status = 200;
-      answer.body = "from " + id_;
-    }
-    return r;
-  }
-  local::InlineResult::Kind kind = local::InlineResult::answered;
-  std::vector<HttpRequest> seen;
-
- private:
-  std::string id_;
-};
+using fakes::FakeExchange;
 
 struct Seen {
   channel::Kind kind;
@@ -115,6 +69,10 @@ struct OtherSide : FrameConn {
     }
     return nullptr;
   }
+  void request(uint64_t call, const HttpRequest& r, const std::string& replica_id) {
+    channel::append_stream_request(out, call, r, replica_id);
+    schedule_flush();
+  }
   void answer(channel::Kind kind, uint64_t call, const HttpResponse& r) {
     REQUIRE(channel::append_stream_answer(out, kind, call, r));
     schedule_flush();
@@ -124,73 +82,28 @@ struct OtherSide : FrameConn {
 // (replica id, node id) of a deployment's replicas.
 using Replicas = std::vector<std::pair<std::string, std::string>>;
 
-struct Harness {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  std::vector<caf::actor> dummies;  // one handle per replica
-  asio::io_context io;
-  std::shared_ptr<channel::Registry> channels = std::make_shared<channel::Registry>();
-  std::map<std::string, std::shared_ptr<FakeReplica>> fakes;
-  std::unique_ptr<Proxy::Core> core;
-  IoThread worker;
+struct Harness : fakes::IoThreadHarness {
   std::vector<std::shared_ptr<OtherSide>> others;
 
-  // `replicas`: (replica id, node id) of the deployment's replicas; this
-  // node is n1. `inline_ids`: this node's replicas called inline.
-  explicit Harness(const Replicas& replicas, std::vector<std::string> inline_ids = {}) {
-    for (const auto& id : inline_ids) {
-      fakes[id] = std::make_shared<FakeReplica>(id);
-      channels->local_replicas()->add(fakes[id]);
-    }
-    ProxyOptions o;
-    o.node_id = "n1";
-    o.channels = channels;
-    core = std::make_unique<Proxy::Core>(o);
-    core->id_prefix = "t";
+  // This node is n1; `inline_ids`: its replicas called inline. Each replica
+  // has a stand-in handle of its own.
+  explicit Harness(const Replicas& replicas, std::vector<std::string> inline_ids = {})
+      : IoThreadHarness(inline_ids) {
     core->data_token = "this-node-token";
-    worker.core = core.get();
-    worker.io = &io;
-    worker.unit = std::make_unique<caf::scoped_execution_unit>(&sys);
-    worker.companion_handle = sys.spawn<caf::actor_companion>();
-    worker.companion = static_cast<caf::actor_companion*>(
-        caf::actor_cast<caf::abstract_actor*>(worker.companion_handle));
-    worker.companion->context(worker.unit.get());
     std::vector<ReplicaEndpoint> eps;
     for (const auto& [id, node] : replicas) {
-      // A stand-in for the replica's handle: requests sent to it are never
-      // answered here.
-      dummies.push_back(sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
-        self->set_default_handler(caf::drop);
-        return {[](int) {}};
-      }));
       ReplicaEndpoint e;
       e.replica_id = id;
       e.node_id = node;
       e.max_ongoing_requests = 4;
-      e.handle = caf::actor_cast<ReplicaActor>(dummies.back());
+      e.handle = stand_in();
       eps.push_back(e);
     }
-    RoutingSnapshot s;
-    s.epoch = 1;
-    s.seq = 1;
-    s.full = true;
-    s.routes = {{"/echo", "echo", "Echo"}};
-    s.deployments = {{"echo", "Echo", std::move(eps), -1}};
-    core->router.apply(s);
+    route(std::move(eps));
   }
   ~Harness() {
-    core->router.clear();
-    for (auto* c : std::vector<Call*>(worker.active))
-      worker.untrack(c);
-    worker.peers.drop();
-    worker.served.drop();
-    worker.channels.clear();
-    worker.caf.clear();
     for (auto& o : others)
       o->drop();
-    for (auto& d : dummies)
-      caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(worker.companion_handle, caf::exit_reason::user_shutdown);
   }
 
   // A socket pair: this io thread's end, and the other worker's, reading.
@@ -216,6 +129,28 @@ struct Harness {
     return other;
   }
 
+  // A call of GET /echo/x dispatched, and its request frame read by
+  // `other`, the connection it went over: its key there.
+  uint64_t dispatch_to(const std::shared_ptr<OtherSide>& other, CallPtr& c,
+                       std::shared_ptr<FakeExchange>& ex) {
+    size_t before = other->count(channel::Kind::request);
+    c = make_call(ex);
+    dispatch(c);
+    REQUIRE(run_until([&] { return other->count(channel::Kind::request) == before + 1; }));
+    return other->last(channel::Kind::request)->call;
+  }
+
+  // A connection served by this io thread's data port, admitted: the other
+  // side said hello with this node's token and got hello back.
+  std::shared_ptr<OtherSide> served_conn() {
+    auto [mine, other] = pair();
+    worker.served.serve(std::move(mine));
+    std::string token = core->data_token;
+    other->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
+    REQUIRE(run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+    return other;
+  }
+
   // Runs the io_context until `done`, or for at most 10 s (a deadline on a
   // condition: a broken side fails the test instead of hanging it).
   template <class F>
@@ -235,21 +170,6 @@ struct Harness {
     }
   }
 
-  CallPtr make_call(std::shared_ptr<FakeExchange>& ex) {
-    ex = std::make_shared<FakeExchange>(io);
-    auto c = std::make_shared<Call>();
-    c->exchange = ex;
-    c->worker = &worker;
-    c->routes = core->router.routes();
-    c->route = c->routes->match("/echo/x").route;
-    REQUIRE(c->route != nullptr);
-    c->start = Clock::now();
-    c->request.method = "GET";
-    c->request.path = "/x";
-    c->request.request_id = "req-1";
-    c->attempts = Attempts(core->options.max_attempts);
-    return c;
-  }
 };
 
 int status_of(const FakeExchange& ex) {
@@ -313,11 +233,10 @@ TEST_CASE("peer client: an answer frame answers the call and frees its replica")
   Harness h(Replicas{{"r1", "n2"}});
   auto other = h.connect("n2");
   std::shared_ptr<FakeExchange> ex;
-  auto c = h.make_call(ex);
-  dispatch(c);
-  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
+  CallPtr c;
+  uint64_t sent = h.dispatch_to(other, c, ex);
   CHECK(c->via == &h.worker.peers);
-  other->answer(channel::Kind::answer, requests_of(*other)[0].call, ok("from n2"));
+  other->answer(channel::Kind::answer, sent, ok("from n2"));
   REQUIRE(h.run_until([&] { return c->done; }));
   CHECK(status_of(*ex) == 200);
   CHECK(ex->answers[0].body() == "from n2");
@@ -329,10 +248,10 @@ TEST_CASE("peer client: a failure frame is judged as the replica's own error - a
   Harness h(Replicas{{"r1", "n2"}, {"r2", "n2"}});
   auto other = h.connect("n2");
   std::shared_ptr<FakeExchange> ex;
-  auto c = h.make_call(ex);
-  dispatch(c);
-  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
+  CallPtr c;
+  uint64_t sent = h.dispatch_to(other, c, ex);
   auto first = requests_of(*other)[0];
+  REQUIRE(first.call == sent);
   auto payload = error_payload(to_caf_error(Status(errc::overloaded, "replica is full")));
   other->frame(channel::Kind::failed, first.call, static_cast<uint32_t>(errc::overloaded), 0,
                payload.data(), payload.size());
@@ -382,9 +301,9 @@ TEST_CASE("peer client: a lost connection places its requests again - not as cra
   Harness h(Replicas{{"r1", "n2"}, {"r2", "n2"}});
   auto other = h.connect("n2");
   std::shared_ptr<FakeExchange> ex;
-  auto c = h.make_call(ex);
-  dispatch(c);
-  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
+  CallPtr c;
+  uint64_t sent = h.dispatch_to(other, c, ex);
+  REQUIRE(requests_of(*other)[0].call == sent);
   auto replica = requests_of(*other)[0].replica_id;
   other->close("gone");
   REQUIRE(h.run_until([&] { return !h.worker.peers.up("n2"); }));
@@ -401,10 +320,8 @@ TEST_CASE("peer client: a stream's head - chunks and end reach the client - each
   Harness h(Replicas{{"r1", "n2"}});
   auto other = h.connect("n2");
   std::shared_ptr<FakeExchange> ex;
-  auto c = h.make_call(ex);
-  dispatch(c);
-  REQUIRE(h.run_until([&] { return requests_of(*other).size() == 1; }));
-  uint64_t call = requests_of(*other)[0].call;
+  CallPtr c;
+  uint64_t call = h.dispatch_to(other, c, ex);
   // A chunk before the head breaks the protocol.
   {
     Harness h2(Replicas{{"r1", "n2"}});
@@ -450,24 +367,18 @@ TEST_CASE("peer server: a connection without this node's token is refused and cl
   h.worker.served.serve(std::move(mine));
   HttpRequest r;
   r.path = "/x";
-  channel::append_stream_request(other->out, 1, r, "r1");
-  other->schedule_flush();
+  other->request(1, r, "r1");
   REQUIRE(h.run_until([&, o = other] { return !o->closed_for.empty(); }));
-  CHECK(h.fakes["r1"]->seen.empty());
+  CHECK(h.fakes["r1"]->calls == 0);
 }
 
 TEST_CASE("peer server: with the token it serves a non-blocking in-process replica at once") {
   Harness h(Replicas{{"r1", "n1"}}, {"r1"});
-  auto [mine, other] = h.pair();
-  h.worker.served.serve(std::move(mine));
-  std::string token = h.core->data_token;
-  other->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
-  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+  auto other = h.served_conn();
   HttpRequest r;
   r.path = "/x";
   r.request_id = "req-7";
-  channel::append_stream_request(other->out, 5, r, "r1");
-  other->schedule_flush();
+  other->request(5, r, "r1");
   REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::answer) == 1; }));
   auto* a = other->last(channel::Kind::answer);
   CHECK(a->call == 5);
@@ -475,14 +386,13 @@ TEST_CASE("peer server: with the token it serves a non-blocking in-process repli
   REQUIRE(channel::decode_answer(a->payload.data(), a->payload.size(), answer));
   CHECK(answer.status == 200);
   CHECK(answer.body == "from r1");
-  REQUIRE(h.fakes["r1"]->seen.size() == 1);
-  CHECK(h.fakes["r1"]->seen[0].request_id == "req-7");
+  REQUIRE(h.fakes["r1"]->calls == 1);
+  CHECK(h.fakes["r1"]->seen.request_id == "req-7");
   // Its own key at the replica, not the other worker's id.
-  CHECK(h.fakes["r1"]->seen[0].call_key != 5);
+  CHECK(h.fakes["r1"]->seen.call_key != 5);
   // Overloaded: a failure frame that carries the refusal.
   h.fakes["r1"]->kind = local::InlineResult::overloaded;
-  channel::append_stream_request(other->out, 6, r, "r1");
-  other->schedule_flush();
+  other->request(6, r, "r1");
   REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::failed) == 1; }));
   auto* f = other->last(channel::Kind::failed);
   CHECK(f->call == 6);
@@ -492,17 +402,12 @@ TEST_CASE("peer server: with the token it serves a non-blocking in-process repli
 
 TEST_CASE("peer server: a request for a replica it does not have fails naming it - a request id in use closes the connection") {
   Harness h(Replicas{{"r1", "n1"}, {"r9", "n9"}});
-  auto [mine, other] = h.pair();
-  h.worker.served.serve(std::move(mine));
-  std::string token = h.core->data_token;
-  other->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
-  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+  auto other = h.served_conn();
   HttpRequest r;
   r.path = "/x";
   // r9 is another node's; zz nobody's.
   for (std::string id : {std::string("r9"), std::string("zz")}) {
-    channel::append_stream_request(other->out, 1, r, id);
-    other->schedule_flush();
+    other->request(1, r, id);
   }
   REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::failed) == 2; }));
   for (size_t i = 0; i < 2; ++i) {
@@ -515,12 +420,10 @@ TEST_CASE("peer server: a request for a replica it does not have fails naming it
   }
   // r1's handle never answers here: the request stays in flight, and a second
   // request with its id breaks the protocol.
-  channel::append_stream_request(other->out, 2, r, "r1");
-  other->schedule_flush();
+  other->request(2, r, "r1");
   h.settle();
   CHECK(other->closed_for.empty());
-  channel::append_stream_request(other->out, 2, r, "r1");
-  other->schedule_flush();
+  other->request(2, r, "r1");
   REQUIRE(h.run_until([&, o = other] { return !o->closed_for.empty(); }));
   CHECK(h.worker.served.connections() == 0);
 }
