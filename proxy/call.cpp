@@ -397,7 +397,6 @@ void send(const CallPtr& c, SlotPtr slot) {
     c->request.timeout_s = std::max(
         std::chrono::duration<double>(c->deadline - Clock::now()).count(), 1e-3);
   }
-  ++c->attempt;
   ++c->sends;
   c->key = w->new_key();
   c->request.call_key = c->key;

@@ -63,7 +63,6 @@ struct Call : std::enable_shared_from_this<Call> {
   // The slot last released: the replica that answered (or was tried last),
   // for the access log.
   SlotPtr last_slot;
-  uint32_t attempt = 0;  // answers of an earlier attempt are ignored
   uint32_t sends = 0;
   Attempts attempts;  // replicas lost, crashed and refused (see retry())
   std::unique_ptr<asio::steady_timer> backoff;

@@ -72,8 +72,6 @@ class FrameCalls {
   // Takes out and returns every call `conn` carries (it closed).
   std::vector<CallPtr> take(const void* conn);
   void clear() { calls_.clear(); }
-  bool empty() const { return calls_.empty(); }
-  size_t size() const { return calls_.size(); }
 
  private:
   struct Entry {

@@ -93,7 +93,6 @@ struct Harness {
     auto a = core.router.admit(kEcho, exclude, [](SlotPtr) {});
     REQUIRE(a.kind == Router::Admit::assigned);
     c->slot = std::move(a.slot);
-    ++c->attempt;
     ++c->sends;
     c->sent_at = Clock::now();
     worker.track(c.get());
