@@ -32,6 +32,7 @@
 #include "node/process_supervisor.hpp"
 #include "node/peer_listener.hpp"
 #include "node/replica_gate.hpp"
+#include "proxy/data_tls.hpp"
 #include "proxy/proxy.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
@@ -313,9 +314,15 @@ Status Node::start_proxy() {
   popts.dashboard = o_.head && o_.dashboard;
   popts.connect_peers = !o_.head;
   // A worker serves other workers' requests to its replicas on a data port
-  // (proxy/peer_server.cpp); not with TLS, whose clusters keep CAF's
-  // encrypted connections for that.
-  popts.data_port = !o_.head && o_.tls_dir.empty();
+  // (proxy/peer_server.cpp); with --tls-dir, over TLS with the node's
+  // certificate, and so are its connections to other workers' data ports.
+  popts.data_port = !o_.head;
+  if (!o_.tls_dir.empty() && !o_.head) {
+    auto tls = proxy::DataTls::load(o_.tls_dir, o_.node_id);
+    if (!tls)
+      return Status(tls.status().code(), "--tls-dir: " + tls.status().message());
+    popts.data_tls = std::move(tls.value());
+  }
   if (auto mode = proxy::parse_access_log_mode(o_.access_log);
       mode && mode.value() != proxy::AccessLogMode::off) {
     std::string file;
@@ -400,9 +407,10 @@ void Node::start_agent() {
   // What the other nodes are told to connect to: never a wildcard.
   advertised_ = o_.advertise.empty() ? advertised_host(o_.bind, o_.join) : o_.advertise;
   if (peer_) {
-    log_->info("other workers reach this node on {}:{} (data port {})", advertised_, peer_->port,
+    log_->info("other workers reach this node on {}:{} (data port {}{})", advertised_, peer_->port,
                proxy_->data_port() == 0 ? std::string("none")
-                                        : std::to_string(proxy_->data_port()));
+                                        : std::to_string(proxy_->data_port()),
+               o_.tls_dir.empty() ? "" : ", TLS");
   }
   auto library_cache = library_cache_dir(o_);
   AgentOptions aopts;

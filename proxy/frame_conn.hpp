@@ -16,10 +16,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include "runtime/data_channel.hpp"
+#include "runtime/security/tls.hpp"
 
 namespace troupe::proxy {
 
@@ -81,11 +84,17 @@ struct FrameReader {
 
 
 // One connection of a data port, either side: reads frames, writes the
-// frames queued during a pass of the event loop together. Lives on the
-// thread of its io_context (an io thread of the proxy).
+// frames queued during a pass of the event loop together; over TLS once
+// handshake() succeeded (proxy/data_tls.hpp). Lives on the thread of its
+// io_context (an io thread of the proxy).
 struct FrameConn : std::enable_shared_from_this<FrameConn> {
+  using TlsStream = asio::ssl::stream<ip::tcp::socket&>;
   asio::io_context& io;
   std::unique_ptr<ip::tcp::socket> sock;
+  std::unique_ptr<TlsStream> tls;  // over `sock`; null: plain TCP
+  std::shared_ptr<asio::ssl::context> tls_context;  // kept while `tls` lives
+  std::string tls_refusal;  // why our verification refused the peer
+  bool handshaking = false;  // frames queued meanwhile leave after it
   std::unique_ptr<asio::steady_timer> timer;
   FrameReader in;
   std::vector<uint64_t> out, writing;
@@ -114,6 +123,45 @@ struct FrameConn : std::enable_shared_from_this<FrameConn> {
     schedule_flush();
   }
 
+  // Runs the TLS handshake on the connected socket with `context` (as the
+  // accepting side when `server`): the peer must present a certificate of
+  // the cluster's CA with the node role. done(""), or done(why it failed),
+  // after which the connection is to be closed; reads and writes go
+  // through TLS from then on.
+  template <class Done>
+  void handshake(std::shared_ptr<asio::ssl::context> context, bool server, Done done) {
+    tls_context = std::move(context);
+    tls = std::make_unique<TlsStream>(*sock, *tls_context);
+    handshaking = true;
+    security::report_handshake_failure_myself(tls->native_handle());
+    tls->set_verify_callback([this](bool preverified, asio::ssl::verify_context& vc) {
+      auto why = security::node_peer_refusal(preverified, vc.native_handle());
+      if (!why.empty() && tls_refusal.empty())
+        tls_refusal = why;
+      return why.empty();
+    });
+    tls->async_handshake(server ? TlsStream::server : TlsStream::client,
+                         [self = shared_from_this(), done = std::move(done)](
+                             const boost::system::error_code& ec) mutable {
+                           self->handshaking = false;
+                           if (self->closed)
+                             return;
+                           done(ec ? self->handshake_failure(ec) : std::string());
+                           self->flush();
+                         });
+  }
+
+  // Why a handshake failed, in the words of the node's refused-peer lines.
+  std::string handshake_failure(const boost::system::error_code& ec) const {
+    if (!tls_refusal.empty())
+      return tls_refusal;
+    if (ec.category() == asio::error::get_ssl_category())
+      return security::handshake_error_reason(static_cast<unsigned long>(ec.value()));
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
+      return "it closed the connection during the handshake";
+    return ec.message();
+  }
+
   void schedule_flush() {
     if (flush_posted || writing_now || closed)
       return;
@@ -125,50 +173,59 @@ struct FrameConn : std::enable_shared_from_this<FrameConn> {
   }
 
   void flush() {
-    if (closed || writing_now || out.empty())
+    if (closed || writing_now || handshaking || out.empty())
       return;
     writing.swap(out);
     out.clear();
     writing_now = true;
-    asio::async_write(*sock, asio::buffer(writing.data(), writing.size() * sizeof(uint64_t)),
-                      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                        self->writing_now = false;
-                        if (ec) {
-                          self->close(ec.message());
-                          return;
-                        }
-                        self->writing.clear();
-                        self->flush();
-                      });
+    auto done = [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+      self->writing_now = false;
+      if (ec) {
+        self->close(ec.message());
+        return;
+      }
+      self->writing.clear();
+      self->flush();
+    };
+    auto bytes = asio::buffer(writing.data(), writing.size() * sizeof(uint64_t));
+    if (tls)
+      asio::async_write(*tls, bytes, std::move(done));
+    else
+      asio::async_write(*sock, bytes, std::move(done));
   }
 
   void read() {
-    sock->async_read_some(
-        in.space(), [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
-          if (self->closed)
-            return;
-          if (ec) {
-            self->close(ec == asio::error::eof ? "closed by the other side" : ec.message());
-            return;
-          }
-          self->in.bytes += n;
-          bool ok = self->in.drain([&](const channel::FrameHeader& h, const char* p, size_t b) {
-            return !self->closed && self->on_frame(h, p, b);
-          });
-          if (self->closed)
-            return;
-          if (!ok) {
-            self->close("protocol error (a malformed frame)");
-            return;
-          }
-          self->read();
-        });
+    auto done = [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+      if (self->closed)
+        return;
+      if (ec) {
+        bool eof = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
+        self->close(eof ? "closed by the other side" : ec.message());
+        return;
+      }
+      self->in.bytes += n;
+      bool ok = self->in.drain([&](const channel::FrameHeader& h, const char* p, size_t b) {
+        return !self->closed && self->on_frame(h, p, b);
+      });
+      if (self->closed)
+        return;
+      if (!ok) {
+        self->close("protocol error (a malformed frame)");
+        return;
+      }
+      self->read();
+    };
+    if (tls)
+      tls->async_read_some(in.space(), std::move(done));
+    else
+      sock->async_read_some(in.space(), std::move(done));
   }
 
   // Gone with its io_context (which has stopped): the socket and the timer
   // go now, without on_closed().
   void drop() {
     closed = true;
+    tls.reset();
     sock.reset();
     timer.reset();
   }

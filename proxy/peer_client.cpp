@@ -32,8 +32,10 @@
 // and cancellations from A go to the replica as CAF messages. B never
 // retries: A decides. A connection that closes cancels what it had in flight.
 //
-// With TLS the data port is not opened: those clusters keep CAF's encrypted
-// connections between workers.
+// With TLS (troupe-node --tls-dir) both sides speak TLS on the data port
+// with the cluster's certificates (proxy/data_tls.hpp): a peer that does not
+// show a node certificate of the cluster's CA is refused, and the sending
+// side's requests go over CAF meanwhile, as for any connection that is down.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -46,6 +48,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/data_tls.hpp"
 #include "proxy/paths.hpp"
 #include "proxy/peer_frames.hpp"
 #include "runtime/data_channel.hpp"
@@ -144,10 +147,27 @@ struct PeerConn : FrameConn {
     });
   }
 
-  // The TCP connection is up: hello with the peer's token, then its answers.
+  // The TCP connection is up: with TLS, the handshake (the peer must show a
+  // node certificate of the cluster's CA); then hello with the peer's
+  // token, then its answers.
   void connected() {
     boost::system::error_code ignored;
     sock->set_option(ip::tcp::no_delay(true), ignored);
+    auto& tls = t.core->options.data_tls;
+    if (!tls) {
+      hello();
+      return;
+    }
+    handshake(tls->context(), false, [self = self()](const std::string& refused) {
+      if (!refused.empty()) {
+        self->close("TLS: " + refused);
+        return;
+      }
+      self->hello();
+    });
+  }
+
+  void hello() {
     frame(channel::Kind::hello, 0, 0, 0, endpoint.token.data(), endpoint.token.size());
     read();
   }
@@ -159,8 +179,8 @@ struct PeerConn : FrameConn {
       up = true;
       failures = 0;
       timer->cancel();
-      t.core->log->info("data port connection to node {} at {}:{} (io thread {})", node_id,
-                        endpoint.host, endpoint.port, t.index);
+      t.core->log->info("data port connection to node {} at {}:{} (io thread {}{})", node_id,
+                        endpoint.host, endpoint.port, t.index, tls ? ", TLS" : "");
       return true;
     }
     if (!up)

@@ -14,6 +14,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/data_tls.hpp"
 #include "proxy/paths.hpp"
 #include "proxy/peer_frames.hpp"
 #include "runtime/data_channel.hpp"
@@ -55,7 +56,25 @@ struct ServedConn : FrameConn {
       if (!ec && !conn->admitted)
         conn->close("no hello within 5 s");
     });
-    read();
+    auto* core = w->core;
+    if (!core->options.data_tls) {
+      read();
+      return;
+    }
+    // With TLS: the handshake first (within the same 5 s), the token inside.
+    handshake(core->options.data_tls->context(), true,
+              [self = weak()](const std::string& refused) {
+                auto conn = self.lock();
+                if (!conn)
+                  return;
+                if (!refused.empty()) {
+                  conn->w->core->log->warn("refused a data port connection from {}: {}",
+                                           conn->from, refused);
+                  conn->close(refused);
+                  return;
+                }
+                conn->read();
+              });
   }
 
   void fail(uint64_t call, const caf::error& err) {

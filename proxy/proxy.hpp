@@ -73,6 +73,8 @@ class Registry;
 
 namespace troupe::proxy {
 
+class DataTls;
+
 struct ProxyOptions {
   std::string node_id;
   ServerOptions server;
@@ -110,6 +112,10 @@ struct ProxyOptions {
   // frames of the data channel, a connection admitted only with the token
   // the node's peer actor hands out. troupe-node: a worker without TLS.
   bool data_port = false;
+  // TLS on the data port and on the connections to other workers' data
+  // ports (proxy/data_tls.hpp); null: plain TCP. troupe-node: a worker
+  // with --tls-dir.
+  std::shared_ptr<DataTls> data_tls;
   // The access log (proxy/access_log.hpp); null: none.
   std::shared_ptr<AccessLog> access_log;
   // The node's metrics (runtime/metrics.hpp), served at /-/metrics; empty:

@@ -153,23 +153,8 @@ int remember_verify_failure(int ok, X509_STORE_CTX* store) {
 std::string failure_reason(const Handshake& h, int error) {
   if (!h.refused_cert.empty())
     return "its certificate '" + h.refused_cert + "' was refused: " + h.refused_because;
-  if (unsigned long code = ERR_peek_last_error(); code != 0) {
-    switch (ERR_GET_REASON(code)) {
-      case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
-        return "it presented no certificate";
-      case SSL_R_WRONG_VERSION_NUMBER:
-      case SSL_R_HTTP_REQUEST:
-      case SSL_R_PACKET_LENGTH_TOO_LONG:
-        return "it does not speak TLS (it may run without --tls-dir)";
-      default:
-        break;
-    }
-    const char* text = ERR_reason_error_string(code);
-    std::string reason = text != nullptr ? text : "OpenSSL error " + std::to_string(code);
-    if (reason.rfind("sslv3 alert ", 0) == 0 || reason.rfind("tlsv1 alert ", 0) == 0)
-      return "it refused our certificate (" + reason + ")";
-    return reason;
-  }
+  if (unsigned long code = ERR_peek_last_error(); code != 0)
+    return troupe::security::handshake_error_reason(code);
   if (error == SSL_ERROR_SYSCALL || error == SSL_ERROR_ZERO_RETURN)
     return "it closed the connection during the handshake";
   return "the handshake failed (SSL error " + std::to_string(error) + ")";
@@ -255,6 +240,29 @@ void SSL_CTX_set_verify(SSL_CTX* ctx, int mode, SSL_verify_cb callback) {
 }  // extern "C"
 
 namespace troupe::security {
+
+std::string handshake_error_reason(unsigned long code) {
+  switch (ERR_GET_REASON(code)) {
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+      return "it presented no certificate";
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_PACKET_LENGTH_TOO_LONG:
+      return "it does not speak TLS (it may run without --tls-dir)";
+    default:
+      break;
+  }
+  const char* text = ERR_reason_error_string(code);
+  std::string reason = text != nullptr ? text : "OpenSSL error " + std::to_string(code);
+  if (reason.rfind("sslv3 alert ", 0) == 0 || reason.rfind("tlsv1 alert ", 0) == 0)
+    return "it refused our certificate (" + reason + ")";
+  return reason;
+}
+
+void report_handshake_failure_myself(SSL* ssl) {
+  if (Handshake* h = handshake_of(ssl); h != nullptr)
+    h->reported = true;
+}
 
 void on_handshake_failure(HandshakeFailureHandler h) {
   auto next = h ? std::make_shared<const HandshakeFailureHandler>(std::move(h)) : nullptr;

@@ -16,6 +16,8 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 
 #include <caf/io/middleman.hpp>
 #include <caf/io/publish.hpp>
@@ -271,6 +273,30 @@ caf::expected<uint16_t> publish(const caf::actor& whom, uint16_t port, const cha
   if (whom && whom.home_system().has_openssl_manager())
     return caf::openssl::publish(whom, port, in, reuse);
   return caf::io::publish(whom, port, in, reuse);
+}
+
+std::string node_peer_refusal(bool preverified, X509_STORE_CTX* store) {
+  X509* cert = X509_STORE_CTX_get_current_cert(store);
+  // Name the peer's own certificate, even when one further up its chain failed.
+  X509* own = X509_STORE_CTX_get0_cert(store);
+  std::string name = own != nullptr ? detail::common_name(own) : std::string();
+  if (name.empty() && cert != nullptr)
+    name = detail::common_name(cert);
+  if (name.empty())
+    name = "(no name)";
+  if (!preverified) {
+    return "its certificate '" + name + "' was refused: " +
+           X509_verify_cert_error_string(X509_STORE_CTX_get_error(store));
+  }
+  if (X509_STORE_CTX_get_error_depth(store) != 0 || cert == nullptr)
+    return "";  // the CA: verified by OpenSSL
+  Result<Role> role = detail::role_of(cert);
+  if (!role)
+    return "its " + role.status().message();
+  if (role.value() != Role::node)
+    return "its certificate '" + name + "' has the " + to_string(role.value()) +
+           " role: data ports serve nodes only";
+  return "";
 }
 
 }  // namespace troupe::security

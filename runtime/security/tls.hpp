@@ -26,6 +26,8 @@
 #include <functional>
 #include <string>
 
+#include <openssl/ossl_typ.h>
+
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -67,6 +69,26 @@ using HandshakeFailureHandler = std::function<void(const HandshakeFailure&)>;
 // for failed handshakes of CAF's OpenSSL transport. It runs on CAF's
 // multiplexer thread: keep it short and non-blocking (a log line).
 void on_handshake_failure(HandshakeFailureHandler handler);
+
+// --- TLS sessions troupe drives itself (the data ports, proxy/data_tls.hpp) ---
+
+// The verdict on a certificate of a data port's peer, as an SSL verify
+// callback sees it: "" when OpenSSL verified the chain (`preverified`) and
+// the peer's own certificate (depth 0) carries the node role; otherwise why
+// not, naming the certificate, e.g. "its certificate 'alice' has the
+// operator role: data ports serve nodes only" or "its certificate 'mallory'
+// was refused: unable to get local issuer certificate".
+std::string node_peer_refusal(bool preverified, X509_STORE_CTX* store);
+
+// Why a handshake failed, from the OpenSSL error `code` it ended with, in
+// the words of the "refused TLS peer" log lines: "it presented no
+// certificate", "it does not speak TLS (it may run without --tls-dir)",
+// "it refused our certificate (...)", or OpenSSL's reason.
+std::string handshake_error_reason(unsigned long code);
+
+// Leaves the failed handshake of `ssl` to its owner, who logs it with its
+// own words: the handler of on_handshake_failure() is not told of it.
+void report_handshake_failure_myself(SSL* ssl);
 
 namespace detail {
 // True when this process's SSL_read/SSL_write/SSL_connect/SSL_accept resolve

@@ -143,37 +143,6 @@ std::string stream_frame(channel::Kind kind, uint64_t call, const std::string& p
   return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8);
 }
 
-// Connects to 127.0.0.1:port, sends `bytes`, and reports whether the other
-// side closed the connection within `deadline` (reading and discarding
-// whatever it sends).
-bool closed_after_sending(uint16_t port, const std::string& bytes,
-                          std::chrono::milliseconds deadline) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool closed = false;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
-    auto until = std::chrono::steady_clock::now() + deadline;
-    while (std::chrono::steady_clock::now() < until) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0)
-        continue;
-      char buf[4096];
-      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) {
-        closed = true;
-        break;
-      }
-    }
-  }
-  ::close(fd);
-  return closed;
-}
-
 }  // namespace
 
 TEST_CASE("w1 reaches the replicas of w2 over the data port of w2 - answers bodies and streams arrive whole") {

@@ -1,13 +1,25 @@
 // A cluster running with TLS (--tls-dir): members and operators get in,
 // everyone else is refused and changes nothing; roles are enforced.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+#include <openssl/ssl.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <regex>
 #include <set>
+#include <vector>
+
+#include "runtime/data_channel.hpp"
 
 #include "tests/support/cluster.hpp"
 #include "tests/support/http_client.hpp"
@@ -37,7 +49,8 @@ struct Secured {
     return run(argv, 30s);
   }
 
-  Secured() {
+  // `extra`: more arguments of a worker (e.g. its resources).
+  explicit Secured(const std::map<std::string, std::vector<std::string>>& extra = {}) {
     REQUIRE(certs_cmd({"init", certs}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", certs, "--name", "head", "--role", "node"}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", certs, "--name", "w1", "--role", "node"}).exit_code == 0);
@@ -49,7 +62,10 @@ struct Secured {
     // The nodes' states are asked by the operator.
     cluster.identity = as("alice", {});
     const std::vector<std::string> tls = {"--tls-dir", certs};
-    cluster.start({"w1", "w2"}, tls, {{"w1", tls}, {"w2", tls}}, 30s);
+    std::map<std::string, std::vector<std::string>> workers = {{"w1", tls}, {"w2", tls}};
+    for (const auto& [node, args] : extra)
+      workers[node].insert(workers[node].end(), args.begin(), args.end());
+    cluster.start({"w1", "w2"}, tls, workers, 30s);
   }
 
   std::vector<std::string> as(const std::string& name, std::vector<std::string> args) {
@@ -65,7 +81,137 @@ struct Secured {
   std::string log_of(const std::string& node) { return cluster.nodes.at(node).output(); }
 };
 
+// A TLS client of 127.0.0.1:port that presents `name` of the CA directory
+// `dir` and checks nothing of the server (a stranger who goes as far as TLS
+// lets it): sends `bytes` once the handshake is through, and reports
+// whether the server ended the session within `deadline`, either in the
+// handshake or after it (TLS 1.3 tells a client its certificate was refused
+// only when it reads).
+bool tls_refused(uint16_t port, const std::string& dir, const std::string& name,
+                 const std::string& bytes, std::chrono::milliseconds deadline) {
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
+  REQUIRE(ctx);
+  REQUIRE(SSL_CTX_use_certificate_chain_file(ctx.get(), (dir + "/" + name + ".crt").c_str()) == 1);
+  REQUIRE(SSL_CTX_use_PrivateKey_file(ctx.get(), (dir + "/" + name + ".key").c_str(),
+                                      SSL_FILETYPE_PEM) == 1);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{static_cast<time_t>(deadline.count() / 1000),
+             static_cast<suseconds_t>(deadline.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  bool refused = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    std::unique_ptr<SSL, void (*)(SSL*)> ssl(SSL_new(ctx.get()), SSL_free);
+    SSL_set_fd(ssl.get(), fd);
+    if (SSL_connect(ssl.get()) != 1) {
+      refused = true;
+    } else if (SSL_write(ssl.get(), bytes.data(), static_cast<int>(bytes.size())) <= 0) {
+      refused = true;
+    } else {
+      // Anything the server sends before it ends the session is discarded:
+      // a refused peer gets nothing but an alert.
+      char buf[4096];
+      int n = 0;
+      auto until = std::chrono::steady_clock::now() + deadline;
+      while ((n = SSL_read(ssl.get(), buf, sizeof(buf))) > 0 &&
+             std::chrono::steady_clock::now() < until) {
+      }
+      int error = SSL_get_error(ssl.get(), n);
+      refused = n <= 0 && error != SSL_ERROR_WANT_READ;  // not merely the timeout
+    }
+  }
+  ::close(fd);
+  return refused;
+}
+
+// A hello frame as it goes on a data port, with a token (not the node's).
+std::string hello_frame(const std::string& token) {
+  std::vector<uint64_t> words;
+  troupe::channel::FrameHeader h;
+  h.kind = troupe::channel::Kind::hello;
+  troupe::channel::append_stream_frame(words, h, token.data(), token.size());
+  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8);
+}
+
 }  // namespace
+
+TEST_CASE("with TLS w1 reaches the replicas of w2 over the TLS data port of w2 - plain - foreign and operator clients are refused there - w2 serves on") {
+  Secured s({{"w2", {"--resources", "cpu=2,w2=1"}}});
+  auto file = s.cluster.write("pinned.yaml", R"(applications:
+  - name: echo
+    route_prefix: /echo
+    import_path: libtroupe_examples.so:Echo
+    deployments:
+      - name: Echo
+        num_replicas: 2
+        resources: {w2: 0.1}
+)");
+  auto deploy = s.cluster.ctl(s.as("alice", {"deploy", file, "--wait"}));
+  CAPTURE(deploy.err);
+  REQUIRE(deploy.exit_code == 0);
+  for (const auto& [id, node] : s.replicas())
+    CHECK(node == "w2");
+
+  // w2 opened its data port, with TLS.
+  static const std::regex line(R"(other workers reach this node on [^ ]+ \(data port (\d+), TLS\))");
+  std::smatch m;
+  auto w2_log = s.log_of("w2");
+  REQUIRE(std::regex_search(w2_log, m, line));
+  const auto port = static_cast<uint16_t>(std::stoi(m[1]));
+
+  // w1's proxy sends to w2's replicas over it: a request answered 200
+  // through w1 grew w1's peer sends (the first one to w2 opens the
+  // connection and goes over CAF itself).
+  const uint16_t w1 = s.cluster.http_ports.at("w1");
+  auto peer_sends = [&] {
+    auto n = metric_value(w1, R"(troupe_proxy_replica_sends_total{transport="peer"})");
+    REQUIRE(n);
+    return static_cast<long>(*n);
+  };
+  auto answered_over_data_port = [&] {
+    return wait_until(
+        [&] {
+          const long before = peer_sends();
+          auto r = http_get(w1, "/echo/over-tls", 5);
+          return r && r->status == 200 && peer_sends() > before;
+        },
+        20s, 100ms);
+  };
+  REQUIRE(answered_over_data_port());
+  CHECK(s.log_of("w1").find("data port connection to node w2 at 127.0.0.1:" +
+                            std::to_string(port)) != std::string::npos);
+  CHECK(s.log_of("w1").find(", TLS)") != std::string::npos);
+
+  // Strangers at w2's data port, each with a hello frame: plain TCP, a
+  // certificate of another CA, an operator's certificate. Each is refused
+  // and w2 says who and why.
+  CHECK(closed_after_sending(port, hello_frame("not-the-token"), 10s));
+  CHECK(tls_refused(port, s.other, "mallory", hello_frame("not-the-token"), 10s));
+  CHECK(tls_refused(port, s.certs, "alice", hello_frame("not-the-token"), 10s));
+  for (const auto& why : {std::string("it does not speak TLS"),
+                          std::string("its certificate 'mallory' was refused: unable to get local "
+                                      "issuer certificate"),
+                          std::string("its certificate 'alice' has the operator role: data ports "
+                                      "serve nodes only")}) {
+    CAPTURE(why);
+    CHECK(wait_until(
+        [&] {
+          auto log = s.log_of("w2");
+          auto at = log.find("refused a data port connection from 127.0.0.1:");
+          return at != std::string::npos && log.find(why, at) != std::string::npos;
+        },
+        10s, 100ms));
+  }
+
+  // w2 serves on, over the same data port: w1 never lost its connection.
+  REQUIRE(answered_over_data_port());
+  CHECK(s.log_of("w1").find("lost the data port connection") == std::string::npos);
+}
 
 TEST_CASE("certs init refuses to overwrite a CA - issue needs a CA") {
   TempDir dir;

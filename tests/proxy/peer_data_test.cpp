@@ -8,7 +8,9 @@
 // crashes. The server refuses a connection without the token, fails a
 // request for a replica it does not have, answers one of a non-blocking
 // in-process replica at once, and closes a connection that reuses a request
-// id. Deterministic: no timer expires, the io_context runs until a condition.
+// id. Over TLS (proxy/data_tls.hpp), both sides must show a node certificate
+// of the cluster's CA before the token is sent or taken. Deterministic: no
+// timer expires, the io_context runs until a condition.
 #include <doctest/doctest.h>
 
 #include <sys/socket.h>
@@ -16,21 +18,28 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <caf/actor_companion.hpp>
 #include <caf/all.hpp>
 #include <caf/scoped_execution_unit.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/data_tls.hpp"
 #include "proxy/frame_conn.hpp"
 #include "proxy/paths.hpp"
 #include "proxy/peer_frames.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/local_replicas.hpp"
+#include "runtime/security/certs.hpp"
 #include "tests/proxy/proxy_fakes.hpp"
 
 using namespace troupe;
@@ -426,4 +435,179 @@ TEST_CASE("peer server: a request for a replica it does not have fails naming it
   other->request(2, r, "r1");
   REQUIRE(h.run_until([&, o = other] { return !o->closed_for.empty(); }));
   CHECK(h.worker.served.connections() == 0);
+}
+
+// --- over TLS (proxy/data_tls.hpp) -------------------------------------------------
+
+namespace {
+
+// A cluster CA with the nodes n1 and n2 and the operator alice; another CA
+// with a node of its own, mallory. Removed with the test.
+struct Certs {
+  std::string root, dir, other;
+  Certs() {
+    char tmpl[] = "/tmp/troupe-peer-tls.XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    root = tmpl;
+    dir = root + "/ca";
+    other = root + "/other";
+    REQUIRE(security::init_ca(dir));
+    REQUIRE(security::issue_certificate(dir, "n1", security::Role::node));
+    REQUIRE(security::issue_certificate(dir, "n2", security::Role::node));
+    REQUIRE(security::issue_certificate(dir, "alice", security::Role::operator_));
+    REQUIRE(security::init_ca(other));
+    REQUIRE(security::issue_certificate(other, "mallory", security::Role::node));
+  }
+  ~Certs() { std::filesystem::remove_all(root); }
+
+  static std::shared_ptr<DataTls> load(const std::string& d, const std::string& name) {
+    auto tls = DataTls::load(d, name);
+    REQUIRE(tls);
+    return tls.value();
+  }
+  // A context that presents `name` of `d` (none when empty) and checks
+  // nothing of the peer: a stranger who goes as far as TLS lets it.
+  static std::shared_ptr<asio::ssl::context> stranger(const std::string& d,
+                                                      const std::string& name) {
+    auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls);
+    if (!name.empty()) {
+      ctx->use_certificate_chain_file(d + "/" + name + ".crt");
+      ctx->use_private_key_file(d + "/" + name + ".key", asio::ssl::context::pem);
+    }
+    ctx->set_verify_mode(asio::ssl::verify_none);
+    return ctx;
+  }
+};
+
+// The harness with this node's log kept, and TLS on with n1's certificate.
+struct TlsHarness : Harness {
+  Certs certs;
+  std::ostringstream log_text;
+  explicit TlsHarness(const Replicas& replicas, std::vector<std::string> inline_ids = {})
+      : Harness(replicas, std::move(inline_ids)) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(log_text);
+    sink->set_pattern("%l %v");
+    core->log = std::make_shared<spdlog::logger>("peer-tls-test", sink);
+    core->options.data_tls = Certs::load(certs.dir, "n1");
+  }
+  bool logged(const std::string& text) const {
+    return log_text.str().find(text) != std::string::npos;
+  }
+
+  // A socket pair whose other end runs a TLS handshake with `ctx` (as the
+  // accepting side when `server`) and reads once it succeeded; its
+  // outcome lands in `*outcome` ("" or why it failed).
+  std::pair<ip::tcp::socket, std::shared_ptr<OtherSide>> tls_pair(
+      std::shared_ptr<asio::ssl::context> ctx, bool server,
+      std::shared_ptr<std::optional<std::string>> outcome) {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    ip::tcp::socket mine(io);
+    mine.assign(ip::tcp::v4(), fds[0]);
+    auto other = std::make_shared<OtherSide>(io, fds[1]);
+    others.push_back(other);
+    other->handshake(std::move(ctx), server, [o = other.get(), outcome](const std::string& why) {
+      *outcome = why;
+      if (why.empty())
+        o->read();
+      else
+        o->close(why);
+    });
+    return {std::move(mine), other};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("peer client and server over TLS: node certificates of the cluster get through - requests and answers travel encrypted") {
+  TlsHarness h(Replicas{{"r1", "n2"}});
+  // This node's client to n2's data port, n2 played with n2's certificate.
+  auto outcome = std::make_shared<std::optional<std::string>>();
+  auto [mine, other] = h.tls_pair(Certs::load(h.certs.dir, "n2")->context(), true, outcome);
+  h.worker.peers.adopt("n2", DataPortEndpoint{"127.0.0.1", 1, "tok"}, std::move(mine));
+  REQUIRE(h.run_until([&, o = other] { return o->count(channel::Kind::hello) == 1; }));
+  CHECK(*outcome == std::optional<std::string>(""));
+  CHECK(other->frames[0].payload == "tok");
+  other->frame(channel::Kind::hello, 0, 0, 0, nullptr, 0);
+  REQUIRE(h.run_until([&] { return h.worker.peers.up("n2"); }));
+  std::shared_ptr<FakeExchange> ex;
+  CallPtr c;
+  uint64_t sent = h.dispatch_to(other, c, ex);
+  CHECK(c->via == &h.worker.peers);
+  other->answer(channel::Kind::answer, sent, ok("from n2 over TLS"));
+  REQUIRE(h.run_until([&] { return c->done; }));
+  CHECK(status_of(*ex) == 200);
+  CHECK(ex->answers[0].body() == "from n2 over TLS");
+
+  // This node's data port served to n2 over TLS: hello with the token
+  // inside the session, hello back.
+  auto served_outcome = std::make_shared<std::optional<std::string>>();
+  auto [theirs, client] =
+      h.tls_pair(Certs::load(h.certs.dir, "n2")->context(), false, served_outcome);
+  h.worker.served.serve(std::move(theirs));
+  std::string token = h.core->data_token;
+  client->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
+  REQUIRE(h.run_until([&, o = client] { return o->count(channel::Kind::hello) == 1; }));
+  CHECK(*served_outcome == std::optional<std::string>(""));
+  CHECK_FALSE(h.logged("refused"));
+}
+
+TEST_CASE("peer server over TLS: an operator's certificate - another CA's - none and plain TCP are refused with the token - the log names each") {
+  TlsHarness h(Replicas{{"r1", "n1"}});
+  std::string token = h.core->data_token;
+  struct Stranger {
+    std::string dir, name;
+    bool tls;
+    std::string logged;
+  };
+  const std::vector<Stranger> strangers = {
+      {h.certs.dir, "alice", true, "its certificate 'alice' has the operator role: data ports "
+                                   "serve nodes only"},
+      {h.certs.other, "mallory", true, "its certificate 'mallory' was refused: unable to get "
+                                       "local issuer certificate"},
+      {h.certs.dir, "", true, "it presented no certificate"},
+      {"", "", false, "it does not speak TLS"},
+  };
+  for (const auto& s : strangers) {
+    CAPTURE(s.logged);
+    std::shared_ptr<OtherSide> client;
+    if (s.tls) {
+      auto outcome = std::make_shared<std::optional<std::string>>();
+      auto [theirs, other] = h.tls_pair(Certs::stranger(s.dir, s.name), false, outcome);
+      h.worker.served.serve(std::move(theirs));
+      client = other;
+    } else {
+      auto [theirs, other] = h.pair();
+      h.worker.served.serve(std::move(theirs));
+      client = other;
+    }
+    // It even knows the token: without a node certificate it does not help.
+    client->frame(channel::Kind::hello, 0, 0, 0, token.data(), token.size());
+    REQUIRE(h.run_until([&] { return h.logged(s.logged); }));
+    REQUIRE(h.run_until([&] { return h.worker.served.connections() == 0; }));
+    h.settle();
+    CHECK(client->count(channel::Kind::hello) == 0);
+    CHECK(h.logged("refused a data port connection from"));
+  }
+}
+
+TEST_CASE("peer client over TLS: a data port that shows an operator's certificate is refused - before the token - requests go another way") {
+  TlsHarness h(Replicas{{"r1", "n2"}});
+  auto outcome = std::make_shared<std::optional<std::string>>();
+  auto [mine, other] = h.tls_pair(Certs::stranger(h.certs.dir, "alice"), true, outcome);
+  h.worker.peers.adopt("n2", DataPortEndpoint{"127.0.0.1", 1, "tok"}, std::move(mine));
+  REQUIRE(h.run_until([&] {
+    return h.logged("no data port connection to node n2") &&
+           h.logged("its certificate 'alice' has the operator role");
+  }));
+  h.settle();
+  CHECK_FALSE(h.worker.peers.up("n2"));
+  CHECK(other->count(channel::Kind::hello) == 0);  // the token never left
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  c->slot = h.core->router.find_replica("r1");
+  REQUIRE(c->slot);
+  c->key = 12;
+  CHECK_FALSE(h.worker.peers.send(c));
+  h.worker.untrack(c.get());
 }

@@ -1,5 +1,11 @@
 #include "tests/support/http_client.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <limits>
 
@@ -108,6 +114,35 @@ std::optional<double> metric_value(uint16_t port, const std::string& series) {
     at = end + 1;
   }
   return std::nullopt;
+}
+
+bool closed_after_sending(uint16_t port, const std::string& bytes,
+                          std::chrono::milliseconds deadline) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool closed = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
+    auto until = std::chrono::steady_clock::now() + deadline;
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0)
+        continue;
+      char buf[4096];
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        closed = true;
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  return closed;
 }
 
 }  // namespace troupe::testing

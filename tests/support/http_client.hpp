@@ -3,6 +3,7 @@
 // a timeout.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,5 +34,11 @@ std::optional<HttpReply> http_request(
 // them (e.g. `troupe_proxy_replica_sends_total{transport="peer"}`).
 // nullopt when the page did not answer 200 or has no such series.
 std::optional<double> metric_value(uint16_t port, const std::string& series);
+
+// Connects to 127.0.0.1:port, sends `bytes`, and reports whether the other
+// side closed the connection within `deadline` (reading and discarding
+// whatever it sends). False also when the connection or the send failed.
+bool closed_after_sending(uint16_t port, const std::string& bytes,
+                          std::chrono::milliseconds deadline);
 
 }  // namespace troupe::testing
