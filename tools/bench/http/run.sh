@@ -2,7 +2,7 @@
 # HTTP data-path benchmark: troupe's proxy against nginx and HAProxy, side by
 # side in one run, on loopback. See README.md next to this script.
 #
-#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b p c d e"]
+#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b t p c d e"]
 #                           [--curve "1 8 32 128 512" | --no-curve] [--curve-duration S]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
@@ -15,6 +15,10 @@
 #       (checked before measuring: A's process holds a TCP connection to B's
 #       peer port or B's to A's): over B's data port once A's proxy has it
 #       (the row's note says how many requests went that way), else CAF
+#   (t) the same as (b) in a second cluster that runs with --tls-dir (a CA
+#       and node certificates made by troupectl certs): worker A' to worker
+#       B' over B's data port over TLS (the row's note says how many
+#       requests went that way); started only when --only has t
 #   (p) troupe proxy on node A -> the same, all replicas on node A,
 #       isolation: process (each replica its own troupe-replica process,
 #       reached over its data channel; the default isolation; (a') of the
@@ -24,8 +28,8 @@
 #   (e) nginx answering directly (the ceiling)
 # and prints requests/s, p50, p99 and the server side's CPU time per request
 # for each, the ratios troupe/peer and the goals: (a) >= 1.3x HAProxy's req/s
-# with p99 no higher, (a') = (p) >= 0.9x HAProxy, (b) >= 0.7x (a), and the
-# floor (p) >= 0.6x HAProxy. Then the concurrency curve: req/s and p99 of (a),
+# with p99 no higher, (a') = (p) >= 0.9x HAProxy, (b) >= 0.7x (a), the
+# floor (p) >= 0.6x HAProxy, and with TLS (t) >= 0.8x (b) and >= 0.7x (a). Then the concurrency curve: req/s and p99 of (a),
 # (p), HAProxy (d) and nginx (c) at each connection count of --curve (S
 # seconds each, --curve-duration), and whether troupe's p99 grows no faster
 # than HAProxy's from the fewest to the most connections: by how many ms it
@@ -53,7 +57,7 @@ REPLICAS=${REPLICAS:-2}
 MAX_ONGOING=${MAX_ONGOING:-16}
 DEPLOYMENT=${DEPLOYMENT:-Noop}
 IO_THREADS=${IO_THREADS:-1}
-ONLY="a b p c d e"
+ONLY="a b t p c d e"
 CURVE="1 8 32 128 512"
 CURVE_DURATION=4
 while [ $# -gt 0 ]; do
@@ -299,6 +303,68 @@ if [ "$n_children" -ne "$REPLICAS" ]; then
   exit 1
 fi
 
+# --- (t): a second cluster with TLS -------------------------------------------------
+TH_PID=""; TA_PID=""; TB_PID=""
+case " $ONLY " in
+  *" t "*)
+    CERTS="$WORK/certs"
+    "$BIN/troupectl" certs init "$CERTS" >/dev/null
+    for n in head ta tb; do "$BIN/troupectl" certs issue "$CERTS" --name "$n" --role node >/dev/null; done
+    "$BIN/troupectl" certs issue "$CERTS" --name op --role operator >/dev/null
+    TCTL_PORT=$(free_port); TH_PORT=$(free_port); TA_PORT=$(free_port); TB_PORT=$(free_port)
+    "$BIN/troupe-node" --head --port "$TCTL_PORT" --state-dir "$WORK/th" --http-port "$TH_PORT" \
+      --tls-dir "$CERTS" --resources cpu=2 --log-level warn --access-log "$ACCESS_LOG" \
+      >"$WORK/th.log" 2>&1 &
+    TH_PID=$!
+    PIDS+=("$TH_PID")
+    "$BIN/troupe-node" --join "127.0.0.1:$TCTL_PORT" --node-id ta --state-dir "$WORK/ta" \
+      --tls-dir "$CERTS" --http-port "$TA_PORT" --resources cpu=2,nodea=1 --log-level info \
+      --access-log "$ACCESS_LOG" --proxy-io-threads "$IO_THREADS" >"$WORK/ta.log" 2>&1 &
+    TA_PID=$!
+    PIDS+=("$TA_PID")
+    "$BIN/troupe-node" --join "127.0.0.1:$TCTL_PORT" --node-id tb --state-dir "$WORK/tb" \
+      --tls-dir "$CERTS" --http-port "$TB_PORT" --resources cpu=2,nodeb=1 --log-level info \
+      --access-log "$ACCESS_LOG" >"$WORK/tb.log" 2>&1 &
+    TB_PID=$!
+    PIDS+=("$TB_PID")
+    TCTL=("$BIN/troupectl" --address "127.0.0.1:$TCTL_PORT" --tls-dir "$CERTS" --tls-name op --timeout 5)
+    deadline=$((SECONDS + 30))
+    until [ "$("${TCTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 3 ]; do
+      if [ $SECONDS -ge $deadline ]; then
+        echo "run.sh: the three troupe nodes with TLS did not come up; logs:" >&2
+        cat "$WORK/th.log" "$WORK/ta.log" "$WORK/tb.log" >&2
+        exit 1
+      fi
+      sleep 0.2
+    done
+    # Only the application on B': A' has nothing of its own.
+    python3 - "$WORK/deploy.yaml" "$WORK/deploy-tls.yaml" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+start = text.index("  - name: remote")
+end = text.index("  - name: process")
+open(sys.argv[2], "w").write("applications:\n" + text[start:end])
+PY
+    "${TCTL[@]}" deploy "$WORK/deploy-tls.yaml" --wait --wait-timeout 60 >"$WORK/deploy-tls.log" 2>&1 || {
+      echo "run.sh: deploy on the TLS cluster failed:" >&2
+      cat "$WORK/deploy-tls.log" "$WORK/th.log" "$WORK/ta.log" "$WORK/tb.log" >&2
+      exit 1
+    }
+    wait_http "http://127.0.0.1:$TA_PORT/b/x" 30
+    # A' reaches B's replicas over B's data port, with TLS, before measuring.
+    deadline=$((SECONDS + 20))
+    until grep -q "data port connection to node tb at .*, TLS)" "$WORK/ta.log"; do
+      if [ $SECONDS -ge $deadline ]; then
+        echo "run.sh: node A' opened no TLS data port connection to B'; logs:" >&2
+        cat "$WORK/ta.log" "$WORK/tb.log" >&2
+        exit 1
+      fi
+      curl -fsS -o /dev/null "http://127.0.0.1:$TA_PORT/b/x" || true
+      sleep 0.2
+    done
+    ;;
+esac
+
 # --- measure ------------------------------------------------------------------------
 to_ms() {  # wrk latency ("640.00us", "1.70ms", "1.02s") -> ms
   awk -v v="$1" 'BEGIN {
@@ -308,13 +374,14 @@ to_ms() {  # wrk latency ("640.00us", "1.70ms", "1.02s") -> ms
     else printf "nan" }'
 }
 declare -A RPS P50 P99 ERR CPU
-for k in a b p c d e; do RPS[$k]=0; P50[$k]=0; P99[$k]=0; ERR[$k]=""; CPU[$k]=""; done
+for k in a b t p c d e; do RPS[$k]=0; P50[$k]=0; P99[$k]=0; ERR[$k]=""; CPU[$k]=""; done
 # The server side of each case, for its CPU time per request: the processes
 # and their children (nginx workers, troupe-replica processes).
 server_pids() {  # key
   local roots p
   case $1 in
     a|b|p) roots="$A_PID $B_PID" ;;
+    t) roots="$TA_PID $TB_PID" ;;
     c) roots="${NGX_PID[proxy]} ${NGX_PID[upstream]}" ;;
     d) roots="$HAP_PID ${NGX_PID[upstream]}" ;;
     e) roots="${NGX_PID[upstream]}" ;;
@@ -377,21 +444,26 @@ measure() {  # key, url
 }
 declare -A URL=([e]="http://127.0.0.1:$UP_PORT/" [c]="http://127.0.0.1:$NGX_PROXY_PORT/"
   [d]="http://127.0.0.1:$HAP_PORT/" [a]="http://127.0.0.1:$A_PORT/a/"
-  [b]="http://127.0.0.1:$A_PORT/b/" [p]="http://127.0.0.1:$A_PORT/p/")
+  [b]="http://127.0.0.1:$A_PORT/b/" [p]="http://127.0.0.1:$A_PORT/p/"
+  [t]="http://127.0.0.1:${TA_PORT:-0}/b/")
 # Requests node A's proxy sent over other workers' data ports (worker to
 # worker without CAF, proxy/peer_client.cpp): (b) says how many of its own did.
-peer_sends() {
-  curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" 2>/dev/null |
+peer_sends() {  # [port of the node's proxy]
+  curl -fsS "http://127.0.0.1:${1:-$A_PORT}/-/metrics" 2>/dev/null |
     awk '/^troupe_proxy_replica_sends_total\{transport="peer"\}/ {print $2}'
 }
-for k in e c d a b p; do
+for k in e c d a b t p; do
   case " $ONLY " in
     *" $k "*)
       [ "$k" = b ] && peer_before=$(peer_sends)
+      [ "$k" = t ] && peer_before=$(peer_sends "$TA_PORT")
       measure "$k" "${URL[$k]}"
       if [ "$k" = b ]; then
         peer_after=$(peer_sends)
         ERR[b]="${ERR[b]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's data port"
+      elif [ "$k" = t ]; then
+        peer_after=$(peer_sends "$TA_PORT")
+        ERR[t]="${ERR[t]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's TLS data port"
       fi
       ;;
     *) RPS[$k]=0 ;;
@@ -419,9 +491,12 @@ done
 NODE_EXITS=()  # "node: how it ended" for every node that did not exit 0
 stop_nodes() {
   local name pid rc waited
-  kill -TERM "$H_PID" "$A_PID" "$B_PID" 2>/dev/null || true
-  for name in H A B; do
-    case $name in H) pid=$H_PID ;; A) pid=$A_PID ;; *) pid=$B_PID ;; esac
+  local names="H A B"
+  [ -n "$TH_PID" ] && names="$names H' A' B'"
+  kill -TERM "$H_PID" "$A_PID" "$B_PID" $TH_PID $TA_PID $TB_PID 2>/dev/null || true
+  for name in $names; do
+    case $name in H) pid=$H_PID ;; A) pid=$A_PID ;; B) pid=$B_PID ;;
+      "H'") pid=$TH_PID ;; "A'") pid=$TA_PID ;; *) pid=$TB_PID ;; esac
     waited=0
     while kill -0 "$pid" 2>/dev/null && [ $waited -lt 300 ]; do
       sleep 0.1
@@ -457,11 +532,12 @@ ratio() {
 echo
 echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
 printf '%-50s %10s %9s %9s %11s  %s\n' case "req/s" "p50 ms" "p99 ms" "cpu us/req" notes
-for k in a b p c d e; do
+for k in a b t p c d e; do
   case " $ONLY " in *" $k "*) ;; *) continue ;; esac
   case $k in
     a) name="(a) troupe -> $DEPLOYMENT, same node, in_process" ;;
     b) name="(b) troupe on A -> $DEPLOYMENT on B, in_process" ;;
+    t) name="(t) the same as (b) with TLS (--tls-dir)" ;;
     p) name="(p) troupe -> $DEPLOYMENT, same node, process" ;;
     c) name="(c) nginx -> nginx" ;;
     d) name="(d) HAProxy -> nginx" ;;
@@ -485,6 +561,17 @@ goal_p=$(awk -v p="${RPS[p]}" -v d="${RPS[d]}" "$AWK_NUM"'
   BEGIN { print !(num(p) && num(d)) ? "n/a" : (p + 0 >= 0.6 * d) ? "met" : "not met" }')
 echo "goal (a) >= 1.0x HAProxy req/s with p99 <= HAProxy's: $goal_a; goal (b) >= 0.7x (a): $goal_b;" \
   "goal (p) >= 0.6x HAProxy req/s: $goal_p"
+case " $ONLY " in
+  *" t "*)
+    goal_tb=$(awk -v t="${RPS[t]}" -v b="${RPS[b]}" "$AWK_NUM"'
+      BEGIN { print !(num(t) && num(b)) ? "n/a" : (t + 0 >= 0.8 * b) ? "met" : "not met" }')
+    goal_ta=$(awk -v t="${RPS[t]}" -v a="${RPS[a]}" "$AWK_NUM"'
+      BEGIN { print !(num(t) && num(a)) ? "n/a" : (t + 0 >= 0.7 * a) ? "met" : "not met" }')
+    echo "ratios (t): (t)/(b) req/s $(ratio "${RPS[t]}" "${RPS[b]}"), p99 $(ratio "${P99[t]}" "${P99[b]}");" \
+      "(t)/(a) req/s $(ratio "${RPS[t]}" "${RPS[a]}")"
+    echo "TLS goals: (t) >= 0.8x (b): $goal_tb; (t) >= 0.7x (a): $goal_ta"
+    ;;
+esac
 goal_a13=$(awk -v a="${RPS[a]}" -v d="${RPS[d]}" -v pa="${P99[a]}" -v pd="${P99[d]}" "$AWK_NUM"'
   BEGIN { if (!(num(a) && num(d) && num(pa) && num(pd))) print "n/a"
           else print (a + 0 >= 1.3 * d && pa + 0 <= pd + 0) ? "met" : "not met" }')
@@ -518,12 +605,16 @@ if [ -n "$CURVE" ] && [ -n "$CURVE_KEYS" ]; then
   done
 fi
 if [ ${#NODE_EXITS[@]} -eq 0 ]; then
-  echo "troupe-node exits after SIGTERM: head 0, A 0, B 0"
+  tls_nodes=""
+  [ -n "$TH_PID" ] && tls_nodes=", and the head, A and B of the TLS cluster"
+  echo "troupe-node exits after SIGTERM: every node 0 (head, A, B$tls_nodes)"
 else
   for line in "${NODE_EXITS[@]}"; do
     echo "troupe-node did not exit cleanly: $line"
     echo "run.sh: troupe-node did not exit cleanly: $line; the end of its log:" >&2
-    case "$line" in "node H"*) log="$WORK/h.log" ;; "node A"*) log="$WORK/a.log" ;; *) log="$WORK/b.log" ;; esac
+    case "$line" in "node H'"*) log="$WORK/th.log" ;; "node A'"*) log="$WORK/ta.log" ;;
+      "node B'"*) log="$WORK/tb.log" ;; "node H"*) log="$WORK/h.log" ;; "node A"*) log="$WORK/a.log" ;;
+      *) log="$WORK/b.log" ;; esac
     tail -n 20 "$log" >&2 || true
   done
 fi
