@@ -92,4 +92,40 @@ Status check_request(const std::string& ca_pem, const Credential& credential, Op
   return Status::ok();
 }
 
+namespace {
+
+std::string utc(int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  char text[32] = "?";
+  if (::gmtime_r(&t, &tm) != nullptr)
+    std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return text;
+}
+
+}  // namespace
+
+Status ReplayGuard::admit(const Credential& credential, Operation op, int64_t unix_now) {
+  while (!expiries_.empty() && expiries_.begin()->first < unix_now) {
+    seen_.erase(expiries_.begin()->second);
+    expiries_.erase(expiries_.begin());
+  }
+  if (credential.empty())
+    return Status::ok();
+  security::Credential c{credential.certificate_pem, credential.timestamp, credential.signature};
+  std::string key = security::signature_identity(c);
+  if (key.empty())
+    key = "text:" + credential.signature;
+  if (seen_.count(key) != 0) {
+    return Status(errc::permission_denied,
+                  std::string("permission denied: ") + operation_name(op) +
+                      ": this credential was used already (signed at " +
+                      utc(credential.timestamp) + "); a request is signed anew for each call");
+  }
+  int64_t expiry = credential.timestamp + window_s_;
+  seen_.emplace(key, expiry);
+  expiries_.emplace(expiry, key);
+  return Status::ok();
+}
+
 }  // namespace troupe

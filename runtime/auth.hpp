@@ -3,8 +3,11 @@
 // the cluster is then loopback-only or explicitly --insecure.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/security/certs.hpp"
@@ -56,5 +59,25 @@ Credential sign_request(const std::optional<security::Identity>& identity, Opera
 Status check_request(const std::string& ca_pem, const Credential& credential, Operation op,
                      const std::vector<std::string>& args,
                      const std::optional<std::string>& node_id = std::nullopt);
+
+// The credentials a controller accepted, kept while they could still pass
+// the timestamp check (their timestamp + `window_s`), so that a second use of
+// one is refused: a captured credential cannot be replayed for the same
+// operation. Plain data, driven by the caller's clock (Unix seconds).
+class ReplayGuard {
+ public:
+  explicit ReplayGuard(int64_t window_s = 120) : window_s_(window_s) {}
+  // ok, remembering `credential`; or permission_denied "permission denied:
+  // <op>: this credential was used already (signed at <time>); a request is
+  // signed anew for each call". An empty credential (no TLS) passes and is
+  // not kept. Forgets what expired at `unix_now` first.
+  Status admit(const Credential& credential, Operation op, int64_t unix_now);
+  size_t remembered() const { return seen_.size(); }
+
+ private:
+  int64_t window_s_;
+  std::unordered_map<std::string, int64_t> seen_;  // signature identity -> expiry
+  std::multimap<int64_t, std::string> expiries_;
+};
 
 }  // namespace troupe

@@ -129,6 +129,10 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
   auto rec = admit_node(options_.ca_pem, info, static_cast<bool>(agent), cred, *log_);
   if (!rec)
     return rec.status();
+  if (auto s = once(Status::ok(), cred, Operation::register_node); !s) {
+    log_->warn("refused registration of node {} (pid {}): {}", info.id, info.pid, s.message());
+    return s;
+  }
   bool known = membership_.nodes().count(info.id) > 0;
   Registration out;
   out.incarnation = membership_.register_node(std::move(*rec), now());
@@ -156,14 +160,24 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
   return out;
 }
 
+Status ControllerLogic::once(Status checked, const Credential& cred, Operation op) {
+  if (!checked || options_.ca_pem.empty())
+    return checked;
+  return replay_.admit(cred, op, static_cast<int64_t>(std::time(nullptr)));
+}
+
 Status ControllerLogic::heartbeat(const std::string& node_id, const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, Operation::heartbeat, {node_id}, node_id); !s)
+  if (auto s = once(check_request(options_.ca_pem, cred, Operation::heartbeat, {node_id}, node_id),
+                    cred, Operation::heartbeat);
+      !s)
     return s;
   return membership_.heartbeat(node_id, now());
 }
 
 Status ControllerLogic::deregister(const std::string& node_id, const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, Operation::deregister, {node_id}, node_id); !s)
+  if (auto s = once(check_request(options_.ca_pem, cred, Operation::deregister, {node_id}, node_id),
+                    cred, Operation::deregister);
+      !s)
     return s;
   if (auto s = membership_.deregister(node_id); !s)
     return s;
@@ -175,7 +189,9 @@ Status ControllerLogic::deregister(const std::string& node_id, const Credential&
 }
 
 Status ControllerLogic::drain(const std::string& node_id, const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, Operation::drain, {node_id}); !s)
+  if (auto s = once(check_request(options_.ca_pem, cred, Operation::drain, {node_id}), cred,
+                    Operation::drain);
+      !s)
     return s;
   if (auto s = membership_.drain(node_id); !s)
     return s;
@@ -186,7 +202,9 @@ Status ControllerLogic::drain(const std::string& node_id, const Credential& cred
 }
 
 Status ControllerLogic::leave(const std::string& node_id, const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, Operation::leave, {node_id}, node_id); !s)
+  if (auto s = once(check_request(options_.ca_pem, cred, Operation::leave, {node_id}, node_id),
+                    cred, Operation::leave);
+      !s)
     return s;
   if (auto s = membership_.leave(node_id); !s)
     return s;
@@ -244,7 +262,9 @@ std::vector<ControllerLogic::LeaveOutcome> ControllerLogic::settled_leaves() {
 // ---------------------------------------------------------------- user calls
 
 Result<DeployResult> ControllerLogic::deploy(const std::string& encoded, const Credential& cred) {
-  if (auto s = admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits); !s)
+  if (auto s = once(admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits), cred,
+                    Operation::deploy);
+      !s)
     return s;
   auto app = decode_application(encoded);
   if (!app)
@@ -272,8 +292,9 @@ Result<std::string> ControllerLogic::apply(const std::string& encoded, const Cre
   std::vector<std::string> signed_too;
   if (if_generation)
     signed_too.push_back(std::to_string(*if_generation));
-  if (auto s = admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits,
-                            signed_too);
+  if (auto s = once(
+          admit_deploy(options_.ca_pem, cred, encoded, *recovery_, options_.limits, signed_too),
+          cred, Operation::deploy);
       !s)
     return s;
   auto declared = decode_target_state(encoded);
@@ -303,7 +324,10 @@ Result<std::string> ControllerLogic::apply(const std::string& encoded, const Cre
 }
 
 Status ControllerLogic::delete_application(const std::string& app, const Credential& cred) {
-  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::delete_app, {app}, *recovery_); !s)
+  if (auto s =
+          once(admit_operator_call(options_.ca_pem, cred, Operation::delete_app, {app}, *recovery_),
+               cred, Operation::delete_app);
+      !s)
     return s;
   if (auto s = core_->delete_application(app); !s)
     return s;
@@ -314,8 +338,9 @@ Status ControllerLogic::delete_application(const std::string& app, const Credent
 
 Status ControllerLogic::delete_deployment(const std::string& app, const std::string& deployment,
                                           const Credential& cred) {
-  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::delete_app,
-                                   {app, deployment}, *recovery_);
+  if (auto s = once(admit_operator_call(options_.ca_pem, cred, Operation::delete_app,
+                                        {app, deployment}, *recovery_),
+                    cred, Operation::delete_app);
       !s)
     return s;
   if (auto s = core_->delete_deployment(app, deployment); !s) {
@@ -330,8 +355,9 @@ Status ControllerLogic::delete_deployment(const std::string& app, const std::str
 
 Result<DeployResult> ControllerLogic::scale(const std::string& app, const std::string& deployment,
                                             uint32_t replicas, const Credential& cred) {
-  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::scale,
-                                   {app, deployment, std::to_string(replicas)}, *recovery_);
+  if (auto s = once(admit_operator_call(options_.ca_pem, cred, Operation::scale,
+                                        {app, deployment, std::to_string(replicas)}, *recovery_),
+                    cred, Operation::scale);
       !s)
     return s;
   auto result = core_->scale_deployment(app, deployment, replicas);
@@ -351,8 +377,9 @@ Result<DeployResult> ControllerLogic::scale(const std::string& app, const std::s
 Result<uint64_t> ControllerLogic::set_traffic(const std::string& app,
                                               const TrafficWeights& weights,
                                               const Credential& cred) {
-  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::traffic,
-                                   traffic_args(app, weights), *recovery_);
+  if (auto s = once(admit_operator_call(options_.ca_pem, cred, Operation::traffic,
+                                        traffic_args(app, weights), *recovery_),
+                    cred, Operation::traffic);
       !s)
     return s;
   std::map<std::string, double> split;
@@ -377,7 +404,9 @@ Result<uint64_t> ControllerLogic::set_traffic(const std::string& app,
 
 Result<ControllerLogic::Rollback> ControllerLogic::rollback(const std::string& app,
                                                             const Credential& cred) {
-  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::rollback, {app}, *recovery_);
+  if (auto s =
+          once(admit_operator_call(options_.ca_pem, cred, Operation::rollback, {app}, *recovery_),
+               cred, Operation::rollback);
       !s)
     return s;
   const TargetState& state = core_->target_state();
@@ -408,7 +437,10 @@ Result<ControllerLogic::Rollback> ControllerLogic::rollback(const std::string& a
 
 Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {
   std::vector<std::string> args{nodes ? "nodes" : ""};
-  if (auto s = admit_operator_call(options_.ca_pem, cred, Operation::shutdown, args, *recovery_); !s)
+  if (auto s =
+          once(admit_operator_call(options_.ca_pem, cred, Operation::shutdown, args, *recovery_),
+               cred, Operation::shutdown);
+      !s)
     return s;
   if (auto s = core_->shutdown(); !s)
     return s;
@@ -421,7 +453,9 @@ Status ControllerLogic::shutdown(bool nodes, const Credential& cred) {
 
 Result<KillTarget> ControllerLogic::kill(const std::string& kind, const std::string& id,
                                          const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, Operation::kill, {kind, id}); !s)
+  if (auto s = once(check_request(options_.ca_pem, cred, Operation::kill, {kind, id}), cred,
+                    Operation::kill);
+      !s)
     return s;
   auto target = actors_.kill_target(kind, id, proxies_);
   if (target)
@@ -685,9 +719,10 @@ bool ControllerLogic::tick() {
 Result<uint64_t> ControllerLogic::upload_library(const std::string& sha256, uint64_t total,
                                                  uint64_t offset, const std::string& piece,
                                                  const Credential& cred) {
-  if (auto s = check_request(options_.ca_pem, cred, Operation::upload,
-                             {sha256, std::to_string(total), std::to_string(offset),
-                              libraries::sha256_hex(piece)});
+  if (auto s = once(check_request(options_.ca_pem, cred, Operation::upload,
+                                  {sha256, std::to_string(total), std::to_string(offset),
+                                   libraries::sha256_hex(piece)}),
+                    cred, Operation::upload);
       !s)
     return s;
   auto received = libraries_.upload(sha256, total, offset, piece);

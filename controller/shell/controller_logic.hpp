@@ -257,6 +257,9 @@ class ControllerLogic {
 
  private:
   double now() const { return clock_->now_s(); }
+  // `checked` (a credential's check), and, when it passed and the cluster
+  // checks credentials, the credential used up: its second use is refused.
+  Status once(Status checked, const Credential& cred, Operation op);
   void log_transitions(const std::vector<NodeTransition>& ts);
   // Called by tick() and on_down(): a controller whose ticks stopped for
   // longer than pause_threshold_s() was paused; the membership then judges
@@ -279,6 +282,9 @@ class ControllerLogic {
 
   ControllerOptions options_;
   std::shared_ptr<const Clock> clock_;
+  // Credentials accepted within their window: a second use is refused
+  // (once()).
+  ReplayGuard replay_;
   std::shared_ptr<spdlog::logger> log_;
   Membership membership_;
   SeededRandom rng_;

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include <openssl/bn.h>
+#include <openssl/ecdsa.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 
 #include "runtime/security/openssl_util.hpp"
@@ -173,6 +176,24 @@ Result<Credential> sign(const Identity& identity, const std::string& request_dig
     return Status(errc::internal, "cannot sign the request: " + detail::openssl_error());
   signature.resize(size);
   return Credential{identity.certificate_pem, unix_now, base64_encode(signature)};
+}
+
+std::string signature_identity(const Credential& credential) {
+  std::string bytes;
+  if (!base64_decode(credential.signature, bytes))
+    return "";
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  ECDSA_SIG* sig = d2i_ECDSA_SIG(nullptr, &p, static_cast<long>(bytes.size()));
+  if (sig == nullptr || p != reinterpret_cast<const unsigned char*>(bytes.data()) + bytes.size()) {
+    ECDSA_SIG_free(sig);
+    ERR_clear_error();
+    return "bytes:" + bytes;
+  }
+  const BIGNUM* r = ECDSA_SIG_get0_r(sig);
+  std::string out(static_cast<size_t>(BN_num_bytes(r)), '\0');
+  BN_bn2bin(r, reinterpret_cast<unsigned char*>(out.data()));
+  ECDSA_SIG_free(sig);
+  return "ecdsa-r:" + out;
 }
 
 Result<Role> verify(const std::string& ca_pem, const Credential& credential,

@@ -17,9 +17,9 @@
 // <name>.key. ca.key never needs to be on a node or an operator's machine.
 //
 // Replay: a captured credential stays valid for the same request digest within
-// ±max_skew_s. Operations where a replay matters should put a unique request id
-// into the digest, and the controller may remember the signatures it accepted
-// within the window.
+// ±max_skew_s; the controller therefore remembers the signatures it accepted
+// within that window and refuses a second use (ReplayGuard, runtime/auth.hpp),
+// by signature_identity() below, which an attacker cannot vary without the key.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +105,13 @@ struct Caller {
 Result<Caller> verify_caller(const std::string& ca_pem, const Credential& credential,
                              const std::string& request_digest, int64_t unix_now,
                              int64_t max_skew_s = 120);
+
+// What makes a credential's signature one use: the same for every form a
+// third party can give the same signature. An ECDSA signature (r, s) is
+// also valid as (r, n - s), so it is named by r (which only the key's holder
+// can choose anew); any other signature by its bytes. "" when the signature
+// is not base64.
+std::string signature_identity(const Credential& credential);
 
 // permission_denied "permission denied: <operation> requires the operator role
 // (the caller's certificate has the node role)" unless `have == required`.

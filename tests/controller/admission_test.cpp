@@ -9,6 +9,11 @@
 #include <sstream>
 
 #include <doctest/doctest.h>
+#include <openssl/bn.h>
+#include <openssl/ec.h>
+#include <openssl/ecdsa.h>
+#include <openssl/evp.h>
+#include <openssl/obj_mac.h>
 #include <spdlog/sinks/ostream_sink.h>
 
 #include "runtime/auth.hpp"
@@ -240,4 +245,95 @@ TEST_CASE("admission: a deploy is also held to the config size limit") {
   CHECK(
       admit_deploy(cluster.ca_pem, cluster.sign("alice", Operation::deploy, {"1234"}), "4321", ready, limits)
           .code() == errc::permission_denied);
+}
+
+// --- replay (runtime/auth.hpp, ReplayGuard) ----------------------------------------
+
+namespace {
+
+std::string from_base64(const std::string& text) {
+  std::string bytes(3 * text.size() / 4, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(bytes.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  REQUIRE(n >= 0);
+  size_t padding = text.size() - text.find_last_not_of('=') - 1;
+  bytes.resize(static_cast<size_t>(n) - padding);
+  return bytes;
+}
+
+std::string to_base64(const std::string& bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(bytes.data()),
+                          static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+// The same ECDSA signature (P-256) in its other valid form, (r, n - s):
+// what someone who captured a credential can make without the key.
+std::string other_form(const std::string& signature_b64) {
+  std::string der = from_base64(signature_b64);
+  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
+  ECDSA_SIG* sig = d2i_ECDSA_SIG(nullptr, &p, static_cast<long>(der.size()));
+  REQUIRE(sig != nullptr);
+  EC_GROUP* group = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1);
+  REQUIRE(group != nullptr);
+  BIGNUM* r = BN_dup(ECDSA_SIG_get0_r(sig));
+  BIGNUM* s = BN_new();
+  REQUIRE(BN_sub(s, EC_GROUP_get0_order(group), ECDSA_SIG_get0_s(sig)) == 1);
+  ECDSA_SIG* flipped = ECDSA_SIG_new();
+  REQUIRE(ECDSA_SIG_set0(flipped, r, s) == 1);
+  unsigned char* out = nullptr;
+  int len = i2d_ECDSA_SIG(flipped, &out);
+  REQUIRE(len > 0);
+  std::string encoded(reinterpret_cast<char*>(out), static_cast<size_t>(len));
+  OPENSSL_free(out);
+  ECDSA_SIG_free(flipped);
+  ECDSA_SIG_free(sig);
+  EC_GROUP_free(group);
+  CHECK(encoded != der);
+  return to_base64(encoded);
+}
+
+}  // namespace
+
+TEST_CASE("replay: a credential is accepted once within its window - a fresh signature passes - it is forgotten when it expired") {
+  TlsCluster cluster;
+  ReplayGuard guard(120);
+  auto cred = cluster.sign("alice", Operation::drain, {"n1"});
+  const int64_t now = cred.timestamp;
+  CHECK(guard.admit(cred, Operation::drain, now).is_ok());
+  auto again = guard.admit(cred, Operation::drain, now + 5);
+  CHECK(again.code() == errc::permission_denied);
+  CHECK(again.message().rfind("permission denied: drain: this credential was used already "
+                              "(signed at ",
+                              0) == 0);
+  CHECK(again.message().find("); a request is signed anew for each call") != std::string::npos);
+  // The same request signed again: a new signature, a new credential.
+  auto fresh = cluster.sign("alice", Operation::drain, {"n1"});
+  CHECK(guard.admit(fresh, Operation::drain, now + 5).is_ok());
+  CHECK(guard.remembered() == 2);
+  // Past its window the timestamp check refuses it anyway: it is forgotten.
+  CHECK(guard.admit(Credential{}, Operation::drain, now + 121 + 5).is_ok());
+  CHECK(guard.remembered() == 0);
+  // No TLS: nothing to remember.
+  CHECK(guard.admit(Credential{}, Operation::drain, now).is_ok());
+  CHECK(guard.remembered() == 0);
+}
+
+TEST_CASE("replay: the other form of an ECDSA signature is the same credential") {
+  TlsCluster cluster;
+  auto cred = cluster.sign("alice", Operation::drain, {"n1"});
+  Credential flipped = cred;
+  flipped.signature = other_form(cred.signature);
+  // It passes the signature check: only remembering r catches it.
+  security::Credential c{flipped.certificate_pem, flipped.timestamp, flipped.signature};
+  auto verified = security::verify(cluster.ca_pem, c, security::request_digest("drain", {"n1"}),
+                                   flipped.timestamp);
+  CHECK_MESSAGE(verified, verified.status().to_string());
+  ReplayGuard guard;
+  CHECK(guard.admit(cred, Operation::drain, cred.timestamp).is_ok());
+  CHECK(guard.admit(flipped, Operation::drain, cred.timestamp).code() == errc::permission_denied);
 }

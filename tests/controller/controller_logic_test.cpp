@@ -23,6 +23,9 @@
 #include "tests/controller/fakes.hpp"
 #include "tests/support/any_handle.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "runtime/auth.hpp"
+#include "runtime/security/certs.hpp"
+#include "runtime/security/credentials.hpp"
 
 using namespace troupe;
 using namespace troupe::controller;
@@ -929,6 +932,30 @@ TEST_CASE("logic: a kill is checked - named and logged") {
   CHECK(contains(open.log_text.str(), "warning controller killed on operator request"));
   CHECK(open.logic->kill("replica", "a#D#1", Credential{}).status().message() ==
         "no replica 'a#D#1'");
+}
+
+TEST_CASE("logic: a credential replayed within its window is refused - the same request signed anew passes") {
+  troupe::testing::TempDir dir;
+  REQUIRE(security::init_ca(dir.path()).is_ok());
+  REQUIRE(security::issue_certificate(dir.path(), "alice", security::Role::operator_).is_ok());
+  auto alice = security::load_identity(dir.path(), "alice", std::time(nullptr));
+  REQUIRE(alice);
+  Fixture f;
+  f.options.ca_pem = alice->ca_pem;
+  f.start();
+  // Admitted (the cluster has no node n1: the answer says so, past the
+  // credential's check).
+  auto cred = sign_request(*alice, Operation::drain, {"n1"});
+  REQUIRE_FALSE(cred.empty());
+  auto first = f.logic->drain("n1", cred);
+  CHECK(first.code() == errc::not_found);
+  // Captured and sent again: refused at the credential.
+  auto replayed = f.logic->drain("n1", cred);
+  CHECK(replayed.code() == errc::permission_denied);
+  CHECK(contains(replayed.message(), "drain: this credential was used already"));
+  // The operator's own retry signs anew: admitted.
+  auto fresh = sign_request(*alice, Operation::drain, {"n1"});
+  CHECK(f.logic->drain("n1", fresh).code() == errc::not_found);
 }
 
 TEST_CASE("logic: a rollback is checked - deploys the last good declaration - logged as an event") {
