@@ -30,6 +30,7 @@
 #include "runtime/resources.hpp"
 #include "tests/support/client_cluster.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/frames.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/specs.hpp"
 #include "tests/support/stream_client.hpp"
@@ -131,17 +132,6 @@ struct Fixture : ClientCluster {
     return static_cast<uint16_t>(std::stoi(m[1]));
   }
 };
-
-// A frame as it goes on a data port: its 8-byte prefix, then the frame
-// padded to whole words.
-std::string stream_frame(channel::Kind kind, uint64_t call, const std::string& payload) {
-  std::vector<uint64_t> words;
-  channel::FrameHeader h;
-  h.kind = kind;
-  h.call = call;
-  channel::append_stream_frame(words, h, payload.data(), payload.size());
-  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8);
-}
 
 }  // namespace
 

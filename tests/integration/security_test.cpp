@@ -19,9 +19,9 @@
 #include <set>
 #include <vector>
 
-#include "runtime/data_channel.hpp"
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/frames.hpp"
 #include "tests/support/http_client.hpp"
 
 using namespace troupe::testing;
@@ -129,15 +129,6 @@ bool tls_refused(uint16_t port, const std::string& dir, const std::string& name,
   return refused;
 }
 
-// A hello frame as it goes on a data port, with a token (not the node's).
-std::string hello_frame(const std::string& token) {
-  std::vector<uint64_t> words;
-  troupe::channel::FrameHeader h;
-  h.kind = troupe::channel::Kind::hello;
-  troupe::channel::append_stream_frame(words, h, token.data(), token.size());
-  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 8);
-}
-
 }  // namespace
 
 TEST_CASE("with TLS w1 reaches the replicas of w2 over the TLS data port of w2 - plain - foreign and operator clients are refused there - w2 serves on") {
@@ -190,9 +181,10 @@ TEST_CASE("with TLS w1 reaches the replicas of w2 over the TLS data port of w2 -
   // Strangers at w2's data port, each with a hello frame: plain TCP, a
   // certificate of another CA, an operator's certificate. Each is refused
   // and w2 says who and why.
-  CHECK(closed_after_sending(port, hello_frame("not-the-token"), 10s));
-  CHECK(tls_refused(port, s.other, "mallory", hello_frame("not-the-token"), 10s));
-  CHECK(tls_refused(port, s.certs, "alice", hello_frame("not-the-token"), 10s));
+  const auto hello = stream_frame(troupe::channel::Kind::hello, 0, "not-the-token");
+  CHECK(closed_after_sending(port, hello, 10s));
+  CHECK(tls_refused(port, s.other, "mallory", hello, 10s));
+  CHECK(tls_refused(port, s.certs, "alice", hello, 10s));
   for (const auto& why : {std::string("it does not speak TLS"),
                           std::string("its certificate 'mallory' was refused: unable to get local "
                                       "issuer certificate"),

@@ -73,18 +73,7 @@ struct Harness {
   // A call of GET /echo/x, not yet placed.
   CallPtr make_call(std::shared_ptr<FakeExchange>& ex) {
     ex = std::make_shared<FakeExchange>(io);
-    auto c = std::make_shared<Call>();
-    c->exchange = ex;
-    c->worker = &worker;
-    c->routes = core.router.routes();
-    c->route = c->routes->match("/echo/x").route;
-    REQUIRE(c->route != nullptr);
-    c->start = Clock::now();
-    c->request.method = "GET";
-    c->request.path = "/x";
-    c->request.request_id = "req-1";
-    c->attempts = Attempts(core.options.max_attempts);
-    return c;
+    return fakes::echo_call(core, worker, ex);
   }
 
   // Places `c` on a replica as send() does once the request is on its way:

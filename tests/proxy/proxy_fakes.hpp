@@ -91,6 +91,23 @@ inline RoutingSnapshot echo_snapshot(std::vector<ReplicaEndpoint> replicas) {
   return s;
 }
 
+// A call of GET /echo/x on `worker` (of `core`, routed by echo_snapshot()),
+// answered to `ex`, not yet placed.
+inline CallPtr echo_call(Proxy::Core& core, IoThread& worker, std::shared_ptr<FakeExchange> ex) {
+  auto c = std::make_shared<Call>();
+  c->exchange = std::move(ex);
+  c->worker = &worker;
+  c->routes = core.router.routes();
+  c->route = c->routes->match("/echo/x").route;
+  REQUIRE(c->route != nullptr);
+  c->start = Clock::now();
+  c->request.method = "GET";
+  c->request.path = "/x";
+  c->request.request_id = "req-1";
+  c->attempts = Attempts(core.options.max_attempts);
+  return c;
+}
+
 // An io thread of node n1's proxy, without its server: its companion in an
 // actor system, the route /echo to echo/Echo, and the replicas the test
 // names. Deterministic: nothing runs unless the test runs `io`.
@@ -154,18 +171,7 @@ struct IoThreadHarness {
   // A call of GET /echo/x, not yet placed.
   CallPtr make_call(std::shared_ptr<FakeExchange>& ex) {
     ex = std::make_shared<FakeExchange>(io);
-    auto c = std::make_shared<Call>();
-    c->exchange = ex;
-    c->worker = &worker;
-    c->routes = core->router.routes();
-    c->route = c->routes->match("/echo/x").route;
-    REQUIRE(c->route != nullptr);
-    c->start = Clock::now();
-    c->request.method = "GET";
-    c->request.path = "/x";
-    c->request.request_id = "req-1";
-    c->attempts = Attempts(core->options.max_attempts);
-    return c;
+    return echo_call(*core, worker, ex);
   }
 };
 

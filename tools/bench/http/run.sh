@@ -195,15 +195,21 @@ PIDS+=("$A_PID")
 B_PID=$!
 PIDS+=("$B_PID")
 CTL=("$BIN/troupectl" --address "127.0.0.1:$CTL_PORT" --timeout 5)
-deadline=$((SECONDS + 30))
-until [ "$("${CTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 3 ]; do
-  if [ $SECONDS -ge $deadline ]; then
-    echo "run.sh: the three troupe nodes did not come up; logs:" >&2
-    cat "$WORK/h.log" "$WORK/a.log" "$WORK/b.log" >&2
-    exit 1
-  fi
-  sleep 0.2
-done
+# Waits up to 30 s until the controller that `troupectl "$@"` reaches
+# counts three ALIVE nodes; otherwise prints the logs in NODE_LOGS and exits.
+wait_three_alive() {
+  local deadline=$((SECONDS + 30))
+  until [ "$("$@" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 3 ]; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "run.sh: the three troupe nodes did not come up; logs:" >&2
+      # shellcheck disable=SC2086
+      cat $NODE_LOGS >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+NODE_LOGS="$WORK/h.log $WORK/a.log $WORK/b.log" wait_three_alive "${CTL[@]}"
 cat >"$WORK/deploy.yaml" <<CONF
 applications:
   - name: local
@@ -328,15 +334,7 @@ case " $ONLY " in
     TB_PID=$!
     PIDS+=("$TB_PID")
     TCTL=("$BIN/troupectl" --address "127.0.0.1:$TCTL_PORT" --tls-dir "$CERTS" --tls-name op --timeout 5)
-    deadline=$((SECONDS + 30))
-    until [ "$("${TCTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 3 ]; do
-      if [ $SECONDS -ge $deadline ]; then
-        echo "run.sh: the three troupe nodes with TLS did not come up; logs:" >&2
-        cat "$WORK/th.log" "$WORK/ta.log" "$WORK/tb.log" >&2
-        exit 1
-      fi
-      sleep 0.2
-    done
+    NODE_LOGS="$WORK/th.log $WORK/ta.log $WORK/tb.log" wait_three_alive "${TCTL[@]}"
     # Only the application on B': A' has nothing of its own.
     python3 - "$WORK/deploy.yaml" "$WORK/deploy-tls.yaml" <<'PY'
 import sys
