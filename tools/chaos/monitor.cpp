@@ -1,6 +1,9 @@
 #include "tools/chaos/monitor.hpp"
 
+#include <algorithm>
 #include <future>
+#include <list>
+#include <memory>
 
 #include "tools/chaos/http_client.hpp"
 
@@ -154,23 +157,57 @@ Observation Monitor::observe() const {
 }
 
 void Monitor::loop() {
+  // A round starts every interval even while earlier ones still wait: a
+  // troupectl call that meets the fault holds its round until its timeout,
+  // and the next round must see the cluster right after the fault, not a
+  // second later. At most kMaxInFlight rounds run at once.
+  constexpr size_t kMaxInFlight = 4;
+  struct Round {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
+  };
+  std::list<Round> rounds;
   while (!stop_.load() && !g_interrupted.load()) {
     auto begin = Clock::now();
-    Observation o = observe();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      observations_.push_back(std::move(o));
+    for (auto it = rounds.begin(); it != rounds.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = rounds.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (rounds.size() < kMaxInFlight) {
+      auto& round = rounds.emplace_back();
+      round.thread = std::thread([this, done = round.done] {
+        Observation o = observe();
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          observations_.push_back(std::move(o));
+        }
+        done->store(true);
+      });
     }
     // Pace the rounds; troupectl and the probes cost the cluster CPU too.
     auto next = begin + interval_;
     while (Clock::now() < next && !stop_.load())
       std::this_thread::sleep_for(std::min<Clock::duration>(next - Clock::now(), 20ms));
   }
+  for (auto& r : rounds)
+    r.thread.join();
 }
 
 std::vector<Observation> Monitor::observations() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return observations_;
+  std::vector<Observation> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out = observations_;
+  }
+  // Rounds overlap and are recorded as they end; the analysis reads them in
+  // the order they started.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Observation& a, const Observation& b) { return a.start_s < b.start_s; });
+  return out;
 }
 
 std::optional<Observation> Monitor::await(double after_s,
