@@ -236,9 +236,9 @@ class Node {
       return st;
     }
     start_agent();
-    log_->info("node {} started ({}; http port {}; resources {})", o_.node_id,
+    log_->info("node {} started ({}; http port {}; admin {}:{}; resources {})", o_.node_id,
                o_.head ? "head" : "worker joining " + o_.join->to_string(), o_.http_port,
-               o_.resources.to_string());
+               o_.admin_bind, proxy_->admin_port(), o_.resources.to_string());
     return Status::ok();
   }
 
@@ -305,6 +305,8 @@ Status Node::start_proxy() {
   popts.node_id = o_.node_id;
   popts.server.bind = o_.bind;
   popts.server.port = o_.http_port;
+  popts.admin.bind = o_.admin_bind;
+  popts.admin.port = o_.admin_port;
   popts.server.io_threads = o_.proxy_io_threads;
   popts.server.body_limit = o_.proxy_body_limit;
   popts.server.idle_timeout_s = o_.proxy_idle_timeout_s;

@@ -72,6 +72,14 @@ void add_node_options(CLI::App& app, NodeOptions& o, RawArgs& raw) {
 void add_serving_options(CLI::App& app, NodeOptions& o) {
   app.add_option("--http-port", o.http_port, "port of this node's HTTP proxy")
       ->capture_default_str();
+  app.add_option("--admin-port", o.admin_port,
+                 "port of this node's admin listener: /-/metrics, /-/routes and, on the head, "
+                 "the dashboard (0: any free port, logged)")
+      ->capture_default_str();
+  app.add_option("--admin-bind", o.admin_bind,
+                 "address of the admin listener (a non-loopback one needs --insecure; it does "
+                 "not speak TLS)")
+      ->capture_default_str();
   app.add_option("--proxy-body-limit", o.proxy_body_limit,
                  "bytes: larger request bodies are answered 413")
       ->capture_default_str();
@@ -130,7 +138,7 @@ void add_code_and_head_options(CLI::App& app, NodeOptions& o, RawArgs& raw,
                  "<node-id>.crt/.key (troupectl certs) [env TROUPE_TLS_DIR]")
       ->envname("TROUPE_TLS_DIR");
   app.add_flag("!--no-dashboard", o.dashboard,
-               "head: do not serve the cluster dashboard (/-/dashboard) on the HTTP port");
+               "head: do not serve the cluster dashboard (/-/dashboard) on the admin port");
   app.add_flag("--insecure", o.insecure,
                "allow a non-loopback --bind without TLS (anyone who reaches the port could "
                "deploy code)");
@@ -249,6 +257,19 @@ Status check_exposure(const NodeOptions& o) {
     return invalid("--bind " + o.bind +
                    " is not a loopback address: without TLS anyone who reaches it could deploy "
                    "code or kill actors; give --tls-dir DIR, or --insecure to accept that");
+  }
+  // The admin listener shows the cluster's whole state; it does not speak
+  // TLS, so off loopback it is plain text to whoever reaches it.
+  if (!is_loopback(o.admin_bind) && !o.tls_dir.empty()) {
+    return invalid("--admin-bind " + o.admin_bind +
+                   " is not a loopback address: the admin listener does not speak TLS yet, and "
+                   "with --tls-dir the cluster's state must not travel in plain text; keep it "
+                   "on loopback (the default) and scrape or browse it from this host");
+  }
+  if (!is_loopback(o.admin_bind) && !o.insecure) {
+    return invalid("--admin-bind " + o.admin_bind +
+                   " is not a loopback address: anyone who reaches it would see the cluster's "
+                   "state and metrics; give --insecure to accept that");
   }
   if (!o.advertise.empty() && is_wildcard(o.advertise)) {
     return invalid("--advertise " + o.advertise +

@@ -27,6 +27,10 @@ struct NodeOptions {
   std::string node_id;    // empty: from <state-dir>/node_id, else generated
   Resources resources;    // default: this machine's cores and memory
   uint16_t http_port = 8000;
+  // The admin listener (proxy/admin.cpp): /-/metrics, /-/routes, the
+  // dashboard; loopback by default. Port 0: any free port (logged).
+  std::string admin_bind = "127.0.0.1";
+  uint16_t admin_port = 8265;
   // HTTP proxy: largest accepted request body (413 beyond), default request
   // timeout when the deployed http_options give none (0: none), event-loop
   // threads, and how long an idle or slow client may keep a connection (the
@@ -57,7 +61,8 @@ struct NodeOptions {
   std::string library_cache;
   // Head: seconds to collect re-registering nodes' replicas after a restart.
   double recovery_window_s = 3.0;
-  // The head's proxy serves the dashboard (/-/dashboard); --no-dashboard.
+  // The head's admin listener serves the dashboard (/-/dashboard);
+  // --no-dashboard.
   bool dashboard = true;
   // Accept a non-loopback --bind without TLS (logged as a warning).
   bool insecure = false;

@@ -2,14 +2,21 @@
 // that answers runs), /-/readyz (200 when the node can take traffic: a route
 // table held, not drained, not shutting down; else 503 with the reason),
 // /-/healthz (an alias of /-/readyz), /-/routes (the route table and the
-// replicas' load, JSON) and /-/metrics (Prometheus text). Answered on the io
-// thread, never routed.
+// replicas' load, JSON), /-/metrics (Prometheus text), /-/dashboard and
+// /-/dashboard/state (the head). Answered on the io thread, never routed.
+//
+// The admin listener serves them all; the ingress only the probes (livez,
+// readyz, healthz), which a load balancer in front of it needs. The admin
+// listener's requests are not the service's: they are neither counted in the
+// troupe_http_* metrics nor written to the access log (a Prometheus scraping
+// every 15 s would otherwise show up as traffic).
 #include <boost/beast/http/field.hpp>
 #include <nlohmann/json.hpp>
 
 #include <caf/event_based_actor.hpp>
 
 #include "proxy/core.hpp"
+#include "proxy/http_fields.hpp"
 
 namespace troupe::proxy {
 
@@ -100,6 +107,72 @@ void Proxy::Core::dashboard_state(ExchangePtr exchange, const std::string& id,
                                 id));
             });
   });
+}
+
+ServerOptions admin_server_defaults() {
+  ServerOptions o;
+  o.bind = "127.0.0.1";
+  o.port = 0;
+  o.io_threads = 1;
+  o.body_limit = 64u << 10;  // GETs: nothing to upload
+  o.idle_timeout_s = 60;
+  o.spin_us = 0;  // a few requests a second: block when idle
+  return o;
+}
+
+bool is_probe(boost::beast::string_view path) {
+  return path == "/-/readyz" || path == "/-/healthz" || path == "/-/livez";
+}
+
+namespace {
+
+class AdminHandler : public Handler {
+ public:
+  explicit AdminHandler(Proxy::Core& core) : core_(core) {}
+
+  void on_request(ExchangePtr exchange) override {
+    auto& req = exchange->request();
+    boost::beast::string_view target = req.target();
+    boost::beast::string_view path = target.substr(0, target.find('?'));
+    std::string id;
+    if (auto it = req.find("X-Request-Id"); it != req.end() && valid_request_id(it->value()))
+      id = std::string(it->value());
+    else
+      id = core_.id_prefix + "-admin-" + std::to_string(++next_id_);
+    auto respond = [exchange, id](Response&& r) {
+      r.set("X-Request-Id", id);
+      exchange->respond(std::move(r));
+    };
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      auto r = json_error(http::status::method_not_allowed,
+                          "the admin port answers GET and HEAD only", id);
+      r.set(http::field::allow, "GET, HEAD");
+      respond(std::move(r));
+      return;
+    }
+    if (path == "/-/dashboard/state" && core_.options.dashboard) {
+      core_.dashboard_state(exchange, id, respond);
+      return;
+    }
+    if (path.size() < 3 || path.substr(0, 3) != "/-/") {
+      respond(json_error(http::status::not_found,
+                         "the admin port serves /-/ endpoints only; the applications are on the "
+                         "HTTP port",
+                         id));
+      return;
+    }
+    respond(admin_response(core_, path, id));
+  }
+
+ private:
+  Proxy::Core& core_;
+  uint64_t next_id_ = 0;  // its one io thread only
+};
+
+}  // namespace
+
+std::unique_ptr<Handler> make_admin_handler(Proxy::Core& core) {
+  return std::make_unique<AdminHandler>(core);
 }
 
 Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id) {

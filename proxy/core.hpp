@@ -22,7 +22,8 @@
 //   handle_calls.{hpp,cpp} deployment handle calls (Core::call, ReplyTo)
 //   peers.cpp             the proxy actor's direct connections to workers
 //   proxy_actor.cpp       the proxy actor and its keeper
-//   admin.cpp             /-/readyz, /-/routes, /-/metrics, the dashboard
+//   admin.cpp             the admin listener: /-/routes, /-/metrics, the dashboard;
+//                         the probes /-/readyz, /-/livez (also on the ingress)
 //   metrics.{hpp,cpp}, access_log.{hpp,cpp}, http_fields.{hpp,cpp}
 #pragma once
 
@@ -70,6 +71,9 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   Router router;
   Metrics metrics;
   std::unique_ptr<HttpServer> server;
+  // The admin listener (admin.cpp) and what answers its requests.
+  std::unique_ptr<Handler> admin;
+  std::unique_ptr<HttpServer> admin_server;
   std::vector<std::unique_ptr<IoThread>> workers;
   std::shared_ptr<spdlog::logger> log = troupe::log::get("proxy");
   std::atomic<double> snapshot_timeout_s{0};
@@ -268,6 +272,11 @@ void close_data_ports(Proxy::Core& core);
 
 // admin.cpp: the answer to a request for /-/<endpoint> (404 for an unknown one).
 Response admin_response(Proxy::Core& core, boost::beast::string_view path, const std::string& id);
+// The probes a load balancer needs (/-/readyz, /-/healthz, /-/livez): the
+// only /-/ paths the ingress answers.
+bool is_probe(boost::beast::string_view path);
+// The admin listener's handler: admin_response(), and /-/dashboard/state.
+std::unique_ptr<Handler> make_admin_handler(Proxy::Core& core);
 // The dashboard page (proxy/dashboard.html, compiled in).
 const std::string& dashboard_page();
 

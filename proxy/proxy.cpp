@@ -77,18 +77,16 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     exchange->respond(std::move(r));
   };
   if (path.size() >= 3 && path.substr(0, 3) == "/-/") {
-    if (path == "/-/dashboard/state" && options.dashboard) {
-      dashboard_state(exchange, id, [this, exchange, id, start](Response&& r) {
-        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        metrics.observe("", r.result_int(), seconds);
-        metrics.request_finished();
-        log_local("GET", "/-/dashboard/state", id, r.result_int(), seconds);
-        r.set("X-Request-Id", id);
-        exchange->respond(std::move(r));
-      });
-      return;
-    }
-    answer_local(admin_response(*this, path, id));
+    // The ingress answers the probes only; the cluster's state stays on the
+    // admin listener.
+    if (is_probe(path))
+      answer_local(admin_response(*this, path, id));
+    else
+      answer_local(json_error(http::status::not_found,
+                              "'" + std::string(path) +
+                                  "' is not served on the ingress: this node's admin port "
+                                  "(--admin-port) serves it",
+                              id));
     return;
   }
   auto table = router.routes();
@@ -173,6 +171,10 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   core->server = std::make_unique<HttpServer>(core->options.server, *core);
   if (auto st = core->server->listen(); !st)
     return st;
+  core->admin = make_admin_handler(*core);
+  core->admin_server = std::make_unique<HttpServer>(core->options.admin, *core->admin);
+  if (auto st = core->admin_server->listen(); !st)
+    return Status(st.code(), "admin listener: " + st.message());
   // Before anything that needs stopping: it accepts once the io threads run.
   if (auto st = open_data_port(*core); !st)
     return st;
@@ -224,8 +226,10 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   core->actor = sys.spawn(proxy_actor, core);
   core->keeper = spawn_proxy_keeper(sys, core);
   core->server->run();
-  core->log->info("proxy listening on {}:{} ({} io threads)", core->options.server.bind,
-                  core->server->port(), core->server->threads());
+  core->admin_server->run();
+  core->log->info("proxy listening on {}:{} ({} io threads), admin on {}:{}",
+                  core->options.server.bind, core->server->port(), core->server->threads(),
+                  core->options.admin.bind, core->admin_server->port());
   return std::unique_ptr<Proxy>(new Proxy(core));
 }
 
@@ -257,6 +261,10 @@ uint16_t Proxy::port() const {
   return core_->server->port();
 }
 
+uint16_t Proxy::admin_port() const {
+  return core_->admin_server->port();
+}
+
 size_t Proxy::io_threads() const {
   return core_->workers.size();
 }
@@ -281,6 +289,8 @@ void Proxy::shutting_down() {
 void Proxy::stop_accepting() {
   if (core_->server)
     core_->server->stop_accepting();
+  if (core_->admin_server)
+    core_->admin_server->stop_accepting();
 }
 
 void Proxy::stop() {
@@ -296,6 +306,7 @@ void Proxy::stop() {
     core.io_closed = true;
   }
   core.server->stop();
+  core.admin_server->stop();
   close_data_ports(core);
   // No io thread runs now: the companions can be taken down from here. Their
   // pending answers (and the calls they hold) go with them.

@@ -46,8 +46,12 @@
 // with Retry-After (queue full, no replica took the request after
 // max_attempts, or the deployment is gone), 504 (request timeout), 502 (a
 // request that crashed two replicas: JSON body naming its request id; or a
-// transport failure other than the above). /-/readyz (alias /-/healthz),
-// /-/livez, /-/routes, /-/metrics.
+// transport failure other than the above). The ingress (options.server)
+// answers the load balancer's probes /-/readyz (alias /-/healthz) and
+// /-/livez, and 404 for every other /-/ path: /-/routes, /-/metrics and the
+// dashboard are served on the admin listener (options.admin, admin.cpp), by
+// default on loopback only, so the cluster's state is not shown to the
+// service's clients.
 #pragma once
 
 #include <functional>
@@ -75,9 +79,16 @@ namespace troupe::proxy {
 
 class DataTls;
 
+// The admin listener's defaults: loopback, a port the kernel picks, one io
+// thread that blocks when idle.
+ServerOptions admin_server_defaults();
+
 struct ProxyOptions {
   std::string node_id;
   ServerOptions server;
+  // The admin listener (admin.cpp): /-/metrics, /-/routes, the dashboard
+  // and its state, and the probes. Port 0: any free port (admin_port()).
+  ServerOptions admin = admin_server_defaults();
   // Used when the controller's snapshot carries none (request_timeout_s 0);
   // 0: no timeout.
   double request_timeout_s = 0;
@@ -135,6 +146,8 @@ class Proxy {
   // The proxy actor (the current one: it changes when it is restarted).
   ProxyActor actor() const;
   uint16_t port() const;
+  // Where the admin listener listens (see ProxyOptions::admin).
+  uint16_t admin_port() const;
   size_t io_threads() const;
   // The data port (0: none) and the token a connection must present there.
   uint16_t data_port() const;

@@ -78,10 +78,12 @@ int64_t now_ns() {
 struct CancelCluster {
   Cluster cluster;
   uint16_t proxy = 0;
+  uint16_t admin = 0;  // the head's admin listener
 
   CancelCluster() {
     cluster.start();
     proxy = cluster.http_ports.at("head");
+    admin = cluster.admin_ports.at("head");
     cluster.deploy_yaml("cancel.yaml", kCancel, 60s);
     REQUIRE(cluster.wait_all_answer("head", {"/stream/stats", "/sleep/stats"}));
   }
@@ -96,7 +98,7 @@ struct CancelCluster {
   // The proxy's view of (app, deployment) in /-/routes: {queued, replicas:
   // [{in_flight, ...}]}; null when it did not answer.
   json route(const std::string& app, const std::string& deployment) {
-    auto r = http_get(proxy, "/-/routes", 5);
+    auto r = http_get(admin, "/-/routes", 5);
     if (!r || r->status != 200)
       return json();
     json view = json::parse(r->body, nullptr, false);
@@ -258,7 +260,7 @@ TEST_CASE("cancel: a client that leaves cancels the handle calls its request mad
   const double took = std::chrono::duration<double>(Clock::now() - left).count();
   CAPTURE(took);
   CHECK(took < 5.0);
-  auto metrics = http_get(c.proxy, "/-/metrics", 10);
+  auto metrics = http_get(c.admin, "/-/metrics", 10);
   REQUIRE(metrics.has_value());
   // The client's request and the cancelled handle call, both counted as 499.
   CHECK(metrics->body.find("troupe_proxy_requests_total{application=\"compose\",code=\"499\"} 2") !=

@@ -116,7 +116,7 @@ TEST_CASE("a joining node that cannot reach the head keeps retrying and says whe
   auto port = std::to_string(free_port());
   auto http_port = free_port();
   ChildProcess w({bin("troupe-node"), "--join", "127.0.0.1:" + port, "--node-id", "lonely",
-                  "--http-port", std::to_string(http_port)},
+                  "--http-port", std::to_string(http_port), "--admin-port", "0"},
                  dir / "w.log");
   CHECK(wait_until(
       [&] {
@@ -186,7 +186,7 @@ TEST_CASE("a head refuses a port that is in use - and starts nothing") {
   c.start();
   TempDir other;
   auto r = run({bin("troupe-node"), "--head", "--port", std::to_string(c.port), "--state-dir",
-                other / "s", "--http-port", std::to_string(free_port())},
+                other / "s", "--http-port", std::to_string(free_port()), "--admin-port", "0"},
                10s);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("cannot listen on 127.0.0.1:" + std::to_string(c.port)) != std::string::npos);
@@ -198,7 +198,8 @@ TEST_CASE("a node on a non-loopback address without TLS needs --insecure - and t
   TempDir dir;
   auto refused =
       run({bin("troupe-node"), "--head", "--state-dir", dir / "a", "--bind", "0.0.0.0", "--port",
-           std::to_string(free_port()), "--http-port", std::to_string(free_port())},
+           std::to_string(free_port()), "--http-port", std::to_string(free_port()), "--admin-port",
+           "0"},
           10s);
   CHECK(refused.exit_code == 2);
   CHECK(refused.err.find("is not a loopback address") != std::string::npos);
@@ -206,7 +207,8 @@ TEST_CASE("a node on a non-loopback address without TLS needs --insecure - and t
   // reached over loopback by this test.)
   ChildProcess node(
       {bin("troupe-node"), "--head", "--state-dir", dir / "b", "--bind", "0.0.0.0", "--insecure",
-       "--port", std::to_string(free_port()), "--http-port", std::to_string(free_port())},
+       "--port", std::to_string(free_port()), "--http-port", std::to_string(free_port()),
+       "--admin-port", "0"},
       dir / "b.log");
   CHECK(wait_until(
       [&] { return node.output().find("INSECURE: listening on 0.0.0.0") != std::string::npos; },

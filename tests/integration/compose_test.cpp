@@ -155,7 +155,7 @@ TEST_CASE("compose: a handle to an unknown deployment answers 404 with a JSON er
         std::string::npos);
 
   // Handle calls are counted by the proxy that routed them, like requests.
-  auto metrics = http_get(c.cluster.http_ports.at("w2"), "/-/metrics", 10);
+  auto metrics = http_get(c.cluster.admin_ports.at("w2"), "/-/metrics", 10);
   REQUIRE(metrics);
   CHECK(metrics->body.find("troupe_proxy_requests_total{application=\"compose\",code=\"404\"} 2") !=
         std::string::npos);

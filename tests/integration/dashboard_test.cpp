@@ -189,8 +189,11 @@ TEST_CASE("dashboard: headless Chromium shows every node - application and deplo
     return s;
   };
 
-  // Only the head serves it.
-  auto worker_page = http_get(c.http_ports.at("w1"), "/-/dashboard", 5);
+  // Only the head serves it, on its admin port; the ingress does not.
+  auto ingress_page = http_get(c.http_ports.at("head"), "/-/dashboard", 5);
+  REQUIRE(ingress_page);
+  CHECK(ingress_page->status == 404);
+  auto worker_page = http_get(c.admin_ports.at("w1"), "/-/dashboard", 5);
   REQUIRE(worker_page);
   CHECK(worker_page->status == 404);
   CHECK(has(worker_page->body, "the head serves it"));
@@ -198,7 +201,7 @@ TEST_CASE("dashboard: headless Chromium shows every node - application and deplo
   Browser browser(c.dir.path());
   const int refresh_ms = 500;
   browser.call("Page.navigate", {{"url", "http://127.0.0.1:" +
-                                             std::to_string(c.http_ports.at("head")) +
+                                             std::to_string(c.admin_ports.at("head")) +
                                              "/-/dashboard?refresh=" + std::to_string(refresh_ms)}});
   REQUIRE(wait_until([&] { return browser.refreshes() >= 1; }, 20s, 50ms));
   // A mark on this page: it must still be there at the end (no reload).

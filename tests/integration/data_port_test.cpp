@@ -68,6 +68,7 @@ struct Fixture : ClientCluster {
   }
 
   uint16_t port(const std::string& node) { return cluster.http_ports.at(node); }
+  uint16_t admin(const std::string& node) { return cluster.admin_ports.at(node); }
 
   bool output_has(const std::string& node, const std::string& text) {
     return cluster.nodes.at(node).output().find(text) != std::string::npos;
@@ -88,7 +89,7 @@ struct Fixture : ClientCluster {
                    size_t n) {
     return wait_until(
         [&] {
-          auto r = http_get(port(node), "/-/routes", 2);
+          auto r = http_get(admin(node), "/-/routes", 2);
           if (!r || r->status != 200)
             return false;
           auto view = json::parse(r->body, nullptr, false);
@@ -105,7 +106,7 @@ struct Fixture : ClientCluster {
 
   // Requests `node`'s proxy sent over other workers' data ports so far.
   long peer_sends(const std::string& node) {
-    auto n = metric_value(port(node), R"(troupe_proxy_replica_sends_total{transport="peer"})");
+    auto n = metric_value(admin(node), R"(troupe_proxy_replica_sends_total{transport="peer"})");
     REQUIRE(n);
     return static_cast<long>(*n);
   }
@@ -353,7 +354,7 @@ TEST_CASE("through the data port of w2 - a deadline answers 504 - a full replica
       R"(troupe_replica_processing_requests\{[^}]*deployment="Sleep"[^}]*\} 1)");
   REQUIRE(wait_until(
       [&] {
-        auto r = http_get(f.port("w2"), "/-/metrics", 5);
+        auto r = http_get(f.admin("w2"), "/-/metrics", 5);
         return r && std::regex_search(r->body, busy);
       },
       900ms, 5ms));
@@ -364,7 +365,7 @@ TEST_CASE("through the data port of w2 - a deadline answers 504 - a full replica
   REQUIRE(waited);
   CHECK(waited->status == 200);
   // It was refused at least once and placed again.
-  auto m = http_get(f.port("w1"), "/-/metrics", 5);
+  auto m = http_get(f.admin("w1"), "/-/metrics", 5);
   REQUIRE(m);
   static const std::regex retries(R"(troupe_proxy_retries_total\{application="sleep"\} (\d+))");
   std::smatch got;

@@ -329,7 +329,8 @@ TEST_CASE("kill -9 of a replica process is a crash - kill -9 of its node leaves 
   REQUIRE(f.wait_healthy("echo", "Echo", 6));
 }
 
-// troupe_proxy_replica_sends_total{transport="..."} of a node's proxy.
+// troupe_proxy_replica_sends_total{transport="..."} of a node's proxy (the
+// node's admin listener on `port`).
 uint64_t sends_over(uint16_t port, const std::string& transport) {
   auto reply = http_get(port, "/-/metrics", 10);
   REQUIRE(reply.has_value());
@@ -344,8 +345,9 @@ TEST_CASE("requests to replica processes of the node go over their data channel 
   REQUIRE(f.client->deploy(example_app("echo", "/echo", "Echo", 6)).has_value());
   REQUIRE(f.wait_healthy("echo", "Echo", 6));
   auto port = f.cluster.http_ports.at("head");
-  uint64_t channel_before = sends_over(port, "channel");
-  uint64_t caf_before = sends_over(port, "caf");
+  auto admin = f.cluster.admin_ports.at("head");
+  uint64_t channel_before = sends_over(admin, "channel");
+  uint64_t caf_before = sends_over(admin, "caf");
 
   // Small requests: the head's own replicas take them (local first), over
   // their data channels.
@@ -358,8 +360,8 @@ TEST_CASE("requests to replica processes of the node go over their data channel 
     CHECK(body.at("query") == "q=" + std::to_string(i));
     CHECK(body.at("node_id") == "head");
   }
-  CHECK(sends_over(port, "channel") - channel_before == 20);
-  CHECK(sends_over(port, "caf") == caf_before);
+  CHECK(sends_over(admin, "channel") - channel_before == 20);
+  CHECK(sends_over(admin, "caf") == caf_before);
 
   // An answer larger than a frame (Echo escapes each \x01 as \u0001: 1.2 MB
   // for a 200 kB body) comes in several frames and is reassembled.
@@ -371,7 +373,7 @@ TEST_CASE("requests to replica processes of the node go over their data channel 
   CHECK(json::parse(reply->body).at("body").get<std::string>() == control);
 
   // A request larger than any frame goes over CAF, and is answered whole too.
-  caf_before = sends_over(port, "caf");
+  caf_before = sends_over(admin, "caf");
   std::string large(3'000'000, 'a');
   for (size_t i = 0; i < large.size(); i += 1000)
     large[i] = static_cast<char>('a' + (i / 1000) % 26);
@@ -379,7 +381,7 @@ TEST_CASE("requests to replica processes of the node go over their data channel 
   REQUIRE(reply.has_value());
   REQUIRE(reply->status == 200);
   CHECK(json::parse(reply->body).at("body").get<std::string>() == large);
-  CHECK(sends_over(port, "caf") - caf_before == 1);
+  CHECK(sends_over(admin, "caf") - caf_before == 1);
 }
 
 TEST_CASE("a local process without the secret is refused by the replica port - replicas listen on none") {

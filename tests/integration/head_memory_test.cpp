@@ -42,7 +42,7 @@ uint64_t status_kib(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// The proxy on `port` routes (app, dep) to `n` replicas.
+// The proxy whose admin listener is on `port` routes (app, dep) to `n` replicas.
 bool routes_to(uint16_t port, const std::string& app, const std::string& dep, size_t n) {
   auto r = http_get(port, "/-/routes", 5);
   if (!r || r->status != 200)
@@ -77,7 +77,7 @@ uint64_t head_growth_kib(uint32_t n) {
   config.isolation = controller::Isolation::in_process;
   REQUIRE(c.client->deploy(app).has_value());
   REQUIRE(c.wait_healthy("noop", "Noop", n, std::chrono::seconds(120)));
-  for (const auto& [node, port] : c.cluster.http_ports) {
+  for (const auto& [node, port] : c.cluster.admin_ports) {
     CAPTURE(node);
     CHECK(wait_until([&, port = port] { return routes_to(port, "noop", "Noop", n); },
                      std::chrono::seconds(60), std::chrono::milliseconds(200)));

@@ -41,8 +41,9 @@ double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The timeouts in force at the proxy on `port` ({request_timeout_s,
-// keep_alive_timeout_s, epoch}, from /-/routes); {} when it did not answer.
+// The timeouts in force at the proxy whose admin listener is on `port`
+// ({request_timeout_s, keep_alive_timeout_s, epoch}, from /-/routes); {}
+// when it did not answer.
 json proxy_settings(uint16_t port) {
   auto r = http_get(port, "/-/routes", 5);
   if (!r || r->status != 200)
@@ -121,10 +122,11 @@ TEST_CASE(
   Cluster cluster;
   cluster.start();
   const uint16_t port = cluster.http_ports.at("head");
+  const uint16_t admin = cluster.admin_ports.at("head");
   // Before any http_options: the node's own (no request timeout, 60 s idle).
-  REQUIRE(wait_until([&] { return proxy_settings(port).contains("epoch"); }, 20s, 100ms));
-  CHECK(proxy_settings(port)["keep_alive_timeout_s"] == 60.0);
-  CHECK(proxy_settings(port)["request_timeout_s"] == 0.0);
+  REQUIRE(wait_until([&] { return proxy_settings(admin).contains("epoch"); }, 20s, 100ms));
+  CHECK(proxy_settings(admin)["keep_alive_timeout_s"] == 60.0);
+  CHECK(proxy_settings(admin)["request_timeout_s"] == 0.0);
 
   auto deployed = cluster.ctl({"deploy", cluster.write("sleep.yaml", kSleep), "--wait"});
   REQUIRE_MESSAGE(deployed.exit_code == 0, deployed.out << deployed.err);
@@ -135,7 +137,7 @@ TEST_CASE(
 
   const json wanted = {{"request_timeout_s", 1.0}, {"keep_alive_timeout_s", 1.0}};
   auto in_force = [&] {
-    auto s = proxy_settings(port);
+    auto s = proxy_settings(admin);
     return s.value("request_timeout_s", -1.0) == 1.0 &&
            s.value("keep_alive_timeout_s", -1.0) == 1.0;
   };
@@ -163,12 +165,12 @@ TEST_CASE(
   // A controller restart: the new incarnation reads the settings from its
   // checkpoint and pushes them to the proxy with its first snapshot (a new
   // epoch replaces everything the proxy held).
-  const uint64_t epoch = proxy_settings(port).value("epoch", uint64_t{0});
+  const uint64_t epoch = proxy_settings(admin).value("epoch", uint64_t{0});
   auto killed = cluster.ctl({"kill", "controller"});
   REQUIRE(killed.exit_code == 0);
   REQUIRE(wait_until(
       [&] {
-        auto s = proxy_settings(port);
+        auto s = proxy_settings(admin);
         return s.value("epoch", epoch) != epoch;
       },
       30s, 100ms));

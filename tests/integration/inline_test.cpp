@@ -90,11 +90,13 @@ Load run_clients(uint16_t port, const std::string& target, int clients, int per_
 struct InlineNode {
   Cluster cluster;
   uint16_t port = 0;
+  uint16_t admin = 0;  // its admin listener: /-/routes, /-/metrics
 
   InlineNode() {
     // Two io threads: inline calls of both can overlap.
     cluster.start({}, {"--proxy-io-threads", "2"});
     port = cluster.http_ports.at("head");
+    admin = cluster.admin_ports.at("head");
   }
 
   void deploy(const std::string& yaml) { cluster.deploy_yaml("inline.yaml", yaml); }
@@ -105,7 +107,7 @@ struct InlineNode {
     INFO("last /-/routes: ", routes);
     REQUIRE(wait_until(
         [&] {
-          auto r = http_get(port, "/-/routes", 5);
+          auto r = http_get(admin, "/-/routes", 5);
           if (!r || r->status != 200)
             return false;
           routes = r->body;
@@ -122,7 +124,7 @@ struct InlineNode {
   // The value of the first line of /-/metrics that starts with `key`; -1
   // when there is none.
   double metric(const std::string& key) {
-    auto r = http_get(port, "/-/metrics", 5);
+    auto r = http_get(admin, "/-/metrics", 5);
     REQUIRE(r);
     auto at = r->body.find(key + " ");
     if (at == std::string::npos)

@@ -97,9 +97,11 @@ TEST_CASE(
   Cluster cluster;
   cluster.start({"w1"});
   const std::vector<uint16_t> ports = {cluster.http_ports.at("head"), cluster.http_ports.at("w1")};
+  const std::vector<uint16_t> admins = {cluster.admin_ports.at("head"),
+                                        cluster.admin_ports.at("w1")};
   cluster.deploy_yaml("models.yaml", kModels, 60s);
   // Every proxy routes to all 4 replicas.
-  for (uint16_t port : ports) {
+  for (uint16_t port : admins) {
     CAPTURE(port);
     std::string routes;
     INFO("last /-/routes: ", routes);
@@ -143,7 +145,7 @@ TEST_CASE(
 
   // The controller pushed the replicas' model lists to the proxies: every
   // model is listed at some replica in /-/routes of both proxies.
-  for (uint16_t port : ports) {
+  for (uint16_t port : admins) {
     CAPTURE(port);
     CHECK(wait_until(
         [&] {

@@ -62,6 +62,7 @@ struct Fixture : ClientCluster {
   }
 
   uint16_t port(const std::string& node) { return cluster.http_ports.at(node); }
+  uint16_t admin(const std::string& node) { return cluster.admin_ports.at(node); }
 
   // Replica id -> node of the RUNNING replicas.
   std::map<std::string, std::string> running(const std::string& app, const std::string& dep) {
@@ -102,7 +103,7 @@ struct Fixture : ClientCluster {
     std::string last;
     bool ok = wait_until(
         [&] {
-          auto r = http_get(port(node), "/-/routes", 2);
+          auto r = http_get(admin(node), "/-/routes", 2);
           if (!r || r->status != 200) {
             last = r ? std::to_string(r->status) + " " + r->body : "no answer";
             return false;
@@ -248,7 +249,8 @@ void finish_through_w1(Load& load, size_t during) {
 // Freezes the head (SIGSTOP) for 10 s under `load` through w1, then resumes
 // it (SIGCONT). Returns the answers w1 gave from when it noticed the head
 // was gone until the head was resumed.
-// Requests the proxy on `port` sent over other workers' data ports so far.
+// Requests the proxy whose admin listener is on `port` sent over other
+// workers' data ports so far.
 long peer_sends(uint16_t port) {
   auto n = metric_value(port, R"(troupe_proxy_replica_sends_total{transport="peer"})");
   REQUIRE(n);
@@ -396,7 +398,7 @@ TEST_CASE("frozen worker: after its connections timed out its proxy serves again
       if (r && r->status != 200)
         MESSAGE("answer " << r->status << ": " << r->body);
     f.cluster.dump_output();
-    auto routes = http_get(f.port("w1"), "/-/routes", 2);
+    auto routes = http_get(f.admin("w1"), "/-/routes", 2);
     MESSAGE("routes of w1: " << (routes ? routes->body : "no answer"));
   }
   for (const auto& r : during) {
@@ -482,11 +484,11 @@ TEST_CASE("frozen head: 10 s under load through w1 on the replicas of w2 - answe
   // The requests go over w2's data port (proxy/peer_client.cpp), opened by
   // w1's io thread on its first request there: w1's peer sends grow (w2
   // hosts every replica).
-  REQUIRE(wait_until([&] { return peer_sends(f.port("w1")) > 0; }, 20s));
-  long peer_before = peer_sends(f.port("w1"));
+  REQUIRE(wait_until([&] { return peer_sends(f.admin("w1")) > 0; }, 20s));
+  long peer_before = peer_sends(f.admin("w1"));
 
   size_t during = freeze_head_10s(f, load);
-  long peer_during = peer_sends(f.port("w1")) - peer_before;
+  long peer_during = peer_sends(f.admin("w1")) - peer_before;
 
   back_after_frozen_head(f);
   // The direct connection and the data port connection held: w1 never fell

@@ -1,5 +1,5 @@
 // The metrics against the real thing: promtool (Debian's prometheus
-// package) accepts every node's /-/metrics after traffic, errors and a
+// package) accepts every node's /-/metrics (on its admin port) after traffic, errors and a
 // replica kill, every metric of docs/observability.md is there with its
 // labels, and a real Prometheus scraping a three-node cluster sees every
 // node up, measures the request rate the test produced and shows a user
@@ -133,7 +133,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
   auto all_metrics = [&] {
     std::string all;
     for (const auto& n : nodes) {
-      auto r = http_get(cluster.http_ports.at(n), "/-/metrics", 10);
+      auto r = http_get(cluster.admin_ports.at(n), "/-/metrics", 10);
       if (r && r->status == 200)
         all += r->body;
     }
@@ -214,7 +214,11 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
     CHECK_MESSAGE(all.find(series) != std::string::npos, series);
   }
   for (const auto& n : nodes) {
-    const uint16_t port = cluster.http_ports.at(n);
+    // The ingress does not show them; the admin listener does.
+    auto ingress = http_get(cluster.http_ports.at(n), "/-/metrics", 10);
+    REQUIRE(ingress);
+    CHECK(ingress->status == 404);
+    const uint16_t port = cluster.admin_ports.at(n);
     auto metrics = http_get(port, "/-/metrics", 10);
     REQUIRE(metrics);
     REQUIRE(metrics->status == 200);
@@ -238,7 +242,7 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
               "scrape_configs:\n  - job_name: troupe\n    metrics_path: /-/metrics\n"
               "    static_configs:\n      - targets: [";
     for (size_t i = 0; i < nodes.size(); ++i)
-      config << (i ? ", " : "") << "'127.0.0.1:" << cluster.http_ports.at(nodes[i]) << "'";
+      config << (i ? ", " : "") << "'127.0.0.1:" << cluster.admin_ports.at(nodes[i]) << "'";
     config << "]\n";
   }
   ChildProcess server({prometheus, "--config.file=" + (cluster.dir / "prometheus.yml"),

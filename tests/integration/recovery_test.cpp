@@ -197,7 +197,7 @@ TEST_CASE("a killed controller actor is restarted and adopts every replica witho
   // once it has published the new controller, which the client reached).
   CHECK(wait_until(
       [&] {
-        return metric_value(c.http_ports.at("head"), "troupe_controller_restarts_total") == 3.0;
+        return metric_value(c.admin_ports.at("head"), "troupe_controller_restarts_total") == 3.0;
       },
       10s, 50ms));
   auto log = c.nodes.at("head").output();

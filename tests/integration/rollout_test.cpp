@@ -115,7 +115,7 @@ std::string replica_logs(ClientCluster& f) {
 int64_t replica_starts(ClientCluster& f, const std::string& app) {
   int64_t total = 0;
   const std::string series = "troupe_replica_starts_total{application=\"" + app + "\"";
-  for (const auto& [node, port] : f.cluster.http_ports) {
+  for (const auto& [node, port] : f.cluster.admin_ports) {
     auto reply = http_get(port, "/-/metrics", 10);
     REQUIRE(reply.has_value());
     for (auto pos = reply->body.find(series); pos != std::string::npos;

@@ -159,8 +159,9 @@ TEST_CASE("with TLS w1 reaches the replicas of w2 over the TLS data port of w2 -
   // through w1 grew w1's peer sends (the first one to w2 opens the
   // connection and goes over CAF itself).
   const uint16_t w1 = s.cluster.http_ports.at("w1");
+  const uint16_t w1_admin = s.cluster.admin_ports.at("w1");
   auto peer_sends = [&] {
-    auto n = metric_value(w1, R"(troupe_proxy_replica_sends_total{transport="peer"})");
+    auto n = metric_value(w1_admin, R"(troupe_proxy_replica_sends_total{transport="peer"})");
     REQUIRE(n);
     return static_cast<long>(*n);
   };

@@ -54,10 +54,12 @@ std::string config(const std::string& greet_extra) {
 struct ShadowCluster {
   Cluster cluster;
   uint16_t port = 0;
+  uint16_t admin = 0;  // the head's admin listener
 
   ShadowCluster() {
     cluster.start();
     port = cluster.http_ports.at("head");
+    admin = cluster.admin_ports.at("head");
   }
 
   RunResult deploy(const std::string& yaml, const std::string& name, bool wait = true) {
@@ -76,7 +78,7 @@ struct ShadowCluster {
   // when absent, -1 when the metrics could not be read.
   long long shadow_metric(const std::string& app, const std::string& deployment,
                           const std::string& outcome) {
-    auto r = http_get(port, "/-/metrics", 5);
+    auto r = http_get(admin, "/-/metrics", 5);
     if (!r || r->status != 200)
       return -1;
     const std::string line = "troupe_proxy_shadow_requests_total{application=\"" + app +
@@ -90,7 +92,7 @@ struct ShadowCluster {
   // Requests this proxy has in flight on the replicas of (app, deployment);
   // -1 when unknown.
   long long in_flight(const std::string& app, const std::string& deployment) {
-    auto r = http_get(port, "/-/routes", 5);
+    auto r = http_get(admin, "/-/routes", 5);
     if (!r || r->status != 200)
       return -1;
     const json routes = json::parse(r->body);
@@ -142,7 +144,7 @@ TEST_CASE(
   CHECK(shown.out.find("  shadow: Mirror=0.5") != std::string::npos);
   CHECK(t.cluster.ctl({"config"}).out.find("shadow: {Mirror: 0.5}") != std::string::npos);
   {
-    auto r = http_get(t.port, "/-/routes", 5);
+    auto r = http_get(t.admin, "/-/routes", 5);
     REQUIRE(r);
     bool found = false;
     const json routes = json::parse(r->body);
@@ -274,7 +276,7 @@ TEST_CASE(
   // its checkpoint, shows it and pushes it to the proxy in a full snapshot of
   // its own (a new epoch).
   auto routes_json = [&]() {
-    auto r = http_get(t.port, "/-/routes", 5);
+    auto r = http_get(t.admin, "/-/routes", 5);
     return r && r->status == 200 ? json::parse(r->body, nullptr, false) : json::object();
   };
   const uint64_t epoch = routes_json().value("epoch", uint64_t{0});

@@ -176,8 +176,8 @@ struct StreamCluster {
     }
   }
 
-  // The node that runs the replica of (app, deployment), as the proxy on
-  // `port` routes it ("" until it routes to exactly one).
+  // The node that runs the replica of (app, deployment), as the proxy whose
+  // admin listener is on `port` routes it ("" until it routes to exactly one).
   std::string replica_node(uint16_t port, const std::string& app, const std::string& deployment) {
     auto r = http_get(port, "/-/routes", 5);
     if (!r || r->status != 200)
@@ -234,14 +234,15 @@ void check_ticker_stream(uint16_t port, const std::string& prefix = "/stream") {
 TEST_CASE("stream: a Ticker stream arrives event by event through the proxy of its node and of another node") {
   StreamCluster s(true);
   const uint16_t head_proxy = s.cluster.http_ports.at("head");
+  const uint16_t head_admin = s.cluster.admin_ports.at("head");
   std::string host;
-  REQUIRE(wait_until([&] { return !(host = s.replica_node(head_proxy, "stream", "Ticker")).empty(); },
+  REQUIRE(wait_until([&] { return !(host = s.replica_node(head_admin, "stream", "Ticker")).empty(); },
                      20s, 100ms));
   REQUIRE(s.cluster.http_ports.count(host) == 1);
   const std::string other = host == "head" ? "w1" : "head";
   // The other node's proxy knows the replica's place too.
   REQUIRE(wait_until(
-      [&] { return s.replica_node(s.cluster.http_ports.at(other), "stream", "Ticker") == host; },
+      [&] { return s.replica_node(s.cluster.admin_ports.at(other), "stream", "Ticker") == host; },
       20s, 100ms));
 
   {
@@ -285,7 +286,7 @@ TEST_CASE("stream: a Ticker stream arrives event by event through the proxy of i
 TEST_CASE("stream: a slow client reading a 50 MB stream keeps the node's memory bounded") {
   StreamCluster s(false);  // one node: the Bytes replica runs behind the head's proxy
   const uint16_t proxy = s.cluster.http_ports.at("head");
-  REQUIRE(s.replica_node(proxy, "bytes", "Bytes") == "head");
+  REQUIRE(s.replica_node(s.cluster.admin_ports.at("head"), "bytes", "Bytes") == "head");
   const pid_t node_pid = s.cluster.nodes.at("head").pid();
   // Every replica but /inproc's runs in a troupe-replica process of its own
   // (stream's Ticker, relay's Relay and Ticker, Bytes); Bytes' is the one

@@ -37,10 +37,12 @@ const char* kGreet = R"(applications:
 struct TrafficCluster {
   Cluster cluster;
   std::vector<uint16_t> proxies;
+  std::vector<uint16_t> admins;  // the same nodes' admin ports
 
   TrafficCluster() {
     cluster.start({"w1"});
     proxies = {cluster.http_ports.at("head"), cluster.http_ports.at("w1")};
+    admins = {cluster.admin_ports.at("head"), cluster.admin_ports.at("w1")};
   }
 
   json status() {
@@ -169,7 +171,7 @@ TEST_CASE("traffic split: 0.8/0.2 through the proxies - troupectl traffic within
     return json::parse(r->body).value("epoch", uint64_t{0});
   };
   std::vector<uint64_t> epochs;
-  for (uint16_t port : t.proxies)
+  for (uint16_t port : t.admins)
     epochs.push_back(routes_epoch(port));
   auto killed = t.cluster.ctl({"kill", "controller"});
   REQUIRE(killed.exit_code == 0);
@@ -183,8 +185,8 @@ TEST_CASE("traffic split: 0.8/0.2 through the proxies - troupectl traffic within
       30s, 100ms));
   for (size_t i = 0; i < t.proxies.size(); ++i) {
     CAPTURE(t.proxies[i]);
-    CHECK(wait_until([&] { return routes_epoch(t.proxies[i]) != epochs[i]; }, 20s, 100ms));
-    auto r = http_get(t.proxies[i], "/-/routes", 5);
+    CHECK(wait_until([&] { return routes_epoch(t.admins[i]) != epochs[i]; }, 20s, 100ms));
+    auto r = http_get(t.admins[i], "/-/routes", 5);
     REQUIRE(r);
     auto routes = json::parse(r->body)["routes"];
     REQUIRE(routes.size() == 1);

@@ -43,7 +43,7 @@ const std::string kRefused = "troupe_library_cache_events_total{event=\"cached_c
 
 // The count of `series` on `node`'s /-/metrics; 0 while it has none.
 double count_of(const Cluster& c, const std::string& node, const std::string& series) {
-  return metric_value(c.http_ports.at(node), series).value_or(0);
+  return metric_value(c.admin_ports.at(node), series).value_or(0);
 }
 
 // One application, "up", whose ingress deployment is the class of

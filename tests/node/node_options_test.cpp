@@ -26,6 +26,8 @@ TEST_CASE("a head with defaults") {
   CHECK(o->port == 7300);
   CHECK(o->bind == "127.0.0.1");
   CHECK(o->http_port == 8000);
+  CHECK(o->admin_bind == "127.0.0.1");
+  CHECK(o->admin_port == 8265);
   CHECK(o->node_timeout_s == 5.0);
   CHECK(o->drain_delay_s == 3.0);
   CHECK(o->dashboard);
@@ -154,6 +156,33 @@ TEST_CASE("a non-loopback bind without TLS is refused unless --insecure") {
   CHECK(parse({"--join", "h:1", "--bind", "localhost"}).has_value());
   CHECK(is_loopback("::1"));
   CHECK_FALSE(is_loopback("10.0.0.1"));
+}
+
+TEST_CASE("the admin listener stays on loopback unless --insecure - and never off it with TLS") {
+  auto o = parse({"--join", "h:1", "--admin-port", "9100", "--admin-bind", "127.0.0.2"});
+  REQUIRE(o.has_value());
+  CHECK(o->admin_port == 9100);
+  CHECK(o->admin_bind == "127.0.0.2");
+  // Off loopback: the cluster's state to whoever reaches it.
+  auto refused = parse({"--join", "h:1", "--admin-bind", "0.0.0.0"});
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.status().message().find("--admin-bind 0.0.0.0 is not a loopback address") !=
+        std::string::npos);
+  CHECK(refused.status().message().find("--insecure") != std::string::npos);
+  auto insecure = parse({"--join", "h:1", "--admin-bind", "0.0.0.0", "--insecure"});
+  REQUIRE(insecure.has_value());
+  CHECK(insecure->admin_bind == "0.0.0.0");
+  // With TLS the node's other ports are protected; the admin listener, which
+  // has no TLS, must not be the plain-text way around them.
+  for (std::vector<const char*> args :
+       {std::vector<const char*>{"--join", "h:1", "--admin-bind", "10.0.0.5", "--tls-dir", "/x"},
+        std::vector<const char*>{"--join", "h:1", "--admin-bind", "0.0.0.0", "--tls-dir", "/x",
+                                 "--insecure"}}) {
+    auto r = parse(args);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.status().message().find("the admin listener does not speak TLS") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("the default plugin path is found from where troupe-node is") {

@@ -242,7 +242,7 @@ struct Fixture {
     caf::anon_send(proxy->actor(), snapshot_atom::value, s);
     REQUIRE(wait_until(
         [&] {
-          auto r = http_get(proxy->port(), "/-/routes", 5);
+          auto r = http_get(proxy->admin_port(), "/-/routes", 5);
           return r && r->status == 200 && json::parse(r->body).value("seq", 0) == 2;
         },
         10s));
@@ -258,7 +258,7 @@ struct Fixture {
     caf::anon_send(proxy->actor(), snapshot_atom::value, s);
     REQUIRE(wait_until(
         [&] {
-          auto r = http_get(proxy->port(), "/-/routes", 5);
+          auto r = http_get(proxy->admin_port(), "/-/routes", 5);
           return r && r->status == 200 && json::parse(r->body).value("seq", 0) == 2;
         },
         10s));
@@ -266,7 +266,7 @@ struct Fixture {
 
   // troupe_proxy_shadow_requests_total of shop's `deployment` with `outcome`.
   long long shadow_count(const std::string& deployment, const std::string& outcome) const {
-    auto r = http_get(proxy->port(), "/-/metrics", 5);
+    auto r = http_get(proxy->admin_port(), "/-/metrics", 5);
     if (!r || r->status != 200)
       return -1;
     const std::string line =
@@ -342,7 +342,7 @@ struct Fixture {
   }
 
   std::string metrics() {
-    auto r = http_get(proxy->port(), "/-/metrics", 5);
+    auto r = http_get(proxy->admin_port(), "/-/metrics", 5);
     REQUIRE(r);
     return r->body;
   }
@@ -445,7 +445,7 @@ TEST_CASE("handle: shadow copies of calls to the ingress - never waited for - dr
   auto gate = std::make_shared<Gate>();  // holds Back's replicas: a shadow that never answers
   f.publish(gate);
   f.publish_shadow({{"Back", 1.0}});
-  auto routes = http_get(f.proxy->port(), "/-/routes", 5);
+  auto routes = http_get(f.proxy->admin_port(), "/-/routes", 5);
   REQUIRE(routes);
   CHECK(json::parse(routes->body)["routes"][0]["shadow"] == json({{"Back", 1.0}}));
   // Every answer comes from Front at once, while Back holds its copies.
@@ -552,7 +552,7 @@ TEST_CASE("handle: calls are counted in the proxy's metrics by application") {
   f.publish();
   REQUIRE(f.handle("Back").call(post("x")).status == 200);
   REQUIRE(f.handle("Nope").call(post("x")).status == 404);
-  auto metrics = http_get(f.proxy->port(), "/-/metrics", 5);
+  auto metrics = http_get(f.proxy->admin_port(), "/-/metrics", 5);
   REQUIRE(metrics);
   CHECK(metrics->body.find("troupe_proxy_requests_total{application=\"shop\",code=\"200\"} 1") !=
         std::string::npos);

@@ -204,6 +204,8 @@ struct Fixture : ClientCluster {
   }
 
   uint16_t port(const std::string& node = "head") { return http_port_of(cluster.nodes.at(node)); }
+  // The node's admin listener: /-/routes, /-/metrics.
+  uint16_t admin(const std::string& node = "head") { return cluster.admin_ports.at(node); }
 
   std::vector<std::string> running(const std::string& app, const std::string& dep) {
     std::vector<std::string> out;
@@ -236,7 +238,7 @@ struct Fixture : ClientCluster {
     json last;
     bool ok = wait_until(
         [&] {
-          Conn c(port(node), 2);
+          Conn c(admin(node), 2);
           auto r = c.get("/-/routes");
           if (!r || r->status != 200)
             return false;
@@ -255,7 +257,7 @@ struct Fixture : ClientCluster {
 
   // /-/routes of `node`; {} when it did not answer.
   json routes(const std::string& node) {
-    Conn c(port(node), 2);
+    Conn c(admin(node), 2);
     auto r = c.get("/-/routes");
     if (!r || r->status != 200)
       return json{{"deployments", json::array()}};
@@ -263,7 +265,7 @@ struct Fixture : ClientCluster {
   }
 
   json queue_view(const std::string& app) {
-    Conn c(port(), 2);
+    Conn c(admin(), 2);
     auto r = c.get("/-/routes");
     REQUIRE(r);
     auto view = json::parse(r->body);
@@ -340,8 +342,19 @@ TEST_CASE("proxy: requests reach the ingress by longest prefix on every node ove
     CHECK(r->header("x-request-id") == "my-id-42");
     CHECK(json::parse(r->body).at("headers").at("X-Request-Id") == "my-id-42");
   }
-  // /-/routes and /-/metrics.
-  Conn c(f.port());
+  // /-/routes and /-/metrics, on the admin listener; the ingress answers
+  // 404 for them and for the dashboard.
+  {
+    Conn ingress(f.port());
+    for (const char* path : {"/-/routes", "/-/metrics", "/-/dashboard", "/-/dashboard/state"}) {
+      CAPTURE(path);
+      auto r = ingress.get(path);
+      REQUIRE(r);
+      CHECK(r->status == 404);
+      CHECK(r->body.find("admin port") != std::string::npos);
+    }
+  }
+  Conn c(f.admin());
   auto routes = c.get("/-/routes");
   REQUIRE(routes);
   auto table = json::parse(routes->body);
@@ -560,7 +573,7 @@ TEST_CASE("proxy: 404 400 413 and 431 answers and the proxy keeps serving") {
     CHECK(idle.closed_by_peer());
   }
   CHECK(healthy());
-  Conn c(f.port());
+  Conn c(f.admin());
   auto metrics = c.get("/-/metrics");
   REQUIRE(metrics);
   for (const char* code : {"400", "404", "413", "431"}) {
@@ -688,7 +701,7 @@ TEST_CASE("proxy: killing a replica every second under a steady request loop fai
   CHECK(kills >= 8);
   CHECK(failed == 0);
   CHECK(ok > 100);
-  Conn c(f.port());
+  Conn c(f.admin());
   auto metrics = c.get("/-/metrics");
   REQUIRE(metrics);
   MESSAGE(metrics->body.substr(0, 2000));
@@ -716,7 +729,7 @@ TEST_CASE("proxy: with the controller killed requests are served from the last s
     auto health = c.get("/-/healthz");
     REQUIRE(health);
     CHECK(health->status == 200);
-    auto routes = c.get("/-/routes");
+    auto routes = Conn(f.admin(node)).get("/-/routes");
     REQUIRE(routes);
     CHECK(json::parse(routes->body).at("routes").size() == 1);
   }
@@ -747,7 +760,7 @@ TEST_CASE("proxy: requests refused by a replica busy with another proxy are plac
   }
   // How many refusals there were depends on timing; what matters is above.
   for (const std::string node : {"head", "w1"}) {
-    Conn c(f.port(node));
+    Conn c(f.admin(node));
     auto metrics = c.get("/-/metrics");
     REQUIRE(metrics);
     auto pos = metrics->body.find("troupe_proxy_retries_total{application=\"sleep\"}");
@@ -791,7 +804,7 @@ TEST_CASE("proxy: a node whose HTTP port is taken exits with code 2 naming the p
   auto taken = std::to_string(f.port());
   TempDir dir;
   auto r = run({bin("troupe-node"), "--join", f.cluster.address, "--node-id", "w9", "--state-dir",
-                dir / "w9", "--http-port", taken},
+                dir / "w9", "--http-port", taken, "--admin-port", "0"},
                20s);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("cannot listen on 127.0.0.1:" + taken) != std::string::npos);

@@ -99,9 +99,12 @@ std::vector<std::string> Cluster::stop_all(std::chrono::milliseconds grace) {
 ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
   if (!http_ports.count("head"))
     http_ports["head"] = free_port();
+  if (!admin_ports.count("head"))
+    admin_ports["head"] = free_port();
   std::vector<std::string> argv = {
       bin("troupe-node"), "--head",     "--port",      std::to_string(port),
-      "--state-dir",      dir / "head", "--http-port", std::to_string(http_ports["head"])};
+      "--state-dir",      dir / "head", "--http-port", std::to_string(http_ports["head"]),
+      "--admin-port",     std::to_string(admin_ports["head"])};
   argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
@@ -114,6 +117,8 @@ ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
 ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std::string>& args) {
   if (!http_ports.count(id))
     http_ports[id] = free_port();
+  if (!admin_ports.count(id))
+    admin_ports[id] = free_port();
   std::vector<std::string> argv = {bin("troupe-node"),
                                    "--join",
                                    address,
@@ -122,7 +127,9 @@ ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std
                                    "--state-dir",
                                    dir / id,
                                    "--http-port",
-                                   std::to_string(http_ports[id])};
+                                   std::to_string(http_ports[id]),
+                                   "--admin-port",
+                                   std::to_string(admin_ports[id])};
   argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());

@@ -27,6 +27,9 @@ struct Cluster {
   std::string address = "127.0.0.1:" + std::to_string(port);
   std::map<std::string, ChildProcess> nodes;
   std::map<std::string, uint16_t> http_ports;  // node id -> its proxy's port
+  // node id -> its admin listener's port (/-/metrics, /-/routes, the
+  // dashboard: proxy/admin.cpp)
+  std::map<std::string, uint16_t> admin_ports;
   std::vector<std::string> extra_args;         // appended to every node's command line
   // The liveness options of every node (change before starting nodes).
   std::vector<std::string> liveness = kFastLiveness;

@@ -29,8 +29,8 @@ std::optional<HttpReply> http_request(
     double timeout_s = 30,
     const std::vector<std::pair<std::string, std::string>>& headers = {});
 
-// The value of one series of the /-/metrics page of the node whose proxy
-// listens on `port`: `series` is its name and labels as the page writes
+// The value of one series of the /-/metrics page of the node whose admin
+// listener is on `port`: `series` is its name and labels as the page writes
 // them (e.g. `troupe_proxy_replica_sends_total{transport="peer"}`).
 // nullopt when the page did not answer 200 or has no such series.
 std::optional<double> metric_value(uint16_t port, const std::string& series);

@@ -79,8 +79,9 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
     n.id = id;
     n.binary = argv.front();
     n.http_port = free_port(seed);
+    // The admin listener is not used by the runs: any free port.
     argv.insert(argv.end(), {"--node-id", id, "--state-dir", run_dir_ + "/" + id, "--http-port",
-                             std::to_string(n.http_port)});
+                             std::to_string(n.http_port), "--admin-port", "0"});
     if (hosts) {
       n.host = net_->address(id);
       argv.insert(argv.end(), {"--bind", spec_.bind_any ? "0.0.0.0" : n.host});

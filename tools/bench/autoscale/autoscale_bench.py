@@ -76,7 +76,7 @@ def main():
         log = open(os.path.join(work, "head.log"), "w")
         procs.append(subprocess.Popen(
             [f"{bin_dir}/troupe-node", "--head", "--port", str(port), "--http-port", str(http),
-             "--state-dir", os.path.join(work, "head")], stdout=log, stderr=log))
+             "--admin-port", "0", "--state-dir", os.path.join(work, "head")], stdout=log, stderr=log))
 
         def ctl(*a, timeout=60):
             return subprocess.run([f"{bin_dir}/troupectl", "--address", address, *a],

@@ -206,6 +206,8 @@ bool Run::start_head() {
                                    dir_ / ("head-" + std::to_string(count_)),
                                    "--http-port",
                                    std::to_string(http_port_),
+                                   "--admin-port",
+                                   "0",
                                    "--resources",
                                    "cpu=0.001",
                                    "--max-replicas-total",

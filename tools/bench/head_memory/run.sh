@@ -47,10 +47,10 @@ trap 'stop_all; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 
 kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
-# Every proxy in $HTTP_PORTS routes to $1 replicas in all.
+# Every proxy whose admin port is in $ADMIN_PORTS routes to $1 replicas in all.
 routed_everywhere() {
   local port
-  for port in $HTTP_PORTS; do
+  for port in $ADMIN_PORTS; do
     python3 - "$port" "$1" <<'PY' || return 1
 import json, sys, urllib.request
 port, want = sys.argv[1], int(sys.argv[2])
@@ -92,15 +92,18 @@ for count in $COUNTS; do
   mkdir -p "$dir"
   CTL_PORT=$(free_port)
   HTTP_PORTS=$(free_port)
+  ADMIN_PORTS=$(free_port)
   "$BIN/troupe-node" --head --port "$CTL_PORT" --state-dir "$dir/head" --http-port "$HTTP_PORTS" \
-    --resources cpu=0.001 --log-level warn >"$dir/head.log" 2>&1 &
+    --admin-port "$ADMIN_PORTS" --resources cpu=0.001 --log-level warn >"$dir/head.log" 2>&1 &
   HEAD_PID=$!
   PIDS+=("$HEAD_PID")
   for w in w1 w2 w3 w4; do
     port=$(free_port)
+    admin_port=$(free_port)
     HTTP_PORTS="$HTTP_PORTS $port"
+    ADMIN_PORTS="$ADMIN_PORTS $admin_port"
     "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id "$w" --state-dir "$dir/$w" \
-      --http-port "$port" --resources cpu=1000 --drain-delay 0 --log-level warn \
+      --http-port "$port" --admin-port "$admin_port" --resources cpu=1000 --drain-delay 0 --log-level warn \
       >"$dir/$w.log" 2>&1 &
     PIDS+=($!)
   done

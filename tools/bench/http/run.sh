@@ -179,18 +179,18 @@ HAP_PID=$!
 # section; on or errors to measure what the access log costs).
 ACCESS_LOG=${ACCESS_LOG:-off}
 CTL_PORT=$(free_port); H_PORT=$(free_port); A_PORT=$(free_port); B_PORT=$(free_port)
-A_PEER_PORT=$(free_port); B_PEER_PORT=$(free_port)
+A_PEER_PORT=$(free_port); B_PEER_PORT=$(free_port); A_ADMIN_PORT=$(free_port)
 "$BIN/troupe-node" --head --port "$CTL_PORT" --state-dir "$WORK/h" --http-port "$H_PORT" \
-  --resources cpu=2 --log-level warn --access-log "$ACCESS_LOG" >"$WORK/h.log" 2>&1 &
+  --admin-port 0 --resources cpu=2 --log-level warn --access-log "$ACCESS_LOG" >"$WORK/h.log" 2>&1 &
 H_PID=$!
 PIDS+=("$H_PID")
 "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id a --state-dir "$WORK/a" \
-  --http-port "$A_PORT" --peer-port "$A_PEER_PORT" --resources cpu=2,nodea=1 --log-level warn \
+  --http-port "$A_PORT" --admin-port "$A_ADMIN_PORT" --peer-port "$A_PEER_PORT" --resources cpu=2,nodea=1 --log-level warn \
   --access-log "$ACCESS_LOG" --proxy-io-threads "$IO_THREADS" >"$WORK/a.log" 2>&1 &
 A_PID=$!
 PIDS+=("$A_PID")
 "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id b --state-dir "$WORK/b" \
-  --http-port "$B_PORT" --peer-port "$B_PEER_PORT" --resources cpu=2,nodeb=1 --log-level warn \
+  --http-port "$B_PORT" --admin-port 0 --peer-port "$B_PEER_PORT" --resources cpu=2,nodeb=1 --log-level warn \
   --access-log "$ACCESS_LOG" >"$WORK/b.log" 2>&1 &
 B_PID=$!
 PIDS+=("$B_PID")
@@ -318,18 +318,19 @@ case " $ONLY " in
     for n in head ta tb; do "$BIN/troupectl" certs issue "$CERTS" --name "$n" --role node >/dev/null; done
     "$BIN/troupectl" certs issue "$CERTS" --name op --role operator >/dev/null
     TCTL_PORT=$(free_port); TH_PORT=$(free_port); TA_PORT=$(free_port); TB_PORT=$(free_port)
+    TA_ADMIN_PORT=$(free_port)
     "$BIN/troupe-node" --head --port "$TCTL_PORT" --state-dir "$WORK/th" --http-port "$TH_PORT" \
-      --tls-dir "$CERTS" --resources cpu=2 --log-level warn --access-log "$ACCESS_LOG" \
+      --admin-port 0 --tls-dir "$CERTS" --resources cpu=2 --log-level warn --access-log "$ACCESS_LOG" \
       >"$WORK/th.log" 2>&1 &
     TH_PID=$!
     PIDS+=("$TH_PID")
     "$BIN/troupe-node" --join "127.0.0.1:$TCTL_PORT" --node-id ta --state-dir "$WORK/ta" \
-      --tls-dir "$CERTS" --http-port "$TA_PORT" --resources cpu=2,nodea=1 --log-level info \
+      --tls-dir "$CERTS" --http-port "$TA_PORT" --admin-port "$TA_ADMIN_PORT" --resources cpu=2,nodea=1 --log-level info \
       --access-log "$ACCESS_LOG" --proxy-io-threads "$IO_THREADS" >"$WORK/ta.log" 2>&1 &
     TA_PID=$!
     PIDS+=("$TA_PID")
     "$BIN/troupe-node" --join "127.0.0.1:$TCTL_PORT" --node-id tb --state-dir "$WORK/tb" \
-      --tls-dir "$CERTS" --http-port "$TB_PORT" --resources cpu=2,nodeb=1 --log-level info \
+      --tls-dir "$CERTS" --http-port "$TB_PORT" --admin-port 0 --resources cpu=2,nodeb=1 --log-level info \
       --access-log "$ACCESS_LOG" >"$WORK/tb.log" 2>&1 &
     TB_PID=$!
     PIDS+=("$TB_PID")
@@ -446,28 +447,28 @@ declare -A URL=([e]="http://127.0.0.1:$UP_PORT/" [c]="http://127.0.0.1:$NGX_PROX
   [t]="http://127.0.0.1:${TA_PORT:-0}/b/")
 # Requests node A's proxy sent over other workers' data ports (worker to
 # worker without CAF, proxy/peer_client.cpp): (b) says how many of its own did.
-peer_sends() {  # [port of the node's proxy]
-  curl -fsS "http://127.0.0.1:${1:-$A_PORT}/-/metrics" 2>/dev/null |
+peer_sends() {  # [admin port of the node]
+  curl -fsS "http://127.0.0.1:${1:-$A_ADMIN_PORT}/-/metrics" 2>/dev/null |
     awk '/^troupe_proxy_replica_sends_total\{transport="peer"\}/ {print $2}'
 }
 for k in e c d a b t p; do
   case " $ONLY " in
     *" $k "*)
       [ "$k" = b ] && peer_before=$(peer_sends)
-      [ "$k" = t ] && peer_before=$(peer_sends "$TA_PORT")
+      [ "$k" = t ] && peer_before=$(peer_sends "$TA_ADMIN_PORT")
       measure "$k" "${URL[$k]}"
       if [ "$k" = b ]; then
         peer_after=$(peer_sends)
         ERR[b]="${ERR[b]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's data port"
       elif [ "$k" = t ]; then
-        peer_after=$(peer_sends "$TA_PORT")
+        peer_after=$(peer_sends "$TA_ADMIN_PORT")
         ERR[t]="${ERR[t]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's TLS data port"
       fi
       ;;
     *) RPS[$k]=0 ;;
   esac
 done
-curl -fsS "http://127.0.0.1:$A_PORT/-/metrics" >"$WORK/metrics.txt" || true
+curl -fsS "http://127.0.0.1:$A_ADMIN_PORT/-/metrics" >"$WORK/metrics.txt" || true
 
 # The concurrency curve: the cases of --only among a, p, d and c, at each
 # connection count.
