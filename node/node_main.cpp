@@ -34,6 +34,7 @@
 #include "node/replica_gate.hpp"
 #include "proxy/data_tls.hpp"
 #include "proxy/proxy.hpp"
+#include "proxy/tls_context.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/data_channel.hpp"
@@ -249,10 +250,25 @@ class Node {
     while (sig != SIGINT && sig != SIGTERM) {
       timespec wait{0, 200 * 1000 * 1000};
       sig = sigtimedwait(&signals, nullptr, &wait);
+      if (sig == SIGHUP)
+        reload();
       if (auto failure = gave_up_->message(); !failure.empty())
         return failure;
     }
     return "";
+  }
+
+  // SIGHUP: the HTTPS port's certificate, key and client CA read again (they
+  // are also when a file changes; this forces it).
+  void reload() {
+    if (o_.https_port == 0) {
+      log_->info("SIGHUP: nothing to reload (no --https-port)");
+      return;
+    }
+    if (auto st = proxy_->reload_tls(); !st)
+      log_->error("SIGHUP: the HTTPS port keeps its certificate: {}", st.message());
+    else
+      log_->info("SIGHUP: the HTTPS port's certificate read again from {}", o_.https_cert);
   }
 
   // Stops in order: not ready, the replicas moved (on a signal) during the
@@ -307,6 +323,13 @@ Status Node::start_proxy() {
   popts.server.port = o_.http_port;
   popts.admin.bind = o_.admin_bind;
   popts.admin.port = o_.admin_port;
+  if (o_.https_port != 0) {
+    auto tls = proxy::ServerTls::load(o_.https_cert, o_.https_key, o_.https_client_ca);
+    if (!tls)
+      return tls.status();
+    popts.server.tls = std::move(tls.value());
+    popts.server.https_port = o_.https_port;
+  }
   popts.server.io_threads = o_.proxy_io_threads;
   popts.server.body_limit = o_.proxy_body_limit;
   popts.server.idle_timeout_s = o_.proxy_idle_timeout_s;
@@ -640,6 +663,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   NodeOptions o;
   std::shared_ptr<controller::CheckpointStore> checkpoint;

@@ -76,6 +76,17 @@ void add_serving_options(CLI::App& app, NodeOptions& o) {
                  "port of this node's admin listener: /-/metrics, /-/routes and, on the head, "
                  "the dashboard (0: any free port, logged)")
       ->capture_default_str();
+  app.add_option("--https-port", o.https_port,
+                 "port of this node's HTTPS proxy, on --bind (0: none; needs --https-cert and "
+                 "--https-key)")
+      ->capture_default_str();
+  app.add_option("--https-cert", o.https_cert,
+                 "PEM certificate chain the HTTPS port presents: the service's own, not the "
+                 "cluster CA's (read again when it changes, and on SIGHUP)");
+  app.add_option("--https-key", o.https_key, "PEM private key of --https-cert");
+  app.add_option("--https-client-ca", o.https_client_ca,
+                 "PEM CA certificates: HTTPS clients must present a certificate one of them "
+                 "signed (default: no client certificates)");
   app.add_option("--admin-bind", o.admin_bind,
                  "address of the admin listener (a non-loopback one needs --insecure; it does "
                  "not speak TLS)")
@@ -226,6 +237,13 @@ Status check_serving(const NodeOptions& o) {
     return invalid("--proxy-io-threads must be between 1 and 64");
   if (o.proxy_body_limit < 1)
     return invalid("--proxy-body-limit must be at least 1 byte");
+  if (o.https_port == 0 && (!o.https_cert.empty() || !o.https_key.empty() ||
+                            !o.https_client_ca.empty()))
+    return invalid("--https-cert, --https-key and --https-client-ca need --https-port");
+  if (o.https_port != 0 && (o.https_cert.empty() || o.https_key.empty()))
+    return invalid("--https-port needs --https-cert FILE and --https-key FILE");
+  if (o.https_port != 0 && o.https_port == o.http_port)
+    return invalid("--https-port " + std::to_string(o.https_port) + " is also --http-port");
   if (auto st = positive("--proxy-idle-timeout", o.proxy_idle_timeout_s); !st)
     return st;
   return Status::ok();

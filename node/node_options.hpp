@@ -31,6 +31,13 @@ struct NodeOptions {
   // dashboard; loopback by default. Port 0: any free port (logged).
   std::string admin_bind = "127.0.0.1";
   uint16_t admin_port = 8265;
+  // HTTPS on a second port of the proxy (0: none), with the service's own
+  // certificate chain and key; with a client CA, clients must present a
+  // certificate it signed. Files read again when they change, and on SIGHUP.
+  uint16_t https_port = 0;
+  std::string https_cert;
+  std::string https_key;
+  std::string https_client_ca;
   // HTTP proxy: largest accepted request body (413 beyond), default request
   // timeout when the deployed http_options give none (0: none), event-loop
   // threads, and how long an idle or slow client may keep a connection (the

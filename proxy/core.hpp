@@ -151,6 +151,7 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   void dashboard_state(ExchangePtr exchange, const std::string& id,
                        std::function<void(Response&&)> done);
   void on_rejected(int status) override { metrics.observe("", status, 0); }
+  void on_tls_refused(const char* reason) override { metrics.tls_refused(reason); }
   // A deployment handle's call (Proxy::caller()); handle_calls.cpp.
   void call(const std::string& app, const std::string& deployment, HttpRequest request,
             double timeout_s, CallDone done);

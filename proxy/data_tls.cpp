@@ -1,7 +1,5 @@
 #include "proxy/data_tls.hpp"
 
-#include <sys/stat.h>
-
 #include <openssl/ssl.h>
 
 #include "runtime/security/credentials.hpp"
@@ -10,45 +8,21 @@ namespace troupe::proxy {
 
 namespace ssl = boost::asio::ssl;
 
-namespace {
-
-std::time_t mtime(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 ? st.st_mtime : 0;
-}
-
-}  // namespace
-
 Result<std::shared_ptr<DataTls>> DataTls::load(const std::string& tls_dir,
                                                const std::string& name) {
   auto files = security::find_tls_files(tls_dir, name);
   if (!files)
     return files.status();
+  auto loaded = ReloadingTlsContext::load(
+      {files->ca_file, files->certificate_file, files->key_file},
+      [ca = files->ca_file, certificate = files->certificate_file, key = files->key_file] {
+        return make(ca, certificate, key);
+      });
+  if (!loaded)
+    return loaded.status();
   auto tls = std::make_shared<DataTls>();
-  tls->ca_file_ = files->ca_file;
-  tls->certificate_file_ = files->certificate_file;
-  tls->key_file_ = files->key_file;
-  tls->loaded_ = tls->stamp();
-  auto made = make(tls->ca_file_, tls->certificate_file_, tls->key_file_);
-  if (!made)
-    return made.status();
-  tls->context_ = std::move(made.value());
+  tls->files_ = std::move(loaded.value());
   return tls;
-}
-
-DataTls::Stamp DataTls::stamp() const {
-  return Stamp{mtime(ca_file_), mtime(certificate_file_), mtime(key_file_)};
-}
-
-std::shared_ptr<ssl::context> DataTls::context() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto now = stamp();
-  if (!(now == loaded_)) {
-    loaded_ = now;
-    if (auto made = make(ca_file_, certificate_file_, key_file_))
-      context_ = std::move(made.value());
-  }
-  return context_;
 }
 
 Result<std::shared_ptr<ssl::context>> DataTls::make(const std::string& ca,

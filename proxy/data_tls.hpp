@@ -8,13 +8,12 @@
 // connection, not per request.
 #pragma once
 
-#include <ctime>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include <boost/asio/ssl/context.hpp>
 
+#include "proxy/tls_context.hpp"
 #include "runtime/status.hpp"
 
 namespace troupe::proxy {
@@ -31,24 +30,14 @@ class DataTls {
   // changed since (a renewed certificate applies to the next connections,
   // as it does for CAF's). When the new files do not load, the last good
   // context stays. Any thread.
-  std::shared_ptr<boost::asio::ssl::context> context();
+  std::shared_ptr<boost::asio::ssl::context> context() { return files_->context(); }
 
  private:
-  struct Stamp {
-    std::time_t ca = 0, certificate = 0, key = 0;
-    bool operator==(const Stamp& o) const {
-      return ca == o.ca && certificate == o.certificate && key == o.key;
-    }
-  };
-  Stamp stamp() const;
   static Result<std::shared_ptr<boost::asio::ssl::context>> make(const std::string& ca,
                                                                  const std::string& certificate,
                                                                  const std::string& key);
 
-  std::string ca_file_, certificate_file_, key_file_;
-  std::mutex mutex_;
-  Stamp loaded_;
-  std::shared_ptr<boost::asio::ssl::context> context_;
+  std::unique_ptr<ReloadingTlsContext> files_;
 };
 
 }  // namespace troupe::proxy

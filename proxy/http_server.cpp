@@ -1,5 +1,6 @@
 #include "proxy/http_server.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -9,10 +10,17 @@
 #include <cstdio>
 #include <deque>
 #include <optional>
+#include <string_view>
+#include <type_traits>
 #include <utility>
+
+#include <openssl/ssl.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
@@ -21,6 +29,8 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+
+#include "proxy/tls_context.hpp"
 
 namespace troupe::proxy {
 
@@ -77,12 +87,63 @@ std::chrono::steady_clock::duration duration_of(double s) {
 // rest of the request.
 constexpr size_t kFirstRead = 4096;
 
-class Session : public Exchange, public std::enable_shared_from_this<Session> {
+// The classification of a refused TLS handshake, for the metrics.
+const char* tls_refusal(const beast::error_code& ec) {
+  if (ec == beast::error::timeout)
+    return "timeout";
+  if (ec.category() != asio::error::get_ssl_category())
+    return "connection_lost";
+  switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+      return "plain_http";
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_VERSION_TOO_LOW:
+    case SSL_R_NO_PROTOCOLS_AVAILABLE:
+    case SSL_R_UNKNOWN_PROTOCOL:
+      return "protocol_version";
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+      return "no_client_certificate";
+    case SSL_R_CERTIFICATE_VERIFY_FAILED:
+      return "client_certificate_refused";
+    default:
+      return "other";
+  }
+}
+
+// One connection: plain (beast::tcp_stream) or HTTPS
+// (beast::ssl_stream<beast::tcp_stream>, after its handshake).
+template <class Socket>
+class Session : public Exchange, public std::enable_shared_from_this<Session<Socket>> {
+  static constexpr bool kTls = !std::is_same_v<Socket, beast::tcp_stream>;
+  using std::enable_shared_from_this<Session<Socket>>::shared_from_this;
+  using std::enable_shared_from_this<Session<Socket>>::weak_from_this;
+
  public:
   Session(tcp::socket socket, HttpServer& server, size_t thread)
       : stream_(std::move(socket)), server_(server), thread_(thread) {}
+  Session(tcp::socket socket, std::shared_ptr<asio::ssl::context> ctx, HttpServer& server,
+          size_t thread)
+      : ctx_(std::move(ctx)),
+        stream_(std::move(socket), *ctx_),
+        server_(server),
+        thread_(thread) {}
 
-  void start() { read(); }
+  void start() {
+    if constexpr (kTls) {
+      // The handshake within the time allowed to send a request.
+      lowest().expires_after(duration_of(server_.options().idle_timeout_s));
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = shared_from_this()](beast::error_code ec) {
+                                self->on_handshake(ec);
+                              });
+    } else {
+      read();
+    }
+  }
+
+  bool secure() const override { return kTls; }
 
   Request& request() override { return parser_->get(); }
   size_t thread() const override { return thread_; }
@@ -94,7 +155,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       // Nothing else is pending on the socket between a request and its
       // answer: this cancels only the disconnect watch.
       beast::error_code ignored;
-      stream_.socket().cancel(ignored);
+      socket().cancel(ignored);
       watching_ = false;
     }
     response_ = std::move(response);
@@ -105,7 +166,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     // A HEAD answer carries the length of the body it does not send.
     if (parser_ && parser_->get().method() == http::verb::head)
       response_.body().clear();
-    stream_.expires_after(duration_of(server_.options().idle_timeout_s));
+    lowest().expires_after(duration_of(server_.options().idle_timeout_s));
     http::async_write(
         stream_, response_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
@@ -190,7 +251,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     auto& s = *stream_state_;
     if (s.writing || s.dead)
       return;
-    stream_.expires_after(duration_of(server_.options().idle_timeout_s));
+    lowest().expires_after(duration_of(server_.options().idle_timeout_s));
     if (!s.head_written) {
       s.writing = true;
       http::async_write_header(stream_, *s.serializer,
@@ -213,7 +274,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       return;
     }
     if (!s.ended) {
-      stream_.expires_never();  // the producer may take its time
+      lowest().expires_never();  // the producer may take its time
       return;
     }
     if (!s.complete) {
@@ -264,7 +325,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     stream_state_.reset();
     if (watching_) {
       beast::error_code ignored;
-      stream_.socket().cancel(ignored);  // nothing else is pending now
+      socket().cancel(ignored);  // nothing else is pending now
       watching_ = false;
     }
     if (!keep_alive) {
@@ -295,12 +356,11 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     if (gone_ || buffer_.size() > 0)
       return;
     watching_ = true;
-    stream_.socket().async_wait(tcp::socket::wait_read,
-                                [weak = weak_from_this(), generation = generation_](
-                                    beast::error_code ec) {
-                                  if (auto self = weak.lock())
-                                    self->on_readable(ec, generation);
-                                });
+    socket().async_wait(tcp::socket::wait_read,
+                        [weak = weak_from_this(), generation = generation_](beast::error_code ec) {
+                          if (auto self = weak.lock())
+                            self->on_readable(ec, generation);
+                        });
   }
 
   void on_readable(beast::error_code ec, uint64_t generation) {
@@ -314,7 +374,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       return;
     }
     char b;
-    auto n = ::recv(stream_.socket().native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    auto n = ::recv(socket().native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0) {
       client_went();  // EOF: closed or half-closed
     } else if (n < 0) {
@@ -322,8 +382,52 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
         watch();
       else
         client_went();  // reset
+    } else {
+      // Bytes wait: a pipelined request, or over TLS also the client's
+      // close_notify. The peer's FIN still tells, unread bytes or not.
+      watch_hangup();
     }
-    // n > 0: the client pipelined its next request; cannot tell.
+  }
+
+  // Checks every kHangupCheck for the peer's FIN while bytes it sent wait
+  // unread (they keep the socket readable, so no async_wait can tell).
+  static constexpr auto kHangupCheck = std::chrono::milliseconds(100);
+  void watch_hangup() {
+    pollfd p{socket().native_handle(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      client_went();
+      return;
+    }
+    if (!hangup_timer_)
+      hangup_timer_.emplace(io());
+    hangup_timer_->expires_after(kHangupCheck);
+    hangup_timer_->async_wait(
+        [weak = weak_from_this(), generation = generation_](beast::error_code ec) {
+          auto self = weak.lock();
+          if (!ec && self && self->answering_ && self->generation_ == generation)
+            self->watch_hangup();
+        });
+  }
+
+  void on_handshake(beast::error_code ec) {
+    if (!ec) {
+      read();
+      return;
+    }
+    const char* why = tls_refusal(ec);
+    server_.handler().on_tls_refused(why);
+    if (std::string_view(why) == "plain_http") {
+      // As nginx does: say so in plain HTTP, then close.
+      static const std::string kBody = "this port speaks HTTPS: send the request over TLS\n";
+      static const std::string kAnswer =
+          "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+          "Content-Length: " +
+          std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+      asio::async_write(socket(), asio::buffer(kAnswer),
+                        [self = shared_from_this()](beast::error_code, size_t) { self->close(); });
+      return;
+    }
+    close();
   }
 
   void client_went() {
@@ -361,7 +465,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       read_request();
       return;
     }
-    stream_.expires_after(duration_of(server_.idle_timeout_s()));
+    lowest().expires_after(duration_of(server_.idle_timeout_s()));
     server_.idle_started();
     stream_.async_read_some(buffer_.prepare(kFirstRead),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
@@ -380,7 +484,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   }
 
   void read_request() {
-    stream_.expires_after(duration_of(server_.options().idle_timeout_s));
+    lowest().expires_after(duration_of(server_.options().idle_timeout_s));
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
@@ -412,7 +516,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     }
     // Handling may take long (a slow replica); the request timeout, not the
     // idle timeout, bounds it.
-    stream_.expires_never();
+    lowest().expires_never();
     answering_ = true;
     ++generation_;
     server_.handler().on_request(shared_from_this());
@@ -449,11 +553,18 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
 
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
+    socket().shutdown(tcp::socket::shutdown_send, ignored);
+    lowest().close();
+    if (hangup_timer_)
+      hangup_timer_->cancel();
   }
 
-  beast::tcp_stream stream_;
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+  tcp::socket& socket() { return lowest().socket(); }
+
+  std::shared_ptr<asio::ssl::context> ctx_;  // TLS: outlives stream_
+  Socket stream_;
+  std::optional<asio::steady_timer> hangup_timer_;
   HttpServer& server_;
   size_t thread_;
   beast::flat_buffer buffer_;
@@ -516,14 +627,15 @@ HttpServer::~HttpServer() {
   // Connections (and their sockets) go before the io_contexts they use: an
   // io_context destroys its pending handlers, and with them the sessions.
   acceptor_.reset();
+  tls_acceptor_.reset();
   for (auto it = ios_.rbegin(); it != ios_.rend(); ++it)
     it->reset();
 }
 
-Status HttpServer::listen() {
+Status HttpServer::open(uint16_t port, std::unique_ptr<tcp::acceptor>& out, uint16_t& bound) {
   auto fail = [&](const std::string& what, const boost::system::error_code& ec) {
     return Status(errc::unavailable, "cannot listen on " + options_.bind + ":" +
-                                         std::to_string(options_.port) + ": " + what + ": " +
+                                         std::to_string(port) + ": " + what + ": " +
                                          ec.message());
   };
   boost::system::error_code ec;
@@ -531,7 +643,7 @@ Status HttpServer::listen() {
   if (ec)
     return fail("bad address", ec);
   auto acceptor = std::make_unique<tcp::acceptor>(*ios_[0]);
-  tcp::endpoint endpoint{address, options_.port};
+  tcp::endpoint endpoint{address, port};
   acceptor->open(endpoint.protocol(), ec);
   if (ec)
     return fail("open", ec);
@@ -542,25 +654,47 @@ Status HttpServer::listen() {
   acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
     return fail("listen", ec);
-  port_ = acceptor->local_endpoint().port();
-  acceptor_ = std::move(acceptor);
+  bound = acceptor->local_endpoint().port();
+  out = std::move(acceptor);
   return Status::ok();
 }
 
-void HttpServer::accept() {
+Status HttpServer::listen() {
+  if (auto st = open(options_.port, acceptor_, port_); !st)
+    return st;
+  if (options_.tls) {
+    if (auto st = open(options_.https_port, tls_acceptor_, https_port_); !st) {
+      acceptor_.reset();
+      return Status(st.code(), "HTTPS: " + st.message());
+    }
+  }
+  return Status::ok();
+}
+
+void HttpServer::accept(bool tls) {
+  auto& acceptor = tls ? tls_acceptor_ : acceptor_;
   size_t target = next_;
   next_ = (next_ + 1) % ios_.size();
-  acceptor_->async_accept(*ios_[target], [this, target](beast::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_ || !acceptor_->is_open())
+  acceptor->async_accept(*ios_[target], [this, target, tls](beast::error_code ec,
+                                                            tcp::socket socket) {
+    auto& acceptor = tls ? tls_acceptor_ : acceptor_;
+    if (ec == asio::error::operation_aborted || !acceptor || !acceptor->is_open())
       return;
     if (!ec) {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      auto session = std::make_shared<Session>(std::move(socket), *this, target);
       // Start on the connection's own thread.
-      asio::post(*ios_[target], [session] { session->start(); });
+      if (tls) {
+        auto session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+            std::move(socket), options_.tls->context(), *this, target);
+        asio::post(*ios_[target], [session] { session->start(); });
+      } else {
+        auto session = std::make_shared<Session<beast::tcp_stream>>(std::move(socket), *this,
+                                                                    target);
+        asio::post(*ios_[target], [session] { session->start(); });
+      }
     }
-    accept();
+    accept(tls);
   });
 }
 
@@ -568,7 +702,9 @@ void HttpServer::run() {
   if (running_ || !acceptor_)
     return;
   running_ = true;
-  accept();
+  accept(false);
+  if (tls_acceptor_)
+    accept(true);
   for (auto& io : ios_) {
     threads_.emplace_back([ctx = io.get(), spin = std::chrono::microseconds(options_.spin_us)] {
       if (spin.count() == 0) {
@@ -597,6 +733,8 @@ void HttpServer::stop_accepting() {
     beast::error_code ignored;
     if (acceptor_)
       acceptor_->close(ignored);
+    if (tls_acceptor_)
+      tls_acceptor_->close(ignored);
   });
 }
 
@@ -613,6 +751,8 @@ void HttpServer::stop() {
   beast::error_code ignored;
   if (acceptor_)
     acceptor_->close(ignored);
+  if (tls_acceptor_)
+    tls_acceptor_->close(ignored);
 }
 
 }  // namespace troupe::proxy

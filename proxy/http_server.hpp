@@ -32,6 +32,7 @@
 
 namespace troupe::proxy {
 
+class ServerTls;
 namespace asio = boost::asio;
 using Request = boost::beast::http::request<boost::beast::http::string_body>;
 using Response = boost::beast::http::response<boost::beast::http::string_body>;
@@ -53,6 +54,12 @@ struct ServerOptions {
   // 2 cores). Costs at most spin_us of CPU per wake-up when idle. 0: block at
   // once.
   uint32_t spin_us = 50;
+  // HTTPS on a second port, served by the same io threads and the same
+  // Handler (proxy/tls_context.hpp); null: none. https_port 0: any free
+  // port. A client that sends plain HTTP there is answered 400 in plain
+  // text; a refused handshake is reported to Handler::on_tls_refused().
+  std::shared_ptr<ServerTls> tls;
+  uint16_t https_port = 0;
 };
 
 // One request of a connection. The connection reads its next request only
@@ -67,6 +74,8 @@ class Exchange {
   virtual void respond(Response&& response) = 0;
   virtual size_t thread() const = 0;
   virtual asio::io_context& io() = 0;
+  // The request came over TLS (the HTTPS port). Default: false.
+  virtual bool secure() const { return false; }
 
   // Streaming answers (chunked transfer encoding), instead of respond(). All
   // on io(): begin_stream once, then any number of write_chunk, then
@@ -116,6 +125,10 @@ class Handler {
   virtual void on_request(ExchangePtr exchange) = 0;
   // Answers the server sends on its own (400/413/431), for metrics.
   virtual void on_rejected(int /*status*/) {}
+  // A TLS handshake on the HTTPS port failed: plain_http, protocol_version,
+  // no_client_certificate, client_certificate_refused, timeout,
+  // connection_lost or other. On an io thread.
+  virtual void on_tls_refused(const char* /*reason*/) {}
 };
 
 class HttpServer {
@@ -139,6 +152,8 @@ class HttpServer {
   bool closing() const { return closing_.load(std::memory_order_relaxed); }
 
   uint16_t port() const { return port_; }
+  // The HTTPS port (0: none).
+  uint16_t https_port() const { return https_port_; }
   size_t threads() const { return ios_.size(); }
   asio::io_context& io(size_t i) { return *ios_[i]; }
   const ServerOptions& options() const { return options_; }
@@ -163,7 +178,8 @@ class HttpServer {
   static constexpr auto kDeferral = std::chrono::milliseconds(2);
 
  private:
-  void accept();
+  Status open(uint16_t port, std::unique_ptr<asio::ip::tcp::acceptor>& out, uint16_t& bound);
+  void accept(bool tls);
   struct Deferred;
 
   ServerOptions options_;
@@ -175,9 +191,11 @@ class HttpServer {
   std::vector<std::unique_ptr<Deferred>> deferred_;  // per io thread
   std::vector<std::shared_ptr<void>> guards_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
+  std::unique_ptr<asio::ip::tcp::acceptor> tls_acceptor_;
   std::vector<std::thread> threads_;
   size_t next_ = 0;
   uint16_t port_ = 0;
+  uint16_t https_port_ = 0;
   bool running_ = false;
 };
 

@@ -230,6 +230,11 @@ uint64_t Metrics::count(const std::string& app, int status) const {
   return it == requests_.end() ? 0 : it->second;
 }
 
+void Metrics::tls_refused(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++tls_refused_[reason];
+}
+
 std::string Metrics::render(const std::vector<Router::DeploymentView>& deployments) const {
   http_->in_flight.Set(static_cast<double>(in_flight()));
   {
@@ -319,6 +324,20 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
          std::to_string(sent_inline_count()) + "\n";
   out += "troupe_proxy_replica_sends_total{transport=\"peer\"} " +
          std::to_string(sent_peer_count()) + "\n";
+  out += "# HELP troupe_proxy_requests_by_scheme_total Requests parsed, by the port they came "
+         "on: http or https.\n";
+  out += "# TYPE troupe_proxy_requests_by_scheme_total counter\n";
+  out += "troupe_proxy_requests_by_scheme_total{scheme=\"http\"} " +
+         std::to_string(scheme_count(false)) + "\n";
+  out += "troupe_proxy_requests_by_scheme_total{scheme=\"https\"} " +
+         std::to_string(scheme_count(true)) + "\n";
+  out += "# HELP troupe_proxy_tls_handshakes_refused_total TLS handshakes on the HTTPS port "
+         "that failed, by reason.\n";
+  out += "# TYPE troupe_proxy_tls_handshakes_refused_total counter\n";
+  for (const auto& [reason, n] : tls_refused_) {
+    out += "troupe_proxy_tls_handshakes_refused_total{reason=\"" + escape(reason) + "\"} " +
+           std::to_string(n) + "\n";
+  }
   out += "# HELP troupe_proxy_queue_length Requests waiting for a replica, by deployment.\n";
   out += "# TYPE troupe_proxy_queue_length gauge\n";
   for (const auto& d : deployments) {

@@ -74,6 +74,15 @@ class Metrics {
   void sent_inline() { sent_inline_.fetch_add(1, std::memory_order_relaxed); }
   // ... and over another worker's data port (proxy/peer_client.cpp).
   void sent_peer() { sent_peer_.fetch_add(1, std::memory_order_relaxed); }
+  // A request parsed on the HTTP port (secure: false) or the HTTPS port.
+  void scheme(bool secure) {
+    (secure ? requests_https_ : requests_http_).fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t scheme_count(bool secure) const {
+    return (secure ? requests_https_ : requests_http_).load(std::memory_order_relaxed);
+  }
+  // A TLS handshake on the HTTPS port failed (HttpServer's reasons).
+  void tls_refused(const std::string& reason);
   uint64_t sent_peer_count() const { return sent_peer_.load(std::memory_order_relaxed); }
   uint64_t sent_inline_count() const { return sent_inline_.load(std::memory_order_relaxed); }
   // A shadow copy of a request to `app` for its shadow `deployment`, once it
@@ -122,6 +131,9 @@ class Metrics {
   std::atomic<uint64_t> sent_peer_{0};
   std::atomic<uint64_t> sent_caf_{0};
   std::atomic<uint64_t> sent_inline_{0};
+  std::atomic<uint64_t> requests_http_{0};
+  std::atomic<uint64_t> requests_https_{0};
+  std::map<std::string, uint64_t> tls_refused_;  // under mutex_
   struct Http;  // the prometheus-cpp registry and families
   std::unique_ptr<Http> http_;
 };

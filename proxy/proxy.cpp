@@ -16,6 +16,7 @@
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
 #include "proxy/handle_calls.hpp"
+#include "proxy/tls_context.hpp"
 
 namespace troupe::proxy {
 
@@ -57,6 +58,7 @@ void Proxy::Core::log_local(std::string_view method, std::string_view path,
 void Proxy::Core::on_request(ExchangePtr exchange) {
   auto start = Clock::now();
   metrics.request_started();
+  metrics.scheme(exchange->secure());
   auto* w = workers[exchange->thread()].get();
   auto& req = exchange->request();
   boost::beast::string_view target = req.target();
@@ -227,9 +229,12 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   core->keeper = spawn_proxy_keeper(sys, core);
   core->server->run();
   core->admin_server->run();
-  core->log->info("proxy listening on {}:{} ({} io threads), admin on {}:{}",
-                  core->options.server.bind, core->server->port(), core->server->threads(),
-                  core->options.admin.bind, core->admin_server->port());
+  core->log->info("proxy listening on {}:{}{} ({} io threads), admin on {}:{}",
+                  core->options.server.bind, core->server->port(),
+                  core->server->https_port()
+                      ? ", HTTPS on port " + std::to_string(core->server->https_port())
+                      : std::string(),
+                  core->server->threads(), core->options.admin.bind, core->admin_server->port());
   return std::unique_ptr<Proxy>(new Proxy(core));
 }
 
@@ -259,6 +264,15 @@ ProxyActor Proxy::actor() const {
 
 uint16_t Proxy::port() const {
   return core_->server->port();
+}
+
+uint16_t Proxy::https_port() const {
+  return core_->server->https_port();
+}
+
+Status Proxy::reload_tls() {
+  const auto& tls = core_->options.server.tls;
+  return tls ? tls->reload() : Status::ok();
 }
 
 uint16_t Proxy::admin_port() const {

@@ -146,6 +146,11 @@ class Proxy {
   // The proxy actor (the current one: it changes when it is restarted).
   ProxyActor actor() const;
   uint16_t port() const;
+  // The HTTPS port (0: none; ServerOptions::tls).
+  uint16_t https_port() const;
+  // Reads the HTTPS port's files again now (the next connections use them);
+  // the error says why the previous ones stay. OK without HTTPS.
+  Status reload_tls();
   // Where the admin listener listens (see ProxyOptions::admin).
   uint16_t admin_port() const;
   size_t io_threads() const;
