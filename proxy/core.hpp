@@ -2,7 +2,10 @@
 // proxy/): Proxy::Core, and per io thread an IoThread with its transports.
 // Where each part is implemented (proxy/README.md has the table):
 //   proxy.{hpp,cpp}       Proxy (start, stop) and Core::on_request
-//   http_server.{hpp,cpp} the Beast server, one io_context per io thread
+//   http_server.{hpp,cpp} the Beast server, one io_context per io thread;
+//                         HTTP and HTTPS connections on the same threads
+//   tls_context.{hpp,cpp} TLS contexts read again when their files change
+//                         (the HTTPS port's; data_tls.{hpp,cpp} the data ports')
 //   router.{hpp,cpp}      the routing decisions (plain C++)
 //   call.{hpp,cpp}        the call state machine (dispatch, send, retries,
 //                         timeouts, fail-over) and Core's fail-over entries

@@ -2,7 +2,7 @@
 # HTTP data-path benchmark: troupe's proxy against nginx and HAProxy, side by
 # side in one run, on loopback. See README.md next to this script.
 #
-#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b t p c d e"]
+#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b t s p c d e"]
 #                           [--curve "1 8 32 128 512" | --no-curve] [--curve-duration S]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
@@ -19,6 +19,9 @@
 #       and node certificates made by troupectl certs): worker A' to worker
 #       B' over B's data port over TLS (the row's note says how many
 #       requests went that way); started only when --only has t
+#   (s) the same as (a) over HTTPS: A's --https-port with a certificate of
+#       a service CA made here with openssl (TLS 1.3, keep-alive: one
+#       handshake per wrk connection)
 #   (p) troupe proxy on node A -> the same, all replicas on node A,
 #       isolation: process (each replica its own troupe-replica process,
 #       reached over its data channel; the default isolation; (a') of the
@@ -29,7 +32,8 @@
 # and prints requests/s, p50, p99 and the server side's CPU time per request
 # for each, the ratios troupe/peer and the goals: (a) >= 1.3x HAProxy's req/s
 # with p99 no higher, (a') = (p) >= 0.9x HAProxy, (b) >= 0.7x (a), the
-# floor (p) >= 0.6x HAProxy, and with TLS (t) >= 0.8x (b) and >= 0.7x (a). Then the concurrency curve: req/s and p99 of (a),
+# floor (p) >= 0.6x HAProxy, with TLS (t) >= 0.8x (b) and >= 0.7x (a), and
+# HTTPS (s) >= 0.8x (a). Then the concurrency curve: req/s and p99 of (a),
 # (p), HAProxy (d) and nginx (c) at each connection count of --curve (S
 # seconds each, --curve-duration), and whether troupe's p99 grows no faster
 # than HAProxy's from the fewest to the most connections: by how many ms it
@@ -57,7 +61,7 @@ REPLICAS=${REPLICAS:-2}
 MAX_ONGOING=${MAX_ONGOING:-16}
 DEPLOYMENT=${DEPLOYMENT:-Noop}
 IO_THREADS=${IO_THREADS:-1}
-ONLY="a b t p c d e"
+ONLY="a b t s p c d e"
 CURVE="1 8 32 128 512"
 CURVE_DURATION=4
 while [ $# -gt 0 ]; do
@@ -92,6 +96,7 @@ missing=()
 command -v wrk >/dev/null || missing+=(wrk)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+command -v openssl >/dev/null || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} ..." >&2
   apt-get update -qq >/dev/null
@@ -180,12 +185,24 @@ HAP_PID=$!
 ACCESS_LOG=${ACCESS_LOG:-off}
 CTL_PORT=$(free_port); H_PORT=$(free_port); A_PORT=$(free_port); B_PORT=$(free_port)
 A_PEER_PORT=$(free_port); B_PEER_PORT=$(free_port); A_ADMIN_PORT=$(free_port)
+A_HTTPS_PORT=$(free_port)
+# (s): a service CA and a certificate for 127.0.0.1, as a user would make them.
+mkdir -p "$WORK/svc"
+( cd "$WORK/svc"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt \
+    -days 2 -subj /CN=bench-ca 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout a.key -out a.csr \
+    -subj /CN=127.0.0.1 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' >a.ext
+  openssl x509 -req -in a.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out a.crt -days 2 \
+    -extfile a.ext 2>/dev/null )
 "$BIN/troupe-node" --head --port "$CTL_PORT" --state-dir "$WORK/h" --http-port "$H_PORT" \
   --admin-port 0 --resources cpu=2 --log-level warn --access-log "$ACCESS_LOG" >"$WORK/h.log" 2>&1 &
 H_PID=$!
 PIDS+=("$H_PID")
 "$BIN/troupe-node" --join "127.0.0.1:$CTL_PORT" --node-id a --state-dir "$WORK/a" \
-  --http-port "$A_PORT" --admin-port "$A_ADMIN_PORT" --peer-port "$A_PEER_PORT" --resources cpu=2,nodea=1 --log-level warn \
+  --http-port "$A_PORT" --admin-port "$A_ADMIN_PORT" --https-port "$A_HTTPS_PORT" \
+  --https-cert "$WORK/svc/a.crt" --https-key "$WORK/svc/a.key" --peer-port "$A_PEER_PORT" --resources cpu=2,nodea=1 --log-level warn \
   --access-log "$ACCESS_LOG" --proxy-io-threads "$IO_THREADS" >"$WORK/a.log" 2>&1 &
 A_PID=$!
 PIDS+=("$A_PID")
@@ -379,7 +396,7 @@ for k in a b t p c d e; do RPS[$k]=0; P50[$k]=0; P99[$k]=0; ERR[$k]=""; CPU[$k]=
 server_pids() {  # key
   local roots p
   case $1 in
-    a|b|p) roots="$A_PID $B_PID" ;;
+    a|b|p|s) roots="$A_PID $B_PID" ;;
     t) roots="$TA_PID $TB_PID" ;;
     c) roots="${NGX_PID[proxy]} ${NGX_PID[upstream]}" ;;
     d) roots="$HAP_PID ${NGX_PID[upstream]}" ;;
@@ -444,14 +461,14 @@ measure() {  # key, url
 declare -A URL=([e]="http://127.0.0.1:$UP_PORT/" [c]="http://127.0.0.1:$NGX_PROXY_PORT/"
   [d]="http://127.0.0.1:$HAP_PORT/" [a]="http://127.0.0.1:$A_PORT/a/"
   [b]="http://127.0.0.1:$A_PORT/b/" [p]="http://127.0.0.1:$A_PORT/p/"
-  [t]="http://127.0.0.1:${TA_PORT:-0}/b/")
+  [t]="http://127.0.0.1:${TA_PORT:-0}/b/" [s]="https://127.0.0.1:$A_HTTPS_PORT/a/")
 # Requests node A's proxy sent over other workers' data ports (worker to
 # worker without CAF, proxy/peer_client.cpp): (b) says how many of its own did.
 peer_sends() {  # [admin port of the node]
   curl -fsS "http://127.0.0.1:${1:-$A_ADMIN_PORT}/-/metrics" 2>/dev/null |
     awk '/^troupe_proxy_replica_sends_total\{transport="peer"\}/ {print $2}'
 }
-for k in e c d a b t p; do
+for k in e c d a b t s p; do
   case " $ONLY " in
     *" $k "*)
       [ "$k" = b ] && peer_before=$(peer_sends)
@@ -531,12 +548,13 @@ ratio() {
 echo
 echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
 printf '%-50s %10s %9s %9s %11s  %s\n' case "req/s" "p50 ms" "p99 ms" "cpu us/req" notes
-for k in a b t p c d e; do
+for k in a b t s p c d e; do
   case " $ONLY " in *" $k "*) ;; *) continue ;; esac
   case $k in
     a) name="(a) troupe -> $DEPLOYMENT, same node, in_process" ;;
     b) name="(b) troupe on A -> $DEPLOYMENT on B, in_process" ;;
     t) name="(t) the same as (b) with TLS (--tls-dir)" ;;
+    s) name="(s) the same as (a) over HTTPS (--https-port)" ;;
     p) name="(p) troupe -> $DEPLOYMENT, same node, process" ;;
     c) name="(c) nginx -> nginx" ;;
     d) name="(d) HAProxy -> nginx" ;;
@@ -560,6 +578,14 @@ goal_p=$(awk -v p="${RPS[p]}" -v d="${RPS[d]}" "$AWK_NUM"'
   BEGIN { print !(num(p) && num(d)) ? "n/a" : (p + 0 >= 0.6 * d) ? "met" : "not met" }')
 echo "goal (a) >= 1.0x HAProxy req/s with p99 <= HAProxy's: $goal_a; goal (b) >= 0.7x (a): $goal_b;" \
   "goal (p) >= 0.6x HAProxy req/s: $goal_p"
+case " $ONLY " in
+  *" s "*)
+    goal_sa=$(awk -v s="${RPS[s]}" -v a="${RPS[a]}" "$AWK_NUM"'
+      BEGIN { print !(num(s) && num(a)) ? "n/a" : (s + 0 >= 0.8 * a) ? "met" : "not met" }')
+    echo "ratios (s): (s)/(a) req/s $(ratio "${RPS[s]}" "${RPS[a]}"), p99 $(ratio "${P99[s]}" "${P99[a]}")"
+    echo "HTTPS goal: (s) >= 0.8x (a): $goal_sa"
+    ;;
+esac
 case " $ONLY " in
   *" t "*)
     goal_tb=$(awk -v t="${RPS[t]}" -v b="${RPS[b]}" "$AWK_NUM"'
