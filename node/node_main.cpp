@@ -20,6 +20,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
@@ -42,6 +45,7 @@
 #include "runtime/metrics.hpp"
 #include "runtime/security/credentials.hpp"
 #include "runtime/security/tls.hpp"
+#include "runtime/security/openssl_util.hpp"
 #include "runtime/system_setup.hpp"
 #include "runtime/time.hpp"
 
@@ -237,9 +241,13 @@ class Node {
       return st;
     }
     start_agent();
-    log_->info("node {} started ({}; http port {}; admin {}:{}; resources {})", o_.node_id,
+    log_->info("node {} started ({}; http port {}{}; admin {}:{}{}; resources {})", o_.node_id,
                o_.head ? "head" : "worker joining " + o_.join->to_string(), o_.http_port,
-               o_.admin_bind, proxy_->admin_port(), o_.resources.to_string());
+               o_.https_port ? ", https port " + std::to_string(o_.https_port) : std::string(),
+               o_.admin_bind, proxy_->admin_port(),
+               !o_.tls_dir.empty() && !is_loopback(o_.admin_bind) ? " (HTTPS, client certificates)"
+                                                                  : "",
+               o_.resources.to_string());
     return Status::ok();
   }
 
@@ -278,6 +286,7 @@ class Node {
 
  private:
   Status start_proxy();
+  Status secure_admin(proxy::ServerOptions& admin);
   Status start_head(std::shared_ptr<controller::CheckpointStore> checkpoint);
   Status start_replica_processes();
   Status open_peer();
@@ -313,6 +322,29 @@ class Node {
   AgentKeeperActor agent_;
 };
 
+// Off loopback with --tls-dir the admin listener speaks HTTPS only, with the
+// node's certificate, and takes clients with a certificate of the cluster's
+// CA; their role (proxy/admin.cpp) decides what they may read.
+Status Node::secure_admin(proxy::ServerOptions& admin) {
+  auto files = security::find_tls_files(o_.tls_dir, o_.node_id);
+  if (!files)
+    return Status(files.status().code(), "--tls-dir: " + files.status().message());
+  auto tls = proxy::ServerTls::load(files->certificate_file, files->key_file, files->ca_file);
+  if (!tls)
+    return Status(tls.status().code(), "admin listener TLS: " + tls.status().message());
+  admin.tls = std::move(tls.value());
+  admin.tls_only = true;
+  admin.describe_client = [](ssl_st* ssl) -> std::string {
+    X509* cert = SSL_get_peer_certificate(ssl);
+    if (cert == nullptr)
+      return "";
+    auto role = security::detail::role_of(cert);
+    X509_free(cert);
+    return role ? security::to_string(role.value()) : "";
+  };
+  return Status::ok();
+}
+
 // The HTTP proxy listens first: a port in use stops the node before any
 // actor runs.
 Status Node::start_proxy() {
@@ -323,6 +355,10 @@ Status Node::start_proxy() {
   popts.server.port = o_.http_port;
   popts.admin.bind = o_.admin_bind;
   popts.admin.port = o_.admin_port;
+  if (!o_.tls_dir.empty() && !is_loopback(o_.admin_bind)) {
+    if (auto st = secure_admin(popts.admin); !st)
+      return st;
+  }
   if (o_.https_port != 0) {
     auto tls = proxy::ServerTls::load(o_.https_cert, o_.https_key, o_.https_client_ca);
     if (!tls)

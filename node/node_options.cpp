@@ -88,8 +88,8 @@ void add_serving_options(CLI::App& app, NodeOptions& o) {
                  "PEM CA certificates: HTTPS clients must present a certificate one of them "
                  "signed (default: no client certificates)");
   app.add_option("--admin-bind", o.admin_bind,
-                 "address of the admin listener (a non-loopback one needs --insecure; it does "
-                 "not speak TLS)")
+                 "address of the admin listener (off loopback: HTTPS with client certificates "
+                 "of the cluster with --tls-dir, else it needs --insecure)")
       ->capture_default_str();
   app.add_option("--proxy-body-limit", o.proxy_body_limit,
                  "bytes: larger request bodies are answered 413")
@@ -276,15 +276,10 @@ Status check_exposure(const NodeOptions& o) {
                    " is not a loopback address: without TLS anyone who reaches it could deploy "
                    "code or kill actors; give --tls-dir DIR, or --insecure to accept that");
   }
-  // The admin listener shows the cluster's whole state; it does not speak
-  // TLS, so off loopback it is plain text to whoever reaches it.
-  if (!is_loopback(o.admin_bind) && !o.tls_dir.empty()) {
-    return invalid("--admin-bind " + o.admin_bind +
-                   " is not a loopback address: the admin listener does not speak TLS yet, and "
-                   "with --tls-dir the cluster's state must not travel in plain text; keep it "
-                   "on loopback (the default) and scrape or browse it from this host");
-  }
-  if (!is_loopback(o.admin_bind) && !o.insecure) {
+  // The admin listener shows the cluster's whole state: off loopback it
+  // speaks TLS with client certificates of the cluster (--tls-dir), or plain
+  // HTTP to whoever reaches it (--insecure).
+  if (!is_loopback(o.admin_bind) && o.tls_dir.empty() && !o.insecure) {
     return invalid("--admin-bind " + o.admin_bind +
                    " is not a loopback address: anyone who reaches it would see the cluster's "
                    "state and metrics; give --insecure to accept that");

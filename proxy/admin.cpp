@@ -150,6 +150,23 @@ class AdminHandler : public Handler {
       respond(std::move(r));
       return;
     }
+    // Over TLS (off loopback, with --tls-dir) the client certificate's role
+    // decides: the dashboard and its state for operators, the rest also for
+    // nodes (a Prometheus given a node certificate).
+    if (exchange->secure()) {
+      const std::string& role = exchange->client_identity();
+      const bool dashboard = path == "/-/dashboard" || path == "/-/dashboard/state";
+      if (role != "operator" && (dashboard || role != "node")) {
+        respond(json_error(http::status::forbidden,
+                           role.empty() ? "the admin port needs a certificate of the cluster with "
+                                          "a troupe role"
+                                        : "'" + std::string(path) +
+                                              "' needs an operator certificate; this one has the " +
+                                              role + " role",
+                           id));
+        return;
+      }
+    }
     if (path == "/-/dashboard/state" && core_.options.dashboard) {
       core_.dashboard_state(exchange, id, respond);
       return;

@@ -76,6 +76,11 @@ void Exchange::on_client_gone(std::function<void()> /*f*/) {}
 
 bool Exchange::client_gone() const { return false; }
 
+const std::string& Exchange::client_identity() const {
+  static const std::string kNone;
+  return kNone;
+}
+
 namespace {
 
 std::chrono::steady_clock::duration duration_of(double s) {
@@ -144,6 +149,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   }
 
   bool secure() const override { return kTls; }
+  const std::string& client_identity() const override { return client_identity_; }
 
   Request& request() override { return parser_->get(); }
   size_t thread() const override { return thread_; }
@@ -411,6 +417,10 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
 
   void on_handshake(beast::error_code ec) {
     if (!ec) {
+      if constexpr (kTls) {
+        if (server_.options().describe_client)
+          client_identity_ = server_.options().describe_client(stream_.native_handle());
+      }
       read();
       return;
     }
@@ -565,6 +575,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   std::shared_ptr<asio::ssl::context> ctx_;  // TLS: outlives stream_
   Socket stream_;
   std::optional<asio::steady_timer> hangup_timer_;
+  std::string client_identity_;
   HttpServer& server_;
   size_t thread_;
   beast::flat_buffer buffer_;
@@ -662,7 +673,7 @@ Status HttpServer::open(uint16_t port, std::unique_ptr<tcp::acceptor>& out, uint
 Status HttpServer::listen() {
   if (auto st = open(options_.port, acceptor_, port_); !st)
     return st;
-  if (options_.tls) {
+  if (options_.tls && !options_.tls_only) {
     if (auto st = open(options_.https_port, tls_acceptor_, https_port_); !st) {
       acceptor_.reset();
       return Status(st.code(), "HTTPS: " + st.message());
@@ -684,7 +695,7 @@ void HttpServer::accept(bool tls) {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
       // Start on the connection's own thread.
-      if (tls) {
+      if (tls || (options_.tls && options_.tls_only)) {
         auto session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
             std::move(socket), options_.tls->context(), *this, target);
         asio::post(*ios_[target], [session] { session->start(); });

@@ -30,6 +30,8 @@
 
 #include "runtime/status.hpp"
 
+struct ssl_st;
+
 namespace troupe::proxy {
 
 class ServerTls;
@@ -60,6 +62,13 @@ struct ServerOptions {
   // text; a refused handshake is reported to Handler::on_tls_refused().
   std::shared_ptr<ServerTls> tls;
   uint16_t https_port = 0;
+  // With tls: the main port speaks TLS and there is no second one (the
+  // admin listener off loopback).
+  bool tls_only = false;
+  // With tls: what a connection's client certificate says, computed once
+  // after its handshake (e.g. its troupe role) and given by
+  // Exchange::client_identity(); null: nothing.
+  std::function<std::string(ssl_st*)> describe_client;
 };
 
 // One request of a connection. The connection reads its next request only
@@ -76,6 +85,9 @@ class Exchange {
   virtual asio::io_context& io() = 0;
   // The request came over TLS (the HTTPS port). Default: false.
   virtual bool secure() const { return false; }
+  // ServerOptions::describe_client's verdict on this connection's client
+  // certificate ("" without TLS or without it).
+  virtual const std::string& client_identity() const;
 
   // Streaming answers (chunked transfer encoding), instead of respond(). All
   // on io(): begin_stream once, then any number of write_chunk, then

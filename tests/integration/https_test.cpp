@@ -316,3 +316,57 @@ TEST_CASE("https: a bad --https-* option stops the node with a message naming it
     CHECK(r.err.find(k.fragment) != std::string::npos);
   }
 }
+
+TEST_CASE("admin: off loopback with --tls-dir the admin port speaks HTTPS only - metrics for the cluster's certificates - the dashboard for operators only") {
+  Cluster c;
+  const std::string certs = c.dir / "certs";
+  const std::string other = c.dir / "other";
+  auto certs_cmd = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {bin("troupectl"), "certs"});
+    return run(args, 30s).exit_code;
+  };
+  REQUIRE(certs_cmd({"init", certs}) == 0);
+  REQUIRE(certs_cmd({"issue", certs, "--name", "head", "--role", "node"}) == 0);
+  REQUIRE(certs_cmd({"issue", certs, "--name", "prometheus", "--role", "node"}) == 0);
+  REQUIRE(certs_cmd({"issue", certs, "--name", "alice", "--role", "operator"}) == 0);
+  REQUIRE(certs_cmd({"init", other}) == 0);
+  REQUIRE(certs_cmd({"issue", other, "--name", "mallory", "--role", "operator"}) == 0);
+  c.identity = {"--tls-dir", certs, "--tls-name", "alice"};
+  // 0.0.0.0: off loopback, as a multi-host cluster's admin port is (this test
+  // reaches it over 127.0.0.1 only).
+  c.start({}, {"--tls-dir", certs, "--admin-bind", "0.0.0.0"});
+  const std::string admin = "https://127.0.0.1:" + std::to_string(c.admin_ports.at("head"));
+  auto get = [&](const std::string& path, const std::string& dir, const std::string& name) {
+    std::vector<std::string> argv = {"/usr/bin/curl", "-sS",   "--cacert", certs + "/ca.crt",
+                                     "--max-time",    "20",    "-o",       "-",
+                                     "-w",            "\n%{http_code}"};
+    if (!name.empty())
+      argv.insert(argv.end(), {"--cert", dir + "/" + name + ".crt", "--key", dir + "/" + name + ".key"});
+    argv.push_back(admin + path);
+    return run(argv, 30s);
+  };
+
+  // An operator: everything, the dashboard's state included.
+  auto state = get("/-/dashboard/state", certs, "alice");
+  CAPTURE(state.err);
+  REQUIRE(state.exit_code == 0);
+  CHECK(code_of(state) == 200);
+  CHECK(json::parse(body_of(state)).contains("nodes"));
+  CHECK(code_of(get("/-/metrics", certs, "alice")) == 200);
+  // A node certificate (a Prometheus given one): metrics and routes, not the
+  // dashboard.
+  auto metrics = get("/-/metrics", certs, "prometheus");
+  CHECK(code_of(metrics) == 200);
+  CHECK(body_of(metrics).find("troupe_build_info") != std::string::npos);
+  CHECK(code_of(get("/-/routes", certs, "prometheus")) == 200);
+  auto refused = get("/-/dashboard/state", certs, "prometheus");
+  CHECK(code_of(refused) == 403);
+  CHECK(body_of(refused).find("needs an operator certificate; this one has the node role") !=
+        std::string::npos);
+  // No certificate, another cluster's: no handshake. Plain HTTP: 400.
+  CHECK(get("/-/metrics", certs, "").exit_code != 0);
+  CHECK(get("/-/metrics", other, "mallory").exit_code != 0);
+  auto plain = http_get(c.admin_ports.at("head"), "/-/metrics", 10);
+  REQUIRE(plain);
+  CHECK(plain->status == 400);
+}
