@@ -134,10 +134,8 @@ class AdminHandler : public Handler {
     auto& req = exchange->request();
     boost::beast::string_view target = req.target();
     boost::beast::string_view path = target.substr(0, target.find('?'));
-    std::string id;
-    if (auto it = req.find("X-Request-Id"); it != req.end() && valid_request_id(it->value()))
-      id = std::string(it->value());
-    else
+    std::string id = kept_request_id(req);
+    if (id.empty())
       id = core_.id_prefix + "-admin-" + std::to_string(++next_id_);
     auto respond = [exchange, id](Response&& r) {
       r.set("X-Request-Id", id);

@@ -64,10 +64,8 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   boost::beast::string_view target = req.target();
   auto qpos = target.find('?');
   boost::beast::string_view path = target.substr(0, qpos);
-  std::string id;
-  if (auto it = req.find("X-Request-Id"); it != req.end() && valid_request_id(it->value()))
-    id = std::string(it->value());
-  else
+  std::string id = kept_request_id(req);
+  if (id.empty())
     id = w->new_request_id();
   auto answer_local = [&](Response&& r) {
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
