@@ -30,6 +30,7 @@
 #include "runtime/auth.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/forwarder.hpp"
+#include "runtime/gate_link.hpp"
 #include "runtime/keeper_actor.hpp"
 #include "runtime/libraries.hpp"
 #include "runtime/log.hpp"
@@ -339,23 +340,22 @@ Status spawn_process(agent_actor* self, const AgentOptions& o, const ReplicaSpec
   node::ProcessSpec ps;
   ps.id = spec.replica_id;
   ps.executable = o.replica_binary;
-  ps.args = {"--node-port", std::to_string(o.gate_port), "--replica-id", spec.replica_id,
-             "--node-id",   o.info.id,                   "--parent-pid",
-             std::to_string(::getpid()), "--log-level", o.log_level,
-             "--log-format", o.log_format};
+  ps.args = {"--replica-id", spec.replica_id, "--node-id", o.info.id, "--parent-pid",
+             std::to_string(::getpid()), "--log-level", o.log_level, "--log-format",
+             o.log_format};
   // Absolute: the process runs in the replica log directory.
   auto absolute = [](const std::string& path) {
     std::error_code ec;
     auto p = std::filesystem::absolute(path, ec);
     return ec ? path : p.string();
   };
+  if (o.replica_uid >= 0) {
+    ps.args.insert(ps.args.end(), {"--run-as-uid", std::to_string(o.replica_uid), "--run-as-gid",
+                                   std::to_string(o.replica_gid)});
+  }
   for (const auto& dir : o.plugin_path) {
     ps.args.push_back("--plugin-path");
     ps.args.push_back(absolute(dir));
-  }
-  if (!o.tls_dir.empty()) {
-    ps.args.push_back("--tls-dir");
-    ps.args.push_back(absolute(o.tls_dir));
   }
   if (!o.library_cache.empty()) {
     ps.args.push_back("--library-cache");
@@ -378,6 +378,15 @@ Status spawn_process(agent_actor* self, const AgentOptions& o, const ReplicaSpec
                    spec.replica_id, m.status().message());
     }
   }
+  // Its way to this node: a doorbell at which it asks the process
+  // supervisor for connections (no port: runtime/gate_link.hpp).
+  auto doorbell = gate_link::make_doorbell();
+  if (!doorbell)
+    return doorbell.status();
+  ps.args.insert(ps.args.end(),
+                 {"--gate-fd", std::to_string(3 + static_cast<int>(ps.fds.size()))});
+  ps.fds.push_back(doorbell->process.get());
+  ps.doorbell = doorbell->node.release();
   ps.stdin_data = secret + "\n";
   ps.memory_limit_bytes = spec.memory_limit_bytes;
   // glibc reserves 64 MiB of address space per thread arena; under an
@@ -386,6 +395,7 @@ Status spawn_process(agent_actor* self, const AgentOptions& o, const ReplicaSpec
   auto pid = o.processes->spawn(ps);
   for (int fd : made.child_fds)
     ::close(fd);
+  doorbell->process = gate_link::Fd();
   if (!pid)
     return pid.status();
   if (made.channel)

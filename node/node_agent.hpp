@@ -91,8 +91,9 @@ struct AgentOptions {
   // supervisor such replicas are refused (never silently run in process).
   std::shared_ptr<node::ProcessSupervisor> processes;
   std::string replica_binary;  // the troupe-replica executable
-  // Where replica processes reach this node's replica gate (127.0.0.1).
-  uint16_t gate_port = 0;
+  // The user they run as (node/replica_user.hpp); -1: the node's own.
+  int64_t replica_uid = -1;
+  int64_t replica_gid = -1;
   std::vector<std::string> plugin_path;  // handed to replica processes
   // Pinned libraries (runtime/libraries.hpp): fetched into this directory
   // before a replica that needs one starts; handed to replica processes.
@@ -101,7 +102,6 @@ struct AgentOptions {
   // this old, looked for at this interval.
   double library_cache_retention_s = 3600;
   double library_cache_prune_interval_s = 600;
-  std::string tls_dir;                   // with TLS: they present this node's certificate
   std::string log_level = "info";
   std::string log_format = "text";
   // A replica process that has not attached by then is killed and its start

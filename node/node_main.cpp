@@ -35,6 +35,8 @@
 #include "node/process_supervisor.hpp"
 #include "node/peer_listener.hpp"
 #include "node/replica_gate.hpp"
+#include "node/replica_user.hpp"
+#include "runtime/gate_link.hpp"
 #include "proxy/data_tls.hpp"
 #include "proxy/proxy.hpp"
 #include "proxy/tls_context.hpp"
@@ -223,8 +225,9 @@ std::string library_cache_dir(const NodeOptions& o) {
 class Node {
  public:
   Node(const NodeOptions& o, caf::actor_system& sys, std::optional<security::Identity> identity,
-       std::string log_file)
-      : o_(o), sys_(sys), identity_(std::move(identity)), log_file_(std::move(log_file)) {}
+       std::string log_file, std::optional<node::RunAs> replica_user)
+      : o_(o), sys_(sys), identity_(std::move(identity)), log_file_(std::move(log_file)),
+        replica_user_(replica_user) {}
 
   // Starts every part; an error names what did not start (nothing is left
   // running then).
@@ -300,6 +303,8 @@ class Node {
   caf::actor_system& sys_;
   std::optional<security::Identity> identity_;
   std::string log_file_;
+  // Who replica processes run as (node/replica_user.hpp); empty: as the node.
+  std::optional<node::RunAs> replica_user_;
   std::shared_ptr<spdlog::logger> log_ = log::get("node");
   std::shared_ptr<GaveUp> gave_up_ = std::make_shared<GaveUp>();
   std::function<void(const std::string&)> on_give_up_ = [g = gave_up_](const std::string& m) {
@@ -316,7 +321,7 @@ class Node {
   std::shared_ptr<KeeperRef> keeper_ref_ = std::make_shared<KeeperRef>();
   std::shared_ptr<node::ProcessSupervisor> processes_;
   ReplicaGateActor gate_;
-  uint16_t gate_port_ = 0;
+  const std::set<std::string> gate_types_ = sys_.message_types<ReplicaGateActor>();
   std::optional<node::PeerListener> peer_;
   std::string advertised_;
   AgentKeeperActor agent_;
@@ -428,7 +433,7 @@ Status Node::start_head(std::shared_ptr<controller::CheckpointStore> checkpoint)
 }
 
 // Replica processes: started and reaped by the process supervisor; they
-// reach this node through the replica gate on loopback.
+// reach this node's replica gate over socket pairs (runtime/gate_link.hpp).
 Status Node::start_replica_processes() {
   node::SupervisorOptions sup_options;
   if (!o_.state_dir.empty())
@@ -439,18 +444,21 @@ Status Node::start_replica_processes() {
                      exit.describe(), exit.clean());
     }
   };
+  // A replica process asks for a connection to the gate (at its start, and
+  // when this node dropped the one it had): runtime/gate_link.hpp.
+  sup_options.on_doorbell = [this](const std::string& id, int doorbell) {
+    if (auto offered = gate_link::offer_connection(sys_, caf::actor_cast<caf::actor>(gate_),
+                                                   gate_types_, doorbell);
+        !offered)
+      log_->warn("replica process {}: no connection to the node offered: {}", id,
+                 offered.message());
+  };
   auto started = node::ProcessSupervisor::start(std::move(sup_options));
   if (!started)
     return started.status();
   processes_ = std::move(started.value());
   gate_ = node::spawn_replica_gate(sys_, [ref = keeper_ref_] { return ref->get(); });
-  auto port = security::publish(caf::actor_cast<caf::actor>(gate_), 0, "127.0.0.1");
-  if (!port) {
-    return Status(errc::unavailable,
-                  "cannot open the replica port on 127.0.0.1: " + sys_.render(port.error()));
-  }
-  gate_port_ = *port;
-  log_->info("replica processes reach this node on 127.0.0.1:{}", gate_port_);
+  log_->info("replica processes reach this node over socket pairs it passes them (no port)");
   return Status::ok();
 }
 
@@ -492,9 +500,11 @@ void Node::start_agent() {
   aopts.identity = identity_;
   aopts.processes = processes_;
   aopts.replica_binary = replica_binary(o_);
-  aopts.gate_port = gate_port_;
+  if (replica_user_) {
+    aopts.replica_uid = static_cast<int64_t>(replica_user_->uid);
+    aopts.replica_gid = static_cast<int64_t>(replica_user_->gid);
+  }
   aopts.plugin_path = o_.plugin_path;
-  aopts.tls_dir = o_.tls_dir;
   aopts.log_level = o_.log_level;
   aopts.log_format = o_.log_format;
   aopts.channels = channels_;
@@ -604,7 +614,6 @@ void Node::stop(const sigset_t& signals, const std::string& failure, int exit_co
   keeper_ref_->set(AgentKeeperActor());
   proxy_->stop();
   if (!security::tls_enabled(sys_)) {
-    sys_.middleman().close(gate_port_);
     if (peer_)
       sys_.middleman().close(peer_->port);
     if (supervisor_)
@@ -616,7 +625,7 @@ void Node::stop(const sigset_t& signals, const std::string& failure, int exit_co
 // and checkpoint, the log. An exit code when the node must not start.
 std::optional<int> prepare(int argc, char** argv, NodeOptions& o,
                            std::shared_ptr<controller::CheckpointStore>& checkpoint,
-                           log::Options& log_options) {
+                           log::Options& log_options, std::optional<node::RunAs>& replica_user) {
   std::error_code ec;
   auto executable = std::filesystem::read_symlink("/proc/self/exe", ec);
   auto parsed =
@@ -654,6 +663,17 @@ std::optional<int> prepare(int argc, char** argv, NodeOptions& o,
         "code and kill actors",
         o.bind);
   }
+  auto isolated = node::isolate_replicas({o.replica_user, o.state_dir, library_cache_dir(o),
+                                          o.plugin_path, o.tls_dir});
+  if (!isolated)
+    return usage_error(isolated.status().message());
+  replica_user = isolated->user;
+  if (!isolated->warning.empty())
+    log::get("node")->warn("{}", isolated->warning);
+  if (replica_user) {
+    log::get("node")->info("replica processes run as user {} (uid {}, gid {})", replica_user->name,
+                           replica_user->uid, replica_user->gid);
+  }
   return std::nullopt;
 }
 
@@ -661,7 +681,7 @@ std::optional<int> prepare(int argc, char** argv, NodeOptions& o,
 // `started`: whether it ran (and so stopped).
 int run(const NodeOptions& o, const sigset_t& signals,
         std::shared_ptr<controller::CheckpointStore> checkpoint, const std::string& log_file,
-        bool& started) {
+        const std::optional<node::RunAs>& replica_user, bool& started) {
   auto log = log::get("node");
   caf::actor_system_config cfg;
   configure_actor_system(cfg,
@@ -670,7 +690,7 @@ int run(const NodeOptions& o, const sigset_t& signals,
   if (!identity)
     return usage_error(identity.status().message());
   caf::actor_system sys{cfg};
-  Node node(o, sys, std::move(identity.value()), log_file);
+  Node node(o, sys, std::move(identity.value()), log_file, replica_user);
   if (auto st = node.start(std::move(checkpoint)); !st)
     return usage_error(st.message());
   started = true;
@@ -704,10 +724,11 @@ int main(int argc, char** argv) {
   NodeOptions o;
   std::shared_ptr<controller::CheckpointStore> checkpoint;
   log::Options log_options;
-  if (auto code = prepare(argc, argv, o, checkpoint, log_options))
+  std::optional<node::RunAs> replica_user;
+  if (auto code = prepare(argc, argv, o, checkpoint, log_options, replica_user))
     return *code;
   bool started = false;
-  int exit_code = run(o, signals, std::move(checkpoint), log_options.file, started);
+  int exit_code = run(o, signals, std::move(checkpoint), log_options.file, replica_user, started);
   if (started)
     log::get("node")->info("stopped");
   log::shutdown();

@@ -144,6 +144,11 @@ void add_code_and_head_options(CLI::App& app, NodeOptions& o, RawArgs& raw,
                  "(default: <state-dir>/library-cache, else one under the temp dir)");
   app.add_option("--replica-binary", o.replica_binary,
                  "troupe-replica executable for replica processes (default: next to troupe-node)");
+  app.add_option("--replica-user", o.replica_user,
+                 "run replica processes as this user, without the node's keys and state "
+                 "(default when troupe-node runs as root: troupe-replica, if that user exists) "
+                 "[env TROUPE_REPLICA_USER]")
+      ->envname("TROUPE_REPLICA_USER");
   app.add_option("--tls-dir", o.tls_dir,
                  "TLS with mutual certificate authentication: directory with ca.crt and "
                  "<node-id>.crt/.key (troupectl certs) [env TROUPE_TLS_DIR]")

@@ -79,6 +79,9 @@ struct NodeOptions {
   // troupe-replica, started for every replica of `isolation: process`;
   // "": the one next to troupe-node.
   std::string replica_binary;
+  // Replica processes run as this user (node/replica_user.hpp); "" : the
+  // default (troupe-replica when the node runs as root and that user exists).
+  std::string replica_user;
   // Head: caps on what one config may ask for.
   uint32_t max_replicas_per_deployment = 1000;
   uint64_t max_replicas_total = 10000;

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/doorbell.hpp"
 #include "runtime/log.hpp"
 
 extern char** environ;
@@ -135,6 +136,8 @@ struct Child {
   uint64_t log_bytes = 0;
   std::string cgroup;  // its cgroup directory, or ""
   uint64_t memory_limit = 0;
+  int doorbell = -1;   // the node's end (runtime/doorbell.hpp), or -1
+  std::chrono::steady_clock::time_point last_offer{};
 };
 
 struct ProcessSupervisor::Impl {
@@ -238,6 +241,31 @@ struct ProcessSupervisor::Impl {
     }
   }
 
+  void close_doorbell(Child& c) {
+    if (c.doorbell < 0)
+      return;
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.doorbell, nullptr);
+    by_fd.erase(c.doorbell);
+    ::close(c.doorbell);
+    c.doorbell = -1;
+  }
+
+  // The process rang: true when it is owed a connection now (at most one
+  // per doorbell_interval_s; a process that rings meanwhile rings again).
+  bool rang(Child& c) {
+    auto rings = gate_link::take_rings(c.doorbell);
+    if (!rings) {
+      close_doorbell(c);  // its end is closed: it exits
+      return false;
+    }
+    auto now = std::chrono::steady_clock::now();
+    auto interval = std::chrono::duration<double>(options.doorbell_interval_s);
+    if (*rings == 0 || now - c.last_offer < interval)
+      return false;
+    c.last_offer = now;
+    return true;
+  }
+
   // Reaps an exited child (blocking when `wait`), and releases its resources.
   ProcessExit reap(Child& c, bool wait) {
     ProcessExit exit;
@@ -284,6 +312,7 @@ struct ProcessSupervisor::Impl {
     if (c.log_fd >= 0)
       ::close(c.log_fd);
     c.log_fd = -1;
+    close_doorbell(c);
     ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.pidfd, nullptr);
     by_fd.erase(c.pidfd);
     ::close(c.pidfd);
@@ -310,6 +339,7 @@ struct ProcessSupervisor::Impl {
         }
         std::unique_ptr<Child> exited;
         ProcessExit exit;
+        std::string ringing;
         {
           std::lock_guard<std::mutex> lock(mutex);
           auto it = by_fd.find(fd);
@@ -320,11 +350,24 @@ struct ProcessSupervisor::Impl {
             drain(c);
             continue;
           }
-          exit = reap(c, /*wait=*/false);
-          auto cit = children.find(c.id);
-          exited = std::move(cit->second);
-          children.erase(cit);
+          if (fd == c.doorbell) {
+            if (rang(c))
+              ringing = c.id;
+          } else {
+            exit = reap(c, /*wait=*/false);
+            auto cit = children.find(c.id);
+            exited = std::move(cit->second);
+            children.erase(cit);
+          }
         }
+        // `fd` stays open: only this thread closes doorbells, when it reaps.
+        if (!ringing.empty()) {
+          if (options.on_doorbell)
+            options.on_doorbell(ringing, fd);
+          continue;
+        }
+        if (!exited)
+          continue;
         if (options.on_exit)
           options.on_exit(exited->id, exit);
       }
@@ -551,10 +594,16 @@ void ProcessSupervisor::Impl::watch(std::unique_ptr<Child> c) {
   ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c->pidfd, &ev);
   by_fd[c->out_fd] = c.get();
   by_fd[c->pidfd] = c.get();
+  if (c->doorbell >= 0) {
+    ev.data.fd = c->doorbell;
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c->doorbell, &ev);
+    by_fd[c->doorbell] = c.get();
+  }
   children[c->id] = std::move(c);
 }
 
 Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
+  gate_link::Fd doorbell(spec.doorbell);  // ours now, closed unless it runs
   auto& im = *impl_;
   std::lock_guard<std::mutex> lock(im.mutex);
   if (im.stopping.load())
@@ -625,6 +674,7 @@ Result<pid_t> ProcessSupervisor::spawn(const ProcessSpec& spec) {
     (void)!::write(in_pipe[1], spec.stdin_data.data(), spec.stdin_data.size());
   }
   ::close(in_pipe[1]);
+  c->doorbell = doorbell.release();
   im.watch(std::move(c));
   return pid;
 }

@@ -72,6 +72,11 @@ struct ProcessSpec {
   // Descriptors the process gets as fds 3, 4, ... in this order (every other
   // descriptor of the node is closed in it). The caller keeps its own.
   std::vector<int> fds;
+  // The node's end of the process's doorbell (runtime/gate_link.hpp), or
+  // -1: handed over to the supervisor, which closes it when the process is
+  // reaped (or not started) and calls SupervisorOptions::on_doorbell when
+  // the process rings.
+  int doorbell = -1;
 };
 
 struct SupervisorOptions {
@@ -89,6 +94,12 @@ struct SupervisorOptions {
   bool use_cgroups = true;
   // Runs on the supervisor's thread once per process, after it is reaped.
   std::function<void(const std::string& id, const ProcessExit& exit)> on_exit;
+  // Runs on the supervisor's thread when process `id` rang its doorbell
+  // (it asks for a connection to the node), at most once per
+  // doorbell_interval_s per process: rings in between are dropped (the
+  // process rings again when no connection came).
+  std::function<void(const std::string& id, int doorbell)> on_doorbell;
+  double doorbell_interval_s = 0.25;
 };
 
 class ProcessSupervisor {

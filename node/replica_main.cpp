@@ -5,9 +5,10 @@
 //      node already died before that was set;
 //   2. it reads its one-time secret from stdin — the node writes it after
 //      the memory limit holds, so no user code runs unlimited;
-//   3. it connects to the node's replica gate on 127.0.0.1, proves itself
-//      with the secret and gets its ReplicaSpec, the node's metrics sink and
-//      proxy (for deployment handles);
+//   3. it connects to the node's replica gate over the socket the node
+//      passed through its doorbell (--gate-fd, runtime/gate_link.hpp: no
+//      port), proves itself with the secret and gets its ReplicaSpec, the
+//      node's metrics sink and proxy (for deployment handles);
 //   4. it spawns the replica actor (replica/replica_actor.hpp) and attaches
 //      its handle; from then on the controller and the proxies talk to it
 //      through the agent's forwarding handle;
@@ -28,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <new>
 #include <optional>
@@ -39,14 +41,15 @@
 #include <caf/io/all.hpp>
 
 #include "node/process_supervisor.hpp"
+#include "node/replica_user.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/forwarder.hpp"
+#include "runtime/gate_link.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
-#include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
 #include "runtime/wire.hpp"
 
@@ -82,25 +85,28 @@ struct Welcome {
   ProxyKeeperActor proxy;
 };
 
-// Connects to the node's replica gate and says hello with the secret; empty
-// with `why` set when that fails.
-std::optional<Welcome> meet_node(caf::actor_system& sys, caf::scoped_actor& self,
-                                 uint16_t node_port, const std::string& replica_id,
-                                 const std::string& secret, std::chrono::seconds timeout,
-                                 std::string& why) {
-  const std::string where = "127.0.0.1:" + std::to_string(node_port);
-  Welcome w;
-  self->request(security::transport_actor(sys), timeout, caf::connect_atom::value,
-                std::string("127.0.0.1"), node_port)
-      .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-            w.gate = caf::actor_cast<ReplicaGateActor>(ptr);
-            if (!w.gate)
-              why = "the node publishes no replica gate on " + where;
-          },
-          [&](caf::error& err) { why = "cannot reach the node on " + where + ": " + sys.render(err); });
-  if (!w.gate)
+// Rings the doorbell, takes the connection the node passes through it,
+// reaches the node's replica gate over it and says hello with the secret;
+// empty with `why` set when that fails.
+std::optional<Welcome> meet_node(caf::actor_system& sys, caf::scoped_actor& self, int gate_fd,
+                                 const std::string& replica_id, const std::string& secret,
+                                 std::chrono::seconds timeout, std::string& why) {
+  if (auto rung = gate_link::ring(gate_fd); !rung) {
+    why = "cannot ask the node for a connection: " + rung.message();
     return std::nullopt;
+  }
+  auto fd = gate_link::take_fd(gate_fd, timeout);
+  if (!fd) {
+    why = "no connection to the node: " + fd.status().message();
+    return std::nullopt;
+  }
+  auto gate = gate_link::connect(sys, self, std::move(fd.value()), timeout);
+  if (!gate) {
+    why = gate.status().message();
+    return std::nullopt;
+  }
+  Welcome w;
+  w.gate = caf::actor_cast<ReplicaGateActor>(std::move(gate.value()));
   bool welcomed = false;
   self->request(w.gate, timeout, replica_hello_atom::value, replica_id, secret)
       .receive(
@@ -137,13 +143,14 @@ bool attach(caf::scoped_actor& self, const ReplicaGateActor& gate, const std::st
 
 // The command line troupe-node gives this process.
 struct Args {
-  uint16_t node_port = 0;
+  int gate_fd = -1;
+  int64_t run_as_uid = -1;
+  int64_t run_as_gid = -1;
   std::string replica_id;
   std::string node_id;
   pid_t parent_pid = 0;
   std::vector<std::string> plugin_path;
   std::string library_cache;
-  std::string tls_dir;
   std::string log_level = "info";
   std::string log_format = "text";
   size_t channel_lanes = 0;
@@ -153,14 +160,17 @@ struct Args {
 // The arguments, or the exit code of a bad command line.
 std::optional<int> parse_args(int argc, char** argv, Args& a) {
   CLI::App app{"troupe-replica: one replica in its own process (started by troupe-node)"};
-  app.add_option("--node-port", a.node_port, "the node's replica port on 127.0.0.1")->required();
+  app.add_option("--gate-fd", a.gate_fd,
+                 "the doorbell through which the node passes connections to it")
+      ->required();
+  app.add_option("--run-as-uid", a.run_as_uid, "become this user before any user code runs");
+  app.add_option("--run-as-gid", a.run_as_gid, "with this group");
   app.add_option("--replica-id", a.replica_id, "the replica this process runs")->required();
   app.add_option("--node-id", a.node_id, "the node that started it")->required();
   app.add_option("--parent-pid", a.parent_pid, "pid of that node's troupe-node")->required();
   app.add_option("--plugin-path", a.plugin_path, "directories of deployment libraries");
   app.add_option("--library-cache", a.library_cache,
                  "the node's cache of libraries pinned by their SHA-256");
-  app.add_option("--tls-dir", a.tls_dir, "present the node's certificate from this directory");
   app.add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
   app.add_option("--log-format", a.log_format, "text or json");
   app.add_option("--channel-lanes", a.channel_lanes,
@@ -173,6 +183,23 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
     return app.exit(e);
   }
   return std::nullopt;
+}
+
+// With --run-as-uid: becomes that user for good (node/replica_user.hpp),
+// before it reads its secret or loads any user code; the uid change clears
+// PR_SET_PDEATHSIG, so it is set again.
+void become_replica_user(const Args& a) {
+  if (a.run_as_uid < 0)
+    return;
+  if (a.run_as_gid < 0)
+    fail("--run-as-uid needs --run-as-gid");
+  if (auto st = node::drop_to(static_cast<uid_t>(a.run_as_uid), static_cast<gid_t>(a.run_as_gid));
+      !st)
+    fail("cannot become uid " + std::to_string(a.run_as_uid) + ": " + st.message());
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Its working directory (the node's replica log directory) is the node's.
+  if (::chdir("/") != 0)
+    fail("chdir /: " + std::string(std::strerror(errno)));
 }
 
 // The data channel whose ends the node passed as fds 3, 4 and 5...; empty
@@ -274,7 +301,7 @@ void ReplicaProcess::watch_replica_actor() {
 void ReplicaProcess::start() {
   std::string why;
   auto first =
-      meet_node(sys_, self_, a_.node_port, a_.replica_id, secret_, std::chrono::seconds(10), why);
+      meet_node(sys_, self_, a_.gate_fd, a_.replica_id, secret_, std::chrono::seconds(10), why);
   if (!first)
     fail(why);
   gate_ = first->gate;
@@ -313,7 +340,7 @@ bool ReplicaProcess::attach_again(const caf::error& reason) {
   auto until = std::chrono::steady_clock::now() + kReattachFor;
   while (std::chrono::steady_clock::now() < until && ::getppid() == a_.parent_pid) {
     auto back =
-        meet_node(sys_, self_, a_.node_port, a_.replica_id, secret_, std::chrono::seconds(2), why);
+        meet_node(sys_, self_, a_.gate_fd, a_.replica_id, secret_, std::chrono::seconds(2), why);
     if (back) {
       sink_target_->set(caf::actor_cast<caf::actor>(back->sink));
       proxy_target_->set(caf::actor_cast<caf::actor>(back->proxy));
@@ -359,10 +386,13 @@ int main(int argc, char** argv) {
   Args a;
   if (auto code = parse_args(argc, argv, a))
     return *code;
+  become_replica_user(a);
   // The node died between starting us and PR_SET_PDEATHSIG taking hold.
   if (::getppid() != a.parent_pid)
     return 1;
   auto data_channel = open_data_channel(a);
+  if (a.gate_fd < 0 || ::fcntl(a.gate_fd, F_SETFD, FD_CLOEXEC) != 0)
+    fail("--gate-fd: fd " + std::to_string(a.gate_fd) + " is not open");
   std::set_new_handler(out_of_memory);
   std::string secret;
   if (!std::getline(std::cin, secret) || secret.empty())
@@ -383,10 +413,6 @@ int main(int argc, char** argv) {
   TransportOptions transport;
   transport.connection_timeout_s = 0;
   configure_actor_system(cfg, transport);
-  if (!a.tls_dir.empty()) {
-    if (auto st = security::configure_tls(cfg, a.tls_dir, a.node_id); !st)
-      fail("--tls-dir: " + st.message());
-  }
   caf::actor_system sys{cfg};
   ReplicaProcess process(sys, a, std::move(secret), std::move(data_channel));
   process.start();

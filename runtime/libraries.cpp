@@ -96,6 +96,9 @@ Status write_atomically(const std::string& target, std::string_view bytes, bool 
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return {errc::io_error, "cannot create " + tmp + ": " + errno_text()};
+  // 0644 whatever the umask: replica processes of another user load it
+  // (node/replica_user.hpp).
+  (void)::fchmod(fd, 0644);
   if (auto written = write_all(fd, bytes, tmp); !written) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -471,6 +474,7 @@ Result<uint64_t> LibraryDir::append(const std::string& sha256, uint64_t total, u
     in_progress_.erase(sha256);
     return {errc::io_error, "cannot write " + partial + ": " + errno_text()};
   }
+  (void)::fchmod(fd, 0644);  // as in write_atomically
   if (auto written = write_all(fd, piece, partial); !written) {
     ::close(fd);
     in_progress_.erase(sha256);

@@ -384,69 +384,10 @@ TEST_CASE("requests to replica processes of the node go over their data channel 
   CHECK(sends_over(admin, "caf") - caf_before == 1);
 }
 
-TEST_CASE("a local process without the secret is refused by the replica port - replicas listen on none") {
-  Fixture f;
-  REQUIRE(f.client->deploy(example_app("echo", "/echo", "Echo", 3)).has_value());
-  REQUIRE(f.wait_healthy("echo", "Echo", 3));
-  auto before = f.replica_nodes("echo", "Echo");
-  std::string on_w1;
-  for (const auto& [id, node] : before) {
-    if (node == "w1")
-      on_w1 = id;
-  }
-  REQUIRE(!on_w1.empty());
-  // w1's replica port, from its log.
-  auto log = f.cluster.nodes.at("w1").output();
-  const std::string marker = "replica processes reach this node on 127.0.0.1:";
-  auto at = log.find(marker);
-  REQUIRE(at != std::string::npos);
-  uint16_t port = static_cast<uint16_t>(std::stoi(log.substr(at + marker.size())));
+namespace {
 
-  caf::scoped_actor self{*f.sys};
-  caf::actor gate;
-  self->request(f.sys->middleman().actor_handle(), std::chrono::seconds(5),
-                caf::connect_atom::value, std::string("127.0.0.1"), port)
-      .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-            gate = caf::actor_cast<caf::actor>(ptr);
-          },
-          [&](caf::error& err) { FAIL("connect: " << f.sys->render(err)); });
-  REQUIRE(gate);
-  auto refused = [&](auto&&... xs) {
-    bool was_refused = false;
-    self->request(gate, std::chrono::seconds(5), std::forward<decltype(xs)>(xs)...)
-        .receive([&](caf::message&) {}, [&](caf::error&) { was_refused = true; });
-    return was_refused;
-  };
-  // A made-up replica, a real one with a wrong secret, an attach, and a
-  // message the gate does not take.
-  CHECK(refused(replica_hello_atom::value, std::string("nobody#X#1"), std::string("guess")));
-  CHECK(refused(replica_hello_atom::value, on_w1, std::string(64, '0')));
-  CHECK(refused(replica_attach_atom::value, on_w1, std::string(64, '0'),
-                caf::actor_cast<ReplicaActor>(self)));
-  CHECK(refused(kill_replica_atom::value, on_w1));
-  CHECK(wait_until(
-      [&] {
-        auto out = f.cluster.nodes.at("w1").output();
-        // Once the replica attached, nobody can speak for it again (the
-        // secret is taken again only while its connection is lost).
-        return out.find("refused a process that claims to be replica 'nobody#X#1' (hello): no "
-                        "such replica process") != std::string::npos &&
-               out.find("refused a process that claims to be replica '" + on_w1 +
-                        "' (attach): it has attached already") != std::string::npos &&
-               out.find("replica gate: refused a message ('killrep'") != std::string::npos;
-      },
-      5s));
-  // Nothing changed.
-  CHECK(f.replica_nodes("echo", "Echo") == before);
-  auto r = http_get(f.cluster.http_ports.at("w1"), "/echo/x", 10);
-  REQUIRE(r.has_value());
-  CHECK(r->status == 200);
-
-  // A replica process listens on no port: its only socket is the one it
-  // opened to its node.
-  pid_t pid = f.replica_pid(on_w1);
-  REQUIRE(pid > 0);
+// The socket inodes process `pid` holds.
+std::set<std::string> socket_inodes(pid_t pid) {
   std::set<std::string> inodes;
   std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
   if (DIR* d = ::opendir(fd_dir.c_str())) {
@@ -461,17 +402,114 @@ TEST_CASE("a local process without the secret is refused by the replica port - r
     }
     ::closedir(d);
   }
-  CHECK(!inodes.empty());
-  std::ifstream tcp("/proc/net/tcp");
-  std::string line;
-  std::getline(tcp, line);
-  while (std::getline(tcp, line)) {
-    std::istringstream in(line);
-    std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
-    in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-    if (inodes.count(inode)) {
-      CAPTURE(line);
-      CHECK(state != "0A");  // LISTEN
+  return inodes;
+}
+
+// Inode -> local port of every listening TCP socket (IPv4 and IPv6).
+std::map<std::string, uint16_t> listening_tcp() {
+  std::map<std::string, uint16_t> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      fields >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+          inode;
+      if (state == "0A")  // LISTEN
+        out[inode] = static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16));
     }
   }
+  return out;
+}
+
+// Inodes of every listening Unix socket (flag __SO_ACCEPTCON).
+std::set<std::string> listening_unix() {
+  std::set<std::string> out;
+  std::ifstream in("/proc/net/unix");
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string num, refs, protocol, flags, type, st, inode;
+    fields >> num >> refs >> protocol >> flags >> type >> st >> inode;
+    if ((std::stoul(flags, nullptr, 16) & 0x10000) != 0)
+      out.insert(inode);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the replica gate has no port - no socket listens for replica processes and no port of a node hands out the gate") {
+  // Replica processes reach their node over socket pairs passed at their
+  // start (runtime/gate_link.hpp). Nothing listens on their behalf: neither
+  // they nor their node hold a listening socket other than the node's
+  // declared ports, and none of those hands a CAF client the replica gate.
+  Fixture f;
+  REQUIRE(f.client->deploy(example_app("echo", "/echo", "Echo", 3)).has_value());
+  REQUIRE(f.wait_healthy("echo", "Echo", 3));
+  auto replicas = f.replica_nodes("echo", "Echo");
+  REQUIRE(replicas.size() == 3);
+  const auto tcp = listening_tcp();
+  const auto unix_listening = listening_unix();
+  for (const auto& [id, node] : replicas) {
+    CAPTURE(id);
+    pid_t pid = f.replica_pid(id);
+    REQUIRE(pid > 0);
+    auto inodes = socket_inodes(pid);
+    CHECK(!inodes.empty());  // its data channel and its connection to the node
+    for (const auto& inode : inodes) {
+      CAPTURE(inode);
+      CHECK(tcp.count(inode) == 0);
+      CHECK(unix_listening.count(inode) == 0);
+    }
+  }
+  caf::scoped_actor self{*f.sys};
+  for (const std::string node : {"head", "w1", "w2"}) {
+    CAPTURE(node);
+    std::set<uint16_t> ports;
+    for (const auto& inode : socket_inodes(f.cluster.nodes.at(node).pid())) {
+      CHECK(unix_listening.count(inode) == 0);
+      if (auto it = tcp.find(inode); it != tcp.end())
+        ports.insert(it->second);
+    }
+    // The scan sees the node's own listeners.
+    CHECK(ports.count(f.cluster.http_ports.at(node)) == 1);
+    CHECK(ports.count(f.cluster.admin_ports.at(node)) == 1);
+    for (uint16_t port : ports) {
+      CAPTURE(port);
+      caf::actor published;
+      self->request(f.sys->middleman().actor_handle(), std::chrono::seconds(5),
+                    caf::connect_atom::value, std::string("127.0.0.1"), port)
+          .receive(
+              [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+                published = caf::actor_cast<caf::actor>(ptr);
+              },
+              [&](caf::error&) {});  // not a CAF port (HTTP, admin, data port)
+      if (!published)
+        continue;
+      // A CAF port: what it publishes does not take a replica's hello at all
+      // (the gate would, and refuse a made-up replica).
+      std::string answer = "an answer";
+      bool not_taken = false;
+      self->request(published, std::chrono::seconds(5), replica_hello_atom::value,
+                    std::string("nobody#X#1"), std::string("guess"))
+          .receive([&](caf::message&) {},
+                   [&](caf::error& err) {
+                     answer = f.sys->render(err);
+                     not_taken = err == caf::sec::unexpected_message;
+                   });
+      CAPTURE(answer);
+      CHECK(not_taken);
+    }
+  }
+  CHECK(f.cluster.nodes.at("w1").output().find(
+            "replica processes reach this node over socket pairs") != std::string::npos);
+  // Nothing changed, and the replicas serve.
+  CHECK(f.replica_nodes("echo", "Echo") == replicas);
+  auto r = http_get(f.cluster.http_ports.at("w1"), "/echo/x", 10);
+  REQUIRE(r.has_value());
+  CHECK(r->status == 200);
 }

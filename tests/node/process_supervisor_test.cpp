@@ -13,8 +13,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "node/process_supervisor.hpp"
+#include "runtime/doorbell.hpp"
 #include "tools/common/process.hpp"
 
 using namespace troupe;
@@ -216,4 +218,50 @@ TEST_CASE("process supervisor: signal names and byte sizes as status messages pr
   CHECK(format_bytes(512ull << 20) == "512 MiB");
   CHECK(format_bytes(1536ull << 20) == "1.5 GiB");
   CHECK(format_bytes(100) == "100 bytes");
+}
+
+TEST_CASE("process supervisor: a process that rings its doorbell is offered a connection once per interval - the doorbell closes when it is reaped") {
+  proc::TempDir dir{"troupe-supervisor-test"};
+  Exits exits;
+  std::mutex mutex;
+  std::vector<std::string> offers;
+  SupervisorOptions o;
+  o.log_dir = dir / "replicas";
+  o.use_cgroups = false;
+  o.doorbell_interval_s = 3600;  // one offer in this test, however the rings are read
+  o.on_exit = [&](const std::string& id, const ProcessExit& e) { exits.add(id, e); };
+  o.on_doorbell = [&](const std::string& id, int doorbell) {
+    std::lock_guard<std::mutex> lock(mutex);
+    offers.push_back(id);
+    // The descriptor is the node's end, open: a ring can be answered.
+    CHECK(gate_link::pass_fd(doorbell, 0).is_ok());
+  };
+  auto started = ProcessSupervisor::start(std::move(o));
+  REQUIRE(started.has_value());
+  auto sup = std::move(started.value());
+
+  auto bell = gate_link::make_doorbell();
+  REQUIRE(bell.has_value());
+  REQUIRE(gate_link::ring(bell->process.get()).is_ok());  // rung before it starts
+  ProcessSpec spec;
+  spec.id = "r1";
+  spec.executable = "/bin/sh";
+  // It waits for the offer (one byte; the descriptor that came with it is
+  // dropped), then rings twice more, within the interval.
+  spec.args = {"-c", "printf r >&3; head -c 1 <&3 >/dev/null; printf r >&3; printf r >&3"};
+  spec.fds = {bell->process.get()};
+  spec.doorbell = bell->node.release();
+  REQUIRE(sup->spawn(spec).has_value());
+  auto exit = exits.wait("r1");
+  REQUIRE(exit.has_value());
+  CHECK(exit->exit_code == 0);
+  // on_doorbell runs on the thread that reports the exit, before it.
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    CHECK(offers == std::vector<std::string>{"r1"});
+  }
+  // The node's end was closed when the process was reaped.
+  auto after = gate_link::take_fd(bell->process.get(), 1s);
+  REQUIRE_FALSE(after.has_value());
+  CHECK(after.status().code() == errc::unavailable);
 }
