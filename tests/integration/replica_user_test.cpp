@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kFixtures = TROUPE_UPLOAD_FIXTURES;  // libsnoop.so
+const std::string kPlugins = TROUPE_PLUGIN_DIR;        // libtroupe_examples.so
 
 struct User {
   uid_t uid = 0;
@@ -43,11 +44,14 @@ std::optional<User> replica_user() {
 }
 
 // A TLS cluster of a head and w1 whose state dirs others may pass through
-// (as /var/lib is): replicas load libraries from the nodes' caches.
+// (as /var/lib is): replicas load libraries from the nodes' caches, and the
+// examples from a plugin dir of the cluster's own (the build tree may be
+// where troupe-replica cannot search, e.g. under /root).
 struct IsolatedCluster {
   Cluster cluster;
   std::string certs = cluster.dir / "certs";
   std::string app_dir = cluster.dir / "app";
+  std::string plugins = cluster.dir / "plugins";
 
   RunResult certs_cmd(std::vector<std::string> args) {
     std::vector<std::string> argv = {bin("troupectl"), "certs"};
@@ -62,8 +66,12 @@ struct IsolatedCluster {
       REQUIRE(certs_cmd({"issue", certs, "--name", node, "--role", "node"}).exit_code == 0);
     REQUIRE(certs_cmd({"issue", certs, "--name", "alice", "--role", "operator"}).exit_code == 0);
     cluster.identity = {"--tls-dir", certs, "--tls-name", "alice"};
-    const std::vector<std::string> tls = {"--tls-dir", certs};
-    cluster.start({"w1"}, tls, {{"w1", tls}}, 30s);
+    fs::create_directories(plugins);
+    REQUIRE(::chmod(plugins.c_str(), 0755) == 0);
+    fs::copy_file(fs::path(kPlugins) / "libtroupe_examples.so",
+                  fs::path(plugins) / "libtroupe_examples.so");
+    const std::vector<std::string> args = {"--tls-dir", certs, "--plugin-path", plugins};
+    cluster.start({"w1"}, args, {{"w1", args}}, 30s);
     fs::create_directories(app_dir);
     fs::copy_file(fs::path(kFixtures) / "libsnoop.so", fs::path(app_dir) / "libsnoop.so");
   }
