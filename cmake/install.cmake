@@ -66,4 +66,7 @@ set(CPACK_DEBIAN_PACKAGE_SUGGESTS "cmake, g++")
 # Stripped: the debug info of a RelWithDebInfo build is 9/10 of the binaries
 # (troupe-node: 185 MB unstripped); the build tree keeps it for gdb.
 set(CPACK_STRIP_FILES ON)
+# postinst: creates the system user troupe-replica (node/replica_user.hpp).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/postinst)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

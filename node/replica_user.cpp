@@ -255,6 +255,12 @@ Result<Isolation> isolate_replicas(const IsolationInputs& in) {
   ::umask(077);
   if (auto st = keep_state(in.state_dir, in.library_cache); !st)
     return st;
+  // A cache deeper in the state dir is closed off with its parent.
+  if (auto st = replica_reach(in, user); !st) {
+    return Status(errc::invalid_argument,
+                  "--library-cache " + in.library_cache + ": " + st.message() +
+                      " (a library cache in the state dir must be one of its entries)");
+  }
   out.user = user;
   return out;
 }

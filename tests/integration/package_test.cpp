@@ -95,4 +95,16 @@ TEST_CASE("package: a troupectl new project builds against an install prefix and
   CHECK(head.find("ExecStart=/usr/bin/troupe-node --head") != std::string::npos);
   const std::string worker = troupe::proc::slurp(root + "/usr/lib/systemd/system/troupe-worker@.service");
   CHECK(worker.find("--node-id %i") != std::string::npos);
+  // Its postinst makes the system user replica processes run as on a root
+  // node (node/replica_user.hpp). Running it would change this machine's
+  // users: it is checked to be an executable shell script that creates that
+  // user.
+  const std::string control = tmp / "control";
+  step("dpkg-deb -e", {TROUPE_DPKG_DEB, "-e", deb, control});
+  const std::string postinst = troupe::proc::slurp(control + "/postinst");
+  CHECK(postinst.find("useradd --system") != std::string::npos);
+  CHECK(postinst.find("troupe-replica") != std::string::npos);
+  CHECK((fs::status(control + "/postinst").permissions() & fs::perms::owner_exec) !=
+        fs::perms::none);
+  CHECK(run({"/bin/sh", "-n", control + "/postinst"}, 10s).exit_code == 0);
 }

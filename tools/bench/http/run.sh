@@ -47,7 +47,7 @@
 # ACCESS_LOG (off, as nginx and HAProxy run here; on or errors) is the
 # nodes' --access-log;
 # PROFILE_DIR=dir samples the troupe nodes (and, in (p), the replica
-# processes) with perf during (a), (b) and (p). --only "a p d" runs a subset.
+# processes) with perf during (a), (b), (p) and (t). --only "a p d" runs a subset.
 # At the end the three troupe-nodes get SIGTERM; any that does not exit with
 # status 0 is reported (node, exit status or signal).
 # Installs wrk, nginx and haproxy with apt-get when they are missing. Every
@@ -416,15 +416,16 @@ CLK_TCK=$(getconf CLK_TCK)
 measure() {  # key, url
   wrk -t1 -c"$CONNECTIONS" -d2s "$2" >/dev/null 2>&1 || true
   local out perf_pid="" spids t0 t1 n
-  if [ -n "${PROFILE_DIR:-}" ] && { [ "$1" = a ] || [ "$1" = b ] || [ "$1" = p ]; }; then
-    # PROFILE_DIR=dir: sample both troupe nodes and node A's replica
-    # processes (cpu-clock, call graphs) while wrk runs; reports land in
-    # dir/perf-<case>.txt (by thread name, library and symbol) and
-    # dir/perf-<case>-threads.txt (by thread).
+  if [ -n "${PROFILE_DIR:-}" ] && case $1 in a|b|p|t) true ;; *) false ;; esac; then
+    # PROFILE_DIR=dir: sample both troupe nodes (of the TLS cluster for
+    # (t)) and node A's replica processes (cpu-clock, call graphs) while wrk
+    # runs; reports land in dir/perf-<case>.txt (by thread name, library and
+    # symbol) and dir/perf-<case>-threads.txt (by thread).
     mkdir -p "$PROFILE_DIR"
     local targets="$A_PID,$B_PID" rp
+    [ "$1" = t ] && targets="$TA_PID,$TB_PID"
     rp=$(replica_pids)
-    [ -n "$rp" ] && targets="$targets,$rp"
+    [ -n "$rp" ] && [ "$1" != t ] && targets="$targets,$rp"
     perf record -q -e cpu-clock -F 1999 -g -p "$targets" -o "$PROFILE_DIR/perf-$1.data" \
       -- sleep "$DURATION" >/dev/null 2>&1 &
     perf_pid=$!
