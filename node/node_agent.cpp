@@ -30,7 +30,7 @@
 #include "runtime/auth.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/forwarder.hpp"
-#include "runtime/gate_link.hpp"
+#include "runtime/doorbell.hpp"
 #include "runtime/keeper_actor.hpp"
 #include "runtime/libraries.hpp"
 #include "runtime/log.hpp"

@@ -1,7 +1,6 @@
 #include "runtime/gate_link.hpp"
 
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
