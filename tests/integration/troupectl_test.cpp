@@ -351,3 +351,36 @@ TEST_CASE("scale - delete APP/DEPLOYMENT - deploy --if-generation work and refus
   CHECK(config.out.find("Counter") == std::string::npos);
   CHECK(config.out.find("Auto") != std::string::npos);
 }
+
+TEST_CASE("global options are taken after the subcommand too - each at most once") {
+  Ctl c;
+  auto ctl = bin("troupectl");
+  auto file = c.cluster.write("greeter.yaml", kGreeter);
+  // After the subcommand and its own flags, as an operator types them.
+  auto deployed =
+      run({ctl, "deploy", file, "--wait", "--timeout", "60", "--address", c.cluster.address}, 90s);
+  CAPTURE(deployed.err);
+  REQUIRE(deployed.exit_code == 0);
+  CHECK(deployed.out.find("all applications are RUNNING") != std::string::npos);
+  CHECK(c.status().at("applications").contains("greeter"));
+
+  // The address given after the subcommand is the one asked, not the default.
+  auto nowhere = "127.0.0.1:" + std::to_string(free_port());
+  auto unreachable = run({ctl, "nodes", "--json", "--address", nowhere, "--timeout", "1"});
+  CAPTURE(unreachable.err);
+  CHECK(unreachable.exit_code == 1);
+  CHECK(unreachable.err.find("cannot reach the controller at " + nowhere) != std::string::npos);
+
+  // Its value is checked as before the subcommand.
+  auto bad = run({ctl, "status", "--address", c.cluster.address, "--timeout", "0"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--timeout must be > 0 seconds") != std::string::npos);
+
+  // Given before and after: bad usage, naming the option; nothing is asked.
+  auto twice = run({ctl, "--address", c.cluster.address, "delete", "greeter", "--address",
+                    c.cluster.address});
+  CAPTURE(twice.err);
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.err.find("--address") != std::string::npos);
+  CHECK(c.status().at("applications").contains("greeter"));
+}

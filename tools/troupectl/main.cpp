@@ -298,6 +298,10 @@ int print_logs(ControllerClient& client, const std::string& target, uint32_t tai
 int main(int argc, char** argv) {
   CLI::App app{"troupectl: operate a troupe cluster", "troupectl"};
   app.require_subcommand(1);
+  // The global options below are taken after the subcommand too (`troupectl
+  // deploy f.yaml --wait --timeout 60`): what a subcommand does not know
+  // falls through to this parser. Inherited by every subcommand added later.
+  app.fallthrough();
   const char* env_address = std::getenv("TROUPE_ADDRESS");
   std::string address = env_address && *env_address ? env_address : "127.0.0.1:7300";
   double timeout_s = 10.0;
