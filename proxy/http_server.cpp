@@ -183,8 +183,17 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     s->head = http::response<http::empty_body>(std::move(head.base()));
     s->keep_alive = !close_after_ && !server_.closing() && parser_ && parser_->get().keep_alive();
     s->head_only = parser_ && parser_->get().method() == http::verb::head;
+    // An HTTP/1.0 client cannot read chunked encoding (RFC 9112, 7.1): its
+    // stream is delimited by the close of the connection instead, as nginx
+    // answers such a client when the length is not known.
+    s->close_delimited = parser_ && parser_->get().version() < 11;
     s->head.erase(http::field::content_length);
-    s->head.chunked(true);
+    if (s->close_delimited) {
+      s->keep_alive = false;
+      s->head.erase(http::field::transfer_encoding);
+    } else {
+      s->head.chunked(true);
+    }
     s->head.keep_alive(s->keep_alive);
     stream_state_ = std::move(s);
     stream_state_->serializer.emplace(stream_state_->head);
@@ -245,6 +254,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     std::array<char, 24> size_line{};
     bool keep_alive = false;
     bool head_only = false;
+    bool close_delimited = false;  // HTTP/1.0: the data as it is, then a close
     bool head_written = false;
     bool writing = false;
     bool ended = false;
@@ -268,11 +278,18 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     }
     if (!s.queue.empty()) {
       const std::string& data = s.queue.front().first;
+      s.writing = true;
+      if (s.close_delimited) {
+        asio::async_write(stream_, asio::buffer(data),
+                          [self = shared_from_this()](beast::error_code ec, size_t) {
+                            self->on_stream_written(ec, true);
+                          });
+        return;
+      }
       int n = std::snprintf(s.size_line.data(), s.size_line.size(), "%zx\r\n", data.size());
       std::array<asio::const_buffer, 3> buffers{
           asio::buffer(s.size_line.data(), static_cast<size_t>(n)), asio::buffer(data),
           asio::buffer("\r\n", 2)};
-      s.writing = true;
       asio::async_write(stream_, buffers,
                         [self = shared_from_this()](beast::error_code ec, size_t) {
                           self->on_stream_written(ec, true);
@@ -288,8 +305,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
       close();  // no last chunk: the client sees an incomplete body
       return;
     }
-    if (s.head_only) {
-      stream_finished();
+    if (s.head_only || s.close_delimited) {
+      stream_finished();  // without keep-alive: the close ends the body
       return;
     }
     s.writing = true;

@@ -405,6 +405,41 @@ TEST_CASE("http server: a streamed answer arrives chunk by chunk and the connect
   CHECK(handler.gone == 0);
 }
 
+TEST_CASE("http server: an HTTP/1.0 client gets its stream as it is, ended by the close") {
+  Holding handler;
+  Server s(handler);
+  Client c(s.server.port());
+  REQUIRE(c.send("GET /stream HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n"));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  std::atomic<int> written{0};
+  auto count = [&](bool ok) { written += ok ? 1 : 100; };
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    e->write_chunk("hello", count);
+  });
+  // No chunk sizes: the data as the producer wrote it, as it is written.
+  std::string in;
+  REQUIRE(c.read_until(in, "\r\n\r\nhello", 5));
+  auto head = in.substr(0, in.find("\r\n\r\n"));
+  CHECK(head.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(head.find("Transfer-Encoding") == std::string::npos);
+  CHECK(head.find("Content-Length") == std::string::npos);
+  CHECK(head.find("Connection: close") != std::string::npos);  // its keep-alive is not kept
+  CHECK(head.find("X-Request-Id: r-1") != std::string::npos);
+  CHECK(wait_for([&] { return written == 1; }, 5));
+  Holding::on_io(e, [&] {
+    e->write_chunk(std::string(20, 'x'), count);
+    e->end_stream(true);
+  });
+  bool eof = false;
+  CHECK_FALSE(c.read_until_done(in, [](const std::string&) { return false; }, 5, &eof));
+  CHECK(eof);  // the close ends the body
+  CHECK(in.substr(in.find("\r\n\r\n") + 4) == "hello" + std::string(20, 'x'));
+  CHECK(written == 2);
+  CHECK(handler.gone == 0);
+}
+
 TEST_CASE("http server: end_stream(false) closes the connection without the last chunk") {
   Holding handler;
   Server s(handler);
