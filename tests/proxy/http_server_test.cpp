@@ -405,7 +405,7 @@ TEST_CASE("http server: a streamed answer arrives chunk by chunk and the connect
   CHECK(handler.gone == 0);
 }
 
-TEST_CASE("http server: an HTTP/1.0 client gets its stream as it is, ended by the close") {
+TEST_CASE("http server: an HTTP/1.0 client gets its stream as it is - ended by the close") {
   Holding handler;
   Server s(handler);
   Client c(s.server.port());
