@@ -278,18 +278,15 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     }
     if (!s.queue.empty()) {
       const std::string& data = s.queue.front().first;
-      s.writing = true;
-      if (s.close_delimited) {
-        asio::async_write(stream_, asio::buffer(data),
-                          [self = shared_from_this()](beast::error_code ec, size_t) {
-                            self->on_stream_written(ec, true);
-                          });
-        return;
-      }
-      int n = std::snprintf(s.size_line.data(), s.size_line.size(), "%zx\r\n", data.size());
+      // A chunk's size line and CRLF around the data; close-delimited, the
+      // data alone.
+      int n = s.close_delimited ? 0
+                                : std::snprintf(s.size_line.data(), s.size_line.size(), "%zx\r\n",
+                                                data.size());
       std::array<asio::const_buffer, 3> buffers{
           asio::buffer(s.size_line.data(), static_cast<size_t>(n)), asio::buffer(data),
-          asio::buffer("\r\n", 2)};
+          asio::buffer("\r\n", s.close_delimited ? 0 : 2)};
+      s.writing = true;
       asio::async_write(stream_, buffers,
                         [self = shared_from_this()](beast::error_code ec, size_t) {
                           self->on_stream_written(ec, true);

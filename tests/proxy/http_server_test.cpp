@@ -249,6 +249,26 @@ struct Server {
 
 const std::string kGetStream = "GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
+// A written callback that counts into `written`: 1 per chunk written, 100
+// per chunk that failed.
+std::function<void(bool)> counting(std::atomic<int>& written) {
+  return [&written](bool ok) { written += ok ? 1 : 100; };
+}
+
+// Sends `request` on `c`, then has its exchange begin a stream and write
+// "hello" (reported to `written`); the exchange.
+ExchangePtr stream_hello(Holding& handler, Client& c, const std::string& request,
+                         const std::function<void(bool)>& written) {
+  REQUIRE(c.send(request));
+  auto e = handler.at(0);
+  REQUIRE(e);
+  Holding::on_io(e, [&] {
+    e->begin_stream(stream_head());
+    e->write_chunk("hello", written);
+  });
+  return e;
+}
+
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -370,15 +390,9 @@ TEST_CASE("http server: a streamed answer arrives chunk by chunk and the connect
   Holding handler;
   Server s(handler);
   Client c(s.server.port());
-  REQUIRE(c.send(kGetStream));
-  auto e = handler.at(0);
-  REQUIRE(e);
   std::atomic<int> written{0};
-  auto count = [&](bool ok) { written += ok ? 1 : 100; };
-  Holding::on_io(e, [&] {
-    e->begin_stream(stream_head());
-    e->write_chunk("hello", count);
-  });
+  auto count = counting(written);
+  auto e = stream_hello(handler, c, kGetStream, count);
   // The head and the first chunk arrive before the second is written.
   std::string in;
   REQUIRE(c.read_until(in, "\r\n\r\n5\r\nhello\r\n", 5));
@@ -409,15 +423,9 @@ TEST_CASE("http server: an HTTP/1.0 client gets its stream as it is - ended by t
   Holding handler;
   Server s(handler);
   Client c(s.server.port());
-  REQUIRE(c.send("GET /stream HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n"));
-  auto e = handler.at(0);
-  REQUIRE(e);
   std::atomic<int> written{0};
-  auto count = [&](bool ok) { written += ok ? 1 : 100; };
-  Holding::on_io(e, [&] {
-    e->begin_stream(stream_head());
-    e->write_chunk("hello", count);
-  });
+  auto count = counting(written);
+  auto e = stream_hello(handler, c, "GET /stream HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n", count);
   // No chunk sizes: the data as the producer wrote it, as it is written.
   std::string in;
   REQUIRE(c.read_until(in, "\r\n\r\nhello", 5));
