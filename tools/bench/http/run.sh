@@ -47,7 +47,10 @@
 # ACCESS_LOG (off, as nginx and HAProxy run here; on or errors) is the
 # nodes' --access-log;
 # PROFILE_DIR=dir samples the troupe nodes (and, in (p), the replica
-# processes) with perf during (a), (b), (p) and (t). --only "a p d" runs a subset.
+# processes) with perf during (a), (b), (p) and (t); SYSCALLS_DIR=dir
+# counts both troupe-nodes' system calls in (a), (b) and (t) (perf stat,
+# per thread, in dir/stat-<case>.txt) and prints them per request.
+# --only "a p d" runs a subset.
 # At the end the three troupe-nodes get SIGTERM; any that does not exit with
 # status 0 is reported (node, exit status or signal).
 # Installs wrk, nginx and haproxy with apt-get when they are missing. Every
@@ -101,6 +104,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} ..." >&2
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ -n "${SYSCALLS_DIR:-}" ] && ! command -v perf >/dev/null; then
+  echo "run.sh: SYSCALLS_DIR is set but perf is missing (Debian: apt-get install linux-perf);" \
+    "not counting system calls" >&2
+  SYSCALLS_DIR=""
 fi
 if [ -n "${PROFILE_DIR:-}" ] && ! command -v perf >/dev/null; then
   echo "run.sh: PROFILE_DIR is set but perf is missing (Debian: apt-get install linux-perf);" \
@@ -430,6 +438,15 @@ measure() {  # key, url
       -- sleep "$DURATION" >/dev/null 2>&1 &
     perf_pid=$!
   fi
+  local stat_pid=""
+  if [ -n "${SYSCALLS_DIR:-}" ] && case $1 in a|b|t) true ;; *) false ;; esac; then
+    mkdir -p "$SYSCALLS_DIR"
+    local st="$A_PID,$B_PID"
+    [ "$1" = t ] && st="$TA_PID,$TB_PID"
+    perf stat --per-thread -e raw_syscalls:sys_enter,syscalls:sys_enter_sendmsg,syscalls:sys_enter_sendto,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_read,syscalls:sys_enter_readv,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg,syscalls:sys_enter_epoll_wait \
+      -p "$st" -o "$SYSCALLS_DIR/stat-$1.txt" -- sleep "$DURATION" >/dev/null 2>&1 &
+    stat_pid=$!
+  fi
   spids=$(server_pids "$1")
   # shellcheck disable=SC2086
   t0=$(cpu_ticks $spids)
@@ -439,6 +456,7 @@ measure() {  # key, url
   n=$(echo "$out" | awk '/ requests in / {print $1}')
   CPU[$1]=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="${n:-0}" \
     'BEGIN { if (n > 0) printf "%.1f", d * 1e6 / hz / n; else printf "n/a" }')
+  [ -n "$stat_pid" ] && { wait "$stat_pid" || true; echo "requests $n" >>"$SYSCALLS_DIR/stat-$1.txt"; }
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     perf report -i "$PROFILE_DIR/perf-$1.data" --stdio --no-children --sort comm,dso,sym \
@@ -598,6 +616,22 @@ case " $ONLY " in
     echo "TLS goals: (t) >= 0.8x (b): $goal_tb; (t) >= 0.7x (a): $goal_ta"
     ;;
 esac
+if [ -n "${SYSCALLS_DIR:-}" ]; then
+  # perf stat --per-thread: "<comm>-<tid>  <count>  <event>" lines, then ours.
+  line="system calls per request, both troupe-nodes (all / epoll_wait / send / receive):"
+  for k in a b t; do
+    [ -f "$SYSCALLS_DIR/stat-$k.txt" ] || continue
+    line="$line ($k) $(awk '
+      /^requests / { n = $2; next }
+      $3 == "raw_syscalls:sys_enter" { all += $2 }
+      $3 == "syscalls:sys_enter_epoll_wait" { ep += $2 }
+      $3 ~ /sys_enter_(sendmsg|sendto|write|writev)$/ { tx += $2 }
+      $3 ~ /sys_enter_(recvmsg|recvfrom|read|readv)$/ { rx += $2 }
+      END { if (n > 0) printf "%.2f / %.2f / %.2f / %.2f", all / n, ep / n, tx / n, rx / n; else printf "n/a" }
+    ' "$SYSCALLS_DIR/stat-$k.txt");"
+  done
+  echo "${line%;}"
+fi
 goal_a13=$(awk -v a="${RPS[a]}" -v d="${RPS[d]}" -v pa="${P99[a]}" -v pd="${P99[d]}" "$AWK_NUM"'
   BEGIN { if (!(num(a) && num(d) && num(pa) && num(pd))) print "n/a"
           else print (a + 0 >= 1.3 * d && pa + 0 <= pd + 0) ? "met" : "not met" }')
