@@ -1,0 +1,61 @@
+#include "controller/ha/etcd_checkpoint_store.hpp"
+
+#include "controller/ha/election.hpp"
+#include "controller/store/codec.hpp"
+
+namespace troupe::ha {
+
+std::string checkpoint_key(const std::string& prefix) {
+  return prefix + "/checkpoint";
+}
+
+EtcdCheckpointStore::EtcdCheckpointStore(EtcdOptions options, std::string prefix,
+                                         std::function<int64_t()> term)
+    : client_(std::move(options)), prefix_(std::move(prefix)), term_(std::move(term)) {}
+
+Status EtcdCheckpointStore::save(const controller::TargetState& state) {
+  int64_t term = term_ ? term_() : 0;
+  if (term == 0)
+    return Status(errc::conflict,
+                  "fenced: this head does not lead; the checkpoint in etcd was not written");
+  std::string bytes = controller::encode_target_state(state);
+  if (bytes.size() > kMaxCheckpointBytes)
+    return Status(errc::invalid_argument,
+                  "the target state is " + std::to_string(bytes.size()) +
+                      " bytes; the checkpoint in etcd takes at most " +
+                      std::to_string(kMaxCheckpointBytes) + " (nothing was written)");
+  auto key = leader_key(prefix_);
+  auto r = client_.txn({Compare{key, Compare::Target::create_revision, term, {}}},
+                       {Op::put(checkpoint_key(prefix_), bytes)}, {Op::get(key)});
+  if (!r)
+    return Status(r.status().code(), "the checkpoint was not written to etcd: " +
+                                         r.status().message());
+  if (!r->succeeded) {
+    std::string now = "no one leads";
+    if (!r->gets.empty() && r->gets[0]) {
+      auto h = decode_holder(r->gets[0]->value, r->gets[0]->create_revision, r->gets[0]->lease);
+      now = h ? "'" + h->name + "' leads in term " + std::to_string(h->term)
+              : "the election key holds something else";
+    }
+    return Status(errc::conflict, "fenced: this head's term " + std::to_string(term) +
+                                      " is over (" + now +
+                                      "); the checkpoint in etcd was not written");
+  }
+  return {};
+}
+
+Result<std::optional<controller::TargetState>> EtcdCheckpointStore::load() {
+  auto kv = client_.get(checkpoint_key(prefix_));
+  if (!kv)
+    return Status(kv.status().code(),
+                  "cannot read the checkpoint from etcd: " + kv.status().message());
+  if (!*kv)
+    return std::optional<controller::TargetState>();
+  auto state = controller::decode_target_state((*kv)->value);
+  if (!state)
+    return Status(state.status().code(),
+                  "etcd key " + checkpoint_key(prefix_) + ": " + state.status().message());
+  return std::optional<controller::TargetState>(std::move(*state));
+}
+
+}  // namespace troupe::ha

@@ -1,0 +1,44 @@
+// The controller's checkpoint in etcd, for heads that run with --ha-etcd:
+// the same Cap'n Proto bytes as the RocksDB store's (controller/store/codec.hpp,
+// one whole-TargetState record under `<prefix>/checkpoint`), written in a
+// transaction guarded by the writer's term (the create revision of the
+// election key, controller/ha/election.hpp): a head that no longer leads
+// cannot overwrite what the new leader wrote (fencing). A write etcd
+// acknowledged is on a quorum of members (etcd syncs its log before it
+// answers): the write-ahead rule of CheckpointStore holds.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "controller/core/checkpoint_store.hpp"
+#include "controller/ha/etcd_client.hpp"
+
+namespace troupe::ha {
+
+// The largest record written: etcd refuses requests above its
+// --max-request-bytes (1.5 MiB by default), and the JSON gateway carries the
+// bytes in base64 (4/3 as many).
+inline constexpr size_t kMaxCheckpointBytes = 1u << 20;
+
+std::string checkpoint_key(const std::string& prefix);
+
+class EtcdCheckpointStore final : public controller::CheckpointStore {
+ public:
+  // `term` says under which term a save may write: the leader's current
+  // term, 0 when this head does not lead (save() then refuses at once).
+  EtcdCheckpointStore(EtcdOptions options, std::string prefix, std::function<int64_t()> term);
+
+  // errc::conflict "fenced" when the election key is not (any longer) the
+  // one of `term`: nothing was written. errc::unavailable / timeout when
+  // etcd could not be reached: nothing may be assumed written.
+  Status save(const controller::TargetState& state) override;
+  Result<std::optional<controller::TargetState>> load() override;
+
+ private:
+  EtcdClient client_;
+  std::string prefix_;
+  std::function<int64_t()> term_;
+};
+
+}  // namespace troupe::ha

@@ -1,0 +1,67 @@
+// A real etcd cluster on loopback for the tests and the chaos tool: each
+// member its own etcd process (Debian's etcd-server, /usr/bin/etcd), with
+// its own data directory and log, on ports from free_port(). Members can be
+// killed, stopped and started again as faults; every member still running
+// is stopped by the destructor, also when a test fails. Plain C++ and
+// POSIX over proc::Child (tools/common/process.hpp); health is asked of
+// etcdctl (etcd-client), so nothing here links troupe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/common/process.hpp"
+
+namespace troupe::proc {
+
+struct EtcdMember {
+  std::string name;  // m1, m2, ...
+  uint16_t client_port = 0;
+  uint16_t peer_port = 0;
+  std::string data_dir;
+  std::string log_path;
+  Child process;
+  bool started_once = false;
+  std::string client_url() const { return "http://127.0.0.1:" + std::to_string(client_port); }
+  std::string peer_url() const { return "http://127.0.0.1:" + std::to_string(peer_port); }
+};
+
+class EtcdCluster {
+ public:
+  // Starts `members` members as one new cluster, with heartbeat and
+  // election timeouts for fast failover (50 ms, 500 ms); throws
+  // std::runtime_error naming the member and the tail of its log when the
+  // cluster is not healthy within `ready_within`.
+  explicit EtcdCluster(const std::string& dir, size_t members = 3,
+                       std::chrono::milliseconds ready_within = std::chrono::seconds(20));
+  ~EtcdCluster();
+  EtcdCluster(const EtcdCluster&) = delete;
+  EtcdCluster& operator=(const EtcdCluster&) = delete;
+
+  size_t size() const { return members_.size(); }
+  EtcdMember& member(size_t i) { return members_.at(i); }
+  const EtcdMember& member(size_t i) const { return members_.at(i); }
+  // Of every member, running or not.
+  std::vector<std::string> client_urls() const;
+  std::string endpoints() const;  // client_urls() joined with ','
+
+  void kill(size_t i);   // SIGKILL, reaped
+  void stop(size_t i);   // SIGTERM, waits for the exit
+  void start(size_t i);  // again, with its data, ports and name
+  bool running(size_t i) { return members_.at(i).process.running(); }
+  // `etcdctl endpoint health` of member i exits 0.
+  bool healthy(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(2));
+  // Waits until a majority of the members is healthy.
+  bool has_quorum(std::chrono::milliseconds within);
+  std::string log_tail(size_t i, size_t lines = 30) const;
+
+ private:
+  std::vector<std::string> argv(size_t i, bool existing) const;
+  std::string dir_;
+  std::string token_;
+  std::vector<EtcdMember> members_;
+};
+
+}  // namespace troupe::proc
