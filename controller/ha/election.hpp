@@ -112,6 +112,11 @@ class Election {
   // enough (see the top of this file). Cheap: the controller asks it
   // before every write.
   bool leading(Clock::time_point now) const;
+  // Until when leading() holds without another renewal (the epoch when
+  // not leading).
+  Clock::time_point leading_until() const {
+    return role_ == Role::leader ? renewed_ + options_.step_down_after : Clock::time_point{};
+  }
   Role role() const { return role_; }
   // The holder of the key as last read (ours while leading); none when no
   // one leads or etcd could not be read.

@@ -1,0 +1,130 @@
+#include "controller/ha/candidate.hpp"
+
+namespace troupe::ha {
+
+namespace {
+
+int64_t ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Candidate::Candidate(ElectionOptions election, EtcdOptions etcd, CandidateCallbacks callbacks)
+    : callbacks_(std::move(callbacks)),
+      backend_(std::move(etcd)),
+      election_(std::move(election), backend_) {
+  runner_ = std::thread([this] { run(); });
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+Candidate::~Candidate() {
+  stop(true);
+}
+
+void Candidate::stop(bool resign) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !runner_.joinable())
+      return;
+    stopping_ = true;
+    resign_ = resign;
+  }
+  wake_.notify_all();
+  if (runner_.joinable())
+    runner_.join();
+  if (watchdog_.joinable())
+    watchdog_.join();
+}
+
+int64_t Candidate::leading_term() const {
+  if (ns(Clock::now()) >= lead_until_ns_.load(std::memory_order_acquire))
+    return 0;
+  return lead_term_.load(std::memory_order_acquire);
+}
+
+CandidateView Candidate::view() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CandidateView v = view_;
+  v.leading = reported_leading_ && leading_term() != 0;
+  v.term = v.leading ? lead_term_.load() : 0;
+  return v;
+}
+
+void Candidate::report(bool leading, int64_t term, const std::string& why) {
+  if (leading == reported_leading_)
+    return;
+  reported_leading_ = leading;
+  ++view_.leader_changes;
+  if (leading) {
+    if (callbacks_.on_lead)
+      callbacks_.on_lead(term);
+  } else {
+    lead_term_.store(0, std::memory_order_release);
+    lead_until_ns_.store(0, std::memory_order_release);
+    if (callbacks_.on_follow)
+      callbacks_.on_follow(why);
+  }
+}
+
+void Candidate::run() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_)
+        break;
+    }
+    auto next = election_.step(Clock::now(), unix_ms());
+    auto now = Clock::now();
+    bool leading = election_.leading(now);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (leading) {
+        // The lead's end first, then the term: leading_term() never pairs
+        // a new term with an old deadline of another term.
+        lead_until_ns_.store(ns(election_.leading_until()), std::memory_order_release);
+        lead_term_.store(election_.term(), std::memory_order_release);
+      }
+      report(leading, election_.term(),
+             election_.last_loss().empty() ? "another candidate leads" : election_.last_loss());
+      view_.leader = election_.holder();
+      view_.problem = election_.problem();
+      view_.refusal = election_.refusal();
+    }
+    wake_.notify_all();  // the watchdog's deadline moved
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_until(lock, std::max(next, now + std::chrono::milliseconds(5)),
+                     [this] { return stopping_; });
+  }
+  bool resign = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    resign = resign_;
+    report(false, 0, resign ? "resigned" : "stopped");
+  }
+  if (resign)
+    (void)election_.resign();  // best effort: otherwise the lease runs out
+}
+
+void Candidate::watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    int64_t until = lead_until_ns_.load(std::memory_order_acquire);
+    if (reported_leading_ && until != 0 && ns(Clock::now()) >= until) {
+      report(false, 0, "the lease was not renewed in time (etcd did not answer)");
+      continue;
+    }
+    if (reported_leading_ && until != 0)
+      wake_.wait_until(lock, Clock::time_point(std::chrono::nanoseconds(until)));
+    else
+      wake_.wait(lock);
+  }
+}
+
+}  // namespace troupe::ha
