@@ -66,6 +66,21 @@ TEST_CASE("Noop answers the same small JSON body to every request") {
   CHECK(noop->nonblocking());
 }
 
+TEST_CASE("Fixed answers like Noop from a handler of the default blocking kind") {
+  auto fixed = make("Fixed");
+  auto noop = make("Noop");
+  Request request;
+  request.method = "GET";
+  request.path = "/x";
+  Response response = fixed->handle(request);
+  CHECK(response.status == 200);
+  CHECK(json_of(response) == Json{{"ok", true}});
+  CHECK(response.body == noop->handle(request).body);
+  // Not declared non-blocking: an in-process replica runs it on a request
+  // thread, as it would a user's handler.
+  CHECK_FALSE(fixed->nonblocking());
+}
+
 TEST_CASE("InlineProbe declares its handler non-blocking unless its args say otherwise") {
   auto probe = make("InlineProbe", Json::object());
   CHECK(probe->nonblocking());

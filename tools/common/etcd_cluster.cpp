@@ -15,12 +15,21 @@ const char* const kEtcdctl = "/usr/bin/etcdctl";
 
 }  // namespace
 
+RunResult etcdctl(const std::string& endpoints, const std::vector<std::string>& args,
+                  std::chrono::milliseconds timeout) {
+  // proc::run execs with the driver's environment; env sets the API version.
+  std::vector<std::string> argv{"/usr/bin/env", "ETCDCTL_API=3", kEtcdctl, "--endpoints", endpoints};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, timeout);
+}
+
 EtcdCluster::EtcdCluster(const std::string& dir, size_t members,
                          std::chrono::milliseconds ready_within)
     : dir_(dir), token_("troupe-test-" + std::to_string(::getpid()) + "-" + std::to_string(free_port())) {
   if (::access(kEtcd, X_OK) != 0 || ::access(kEtcdctl, X_OK) != 0)
     throw std::runtime_error(std::string("etcd is not installed (") + kEtcd + ", " + kEtcdctl +
                              "; Debian: apt-get install etcd-server etcd-client)");
+  std::filesystem::create_directories(dir);  // the members' logs and data go there
   for (size_t i = 0; i < members; ++i) {
     EtcdMember m;
     m.name = "m" + std::to_string(i + 1);
@@ -115,9 +124,9 @@ void EtcdCluster::start(size_t i) {
 
 bool EtcdCluster::healthy(size_t i, std::chrono::milliseconds timeout) {
   auto secs = std::max<long long>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
-  auto r = run({kEtcdctl, "--endpoints", members_.at(i).client_url(),
-                "--command-timeout", std::to_string(secs) + "s", "endpoint", "health"},
-               timeout + 2s);
+  auto r = etcdctl(members_.at(i).client_url(),
+                   {"--command-timeout", std::to_string(secs) + "s", "endpoint", "health"},
+                   timeout + 2s);
   return r.exit_code == 0;
 }
 

@@ -28,6 +28,11 @@ struct EtcdMember {
   std::string peer_url() const { return "http://127.0.0.1:" + std::to_string(peer_port); }
 };
 
+// `etcdctl --endpoints <endpoints> <args...>` with ETCDCTL_API=3 (whatever the
+// driver's environment says), killed at `timeout`.
+RunResult etcdctl(const std::string& endpoints, const std::vector<std::string>& args,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
 class EtcdCluster {
  public:
   // Starts `members` members as one new cluster, with heartbeat and

@@ -2,7 +2,7 @@
 # HTTP data-path benchmark: troupe's proxy against nginx and HAProxy, side by
 # side in one run, on loopback. See README.md next to this script.
 #
-#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b t s p c d e"]
+#   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b t s p f g q c d e"]
 #                           [--curve "1 8 32 128 512" | --no-curve] [--curve-duration S]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
@@ -26,6 +26,13 @@
 #       isolation: process (each replica its own troupe-replica process,
 #       reached over its data channel; the default isolation; (a') of the
 #       data-path goals)
+#   (f) troupe's defaults with a blocking handler: a cluster of its own, a
+#       head D with the node's defaults (the access log on) hosting the
+#       Fixed example (a blocking handler answering {"ok":true}) in
+#       process: its calls run on request threads, as users' handlers do
+#   (g) the same in replica processes (isolation: process, the default)
+#   (q) the same as (f) on that cluster's worker Q, which differs only by
+#       --access-log off: 1 - (f)/(q) is the access log's cost
 #   (c) nginx reverse-proxying to nginx
 #   (d) HAProxy to nginx
 #   (e) nginx answering directly (the ceiling)
@@ -33,7 +40,8 @@
 # for each, the ratios troupe/peer and the goals: (a) >= 1.3x HAProxy's req/s
 # with p99 no higher, (a') = (p) >= 0.9x HAProxy, (b) >= 0.7x (a), the
 # floor (p) >= 0.6x HAProxy, with TLS (t) >= 0.8x (b) and >= 0.7x (a), and
-# HTTPS (s) >= 0.8x (a). Then the concurrency curve: req/s and p99 of (a),
+# HTTPS (s) >= 0.8x (a), the defaults (f) >= 1.2x and (g) >= 1.0x HAProxy
+# with p99 no higher and the access log costing <= 5 %. Then the concurrency curve: req/s and p99 of (a),
 # (p), HAProxy (d) and nginx (c) at each connection count of --curve (S
 # seconds each, --curve-duration), and whether troupe's p99 grows no faster
 # than HAProxy's from the fewest to the most connections: by how many ms it
@@ -64,7 +72,7 @@ REPLICAS=${REPLICAS:-2}
 MAX_ONGOING=${MAX_ONGOING:-16}
 DEPLOYMENT=${DEPLOYMENT:-Noop}
 IO_THREADS=${IO_THREADS:-1}
-ONLY="a b t s p c d e"
+ONLY="a b t s p f g q c d e"
 CURVE="1 8 32 128 512"
 CURVE_DURATION=4
 while [ $# -gt 0 ]; do
@@ -389,6 +397,82 @@ PY
     ;;
 esac
 
+# --- (f), (g), (q): troupe's defaults with a blocking handler -----------------------
+# A cluster of its own, a head D that runs with the node's defaults (the
+# access log on, log level info) and hosts the replicas, and a worker Q that
+# differs only by --access-log off: (f) Fixed in process on D, (g) Fixed in
+# replica processes on D (the default isolation), (q) the same as (f) on Q,
+# which gives the access log's cost. Fixed's handler is blocking (the
+# default), so in process it runs on a request thread as users' handlers do.
+DH_PID=""; DQ_PID=""
+case " $ONLY " in
+  *" f "*|*" g "*|*" q "*)
+    DCTL_PORT=$(free_port); D_PORT=$(free_port); Q_PORT=$(free_port)
+    "$BIN/troupe-node" --head --port "$DCTL_PORT" --state-dir "$WORK/dh" --http-port "$D_PORT" \
+      --admin-port 0 --resources cpu=2,noded=1 >"$WORK/dh.log" 2>&1 &
+    DH_PID=$!
+    PIDS+=("$DH_PID")
+    "$BIN/troupe-node" --join "127.0.0.1:$DCTL_PORT" --node-id q --state-dir "$WORK/dq" \
+      --http-port "$Q_PORT" --admin-port 0 --resources cpu=2,nodeq=1 --access-log off \
+      >"$WORK/dq.log" 2>&1 &
+    DQ_PID=$!
+    PIDS+=("$DQ_PID")
+    DCTL=("$BIN/troupectl" --address "127.0.0.1:$DCTL_PORT" --timeout 5)
+    deadline=$((SECONDS + 30))
+    until [ "$("${DCTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 2 ]; do
+      if [ $SECONDS -ge $deadline ]; then
+        echo "run.sh: the defaults cluster did not come up; logs:" >&2
+        cat "$WORK/dh.log" "$WORK/dq.log" >&2
+        exit 1
+      fi
+      sleep 0.2
+    done
+    cat >"$WORK/deploy-defaults.yaml" <<CONF
+applications:
+  - name: fixed-in-process
+    route_prefix: /f
+    import_path: libtroupe_examples.so:Fixed
+    deployments:
+      - name: Fixed
+        num_replicas: $REPLICAS
+        max_ongoing_requests: $MAX_ONGOING
+        resources: {noded: 0.01}
+        isolation: in_process
+  - name: fixed
+    route_prefix: /g
+    import_path: libtroupe_examples.so:Fixed
+    deployments:
+      - name: Fixed
+        num_replicas: $REPLICAS
+        max_ongoing_requests: $MAX_ONGOING
+        resources: {noded: 0.01}
+  - name: fixed-quiet
+    route_prefix: /q
+    import_path: libtroupe_examples.so:Fixed
+    deployments:
+      - name: Fixed
+        num_replicas: $REPLICAS
+        max_ongoing_requests: $MAX_ONGOING
+        resources: {nodeq: 0.01}
+        isolation: in_process
+CONF
+    "${DCTL[@]}" deploy "$WORK/deploy-defaults.yaml" --wait --wait-timeout 60 \
+      >"$WORK/deploy-defaults.log" 2>&1 || {
+      echo "run.sh: deploy on the defaults cluster failed:" >&2
+      cat "$WORK/deploy-defaults.log" "$WORK/dh.log" "$WORK/dq.log" >&2
+      exit 1
+    }
+    wait_http "http://127.0.0.1:$D_PORT/f/x" 30
+    wait_http "http://127.0.0.1:$D_PORT/g/x" 30
+    wait_http "http://127.0.0.1:$Q_PORT/q/x" 30
+    n_children=$(ps -o comm= --ppid "$DH_PID" | grep -c '^troupe-replica' || true)
+    if [ "$n_children" -ne "$REPLICAS" ]; then
+      echo "run.sh: node D runs $n_children troupe-replica processes, expected $REPLICAS for /g" >&2
+      exit 1
+    fi
+    ;;
+esac
+
 # --- measure ------------------------------------------------------------------------
 to_ms() {  # wrk latency ("640.00us", "1.70ms", "1.02s") -> ms
   awk -v v="$1" 'BEGIN {
@@ -398,7 +482,7 @@ to_ms() {  # wrk latency ("640.00us", "1.70ms", "1.02s") -> ms
     else printf "nan" }'
 }
 declare -A RPS P50 P99 ERR CPU
-for k in a b t p c d e; do RPS[$k]=0; P50[$k]=0; P99[$k]=0; ERR[$k]=""; CPU[$k]=""; done
+for k in a b t s p f g q c d e; do RPS[$k]=0; P50[$k]=0; P99[$k]=0; ERR[$k]=""; CPU[$k]=""; done
 # The server side of each case, for its CPU time per request: the processes
 # and their children (nginx workers, troupe-replica processes).
 server_pids() {  # key
@@ -406,6 +490,8 @@ server_pids() {  # key
   case $1 in
     a|b|p|s) roots="$A_PID $B_PID" ;;
     t) roots="$TA_PID $TB_PID" ;;
+    f|g) roots="$DH_PID" ;;
+    q) roots="$DQ_PID" ;;
     c) roots="${NGX_PID[proxy]} ${NGX_PID[upstream]}" ;;
     d) roots="$HAP_PID ${NGX_PID[upstream]}" ;;
     e) roots="${NGX_PID[upstream]}" ;;
@@ -480,14 +566,16 @@ measure() {  # key, url
 declare -A URL=([e]="http://127.0.0.1:$UP_PORT/" [c]="http://127.0.0.1:$NGX_PROXY_PORT/"
   [d]="http://127.0.0.1:$HAP_PORT/" [a]="http://127.0.0.1:$A_PORT/a/"
   [b]="http://127.0.0.1:$A_PORT/b/" [p]="http://127.0.0.1:$A_PORT/p/"
-  [t]="http://127.0.0.1:${TA_PORT:-0}/b/" [s]="https://127.0.0.1:$A_HTTPS_PORT/a/")
+  [t]="http://127.0.0.1:${TA_PORT:-0}/b/" [s]="https://127.0.0.1:$A_HTTPS_PORT/a/"
+  [f]="http://127.0.0.1:${D_PORT:-0}/f/" [g]="http://127.0.0.1:${D_PORT:-0}/g/"
+  [q]="http://127.0.0.1:${Q_PORT:-0}/q/")
 # Requests node A's proxy sent over other workers' data ports (worker to
 # worker without CAF, proxy/peer_client.cpp): (b) says how many of its own did.
 peer_sends() {  # [admin port of the node]
   curl -fsS "http://127.0.0.1:${1:-$A_ADMIN_PORT}/-/metrics" 2>/dev/null |
     awk '/^troupe_proxy_replica_sends_total\{transport="peer"\}/ {print $2}'
 }
-for k in e c d a b t s p; do
+for k in e c d a b t s p f g q; do
   case " $ONLY " in
     *" $k "*)
       [ "$k" = b ] && peer_before=$(peer_sends)
@@ -528,10 +616,12 @@ stop_nodes() {
   local name pid rc waited
   local names="H A B"
   [ -n "$TH_PID" ] && names="$names H' A' B'"
-  kill -TERM "$H_PID" "$A_PID" "$B_PID" $TH_PID $TA_PID $TB_PID 2>/dev/null || true
+  [ -n "$DH_PID" ] && names="$names D Q"
+  kill -TERM "$H_PID" "$A_PID" "$B_PID" $TH_PID $TA_PID $TB_PID $DH_PID $DQ_PID 2>/dev/null || true
   for name in $names; do
     case $name in H) pid=$H_PID ;; A) pid=$A_PID ;; B) pid=$B_PID ;;
-      "H'") pid=$TH_PID ;; "A'") pid=$TA_PID ;; *) pid=$TB_PID ;; esac
+      "H'") pid=$TH_PID ;; "A'") pid=$TA_PID ;; "B'") pid=$TB_PID ;;
+      D) pid=$DH_PID ;; *) pid=$DQ_PID ;; esac
     waited=0
     while kill -0 "$pid" 2>/dev/null && [ $waited -lt 300 ]; do
       sleep 0.1
@@ -567,7 +657,7 @@ ratio() {
 echo
 echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
 printf '%-50s %10s %9s %9s %11s  %s\n' case "req/s" "p50 ms" "p99 ms" "cpu us/req" notes
-for k in a b t s p c d e; do
+for k in a b t s p f g q c d e; do
   case " $ONLY " in *" $k "*) ;; *) continue ;; esac
   case $k in
     a) name="(a) troupe -> $DEPLOYMENT, same node, in_process" ;;
@@ -575,6 +665,9 @@ for k in a b t s p c d e; do
     t) name="(t) the same as (b) with TLS (--tls-dir)" ;;
     s) name="(s) the same as (a) over HTTPS (--https-port)" ;;
     p) name="(p) troupe -> $DEPLOYMENT, same node, process" ;;
+    f) name="(f) defaults: Fixed (blocking), in_process" ;;
+    g) name="(g) defaults: Fixed (blocking), process" ;;
+    q) name="(q) the same as (f), --access-log off" ;;
     c) name="(c) nginx -> nginx" ;;
     d) name="(d) HAProxy -> nginx" ;;
     e) name="(e) nginx direct (ceiling)" ;;
@@ -603,6 +696,29 @@ case " $ONLY " in
       BEGIN { print !(num(s) && num(a)) ? "n/a" : (s + 0 >= 0.8 * a) ? "met" : "not met" }')
     echo "ratios (s): (s)/(a) req/s $(ratio "${RPS[s]}" "${RPS[a]}"), p99 $(ratio "${P99[s]}" "${P99[a]}")"
     echo "HTTPS goal: (s) >= 0.8x (a): $goal_sa"
+    ;;
+esac
+case " $ONLY " in
+  *" f "*|*" g "*|*" q "*)
+    # troupe's defaults (the access log on) with a blocking handler against
+    # HAProxy -> nginx: the process-isolated default >= 1.0x and in process
+    # >= 1.2x, each with p99 no higher; the access log's cost is what (f)
+    # loses against (q), goal <= 5 %.
+    goal_fd=$(awk -v f="${RPS[f]}" -v d="${RPS[d]}" -v pf="${P99[f]}" -v pd="${P99[d]}" "$AWK_NUM"'
+      BEGIN { if (!(num(f) && num(d) && num(pf) && num(pd))) print "n/a"
+              else print (f + 0 >= 1.2 * d && pf + 0 <= pd + 0) ? "met" : "not met" }')
+    goal_gd=$(awk -v g="${RPS[g]}" -v d="${RPS[d]}" -v pg="${P99[g]}" -v pd="${P99[d]}" "$AWK_NUM"'
+      BEGIN { if (!(num(g) && num(d) && num(pg) && num(pd))) print "n/a"
+              else print (g + 0 >= d + 0 && pg + 0 <= pd + 0) ? "met" : "not met" }')
+    log_cost=$(awk -v f="${RPS[f]}" -v q="${RPS[q]}" "$AWK_NUM"'
+      BEGIN { if (num(f) && num(q)) printf "%.1f %%", (1 - f / q) * 100; else printf "n/a" }')
+    goal_log=$(awk -v f="${RPS[f]}" -v q="${RPS[q]}" "$AWK_NUM"'
+      BEGIN { print !(num(f) && num(q)) ? "n/a" : (f + 0 >= 0.95 * q) ? "met" : "not met" }')
+    echo "ratios (defaults): (f)/(d) HAProxy req/s $(ratio "${RPS[f]}" "${RPS[d]}"), p99 $(ratio "${P99[f]}" "${P99[d]}");" \
+      "(g)/(d) req/s $(ratio "${RPS[g]}" "${RPS[d]}"), p99 $(ratio "${P99[g]}" "${P99[d]}")"
+    echo "the access log costs (1 - (f)/(q) req/s): $log_cost"
+    echo "defaults goals: (f) >= 1.2x HAProxy req/s with p99 <= HAProxy's: $goal_fd;" \
+      "(g) >= 1.0x HAProxy req/s with p99 <= HAProxy's: $goal_gd; the access log costs <= 5 %: $goal_log"
     ;;
 esac
 case " $ONLY " in
@@ -667,6 +783,7 @@ fi
 if [ ${#NODE_EXITS[@]} -eq 0 ]; then
   tls_nodes=""
   [ -n "$TH_PID" ] && tls_nodes=", and the head, A and B of the TLS cluster"
+  [ -n "$DH_PID" ] && tls_nodes="$tls_nodes, and D and Q of the defaults cluster"
   echo "troupe-node exits after SIGTERM: every node 0 (head, A, B$tls_nodes)"
 else
   for line in "${NODE_EXITS[@]}"; do
