@@ -120,6 +120,14 @@ void EtcdCluster::start(size_t i) {
   bool existing = m.started_once || std::filesystem::exists(m.data_dir + "/member");
   m.process = Child(argv(i, existing), m.log_path);
   m.started_once = true;
+  // Until its exec the child is a copy of the driver, with the driver's
+  // signal handlers (a test framework's SIGTERM handler would report a
+  // crash from it): wait until it is etcd, so that stop(), kill() and the
+  // destructor signal etcd, and processes_mentioning() sees the member.
+  const std::string cmdline = "/proc/" + std::to_string(m.process.pid()) + "/cmdline";
+  if (!wait_until([&] { return !m.process.running() || slurp(cmdline).find(m.data_dir) != std::string::npos; },
+                  10s, 1ms))
+    throw std::runtime_error("etcd member " + m.name + " did not exec " + kEtcd + " within 10 s");
 }
 
 bool EtcdCluster::healthy(size_t i, std::chrono::milliseconds timeout) {

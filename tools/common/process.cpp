@@ -65,10 +65,33 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path,
   const char* err_c = err_path.c_str();
   bool same = out_path == err_path;
   pid_t parent = ::getpid();
+  // Until its exec the child is a copy of the driver with the driver's
+  // signal handlers (a test framework's SIGTERM handler would report a
+  // crash from it): signals stay blocked across the fork, and the child
+  // unblocks them only once every handler is back to the default, so a
+  // signal sent meanwhile waits and then acts as it does on the program.
+  sigset_t all, before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
   pid_t pid = ::fork();
+  if (pid != 0)
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0)
     throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    // The driver's handlers go (as exec would drop them); what it ignores
+    // stays ignored (as across exec), but SIGINT and SIGTERM act.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction now {};
+      if (::sigaction(sig, nullptr, &now) != 0)
+        continue;  // not a signal number
+      bool caught = (now.sa_flags & SA_SIGINFO) ? now.sa_sigaction != nullptr
+                                                : now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN;
+      if (caught || sig == SIGINT || sig == SIGTERM)
+        ::sigaction(sig, &dfl, nullptr);
+    }
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent)
@@ -90,10 +113,6 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path,
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0)
       ::dup2(devnull, 0);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGINT, &dfl, nullptr);
-    ::sigaction(SIGTERM, &dfl, nullptr);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
