@@ -34,6 +34,8 @@ forbids caf/..., and "asio" forbids asio/... and asio.hpp):
   controller/core  caf, capnp, kj, rocksdb, boost (asio, beast), asio, spdlog,
                    CLI: the plain decision core links no CAF, no storage, no
                    network, logging or command-line library
+  controller/ha    caf, rocksdb, spdlog: the election and the etcd client
+                   are plain C++ driven by the head (Boost.Beast for HTTP)
   include          caf, capnp, kj, rocksdb: the public ABI a deployment
                    library compiles against carries none of troupe's
                    dependencies but the JSON one
@@ -66,6 +68,11 @@ ALLOWED = {
     "controller/shell": {"controller/shell", "controller/core", "controller/membership.hpp",
                          "controller/store", "controller/controller_options.hpp", "runtime",
                          "schemas", "include"},
+    # The highly available head's plain parts (election, etcd client, the
+    # checkpoint in etcd): the core, the store's codec and the plain-C++
+    # headers of runtime/; never the actor, the shell or CAF.
+    "controller/ha": {"controller/ha", "controller/core", "controller/store/codec.hpp",
+                      "runtime/status.hpp"},
     "replica": {"replica", "runtime", "schemas", "include"},
     "proxy": {"proxy", "runtime", "schemas", "include"},
     "config": {"config", "controller/core/model.hpp", "controller/core/validate.hpp",
@@ -81,6 +88,7 @@ ALLOWED = {
 FORBIDDEN_THIRD_PARTY = {
     "controller/core": ("caf", "capnp", "kj", "rocksdb", "boost", "asio", "spdlog", "CLI"),
     "include": ("caf", "capnp", "kj", "rocksdb"),
+    "controller/ha": ("caf", "rocksdb", "spdlog"),
 }
 ROOMS = sorted(ALLOWED, key=len, reverse=True)
 SOURCE_EXTENSIONS = (".cpp", ".hpp", ".h", ".cc")
