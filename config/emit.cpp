@@ -179,6 +179,18 @@ void emit_autoscaling(YAML::Emitter& out, const AutoscalingConfig& a) {
   out << YAML::EndMap;
 }
 
+// After the import path of a library troupectl uploaded: which bytes were
+// deployed (the path is as the deploy's config file gave it, relative to
+// that file's directory, so it may name nothing, or another file, where
+// this output is read).
+void emit_upload_note(YAML::Emitter& out, const DeploymentSpec& spec) {
+  if (spec.library_sha256.empty())
+    return;
+  out << YAML::Comment(
+      "uploaded: the library deployed has SHA-256 " + spec.library_sha256 +
+      "; its path is relative to the directory of the config it was deployed from");
+}
+
 void emit_deployment(YAML::Emitter& out, const DeploymentSpec& spec, const std::string& library,
                      bool is_ingress) {
   const DeploymentConfig d;
@@ -187,9 +199,10 @@ void emit_deployment(YAML::Emitter& out, const DeploymentSpec& spec, const std::
   out << YAML::Key << "name" << YAML::Value;
   emit_string(out, spec.name);
   if (!is_ingress) {
-    if (spec.import_path != library + ":" + spec.name) {
+    if (spec.import_path != library + ":" + spec.name || !spec.library_sha256.empty()) {
       out << YAML::Key << "import_path" << YAML::Value;
       emit_string(out, spec.import_path);
+      emit_upload_note(out, spec);
     }
     if (!spec.init_args.empty()) {
       out << YAML::Key << "args" << YAML::Value;
@@ -266,6 +279,8 @@ void emit_application(YAML::Emitter& out, const ApplicationSpec& app) {
   emit_string(out, app.route_prefix);
   out << YAML::Key << "import_path" << YAML::Value;
   emit_string(out, import_text);
+  if (ingress)
+    emit_upload_note(out, *ingress);
   if (ingress && !ingress->init_args.empty()) {
     out << YAML::Key << "args" << YAML::Value;
     emit_json_text(out, ingress->init_args);

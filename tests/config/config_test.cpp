@@ -647,6 +647,49 @@ TEST_CASE("config: round trip of a state built in code") {
   check_round_trip(c);
 }
 
+TEST_CASE(
+    "config: an uploaded library prints with the SHA-256 deployed - the comment reads back as "
+    "nothing") {
+  DeployConfig c;
+  ApplicationSpec app;
+  app.name = "up";
+  app.route_prefix = "/up";
+  app.ingress = "Model";
+  DeploymentSpec d;
+  d.name = "Model";
+  d.import_path = "./build/libmodels.so:Model";
+  d.library_sha256 = std::string(64, 'a');
+  DeploymentSpec other = d;
+  other.name = "Helper";
+  other.import_path = "./build/libmodels.so:Helper";  // the app's library and its own name
+  other.library_sha256 = std::string(64, 'b');
+  DeploymentSpec plain = d;
+  plain.name = "Plain";
+  plain.import_path = "libtroupe_examples.so:Plain";
+  plain.library_sha256.clear();  // from a plugin dir: no note
+  app.deployments = {d, other, plain};
+  c.state.applications.emplace(app.name, app);
+  std::string text = to_yaml(c);
+  CAPTURE(text);
+  const std::string note = "# uploaded: the library deployed has SHA-256 ";
+  CHECK(text.find(note + std::string(64, 'a') +
+                  "; its path is relative to the directory of the "
+                  "config it was deployed from") != std::string::npos);
+  CHECK(text.find(note + std::string(64, 'b')) != std::string::npos);
+  CHECK(text.find("import_path: ./build/libmodels.so:Helper") != std::string::npos);
+  size_t notes = 0;
+  for (size_t at = text.find(note); at != std::string::npos; at = text.find(note, at + 1))
+    ++notes;
+  CHECK(notes == 2);
+  auto back = parse_config(text, "printed.yaml");
+  REQUIRE_MESSAGE(back, back.status().to_string());
+  const auto& deps = back->state.applications.at("up").deployments;
+  REQUIRE(deps.size() == 3);
+  CHECK(deps[0].import_path == "./build/libmodels.so:Model");
+  CHECK(deps[1].import_path == "./build/libmodels.so:Helper");
+  CHECK(deps[2].import_path == "libtroupe_examples.so:Plain");
+}
+
 TEST_CASE("config: round trip of isolation and memory limits built in code") {
   DeployConfig c;
   ApplicationSpec app;
@@ -738,17 +781,23 @@ TEST_CASE("config error: text that is not UTF-8 - a stray character after the do
   CHECK(error_of("\xc3\x28") == "deploy.yaml:1:1: not UTF-8 text (byte 0xc3)");
   CHECK(error_of("applications: []\n# caf\xc3\xa9 \xed\xa0\x80\n") ==
         "deploy.yaml:2:9: not UTF-8 text (byte 0xed)");  // a surrogate
-  CHECK(error_of("applications: []\nx: a\x04" "b\n") ==
-        "deploy.yaml:2:5: character U+0004 is not allowed in YAML text (escape it in double quotes)");
-  CHECK(error_of("applications: []\n# \xc2\x9b\n") ==
-        "deploy.yaml:2:3: character U+009B is not allowed in YAML text (escape it in double quotes)");
-  CHECK(error_of(",\n") == "deploy.yaml:1:1: more after the first YAML document: expected exactly one");
-  std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/tests/fuzz/corpus/config/regression-loadall-loop.yaml",
-                   std::ios::binary);
+  CHECK(
+      error_of("applications: []\nx: a\x04"
+               "b\n") ==
+      "deploy.yaml:2:5: character U+0004 is not allowed in YAML text (escape it in double quotes)");
+  CHECK(
+      error_of("applications: []\n# \xc2\x9b\n") ==
+      "deploy.yaml:2:3: character U+009B is not allowed in YAML text (escape it in double quotes)");
+  CHECK(error_of(",\n") ==
+        "deploy.yaml:1:1: more after the first YAML document: expected exactly one");
+  std::ifstream in(
+      std::string(TROUPE_SOURCE_DIR) + "/tests/fuzz/corpus/config/regression-loadall-loop.yaml",
+      std::ios::binary);
   REQUIRE(in.good());
   std::stringstream text;
   text << in.rdbuf();
-  CHECK(error_of(text.str()) == "deploy.yaml:4:5: more after the first YAML document: expected exactly one");
+  CHECK(error_of(text.str()) ==
+        "deploy.yaml:4:5: more after the first YAML document: expected exactly one");
 }
 
 TEST_CASE("config error: an import path with a control character") {
@@ -764,13 +813,18 @@ TEST_CASE("config: a key of 1024 characters and more prints back as an explicit 
   // an implicit key in a flow mapping, which YAML limits to 1024 characters,
   // so the printed config did not parse.
   const std::string key(1500, 'k');
-  const std::string text = "applications:\n  - name: a\n    route_prefix: /a\n"
-                           "    import_path: liba.so:A\n    args:\n"
-                           "      ? \"" + key + "\\x04\"\n"
-                           "      : - 1\n"
-                           "        - ? " + key + "\n"
-                           "          : 2\n"
-                           "      short: 3\n";
+  const std::string text =
+      "applications:\n  - name: a\n    route_prefix: /a\n"
+      "    import_path: liba.so:A\n    args:\n"
+      "      ? \"" +
+      key +
+      "\\x04\"\n"
+      "      : - 1\n"
+      "        - ? " +
+      key +
+      "\n"
+      "          : 2\n"
+      "      short: 3\n";
   auto parsed = parse_config(text, "deploy.yaml");
   REQUIRE_MESSAGE(parsed.has_value(), parsed.status().message());
   const std::string printed = to_yaml(*parsed);
@@ -1202,8 +1256,9 @@ TEST_CASE("config: stuck_after_s - default 0 (derived) - seconds - printed when 
         "deploy.yaml:7:24: stuck_after_s: expected a number of seconds, got 'soon'");
 }
 
-TEST_CASE("config: force_stop_unhealthy_replicas - default false - true or false only - printed when "
-          "set") {
+TEST_CASE(
+    "config: force_stop_unhealthy_replicas - default false - true or false only - printed when "
+    "set") {
   const DeploymentConfig defaults = only_app(parse_ok(with_fields(""))).deployments[0].config;
   CHECK_FALSE(defaults.force_stop_unhealthy_replicas);
   CHECK(to_yaml(parse_ok(with_fields(""))).find("force_stop") == std::string::npos);

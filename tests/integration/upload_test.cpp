@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -131,7 +131,8 @@ bool serves_everywhere(Cluster& c, const std::set<std::string>& nodes, const std
 
 }  // namespace
 
-TEST_CASE("upload: a library only on the operator's side serves on three nodes and rolls on a rebuild") {
+TEST_CASE(
+    "upload: a library only on the operator's side serves on three nodes and rolls on a rebuild") {
   Cluster c;
   c.start({"a", "b"}, 30s);
   Operator op(c.dir.path());
@@ -145,6 +146,15 @@ TEST_CASE("upload: a library only on the operator's side serves on three nodes a
   REQUIRE(first.exit_code == 0);
   CHECK(first.out.find("uploaded " + fs::canonical(op.library).string()) != std::string::npos);
   CHECK(first.out.find("sha256 " + v1) != std::string::npos);
+  // `troupectl config` says which bytes were deployed, and where the path
+  // it prints is relative to.
+  auto printed = c.ctl({"config"});
+  CAPTURE(printed.out);
+  REQUIRE(printed.exit_code == 0);
+  CHECK(printed.out.find("import_path: ./build/libmodels.so:UploadModel") != std::string::npos);
+  CHECK(printed.out.find("# uploaded: the library deployed has SHA-256 " + v1 +
+                         "; its path is relative to the directory of the config it was deployed "
+                         "from") != std::string::npos);
 
   std::set<std::string> served_by;
   CHECK(serves_everywhere(c, {"head", "a", "b"}, "v1", 30s, served_by));
@@ -336,10 +346,14 @@ TEST_CASE("upload: troupectl refuses a bad library before it contacts anyone") {
          std::ofstream(op.library, std::ios::binary | std::ios::trunc) << bytes;
        },
        "./build/libmodels.so:UploadModel", "is an ELF file for another architecture"},
-      {"an executable", [&] { fs::remove(op.library); fs::copy_file(bin("troupectl"), op.library); },
+      {"an executable",
+       [&] {
+         fs::remove(op.library);
+         fs::copy_file(bin("troupectl"), op.library);
+       },
        "./build/libmodels.so:UploadModel", "cannot be loaded"},
-      {"missing deployment", [&] { op.build("libupload_v1.so"); },
-       "./build/libmodels.so:Missing", "has no deployment 'Missing'"},
+      {"missing deployment", [&] { op.build("libupload_v1.so"); }, "./build/libmodels.so:Missing",
+       "has no deployment 'Missing'"},
       {"other ABI",
        [&] {
          fs::remove(op.library);
@@ -359,9 +373,9 @@ TEST_CASE("upload: troupectl refuses a bad library before it contacts anyone") {
     CAPTURE(c.name);
     c.prepare();
     op.write_config(c.import_path, 1);
-    auto r = run({bin("troupectl"), "--address", address, "--timeout", "2", "deploy",
-                  op.config.string()},
-                 60s);
+    auto r = run(
+        {bin("troupectl"), "--address", address, "--timeout", "2", "deploy", op.config.string()},
+        60s);
     CAPTURE(r.err);
     CHECK(r.exit_code == 1);
     CHECK(r.err.find(c.expected) != std::string::npos);

@@ -57,10 +57,10 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
       CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
     }
   }
-  CHECK(files == 13);
+  CHECK(files == 14);
   CHECK(route_prefixes == std::set<std::string>{"/burn", "/compose", "/counter", "/crash", "/echo",
-                                                "/fail", "/flaky", "/greet", "/models", "/noop",
-                                                "/release", "/sleep", "/stream"});
+                                                "/fail", "/fixed", "/flaky", "/greet", "/models",
+                                                "/noop", "/release", "/sleep", "/stream"});
 }
 
 }  // namespace
