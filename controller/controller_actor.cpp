@@ -502,6 +502,9 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
         return reconciled(self, logic(self).delete_application(app, cred));
       },
       [=](status_atom) { return logic(self).status(); },
+      [=](leader_atom) -> std::string {
+        return options.leadership ? options.leadership() : std::string(R"({"leading": true})");
+      },
       [=](logs_atom, const std::string& id, uint64_t offset, uint32_t tail) {
         return on_logs(self, id, offset, tail);
       },

@@ -68,6 +68,9 @@ struct ControllerMetrics::Impl {
                   .Help("Nodes the controller knows, by state (ALIVE, DRAINING, DEAD).")
                   .Register(registry->prom())) {}
   std::mutex mutex;  // refresh() of two incarnations of the controller
+  // Only on head candidates (leading()).
+  prometheus::Gauge* is_leader = nullptr;
+  prometheus::Counter* leader_changes = nullptr;
 };
 
 namespace {
@@ -107,6 +110,26 @@ void ControllerMetrics::deployed(const std::string& outcome) {
 
 void ControllerMetrics::restarted() {
   impl_->restarts.Increment();
+}
+
+void ControllerMetrics::leading(bool leads) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (!impl_->is_leader) {
+    impl_->is_leader =
+        &prometheus::BuildGauge()
+             .Name("troupe_controller_is_leader")
+             .Help("1 while this head candidate leads (runs the controller), else 0.")
+             .Register(impl_->registry->prom())
+             .Add({});
+    impl_->leader_changes = &prometheus::BuildCounter()
+                                 .Name("troupe_controller_leader_changes_total")
+                                 .Help("Times this head candidate started or stopped leading.")
+                                 .Register(impl_->registry->prom())
+                                 .Add({});
+  } else if ((impl_->is_leader->Value() != 0) != leads) {
+    impl_->leader_changes->Increment();
+  }
+  impl_->is_leader->Set(leads ? 1 : 0);
 }
 
 std::shared_ptr<CheckpointStore> ControllerMetrics::timed(std::shared_ptr<CheckpointStore> store) {

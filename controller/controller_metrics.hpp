@@ -36,6 +36,11 @@ class ControllerMetrics {
   void deployed(const std::string& outcome);
   // The head's supervisor restarted the controller (and published it).
   void restarted();
+  // A head candidate (--ha-etcd) started or stopped leading: the gauge
+  // troupe_controller_is_leader, and troupe_controller_leader_changes_total
+  // counts every change after the first call. A single head never calls it
+  // (neither series exists there).
+  void leading(bool leads);
   // `store` with every save() timed into
   // troupe_controller_checkpoint_write_duration_seconds.
   std::shared_ptr<CheckpointStore> timed(std::shared_ptr<CheckpointStore> store);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,11 @@ struct ControllerOptions {
   double library_retention_s = 600;
   // How often unnamed libraries are looked for.
   double library_collect_interval_s = 60;
+  // Who leads the control plane, as the JSON object (leader_atom) answers
+  // (runtime/wire.hpp): the head fills it in (node/node_main.cpp; a head
+  // candidate from its election, node/ha_head.hpp). Empty: the controller
+  // answers {"leading": true} only.
+  std::function<std::string()> leadership;
 };
 
 }  // namespace troupe::controller

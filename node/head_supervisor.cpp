@@ -16,44 +16,6 @@ namespace troupe {
 
 namespace {
 
-// Its own message: publish the restarted controller again (attempt).
-using publish_retry_atom = caf::atom_constant<caf::atom("republish")>;
-
-struct Publisher {
-  SupervisorOptions options;
-  std::shared_ptr<spdlog::logger> log = troupe::log::get("supervisor");
-};
-
-// Publishes the controller `keeper` just started on the head's port. The
-// port closes asynchronously in the middleman: retried for a few seconds.
-void publish(Keeper& keeper, const std::shared_ptr<Publisher>& pub, int attempt) {
-  auto* self = keeper.self();
-  auto controller = keeper.current();
-  if (!controller)
-    return;
-  auto mm = security::transport_actor(self->home_system());
-  auto restarts = keeper.restarts();
-  self->request(mm, std::chrono::seconds(10), caf::publish_atom::value, pub->options.port,
-                caf::actor_cast<caf::strong_actor_ptr>(controller), std::set<std::string>{},
-                pub->options.bind, true)
-      .then(
-          [pub, restarts](uint16_t port) {
-            pub->log->warn("controller restarted (restart #{}) and published on {}:{}",
-                           restarts, pub->options.bind, port);
-            if (pub->options.controller.metrics)
-              pub->options.controller.metrics->restarted();
-          },
-          [self, pub, attempt](caf::error& err) {
-            if (attempt < 100) {
-              self->delayed_send(self, std::chrono::milliseconds(20), publish_retry_atom::value,
-                                 attempt + 1);
-              return;
-            }
-            pub->log->critical("cannot publish the restarted controller on port {}: {}",
-                               pub->options.port, self->home_system().render(err));
-          });
-}
-
 caf::message_handler supervisor_handlers(Keeper& keeper, std::shared_ptr<Publisher> pub) {
   return {
       [&keeper](caf::get_atom) -> caf::result<ControllerActor> {
@@ -61,7 +23,9 @@ caf::message_handler supervisor_handlers(Keeper& keeper, std::shared_ptr<Publish
           return to_caf_error(Status(errc::unavailable, "no controller is running"));
         return caf::actor_cast<ControllerActor>(keeper.current());
       },
-      [&keeper, pub](publish_retry_atom, int attempt) { publish(keeper, pub, attempt); },
+      [&keeper, pub](publish_retry_atom, uint64_t round, int attempt) {
+        publish_attempt(keeper.self(), pub, round, attempt);
+      },
       [&keeper](shutdown_atom) -> caf::result<caf::ok_atom> {
         keeper.stop();
         if (keeper.current())
@@ -73,8 +37,46 @@ caf::message_handler supervisor_handlers(Keeper& keeper, std::shared_ptr<Publish
 
 }  // namespace
 
+void publish_attempt(caf::event_based_actor* self, const std::shared_ptr<Publisher>& pub,
+                     uint64_t round, int attempt) {
+  auto what = pub->current ? pub->current() : caf::actor();
+  if (round != pub->round || !what)
+    return;  // a later round publishes what the port holds now
+  auto mm = security::transport_actor(self->home_system());
+  self->request(mm, std::chrono::seconds(10), caf::publish_atom::value, pub->port,
+                caf::actor_cast<caf::strong_actor_ptr>(what), std::set<std::string>{}, pub->bind,
+                true)
+      .then(
+          [pub, round](uint16_t port) {
+            if (round == pub->round && pub->on_published)
+              pub->on_published(port);
+          },
+          [self, pub, round, attempt](caf::error& err) {
+            if (round != pub->round)
+              return;
+            if (attempt < 100) {
+              self->delayed_send(self, std::chrono::milliseconds(20), publish_retry_atom::value,
+                                 round, attempt + 1);
+              return;
+            }
+            pub->log->critical("cannot publish the {} on port {}: {}", pub->what, pub->port,
+                               self->home_system().render(err));
+          });
+}
+
+void publish_again(caf::event_based_actor* self, const std::shared_ptr<Publisher>& pub) {
+  ++pub->round;
+  // A request: a port that is not open is answered with an error, which as
+  // a plain message would end the actor. The middleman handles it before
+  // the publish sent after it.
+  self->request(security::transport_actor(self->home_system()), std::chrono::seconds(10),
+                caf::close_atom::value, pub->port)
+      .then([] {}, [](caf::error&) {});
+  self->send(self, publish_retry_atom::value, pub->round, 0);
+}
+
 Result<HeadSupervisorActor> start_head_supervisor(caf::actor_system& sys,
-                                                 const SupervisorOptions& options) {
+                                                  const SupervisorOptions& options) {
   auto controller = caf::actor_cast<ControllerActor>(
       controller::spawn_controller(sys, options.controller, options.store));
   // Over TLS when the system runs CAF's OpenSSL module.
@@ -89,23 +91,30 @@ Result<HeadSupervisorActor> start_head_supervisor(caf::actor_system& sys,
   // A controller that dies is started again over the same checkpoint and
   // published on the same port (the first one was published above).
   auto pub = std::make_shared<Publisher>();
-  pub->options = options;
+  pub->bind = options.bind;
+  pub->port = options.port;
+  pub->log = troupe::log::get("supervisor");
   KeeperOptions k;
   k.what = "controller";
   k.policy = options.restart_policy;
   k.on_give_up = options.on_give_up;
   k.log = pub->log;
   k.unavailable = "no controller is running";
-  k.start = [pub](Keeper& keeper) -> caf::actor {
+  k.start = [pub, options](Keeper& keeper) -> caf::actor {
     auto* self = keeper.self();
-    auto controller = controller::spawn_controller(self->home_system(), pub->options.controller,
-                                                   pub->options.store);
-    // Free the port from the dead controller, then publish the new one (the
-    // middleman handles both in the order sent).
-    self->send(security::transport_actor(self->home_system()), caf::close_atom::value,
-               pub->options.port);
-    self->send(self, publish_retry_atom::value, 0);
-    return caf::actor_cast<caf::actor>(controller);
+    auto controller =
+        controller::spawn_controller(self->home_system(), options.controller, options.store);
+    pub->on_published = [log = pub->log, bind = pub->bind, metrics = options.controller.metrics,
+                         restarts = keeper.restarts()](uint16_t port) {
+      log->warn("controller restarted (restart #{}) and published on {}:{}", restarts, bind, port);
+      if (metrics)
+        metrics->restarted();
+    };
+    // Free the port from the dead controller, then publish the new one.
+    auto started = caf::actor_cast<caf::actor>(controller);
+    pub->current = [started] { return started; };
+    publish_again(self, pub);
+    return started;
   };
   k.handlers = [pub](Keeper& keeper) { return supervisor_handlers(keeper, pub); };
   return caf::actor_cast<HeadSupervisorActor>(spawn_keeper(

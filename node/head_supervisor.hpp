@@ -15,11 +15,17 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
 
 #include "controller/controller_actor.hpp"
 #include "node/node_agent.hpp"
 #include "runtime/keeper.hpp"
+#include "runtime/keeper_actor.hpp"
 #include "runtime/status.hpp"
+
+namespace spdlog {
+class logger;
+}
 
 namespace troupe {
 
@@ -49,6 +55,34 @@ struct SupervisorOptions {
 // Spawns the supervisor and the first controller, and publishes it (blocking,
 // for main). A port that cannot be opened is an error; nothing is left
 // running then.
-Result<HeadSupervisorActor> start_head_supervisor(caf::actor_system& sys, const SupervisorOptions& options);
+Result<HeadSupervisorActor> start_head_supervisor(caf::actor_system& sys,
+                                                  const SupervisorOptions& options);
+
+// -- shared with the highly available head (node/ha_head.cpp) --------------
+
+// What a head publishes on its port, and what is said then.
+struct Publisher {
+  std::string what = "controller";  // for the log
+  std::string bind;
+  uint16_t port = 0;
+  // What the port should hold now: the controller the keeper runs (a head
+  // candidate: its follower while it does not lead, node/ha_head.hpp).
+  std::function<caf::actor()> current;
+  std::function<void(uint16_t port)> on_published;
+  std::shared_ptr<spdlog::logger> log;
+  // Each publish_again() is a new round; the retries of an older one stop.
+  uint64_t round = 0;
+};
+
+// The publishing actor's own message: publish again (round, attempt).
+using publish_retry_atom = caf::atom_constant<caf::atom("republish")>;
+
+// Closes the port (it holds a dead or replaced actor) and publishes
+// pub->current() on it. The port closes asynchronously in the middleman:
+// while it is still taken the actor gets (publish_retry_atom, round,
+// attempt + 1) 20 ms later, for 2 s; its handler calls publish_attempt().
+void publish_again(caf::event_based_actor* self, const std::shared_ptr<Publisher>& pub);
+void publish_attempt(caf::event_based_actor* self, const std::shared_ptr<Publisher>& pub,
+                     uint64_t round, int attempt);
 
 }  // namespace troupe

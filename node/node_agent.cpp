@@ -25,6 +25,7 @@
 #include "node/hosted_replicas.hpp"
 #include "node/library_fetcher.hpp"
 #include "node/process_supervisor.hpp"
+#include "runtime/head_list.hpp"
 #include "node/replica_logs.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
@@ -103,6 +104,8 @@ struct AgentState {
   // empty while none is reached.
   ControllerActor controller;
   node::ControllerSession session;
+  // A worker's heads: the one tried now, the next after a failure.
+  std::optional<HeadList> heads;
   std::unordered_map<caf::actor_addr, std::string> replica_ids;
   // Replica actors in processes, by the address of their remote handle.
   std::unordered_map<caf::actor_addr, std::string> remote_ids;
@@ -158,8 +161,18 @@ void send_register(agent_actor* self, const AgentOptions& o) {
             auto retry = st.session.register_failed(link);
             if (!retry)
               return;
-            st.log->error("registration as {} failed: {}", o.info.id,
-                          from_caf_error(err).to_string());
+            auto status = from_caf_error(err);
+            if (status.code() == errc::not_leader && st.heads) {
+              // A head candidate that does not lead: on to the one it names.
+              st.log->info("{} does not lead ({}); trying another head",
+                           st.heads->current().to_string(), status.message());
+              self->demonitor(st.controller.address());
+              st.controller = nullptr;
+              st.heads->failed(status.message());
+              schedule_reconnect(self, retry);
+              return;
+            }
+            st.log->error("registration as {} failed: {}", o.info.id, status.to_string());
             // Keep trying: the controller may be restarting or being upgraded.
             schedule_reconnect(self, retry);
           });
@@ -180,8 +193,9 @@ void caf_connect(agent_actor* self, const AgentOptions& o);
 // A connection attempt failed: try again after the backoff.
 void unreachable(agent_actor* self, const AgentOptions& o, const std::string& why) {
   auto& st = self->state;
-  st.log->warn("cannot reach the controller at {}: {}; retrying", o.controller_endpoint.to_string(),
+  st.log->warn("cannot reach the controller at {}: {}; retrying", st.heads->current().to_string(),
                why);
+  st.heads->failed();
   schedule_reconnect(self, st.session.connect_failed());
 }
 
@@ -202,7 +216,7 @@ void connect(agent_actor* self, const AgentOptions& o) {
   }
   // Asked first, with a short deadline: CAF's own connect would block its
   // middleman (runtime/tcp_probe.hpp).
-  const auto& ep = o.controller_endpoint;
+  auto ep = st.heads->current();
   auto probe = spawn_tcp_probe(self->home_system(), ep.host, ep.port, kProbeTimeout);
   self->request(probe, kProbeTimeout + std::chrono::seconds(2), probe_atom::value)
       .then(
@@ -218,18 +232,18 @@ void connect(agent_actor* self, const AgentOptions& o) {
 void caf_connect(agent_actor* self, const AgentOptions& o) {
   // The OpenSSL module's middleman when the node runs with TLS.
   auto mm = security::transport_actor(self->home_system());
-  const auto& ep = o.controller_endpoint;
+  auto ep = self->state.heads->current();
   self->request(mm, seconds_as(o.request_timeout_s), caf::connect_atom::value, ep.host, ep.port)
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& st = self->state;
             if (!ptr) {
-              st.log->warn("{} answers but publishes no controller; retrying",
-                           o.controller_endpoint.to_string());
+              st.log->warn("{} answers but publishes no controller; retrying", ep.to_string());
+              st.heads->failed();
               schedule_reconnect(self, st.session.connect_failed());
               return;
             }
-            st.log->info("connected to the controller at {}", o.controller_endpoint.to_string());
+            st.log->info("connected to the controller at {}", ep.to_string());
             adopt_controller(self, o, caf::actor_cast<ControllerActor>(ptr));
           },
           [=](caf::error& err) { unreachable(self, o, self->home_system().render(err)); });
@@ -885,6 +899,8 @@ void to_controller(agent_actor* self, Ts&&... xs) {
 void init_agent(agent_actor* self, const AgentOptions& o, std::shared_ptr<HostedReplicas> hosted) {
   auto& st = self->state;
   st.hosted = std::move(hosted);
+  if (!o.controller_endpoints.empty())
+    st.heads.emplace(o.controller_endpoints);
   st.session = node::ControllerSession({o.initial_backoff_s, o.max_backoff_s}, [self] {
     // +-20 %: a restarted head is not hit by every node at once.
     return std::uniform_real_distribution<double>(0.8, 1.2)(self->state.rng);

@@ -61,10 +61,12 @@ class PluginLoader;
 struct AgentOptions {
   NodeInfo info;
   // Exactly one of: the head's controller supervisor in this process (asked
-  // for the current controller with `get`), or the endpoint where the
-  // controller is published (worker node).
+  // for the current controller with `get`), or where the controller is
+  // published (worker node): the head, or the head candidates of a highly
+  // available cluster, tried in turn until the leader is found
+  // (runtime/head_list.hpp).
   ControllerSourceActor local_supervisor;
-  Endpoint controller_endpoint;
+  std::vector<Endpoint> controller_endpoints;
   double heartbeat_interval_s = 1.0;
   double request_timeout_s = 2.0;
   double initial_backoff_s = 0.1;

@@ -25,29 +25,32 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "controller/controller_actor.hpp"
 #include "controller/controller_metrics.hpp"
 #include "controller/core/checkpoint_store.hpp"
+#include "node/ha_head.hpp"
 #include "node/head_supervisor.hpp"
 #include "node/node_agent.hpp"
 #include "node/node_options.hpp"
-#include "node/process_supervisor.hpp"
 #include "node/peer_listener.hpp"
+#include "node/process_supervisor.hpp"
 #include "node/replica_gate.hpp"
 #include "node/replica_user.hpp"
-#include "runtime/gate_link.hpp"
 #include "proxy/data_tls.hpp"
 #include "proxy/proxy.hpp"
 #include "proxy/tls_context.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "runtime/data_channel.hpp"
+#include "runtime/gate_link.hpp"
+#include "runtime/head_list.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/security/credentials.hpp"
-#include "runtime/security/tls.hpp"
 #include "runtime/security/openssl_util.hpp"
+#include "runtime/security/tls.hpp"
 #include "runtime/system_setup.hpp"
 #include "runtime/time.hpp"
 
@@ -185,9 +188,9 @@ class KeeperRef {
 
 // TLS: CAF's OpenSSL module with this node's certificate; write requests are
 // then signed with it and checked against the cluster CA.
-Result<std::optional<security::Identity>> configure_tls(caf::actor_system_config& cfg,
-                                                        const NodeOptions& o,
-                                                        const std::shared_ptr<spdlog::logger>& log) {
+Result<std::optional<security::Identity>> configure_tls(
+    caf::actor_system_config& cfg, const NodeOptions& o,
+    const std::shared_ptr<spdlog::logger>& log) {
   if (o.tls_dir.empty())
     return std::optional<security::Identity>();
   if (auto st = security::configure_tls(cfg, o.tls_dir, o.node_id); !st)
@@ -226,7 +229,10 @@ class Node {
  public:
   Node(const NodeOptions& o, caf::actor_system& sys, std::optional<security::Identity> identity,
        std::string log_file, std::optional<node::RunAs> replica_user)
-      : o_(o), sys_(sys), identity_(std::move(identity)), log_file_(std::move(log_file)),
+      : o_(o),
+        sys_(sys),
+        identity_(std::move(identity)),
+        log_file_(std::move(log_file)),
         replica_user_(replica_user) {}
 
   // Starts every part; an error names what did not start (nothing is left
@@ -244,13 +250,13 @@ class Node {
       return st;
     }
     start_agent();
-    log_->info("node {} started ({}; http port {}{}; admin {}:{}{}; resources {})", o_.node_id,
-               o_.head ? "head" : "worker joining " + o_.join->to_string(), o_.http_port,
-               o_.https_port ? ", https port " + std::to_string(o_.https_port) : std::string(),
-               o_.admin_bind, proxy_->admin_port(),
-               !o_.tls_dir.empty() && !is_loopback(o_.admin_bind) ? " (HTTPS, client certificates)"
-                                                                  : "",
-               o_.resources.to_string());
+    log_->info(
+        "node {} started ({}; http port {}{}; admin {}:{}{}; resources {})", o_.node_id,
+        o_.head ? "head" : "worker joining " + to_string(o_.heads), o_.http_port,
+        o_.https_port ? ", https port " + std::to_string(o_.https_port) : std::string(),
+        o_.admin_bind, proxy_->admin_port(),
+        !o_.tls_dir.empty() && !is_loopback(o_.admin_bind) ? " (HTTPS, client certificates)" : "",
+        o_.resources.to_string());
     return Status::ok();
   }
 
@@ -265,6 +271,10 @@ class Node {
         reload();
       if (auto failure = gave_up_->message(); !failure.empty())
         return failure;
+      if (ha_head_) {
+        if (auto refusal = ha_head_->view().refusal; !refusal.empty())
+          return "this head candidate cannot campaign: " + refusal;
+      }
     }
     return "";
   }
@@ -291,12 +301,12 @@ class Node {
   Status start_proxy();
   Status secure_admin(proxy::ServerOptions& admin);
   Status start_head(std::shared_ptr<controller::CheckpointStore> checkpoint);
+  void start_ha_head(SupervisorOptions sopts);
   Status start_replica_processes();
   Status open_peer();
   void start_agent();
   void abort();
-  void stop_agent_and_controller(const std::string& failure, double drain_delay_s,
-                                 double grace_s);
+  void stop_agent_and_controller(const std::string& failure, double drain_delay_s, double grace_s);
   void wait_in_flight(std::chrono::steady_clock::time_point until);
 
   const NodeOptions& o_;
@@ -318,6 +328,7 @@ class Node {
   std::shared_ptr<channel::Registry> channels_ = std::make_shared<channel::Registry>();
   std::unique_ptr<proxy::Proxy> proxy_;
   HeadSupervisorActor supervisor_;
+  std::unique_ptr<HaHead> ha_head_;  // --ha-etcd: supervisor_ is its actor
   std::shared_ptr<KeeperRef> keeper_ref_ = std::make_shared<KeeperRef>();
   std::shared_ptr<node::ProcessSupervisor> processes_;
   ReplicaGateActor gate_;
@@ -406,6 +417,27 @@ Status Node::start_proxy() {
   return Status::ok();
 }
 
+// A single head always leads (leader_atom; a head candidate answers from
+// its election, node/ha_head.hpp).
+std::string single_head_leadership(const NodeOptions& o) {
+  auto since = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+  nlohmann::json leader{{"name", o.node_id},
+                        {"node_id", o.node_id},
+                        {"address", (o.advertise.empty() ? advertised_host(o.bind, std::nullopt)
+                                                         : o.advertise) +
+                                        ":" + std::to_string(o.port)},
+                        {"term", 0},
+                        {"since_unix_ms", since}};
+  return nlohmann::json{{"ha", false},
+                        {"leading", true},
+                        {"asked", {{"name", o.node_id}, {"node_id", o.node_id}}},
+                        {"leader", leader},
+                        {"problem", ""}}
+      .dump();
+}
+
 // The head's controller runs under a supervisor that restarts it over the
 // checkpoint if it dies.
 Status Node::start_head(std::shared_ptr<controller::CheckpointStore> checkpoint) {
@@ -424,12 +456,41 @@ Status Node::start_head(std::shared_ptr<controller::CheckpointStore> checkpoint)
   sopts.bind = o_.bind;
   sopts.port = o_.port;
   sopts.on_give_up = on_give_up_;
+  if (!o_.ha_etcd.empty()) {
+    start_ha_head(std::move(sopts));
+    return Status::ok();
+  }
+  sopts.controller.leadership = [leadership = single_head_leadership(o_)] { return leadership; };
   auto started = start_head_supervisor(sys_, sopts);
   if (!started)
     return started.status();
   supervisor_ = *started;
   log_->info("controller listening on {}:{}", o_.bind, o_.port);
   return Status::ok();
+}
+
+// A head candidate: it campaigns in etcd and publishes a controller on its
+// port only while it leads (node/ha_head.hpp).
+void Node::start_ha_head(SupervisorOptions sopts) {
+  HaHeadOptions h;
+  h.controller = std::move(sopts.controller);
+  h.bind = sopts.bind;
+  h.port = sopts.port;
+  h.restart_policy = sopts.restart_policy;
+  h.on_give_up = sopts.on_give_up;
+  h.election.prefix = o_.ha_prefix;
+  h.election.name = o_.ha_name;
+  h.election.node_id = o_.node_id;
+  h.election.address = (o_.advertise.empty() ? advertised_host(o_.bind, std::nullopt) : o_.advertise) +
+                       ":" + std::to_string(o_.port);
+  h.etcd.endpoints = o_.ha_etcd;
+  ha_head_ = HaHead::start(sys_, h);
+  supervisor_ = ha_head_->actor();
+  std::string members;
+  for (const auto& e : o_.ha_etcd)
+    members += (members.empty() ? "" : ",") + e;
+  log_->info("head candidate '{}' ({}) campaigning in etcd {} under {}", o_.ha_name,
+             h.election.address, members, o_.ha_prefix);
 }
 
 // Replica processes: started and reaped by the process supervisor; they
@@ -477,8 +538,7 @@ void Node::start_agent() {
   advertised_ = o_.advertise.empty() ? advertised_host(o_.bind, o_.join) : o_.advertise;
   if (peer_) {
     log_->info("other workers reach this node on {}:{} (data port {}{})", advertised_, peer_->port,
-               proxy_->data_port() == 0 ? std::string("none")
-                                        : std::to_string(proxy_->data_port()),
+               proxy_->data_port() == 0 ? std::string("none") : std::to_string(proxy_->data_port()),
                o_.tls_dir.empty() ? "" : ", TLS");
   }
   auto library_cache = library_cache_dir(o_);
@@ -489,9 +549,16 @@ void Node::start_agent() {
   aopts.info.peer_port = peer_ ? peer_->port : 0;
   aopts.info.resources = o_.resources.to_string();
   aopts.info.pid = static_cast<int32_t>(::getpid());
-  aopts.local_supervisor = supervisor_;
-  if (o_.join)
-    aopts.controller_endpoint = *o_.join;
+  if (o_.join) {
+    aopts.controller_endpoints = o_.heads;
+  } else if (ha_head_) {
+    // A head candidate's agent reaches the controller as a worker's does,
+    // starting at its own port: while it does not lead, its follower there
+    // names the leader (runtime/head_list.hpp).
+    aopts.controller_endpoints = {Endpoint{advertised_, o_.port}};
+  } else {
+    aopts.local_supervisor = supervisor_;
+  }
   aopts.heartbeat_interval_s = o_.heartbeat_interval_s;
   aopts.library_cache = library_cache;
   aopts.loader = std::make_shared<PluginLoader>(o_.plugin_path, library_cache);
@@ -523,6 +590,8 @@ void Node::abort() {
     proxy_->stop();
   if (supervisor_)
     caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
+  if (ha_head_)
+    ha_head_->stop(true);
 }
 
 // The controller replaces this node's replicas on other nodes first (on a
@@ -565,6 +634,10 @@ void Node::stop_agent_and_controller(const std::string& failure, double drain_de
         .receive([](caf::ok_atom) {}, [](caf::error&) {});
     self->send_exit(supervisor_, caf::exit_reason::user_shutdown);
   }
+  // The lead handed over at once: another candidate need not wait out the
+  // lease.
+  if (ha_head_)
+    ha_head_->stop(true);
 }
 
 // Requests the proxy still has in flight (on other nodes' replicas, or
@@ -642,6 +715,8 @@ std::optional<int> prepare(int argc, char** argv, NodeOptions& o,
   if (o.head) {
     if (auto st = check_port_free(o.bind, o.port); !st)
       return usage_error(st.message());
+  }
+  if (o.head && o.ha_etcd.empty()) {
     // A corrupt or unreadable checkpoint stops the head before anything runs.
     auto opened = controller::open_checkpoint(o.state_dir);
     if (!opened) {
@@ -663,8 +738,8 @@ std::optional<int> prepare(int argc, char** argv, NodeOptions& o,
         "code and kill actors",
         o.bind);
   }
-  auto isolated = node::isolate_replicas({o.replica_user, o.state_dir, library_cache_dir(o),
-                                          o.plugin_path, o.tls_dir});
+  auto isolated = node::isolate_replicas(
+      {o.replica_user, o.state_dir, library_cache_dir(o), o.plugin_path, o.tls_dir});
   if (!isolated)
     return usage_error(isolated.status().message());
   replica_user = isolated->user;
@@ -684,8 +759,8 @@ int run(const NodeOptions& o, const sigset_t& signals,
         const std::optional<node::RunAs>& replica_user, bool& started) {
   auto log = log::get("node");
   caf::actor_system_config cfg;
-  configure_actor_system(cfg,
-                         TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
+  configure_actor_system(
+      cfg, TransportOptions{o.basp_heartbeat_interval_s, o.basp_connection_timeout_s});
   auto identity = configure_tls(cfg, o, log);
   if (!identity)
     return usage_error(identity.status().message());

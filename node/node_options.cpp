@@ -6,6 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "controller/ha/etcd_client.hpp"
+#include "runtime/head_list.hpp"
+
 namespace troupe {
 
 std::string default_plugin_dir(const std::string& executable) {
@@ -43,12 +46,16 @@ struct RawArgs {
   std::string join;
   std::string resources;
   std::string plugin_path;
+  std::string ha_etcd;
 };
 
 // The node's role, where it listens and what it stores.
 void add_node_options(CLI::App& app, NodeOptions& o, RawArgs& raw) {
   auto* head = app.add_flag("--head", o.head, "run the controller on this node");
-  auto* join_opt = app.add_option("--join", raw.join, "HOST:PORT of the head node to join");
+  auto* join_opt = app.add_option(
+      "--join", raw.join,
+      "HOST:PORT of the head node to join; the head candidates of a highly available cluster: "
+      "HOST:PORT,HOST:PORT,... (the leader is found among them)");
   head->excludes(join_opt);
   auto* port_opt = app.add_option("--port", o.port, "head: port the controller listens on")
                        ->capture_default_str();
@@ -173,7 +180,39 @@ void add_code_and_head_options(CLI::App& app, NodeOptions& o, RawArgs& raw,
   app.add_option("--recovery-window", o.recovery_window_s,
                  "head: seconds to wait for nodes to report their replicas after a restart")
       ->capture_default_str();
+  app.add_option("--ha-etcd", raw.ha_etcd,
+                 "head: run as one of several head candidates, the checkpoint and the election in "
+                 "this etcd cluster (client URLs, comma-separated) [env TROUPE_HA_ETCD]")
+      ->envname("TROUPE_HA_ETCD");
+  app.add_option("--ha-name", o.ha_name,
+                 "head: this candidate's name in the election, unique among the candidates");
+  app.add_option("--ha-prefix", o.ha_prefix, "head: the cluster's keys in etcd")
+      ->capture_default_str();
+}
 
+// The highly available head's etcd, name and prefix.
+Status check_ha(NodeOptions& o, const RawArgs& raw) {
+  if (raw.ha_etcd.empty()) {
+    if (!o.ha_name.empty())
+      return Status(errc::invalid_argument, "--ha-name needs --ha-etcd URL[,URL...]");
+    return Status::ok();
+  }
+  if (!o.head)
+    return Status(errc::invalid_argument, "--ha-etcd is for head candidates: give --head");
+  if (o.ha_name.empty())
+    return Status(errc::invalid_argument,
+                  "--ha-etcd needs --ha-name NAME, unique among the head candidates");
+  if (auto st = validate_node_id(o.ha_name); !st)
+    return Status(errc::invalid_argument, "--ha-name: " + st.message());
+  if (o.ha_prefix.empty() || o.ha_prefix.front() != '/' ||
+      o.ha_prefix.find_first_of(" \t\n") != std::string::npos)
+    return Status(errc::invalid_argument,
+                  "--ha-prefix '" + o.ha_prefix + "' must start with / and hold no spaces");
+  auto eps = ha::parse_endpoints(raw.ha_etcd);
+  if (!eps)
+    return Status(errc::invalid_argument, "--ha-etcd: " + eps.status().message());
+  o.ha_etcd = *eps;
+  return Status::ok();
 }
 
 Status invalid(std::string what) {
@@ -185,10 +224,11 @@ Status check_node(NodeOptions& o, const RawArgs& raw) {
   if (!o.head && raw.join.empty())
     return invalid("give either --head or --join HOST:PORT");
   if (!raw.join.empty()) {
-    auto ep = parse_endpoint(raw.join);
-    if (!ep)
-      return invalid("--join: " + ep.status().message());
-    o.join = *ep;
+    auto eps = parse_endpoints(raw.join);
+    if (!eps)
+      return invalid("--join: " + eps.status().message());
+    o.heads = *eps;
+    o.join = o.heads.front();
   }
   if (o.head && o.state_dir.empty())
     return invalid("--head needs --state-dir DIR");
@@ -242,8 +282,8 @@ Status check_serving(const NodeOptions& o) {
     return invalid("--proxy-io-threads must be between 1 and 64");
   if (o.proxy_body_limit < 1)
     return invalid("--proxy-body-limit must be at least 1 byte");
-  if (o.https_port == 0 && (!o.https_cert.empty() || !o.https_key.empty() ||
-                            !o.https_client_ca.empty()))
+  if (o.https_port == 0 &&
+      (!o.https_cert.empty() || !o.https_key.empty() || !o.https_client_ca.empty()))
     return invalid("--https-cert, --https-key and --https-client-ca need --https-port");
   if (o.https_port != 0 && (o.https_cert.empty() || o.https_key.empty()))
     return invalid("--https-port needs --https-cert FILE and --https-key FILE");
@@ -322,6 +362,8 @@ Result<NodeOptions> parse_node_options(int argc, const char* const* argv,
   if (auto st = check_node(o, raw); !st)
     return st;
   if (auto st = check_serving(o); !st)
+    return st;
+  if (auto st = check_ha(o, raw); !st)
     return st;
   o.plugin_path = split_plugin_path(raw.plugin_path, default_plugin_dir);
   if (auto st = check_exposure(o); !st)

@@ -14,7 +14,8 @@ namespace troupe {
 
 struct NodeOptions {
   bool head = false;
-  std::optional<Endpoint> join;  // set for worker nodes
+  std::optional<Endpoint> join;  // set for worker nodes: the first of `heads`
+  std::vector<Endpoint> heads;   // --join's list: the head, or its candidates
   uint16_t port = 7300;          // head: where the controller is published
   // Worker: where other workers connect to reach its replicas directly (a
   // CAF listener, over TLS like the head's); 0: any free port.
@@ -68,6 +69,12 @@ struct NodeOptions {
   std::string library_cache;
   // Head: seconds to collect re-registering nodes' replicas after a restart.
   double recovery_window_s = 3.0;
+  // Head, highly available (controller/ha/): the etcd members' client URLs
+  // (empty: the single head with its RocksDB checkpoint), this candidate's
+  // name in the election, and the cluster's key prefix in etcd.
+  std::vector<std::string> ha_etcd;
+  std::string ha_name;
+  std::string ha_prefix = "/troupe";
   // The head's admin listener serves the dashboard (/-/dashboard);
   // --no-dashboard.
   bool dashboard = true;

@@ -28,6 +28,16 @@ void Keeper::start(caf::actor running) {
   held_.clear();
 }
 
+void Keeper::release(const caf::error& reason) {
+  if (!current_)
+    return;
+  self_->demonitor(current_);
+  self_->send_exit(current_, reason);
+  current_ = nullptr;
+  if (options_.on_gone)
+    options_.on_gone();
+}
+
 void Keeper::on_down(const caf::down_msg& dm) {
   if (!current_ || dm.source != current_.address())
     return;
@@ -82,8 +92,7 @@ namespace {
 
 class KeeperActor : public caf::event_based_actor {
  public:
-  KeeperActor(caf::actor_config& cfg, KeeperOptions options, const char* name,
-              caf::actor running)
+  KeeperActor(caf::actor_config& cfg, KeeperOptions options, const char* name, caf::actor running)
       : caf::event_based_actor(cfg),
         keeper_(this, std::move(options)),
         name_(name),

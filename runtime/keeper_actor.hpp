@@ -86,6 +86,10 @@ class Keeper {
   // Do not restart the kept actor any more (it is being stopped).
   void stop() { stopping_ = true; }
   bool stopping() const { return stopping_; }
+  // Ends the kept actor with `reason`, neither restarting it nor quitting:
+  // the keeper then runs none until start() is called again (the head
+  // candidate that stopped leading, node/ha_head.cpp).
+  void release(const caf::error& reason);
 
   // -- used by the keeper actor -------------------------------------------
 

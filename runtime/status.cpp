@@ -30,6 +30,8 @@ const char* to_string(errc code) {
       return "internal";
     case errc::overloaded:
       return "overloaded";
+    case errc::not_leader:
+      return "not_leader";
   }
   return "unknown";
 }

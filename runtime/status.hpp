@@ -24,6 +24,7 @@ enum class errc {
   timeout,            // no answer within the deadline
   internal,           // a bug: an invariant did not hold
   overloaded,         // a replica refused work at its max_ongoing_requests: try another
+  not_leader,         // a head candidate that does not lead: ask the leader (named if known)
 };
 
 const char* to_string(errc code);

@@ -49,7 +49,9 @@ namespace troupe {
 // 15: ReplicaSpec::health_check_timeout_s, health_check_period_s and
 //     health_check_failure_threshold (a replica's start-up health checks,
 //     run before it reports ready).
-constexpr uint32_t kProtocolVersion = 15;
+// 16: highly available heads: the controller answers leader_atom, a head
+//     candidate that does not lead answers every request errc::not_leader.
+constexpr uint32_t kProtocolVersion = 16;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -60,6 +62,8 @@ using deregister_atom = caf::atom_constant<caf::atom("deregister")>;
 using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;
 using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
+// Who leads the cluster's control plane (troupectl leader): a JSON object.
+using leader_atom = caf::atom_constant<caf::atom("leader")>;
 // The head's dashboard (/-/dashboard) asks the controller what to show.
 using dashboard_atom = caf::atom_constant<caf::atom("dashboard")>;
 // A node that is stopping asks the controller to move its replicas first.
@@ -566,6 +570,10 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<kill_atom, std::string, std::string, Credential>::with<caf::ok_atom>,
     // JSON, see docs/architecture.md.
     caf::replies_to<status_atom>::with<std::string>,
+    // Who leads: {"node_id", "name", "address", "term", "since_unix_ms",
+    // "ha"} (docs/architecture.md, "High availability"); a head candidate
+    // that does not lead answers the same question with "leading": false.
+    caf::replies_to<leader_atom>::with<std::string>,
     // A replica's log (replica id, offset, tail) -> (whole lines, the offset
     // to read on from), asked of the node that has it; see AgentActor.
     caf::replies_to<logs_atom, std::string, uint64_t, uint32_t>::with<std::string, uint64_t>,

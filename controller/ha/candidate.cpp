@@ -1,5 +1,7 @@
 #include "controller/ha/candidate.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace troupe::ha {
 
 namespace {
@@ -15,6 +17,28 @@ int64_t unix_ms() {
 }
 
 }  // namespace
+
+std::string describe_leadership(const CandidateView& view, const ElectionOptions& self) {
+  using Json = nlohmann::json;
+  Json out{{"ha", true},
+           {"leading", view.leading},
+           {"asked", {{"name", self.name}, {"node_id", self.node_id}}},
+           {"leader", nullptr},
+           {"problem", ""}};
+  if (view.leader) {
+    const auto& h = *view.leader;
+    out["leader"] = Json{{"name", h.name},
+                         {"node_id", h.node_id.empty() ? h.name : h.node_id},
+                         {"address", h.address},
+                         {"term", h.term},
+                         {"since_unix_ms", h.since_unix_ms}};
+  } else {
+    out["problem"] = !view.refusal.empty() ? view.refusal
+                     : view.problem.empty() ? std::string("no leader yet")
+                                            : view.problem;
+  }
+  return out.dump();
+}
 
 Candidate::Candidate(ElectionOptions election, EtcdOptions etcd, CandidateCallbacks callbacks)
     : callbacks_(std::move(callbacks)),
@@ -93,7 +117,12 @@ void Candidate::run() {
       }
       report(leading, election_.term(),
              election_.last_loss().empty() ? "another candidate leads" : election_.last_loss());
-      view_.leader = election_.holder();
+      const auto& seen = election_.holder();
+      bool changed = seen.has_value() != view_.leader.has_value() ||
+                     (seen && (seen->name != view_.leader->name || seen->term != view_.leader->term));
+      view_.leader = seen;
+      if (changed && callbacks_.on_leader_seen)
+        callbacks_.on_leader_seen(seen);
       view_.problem = election_.problem();
       view_.refusal = election_.refusal();
     }

@@ -29,6 +29,9 @@ struct CandidateCallbacks {
   std::function<void(int64_t term)> on_lead;
   // It stopped leading (why).
   std::function<void(const std::string& why)> on_follow;
+  // The leader it sees changed (another candidate, another term, none):
+  // from the same thread, under the same rules.
+  std::function<void(const std::optional<Holder>& leader)> on_leader_seen;
 };
 
 // What a candidate knows, for readiness, metrics and a follower's answer.
@@ -40,6 +43,13 @@ struct CandidateView {
   std::string refusal;
   uint64_t leader_changes = 0;  // times this candidate started or stopped leading
 };
+
+// Who leads, as the head answers (leader_atom, runtime/wire.hpp), from a
+// candidate's view: {"ha": true, "leading": whether this candidate leads,
+// "asked": {"name", "node_id"}, "leader": {"name", "node_id", "address",
+// "term", "since_unix_ms"} or null, "problem": why none is known ("" when
+// one is)}.
+std::string describe_leadership(const CandidateView& view, const ElectionOptions& self);
 
 class Candidate {
  public:

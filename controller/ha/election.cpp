@@ -23,7 +23,11 @@ std::string candidate_key(const std::string& prefix, const std::string& name) {
 }
 
 std::string encode_holder(const Holder& h) {
-  return Json{{"name", h.name}, {"address", h.address}, {"since_unix_ms", h.since_unix_ms}}.dump();
+  return Json{{"name", h.name},
+              {"node_id", h.node_id},
+              {"address", h.address},
+              {"since_unix_ms", h.since_unix_ms}}
+      .dump();
 }
 
 std::optional<Holder> decode_holder(const std::string& value, int64_t term, int64_t lease) {
@@ -32,6 +36,8 @@ std::optional<Holder> decode_holder(const std::string& value, int64_t term, int6
     return std::nullopt;
   Holder h;
   h.name = j["name"].get<std::string>();
+  if (j.contains("node_id") && j["node_id"].is_string())
+    h.node_id = j["node_id"].get<std::string>();
   if (j.contains("address") && j["address"].is_string())
     h.address = j["address"].get<std::string>();
   if (j.contains("since_unix_ms") && j["since_unix_ms"].is_number_integer())
@@ -158,7 +164,12 @@ Clock::time_point Election::step(Clock::time_point now, int64_t unix_now_ms) {
     name_claimed_ = true;
     name_conflict_since_.reset();
   }
-  Holder mine{options_.name, options_.address, 0, lease_, unix_now_ms};
+  Holder mine;
+  mine.name = options_.name;
+  mine.node_id = options_.node_id.empty() ? options_.name : options_.node_id;
+  mine.address = options_.address;
+  mine.lease = lease_;
+  mine.since_unix_ms = unix_now_ms;
   auto key = backend_.create_or_get(leader_key(options_.prefix), encode_holder(mine), lease_);
   if (!key) {
     if (role_ == Role::follower)

@@ -41,6 +41,7 @@ struct Holder {
   int64_t term = 0;     // the key's create revision
   int64_t lease = 0;
   int64_t since_unix_ms = 0;  // when it took the lead (its own clock)
+  std::string node_id;        // the candidate's node id (troupectl leader)
 };
 
 // The election key's value: a small JSON object.
@@ -84,6 +85,7 @@ class EtcdElectionBackend final : public ElectionBackend {
 struct ElectionOptions {
   std::string prefix = "/troupe";  // the cluster's keys in etcd
   std::string name;                // --ha-name
+  std::string node_id;             // the candidate's node id
   std::string address;             // this candidate's controller address
   int64_t ttl_s = 2;
   Clock::duration keepalive_every = std::chrono::milliseconds(500);

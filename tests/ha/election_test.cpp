@@ -342,10 +342,11 @@ TEST_CASE("election: no etcd at the start - the candidate keeps trying and says 
 }
 
 TEST_CASE("election: the election key's value names the holder and its address") {
-  Holder h{"h1", "10.0.0.1:7300", 42, 7, 1700000000000};
+  Holder h{"h1", "10.0.0.1:7300", 42, 7, 1700000000000, "node-1"};
   auto back = decode_holder(encode_holder(h), 42, 7);
   REQUIRE(back);
   CHECK(back->name == "h1");
+  CHECK(back->node_id == "node-1");
   CHECK(back->address == "10.0.0.1:7300");
   CHECK(back->term == 42);
   CHECK(back->lease == 7);

@@ -88,6 +88,12 @@ TEST_CASE("a worker with every option") {
   CHECK(o->log_level == "debug");
   CHECK(o->log_format == "json");
   CHECK(o->access_log == "errors");
+  // The head candidates of a highly available cluster.
+  auto list = parse({"--join", "10.0.0.1:7400,10.0.0.2:7400"});
+  REQUIRE(list.has_value());
+  REQUIRE(list->heads.size() == 2);
+  CHECK(list->heads[1].to_string() == "10.0.0.2:7400");
+  CHECK(list->join->to_string() == "10.0.0.1:7400");
   // By default a worker's peer listener takes any free port.
   auto plain = parse({"--join", "10.0.0.1:7400"});
   REQUIRE(plain.has_value());
@@ -98,6 +104,19 @@ TEST_CASE("a worker with every option") {
   auto nat = parse({"--join", "10.0.0.1:7400", "--advertise", "203.0.113.7"});
   REQUIRE(nat.has_value());
   CHECK(nat->advertise == "203.0.113.7");
+}
+
+TEST_CASE("a head candidate names its etcd members and itself") {
+  auto o = parse({"--head", "--state-dir", "/tmp/x", "--ha-etcd",
+                  "10.0.0.1:2379,http://10.0.0.2:2379", "--ha-name", "head-a"});
+  REQUIRE_MESSAGE(o.has_value(), o.status().to_string());
+  CHECK(o->ha_etcd == std::vector<std::string>{"http://10.0.0.1:2379", "http://10.0.0.2:2379"});
+  CHECK(o->ha_name == "head-a");
+  CHECK(o->ha_prefix == "/troupe");
+  auto single = parse({"--head", "--state-dir", "/tmp/x"});
+  REQUIRE(single.has_value());
+  CHECK(single->ha_etcd.empty());
+  CHECK(single->ha_name.empty());
 }
 
 TEST_CASE("--help is not an error") {
@@ -121,6 +140,8 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--head", "--state-dir", "d", "--peer-port", "7401"}, "excludes"},
       {{"--join", "h:1", "--peer-port", "70000"}, "--peer-port"},
       {{"--join", "nohost"}, "--join: address 'nohost'"},
+      {{"--join", "h:1,nohost"}, "--join: 'nohost': address 'nohost' is not HOST:PORT"},
+      {{"--join", "h:1,h:1"}, "--join: h:1 is given twice"},
       {{"--join", "h:1", "--resources", "cpu"}, "--resources: resource entry 'cpu'"},
       {{"--join", "h:1", "--node-id", "a b"}, "--node-id: node id 'a b'"},
       {{"--join", "h:1", "--http-port", "0"}, "--http-port 0"},
@@ -131,7 +152,17 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--join", "h:1", "--drain-delay", "-1"}, "--drain-delay must be between 0 and 86400"},
       {{"--join", "h:1", "--advertise", "0.0.0.0"}, "--advertise 0.0.0.0 is not an address"},
       {{"--join", "h:1", "--log-format", "xml"}, "--log-format 'xml' is not one of text, json"},
-      {{"--join", "h:1", "--access-log", "yes"}, "--access-log 'yes' is not one of on, errors, off"},
+      {{"--join", "h:1", "--access-log", "yes"},
+       "--access-log 'yes' is not one of on, errors, off"},
+      {{"--join", "h:1", "--ha-etcd", "e:2379"}, "--ha-etcd is for head candidates: give --head"},
+      {{"--head", "--state-dir", "d", "--ha-etcd", "e:2379"}, "--ha-etcd needs --ha-name NAME"},
+      {{"--head", "--state-dir", "d", "--ha-name", "h1"}, "--ha-name needs --ha-etcd"},
+      {{"--head", "--state-dir", "d", "--ha-etcd", "e:2379,nohost", "--ha-name", "h1"},
+       "--ha-etcd: etcd endpoint 'nohost' is not host:port"},
+      {{"--head", "--state-dir", "d", "--ha-etcd", "e:2379", "--ha-name", "a b"}, "--ha-name: "},
+      {{"--head", "--state-dir", "d", "--ha-etcd", "e:2379", "--ha-name", "h1", "--ha-prefix",
+        "troupe"},
+       "--ha-prefix 'troupe' must start with /"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.fragment);

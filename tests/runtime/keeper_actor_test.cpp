@@ -41,8 +41,8 @@ struct Seen {
 caf::behavior kept(caf::event_based_actor* self, std::shared_ptr<Seen> seen, int generation) {
   return {
       [=](who_atom) {
-        return caf::make_message(generation, self->current_sender() ? self->current_sender()->id()
-                                                                    : caf::actor_id{0});
+        return caf::make_message(
+            generation, self->current_sender() ? self->current_sender()->id() : caf::actor_id{0});
       },
       [=](note_atom, const std::string& text) {
         seen->notes.push_back(std::to_string(generation) + ":" + text);
@@ -112,7 +112,9 @@ struct Fixture : test_coordinator_fixture<KeeperConfig> {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(Fixture, "keeper: a message it does not handle reaches the kept actor - which answers the sender") {
+TEST_CASE_FIXTURE(
+    Fixture,
+    "keeper: a message it does not handle reaches the kept actor - which answers the sender") {
   spawn(options(10));
   auto answer = who();
   REQUIRE(answer);
@@ -124,7 +126,8 @@ TEST_CASE_FIXTURE(Fixture, "keeper: a message it does not handle reaches the kep
                 caf::after(0s) >> [] { FAIL("no answer"); });
 }
 
-TEST_CASE_FIXTURE(Fixture, "keeper: a kept actor that crashes is restarted and the next one answers") {
+TEST_CASE_FIXTURE(Fixture,
+                  "keeper: a kept actor that crashes is restarted and the next one answers") {
   spawn(options(10));
   crash_current();
   CHECK(gone == 1);
@@ -135,7 +138,9 @@ TEST_CASE_FIXTURE(Fixture, "keeper: a kept actor that crashes is restarted and t
   CHECK(gave_up.empty());
 }
 
-TEST_CASE_FIXTURE(Fixture, "keeper: while the restart waits - requests get unavailable and held messages wait for the next actor") {
+TEST_CASE_FIXTURE(Fixture,
+                  "keeper: while the restart waits - requests get unavailable and held messages "
+                  "wait for the next actor") {
   spawn(options(10, 1s));
   crash_current();  // restart #1: at once
   REQUIRE(seen->started == 2);
@@ -156,7 +161,9 @@ TEST_CASE_FIXTURE(Fixture, "keeper: while the restart waits - requests get unava
   CHECK(seen->notes == std::vector<std::string>{"3:while down"});
 }
 
-TEST_CASE_FIXTURE(Fixture, "keeper: past the policy it gives up - on_give_up gets the message and the keeper quits with it") {
+TEST_CASE_FIXTURE(Fixture,
+                  "keeper: past the policy it gives up - on_give_up gets the message and the "
+                  "keeper quits with it") {
   spawn(options(2));
   self->monitor(keeper);
   crash_current();
@@ -165,7 +172,7 @@ TEST_CASE_FIXTURE(Fixture, "keeper: past the policy it gives up - on_give_up get
   REQUIRE(seen->started == 3);
   CHECK(gave_up.empty());
   now += 1s;
-  crash_current();  // the third death within the window
+  crash_current();            // the third death within the window
   CHECK(seen->started == 3);  // not restarted
   REQUIRE(gave_up.size() == 1);
   CHECK(gave_up[0].rfind("gave up on the test actor: it was restarted 2 times within 60 s and died "
@@ -179,7 +186,9 @@ TEST_CASE_FIXTURE(Fixture, "keeper: past the policy it gives up - on_give_up get
   keeper = nullptr;
 }
 
-TEST_CASE_FIXTURE(Fixture, "keeper: a kept actor stopped on request is not restarted - the keeper quits with it") {
+TEST_CASE_FIXTURE(
+    Fixture,
+    "keeper: a kept actor stopped on request is not restarted - the keeper quits with it") {
   spawn(options(10));
   self->monitor(keeper);
   caf::anon_send_exit(seen->kept.back(), caf::exit_reason::user_shutdown);
@@ -214,4 +223,42 @@ TEST_CASE_FIXTURE(Fixture, "keeper: an actor already running is adopted - not st
   CHECK(answer->first == 7);
   crash_current();  // the adopted one is kept like any other
   CHECK(seen->started == 1);
+}
+
+namespace {
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using again_atom = caf::atom_constant<caf::atom("again")>;
+}  // namespace
+
+TEST_CASE_FIXTURE(Fixture,
+                  "keeper: a released actor ends without a restart - the keeper stays and start() "
+                  "runs the next") {
+  auto k = options(0);  // a single crash would give up: a release is none
+  k.handlers = [](Keeper& keeper) -> caf::message_handler {
+    return {[&keeper](release_atom) { keeper.release(caf::exit_reason::kill); },
+            [&keeper](again_atom) { keeper.start(); }};
+  };
+  spawn(std::move(k));
+  auto first = seen->kept.back();
+  self->monitor(first);
+  self->monitor(keeper);
+  self->send(keeper, release_atom::value);
+  sched.run();
+  self->receive([](caf::down_msg& dm) { CHECK(dm.reason == caf::exit_reason::kill); },
+                caf::after(0s) >> [] { FAIL("the released actor did not end"); });
+  CHECK(gone == 1);
+  CHECK(seen->started == 1);
+  CHECK(gave_up.empty());
+  auto none = who();
+  REQUIRE_FALSE(none);
+  CHECK(self->system().render(none.error()).find("the test actor is restarting") !=
+        std::string::npos);
+  self->send(keeper, again_atom::value);
+  sched.run();
+  CHECK(seen->started == 2);
+  auto answer = who();
+  REQUIRE(answer);
+  CHECK(answer->first == 2);
+  // The keeper did not quit on the way.
+  self->receive([](caf::down_msg&) { FAIL("the keeper quit"); }, caf::after(0s) >> [] {});
 }

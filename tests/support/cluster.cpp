@@ -88,7 +88,8 @@ std::vector<std::string> Cluster::stop_all(std::chrono::milliseconds grace) {
                          "\n--- last lines of its output (" + node.output_path() + ") ---\n" +
                          proc::tail_lines(node.output(), 40);
     if (node.core_dumped()) {
-      report += "\n--- backtrace ---\n" + proc::backtrace_of(node.argv().front(), core_file_of(node));
+      report +=
+          "\n--- backtrace ---\n" + proc::backtrace_of(node.argv().front(), core_file_of(node));
     }
     problems.push_back(std::move(report));
   }
@@ -101,16 +102,42 @@ ChildProcess& Cluster::start_head(const std::vector<std::string>& args) {
     http_ports["head"] = free_port();
   if (!admin_ports.count("head"))
     admin_ports["head"] = free_port();
-  std::vector<std::string> argv = {
-      bin("troupe-node"), "--head",     "--port",      std::to_string(port),
-      "--state-dir",      dir / "head", "--http-port", std::to_string(http_ports["head"]),
-      "--admin-port",     std::to_string(admin_ports["head"])};
+  std::vector<std::string> argv = {bin("troupe-node"), "--head",
+                                   "--port",           std::to_string(port),
+                                   "--state-dir",      dir / "head",
+                                   "--http-port",      std::to_string(http_ports["head"]),
+                                   "--admin-port",     std::to_string(admin_ports["head"])};
   argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());
   no_drain_delay_unless_given(argv);
   nodes.erase("head");
   return nodes.emplace("head", ChildProcess(argv, dir / "head.log", node_options_in(dir / "head")))
+      .first->second;
+}
+
+ChildProcess& Cluster::start_candidate(const std::string& id, uint16_t port,
+                                       const std::string& etcd,
+                                       const std::vector<std::string>& args,
+                                       const std::string& name) {
+  if (!http_ports.count(id))
+    http_ports[id] = free_port();
+  if (!admin_ports.count(id))
+    admin_ports[id] = free_port();
+  std::vector<std::string> argv = {bin("troupe-node"), "--head",
+                                   "--node-id",        id,
+                                   "--port",           std::to_string(port),
+                                   "--state-dir",      dir / id,
+                                   "--http-port",      std::to_string(http_ports[id]),
+                                   "--admin-port",     std::to_string(admin_ports[id]),
+                                   "--ha-etcd",        etcd,
+                                   "--ha-name",        name.empty() ? id : name};
+  argv.insert(argv.end(), liveness.begin(), liveness.end());
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  no_drain_delay_unless_given(argv);
+  nodes.erase(id);
+  return nodes.emplace(id, ChildProcess(argv, dir / (id + ".log"), node_options_in(dir / id)))
       .first->second;
 }
 
@@ -186,9 +213,9 @@ nlohmann::json Cluster::status(std::chrono::milliseconds timeout) const {
   return parsed.is_discarded() ? nullptr : parsed;
 }
 
-std::map<std::string, std::string> Cluster::running_replicas(const std::string& app,
-                                                              const std::string& deployment,
-                                                              std::chrono::milliseconds timeout) const {
+std::map<std::string, std::string> Cluster::running_replicas(
+    const std::string& app, const std::string& deployment,
+    std::chrono::milliseconds timeout) const {
   std::map<std::string, std::string> out;
   const auto s = status(timeout);
   const auto ptr = nlohmann::json::json_pointer("/applications/" + app + "/deployments/" +

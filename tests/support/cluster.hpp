@@ -30,7 +30,7 @@ struct Cluster {
   // node id -> its admin listener's port (/-/metrics, /-/routes, the
   // dashboard: proxy/admin.cpp)
   std::map<std::string, uint16_t> admin_ports;
-  std::vector<std::string> extra_args;         // appended to every node's command line
+  std::vector<std::string> extra_args;  // appended to every node's command line
   // The liveness options of every node (change before starting nodes).
   std::vector<std::string> liveness = kFastLiveness;
   // troupectl's options for the cluster's own questions (states(), and so
@@ -39,6 +39,13 @@ struct Cluster {
 
   ChildProcess& start_head(const std::vector<std::string>& args = {});
   ChildProcess& start_worker(const std::string& id, const std::vector<std::string>& args = {});
+  // A head candidate of a highly available cluster: node `id`, also its
+  // --ha-name, its controller on `port` while it leads, the election and
+  // the checkpoint in the etcd members `etcd` (URL[,URL...]).
+  // `name`: another --ha-name than the id.
+  ChildProcess& start_candidate(const std::string& id, uint16_t port, const std::string& etcd,
+                                const std::vector<std::string>& args = {},
+                                const std::string& name = "");
   // Starts the head, then `workers` (in that order), and REQUIREs that every
   // node is ALIVE within `deadline`.
   void start(const std::vector<std::string>& workers = {},

@@ -8,6 +8,7 @@
 
 #include "controller/store/codec.hpp"
 #include "runtime/auth.hpp"
+#include "runtime/head_list.hpp"
 #include "runtime/libraries.hpp"
 #include "runtime/security/tls.hpp"
 #include "runtime/time.hpp"
@@ -69,6 +70,60 @@ Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys, const
   if (!failure)
     return failure;
   return ControllerClient(sys, controller, endpoint, timeout_s, std::move(identity));
+}
+
+Result<ControllerClient> ControllerClient::connect(caf::actor_system& sys,
+                                                   const std::vector<Endpoint>& heads,
+                                                   double timeout_s,
+                                                   std::optional<security::Identity> identity) {
+  HeadList list(heads);
+  std::set<std::string> tried;
+  std::string why;
+  Status last;
+  while (tried.insert(list.current().to_string()).second) {
+    auto client = connect(sys, list.current(), timeout_s, identity);
+    if (client)
+      return client;
+    last = client.status();
+    why += (why.empty() ? "" : "; ") + last.message();
+    list.failed(last.code() == errc::not_leader ? last.message() : "");
+  }
+  if (tried.size() == 1)
+    return last;  // one head, as it said
+  return Status(last.code() == errc::not_leader ? errc::not_leader : errc::unavailable,
+                "no head of " + to_string(list.heads()) + " leads: " + why);
+}
+
+Result<std::string> ControllerClient::leader(caf::actor_system& sys,
+                                             const std::vector<Endpoint>& heads,
+                                             double timeout_s) {
+  caf::scoped_actor self{sys};
+  auto mm = security::transport_actor(sys);
+  std::string why;
+  for (const auto& head : heads) {
+    Result<std::string> out(errc::unavailable, "no answer");
+    caf::actor published;
+    self->request(mm, seconds_as(timeout_s), caf::connect_atom::value, head.host, head.port)
+        .receive(
+            [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+              if (ptr)
+                published = caf::actor_cast<caf::actor>(ptr);
+              else
+                out = Status(errc::unavailable, "nothing is published at " + head.to_string());
+            },
+            [&](caf::error& err) {
+              out = Status(errc::unavailable, "cannot reach it: " + sys.render(err));
+            });
+    if (published) {
+      self->request(published, seconds_as(timeout_s), leader_atom::value)
+          .receive([&](std::string& json) { out = std::move(json); },
+                   [&](caf::error& err) { out = from_caf_error(err); });
+    }
+    if (out)
+      return out;
+    why += (why.empty() ? "" : "; ") + head.to_string() + ": " + out.status().message();
+  }
+  return Status(errc::unavailable, "no head answered: " + why);
 }
 
 Result<std::vector<NodeStatus>> ControllerClient::nodes() {

@@ -27,6 +27,17 @@ class ControllerClient {
   static Result<ControllerClient> connect(caf::actor_system& sys, const Endpoint& endpoint,
                                           double timeout_s,
                                           std::optional<security::Identity> identity = {});
+  // The same with the head candidates of a highly available cluster: each
+  // is tried in turn (the one a follower names first, runtime/head_list.hpp)
+  // until the leader answers, also when only one was given. A failure names
+  // every head tried and why; with one head tried, its own.
+  static Result<ControllerClient> connect(caf::actor_system& sys,
+                                          const std::vector<Endpoint>& heads, double timeout_s,
+                                          std::optional<security::Identity> identity = {});
+  // Who leads (leader_atom, runtime/wire.hpp), as the first of `heads` that
+  // answers says: a follower answers too. The JSON object.
+  static Result<std::string> leader(caf::actor_system& sys, const std::vector<Endpoint>& heads,
+                                    double timeout_s);
 
   Result<std::vector<NodeStatus>> nodes();
   Status drain(const std::string& node_id);

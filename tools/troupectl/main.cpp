@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.hpp"
+#include "runtime/head_list.hpp"
 #include "runtime/resources.hpp"
 #include "runtime/security/certs.hpp"
 #include "runtime/security/credentials.hpp"
@@ -73,6 +74,30 @@ void print_nodes(const std::vector<NodeStatus>& nodes, bool as_json) {
     std::printf("%-16s %-22s %-9s %-10s %-28s %s\n", n.id.c_str(), n.address.c_str(),
                 n.state.c_str(), n.proxy.c_str(), n.resources.c_str(), age);
   }
+}
+
+// `troupectl leader`: the leading head's node id first on its line, then
+// since when, its term and address (a single head: term 0).
+int print_leader(const std::string& answer, bool as_json) {
+  auto j = json::parse(answer, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return fail(1, "the head answered something that is not JSON: " + answer);
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+    return j["leader"].is_object() ? 0 : 1;
+  }
+  if (!j["leader"].is_object())
+    return fail(1, "no leader: " + j.value("problem", std::string("no leader yet")));
+  const auto& l = j["leader"];
+  std::time_t since = static_cast<std::time_t>(l.value("since_unix_ms", int64_t{0}) / 1000);
+  char when[32];
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&since));
+  std::printf("%s since %s (term %lld, controller at %s%s)\n",
+              l.value("node_id", std::string()).c_str(), when,
+              static_cast<long long>(l.value("term", int64_t{0})),
+              l.value("address", std::string()).c_str(),
+              j.value("ha", false) ? "" : "; a single head");
+  return 0;
 }
 
 std::string format_time(double unix_s) {
@@ -305,7 +330,9 @@ int main(int argc, char** argv) {
   const char* env_address = std::getenv("TROUPE_ADDRESS");
   std::string address = env_address && *env_address ? env_address : "127.0.0.1:7300";
   double timeout_s = 10.0;
-  app.add_option("--address", address, "controller HOST:PORT (env TROUPE_ADDRESS)")
+  app.add_option("--address", address,
+                 "controller HOST:PORT, or the head candidates' HOST:PORT,HOST:PORT,... (env "
+                 "TROUPE_ADDRESS)")
       ->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds to wait for the controller")
       ->capture_default_str();
@@ -334,8 +361,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"node", "operator"}));
   certs_issue->add_option("--days", cert_days, "validity in days")->capture_default_str();
 
-  auto* nodes_cmd = app.add_subcommand("nodes", "list the nodes of the cluster");
   bool json_out = false;
+  auto* leader_cmd =
+      app.add_subcommand("leader", "which head leads the control plane, and since when");
+  leader_cmd->add_flag("--json", json_out, "print the JSON object the head answers");
+  auto* nodes_cmd = app.add_subcommand("nodes", "list the nodes of the cluster");
   nodes_cmd->add_flag("--json", json_out, "print a JSON array");
 
   auto* drain_cmd = app.add_subcommand("drain", "mark a node DRAINING (its replicas move away)");
@@ -458,9 +488,10 @@ int main(int argc, char** argv) {
                 cert_role.c_str(), cert_days);
     return 0;
   }
-  auto endpoint = parse_endpoint(address);
-  if (!endpoint)
-    return fail(2, "--address: " + endpoint.status().message());
+  auto heads = parse_endpoints(address);
+  if (!heads)
+    return fail(2, "--address: " + heads.status().message());
+  const Endpoint* endpoint = &heads->front();
   if (!(timeout_s > 0))
     return fail(2, "--timeout must be > 0 seconds");
   if (*kill_cmd && kill_kind != "controller" && kill_id.empty()) {
@@ -552,7 +583,13 @@ int main(int argc, char** argv) {
     identity = std::move(loaded.value());
   }
   caf::actor_system sys{cfg};
-  auto client = ControllerClient::connect(sys, *endpoint, timeout_s, identity);
+  if (*leader_cmd) {
+    auto answer = ControllerClient::leader(sys, *heads, timeout_s);
+    if (!answer)
+      return fail(1, answer.status().message());
+    return print_leader(*answer, json_out);
+  }
+  auto client = ControllerClient::connect(sys, *heads, timeout_s, identity);
   if (!client) {
     if (identity) {
       // CAF says nothing about a refused TLS handshake: ask OpenSSL why.
