@@ -19,6 +19,7 @@
 #include "runtime/head_list.hpp"
 #include "runtime/system_setup.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
 #include "tests/support/load.hpp"
 #include "tools/common/etcd_cluster.hpp"
 #include "tools/common/temp_dir.hpp"
@@ -122,6 +123,9 @@ TEST_CASE("head candidates: one leads - a follower names it and answers nothing 
   auto leader = h.leader(20s);
   REQUIRE_MESSAGE(!leader.empty(), "no candidate leads");
   std::string follower = leader == "h1" ? "h2" : "h1";
+  // A candidate is a node too: the follower's agent registers with the
+  // leader it named.
+  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}}, 20s));
 
   // Asked alone, the follower says who leads and where, and that it does
   // not (troupectl leader asks it and nobody else).
@@ -162,6 +166,13 @@ TEST_CASE("head candidates: one leads - a follower names it and answers nothing 
   CHECK(key.exit_code == 0);
   CHECK(key.out.find("\"" + leader + "\"") != std::string::npos);
   CHECK(key.out.find(h.address(leader)) != std::string::npos);
+  // Each candidate's metrics say whether it leads; the leader changed once
+  // (from following to leading), the follower never.
+  CHECK(metric_value(h.c.admin_ports[leader], "troupe_controller_is_leader") == 1.0);
+  CHECK(metric_value(h.c.admin_ports[follower], "troupe_controller_is_leader") == 0.0);
+  CHECK(metric_value(h.c.admin_ports[leader], "troupe_controller_leader_changes_total") == 1.0);
+  CHECK(metric_value(h.c.admin_ports[follower], "troupe_controller_leader_changes_total") ==
+        0.0);
   // The follower's log says who leads.
   CHECK(wait_until(
       [&] {
@@ -249,6 +260,51 @@ TEST_CASE(
   MESSAGE(outcomes.size() << " requests through w1 across the failover, " << bad << " failed");
   // Goal: none; the static stability of the data path keeps w1 serving.
   CHECK(bad * 1000 <= outcomes.size());
+}
+
+TEST_CASE(
+    "head candidates: a deploy acknowledged by a leader killed right after is on the next leader") {
+  Candidates h;
+  h.start("h1");
+  h.start("h2");
+  REQUIRE(!h.leader(20s).empty());
+  std::string apps = "applications:\n";
+  const int rounds = 5;
+  for (int i = 0; i < rounds; ++i) {
+    CAPTURE(i);
+    auto leader = h.leader(30s);
+    REQUIRE(!leader.empty());
+    std::string other = leader == "h1" ? "h2" : "h1";
+    // One more application each round (no replicas: the declared state is
+    // what this checks).
+    std::string name = "acked" + std::to_string(i);
+    apps += "  - name: " + name + "\n    route_prefix: /" + name +
+            "\n    import_path: libtroupe_examples.so:Echo\n    deployments:\n"
+            "      - name: Echo\n        num_replicas: 0\n";
+    auto file = h.c.write("acked.yaml", apps);
+    auto deployed = h.ctl(h.c.address, {"deploy", file, "--timeout", "10"}, 30s);
+    REQUIRE_MESSAGE(deployed.exit_code == 0, deployed.err);
+    // Acknowledged: the leader dies at once.
+    h.c.nodes.at(leader).signal(SIGKILL);
+    REQUIRE(h.c.nodes.at(leader).wait_exit(5s).has_value());
+    h.c.nodes.erase(leader);
+    std::string config;
+    bool present = wait_until(
+        [&] {
+          auto r = h.ctl(h.address(other), {"config"});
+          config = r.out;
+          return r.exit_code == 0;
+        },
+        20s, 50ms);
+    if (!present)
+      h.c.dump_output();
+    REQUIRE(present);
+    for (int k = 0; k <= i; ++k)
+      CHECK(config.find("name: acked" + std::to_string(k)) != std::string::npos);
+    // The killed candidate comes back as a follower for the next round.
+    h.start(leader);
+    REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}}, 30s));
+  }
 }
 
 TEST_CASE(

@@ -384,3 +384,41 @@ TEST_CASE("global options are taken after the subcommand too - each at most once
   CHECK(twice.err.find("--address") != std::string::npos);
   CHECK(c.status().at("applications").contains("greeter"));
 }
+
+TEST_CASE("leader: a single head names itself - an address list skips heads it cannot reach") {
+  Ctl c;
+  auto ctl = bin("troupectl");
+  auto line = run({ctl, "--address", c.cluster.address, "leader"});
+  CAPTURE(line.err);
+  REQUIRE(line.exit_code == 0);
+  auto as_json = run({ctl, "--address", c.cluster.address, "leader", "--json"});
+  REQUIRE(as_json.exit_code == 0);
+  auto j = nlohmann::json::parse(as_json.out);
+  CHECK(j["ha"] == false);
+  CHECK(j["leading"] == true);
+  CHECK(j["leader"]["address"] == c.cluster.address);
+  CHECK(j["leader"]["term"] == 0);
+  auto id = j["leader"]["node_id"].get<std::string>();
+  REQUIRE(!id.empty());
+  // The node id first on the line, then since when.
+  CHECK(line.out.rfind(id + " since ", 0) == 0);
+  CHECK(line.out.find("a single head") != std::string::npos);
+
+  // A list: an unreachable head first is skipped, the head answers.
+  auto nowhere = "127.0.0.1:" + std::to_string(free_port());
+  auto listed = run({ctl, "--address", nowhere + "," + c.cluster.address, "--timeout", "2",
+                     "nodes", "--json"});
+  CAPTURE(listed.err);
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.out.find("\"ALIVE\"") != std::string::npos);
+  // None reachable: one error naming every head tried and why.
+  auto nowhere2 = "127.0.0.1:" + std::to_string(free_port());
+  auto none = run({ctl, "--address", nowhere + "," + nowhere2, "--timeout", "1", "status"});
+  CHECK(none.exit_code == 1);
+  CHECK(none.err.find("no head of " + nowhere + "," + nowhere2 + " leads") != std::string::npos);
+  CHECK(none.err.find("cannot reach the controller at " + nowhere2) != std::string::npos);
+  // A malformed list is bad usage, naming the entry.
+  auto bad = run({ctl, "--address", c.cluster.address + ",nohost", "status"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--address: 'nohost'") != std::string::npos);
+}
