@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,17 @@ struct ControllerOptions {
   double pause_grace_s = 10.0;
   // Requests to agents and replicas that should answer at once.
   double request_timeout_s = 5.0;
+  // Where the ids of the live nodes are kept instead of <state_dir>/nodes
+  // (below): a head candidate keeps them in etcd beside its checkpoint
+  // (node/ha_head.cpp), since its own file would hold the nodes of the last
+  // term it led, and a stale list could end the recovery window before a
+  // node it does not name reported its replicas. Unset: the file.
+  struct NodesList {
+    std::string where;  // for log lines
+    std::function<std::string()> read;  // "" when none or unreadable
+    std::function<bool(const std::string&)> write;
+  };
+  std::optional<NodesList> nodes_list;
   // Where the ids of the live nodes are kept (file "nodes"), so that a
   // restarted controller ends its recovery window as soon as every one of
   // them has registered again. Empty: no such file; the window always runs

@@ -62,6 +62,14 @@ std::optional<double> ControllerSession::register_failed(uint64_t link) {
   return next_delay();
 }
 
+std::optional<double> ControllerSession::register_refused_by_follower(uint64_t link) {
+  if (link != link_ || !connected_ || stopping_)
+    return std::nullopt;
+  connected_ = false;
+  backoff_s_ = 0;
+  return next_delay();
+}
+
 bool ControllerSession::heartbeat_due() const {
   return registered_ && connected_;
 }

@@ -57,6 +57,11 @@ class ControllerSession {
   // The registration failed on `link`: the delay before trying again (a new
   // attempt to reach the controller), or nullopt when stale or stopping.
   std::optional<double> register_failed(uint64_t link);
+  // The head asked is a candidate that does not lead (errc::not_leader):
+  // the next head is asked after the initial backoff, not a grown one. A
+  // follower answering means an election is under way or over; the new
+  // leader must hear from this node within its recovery window.
+  std::optional<double> register_refused_by_follower(uint64_t link);
 
   // Heartbeat now: registered on a live link, and not past the shutdown's
   // deregistration.

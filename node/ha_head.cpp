@@ -36,6 +36,10 @@ struct HaHead::Shared {
   // the follower it publishes on the port meanwhile.
   int64_t term = 0;
   caf::actor follower;
+  // The node id of the last other candidate seen leading: when this one
+  // takes over, that one lost its lease (killed, cut off, stopping), so its
+  // recovery window does not wait for it to report its replicas.
+  std::string last_leader;
   std::shared_ptr<Publisher> pub = std::make_shared<Publisher>();
 
   void leading(bool leads) const {
@@ -77,6 +81,22 @@ caf::behavior follower(caf::event_based_actor* self, std::shared_ptr<Shared> sh,
   };
 }
 
+// `lines` without the line `skip`.
+std::string without_line(const std::string& lines, const std::string& skip) {
+  std::string out;
+  size_t at = 0;
+  while (at < lines.size()) {
+    auto end = lines.find('\n', at);
+    auto line = lines.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (!line.empty() && line != skip)
+      out += line + "\n";
+    if (end == std::string::npos)
+      break;
+    at = end + 1;
+  }
+  return out;
+}
+
 // A controller over the checkpoint in etcd, writing under `term` only while
 // the candidate still leads in it by its own clock.
 caf::actor start_controller(Keeper& keeper, const std::shared_ptr<Shared>& sh) {
@@ -90,13 +110,19 @@ caf::actor start_controller(Keeper& keeper, const std::shared_ptr<Shared>& sh) {
         return sh && sh->candidate->leading_term() == term ? term : 0;
       });
   auto options = sh->options.controller;
+  // Beside the checkpoint, not in this head's own state dir (a stale list
+  // there: controller_options.hpp).
+  options.nodes_list = controller::ControllerOptions::NodesList{
+      "etcd key " + ha::nodes_key(sh->options.election.prefix),
+      [store, skip = sh->last_leader] { return without_line(store->load_nodes(), skip); },
+      [store](const std::string& content) { return store->save_nodes(content).is_ok(); }};
   options.leadership = [weak] {
     auto sh = weak.lock();
     return sh ? sh->leadership() : std::string("{}");
   };
   auto* self = keeper.self();
-  auto controller = caf::actor_cast<caf::actor>(
-      controller::spawn_controller(self->home_system(), options, std::move(store)));
+  auto controller =
+      caf::actor_cast<caf::actor>(controller::spawn_controller(self->home_system(), options, store));
   auto& pub = sh->pub;
   pub->what = "controller";
   pub->current = [controller] { return controller; };
@@ -159,6 +185,8 @@ void on_seen(const std::shared_ptr<Shared>& sh) {
   auto view = sh->candidate->view();
   if (view.leading)
     return;
+  if (view.leader && view.leader->node_id != sh->options.election.node_id)
+    sh->last_leader = view.leader->node_id;
   sh->log->info("{}", follower_answer(view));
 }
 
@@ -237,6 +265,15 @@ HaHead::~HaHead() {
 
 ha::CandidateView HaHead::view() const {
   return shared_->candidate->view();
+}
+
+bool HaHead::leading() const {
+  return shared_ && shared_->candidate && shared_->candidate->view().leading;
+}
+
+void HaHead::hand_over() {
+  if (shared_ && shared_->candidate)
+    shared_->candidate->stand_down();
 }
 
 void HaHead::stop(bool resign) {

@@ -51,6 +51,13 @@ class HaHead {
   // Stops campaigning; `resign` hands the lead over at once (the election
   // key deleted, the lease revoked) rather than when the lease runs out.
   void stop(bool resign);
+  // A graceful stop's first step: the lead handed over at once (the
+  // controller stops, another candidate leads at its next look) while this
+  // head keeps watching who leads, so that its follower names the next
+  // leader and its agent moves its replicas through that one. Returns once
+  // the key is given up (or could not be).
+  void hand_over();
+  bool leading() const;
 
   struct Shared;
 

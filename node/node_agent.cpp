@@ -158,12 +158,12 @@ void send_register(agent_actor* self, const AgentOptions& o) {
           },
           [=](caf::error& err) {
             auto& st = self->state;
-            auto retry = st.session.register_failed(link);
-            if (!retry)
-              return;
             auto status = from_caf_error(err);
             if (status.code() == errc::not_leader && st.heads) {
               // A head candidate that does not lead: on to the one it names.
+              auto retry = st.session.register_refused_by_follower(link);
+              if (!retry)
+                return;
               st.log->info("{} does not lead ({}); trying another head",
                            st.heads->current().to_string(), status.message());
               self->demonitor(st.controller.address());
@@ -172,6 +172,9 @@ void send_register(agent_actor* self, const AgentOptions& o) {
               schedule_reconnect(self, retry);
               return;
             }
+            auto retry = st.session.register_failed(link);
+            if (!retry)
+              return;
             st.log->error("registration as {} failed: {}", o.info.id, status.to_string());
             // Keep trying: the controller may be restarting or being upgraded.
             schedule_reconnect(self, retry);

@@ -308,6 +308,8 @@ class Node {
   void abort();
   void stop_agent_and_controller(const std::string& failure, double drain_delay_s, double grace_s);
   void wait_in_flight(std::chrono::steady_clock::time_point until);
+  void leave(caf::scoped_actor& self, std::chrono::steady_clock::time_point retry_until,
+             double budget_s);
 
   const NodeOptions& o_;
   caf::actor_system& sys_;
@@ -607,14 +609,19 @@ void Node::stop_agent_and_controller(const std::string& failure, double drain_de
   };
   caf::scoped_actor self{sys_};
   if (failure.empty()) {
+    // A leading head candidate hands the lead over first: another leads
+    // within a look, not after this node's drain, and moves its replicas.
+    auto retry_until = drain_ends;
+    if (ha_head_ && ha_head_->leading()) {
+      log_->info("handing the lead over before stopping");
+      ha_head_->hand_over();
+      // Its agent reaches the next leader within about a second.
+      retry_until = std::max(drain_ends, steady::now() + std::chrono::seconds(2));
+    }
     // At most until half the grace: the rest is for the replicas left and
     // the requests in flight.
     double budget = left_until(drain_ends + seconds_as(grace_s / 2));
-    self->request(agent_, seconds_as(budget + 1), leave_atom::value, budget)
-        .receive([&](std::string& what) { log_->info("moving the replicas: {}", what); },
-                 [&](caf::error& err) {
-                   log_->warn("moving the replicas failed: {}", sys_.render(err));
-                 });
+    leave(self, retry_until, budget);
     if (steady::now() < drain_ends) {
       log_->info("serving for {:.1f} s more (drain delay)", left_until(drain_ends));
       std::this_thread::sleep_until(drain_ends);
@@ -638,6 +645,27 @@ void Node::stop_agent_and_controller(const std::string& failure, double drain_de
   // lease.
   if (ha_head_)
     ha_head_->stop(true);
+}
+
+// Asks the controller, through the agent, to move this node's replicas
+// first. A head candidate that just handed the lead over asks again while
+// its agent has not reached the next leader yet (at most until the drain
+// ends).
+void Node::leave(caf::scoped_actor& self, std::chrono::steady_clock::time_point retry_until,
+                 double budget_s) {
+  while (true) {
+    std::string what;
+    self->request(agent_, seconds_as(budget_s + 1), leave_atom::value, budget_s)
+        .receive([&](std::string& answer) { what = std::move(answer); },
+                 [&](caf::error& err) { what = "failed: " + sys_.render(err); });
+    bool unreached = what.rfind("not registered", 0) == 0 ||
+                     what.rfind("the move did not finish", 0) == 0;
+    if (!ha_head_ || !unreached || std::chrono::steady_clock::now() >= retry_until) {
+      log_->info("moving the replicas: {}", what);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 // Requests the proxy still has in flight (on other nodes' replicas, or

@@ -97,12 +97,30 @@ void Candidate::report(bool leading, int64_t term, const std::string& why) {
   }
 }
 
+void Candidate::stand_down() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_ || !election_.campaigning())
+    return;
+  stand_down_ = true;
+  wake_.notify_all();
+  stood_down_.wait(lock, [this] { return !stand_down_ || stopping_; });
+}
+
 void Candidate::run() {
   while (true) {
+    bool standing_down = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_)
         break;
+      standing_down = stand_down_;
+    }
+    if (standing_down) {
+      (void)election_.stand_down();  // best effort: otherwise the lease runs out
+      std::lock_guard<std::mutex> lock(mu_);
+      report(false, 0, "resigned: this head is stopping");
+      stand_down_ = false;
+      stood_down_.notify_all();
     }
     auto next = election_.step(Clock::now(), unix_ms());
     auto now = Clock::now();
@@ -129,13 +147,15 @@ void Candidate::run() {
     wake_.notify_all();  // the watchdog's deadline moved
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_until(lock, std::max(next, now + std::chrono::milliseconds(5)),
-                     [this] { return stopping_; });
+                     [this] { return stopping_ || stand_down_; });
   }
   bool resign = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    resign = resign_;
+    resign = resign_ && election_.campaigning();
     report(false, 0, resign ? "resigned" : "stopped");
+    stand_down_ = false;
+    stood_down_.notify_all();
   }
   if (resign)
     (void)election_.resign();  // best effort: otherwise the lease runs out

@@ -61,6 +61,10 @@ class Candidate {
   // Stops both threads; `resign`: hands the lead over at once (the key
   // deleted, the lease revoked) instead of letting the lease run out.
   void stop(bool resign);
+  // Hands the lead over at once and campaigns no more, but keeps watching
+  // who leads (view(), on_leader_seen): a head that is stopping follows
+  // its successor. Returns once the election's thread has resigned.
+  void stand_down();
 
   // The term while leading by the clock, else 0. Lock-free.
   int64_t leading_term() const;
@@ -80,6 +84,8 @@ class Candidate {
   std::condition_variable wake_;
   bool stopping_ = false;
   bool resign_ = false;
+  bool stand_down_ = false;  // asked, not done yet
+  std::condition_variable stood_down_;
   bool reported_leading_ = false;
   CandidateView view_;
   std::atomic<int64_t> lead_term_{0};

@@ -108,6 +108,8 @@ Clock::time_point Election::step(Clock::time_point now, int64_t unix_now_ms) {
   if (!refusal_.empty())
     return now + options_.keepalive_every;
   problem_.clear();
+  if (!campaigning_)
+    return watch(now);
   auto soon = now + options_.keepalive_every / 5;
   // Our own clock first: a leader that could not renew in time stops, and
   // its lease (maybe still alive in etcd) is given up for a fresh one.
@@ -193,6 +195,24 @@ Clock::time_point Election::step(Clock::time_point now, int64_t unix_now_ms) {
     problem_ = "the election key holds something that is not a candidate's value";
   // Followers look again often: the key goes when its lease expires.
   return std::min(next_renewal_, now + options_.keepalive_every / 2);
+}
+
+Clock::time_point Election::watch(Clock::time_point now) {
+  auto key = backend_.get(leader_key(options_.prefix));
+  if (!key) {
+    holder_.reset();  // no stale answers about who leads
+    problem_ = "cannot read the election key: " + key.status().message();
+  } else if (!*key) {
+    holder_.reset();
+  } else {
+    holder_ = decode_holder((*key)->value, (*key)->create_revision, (*key)->lease);
+  }
+  return now + options_.keepalive_every / 2;
+}
+
+Status Election::stand_down() {
+  campaigning_ = false;
+  return resign();
 }
 
 Status Election::resign() {

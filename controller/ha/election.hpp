@@ -140,10 +140,16 @@ class Election {
   // ours and revokes the lease, so that another candidate leads without
   // waiting for the TTL.
   Status resign();
+  // resign(), and campaign no more: later steps only read who leads (no
+  // lease, no name claim), so that a head that is stopping still names the
+  // leader that follows it.
+  Status stand_down();
+  bool campaigning() const { return campaigning_; }
 
  private:
   void lose(const std::string& why);
   bool renew(Clock::time_point now);
+  Clock::time_point watch(Clock::time_point now);
 
   ElectionOptions options_;
   ElectionBackend& backend_;
@@ -158,6 +164,7 @@ class Election {
   std::string problem_;
   std::string last_loss_;
   std::string refusal_;
+  bool campaigning_ = true;
 };
 
 const char* to_string(Election::Role role);

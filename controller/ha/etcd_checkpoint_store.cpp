@@ -9,27 +9,47 @@ std::string checkpoint_key(const std::string& prefix) {
   return prefix + "/checkpoint";
 }
 
+std::string nodes_key(const std::string& prefix) {
+  return prefix + "/nodes";
+}
+
 EtcdCheckpointStore::EtcdCheckpointStore(EtcdOptions options, std::string prefix,
                                          std::function<int64_t()> term)
     : client_(std::move(options)), prefix_(std::move(prefix)), term_(std::move(term)) {}
 
 Status EtcdCheckpointStore::save(const controller::TargetState& state) {
-  int64_t term = term_ ? term_() : 0;
-  if (term == 0)
-    return Status(errc::conflict,
-                  "fenced: this head does not lead; the checkpoint in etcd was not written");
   std::string bytes = controller::encode_target_state(state);
   if (bytes.size() > kMaxCheckpointBytes)
     return Status(errc::invalid_argument,
                   "the target state is " + std::to_string(bytes.size()) +
                       " bytes; the checkpoint in etcd takes at most " +
                       std::to_string(kMaxCheckpointBytes) + " (nothing was written)");
+  return fenced_put(checkpoint_key(prefix_), bytes, "the checkpoint");
+}
+
+Status EtcdCheckpointStore::save_nodes(const std::string& content) {
+  return fenced_put(nodes_key(prefix_), content, "the list of live nodes");
+}
+
+std::string EtcdCheckpointStore::load_nodes() {
+  auto kv = client_.get(nodes_key(prefix_));
+  if (!kv || !*kv)
+    return "";
+  return (*kv)->value;
+}
+
+Status EtcdCheckpointStore::fenced_put(const std::string& target, const std::string& bytes,
+                                       const std::string& what) {
+  int64_t term = term_ ? term_() : 0;
+  if (term == 0)
+    return Status(errc::conflict,
+                  "fenced: this head does not lead; " + what + " in etcd was not written");
   auto key = leader_key(prefix_);
   auto r = client_.txn({Compare{key, Compare::Target::create_revision, term, {}}},
-                       {Op::put(checkpoint_key(prefix_), bytes)}, {Op::get(key)});
+                       {Op::put(target, bytes)}, {Op::get(key)});
   if (!r)
-    return Status(r.status().code(), "the checkpoint was not written to etcd: " +
-                                         r.status().message());
+    return Status(r.status().code(),
+                  what + " was not written to etcd: " + r.status().message());
   if (!r->succeeded) {
     std::string now = "no one leads";
     if (!r->gets.empty() && r->gets[0]) {
@@ -38,8 +58,8 @@ Status EtcdCheckpointStore::save(const controller::TargetState& state) {
               : "the election key holds something else";
     }
     return Status(errc::conflict, "fenced: this head's term " + std::to_string(term) +
-                                      " is over (" + now +
-                                      "); the checkpoint in etcd was not written");
+                                      " is over (" + now + "); " + what +
+                                      " in etcd was not written");
   }
   return {};
 }

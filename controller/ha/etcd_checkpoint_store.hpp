@@ -22,6 +22,7 @@ namespace troupe::ha {
 inline constexpr size_t kMaxCheckpointBytes = 1u << 20;
 
 std::string checkpoint_key(const std::string& prefix);
+std::string nodes_key(const std::string& prefix);
 
 class EtcdCheckpointStore final : public controller::CheckpointStore {
  public:
@@ -35,7 +36,17 @@ class EtcdCheckpointStore final : public controller::CheckpointStore {
   Status save(const controller::TargetState& state) override;
   Result<std::optional<controller::TargetState>> load() override;
 
+  // The ids of the live nodes (controller/shell/recovery_gate.hpp), under
+  // `<prefix>/nodes`, written under the same fence: a next leader waits for
+  // exactly these nodes in its recovery window. load_nodes() is "" when
+  // there is none or etcd cannot be read (the window then runs in full).
+  Status save_nodes(const std::string& content);
+  std::string load_nodes();
+
  private:
+  // Puts `bytes` at `key` if the election key is still of this head's term.
+  Status fenced_put(const std::string& key, const std::string& bytes, const std::string& what);
+
   EtcdClient client_;
   std::string prefix_;
   std::function<int64_t()> term_;

@@ -33,7 +33,9 @@ ControllerLogic::ControllerLogic(const ControllerOptions& options,
       // Recovering until start() has looked at the checkpoint.
       recovery_(std::make_unique<RecoveryGate>(*clock_, options.recovery_window_s,
                                                std::set<std::string>{})),
-      nodes_file_(options.state_dir),
+      nodes_file_(options.nodes_list ? NodesFile(options.nodes_list->where, options.nodes_list->read,
+                                                 options.nodes_list->write)
+                                     : NodesFile(options.state_dir)),
       proxies_(*clock_,
                ProxyHealthOptions{options.proxy_health_period_s, options.proxy_unhealthy_after}),
       actors_(std::move(monitor), std::move(demonitor)),

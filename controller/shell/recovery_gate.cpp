@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 namespace troupe::controller {
 
@@ -48,7 +49,11 @@ std::set<std::string> NodesFile::load() const {
   std::set<std::string> ids;
   if (path_.empty())
     return ids;
-  std::ifstream in(path_);
+  std::istringstream listed(read_ ? read_() : std::string());
+  std::ifstream file;
+  if (!read_)
+    file.open(path_);
+  std::istream& in = read_ ? static_cast<std::istream&>(listed) : file;
   std::string id;
   while (std::getline(in, id)) {
     if (!id.empty())
@@ -72,6 +77,12 @@ bool NodesFile::save(const std::map<std::string, NodeRecord>& nodes) {
   std::string content = render(nodes);
   if (content == written_)
     return true;
+  if (write_) {
+    if (!write_(content))
+      return false;
+    written_ = content;
+    return true;
+  }
   {
     std::ofstream out(path_ + ".tmp", std::ios::trunc);
     out << content;

@@ -9,6 +9,8 @@
 // recovering, user calls are refused (require_ready).
 #pragma once
 
+#include <functional>
+
 #include <map>
 #include <set>
 #include <string>
@@ -65,6 +67,11 @@ class NodesFile {
   // Empty `state_dir`: no file; load() is empty and save() does nothing.
   explicit NodesFile(const std::string& state_dir)
       : path_(state_dir.empty() ? std::string() : state_dir + "/nodes") {}
+  // The same list kept elsewhere (a head candidate's, in etcd): `where`
+  // names it; `read` gives the content ("" when none), `write` stores it.
+  NodesFile(std::string where, std::function<std::string()> read,
+            std::function<bool(const std::string&)> write)
+      : path_(std::move(where)), read_(std::move(read)), write_(std::move(write)) {}
 
   const std::string& path() const { return path_; }
   // The ids in the file; empty when there is none or it cannot be read (the
@@ -80,6 +87,8 @@ class NodesFile {
 
  private:
   std::string path_;
+  std::function<std::string()> read_;
+  std::function<bool(const std::string&)> write_;
   std::string written_;  // last content written
 };
 

@@ -141,6 +141,36 @@ TEST_CASE("nodes file: without a state directory there is none") {
   CHECK(file.save(nodes({{"a", NodeState::alive}})));
 }
 
+TEST_CASE("nodes file: kept elsewhere (a head candidate's in etcd) - read and written through its functions") {
+  std::string stored = "a\n\nb\n";
+  bool fail = false;
+  int writes = 0;
+  NodesFile list(
+      "etcd key /troupe/nodes", [&] { return stored; },
+      [&](const std::string& content) {
+        ++writes;
+        if (fail)
+          return false;
+        stored = content;
+        return true;
+      });
+  CHECK(list.path() == "etcd key /troupe/nodes");
+  CHECK(list.load() == std::set<std::string>{"a", "b"});
+  auto view = nodes({{"a", NodeState::alive}, {"c", NodeState::alive}});
+  REQUIRE(list.save(view));
+  CHECK(stored == "a\nc\n");
+  REQUIRE(list.save(view));  // unchanged: not written again
+  CHECK(writes == 1);
+  fail = true;
+  CHECK_FALSE(list.save(nodes({{"a", NodeState::alive}})));
+  CHECK(stored == "a\nc\n");
+  // Not taken as written: the next save tries again.
+  fail = false;
+  REQUIRE(list.save(nodes({{"a", NodeState::alive}})));
+  CHECK(stored == "a\n");
+  CHECK(writes == 3);
+}
+
 TEST_CASE("nodes file: a failed write reports it") {
   NodesFile file("/nonexistent/troupe-state");
   CHECK_FALSE(file.save(nodes({{"a", NodeState::alive}})));

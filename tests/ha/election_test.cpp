@@ -272,6 +272,45 @@ TEST_CASE("election: a leader that resigns hands over at once") {
   CHECK(w.etcd.now - at <= 500ms);
 }
 
+TEST_CASE("election: a leader that stands down hands over at once - and then names the next leader") {
+  World w;
+  w.add("h1");
+  w.add("h2");
+  w.round();
+  REQUIRE(w.at(0).leading(w.etcd.now));
+  CHECK(w.at(0).stand_down().is_ok());
+  CHECK_FALSE(w.at(0).campaigning());
+  CHECK_FALSE(w.at(0).leading(w.etcd.now));
+  CHECK(w.at(0).lease() == 0);
+  auto at = w.etcd.now;
+  while (!w.at(1).leading(w.etcd.now) && w.etcd.now - at < 1s)
+    w.round(10ms);
+  CHECK(w.at(1).leading(w.etcd.now));
+  CHECK(w.etcd.now - at <= 500ms);
+  // h1 keeps looking: it names h2, holds no lease and never campaigns again,
+  // also once h2's key is gone.
+  w.round();
+  REQUIRE(w.at(0).holder().has_value());
+  CHECK(w.at(0).holder()->name == "h2");
+  CHECK(w.at(0).lease() == 0);
+  CHECK(w.at(1).resign().is_ok());
+  w.candidates[1].running = false;
+  for (int i = 0; i < 50; ++i)
+    w.round();
+  CHECK_FALSE(w.at(0).leading(w.etcd.now));
+  CHECK_FALSE(w.at(0).holder().has_value());
+  CHECK(w.at(0).lease() == 0);
+  // Cut off from etcd it names nobody rather than a stale leader.
+  w.add("h3");
+  for (int i = 0; i < 3; ++i)
+    w.round();
+  REQUIRE(w.at(0).holder().has_value());
+  w.backend(0).reachable = false;
+  w.round();
+  CHECK_FALSE(w.at(0).holder().has_value());
+  CHECK(w.at(0).problem().find("cannot read the election key") != std::string::npos);
+}
+
 TEST_CASE("election: a candidate killed without resigning is replaced once its lease expired") {
   World w;
   w.add("h1");

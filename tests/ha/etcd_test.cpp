@@ -278,6 +278,15 @@ TEST_CASE("checkpoint in etcd: the leader's saves load back - a deposed leader's
   REQUIRE(*now);
   CHECK((*now)->applications.count("second") == 1);
   CHECK((*now)->applications.count("late") == 0);
+  // The list of live nodes beside it is fenced the same way.
+  CHECK(s2.load_nodes().empty());  // none written yet
+  REQUIRE(s2.save_nodes("h2\nw1\n").is_ok());
+  CHECK(s1.load_nodes() == "h2\nw1\n");
+  auto late_nodes = s1.save_nodes("h1\n");
+  CHECK(late_nodes.code() == errc::conflict);
+  CHECK(late_nodes.message().find("the list of live nodes in etcd was not written") !=
+        std::string::npos);
+  CHECK(s2.load_nodes() == "h2\nw1\n");
 }
 
 TEST_CASE("checkpoint in etcd: one member lost changes nothing - without quorum saves are refused and nothing is lost - quorum back and it writes") {

@@ -157,10 +157,16 @@ TEST_CASE("head candidates: one leads - a follower names it and answers nothing 
   // troupectl given only the follower finds the leader through it.
   auto status = h.ctl(h.address(follower), {"status", "--json"});
   CHECK_MESSAGE(status.exit_code == 0, status.err);
+  auto status_doc = json::parse(status.out, nullptr, false);
+  REQUIRE(status_doc.is_object());
+  CHECK(status_doc["leader"]["node_id"] == leader);
+  auto status_text = h.ctl(h.address(follower), {"status"});
+  CHECK(status_text.out.rfind("leader: " + leader + " since ", 0) == 0);
   auto nodes = h.ctl(h.address(follower), {"nodes"});
   CHECK(nodes.exit_code == 0);
   CHECK(nodes.out.find(leader) != std::string::npos);
   CHECK(nodes.out.find(follower) != std::string::npos);  // a candidate is a node too
+  CHECK(nodes.out.find("\nleader: " + leader + " since ") != std::string::npos);
   // The election key in etcd names the leader and where its controller is.
   auto key = proc::etcdctl(h.etcd.endpoints(), {"get", "--print-value-only", "/troupe/leader"});
   CHECK(key.exit_code == 0);
@@ -183,7 +189,7 @@ TEST_CASE("head candidates: one leads - a follower names it and answers nothing 
 }
 
 TEST_CASE(
-    "head candidates: kill -9 of the leader under load through a worker - the other leads, "
+    "head candidates: kill -9 of the leader under load through a worker - the other leads - "
     "adopts the running replicas and serves the declared state") {
   Candidates h;
   h.start("h1");
@@ -308,30 +314,54 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "head candidates: SIGTERM of the leader hands the lead over without waiting out the lease") {
+    "head candidates: SIGTERM of the leader hands the lead over before its drain - its replicas "
+    "move to the next leader's cluster") {
   Candidates h;
-  h.start("h1");
-  h.start("h2");
+  // A drain of 5 s: the handover must not wait for it.
+  h.start("h1", {"--drain-delay", "5"});
+  h.start("h2", {"--drain-delay", "5"});
   auto leader = h.leader(20s);
   REQUIRE(!leader.empty());
   std::string other = leader == "h1" ? "h2" : "h1";
-  auto stopped = Clock::now();
-  auto code = h.c.nodes.at(leader).stop(20s);
-  REQUIRE(code.has_value());
-  CHECK(*code == 0);
-  // It resigned before it exited: the election key no longer names it
-  // (without that the key would stay until its lease ran out).
+  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}}, 20s));
+  h.c.deploy_yaml("echo.yaml", kEchoApp);
+  auto signalled = Clock::now();
+  h.c.nodes.at(leader).signal(SIGTERM);
+  // The other leads while the stopping one still drains: it resigned, it
+  // did not wait for the drain or for its lease to run out.
+  bool handed = wait_until(
+      [&] {
+        auto j = h.leader_json(h.address(other));
+        return j.is_object() && j["leading"] == true;
+      },
+      10s, 20ms);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - signalled).count();
+  REQUIRE(handed);
+  CHECK(h.c.nodes.at(leader).running());
+  MESSAGE(other << " leads " << ms << " ms after the SIGTERM of " << leader
+                << " (whose drain lasts 5 s)");
+  // It resigned: the election key no longer names it.
   auto key = proc::etcdctl(h.etcd.endpoints(), {"get", "--print-value-only", "/troupe/leader"});
   CHECK(key.exit_code == 0);
   CHECK(key.out.find("\"" + leader + "\"") == std::string::npos);
-  CHECK(h.c.nodes.at(other).running());
+  auto code = h.c.nodes.at(leader).wait_exit(30s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  auto log = h.c.nodes.at(leader).output();
+  CHECK(log.find("handing the lead over before stopping") != std::string::npos);
+  CHECK(log.find("moving the replicas: ") != std::string::npos);
+  CHECK(log.find("moving the replicas: not registered") == std::string::npos);
   h.c.nodes.erase(leader);
-  auto next = h.leader(20s);
-  CHECK(next == other);
-  MESSAGE(other << " leads " << std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    Clock::now() - stopped)
-                                    .count()
-                << " ms after the SIGTERM of " << leader << " (its drain included)");
+  // Its replicas run on the other candidate now, under the next leader.
+  std::map<std::string, std::string> running;
+  CHECK(wait_until(
+      [&] {
+        running = h.c.running_replicas("echo", "Echo", 5s);
+        return running.size() == 2;
+      },
+      30s, 200ms));
+  for (const auto& [id, node] : running)
+    CHECK(node == other);
   CHECK(h.c.nodes.at(other).output().find("this head leads (term") != std::string::npos);
 }
 

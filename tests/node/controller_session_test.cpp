@@ -100,6 +100,28 @@ TEST_CASE("controller session: a failed registration is tried again through a ne
   CHECK(s.registered(again, 2) == Registered::first);
 }
 
+TEST_CASE("controller session: a follower's refusal is followed by the next head after the initial backoff") {
+  auto s = session();
+  // A dead leader first: the backoff grows while it cannot be reached.
+  s.connect_started();
+  CHECK(*s.connect_failed() == doctest::Approx(0.1));
+  s.connect_started();
+  CHECK(*s.connect_failed() == doctest::Approx(0.2));
+  s.connect_started();
+  CHECK(*s.connect_failed() == doctest::Approx(0.4));
+  // A follower answers: the next head is asked soon, not 0.8 s later.
+  auto link = s.connected();
+  auto d = s.register_refused_by_follower(link);
+  REQUIRE(d);
+  CHECK(*d == doctest::Approx(0.1));
+  CHECK(s.should_connect());
+  // A stale refusal changes nothing.
+  CHECK_FALSE(s.register_refused_by_follower(link).has_value());
+  s.stop();
+  auto again = s.connected();
+  CHECK_FALSE(s.register_refused_by_follower(again).has_value());
+}
+
 TEST_CASE("controller session: a heartbeat the controller does not know registers again - other failures are reported") {
   auto s = session();
   auto link = s.connected();

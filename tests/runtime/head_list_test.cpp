@@ -45,7 +45,7 @@ TEST_CASE("head list: a follower's answer names the leader - and is read back") 
   CHECK_FALSE(named_leader("this head does not lead: the leader is h2 at nowhere").has_value());
 }
 
-TEST_CASE("head list: round robin on failures - a named leader is tried next, added if unknown") {
+TEST_CASE("head list: round robin on failures - a named leader is tried next - added if unknown") {
   auto eps = parse_endpoints("a:1,b:2,c:3");
   REQUIRE(eps.has_value());
   HeadList heads(*eps);

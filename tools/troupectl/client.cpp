@@ -126,6 +126,15 @@ Result<std::string> ControllerClient::leader(caf::actor_system& sys,
   return Status(errc::unavailable, "no head answered: " + why);
 }
 
+Result<std::string> ControllerClient::leader_json() {
+  caf::scoped_actor self{*sys_};
+  Result<std::string> out(errc::internal, "no answer");
+  self->request(controller_, seconds_as(timeout_s_), leader_atom::value)
+      .receive([&](std::string& json) { out = std::move(json); },
+               [&](caf::error& err) { out = describe(err); });
+  return out;
+}
+
 Result<std::vector<NodeStatus>> ControllerClient::nodes() {
   caf::scoped_actor self{*sys_};
   Result<std::vector<NodeStatus>> out(errc::internal, "no answer");

@@ -77,6 +77,8 @@ class ControllerClient {
   Status kill_replica(const std::string& replica_id);
   // The status document (see docs/architecture.md), as JSON text.
   Result<std::string> status_json();
+  // Who leads, as this controller answers leader_atom (JSON text).
+  Result<std::string> leader_json();
   // A replica's log lines (node/replica_logs.hpp): from `offset`, or the
   // last `tail` when it is node::kLogTail; and where to read on from.
   struct LogChunk {

@@ -76,8 +76,25 @@ void print_nodes(const std::vector<NodeStatus>& nodes, bool as_json) {
   }
 }
 
-// `troupectl leader`: the leading head's node id first on its line, then
-// since when, its term and address (a single head: term 0).
+// The leader as one line: its node id first, then since when, its term and
+// its controller's address ("" when `answer` names none).
+std::string leader_line(const json& answer) {
+  if (!answer.is_object() || !answer.contains("leader") || !answer["leader"].is_object())
+    return "";
+  const auto& l = answer["leader"];
+  std::time_t since = static_cast<std::time_t>(l.value("since_unix_ms", int64_t{0}) / 1000);
+  char when[32];
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&since));
+  char line[512];
+  std::snprintf(line, sizeof(line), "%s since %s (term %lld, controller at %s%s)",
+                l.value("node_id", std::string()).c_str(), when,
+                static_cast<long long>(l.value("term", int64_t{0})),
+                l.value("address", std::string()).c_str(),
+                answer.value("ha", false) ? "" : "; a single head");
+  return line;
+}
+
+// `troupectl leader`.
 int print_leader(const std::string& answer, bool as_json) {
   auto j = json::parse(answer, nullptr, false);
   if (j.is_discarded() || !j.is_object())
@@ -86,18 +103,21 @@ int print_leader(const std::string& answer, bool as_json) {
     std::cout << j.dump(2) << "\n";
     return j["leader"].is_object() ? 0 : 1;
   }
-  if (!j["leader"].is_object())
+  auto line = leader_line(j);
+  if (line.empty())
     return fail(1, "no leader: " + j.value("problem", std::string("no leader yet")));
-  const auto& l = j["leader"];
-  std::time_t since = static_cast<std::time_t>(l.value("since_unix_ms", int64_t{0}) / 1000);
-  char when[32];
-  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&since));
-  std::printf("%s since %s (term %lld, controller at %s%s)\n",
-              l.value("node_id", std::string()).c_str(), when,
-              static_cast<long long>(l.value("term", int64_t{0})),
-              l.value("address", std::string()).c_str(),
-              j.value("ha", false) ? "" : "; a single head");
+  std::printf("%s\n", line.c_str());
   return 0;
+}
+
+// What the connected controller says of who leads (null when it does not
+// answer: a controller of an older version).
+json leader_of(ControllerClient& client) {
+  auto answer = client.leader_json();
+  if (!answer)
+    return nullptr;
+  auto j = json::parse(*answer, nullptr, false);
+  return j.is_discarded() ? json() : j;
 }
 
 std::string format_time(double unix_s) {
@@ -612,6 +632,10 @@ int main(int argc, char** argv) {
     if (!nodes)
       return fail(1, nodes.status().message());
     print_nodes(*nodes, json_out);
+    if (!json_out) {
+      if (auto line = leader_line(leader_of(*client)); !line.empty())
+        std::printf("\nleader: %s\n", line.c_str());
+    }
     return 0;
   }
   if (*drain_cmd) {
@@ -669,9 +693,14 @@ int main(int argc, char** argv) {
       }
       status["applications"] = json{{status_app, status["applications"][status_app]}};
     }
+    auto leader = leader_of(*client);
     if (json_out) {
+      if (leader.is_object())
+        status["leader"] = leader["leader"];
       std::cout << status.dump(2) << "\n";
     } else {
+      if (auto line = leader_line(leader); !line.empty())
+        std::printf("leader: %s\n", line.c_str());
       print_status(status, true);
     }
     return 0;
