@@ -1,5 +1,7 @@
 #include "controller/ha/election.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace troupe::ha {
@@ -86,6 +88,31 @@ void Election::lose(const std::string& why) {
   holder_.reset();
 }
 
+void Election::give_up_lease() {
+  if (lease_ == 0)
+    return;
+  // Best effort: when etcd answers again the key goes at once, or at the
+  // next step (revoke_stale_leases); an etcd that answers no more expires
+  // it by its TTL.
+  if (!backend_.revoke(lease_))
+    stale_leases_.push_back(lease_);
+  lease_ = 0;
+}
+
+void Election::revoke_stale_leases() {
+  for (auto it = stale_leases_.begin(); it != stale_leases_.end();) {
+    auto st = backend_.revoke(*it);
+    if (st || st.code() == errc::not_found)
+      it = stale_leases_.erase(it);
+    else
+      ++it;
+  }
+}
+
+bool Election::is_stale(int64_t lease) const {
+  return std::find(stale_leases_.begin(), stale_leases_.end(), lease) != stale_leases_.end();
+}
+
 bool Election::renew(Clock::time_point now) {
   auto ttl = backend_.keep_alive(lease_);
   if (ttl) {
@@ -115,12 +142,11 @@ Clock::time_point Election::step(Clock::time_point now, int64_t unix_now_ms) {
   // its lease (maybe still alive in etcd) is given up for a fresh one.
   if (role_ == Role::leader && !leading(now)) {
     lose("the lease was not renewed for " + std::to_string(ms(now - renewed_)) + " ms");
-    // Best effort: when etcd answers again the key goes at once.
-    (void)backend_.revoke(lease_);  // unreachable etcd: the TTL removes it
-    lease_ = 0;
+    give_up_lease();
     name_claimed_ = false;
     return now;
   }
+  revoke_stale_leases();
   if (lease_ == 0) {
     auto lease = backend_.grant(options_.ttl_s);
     if (!lease) {
@@ -145,6 +171,14 @@ Clock::time_point Election::step(Clock::time_point now, int64_t unix_now_ms) {
       lose("cannot claim the name in etcd: " + claim.status().message());
       return soon;
     }
+    if (claim->lease != lease_ && is_stale(claim->lease)) {
+      // Our own claim under a lease we gave up while etcd did not answer
+      // (etcd renews every lease when it elects a leader of its own):
+      // revoked as soon as etcd takes it, not another candidate.
+      lose("the name's claim is still under this candidate's earlier lease " +
+           std::to_string(claim->lease) + "; revoking it");
+      return soon;
+    }
     if (claim->lease != lease_) {
       if (!name_conflict_since_)
         name_conflict_since_ = now;
@@ -154,8 +188,7 @@ Clock::time_point Election::step(Clock::time_point now, int64_t unix_now_ms) {
       if (now - *name_conflict_since_ > patience) {
         refusal_ = "another head candidate named '" + options_.name + "' (at " + claim->value +
                    ") holds that name in etcd: every candidate needs its own --ha-name";
-        (void)backend_.revoke(lease_);  // ours is of no use now
-        lease_ = 0;
+        give_up_lease();  // ours is of no use now
         lose(refusal_);
         return now + options_.keepalive_every;
       }
@@ -225,6 +258,7 @@ Status Election::resign() {
       st = revoked;
   }
   lease_ = 0;
+  revoke_stale_leases();
   name_claimed_ = false;
   role_ = Role::follower;
   holder_.reset();

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "controller/ha/etcd_client.hpp"
 #include "runtime/status.hpp"
@@ -149,6 +150,11 @@ class Election {
  private:
   void lose(const std::string& why);
   bool renew(Clock::time_point now);
+  // Drops lease_, revoking it; one etcd did not take is kept in
+  // stale_leases_ and revoked again at every step until etcd takes it.
+  void give_up_lease();
+  void revoke_stale_leases();
+  bool is_stale(int64_t lease) const;
   Clock::time_point watch(Clock::time_point now);
 
   ElectionOptions options_;
@@ -165,6 +171,11 @@ class Election {
   std::string last_loss_;
   std::string refusal_;
   bool campaigning_ = true;
+  // Leases this candidate gave up while etcd did not answer: etcd renews
+  // every lease when it elects a leader of its own, so such a lease (and
+  // the keys it holds: the election key, the name's claim) can outlive the
+  // outage by a whole TTL unless it is revoked.
+  std::vector<int64_t> stale_leases_;
 };
 
 const char* to_string(Election::Role role);

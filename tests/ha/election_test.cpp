@@ -48,6 +48,12 @@ struct FakeEtcd {
     expire();
     return leases.count(lease) != 0;
   }
+  // What etcd does when it elects a leader of its own (quorum back): every
+  // lease gets its whole TTL again.
+  void renew_all() {
+    for (auto& [id, lease] : leases)
+      lease.expires = now + std::chrono::seconds(lease.ttl_s);
+  }
 };
 
 // One candidate's connection to the fake etcd; `reachable` false: every
@@ -309,6 +315,37 @@ TEST_CASE("election: a leader that stands down hands over at once - and then nam
   w.round();
   CHECK_FALSE(w.at(0).holder().has_value());
   CHECK(w.at(0).problem().find("cannot read the election key") != std::string::npos);
+}
+
+TEST_CASE("election: quorum lost and back - leases given up meanwhile are revoked at once - not waited out") {
+  World w;
+  w.add("h1");
+  w.add("h2");
+  w.round();
+  REQUIRE(w.at(0).leading(w.etcd.now));
+  // No etcd for 3 s: h1 stops leading by its clock; its lease (and the
+  // election key, its name's claim) cannot be revoked meanwhile.
+  w.backend(0).reachable = false;
+  w.backend(1).reachable = false;
+  for (int i = 0; i < 30; ++i)
+    w.round();
+  CHECK(w.leaders() == 0);
+  // Quorum back: etcd renews every lease, h1's old one included.
+  w.etcd.renew_all();
+  w.backend(0).reachable = true;
+  w.backend(1).reachable = true;
+  auto back = w.etcd.now;
+  while (w.leaders() == 0 && w.etcd.now - back < 3s)
+    w.round(10ms);
+  CHECK(w.leaders() == 1);
+  // Within a look or two, not the old lease's TTL (2 s).
+  CHECK(w.etcd.now - back <= 500ms);
+  for (int i = 0; i < 50; ++i)
+    w.round();
+  // h1 met its own old claim and did not take itself for a second h1.
+  CHECK(w.at(0).refusal().empty());
+  CHECK(w.at(1).refusal().empty());
+  CHECK(w.leaders() == 1);
 }
 
 TEST_CASE("election: a candidate killed without resigning is replaced once its lease expired") {

@@ -138,6 +138,31 @@ bool EtcdCluster::healthy(size_t i, std::chrono::milliseconds timeout) {
   return r.exit_code == 0;
 }
 
+size_t EtcdCluster::raft_leader() {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (!members_[i].process.running())
+      continue;
+    // "URL, ID, VERSION, DB SIZE, IS LEADER, IS LEARNER, ..."
+    auto r = etcdctl(members_[i].client_url(), {"endpoint", "status"}, 5s);
+    if (r.exit_code != 0)
+      continue;
+    std::vector<std::string> fields;
+    size_t at = 0;
+    while (at <= r.out.size()) {
+      auto end = r.out.find(',', at);
+      auto field = r.out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      field.erase(0, field.find_first_not_of(' '));
+      fields.push_back(field);
+      if (end == std::string::npos)
+        break;
+      at = end + 1;
+    }
+    if (fields.size() > 4 && fields[4] == "true")
+      return i;
+  }
+  return members_.size();
+}
+
 bool EtcdCluster::has_quorum(std::chrono::milliseconds within) {
   return wait_until([&] {
     size_t ok = 0;

@@ -60,6 +60,9 @@ class EtcdCluster {
   bool healthy(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(2));
   // Waits until a majority of the members is healthy.
   bool has_quorum(std::chrono::milliseconds within);
+  // The member that is etcd's own (Raft) leader, as `etcdctl endpoint
+  // status` reports it; size() when none of the running members says so.
+  size_t raft_leader();
   std::string log_tail(size_t i, size_t lines = 30) const;
 
  private:
