@@ -481,6 +481,10 @@ void Node::start_ha_head(SupervisorOptions sopts) {
   h.restart_policy = sopts.restart_policy;
   h.on_give_up = sopts.on_give_up;
   h.election.prefix = o_.ha_prefix;
+  h.election.ttl_s = static_cast<int64_t>(o_.ha_lease_ttl_s);
+  auto ttl = std::chrono::milliseconds(h.election.ttl_s * 1000);
+  h.election.keepalive_every = ttl / 4;
+  h.election.step_down_after = ttl * 3 / 4;
   h.election.name = o_.ha_name;
   h.election.node_id = o_.node_id;
   h.election.address = (o_.advertise.empty() ? advertised_host(o_.bind, std::nullopt) : o_.advertise) +

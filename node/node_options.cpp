@@ -186,6 +186,10 @@ void add_code_and_head_options(CLI::App& app, NodeOptions& o, RawArgs& raw,
       ->envname("TROUPE_HA_ETCD");
   app.add_option("--ha-name", o.ha_name,
                  "head: this candidate's name in the election, unique among the candidates");
+  app.add_option("--ha-lease-ttl", o.ha_lease_ttl_s,
+                 "head candidate: seconds of the election lease (whole seconds, 1-60); a leader cut "
+                 "off from etcd stops after 3/4 of it, another leads after it")
+      ->capture_default_str();
   app.add_option("--ha-prefix", o.ha_prefix, "head: the cluster's keys in etcd")
       ->capture_default_str();
 }
@@ -204,6 +208,10 @@ Status check_ha(NodeOptions& o, const RawArgs& raw) {
                   "--ha-etcd needs --ha-name NAME, unique among the head candidates");
   if (auto st = validate_node_id(o.ha_name); !st)
     return Status(errc::invalid_argument, "--ha-name: " + st.message());
+  if (!(o.ha_lease_ttl_s >= 1 && o.ha_lease_ttl_s <= 60) ||
+      o.ha_lease_ttl_s != static_cast<double>(static_cast<int64_t>(o.ha_lease_ttl_s)))
+    return Status(errc::invalid_argument,
+                  "--ha-lease-ttl must be a whole number of seconds between 1 and 60");
   if (o.ha_prefix.empty() || o.ha_prefix.front() != '/' ||
       o.ha_prefix.find_first_of(" \t\n") != std::string::npos)
     return Status(errc::invalid_argument,

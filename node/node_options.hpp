@@ -75,6 +75,12 @@ struct NodeOptions {
   std::vector<std::string> ha_etcd;
   std::string ha_name;
   std::string ha_prefix = "/troupe";
+  // The election lease's TTL in seconds (--ha-lease-ttl): renewed every
+  // quarter of it; the leader stops leading three quarters of it after its
+  // last renewal. Shorter fails over faster; it must outlast etcd's own
+  // leader election (its --election-timeout, 1 s by default, and up to
+  // twice that), or the loss of etcd's leader also changes troupe's.
+  double ha_lease_ttl_s = 2.0;
   // The head's admin listener serves the dashboard (/-/dashboard);
   // --no-dashboard.
   bool dashboard = true;

@@ -113,6 +113,11 @@ TEST_CASE("a head candidate names its etcd members and itself") {
   CHECK(o->ha_etcd == std::vector<std::string>{"http://10.0.0.1:2379", "http://10.0.0.2:2379"});
   CHECK(o->ha_name == "head-a");
   CHECK(o->ha_prefix == "/troupe");
+  CHECK(o->ha_lease_ttl_s == 2.0);
+  auto longer = parse({"--head", "--state-dir", "/tmp/x", "--ha-etcd", "e:2379", "--ha-name", "h",
+                       "--ha-lease-ttl", "5"});
+  REQUIRE(longer.has_value());
+  CHECK(longer->ha_lease_ttl_s == 5.0);
   auto single = parse({"--head", "--state-dir", "/tmp/x"});
   REQUIRE(single.has_value());
   CHECK(single->ha_etcd.empty());
@@ -163,6 +168,12 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--head", "--state-dir", "d", "--ha-etcd", "e:2379", "--ha-name", "h1", "--ha-prefix",
         "troupe"},
        "--ha-prefix 'troupe' must start with /"},
+      {{"--head", "--state-dir", "d", "--ha-etcd", "e:2379", "--ha-name", "h1", "--ha-lease-ttl",
+        "0.5"},
+       "--ha-lease-ttl must be a whole number of seconds between 1 and 60"},
+      {{"--head", "--state-dir", "d", "--ha-etcd", "e:2379", "--ha-name", "h1", "--ha-lease-ttl",
+        "120"},
+       "--ha-lease-ttl must be a whole number"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.fragment);
