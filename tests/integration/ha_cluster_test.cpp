@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <caf/all.hpp>
@@ -74,6 +75,33 @@ struct Candidates {
       argv.insert(argv.end(), {"--timeout", "2"});  // a quick answer, or none
     argv.insert(argv.end(), args.begin(), args.end());
     return run(argv, timeout);
+  }
+
+  // kill -9 of node `id`, reaped and forgotten.
+  void kill(const std::string& id) {
+    c.nodes.at(id).signal(SIGKILL);
+    REQUIRE(c.nodes.at(id).wait_exit(5s).has_value());
+    c.nodes.erase(id);
+  }
+
+  // `troupectl config` asked of `addresses` once it answers (a controller
+  // in its recovery window refuses); nullopt when it did not within
+  // `deadline` (every node's output is printed then).
+  std::optional<std::string> config(const std::string& addresses,
+                                    std::chrono::milliseconds deadline = 20s) {
+    std::string out;
+    bool answered = wait_until(
+        [&] {
+          auto r = ctl(addresses, {"config"});
+          out = r.out;
+          return r.exit_code == 0;
+        },
+        deadline, 50ms);
+    if (!answered) {
+      c.dump_output();
+      return std::nullopt;
+    }
+    return out;
   }
 
   // `troupectl leader --json` asked of `addresses`, parsed (null when it
@@ -230,24 +258,12 @@ TEST_CASE(
   Load load({h.c.http_ports["w1"], h.c.http_ports["w1"]}, "/echo/through-w1", 30);
   REQUIRE(wait_until([&] { return load.count() >= 20; }, 20s, 20ms));
   auto killed = Clock::now();
-  h.c.nodes.at(leader).signal(SIGKILL);
-  REQUIRE(h.c.nodes.at(leader).wait_exit(5s).has_value());
-  h.c.nodes.erase(leader);
+  h.kill(leader);
   // The other candidate takes over once the lease has run out (2 s) and
   // answers with the state the first one checkpointed in etcd.
-  std::string config;
-  bool took_over = wait_until(
-      [&] {
-        auto r = h.ctl(h.address(other), {"config"});
-        if (r.exit_code != 0)
-          return false;
-        config = r.out;
-        return true;
-      },
-      20s, 50ms);
-  if (!took_over)
-    h.c.dump_output();
-  REQUIRE(took_over);
+  auto answered = h.config(h.address(other));
+  REQUIRE(answered.has_value());
+  const std::string& config = *answered;
   auto took_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
   MESSAGE("the other candidate's controller answered " << took_ms
@@ -311,9 +327,7 @@ TEST_CASE(
   REQUIRE(pid > 0);
 
   auto killed = Clock::now();
-  h.c.nodes.at(leader).signal(SIGKILL);
-  REQUIRE(h.c.nodes.at(leader).wait_exit(5s).has_value());
-  h.c.nodes.erase(leader);
+  h.kill(leader);
   // The fault's schedule, not a wait for a condition: 1 s after the
   // leader, while no head leads yet.
   std::this_thread::sleep_until(killed + 1s);
@@ -364,20 +378,10 @@ TEST_CASE(
     auto deployed = h.ctl(h.c.address, {"deploy", file, "--timeout", "10"}, 30s);
     REQUIRE_MESSAGE(deployed.exit_code == 0, deployed.err);
     // Acknowledged: the leader dies at once.
-    h.c.nodes.at(leader).signal(SIGKILL);
-    REQUIRE(h.c.nodes.at(leader).wait_exit(5s).has_value());
-    h.c.nodes.erase(leader);
-    std::string config;
-    bool present = wait_until(
-        [&] {
-          auto r = h.ctl(h.address(other), {"config"});
-          config = r.out;
-          return r.exit_code == 0;
-        },
-        20s, 50ms);
-    if (!present)
-      h.c.dump_output();
-    REQUIRE(present);
+    h.kill(leader);
+    auto answered = h.config(h.address(other));
+    REQUIRE(answered.has_value());
+    const std::string& config = *answered;
     for (int k = 0; k <= i; ++k)
       CHECK(config.find("name: acked" + std::to_string(k)) != std::string::npos);
     // The killed candidate comes back as a follower for the next round.
@@ -512,15 +516,10 @@ TEST_CASE(
                                    .count()
                 << " ms after the etcd members were started again");
   // (Its recovery window first: it waits for the nodes to report.)
-  RunResult config;
-  CHECK(wait_until(
-      [&] {
-        config = h.ctl(h.c.address, {"config"});
-        return config.exit_code == 0;
-      },
-      20s, 100ms));
-  CHECK(config.out.find("name: more") != std::string::npos);
-  CHECK(config.out.find("name: refused") == std::string::npos);
+  auto config = h.config(h.c.address);
+  REQUIRE(config.has_value());
+  CHECK(config->find("name: more") != std::string::npos);
+  CHECK(config->find("name: refused") == std::string::npos);
   REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
   std::map<std::string, std::string> after;
   CHECK(wait_until(

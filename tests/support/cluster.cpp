@@ -120,43 +120,27 @@ ChildProcess& Cluster::start_candidate(const std::string& id, uint16_t port,
                                        const std::string& etcd,
                                        const std::vector<std::string>& args,
                                        const std::string& name) {
-  if (!http_ports.count(id))
-    http_ports[id] = free_port();
-  if (!admin_ports.count(id))
-    admin_ports[id] = free_port();
-  std::vector<std::string> argv = {bin("troupe-node"), "--head",
-                                   "--node-id",        id,
-                                   "--port",           std::to_string(port),
-                                   "--state-dir",      dir / id,
-                                   "--http-port",      std::to_string(http_ports[id]),
-                                   "--admin-port",     std::to_string(admin_ports[id]),
-                                   "--ha-etcd",        etcd,
-                                   "--ha-name",        name.empty() ? id : name};
-  argv.insert(argv.end(), liveness.begin(), liveness.end());
-  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  no_drain_delay_unless_given(argv);
-  nodes.erase(id);
-  return nodes.emplace(id, ChildProcess(argv, dir / (id + ".log"), node_options_in(dir / id)))
-      .first->second;
+  return launch(id,
+                {"--head", "--port", std::to_string(port), "--ha-etcd", etcd, "--ha-name",
+                 name.empty() ? id : name},
+                args);
 }
 
 ChildProcess& Cluster::start_worker(const std::string& id, const std::vector<std::string>& args) {
+  return launch(id, {"--join", address}, args);
+}
+
+ChildProcess& Cluster::launch(const std::string& id, const std::vector<std::string>& role,
+                              const std::vector<std::string>& args) {
   if (!http_ports.count(id))
     http_ports[id] = free_port();
   if (!admin_ports.count(id))
     admin_ports[id] = free_port();
-  std::vector<std::string> argv = {bin("troupe-node"),
-                                   "--join",
-                                   address,
-                                   "--node-id",
-                                   id,
-                                   "--state-dir",
-                                   dir / id,
-                                   "--http-port",
-                                   std::to_string(http_ports[id]),
-                                   "--admin-port",
-                                   std::to_string(admin_ports[id])};
+  std::vector<std::string> argv = {bin("troupe-node")};
+  argv.insert(argv.end(), role.begin(), role.end());
+  argv.insert(argv.end(), {"--node-id", id, "--state-dir", dir / id, "--http-port",
+                           std::to_string(http_ports[id]), "--admin-port",
+                           std::to_string(admin_ports[id])});
   argv.insert(argv.end(), liveness.begin(), liveness.end());
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.insert(argv.end(), args.begin(), args.end());

@@ -73,6 +73,11 @@ struct Cluster {
       std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   bool wait_states(const std::map<std::string, std::string>& expected,
                    std::chrono::milliseconds deadline);
+  // Starts node `id` with its role's arguments (`--join ADDRESS`, or a head
+  // candidate's) and the cluster's ports, state dir and options, then
+  // `args`.
+  ChildProcess& launch(const std::string& id, const std::vector<std::string>& role,
+                       const std::vector<std::string>& args);
   // Prints every node's output (for failed checks).
   void dump_output();
 
