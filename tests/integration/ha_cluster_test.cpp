@@ -356,6 +356,93 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "head candidates: kill -9 of the leader in the middle of a rolling update under load - the "
+    "next leader finishes it - no request fails - never above target and surge") {
+  Candidates h;
+  h.start("h1");
+  h.start("h2");
+  auto leader = h.leader(20s);
+  REQUIRE(!leader.empty());
+  h.c.start_worker("w1");
+  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
+  auto release = [](const std::string& args) {
+    return std::string(R"(http_options: {request_timeout_s: 30}
+applications:
+  - name: release
+    route_prefix: /release
+    import_path: libtroupe_examples.so:Release
+    args: )") + args + R"(
+    deployments:
+      - name: Release
+        num_replicas: 4
+        max_ongoing_requests: 5
+        health_check_period_s: 1
+)";
+  };
+  h.c.deploy_yaml("v1.yaml", release("{release: v1}"));
+  auto v1 = h.c.running_replicas("release", "Release");
+  REQUIRE(v1.size() == 4);
+  REQUIRE(h.c.wait_answers("w1", "/release/", 30s));
+
+  Load load({h.c.http_ports["w1"], h.c.http_ports["w1"], h.c.http_ports["w1"]}, "/release/", 30);
+  REQUIRE(wait_until([&] { return load.count() >= 30; }, 20s, 20ms));
+  // v2 passes its start-up check 2 s after it starts: each step of the
+  // rollout (one replica beside the old ones: surge 1) takes a few seconds.
+  auto v2_file = h.c.write("v2.yaml", release("{release: v2, unhealthy_for_ms: 2000}"));
+  auto deployed = h.ctl(h.c.address, {"deploy", v2_file, "--timeout", "10"}, 30s);
+  REQUIRE_MESSAGE(deployed.exit_code == 0, deployed.err);
+  // Polls of the status through the candidates' list: the most replicas
+  // any poll listed, and whether the rollout ended.
+  size_t most = 0;
+  auto poll = [&] {
+    auto s = h.c.status(5s);
+    if (!s.is_object())
+      return false;  // no leader at that moment
+    auto dep = s["applications"]["release"]["deployments"]["Release"];
+    auto replicas = dep.value("replicas", json::array());
+    most = std::max(most, replicas.size());
+    if (dep.value("status", "") != "HEALTHY" || replicas.size() != 4)
+      return false;
+    for (const auto& r : replicas) {
+      if (v1.count(r.at("id").get<std::string>()) || r.value("state", "") != "RUNNING")
+        return false;
+    }
+    return true;
+  };
+  // In the middle: the first v2 replica runs beside the old ones.
+  REQUIRE(wait_until(
+      [&] {
+        poll();
+        auto now = h.c.running_replicas("release", "Release", 5s);
+        for (const auto& [id, node] : now)
+          if (!v1.count(id))
+            return true;
+        return false;
+      },
+      30s, 100ms));
+  leader = h.leader(20s);
+  REQUIRE(!leader.empty());
+  h.kill(leader);
+  bool finished = wait_until(poll, 90s, 100ms);
+  if (!finished)
+    h.c.dump_output();
+  REQUIRE(finished);
+  size_t at_end = load.count();
+  REQUIRE(wait_until([&] { return load.count() >= at_end + 30; }, 20s, 20ms));
+  load.stop();
+  auto outcomes = load.outcomes();
+  size_t bad = failed(outcomes), v2_answers = 0;
+  for (const auto& o : outcomes)
+    v2_answers += o.body.find("\"v2\"") != std::string::npos;
+  MESSAGE(outcomes.size() << " requests through w1 across the rollout and the failover, " << bad
+                          << " failed, " << v2_answers << " answered by v2; at most " << most
+                          << " replicas listed");
+  CHECK(bad == 0);
+  CHECK(v2_answers > 0);
+  CHECK(most <= 5);  // target 4 and a surge of 1
+}
+
+TEST_CASE(
     "head candidates: a deploy acknowledged by a leader killed right after is on the next leader") {
   Candidates h;
   h.start("h1");
