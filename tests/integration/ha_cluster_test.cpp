@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -53,11 +54,16 @@ struct Candidates {
   proc::TempDir etcd_dir{"ha-cluster-etcd"};
   proc::EtcdCluster etcd{etcd_dir.path()};
   Cluster c;
-  std::map<std::string, uint16_t> ports{{"h1", free_port()}, {"h2", free_port()}};
+  std::map<std::string, uint16_t> ports;
 
-  Candidates() {
+  // Candidates h1..hN (their ports; none started yet).
+  explicit Candidates(int n = 2) {
+    for (int i = 1; i <= n; ++i)
+      ports["h" + std::to_string(i)] = free_port();
     // Workers join, and the Cluster's own troupectl calls go to, the list.
-    c.address = address("h1") + "," + address("h2");
+    c.address.clear();
+    for (const auto& [id, port] : ports)
+      c.address += (c.address.empty() ? "" : ",") + address(id);
   }
 
   std::string address(const std::string& id) { return "127.0.0.1:" + std::to_string(ports[id]); }
@@ -299,6 +305,76 @@ TEST_CASE(
   size_t bad = failed(outcomes);
   MESSAGE(outcomes.size() << " requests through w1 across the failover, " << bad << " failed");
   // Goal: none; the static stability of the data path keeps w1 serving.
+  CHECK(bad * 1000 <= outcomes.size());
+}
+
+TEST_CASE(
+    "head candidates: three candidates and two workers - the leader killed again and again under "
+    "load - each time another leads and adopts every replica that runs") {
+  // TROUPE_HA_KILLS=20 for the long form (docs/reliability.md).
+  const char* env = std::getenv("TROUPE_HA_KILLS");
+  const int kills = env ? std::max(1, std::atoi(env)) : 3;
+  Candidates h(3);
+  for (const auto& id : {"h1", "h2", "h3"})
+    h.start(id);
+  REQUIRE(!h.leader(20s).empty());
+  h.c.start_worker("w1");
+  h.c.start_worker("w2");
+  std::map<std::string, std::string> all_alive{
+      {"h1", "ALIVE"}, {"h2", "ALIVE"}, {"h3", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
+  REQUIRE(h.c.wait_states(all_alive, 30s));
+  std::string four = kEchoApp;
+  four.replace(four.find("num_replicas: 2"), 15, "num_replicas: 4");
+  h.c.deploy_yaml("echo.yaml", four);
+  REQUIRE(h.c.wait_answers("w1", "/echo/x", 30s));
+  REQUIRE(h.c.wait_answers("w2", "/echo/x", 30s));
+  Load load({h.c.http_ports["w1"], h.c.http_ports["w2"]}, "/echo/through-workers", 30);
+  std::vector<long> failover_ms;
+  for (int round = 0; round < kills; ++round) {
+    CAPTURE(round);
+    std::map<std::string, std::string> before;
+    REQUIRE(wait_until(
+        [&] {
+          before = h.c.running_replicas("echo", "Echo", 5s);
+          return before.size() == 4;
+        },
+        30s, 100ms));
+    auto leader = h.leader(20s);
+    REQUIRE(!leader.empty());
+    auto killed = Clock::now();
+    h.kill(leader);
+    // A new leader's controller answers (any candidate of the list).
+    REQUIRE(h.config(h.c.address).has_value());
+    failover_ms.push_back(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count());
+    // Whole again, with every replica of a surviving node adopted as it was.
+    std::map<std::string, std::string> after;
+    REQUIRE(wait_until(
+        [&] {
+          after = h.c.running_replicas("echo", "Echo", 5s);
+          return after.size() == 4;
+        },
+        30s, 100ms));
+    for (const auto& [id, node] : before) {
+      if (node == leader)
+        continue;
+      CAPTURE(id);
+      CHECK(after.count(id) == 1);
+    }
+    // The killed candidate comes back for the next round.
+    h.start(leader);
+    REQUIRE(h.c.wait_states(all_alive, 30s));
+  }
+  load.stop();
+  auto outcomes = load.outcomes();
+  size_t bad = failed(outcomes);
+  std::sort(failover_ms.begin(), failover_ms.end());
+  std::string times;
+  for (auto ms : failover_ms)
+    times += (times.empty() ? "" : " ") + std::to_string(ms);
+  MESSAGE(kills << " kills of the leader: a new leader's controller answered after (ms, sorted) "
+                << times << "; " << outcomes.size() << " requests through the workers, " << bad
+                << " failed");
   CHECK(bad * 1000 <= outcomes.size());
 }
 
