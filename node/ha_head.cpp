@@ -21,6 +21,7 @@ namespace {
 using ha_lead_atom = caf::atom_constant<caf::atom("halead")>;
 using ha_follow_atom = caf::atom_constant<caf::atom("hafollow")>;
 using ha_seen_atom = caf::atom_constant<caf::atom("haseen")>;
+using ha_problem_atom = caf::atom_constant<caf::atom("haproblem")>;
 
 }  // namespace
 
@@ -206,6 +207,12 @@ caf::message_handler ha_handlers(Keeper& keeper, std::shared_ptr<Shared> sh) {
       [&keeper, sh](ha_lead_atom, int64_t term) { on_lead(keeper, sh, term); },
       [&keeper, sh](ha_follow_atom, const std::string& why) { on_follow(keeper, sh, why); },
       [sh](ha_seen_atom) { on_seen(sh); },
+      [sh](ha_problem_atom, const std::string& problem) {
+        if (problem.empty())
+          sh->log->info("etcd answers again: campaigning");
+        else
+          sh->log->warn("no campaign for now: {}", problem);
+      },
       [&keeper, sh](shutdown_atom) -> caf::result<caf::ok_atom> {
         keeper.stop();
         stop_follower(keeper, sh);
@@ -249,6 +256,9 @@ std::unique_ptr<HaHead> HaHead::start(caf::actor_system& sys, const HaHeadOption
   callbacks.on_follow = [post](const std::string& why) { post(ha_follow_atom::value, why); };
   callbacks.on_leader_seen = [post](const std::optional<ha::Holder>&) {
     post(ha_seen_atom::value);
+  };
+  callbacks.on_problem = [post](const std::string& problem) {
+    post(ha_problem_atom::value, problem);
   };
   sh->candidate = std::make_unique<ha::Candidate>(options.election, options.etcd, callbacks);
   // Until it leads, the port answers with the leader's address. Sent before

@@ -143,6 +143,14 @@ void Candidate::run() {
         callbacks_.on_leader_seen(seen);
       view_.problem = election_.problem();
       view_.refusal = election_.refusal();
+      const auto& problem = view_.problem;
+      if (callbacks_.on_problem &&
+          (problem.empty() != reported_problem_.empty() ||
+           (!problem.empty() && now - problem_reported_at_ >= kProblemEvery))) {
+        reported_problem_ = problem;
+        problem_reported_at_ = now;
+        callbacks_.on_problem(problem);
+      }
     }
     wake_.notify_all();  // the watchdog's deadline moved
     std::unique_lock<std::mutex> lock(mu_);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -32,7 +33,13 @@ struct CandidateCallbacks {
   // The leader it sees changed (another candidate, another term, none):
   // from the same thread, under the same rules.
   std::function<void(const std::optional<Holder>& leader)> on_leader_seen;
+  // Why the candidate cannot do its work (etcd out of reach, its name
+  // held, ...), when that begins, every kProblemEvery while it lasts, and
+  // "" when it ends: for the log.
+  std::function<void(const std::string& problem)> on_problem;
 };
+
+inline constexpr std::chrono::seconds kProblemEvery{5};
 
 // What a candidate knows, for readiness, metrics and a follower's answer.
 struct CandidateView {
@@ -89,6 +96,8 @@ class Candidate {
   bool reported_leading_ = false;
   CandidateView view_;
   std::atomic<int64_t> lead_term_{0};
+  std::string reported_problem_;
+  std::chrono::steady_clock::time_point problem_reported_at_{};
   std::atomic<int64_t> lead_until_ns_{0};  // steady clock
   std::thread runner_, watchdog_;
 };

@@ -525,7 +525,9 @@ TEST_CASE(
   h.start("h2");
   REQUIRE(!h.leader(20s).empty());
   std::string apps = "applications:\n";
-  const int rounds = 5;
+  // TROUPE_HA_ROUNDS=50 for the long form (docs/reliability.md).
+  const char* env = std::getenv("TROUPE_HA_ROUNDS");
+  const int rounds = env ? std::max(1, std::atoi(env)) : 5;
   for (int i = 0; i < rounds; ++i) {
     CAPTURE(i);
     auto leader = h.leader(30s);
@@ -682,6 +684,14 @@ TEST_CASE(
   auto config = h.config(h.c.address);
   REQUIRE(config.has_value());
   CHECK(config->find("name: more") != std::string::npos);
+  // Each candidate's log said why it could not campaign, and when it could
+  // again.
+  for (const auto& id : {"h1", "h2"}) {
+    CAPTURE(id);
+    auto log = h.c.nodes.at(id).output();
+    CHECK(log.find("no campaign for now: ") != std::string::npos);
+    CHECK(log.find("etcd answers again: campaigning") != std::string::npos);
+  }
   CHECK(config->find("name: refused") == std::string::npos);
   REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
   std::map<std::string, std::string> after;
