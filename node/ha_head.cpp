@@ -232,12 +232,7 @@ std::unique_ptr<HaHead> HaHead::start(caf::actor_system& sys, const HaHeadOption
   sh->pub->bind = options.bind;
   sh->pub->port = options.port;
   sh->pub->log = sh->log;
-  KeeperOptions k;
-  k.what = "controller";
-  k.policy = options.restart_policy;
-  k.on_give_up = options.on_give_up;
-  k.log = sh->log;
-  k.unavailable = "no controller is running";
+  auto k = controller_keeper_options(options.restart_policy, options.on_give_up, sh->log);
   k.start = [sh](Keeper& keeper) { return start_controller(keeper, sh); };
   k.handlers = [sh](Keeper& keeper) { return ha_handlers(keeper, sh); };
   auto keeper = spawn_keeper(sys, std::move(k), "troupe.ha-head");

@@ -64,6 +64,18 @@ void publish_attempt(caf::event_based_actor* self, const std::shared_ptr<Publish
           });
 }
 
+KeeperOptions controller_keeper_options(const RestartPolicy& policy,
+                                        std::function<void(const std::string&)> on_give_up,
+                                        std::shared_ptr<spdlog::logger> log) {
+  KeeperOptions k;
+  k.what = "controller";
+  k.policy = policy;
+  k.on_give_up = std::move(on_give_up);
+  k.log = std::move(log);
+  k.unavailable = "no controller is running";
+  return k;
+}
+
 void publish_again(caf::event_based_actor* self, const std::shared_ptr<Publisher>& pub) {
   ++pub->round;
   // A request: a port that is not open is answered with an error, which as
@@ -94,12 +106,7 @@ Result<HeadSupervisorActor> start_head_supervisor(caf::actor_system& sys,
   pub->bind = options.bind;
   pub->port = options.port;
   pub->log = troupe::log::get("supervisor");
-  KeeperOptions k;
-  k.what = "controller";
-  k.policy = options.restart_policy;
-  k.on_give_up = options.on_give_up;
-  k.log = pub->log;
-  k.unavailable = "no controller is running";
+  auto k = controller_keeper_options(options.restart_policy, options.on_give_up, pub->log);
   k.start = [pub, options](Keeper& keeper) -> caf::actor {
     auto* self = keeper.self();
     auto controller =

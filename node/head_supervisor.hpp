@@ -74,6 +74,12 @@ struct Publisher {
   uint64_t round = 0;
 };
 
+// The options of a head's controller keeper (the single head's and a head
+// candidate's): restarts under `policy`, `on_give_up` when it gives up.
+KeeperOptions controller_keeper_options(const RestartPolicy& policy,
+                                        std::function<void(const std::string&)> on_give_up,
+                                        std::shared_ptr<spdlog::logger> log);
+
 // The publishing actor's own message: publish again (round, attempt).
 using publish_retry_atom = caf::atom_constant<caf::atom("republish")>;
 

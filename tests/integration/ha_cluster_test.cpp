@@ -83,6 +83,18 @@ struct Candidates {
     return run(argv, timeout);
   }
 
+  // h1 and h2, then a worker w1 that joins their list, every node ALIVE:
+  // the leader's id.
+  std::string start_with_worker() {
+    start("h1");
+    start("h2");
+    auto leader = this->leader(20s);
+    REQUIRE(!leader.empty());
+    c.start_worker("w1");
+    REQUIRE(c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
+    return leader;
+  }
+
   // kill -9 of node `id`, reaped and forgotten.
   void kill(const std::string& id) {
     c.nodes.at(id).signal(SIGKILL);
@@ -153,6 +165,19 @@ pid_t replica_process(const std::string& id) {
       return static_cast<pid_t>(std::stol(name));
   }
   return 0;
+}
+
+// Every replica of `before` on a node other than `gone` (and other than
+// `killed`) is in `after`: adopted as it was, not started again.
+void check_adopted(const std::map<std::string, std::string>& before,
+                   const std::map<std::string, std::string>& after, const std::string& gone,
+                   const std::string& killed = "") {
+  for (const auto& [id, node] : before) {
+    if (node == gone || id == killed)
+      continue;
+    CAPTURE(id);
+    CHECK(after.count(id) == 1);
+  }
 }
 
 size_t failed(const std::vector<Load::Outcome>& outcomes) {
@@ -244,14 +269,9 @@ TEST_CASE(
     "head candidates: kill -9 of the leader under load through a worker - the other leads - "
     "adopts the running replicas and serves the declared state") {
   Candidates h;
-  h.start("h1");
-  h.start("h2");
-  auto leader = h.leader(20s);
-  REQUIRE(!leader.empty());
-  std::string other = leader == "h1" ? "h2" : "h1";
   // The worker joins the list of candidates and finds the leader in it.
-  h.c.start_worker("w1");
-  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
+  auto leader = h.start_with_worker();
+  std::string other = leader == "h1" ? "h2" : "h1";
   auto file = h.c.write("echo.yaml", kEchoApp);
   auto deployed = h.ctl(h.c.address, {"deploy", file, "--wait", "--timeout", "60"}, 90s);
   if (deployed.exit_code != 0)
@@ -291,12 +311,7 @@ TEST_CASE(
   if (!whole)
     h.c.dump_output();
   CHECK(whole);
-  for (const auto& [id, node] : before) {
-    if (node == leader)
-      continue;  // its replica died with it
-    CAPTURE(id);
-    CHECK(after.count(id) == 1);
-  }
+  check_adopted(before, after, leader);  // its replicas died with it
   REQUIRE(h.c.wait_answers(other, "/echo/after", 30s));
   size_t at_end = load.count();
   REQUIRE(wait_until([&] { return load.count() >= at_end + 20; }, 20s, 20ms));
@@ -355,12 +370,7 @@ TEST_CASE(
           return after.size() == 4;
         },
         30s, 100ms));
-    for (const auto& [id, node] : before) {
-      if (node == leader)
-        continue;
-      CAPTURE(id);
-      CHECK(after.count(id) == 1);
-    }
+    check_adopted(before, after, leader);
     // The killed candidate comes back for the next round.
     h.start(leader);
     REQUIRE(h.c.wait_states(all_alive, 30s));
@@ -382,12 +392,7 @@ TEST_CASE(
     "head candidates: kill -9 of the leader then of a replica 1 s later - the next leader "
     "replaces that one and adopts the rest") {
   Candidates h;
-  h.start("h1");
-  h.start("h2");
-  auto leader = h.leader(20s);
-  REQUIRE(!leader.empty());
-  h.c.start_worker("w1");
-  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
+  auto leader = h.start_with_worker();
   std::string three = kEchoApp;
   three.replace(three.find("num_replicas: 2"), 15, "num_replicas: 3");
   h.c.deploy_yaml("echo.yaml", three);
@@ -423,24 +428,14 @@ TEST_CASE(
   MESSAGE("the replica killed 1 s after the leader was replaced and the deployment whole again "
           << ms << " ms after the leader's kill (goal: 5 s)");
   // Every other replica on a surviving node was adopted as it was.
-  for (const auto& [id, node] : before) {
-    if (node == leader || id == victim)
-      continue;
-    CAPTURE(id);
-    CHECK(after.count(id) == 1);
-  }
+  check_adopted(before, after, leader, victim);
 }
 
 TEST_CASE(
     "head candidates: kill -9 of the leader in the middle of a rolling update under load - the "
     "next leader finishes it - no request fails - never above target and surge") {
   Candidates h;
-  h.start("h1");
-  h.start("h2");
-  auto leader = h.leader(20s);
-  REQUIRE(!leader.empty());
-  h.c.start_worker("w1");
-  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
+  auto leader = h.start_with_worker();
   auto release = [](const std::string& args) {
     return std::string(R"(http_options: {request_timeout_s: 30}
 applications:
@@ -472,9 +467,11 @@ applications:
   size_t most = 0;
   auto poll = [&] {
     auto s = h.c.status(5s);
-    if (!s.is_object())
-      return false;  // no leader at that moment
-    auto dep = s["applications"]["release"]["deployments"]["Release"];
+    const auto at = json::json_pointer("/applications/release/deployments/Release");
+    // No leader at that moment, or one still recovering its state.
+    if (!s.is_object() || !s.contains(at) || !s[at].is_object())
+      return false;
+    const auto& dep = s[at];
     auto replicas = dep.value("replicas", json::array());
     most = std::max(most, replicas.size());
     if (dep.value("status", "") != "HEALTHY" || replicas.size() != 4)
@@ -611,12 +608,7 @@ TEST_CASE(
     "head candidates: one etcd member lost changes nothing - without quorum deploys are refused "
     "naming why and nothing stops - quorum back: a leader with the same state and replicas") {
   Candidates h;
-  h.start("h1");
-  h.start("h2");
-  auto leader = h.leader(20s);
-  REQUIRE(!leader.empty());
-  h.c.start_worker("w1");
-  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}, {"w1", "ALIVE"}}, 30s));
+  auto leader = h.start_with_worker();
   h.c.deploy_yaml("echo.yaml", kEchoApp);
   auto before = h.c.running_replicas("echo", "Echo");
   REQUIRE(before.size() == 2);
