@@ -52,6 +52,12 @@ struct HaHead::Shared {
   }
 };
 
+namespace {
+
+using Shared = HaHead::Shared;
+
+// What a head that does not lead answers: the leader it knows, or why it
+// knows none.
 std::string follower_answer(const ha::CandidateView& view) {
   if (!view.refusal.empty())
     return "this head cannot campaign: " + view.refusal;
@@ -61,10 +67,6 @@ std::string follower_answer(const ha::CandidateView& view) {
     return "no leader yet (" + view.problem + ")";
   return "no leader yet";
 }
-
-namespace {
-
-using Shared = HaHead::Shared;
 
 // What a candidate that does not lead publishes on its port: every request
 // is answered errc::not_leader naming the leader it knows (never with state

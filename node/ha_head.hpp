@@ -67,7 +67,4 @@ class HaHead {
   HeadSupervisorActor actor_;
 };
 
-// The (get) answer of a head that does not lead.
-std::string follower_answer(const ha::CandidateView& view);
-
 }  // namespace troupe
