@@ -26,7 +26,13 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
       spec_(spec),
       run_dir_(std::move(run_dir)) {
   port_ = free_port(seed);
-  std::vector<std::string> ids = {"head"};
+  std::vector<std::string> ids;
+  if (spec_.ha()) {
+    for (int i = 1; i <= spec_.heads; ++i)
+      ids.push_back("h" + std::to_string(i));
+  } else {
+    ids.push_back("head");
+  }
   for (int i = 1; i <= spec_.workers; ++i)
     ids.push_back("w" + std::to_string(i));
   const bool hosts = spec_.network == "namespaces";
@@ -43,8 +49,17 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
                                head_state_dir() + ": " + head_disk_->error +
                                " (mounting needs root)");
   }
-  std::string head_host = hosts ? net_->address("head") : "127.0.0.1";
-  address_ = head_host + ":" + std::to_string(port_);
+  for (const auto& id : ids) {
+    if (!is_head(id))
+      continue;
+    // Each candidate its own port: on loopback they share an address.
+    uint16_t port = id == ids.front() ? port_ : free_port(seed);
+    head_address_[id] = (hosts ? net_->address(id) : std::string("127.0.0.1")) + ":" +
+                        std::to_string(port);
+    address_ += (address_.empty() ? "" : ",") + head_address_[id];
+  }
+  if (spec_.ha())
+    start_etcd();
   if (spec_.tls.value_or(hosts)) {
     // A CA for the run, a certificate per node and one for the tool.
     tls_dir_ = run_dir_ + "/tls";
@@ -98,16 +113,40 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
     n.log_path = run_dir_ + "/" + id + ".log";
     nodes_.emplace(id, std::move(n));
   };
-  add("head", {bin_dir_ + "/troupe-node", "--head", "--port", std::to_string(port_),
-               "--recovery-window", fmt(spec_.recovery_window_s)});
+  for (const auto& [id, at] : head_address_) {
+    std::vector<std::string> argv = {bin_dir_ + "/troupe-node", "--head", "--port",
+                                     at.substr(at.rfind(':') + 1), "--recovery-window",
+                                     fmt(spec_.recovery_window_s)};
+    if (spec_.ha())
+      argv.insert(argv.end(), {"--ha-etcd", etcd_->endpoints(), "--ha-name", id,
+                               "--ha-lease-ttl", fmt(spec_.ha_lease_ttl_s)});
+    add(id, argv);
+  }
   for (int i = 1; i <= spec_.workers; ++i)
     add("w" + std::to_string(i), {bin_dir_ + "/troupe-node", "--join", address_});
 }
 
+void Cluster::start_etcd() {
+  etcd_ = std::make_unique<troupe::proc::EtcdCluster>(run_dir_ + "/etcd",
+                                                      static_cast<size_t>(spec_.etcd_members));
+}
+
+bool Cluster::is_head(const std::string& id) const {
+  if (!spec_.ha())
+    return id == "head";
+  return id.size() > 1 && id[0] == 'h' &&
+         id.find_first_not_of("0123456789", 1) == std::string::npos;
+}
+
+std::string Cluster::head_address(const std::string& id) const {
+  return head_address_.at(id);
+}
+
 Cluster::~Cluster() {
   // Children die with their Child objects (SIGCONT + SIGKILL) before the
-  // hosts they ran in are removed.
+  // hosts they ran in are removed; the etcd members after the heads.
   nodes_.clear();
+  etcd_.reset();
   net_.reset();
   head_disk_.reset();
 }
@@ -135,9 +174,12 @@ void Cluster::spawn(Node& n) {
 }
 
 bool Cluster::start(std::chrono::milliseconds deadline, std::string* error) {
-  spawn(nodes_.at("head"));
   for (auto& [id, n] : nodes_) {
-    if (id != "head")
+    if (is_head(id))
+      spawn(n);
+  }
+  for (auto& [id, n] : nodes_) {
+    if (!is_head(id))
       spawn(n);
   }
   std::string last;
@@ -172,7 +214,12 @@ bool Cluster::start(std::chrono::milliseconds deadline, std::string* error) {
 }
 
 RunResult Cluster::ctl(const std::vector<std::string>& args, double timeout_s) const {
-  std::vector<std::string> argv = {bin_dir_ + "/troupectl", "--address", address_, "--timeout",
+  return ctl_at(address_, args, timeout_s);
+}
+
+RunResult Cluster::ctl_at(const std::string& address, const std::vector<std::string>& args,
+                          double timeout_s) const {
+  std::vector<std::string> argv = {bin_dir_ + "/troupectl", "--address", address, "--timeout",
                                    fmt(timeout_s)};
   if (!tls_dir_.empty())
     argv.insert(argv.end(), {"--tls-dir", tls_dir_, "--tls-name", "chaos"});
@@ -212,6 +259,23 @@ std::optional<nlohmann::json> Cluster::status_json(double timeout_s, std::string
 
 std::optional<nlohmann::json> Cluster::nodes_json(double timeout_s, std::string* error) const {
   return parse_answer(ctl({"nodes", "--json"}, timeout_s), error);
+}
+
+std::optional<nlohmann::json> Cluster::leader_json(const std::string& head, double timeout_s,
+                                                   std::string* error) const {
+  auto r = ctl_at(head.empty() ? address_ : head_address(head), {"leader", "--json"}, timeout_s);
+  // Exit 1 with an answer: the head answered and names no leader.
+  if (r.exit_code == 1 && !r.out.empty())
+    r.exit_code = 0;
+  return parse_answer(r, error);
+}
+
+std::optional<std::string> Cluster::leader(double timeout_s) const {
+  auto j = leader_json("", timeout_s);
+  // Whoever answered: a follower names the leader it knows.
+  if (!j || !(*j)["leader"].is_object())
+    return std::nullopt;
+  return (*j)["leader"].value("node_id", std::string());
 }
 
 void Cluster::kill9(const std::string& id) {
@@ -275,6 +339,11 @@ ShutdownResult Cluster::shutdown(std::chrono::milliseconds graceful_deadline) {
       n.process.wait_exit(5s);
     }
     out.exit_codes[id] = n.process.exit_code().value_or(-1);
+  }
+  // The etcd members last (the heads needed them to hand over).
+  if (etcd_) {
+    for (size_t i = 0; i < etcd_->size(); ++i)
+      etcd_->stop(i);
   }
   // Anything else that carries the run directory in its command line (a
   // node restarted by someone else, a stray troupectl) is a leftover.

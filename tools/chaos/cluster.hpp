@@ -1,6 +1,9 @@
 // The cluster a chaos run starts: a head and N workers (troupe-node), each
 // with its own state directory under the run directory, operated through
-// troupectl. On 127.0.0.1 with free ports below 32768, or (network:
+// troupectl. With highly available heads (cluster.heads > 1): head
+// candidates h1..hN over an etcd cluster the tool starts too
+// (tools/common/etcd_cluster.hpp), and every candidate's address given to
+// the workers and troupectl. On 127.0.0.1 with free ports below 32768, or (network:
 // namespaces) each in a network namespace of its own (tools/chaos/network.hpp).
 #pragma once
 
@@ -15,6 +18,7 @@
 
 #include "tools/chaos/network.hpp"
 #include "tools/chaos/process.hpp"
+#include "tools/common/etcd_cluster.hpp"
 #include "tools/common/tmpfs.hpp"
 #include "tools/chaos/scenario.hpp"
 
@@ -57,13 +61,30 @@ class Cluster {
   // otherwise.
   bool start(std::chrono::milliseconds deadline, std::string* error);
 
+  // The heads' addresses, comma-separated (one without HA).
   const std::string& address() const { return address_; }
+  bool ha() const { return spec_.ha(); }
+  bool is_head(const std::string& id) const;
+  // Its controller's host:port (a head's).
+  std::string head_address(const std::string& id) const;
+  // The etcd cluster under the heads; null without HA.
+  troupe::proc::EtcdCluster* etcd() { return etcd_.get(); }
   std::vector<std::string> node_ids() const;
   Node& node(const std::string& id) { return nodes_.at(id); }
   bool has_node(const std::string& id) const { return nodes_.count(id) > 0; }
 
   // troupectl --address <controller> --timeout <timeout_s> args...
   RunResult ctl(const std::vector<std::string>& args, double timeout_s = 5) const;
+  // The same against the given head addresses only.
+  RunResult ctl_at(const std::string& address, const std::vector<std::string>& args,
+                   double timeout_s) const;
+  // `troupectl leader --json` asked of the heads (`head`: that one alone,
+  // however it answers; empty: the list, following the leader).
+  std::optional<nlohmann::json> leader_json(const std::string& head, double timeout_s,
+                                            std::string* error = nullptr) const;
+  // The node id of the leading head, as the first head that answers names
+  // it; nullopt when none names one.
+  std::optional<std::string> leader(double timeout_s) const;
   // Parsed JSON of `status --json` / `nodes --json`; nullopt when the call
   // failed (error in *error when given).
   std::optional<nlohmann::json> status_json(double timeout_s, std::string* error = nullptr) const;
@@ -90,6 +111,7 @@ class Cluster {
 
  private:
   void spawn(Node& n);
+  void start_etcd();
 
   std::string bin_dir_;
   std::string plugin_dir_;
@@ -97,7 +119,9 @@ class Cluster {
   std::string run_dir_;
   uint16_t port_ = 0;
   std::string address_;
+  std::map<std::string, std::string> head_address_;  // head id -> host:port
   std::string tls_dir_;  // empty: no TLS
+  std::unique_ptr<troupe::proc::EtcdCluster> etcd_;
   std::unique_ptr<Network> net_;
   std::unique_ptr<troupe::proc::Tmpfs> head_disk_;
   std::map<std::string, Node> nodes_;

@@ -111,9 +111,23 @@ std::string trim(std::string s) {
 struct Step {
   double t_s;
   size_t spec;  // index into scenario.faults
-  enum Phase { fire, restart, resume, heal } phase;
-  size_t event;  // restart/resume/heal: index of the FaultEvent they end
+  enum Phase { fire, restart, resume, heal, etcd_start } phase;
+  size_t event;  // restart/resume/heal/etcd_start: index of the FaultEvent they end
   bool operator>(const Step& o) const { return t_s > o.t_s; }
+};
+
+// Watches the head a partition_leader cut off, asking it alone (every
+// 200 ms) whether it leads and whom it names: from the cut until it names
+// another head as leader after the heal (heal_s, set by the schedule), or
+// until the run stops watching. `stepped_down_s`: its first "I do not lead".
+struct LeaderWatch {
+  size_t index = 0;  // into RunData::faults
+  std::string head;
+  std::atomic<double> heal_s{-1};
+  std::thread thread;
+  double stepped_down_s = -1;
+  double follows_s = -1;
+  std::string last;  // what it said last
 };
 
 // A poisoned request in flight: sent from its own thread so that a slow or
@@ -189,6 +203,7 @@ class Runner {
     }
     join_poison_calls();
     join_exit_watchers();
+    join_leader_watches();
     if (monitor_) {
       monitor_->stop();
       run_.observations = monitor_->observations();
@@ -413,9 +428,21 @@ class Runner {
         run_.last_fault_s = ev.end_s;
         continue;
       }
+      if (s.phase == Step::etcd_start) {
+        auto& ev = run_.faults[s.event];
+        ev.end_s = since(t0_);
+        for (size_t m : ev.etcd_members)
+          cluster_->etcd()->start(m);
+        run_.last_fault_s = ev.end_s;
+        continue;
+      }
       if (s.phase == Step::heal) {
         auto& ev = run_.faults[s.event];
         ev.end_s = since(t0_);
+        for (auto& w : leader_watches_) {
+          if (w->index == s.event)
+            w->heal_s = ev.end_s;
+        }
         auto done = cluster_->network()->heal(ev.net_handle);
         if (!done.empty())
           ev.network_detail += "; healed: " + done.substr(0, done.size() - 2);
@@ -439,8 +466,15 @@ class Runner {
         continue;
       if (spec.kind == FaultKind::poison)
         send_poison(spec, index);
-      if (spec.kind == FaultKind::kill9_node && spec.restart_after_s >= 0)
+      if ((spec.kind == FaultKind::kill9_node || spec.kind == FaultKind::kill_leader) &&
+          spec.restart_after_s >= 0)
         steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::restart, index});
+      if (spec.kind == FaultKind::kill_etcd_member && spec.restart_after_s >= 0)
+        steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::etcd_start, index});
+      if (spec.kind == FaultKind::etcd_quorum_loss)
+        steps.push({ev.t_s + spec.duration_s, s.spec, Step::etcd_start, index});
+      if (spec.kind == FaultKind::partition_leader)
+        watch_leader(index);
       if (spec.kind == FaultKind::sigstop_node)
         steps.push({ev.t_s + spec.duration_s, s.spec, Step::resume, index});
       if (network_fault(spec.kind) || spec.kind == FaultKind::fill_disk)
@@ -480,7 +514,7 @@ class Runner {
       int most = -1;
       for (const auto& id : cluster_->node_ids()) {
         if (down_.count(id) || dead_.count(id) || left_.count(id) ||
-            (which == "busiest_worker" && id == "head"))
+            (which == "busiest_worker" && cluster_->is_head(id)))
           continue;
         if (count[id] > most) {
           most = count[id];
@@ -489,6 +523,8 @@ class Runner {
       }
       return best;
     }
+    if (which == "leader")
+      return cluster_->leader(2);
     if (which != "random" && which != "random_worker") {
       if (!cluster_->has_node(which))
         return std::nullopt;
@@ -498,7 +534,7 @@ class Runner {
     for (const auto& id : cluster_->node_ids()) {
       if (down_.count(id) || dead_.count(id) || left_.count(id))
         continue;
-      if (which == "random_worker" && id == "head")
+      if (which == "random_worker" && cluster_->is_head(id))
         continue;
       candidates.push_back(id);
     }
@@ -561,6 +597,10 @@ class Runner {
       release(spec, ev);
       return ev;
     }
+    if (etcd_fault(spec.kind)) {
+      etcd_fault_on(spec, ev);
+      return ev;
+    }
     auto node = pick_node(spec.node, spec_index);
     ev.t_s = since(t0_);
     if (!node) {
@@ -587,12 +627,17 @@ class Runner {
         left_.insert(*node);
         break;
       case FaultKind::kill9_node:
+      case FaultKind::kill_leader:
         ev.t_s = since(t0_);
         cluster_->kill9(*node);
         ev.ok = true;
         down_.insert(*node);
         if (spec.restart_after_s < 0)
           dead_.insert(*node);
+        // The next leader drops the head it took over from from the node
+        // list (it will not wait for it): expected gone, not DEAD.
+        if (spec.restart_after_s < 0 && spec.kind == FaultKind::kill_leader)
+          left_.insert(*node);
         break;
       case FaultKind::sigstop_node:
         ev.t_s = since(t0_);
@@ -603,6 +648,11 @@ class Runner {
       case FaultKind::partition:
       case FaultKind::degrade:
         network_fault_on(spec, *node, ev);
+        break;
+      case FaultKind::partition_leader:
+        network_fault_on(spec, *node, ev);
+        if (ev.ok && spec.probe_deploy)
+          probe_deploy(ev, cluster_->head_address(*node));
         break;
       case FaultKind::fill_disk:
         fill_disk(ev);
@@ -667,7 +717,7 @@ class Runner {
     for (const auto& id : cluster_->node_ids()) {
       if (id == node)
         continue;
-      if (from == id || from == "all" || (from == "workers" && id != "head"))
+      if (from == id || from == "all" || (from == "workers" && !cluster_->is_head(id)))
         out.push_back(id);
     }
     return out;
@@ -691,10 +741,18 @@ class Runner {
       ev.message = "no peer '" + spec.from + "' to cut " + node + " off from";
       return;
     }
+    // A leader is cut off from the etcd members too (on the bridge).
+    std::vector<uint16_t> etcd_ports;
+    if (spec.kind == FaultKind::partition_leader) {
+      for (size_t i = 0; i < cluster_->etcd()->size(); ++i)
+        etcd_ports.push_back(cluster_->etcd()->member(i).client_port);
+      ev.network_detail += " and the etcd members";
+    }
     try {
       ev.t_s = since(t0_);
-      if (spec.kind == FaultKind::partition) {
-        ev.net_handle = cluster_->network()->partition(node, ev.peers, spec.direction);
+      if (spec.kind == FaultKind::partition || spec.kind == FaultKind::partition_leader) {
+        ev.net_handle =
+            cluster_->network()->partition(node, ev.peers, spec.direction, etcd_ports);
         down_.insert(node);
       } else {
         ev.net_handle = cluster_->network()->degrade(node, ev.peers, spec.delay_ms, spec.loss_pct,
@@ -714,7 +772,7 @@ class Runner {
   // The scenario's deploy plus an application of the tool's own, `name`,
   // without replicas: a change the head must write ahead that leaves the
   // load alone. An accepted one becomes the acknowledged state.
-  RunResult deploy_with(const std::string& name) {
+  RunResult deploy_with(const std::string& name, const std::string& address = "") {
     YAML::Node config = YAML::Clone(run_.scenario.deploy);
     YAML::Node app;
     app["name"] = name;
@@ -731,7 +789,7 @@ class Runner {
       em << config;
       std::ofstream(file) << em.c_str() << "\n";
     }
-    auto r = cluster_->ctl({"deploy", file}, 10);
+    auto r = cluster_->ctl_at(address.empty() ? cluster_->address() : address, {"deploy", file}, 10);
     if (r.exit_code == 0) {
       declared_apps_.clear();
       for (const auto& a : config["applications"])
@@ -740,6 +798,102 @@ class Runner {
         acknowledged_ = *st;
     }
     return r;
+  }
+
+  // The etcd faults: members killed at once (one, or enough that fewer
+  // than a majority runs), then the probe deploy through the heads.
+  void etcd_fault_on(const FaultSpec& spec, FaultEvent& ev) {
+    auto* etcd = cluster_->etcd();
+    std::vector<size_t> running;
+    for (size_t i = 0; i < etcd->size(); ++i) {
+      if (etcd->running(i))
+        running.push_back(i);
+    }
+    std::vector<size_t> victims;
+    if (spec.kind == FaultKind::kill_etcd_member && spec.member != "random") {
+      size_t i = std::stoul(spec.member.substr(1)) - 1;
+      if (etcd->running(i))
+        victims.push_back(i);
+    } else if (spec.kind == FaultKind::kill_etcd_member && !running.empty()) {
+      std::uniform_int_distribution<size_t> pick(0, running.size() - 1);
+      victims.push_back(running[pick(rng_)]);
+    } else if (spec.kind == FaultKind::etcd_quorum_loss) {
+      const size_t keep = etcd->size() / 2;  // one short of a majority
+      std::shuffle(running.begin(), running.end(), rng_);
+      for (size_t k = keep; k < running.size(); ++k)
+        victims.push_back(running[k]);
+    }
+    ev.t_s = since(t0_);
+    if (victims.empty()) {
+      ev.message = spec.kind == FaultKind::etcd_quorum_loss
+                       ? "no quorum to lose: a majority of the members is down already"
+                       : "no running etcd member '" + spec.member + "' to kill";
+      return;
+    }
+    std::sort(victims.begin(), victims.end());
+    for (size_t i : victims) {
+      etcd->kill(i);
+      ev.etcd_members.push_back(i);
+      ev.members += (ev.members.empty() ? "" : ",") + etcd->member(i).name;
+    }
+    ev.ok = true;
+    if (spec.probe_deploy)
+      probe_deploy(ev, cluster_->address());
+  }
+
+  // A deploy that adds an application without replicas, through `address`.
+  void probe_deploy(FaultEvent& ev, const std::string& address) {
+    ev.probe_app = "chaos-probe-" + std::to_string(++probe_deploys_);
+    auto r = deploy_with(ev.probe_app, address);
+    ev.probe_acked = r.exit_code == 0;
+    ev.probe_message = r.exit_code == 0   ? "acknowledged"
+                       : r.exit_code < 0 ? "troupectl timed out"
+                                         : trim(r.err.empty() ? r.out : r.err);
+  }
+
+  void watch_leader(size_t index) {
+    auto w = std::make_unique<LeaderWatch>();
+    w->index = index;
+    w->head = run_.faults[index].node;
+    auto* watch = w.get();
+    w->thread = std::thread([this, watch] {
+      while (!stop_watching_.load() && !g_interrupted.load()) {
+        auto begin = Clock::now();
+        std::string error;
+        auto j = cluster_->leader_json(watch->head, 1, &error);
+        double now = since(t0_);
+        if (!j) {
+          watch->last = error;
+        } else {
+          watch->last = j->dump();
+          const bool leads = j->value("leading", false);
+          if (!leads && watch->stepped_down_s < 0)
+            watch->stepped_down_s = now;
+          const double heal = watch->heal_s.load();
+          const auto& l = (*j)["leader"];
+          if (!leads && heal >= 0 && now > heal && l.is_object() &&
+              l.value("node_id", std::string()) != watch->head) {
+            watch->follows_s = now;
+            return;
+          }
+        }
+        std::this_thread::sleep_until(begin + 200ms);
+      }
+    });
+    leader_watches_.push_back(std::move(w));
+  }
+
+  void join_leader_watches() {
+    stop_watching_ = true;
+    for (auto& w : leader_watches_) {
+      if (w->thread.joinable())
+        w->thread.join();
+      auto& ev = run_.faults[w->index];
+      ev.stepped_down_s = w->stepped_down_s;
+      ev.follows_s = w->follows_s;
+      ev.follower_answer = w->last;
+    }
+    leader_watches_.clear();
   }
 
   std::string disk_filler() const { return cluster_->head_state_dir() + "/chaos-fill"; }
@@ -985,6 +1139,119 @@ class Runner {
     }
   }
 
+  // Highly available heads: what each fault of the heads and their etcd
+  // must leave behind, from its probe deploy and the status polls.
+  void ha_checks(const Observation& final) {
+    auto obs = monitor_->observations();
+    for (const auto& f : run_.faults) {
+      if (!f.ok || !ha_fault(f.kind))
+        continue;
+      if (f.probe_acked)
+        run_.invariants.push_back(probe_check(f, final));
+      if (f.kind == FaultKind::kill_etcd_member)
+        run_.invariants.push_back(same_leader_check(f, obs));
+      if (f.kind == FaultKind::etcd_quorum_loss)
+        run_.invariants.push_back(replicas_kept_check(f, obs, final));
+      if (f.kind == FaultKind::partition_leader) {
+        Check c{"after the heal the cut-off head " + f.node + " follows the new leader",
+                f.follows_s >= 0, ""};
+        c.detail = f.follows_s >= 0
+                       ? "it named another leader " + seconds(f.follows_s - f.end_s) +
+                             " after the heal"
+                       : "it never named another head as leader; it said last: " +
+                             f.follower_answer;
+        run_.invariants.push_back(c);
+      }
+    }
+  }
+
+  // A probe deploy: acknowledged while a majority of etcd runs; refused
+  // naming etcd without one, or by a head cut off from it; either way the
+  // final state has it exactly when it was acknowledged.
+  Check probe_check(const FaultEvent& f, const Observation& final) const {
+    const bool want = f.kind == FaultKind::kill_etcd_member;
+    const bool acked = *f.probe_acked;
+    const bool present = final.app_status.count(f.probe_app) > 0;
+    std::string lower = f.probe_message;
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    Check c{std::string(to_string(f.kind)) + ": a deploy " +
+                (want ? "while etcd member(s) " + f.members + " were down is acknowledged"
+                      : f.kind == FaultKind::etcd_quorum_loss
+                            ? "without an etcd quorum is refused naming etcd"
+                            : "sent to the cut-off head " + f.node + " is refused") +
+                " - the end state has it exactly then",
+            acked == want && present == acked && final.status_ok, ""};
+    if (!want && f.kind == FaultKind::etcd_quorum_loss && lower.find("etcd") == std::string::npos)
+      c.ok = false;
+    c.detail = f.probe_app + ": " + f.probe_message + "; at the end " +
+               (final.status_ok ? (present ? "listed" : "not listed") : "status failed");
+    return c;
+  }
+
+  // kill_etcd_member: every status poll from the fault until 3 s after the
+  // member came back names the leader of the last poll before it.
+  Check same_leader_check(const FaultEvent& f, const std::vector<Observation>& obs) const {
+    std::string before;
+    for (const auto& o : obs) {
+      if (o.end_s <= f.t_s && o.status_ok && !o.leader.empty())
+        before = o.leader;
+    }
+    Check c{"kill_etcd_member(" + f.members + "): the leader stays the same", !before.empty(), ""};
+    const double until = (f.end_s >= 0 ? f.end_s : f.t_s) + 3;
+    int polls = 0;
+    for (const auto& o : obs) {
+      if (o.start_s < f.t_s || o.start_s > until || !o.status_ok)
+        continue;
+      ++polls;
+      if (o.leader != before && c.ok) {
+        c.ok = false;
+        c.detail = "at " + seconds(o.start_s) + " the leader was '" + o.leader + "', before '" +
+                   before + "'; ";
+      }
+    }
+    c.detail += before.empty() ? "no poll before the fault named a leader"
+                               : std::to_string(polls) + " polls until 3 s after the member " +
+                                     "came back, the leader before: " + before;
+    if (polls == 0)
+      c.ok = false;
+    return c;
+  }
+
+  // etcd_quorum_loss: the replicas RUNNING before it run on, the same ones.
+  Check replicas_kept_check(const FaultEvent& f, const std::vector<Observation>& obs,
+                            const Observation& final) const {
+    std::set<std::string> before;
+    for (const auto& o : obs) {
+      if (o.end_s > f.t_s)
+        break;
+      if (!o.status_ok)
+        continue;
+      before.clear();
+      for (const auto& [name, d] : o.deployments) {
+        auto ids = d.running_ids();
+        before.insert(ids.begin(), ids.end());
+      }
+    }
+    Check c{"etcd_quorum_loss: no replica stopped - the ones RUNNING before run at the end",
+            !before.empty() && final.status_ok, ""};
+    std::string gone;
+    for (const auto& id : before) {
+      bool running = false;
+      for (const auto& [name, d] : final.deployments) {
+        auto it = d.state_of.find(id);
+        running = running || (it != d.state_of.end() && it->second == "RUNNING");
+      }
+      if (!running)
+        gone += (gone.empty() ? "" : ", ") + id;
+    }
+    if (!gone.empty())
+      c.ok = false;
+    c.detail = before.empty() ? "no poll before the fault listed a RUNNING replica"
+               : !gone.empty() ? "no longer RUNNING at the end: " + gone
+                               : std::to_string(before.size()) + " replicas, all RUNNING at the end";
+    return c;
+  }
+
   // On hosts of their own: every worker reached every other worker that
   // hosted replicas after the deploy over a direct connection, at that
   // worker's own address (its proxy logs "direct connection to node B at
@@ -1004,11 +1271,11 @@ class Runner {
             true, ""};
     int pairs = 0;
     for (const auto& a : cluster_->node_ids()) {
-      if (a == "head" || dead_.count(a) || left_.count(a))
+      if (cluster_->is_head(a) || dead_.count(a) || left_.count(a))
         continue;
       auto log = slurp(cluster_->node(a).log_path);
       for (const auto& b : hosting) {
-        if (b == a || b == "head" || !cluster_->has_node(b))
+        if (b == a || cluster_->is_head(b) || !cluster_->has_node(b))
           continue;
         ++pairs;
         std::string line = "direct connection to node " + b + " at " + net->address(b) + ":";
@@ -1029,8 +1296,10 @@ class Runner {
     auto final = monitor_->observe();
     const auto& sc = run_.scenario;
     join_exit_watchers();
+    join_leader_watches();
     sigterm_checks();
     disk_checks();
+    ha_checks(final);
     direct_connection_checks();
 
     // No node process died that the run did not kill (a crash of user code
@@ -1283,6 +1552,9 @@ class Runner {
   std::map<size_t, size_t> round_robin_;  // spec index -> next node (node: round_robin)
   size_t poison_count_ = 0;
   int disk_deploys_ = 0;      // fill_disk: deploys made, for their names
+  int probe_deploys_ = 0;     // probe_deploy: deploys made, for their names
+  std::vector<std::unique_ptr<LeaderWatch>> leader_watches_;
+  std::atomic<bool> stop_watching_{false};
   int redeploys_ = 0;         // redeploy: configs written, for their names
   std::string disk_refused_;  // fill_disk: the application of the refused deploy
   std::vector<std::unique_ptr<PoisonCall>> poison_calls_;

@@ -82,6 +82,8 @@ double since(Clock::time_point t0) {
 
 void read_status(const json& s, Observation& o) {
   o.recovering = s.value("recovering", false);
+  if (auto l = s.find("leader"); l != s.end() && l->is_object())
+    o.leader = l->value("node_id", std::string());
   std::map<std::string, int> seen;
   for (const auto& [app, a] : s.at("applications").items()) {
     o.app_status[app] = a.value("status", "");

@@ -44,6 +44,7 @@ struct Observation {
   bool status_ok = false;
   std::string status_error;
   bool recovering = false;
+  std::string leader;  // status's leader (its node id; highly available heads only)
   std::map<std::string, std::string> app_status;      // app -> status
   std::map<std::string, std::string> app_route;       // app -> route_prefix
   std::map<std::string, DeploymentView> deployments;  // "app/deployment" -> view

@@ -196,7 +196,7 @@ void Network::add_rule(Fault& f, const std::string& ns, std::vector<std::string>
 }
 
 size_t Network::partition(const std::string& node, const std::vector<std::string>& peers,
-                          Direction direction) {
+                          Direction direction, const std::vector<uint16_t>& bridge_ports) {
   Fault f;
   const auto& ns = ns_.at(node);
   try {
@@ -206,6 +206,15 @@ size_t Network::partition(const std::string& node, const std::vector<std::string
         add_rule(f, ns, {"OUTPUT", "-d", addr, "-j", "DROP"});
       if (direction != Direction::out)
         add_rule(f, ns, {"INPUT", "-s", addr, "-j", "DROP"});
+    }
+    // Only these ports of the bridge: the tool's own calls to the node
+    // (load, troupectl) come from the bridge address too and must pass.
+    for (uint16_t port : bridge_ports) {
+      const auto p = std::to_string(port);
+      if (direction != Direction::in)
+        add_rule(f, ns, {"OUTPUT", "-d", bridge_address(), "-p", "tcp", "--dport", p, "-j", "DROP"});
+      if (direction != Direction::out)
+        add_rule(f, ns, {"INPUT", "-s", bridge_address(), "-p", "tcp", "--sport", p, "-j", "DROP"});
     }
   } catch (...) {
     remove(f, nullptr);

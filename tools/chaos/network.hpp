@@ -43,8 +43,12 @@ class Network {
   // A fault between `node` and `peers`; returns its handle for heal().
   // Throws std::runtime_error on a failed rule (nothing of it is left).
   // Must be called on the main thread (degrade starts processes).
+  // `bridge_ports`: also the node's TCP traffic with these ports of the
+  // bridge address (services the tool runs for the nodes, e.g. etcd).
   size_t partition(const std::string& node, const std::vector<std::string>& peers,
-                   Direction direction);
+                   Direction direction, const std::vector<uint16_t>& bridge_ports = {});
+  // The tool's own address on the bridge, reachable from every node.
+  std::string bridge_address() const { return subnet_ + "1"; }
   size_t degrade(const std::string& node, const std::vector<std::string>& peers, double delay_ms,
                  double loss_pct, uint32_t seed);
   // Removes the fault's rules; returns what it did (degrade: packets

@@ -255,6 +255,69 @@ std::optional<RolloutFindings> judge_rollout(const std::vector<FaultEvent>& faul
   return r;
 }
 
+namespace {
+
+// Highly available heads: the failover of each leader fault and quorum
+// loss (Goals::max_failover_s), and the goals on it and on stepping down.
+void analyze_ha(RunData& run) {
+  const auto& obs = run.observations;
+  const auto& goals = run.scenario.goals;
+  for (auto& f : run.faults) {
+    f.failover_s.reset();
+    f.new_leader.clear();
+    if (!f.ok)
+      continue;
+    const bool deposed = f.kind == FaultKind::kill_leader || f.kind == FaultKind::partition_leader;
+    if (!deposed && f.kind != FaultKind::etcd_quorum_loss)
+      continue;
+    // A quorum loss is measured from the members' restart.
+    const double from = deposed ? f.t_s : f.end_s;
+    if (from < 0)
+      continue;
+    if (const auto* o = first_obs(obs, from, kInf, [&](const Observation& x) {
+          return x.status_ok && !x.leader.empty() && (!deposed || x.leader != f.node);
+        })) {
+      f.failover_s = o->state_end_s - from;
+      f.new_leader = o->leader;
+    }
+  }
+  auto goal = [&](const char* name, std::optional<double> target, auto measure) {
+    if (!target)
+      return;
+    GoalResult g{name, *target, std::nullopt, true, ""};
+    int counted = 0;
+    for (const auto& f : run.faults) {
+      std::optional<std::optional<double>> v = measure(f);
+      if (!f.ok || !v)
+        continue;
+      ++counted;
+      g.measured = std::max(g.measured.value_or(0), v->value_or(kInf));
+      if (!*v || **v > *target)
+        g.met = false;
+    }
+    if (counted == 0) {
+      g.met = false;
+      g.detail = "no fault to measure it on";
+    }
+    run.goals.push_back(g);
+  };
+  using Measured = std::optional<std::optional<double>>;
+  goal("max_failover_s", goals.max_failover_s, [](const FaultEvent& f) -> Measured {
+    if (f.kind != FaultKind::kill_leader && f.kind != FaultKind::partition_leader &&
+        f.kind != FaultKind::etcd_quorum_loss)
+      return std::nullopt;
+    return f.failover_s;
+  });
+  goal("max_step_down_s", goals.max_step_down_s, [](const FaultEvent& f) -> Measured {
+    if (f.kind != FaultKind::partition_leader)
+      return std::nullopt;
+    return f.stepped_down_s >= 0 ? std::optional<double>(f.stepped_down_s - f.t_s)
+                                 : std::optional<double>();
+  });
+}
+
+}  // namespace
+
 void analyze(RunData& run) {
   const auto& obs = run.observations;
   const auto& goals = run.scenario.goals;
@@ -283,6 +346,8 @@ void analyze(RunData& run) {
       case FaultKind::fill_disk:
       case FaultKind::redeploy:
       case FaultKind::rollback:
+      case FaultKind::kill_etcd_member:
+      case FaultKind::etcd_quorum_loss:
         cond = [&](const Observation& o) { return o.healthy(); };
         break;
       case FaultKind::kill_proxy:
@@ -294,6 +359,7 @@ void analyze(RunData& run) {
         cond = [&](const Observation& o) { return o.healthy() && state_of(o, f.node) == "ALIVE"; };
         break;
       case FaultKind::kill9_node:
+      case FaultKind::kill_leader:
         if (f.end_s >= 0) {
           cond = [&](const Observation& o) {
             return o.healthy() && state_of(o, f.node) == "ALIVE" &&
@@ -311,6 +377,7 @@ void analyze(RunData& run) {
         break;
       case FaultKind::partition:
       case FaultKind::degrade:
+      case FaultKind::partition_leader:
         cond = [&](const Observation& o) {
           if (!o.healthy())
             return false;
@@ -354,8 +421,10 @@ void analyze(RunData& run) {
     }
     // Recovery is read when the part of the poll it depends on answered.
     bool uses_probe =
-        run.load_enabled && (f.kind == FaultKind::kill_proxy || f.kind == FaultKind::kill9_node ||
-                             f.kind == FaultKind::sigstop_node || f.kind == FaultKind::partition);
+        run.load_enabled &&
+        (f.kind == FaultKind::kill_proxy || f.kind == FaultKind::kill9_node ||
+         f.kind == FaultKind::sigstop_node || f.kind == FaultKind::partition ||
+         f.kind == FaultKind::kill_leader || f.kind == FaultKind::partition_leader);
     if (const auto* o = first_obs(obs, ref, kInf, cond)) {
       f.recovery_s = (uses_probe ? o->end_s : o->state_end_s) - ref;
       // Lower bound: the last poll after the fault that did not see the
@@ -437,9 +506,10 @@ void analyze(RunData& run) {
       continue;
     faulted_nodes.insert(f.node);
     hits.emplace_back(f.node, f.t_s);
-    if (f.kind == FaultKind::sigstop_node || f.kind == FaultKind::partition)
+    if (f.kind == FaultKind::sigstop_node || f.kind == FaultKind::partition ||
+        f.kind == FaultKind::partition_leader)
       unavailable.push_back({f.node, f.t_s, f.end_s >= 0 ? f.end_s : kInf});
-    if (f.kind == FaultKind::kill9_node) {
+    if (f.kind == FaultKind::kill9_node || f.kind == FaultKind::kill_leader) {
       double to = kInf;
       if (f.end_s >= 0) {
         const auto* o = first_obs(obs, f.end_s, kInf, [&](const Observation& x) {
@@ -888,6 +958,7 @@ void analyze(RunData& run) {
       run.goals.push_back(g);
     }
   }
+  analyze_ha(run);
 
   run.ok = run.setup_error.empty() && !run.interrupted;
   for (const auto& c : run.invariants)
@@ -989,6 +1060,21 @@ json to_json(const RunData& run) {
         row["deployment"] = f.deployment;
       row["acked_s"] = f.acked_s >= 0 ? json(f.acked_s) : json(nullptr);
       row["reply"] = f.reply;
+    }
+    if (ha_fault(f.kind)) {
+      json ha = {{"failover_s", opt(f.failover_s)}, {"new_leader", f.new_leader}};
+      if (!f.members.empty())
+        ha["etcd_members"] = f.members;
+      if (f.probe_acked)
+        ha["probe_deploy"] = {{"app", f.probe_app},
+                              {"acknowledged", *f.probe_acked},
+                              {"answer", f.probe_message}};
+      if (f.kind == FaultKind::partition_leader) {
+        ha["stepped_down_s"] = f.stepped_down_s >= 0 ? json(f.stepped_down_s - f.t_s) : json(nullptr);
+        ha["follows_after_heal_s"] =
+            f.follows_s >= 0 && f.end_s >= 0 ? json(f.follows_s - f.end_s) : json(nullptr);
+      }
+      row["ha"] = ha;
     }
     if (f.kind == FaultKind::fill_disk)
       row["disk"] = {{"filled_bytes", f.disk_filled_bytes},
@@ -1202,6 +1288,17 @@ std::string to_text(const RunData& run) {
       out << "(" << *f.replicas_on_node_before << " replicas on it) ";
     if (network_fault(f.kind))
       out << f.network_detail << " ";
+    if (!f.members.empty())
+      out << "etcd " << f.members << " ";
+    if (f.probe_acked)
+      out << "deploy " << f.probe_app << ": " << f.probe_message << "; ";
+    if (f.failover_s)
+      out << "leader " << f.new_leader << " after " << fixed(*f.failover_s, 3) << " s; ";
+    if (f.kind == FaultKind::partition_leader)
+      out << "stepped down "
+          << (f.stepped_down_s >= 0 ? "after " + fixed(f.stepped_down_s - f.t_s, 3) + " s"
+                                    : std::string("never"))
+          << "; ";
     if (f.kind == FaultKind::fill_disk && f.ok)
       out << "filled with " << f.disk_filled_bytes << " bytes, " << f.disk_accepted
           << " deploys fitted, then " << (f.disk_refusal.empty() ? "none refused" : "refused")

@@ -91,6 +91,27 @@ struct FaultEvent {
   double acked_s = -1;
   std::string reply;
 
+  // Highly available heads. kill_leader / partition_leader: `node` is the
+  // head that led when it fired. The etcd faults: the members killed
+  // (indices and names).
+  std::vector<size_t> etcd_members;
+  std::string members;
+  // probe_deploy: the application the probe deploy added, whether it was
+  // acknowledged and what troupectl said.
+  std::string probe_app;
+  std::optional<bool> probe_acked;
+  std::string probe_message;
+  // partition_leader: when the cut-off head, asked alone, first said that
+  // it does not lead (< 0: never seen), and after the heal when it named
+  // another head as leader (< 0: never seen); what it said last.
+  double stepped_down_s = -1;
+  double follows_s = -1;
+  std::string follower_answer;
+  // Filled by the analysis: the failover (see Goals::max_failover_s) and
+  // the leader that took over.
+  std::optional<double> failover_s;
+  std::string new_leader;
+
   // Where recovery is measured from: the end of a fault that lasts, the
   // acknowledgement of a redeploy or rollback (a poll started before it
   // may still see the old declaration), else the fault itself.

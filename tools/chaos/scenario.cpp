@@ -38,6 +38,14 @@ const char* to_string(FaultKind kind) {
       return "redeploy";
     case FaultKind::rollback:
       return "rollback";
+    case FaultKind::kill_leader:
+      return "kill_leader";
+    case FaultKind::partition_leader:
+      return "partition_leader";
+    case FaultKind::kill_etcd_member:
+      return "kill_etcd_member";
+    case FaultKind::etcd_quorum_loss:
+      return "etcd_quorum_loss";
   }
   return "?";
 }
@@ -57,7 +65,8 @@ const char* to_string(Direction d) {
 bool node_scoped(FaultKind kind) {
   return kind == FaultKind::kill_proxy || kind == FaultKind::kill_agent ||
          kind == FaultKind::kill9_node || kind == FaultKind::sigstop_node ||
-         kind == FaultKind::partition;
+         kind == FaultKind::partition || kind == FaultKind::kill_leader ||
+         kind == FaultKind::partition_leader;
 }
 
 namespace {
@@ -124,6 +133,9 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
       {"sigterm_node", FaultKind::sigterm_node}, {"partition", FaultKind::partition},
       {"degrade", FaultKind::degrade},           {"fill_disk", FaultKind::fill_disk},
       {"redeploy", FaultKind::redeploy},         {"rollback", FaultKind::rollback},
+      {"kill_leader", FaultKind::kill_leader},   {"partition_leader", FaultKind::partition_leader},
+      {"kill_etcd_member", FaultKind::kill_etcd_member},
+      {"etcd_quorum_loss", FaultKind::etcd_quorum_loss},
   };
   if (!node)
     r.fail(node, "a fault needs an action");
@@ -135,7 +147,8 @@ FaultKind parse_kind(const Reader& r, const YAML::Node& node) {
   r.fail(node, "unknown action '" + name +
                    "' (kill_replica, kill_proxy, kill_agent, kill_controller, kill9_node, "
                    "sigstop_node, drain_node, sigterm_node, poison, partition, degrade, fill_disk, "
-                   "redeploy, rollback)");
+                   "redeploy, rollback, kill_leader, partition_leader, kill_etcd_member, "
+                   "etcd_quorum_loss)");
 }
 
 // The applications a `troupectl deploy` config declares: name -> its
@@ -177,6 +190,60 @@ std::vector<std::string> deployments_of(const YAML::Node& app) {
 
 }  // namespace
 
+// cluster.heads, etcd_members, ha_lease_ttl_s.
+void read_ha(const Reader& r, const YAML::Node& c, ClusterSpec& k) {
+  k.heads = r.get<int>(c, "heads", 1);
+  if (k.heads < 1 || k.heads > 7)
+    r.fail(c["heads"], "heads must be within 1-7");
+  k.etcd_members = r.get<int>(c, "etcd_members", k.heads > 1 ? 3 : 0);
+  if (k.heads > 1 && (k.etcd_members < 1 || k.etcd_members > 7))
+    r.fail(c["etcd_members"] ? c["etcd_members"] : c["heads"],
+           "highly available heads need etcd_members within 1-7");
+  if (k.heads == 1 && k.etcd_members != 0)
+    r.fail(c["etcd_members"], "etcd_members needs heads > 1 (a single head keeps its own checkpoint)");
+  k.ha_lease_ttl_s = r.get<double>(c, "ha_lease_ttl_s", 2);
+  if (!(k.ha_lease_ttl_s >= 1 && k.ha_lease_ttl_s <= 60) || k.ha_lease_ttl_s != int(k.ha_lease_ttl_s))
+    r.fail(c["ha_lease_ttl_s"], "ha_lease_ttl_s is whole seconds within 1-60");
+  if (k.heads > 1 && k.head_disk_mb > 0)
+    r.fail(c["head_disk_mb"], "head_disk_mb is for a single head (candidates keep the checkpoint in etcd)");
+}
+
+// The fields of the faults of highly available heads.
+void read_ha_fault(const Reader& r, const YAML::Node& item, const Scenario& s, FaultSpec& spec) {
+  if (!ha_fault(spec.kind)) {
+    for (const char* key : {"member", "probe_deploy"}) {
+      if (item[key])
+        r.fail(item[key], std::string(key) + " is for the etcd faults and partition_leader");
+    }
+    return;
+  }
+  const char* what = to_string(spec.kind);
+  if (!s.cluster.ha())
+    r.fail(item["action"], std::string(what) + " needs highly available heads (cluster.heads > 1)");
+  if (item["node"])
+    r.fail(item["node"], std::string(what) + " picks its node itself: no node");
+  spec.node = etcd_fault(spec.kind) ? "" : "leader";
+  spec.probe_deploy = r.get<bool>(item, "probe_deploy", spec.kind != FaultKind::kill_leader);
+  if (spec.kind == FaultKind::kill_leader && spec.probe_deploy)
+    r.fail(item["probe_deploy"], "probe_deploy is for the etcd faults and partition_leader");
+  spec.member = r.get<std::string>(item, "member", "random");
+  if (item["member"] && spec.kind != FaultKind::kill_etcd_member)
+    r.fail(item["member"], "member is for action kill_etcd_member");
+  if (spec.member != "random") {
+    bool known = false;
+    for (int i = 1; i <= s.cluster.etcd_members; ++i)
+      known = known || spec.member == "m" + std::to_string(i);
+    if (!known)
+      r.fail(item["member"], "member is random or m1..m" + std::to_string(s.cluster.etcd_members));
+  }
+  if (spec.kind == FaultKind::etcd_quorum_loss && !item["duration_s"])
+    r.fail(item, "etcd_quorum_loss needs duration_s (when the members start again)");
+  if (spec.kind == FaultKind::partition_leader && !item["from"])
+    spec.from = "all";
+  if (spec.kind == FaultKind::partition_leader && spec.from != "all")
+    r.fail(item["from"], "partition_leader cuts the leader off from all (every node and etcd member)");
+}
+
 Scenario load_scenario(const std::string& path) {
   Reader r{path};
   YAML::Node root;
@@ -202,7 +269,8 @@ Scenario load_scenario(const std::string& path) {
     r.only(c,
            {"workers", "node_timeout_s", "heartbeat_interval_s", "basp_heartbeat_interval_s",
             "basp_connection_timeout_s", "recovery_window_s", "shutdown_grace_s", "drain_delay_s",
-            "extra_args", "network", "tls", "head_disk_mb", "bind_any"},
+            "extra_args", "network", "tls", "head_disk_mb", "bind_any", "heads", "etcd_members",
+            "ha_lease_ttl_s"},
            "cluster");
     auto& k = s.cluster;
     k.workers = r.get<int>(c, "workers", k.workers);
@@ -231,6 +299,7 @@ Scenario load_scenario(const std::string& path) {
     k.head_disk_mb = r.get<int>(c, "head_disk_mb", 0);
     if (k.head_disk_mb != 0 && (k.head_disk_mb < 8 || k.head_disk_mb > 4096))
       r.fail(c["head_disk_mb"], "head_disk_mb is within 8-4096 (or 0: no disk of its own)");
+    read_ha(r, c, k);
   }
 
   s.deploy = root["deploy"];
@@ -273,7 +342,7 @@ Scenario load_scenario(const std::string& path) {
           item,
           {"action", "at_s", "start_s", "every_s", "stop_s", "node", "app", "deployment",
            "restart_after_s", "duration_s", "max_recovery_s", "path", "paths", "mark", "timeout_s",
-           "from", "direction", "delay_ms", "loss_pct", "deploy"},
+           "from", "direction", "delay_ms", "loss_pct", "deploy", "member", "probe_deploy"},
           "fault");
       FaultSpec spec;
       spec.kind = parse_kind(r, item["action"]);
@@ -423,6 +492,7 @@ Scenario load_scenario(const std::string& path) {
             r.fail(item[key], std::string(key) + " is for actions partition and degrade");
         }
       }
+      read_ha_fault(r, item, s, spec);
       if (s.has_load && spec.start_s > s.load.duration_s)
         r.fail(item, "the fault starts after the load ends");
       s.faults.push_back(spec);
@@ -436,7 +506,8 @@ Scenario load_scenario(const std::string& path) {
             "min_poison_502_ratio", "max_nodes_seen_not_alive", "max_failed_status_polls",
             "max_status_gap_s", "max_dead_transitions_per_fault", "max_replicas_above_surge",
             "deploy_failed_within_s", "deploy_failed_message", "replicas_kept",
-            "no_healthy_until_rollback", "rollback_healthy_within_s"},
+            "no_healthy_until_rollback", "rollback_healthy_within_s", "max_failover_s",
+            "max_step_down_s"},
            "goals");
     auto& go = s.goals;
     go.min_success_ratio = r.opt_double(g, "min_success_ratio");
@@ -452,6 +523,13 @@ Scenario load_scenario(const std::string& path) {
     go.max_status_gap_s = r.opt_double(g, "max_status_gap_s");
     go.max_dead_transitions_per_fault = r.opt_int(g, "max_dead_transitions_per_fault");
     go.max_replicas_above_surge = r.opt_int(g, "max_replicas_above_surge");
+    if (g["max_failover_s"])
+      go.max_failover_s = r.positive(g, "max_failover_s", 0);
+    if (g["max_step_down_s"])
+      go.max_step_down_s = r.positive(g, "max_step_down_s", 0);
+    if ((go.max_failover_s || go.max_step_down_s) && !s.cluster.ha())
+      r.fail(g[go.max_failover_s ? "max_failover_s" : "max_step_down_s"],
+             "max_failover_s and max_step_down_s need highly available heads (cluster.heads > 1)");
     if (go.min_poison_502_ratio &&
         std::none_of(s.faults.begin(), s.faults.end(),
                      [](const FaultSpec& f) { return f.kind == FaultKind::poison; }))

@@ -36,6 +36,14 @@ struct ClusterSpec {
   // its own); needed by fill_disk. Root only.
   int head_disk_mb = 0;
   std::vector<std::string> extra_args;  // appended to every node's command line
+  // Highly available heads: more than one head candidate (h1, h2, ...; the
+  // single head is `head`), each campaigning in an etcd cluster of
+  // `etcd_members` members the tool starts (each its own etcd process);
+  // workers and troupectl are given every candidate's address.
+  int heads = 1;
+  int etcd_members = 0;  // with heads > 1: default 3
+  double ha_lease_ttl_s = 2;
+  bool ha() const { return heads > 1; }
 };
 
 struct LoadSpec {
@@ -72,6 +80,13 @@ enum class FaultKind {
   fill_disk,        // fill the head's state disk, deploy until refused; free it after duration_s
   redeploy,         // troupectl deploy of the fault's own `deploy:` config (a new release)
   rollback,         // troupectl rollback APP: the application's last good declaration again
+  // Highly available heads (cluster.heads > 1): whichever candidate leads
+  // when the fault fires (asked with `troupectl leader`).
+  kill_leader,       // SIGKILL the leading head; restart it after restart_after_s
+  partition_leader,  // cut the leading head off from every node and etcd member for duration_s
+  // The etcd cluster under the heads.
+  kill_etcd_member,  // SIGKILL one member (`member`); start it again after restart_after_s
+  etcd_quorum_loss,  // SIGKILL a majority of the members for duration_s, then start them again
 };
 
 // Which packets a partition drops, seen from the partitioned node.
@@ -115,6 +130,14 @@ struct FaultSpec {
   std::string from = "head";
   Direction direction = Direction::both;  // partition
   double delay_ms = 0;                    // degrade: added to each packet, each way
+  // kill_etcd_member: `m1`, `m2`, ... or `random` (among the running ones).
+  std::string member = "random";
+  // kill_etcd_member / etcd_quorum_loss: a deploy (the scenario's plus an
+  // application without replicas) made right after the fault: it must be
+  // accepted while a majority runs and refused, naming etcd, without one.
+  // partition_leader: the same deploy sent to the cut-off head alone: it
+  // must not be acknowledged, and nothing of it may show up later.
+  bool probe_deploy = true;
   double loss_pct = 0;                    // degrade: share of packets dropped, each way
   // redeploy: a `troupectl deploy` config, verbatim like the scenario's own
   // `deploy:` (a whole declaration: what it leaves out is deleted), deployed
@@ -124,7 +147,16 @@ struct FaultSpec {
 
 // The faults that change the network between nodes.
 inline bool network_fault(FaultKind kind) {
-  return kind == FaultKind::partition || kind == FaultKind::degrade;
+  return kind == FaultKind::partition || kind == FaultKind::degrade ||
+         kind == FaultKind::partition_leader;
+}
+// The faults of highly available heads and their etcd (need cluster.heads > 1).
+inline bool ha_fault(FaultKind kind) {
+  return kind == FaultKind::kill_leader || kind == FaultKind::partition_leader ||
+         kind == FaultKind::kill_etcd_member || kind == FaultKind::etcd_quorum_loss;
+}
+inline bool etcd_fault(FaultKind kind) {
+  return kind == FaultKind::kill_etcd_member || kind == FaultKind::etcd_quorum_loss;
 }
 
 struct Goals {
@@ -192,6 +224,15 @@ struct Goals {
   // that reads the deployment HEALTHY listing exactly the kept ids, all
   // RUNNING.
   std::optional<double> rollback_healthy_within_s;
+
+  // Highly available heads. kill_leader / partition_leader: from the fault
+  // until the answer of the first status poll whose leader is another head;
+  // etcd_quorum_loss: from the members' restart until the first status poll
+  // answered by a leader.
+  std::optional<double> max_failover_s;
+  // partition_leader: from the cut until the cut-off head itself (asked
+  // alone, every 100 ms) says that it does not lead.
+  std::optional<double> max_step_down_s;
 };
 
 struct Scenario {
