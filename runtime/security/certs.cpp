@@ -1,5 +1,8 @@
 #include "runtime/security/certs.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cctype>
 #include <ctime>
 #include <filesystem>
@@ -241,16 +244,45 @@ Status init_ca(const std::string& dir, Validity validity) {
 }
 
 Status issue_certificate(const std::string& dir, const std::string& name, Role role,
-                         int valid_days) {
+                         int valid_days, const std::vector<std::string>& hosts) {
   if (Status s = check_days(valid_days); !s)
     return s;
-  return issue_certificate(dir, name, role, days_from_now(valid_days));
+  return issue_certificate(dir, name, role, days_from_now(valid_days), hosts);
+}
+
+Result<std::string> subject_alt_names_of(const std::string& name,
+                                         const std::vector<std::string>& hosts) {
+  std::string out = "DNS:" + name + ",DNS:localhost,IP:127.0.0.1";
+  for (const auto& h : hosts) {
+    unsigned char addr[sizeof(in6_addr)];
+    if (::inet_pton(AF_INET, h.c_str(), addr) == 1 || ::inet_pton(AF_INET6, h.c_str(), addr) == 1) {
+      out += ",IP:" + h;
+      continue;
+    }
+    // A DNS name: labels of letters, digits and '-', not starting or ending
+    // with '-', dot-separated, at most 253 characters in all.
+    bool ok = !h.empty() && h.size() <= 253 && h.front() != '.' && h.back() != '.' &&
+              h.find("..") == std::string::npos;
+    for (size_t i = 0; ok && i < h.size(); ++i) {
+      char c = h[i];
+      bool edge = i == 0 || i + 1 == h.size() || h[i - 1] == '.' || h[i + 1] == '.';
+      ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || (c == '-' && !edge);
+    }
+    if (!ok)
+      return Status(errc::invalid_argument,
+                    "host '" + h + "' is neither an IP address nor a DNS name");
+    out += ",DNS:" + h;
+  }
+  return out;
 }
 
 Status issue_certificate(const std::string& dir, const std::string& name, Role role,
-                         Validity validity) {
+                         Validity validity, const std::vector<std::string>& hosts) {
   if (Status s = validate_name(name); !s)
     return s;
+  Result<std::string> alt_names = subject_alt_names_of(name, hosts);
+  if (!alt_names)
+    return alt_names.status();
   if (validity.not_after <= validity.not_before)
     return Status(errc::invalid_argument, "validity: not_after must be later than not_before");
   Paths ca_paths = paths_of(dir, "ca");
@@ -294,8 +326,7 @@ Status issue_certificate(const std::string& dir, const std::string& name, Role r
   for (Status s : {add_extension(x, issuer, NID_basic_constraints, "critical,CA:FALSE"),
                    add_extension(x, issuer, NID_key_usage, "critical,digitalSignature"),
                    add_extension(x, issuer, NID_ext_key_usage, "serverAuth,clientAuth"),
-                   add_extension(x, issuer, NID_subject_alt_name,
-                                 "DNS:" + name + ",DNS:localhost,IP:127.0.0.1"),
+                   add_extension(x, issuer, NID_subject_alt_name, *alt_names),
                    add_extension(x, issuer, NID_subject_key_identifier, "hash"),
                    add_extension(x, issuer, NID_authority_key_identifier, "keyid:always")}) {
     if (!s)

@@ -11,13 +11,16 @@
 // one troupe-* OU; the CA has none. Identity certificates carry
 // basicConstraints CA:FALSE, keyUsage digitalSignature, extendedKeyUsage
 // serverAuth+clientAuth (nodes accept and open connections), and
-// subjectAltName DNS:<name>, DNS:localhost, IP:127.0.0.1.
+// subjectAltName DNS:<name>, DNS:localhost, IP:127.0.0.1, plus the hosts the
+// issuer names (`certs issue --host`): a server whose clients check its name,
+// such as an etcd member of highly available heads at 10.0.0.5.
 //
 // What a node's or troupectl's --tls-dir needs is described in credentials.hpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/status.hpp"
 
@@ -57,13 +60,21 @@ Status init_ca(const std::string& dir, Validity validity);
 // from five minutes ago (tolerates clock skew between machines) for
 // `valid_days` (>= 1). already_exists when either file exists: to reissue,
 // delete the old files first. not_found when `dir` holds no CA.
+// `hosts`: more subjectAltNames, each an IPv4 or IPv6 address (IP:) or a DNS
+// name (DNS:); invalid_argument naming the first that is neither.
 Status issue_certificate(const std::string& dir, const std::string& name, Role role,
-                         int valid_days = 365);
+                         int valid_days = 365, const std::vector<std::string>& hosts = {});
 
 // The same with an explicit window, which may lie in the past or the future:
 // tests use it to make expired and not-yet-valid certificates.
 // invalid_argument when not_after <= not_before.
 Status issue_certificate(const std::string& dir, const std::string& name, Role role,
-                         Validity validity);
+                         Validity validity, const std::vector<std::string>& hosts = {});
+
+// The subjectAltName value of an identity: "DNS:<name>,DNS:localhost,
+// IP:127.0.0.1" and the hosts; invalid_argument naming a host that is not an
+// IP address or a DNS name.
+Result<std::string> subject_alt_names_of(const std::string& name,
+                                         const std::vector<std::string>& hosts);
 
 }  // namespace troupe::security

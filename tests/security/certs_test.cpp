@@ -1,5 +1,6 @@
 #include "runtime/security/certs.hpp"
 
+#include <arpa/inet.h>
 #include <sys/stat.h>
 
 #include <ctime>
@@ -61,8 +62,10 @@ std::string subject_alt_names(X509* cert) {
              " ";
     } else if (name->type == GEN_IPADD) {
       const unsigned char* ip = ASN1_STRING_get0_data(name->d.iPAddress);
-      out += "IP:" + std::to_string(ip[0]) + "." + std::to_string(ip[1]) + "." +
-             std::to_string(ip[2]) + "." + std::to_string(ip[3]) + " ";
+      char text[INET6_ADDRSTRLEN] = {};
+      const int family = ASN1_STRING_length(name->d.iPAddress) == 16 ? AF_INET6 : AF_INET;
+      ::inet_ntop(family, ip, text, sizeof(text));
+      out += std::string("IP:") + text + " ";
     }
   }
   GENERAL_NAMES_free(names);
@@ -147,6 +150,33 @@ TEST_CASE("issued certificates carry their role - names and a random serial") {
   CHECK(X509_check_purpose(a, X509_PURPOSE_SSL_SERVER, 0) == 1);
   X509_free(a);
   X509_free(b);
+}
+
+TEST_CASE("issued certificates name the hosts they are given - addresses and DNS names") {
+  TempDir tmp;
+  REQUIRE(init_ca(tmp.path()).is_ok());
+  REQUIRE(issue_certificate(tmp.path(), "etcd1", Role::node, 30,
+                            {"10.0.0.5", "fd00::7", "etcd1.example.org"})
+              .is_ok());
+  X509* c = read_cert(tmp / "etcd1.crt");
+  REQUIRE(c);
+  CHECK(subject_alt_names(c) ==
+        "DNS:etcd1 DNS:localhost IP:127.0.0.1 IP:10.0.0.5 IP:fd00::7 "
+        "DNS:etcd1.example.org ");
+  // What a TLS client checks: the certificate is valid for the address.
+  CHECK(X509_check_ip_asc(c, "10.0.0.5", 0) == 1);
+  CHECK(X509_check_ip_asc(c, "10.0.0.6", 0) == 0);
+  CHECK(X509_check_host(c, "etcd1.example.org", 0, 0, nullptr) == 1);
+  X509_free(c);
+
+  for (const std::string bad : {"two words", "-lead.example", "a..b", "", "x/y", "trail-"}) {
+    auto st = issue_certificate(tmp.path(), "bad", Role::node, 30, {bad});
+    CHECK(st.code() == errc::invalid_argument);
+    CHECK(st.message() == "host '" + bad + "' is neither an IP address nor a DNS name");
+  }
+  // Nothing is written for a refused host.
+  CHECK_FALSE(std::filesystem::exists(tmp / "bad.crt"));
+  CHECK_FALSE(std::filesystem::exists(tmp / "bad.key"));
 }
 
 TEST_CASE("issue_certificate refuses bad input and never overwrites") {

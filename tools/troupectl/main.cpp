@@ -380,6 +380,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"node", "operator"}));
   certs_issue->add_option("--days", cert_days, "validity in days")->capture_default_str();
+  std::vector<std::string> cert_hosts;
+  certs_issue->add_option("--host", cert_hosts,
+                          "another IP address or DNS name the certificate is valid for "
+                          "(subjectAltName; repeatable), e.g. an etcd member's address");
 
   bool json_out = false;
   auto* leader_cmd =
@@ -501,7 +505,7 @@ int main(int argc, char** argv) {
     auto role = security::parse_role(cert_role);
     if (!role)
       return fail(2, role.status().message());
-    auto st = security::issue_certificate(certs_dir, cert_name, *role, cert_days);
+    auto st = security::issue_certificate(certs_dir, cert_name, *role, cert_days, cert_hosts);
     if (!st)
       return fail(1, st.message());
     std::printf("issued %s/%s.crt (%s, %d days)\n", certs_dir.c_str(), cert_name.c_str(),
