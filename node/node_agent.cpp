@@ -175,6 +175,18 @@ void send_register(agent_actor* self, const AgentOptions& o) {
             auto retry = st.session.register_failed(link);
             if (!retry)
               return;
+            if (status.code() == errc::conflict && st.heads && st.heads->heads().size() > 1) {
+              // A head of the other kind in the list (a single head among
+              // candidates): the cluster this node belongs to may be at
+              // another one.
+              st.log->error("{} refused this node: {}; trying another head",
+                            st.heads->current().to_string(), status.message());
+              self->demonitor(st.controller.address());
+              st.controller = nullptr;
+              st.heads->failed(status.message());
+              schedule_reconnect(self, retry);
+              return;
+            }
             st.log->error("registration as {} failed: {}", o.info.id, status.to_string());
             // Keep trying: the controller may be restarting or being upgraded.
             schedule_reconnect(self, retry);

@@ -555,6 +555,9 @@ void Node::start_agent() {
   aopts.info.peer_port = peer_ ? peer_->port : 0;
   aopts.info.resources = o_.resources.to_string();
   aopts.info.pid = static_cast<int32_t>(::getpid());
+  aopts.info.head_mode = o_.join ? (o_.heads.size() > 1 ? HeadMode::head_list : HeadMode::one_head)
+                        : ha_head_ ? HeadMode::candidate
+                                   : HeadMode::single_head;
   if (o_.join) {
     aopts.controller_endpoints = o_.heads;
   } else if (ha_head_) {

@@ -51,7 +51,7 @@ namespace troupe {
 //     run before it reports ready).
 // 16: highly available heads: the controller answers leader_atom, a head
 //     candidate that does not lead answers every request errc::not_leader.
-constexpr uint32_t kProtocolVersion = 16;
+constexpr uint32_t kProtocolVersion = 17;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -131,6 +131,17 @@ using library_atom = caf::atom_constant<caf::atom("library")>;
 
 // -- wire types --------------------------------------------------------------
 
+// How a node found the controller it registers with: one cluster never
+// mixes a single head with highly available head candidates (a worker
+// given both kinds could register with either, and the two would each run
+// the cluster). NodeInfo::head_mode.
+struct HeadMode {
+  static constexpr uint8_t one_head = 0;     // a worker given one head's address
+  static constexpr uint8_t head_list = 1;    // a worker given several: head candidates
+  static constexpr uint8_t candidate = 2;    // a head candidate's own agent (--ha-etcd)
+  static constexpr uint8_t single_head = 3;  // a single head's own agent
+};
+
 // What a node agent tells the controller about itself when registering.
 struct NodeInfo {
   std::string id;
@@ -143,12 +154,13 @@ struct NodeInfo {
   // reach its replicas directly, not through the head. 0: none (the head,
   // which every node is connected to already).
   uint16_t peer_port = 0;
+  uint8_t head_mode = HeadMode::one_head;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeInfo& x) {
   return f(caf::meta::type_name("troupe.NodeInfo"), x.id, x.host, x.http_port, x.resources, x.pid,
-           x.protocol_version, x.peer_port);
+           x.protocol_version, x.peer_port, x.head_mode);
 }
 
 // One row of `troupectl nodes`.

@@ -45,6 +45,23 @@ Result<NodeRecord> admit_node(const std::string& ca_pem, const troupe::NodeInfo&
   return rec;
 }
 
+Status check_head_mode(bool ha, const troupe::NodeInfo& info) {
+  const std::string rule =
+      ": a cluster has one head or highly available head candidates on etcd, never both";
+  if (ha && info.head_mode == HeadMode::single_head)
+    return Status(errc::conflict, "this head is a highly available head candidate (--ha-etcd) "
+                                  "but node '" + info.id + "' is a single head (no --ha-etcd)" +
+                                      rule);
+  if (!ha && info.head_mode == HeadMode::candidate)
+    return Status(errc::conflict, "this head is a single head (no --ha-etcd) but node '" +
+                                      info.id + "' is a head candidate (--ha-etcd)" + rule);
+  if (!ha && info.head_mode == HeadMode::head_list)
+    return Status(errc::conflict, "this head is a single head (no --ha-etcd) but node '" +
+                                      info.id + "' was given several heads to join (--join)" +
+                                      rule);
+  return Status::ok();
+}
+
 Status admit_operator_call(const std::string& ca_pem, const Credential& cred,
                            Operation operation, const std::vector<std::string>& args,
                            const RecoveryGate& recovery) {

@@ -37,6 +37,12 @@ Status check_protocol_version(uint32_t version);
 Result<NodeRecord> admit_node(const std::string& ca_pem, const troupe::NodeInfo& info,
                               bool agent_given, const Credential& cred, spdlog::logger& log);
 
+// A node may join a controller of its kind only: a highly available one
+// (`ha`: it runs under a leader election) refuses a single head's agent; a
+// single head refuses a head candidate and a worker given several heads.
+// errc::conflict naming the node, what it is and what this head is.
+Status check_head_mode(bool ha, const troupe::NodeInfo& info);
+
 // An operator's write call (`operation` with `args`, as the caller signed
 // them): an operator credential first, then a recovered controller
 // (errc::unavailable while `recovery` is still collecting, see RecoveryGate).

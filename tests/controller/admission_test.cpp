@@ -190,6 +190,37 @@ TEST_CASE("admission: a bad node id - bad resources or no agent are refused with
   CHECK(log.text().empty());
 }
 
+TEST_CASE("admission: one cluster never mixes a single head with head candidates - either way refused naming both") {
+  auto as = [](uint8_t mode, const std::string& id) {
+    auto info = node_info(id);
+    info.head_mode = mode;
+    return info;
+  };
+  // What each kind of head admits.
+  for (bool ha : {false, true}) {
+    CAPTURE(ha);
+    CHECK(check_head_mode(ha, as(HeadMode::one_head, "w1")).is_ok());
+  }
+  CHECK(check_head_mode(true, as(HeadMode::head_list, "w1")).is_ok());
+  CHECK(check_head_mode(true, as(HeadMode::candidate, "h2")).is_ok());
+  CHECK(check_head_mode(false, as(HeadMode::single_head, "head")).is_ok());
+
+  auto candidate = check_head_mode(false, as(HeadMode::candidate, "h2"));
+  CHECK(candidate.code() == errc::conflict);
+  CHECK(candidate.message() ==
+        "this head is a single head (no --ha-etcd) but node 'h2' is a head candidate "
+        "(--ha-etcd): a cluster has one head or highly available head candidates on etcd, "
+        "never both");
+  auto listed = check_head_mode(false, as(HeadMode::head_list, "w1"));
+  CHECK(listed.code() == errc::conflict);
+  CHECK(listed.message().find("node 'w1' was given several heads to join (--join)") !=
+        std::string::npos);
+  auto single = check_head_mode(true, as(HeadMode::single_head, "head"));
+  CHECK(single.code() == errc::conflict);
+  CHECK(single.message().find("this head is a highly available head candidate (--ha-etcd) but "
+                              "node 'head' is a single head (no --ha-etcd)") != std::string::npos);
+}
+
 TEST_CASE("admission: operator calls need an operator credential - then a recovered controller") {
   FakeClock clock;
   RecoveryGate recovering(clock, 3.0, {"n1"});
