@@ -8,16 +8,21 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 
 namespace troupe::ha {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -25,17 +30,24 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Url {
+  std::string scheme;  // "http", "https", or "" (bare host:port)
   std::string host;
   uint16_t port = 0;
 };
 
-// "http://host:port[/]" or "host:port".
+// "http://host:port[/]", "https://host:port[/]" or "host:port".
 std::optional<Url> parse_url(const std::string& text) {
+  Url out;
   std::string rest = text;
-  const std::string scheme = "http://";
-  if (rest.rfind(scheme, 0) == 0)
-    rest = rest.substr(scheme.size());
-  else if (rest.find("://") != std::string::npos)
+  for (const char* scheme : {"http", "https"}) {
+    std::string prefix = std::string(scheme) + "://";
+    if (rest.rfind(prefix, 0) == 0) {
+      out.scheme = scheme;
+      rest = rest.substr(prefix.size());
+      break;
+    }
+  }
+  if (out.scheme.empty() && rest.find("://") != std::string::npos)
     return std::nullopt;
   if (!rest.empty() && rest.back() == '/')
     rest.pop_back();
@@ -48,10 +60,11 @@ std::optional<Url> parse_url(const std::string& text) {
   unsigned long p = std::stoul(port);
   if (p == 0 || p > 65535)
     return std::nullopt;
-  std::string host = rest.substr(0, colon);
-  if (host.find('/') != std::string::npos)
+  out.host = rest.substr(0, colon);
+  if (out.host.find('/') != std::string::npos)
     return std::nullopt;
-  return Url{host, static_cast<uint16_t>(p)};
+  out.port = static_cast<uint16_t>(p);
+  return out;
 }
 
 // An int64 of the gateway's JSON: a string (proto3's JSON form) or a number;
@@ -185,21 +198,45 @@ bool try_elsewhere(int code) {
 
 }  // namespace
 
-Result<std::vector<std::string>> parse_endpoints(const std::string& list) {
+Result<std::vector<std::string>> parse_endpoints(const std::string& list, bool tls) {
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= list.size()) {
     size_t comma = list.find(',', start);
     std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!parse_url(entry))
-      return Status(errc::invalid_argument,
-                    "etcd endpoint '" + entry + "' is not host:port or http://host:port");
-    out.push_back(entry.rfind("http://", 0) == 0 ? entry : "http://" + entry);
+    auto url = parse_url(entry);
+    if (!url)
+      return Status(errc::invalid_argument, "etcd endpoint '" + entry +
+                                                "' is not host:port, http://host:port or "
+                                                "https://host:port");
+    out.push_back(!url->scheme.empty() ? entry : (tls ? "https://" : "http://") + entry);
     if (comma == std::string::npos)
       break;
     start = comma + 1;
   }
   return out;
+}
+
+Status check_endpoints(const std::vector<std::string>& endpoints, bool tls) {
+  for (const auto& e : endpoints) {
+    auto url = parse_url(e);
+    if (!url)
+      return Status(errc::invalid_argument, "etcd endpoint '" + e +
+                                                "' is not host:port, http://host:port or "
+                                                "https://host:port");
+    if (url->scheme == "https" && !tls)
+      return Status(errc::invalid_argument,
+                    "etcd endpoint '" + e +
+                        "' is https but no TLS files are given (the CA, a certificate and its "
+                        "key; troupe-node: --tls-dir)");
+    if (url->scheme == "http" && tls)
+      return Status(errc::invalid_argument,
+                    "etcd endpoint '" + e +
+                        "' is plain http but TLS is set (troupe-node: --tls-dir): give "
+                        "https://host:port or host:port (traffic to etcd is never sent "
+                        "unencrypted when TLS is asked for)");
+  }
+  return Status::ok();
 }
 
 std::string EtcdClient::base64_encode(const std::string& bytes) {
@@ -229,19 +266,119 @@ bool EtcdClient::base64_decode(const std::string& text, std::string& bytes) {
   return true;
 }
 
+namespace {
+
+// The context of one new TLS connection: the files are read again each time,
+// so a renewed certificate or CA applies to the next connection (as it does
+// for CAF's connections, runtime/security/tls.hpp). invalid_argument naming
+// the file that does not load.
+Result<std::shared_ptr<ssl::context>> tls_context(const EtcdTls& files) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_compression);
+  beast::error_code ec;
+  std::string step;
+  if (ctx->use_certificate_chain_file(files.certificate_file, ec); ec)
+    step = "certificate " + files.certificate_file;
+  else if (ctx->use_private_key_file(files.key_file, ssl::context::pem, ec); ec)
+    step = "key " + files.key_file;
+  else if (ctx->load_verify_file(files.ca_file, ec); ec)
+    step = "CA " + files.ca_file;
+  else if (ctx->set_verify_mode(ssl::verify_peer, ec); ec)
+    step = "the verification mode";
+  if (ec)
+    return Status(errc::invalid_argument, "etcd TLS: " + step + ": " + ec.message());
+  return ctx;
+}
+
+}  // namespace
+
 // One kept-alive connection to one member, driven on an io_context of its
-// own by the caller's thread.
+// own by the caller's thread: plain TCP, or TLS over it.
 struct EtcdClient::Connection {
   size_t member = 0;
   asio::io_context ioc;
-  beast::tcp_stream stream{ioc};
+  // Declared before the stream, so that it outlives the SSL object made
+  // from it.
+  std::shared_ptr<ssl::context> tls_context;
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;
   bool used = false;  // an answer came over it
+
+  beast::tcp_stream& tcp() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
 
   void run() {
     ioc.restart();
     ioc.run();
   }
+
+  // An idle kept-alive connection that is readable was closed by the member
+  // (EOF, or a TLS close_notify): it must not take the next request.
+  bool closed_by_peer() {
+    if (buffer.size() != 0)
+      return false;
+    pollfd p{tcp().socket().native_handle(), POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
+  // "" once the member's certificate is verified, for `host` too (its IP
+  // address or DNS name must be in the certificate's subjectAltName), and
+  // ours was sent; otherwise why not, in OpenSSL's words.
+  std::string handshake(const std::string& host, Clock::time_point until) {
+    SSL* ssl = tls->native_handle();
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    beast::error_code ec;
+    asio::ip::make_address(host, ec);
+    bool named = !ec ? X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) == 1
+                     : X509_VERIFY_PARAM_set1_host(param, host.c_str(), 0) == 1 &&
+                           SSL_set_tlsext_host_name(ssl, host.c_str()) == 1;
+    if (!named)
+      return "cannot check its certificate against the name '" + host + "'";
+    ec = {};
+    tcp().expires_at(until);
+    tls->async_handshake(ssl::stream_base::client, [&](beast::error_code e) { ec = e; });
+    run();
+    if (!ec)
+      return "";
+    if (ec == beast::error::timeout)
+      return "TLS handshake timed out";
+    std::string why = "TLS handshake failed: " + ec.message();
+    long verdict = SSL_get_verify_result(ssl);
+    if (verdict != X509_V_OK)
+      why += std::string(" (") + X509_verify_cert_error_string(verdict) + ")";
+    return why;
+  }
+
+  // Sends `req` and reads the answer into `parser`, both by `until`.
+  beast::error_code exchange(http::request<http::string_body>& req,
+                             http::response_parser<http::string_body>& parser,
+                             Clock::time_point until) {
+    beast::error_code ec;
+    tcp().expires_at(until);
+    auto send = [&](auto& stream) {
+      http::async_write(stream, req, [&](beast::error_code e, size_t) {
+        ec = e;
+        if (!e)
+          http::async_read(stream, buffer, parser, [&](beast::error_code e2, size_t) { ec = e2; });
+      });
+    };
+    if (tls)
+      send(*tls);
+    else
+      send(*plain);
+    run();
+    return ec;
+  }
+};
+
+// What one request to one member came to: an answer or a final error, or
+// the member's reason to go on to the next (`retry`: this one again, on a
+// new connection).
+struct EtcdClient::Attempt {
+  std::optional<Result<std::string>> answer;
+  std::string why;
+  bool retry = false;
 };
 
 EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {}
@@ -252,119 +389,156 @@ std::string EtcdClient::endpoint() const {
   return answered_;
 }
 
+namespace {
+
+// The member's address: its IPv4 address as given, or the name resolved.
+Result<tcp::endpoint> resolve(asio::io_context& ioc, const std::string& host, uint16_t port) {
+  beast::error_code ec;
+  auto address = asio::ip::make_address_v4(host, ec);
+  if (!ec)
+    return tcp::endpoint(address, port);
+  tcp::resolver resolver(ioc);
+  auto found = resolver.resolve(tcp::v4(), host, std::to_string(port), ec);
+  if (ec || found.empty())
+    return Status(errc::unavailable, "cannot resolve " + host);
+  return tcp::endpoint(*found.begin());
+}
+
+}  // namespace
+
+Status EtcdClient::connect(size_t member, Clock::time_point until) {
+  auto url = parse_url(options_.endpoints[member]);
+  auto c = std::make_unique<Connection>();
+  c->member = member;
+  if (options_.tls) {
+    auto ctx = tls_context(*options_.tls);
+    if (!ctx)
+      return ctx.status();
+    c->tls_context = std::move(ctx.value());
+    c->tls.emplace(c->ioc, *c->tls_context);
+  } else {
+    c->plain.emplace(c->ioc);
+  }
+  auto to = resolve(c->ioc, url->host, url->port);
+  if (!to)
+    return to.status();
+  // SOCK_CLOEXEC: the processes the head starts must not inherit it.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return Status(errc::unavailable, "no socket");
+  beast::error_code ec;
+  c->tcp().socket().assign(tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return Status(errc::unavailable, ec.message());
+  }
+  c->tcp().expires_at(until);
+  c->tcp().async_connect(*to, [&](beast::error_code e) { ec = e; });
+  c->run();
+  if (ec)
+    return Status(errc::unavailable, ec == beast::error::timeout ? "connect timed out" : ec.message());
+  c->tcp().socket().set_option(tcp::no_delay(true), ec);  // latency only
+  if (c->tls) {
+    if (auto why = c->handshake(url->host, until); !why.empty())
+      return Status(errc::unavailable, why);
+  }
+  conn_ = std::move(c);
+  return Status::ok();
+}
+
+namespace {
+
+// Why a member's answer that is not 200 makes the call go elsewhere, or
+// the final error it is (`final` set).
+std::string refusal(const std::string& url, int status, const std::string& text,
+                    std::optional<Status>& final) {
+  Json j = Json::parse(text, nullptr, false);
+  auto err = j.is_discarded() ? std::nullopt : gateway_error(j);
+  std::string why = err ? err->message : "HTTP " + std::to_string(status);
+  if (err && !try_elsewhere(err->code))
+    final = Status(err->code == 5 ? errc::not_found : errc::internal, "etcd " + url + ": " + why);
+  return why;
+}
+
+// Why a request on a connection got no answer.
+std::string failure(const beast::error_code& ec, bool used, bool tls) {
+  if (ec == beast::error::timeout)
+    return "timed out";
+  if (!ec)
+    return "no answer";
+  if (ec.category() == asio::error::get_ssl_category())
+    return "TLS: " + ec.message();  // e.g. the member's alert: "sslv3 alert bad certificate"
+  // etcd closes a new plain connection to a client URL that serves TLS
+  // only, without a word.
+  if (ec == http::error::end_of_stream && !used && !tls)
+    return "closed without an answer: it may speak TLS only (then give https:// endpoints and "
+           "the cluster's certificates; troupe-node: --tls-dir)";
+  return ec.message();
+}
+
+}  // namespace
+
+EtcdClient::Attempt EtcdClient::request(size_t member, const std::string& path,
+                                        const std::string& body, Clock::time_point until) {
+  Attempt out;
+  const std::string& url = options_.endpoints[member];
+  if (conn_ && (conn_->member != member || conn_->closed_by_peer()))
+    conn_.reset();
+  if (!conn_) {
+    auto st = connect(member, until);
+    if (!st && st.code() == errc::invalid_argument)
+      out.answer = Result<std::string>(st);
+    out.why = st.message();
+    if (!st)
+      return out;
+  }
+  auto parsed = parse_url(url);
+  http::request<http::string_body> req{http::verb::post, path, 11};
+  req.set(http::field::host, parsed->host + ":" + std::to_string(parsed->port));
+  req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.prepare_payload();
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  auto& c = *conn_;
+  auto ec = c.exchange(req, parser, until);
+  if (ec || !parser.is_done()) {
+    // A kept-alive connection may have been closed as the request left:
+    // the same member once more, on a new connection.
+    out.retry = c.used && ec != beast::error::timeout;
+    out.why = failure(ec, c.used, options_.tls.has_value());
+    conn_.reset();
+    return out;
+  }
+  c.used = true;
+  auto& res = parser.get();
+  if (!res.keep_alive())
+    conn_.reset();
+  std::string text = std::move(res.body());
+  if (res.result() != http::status::ok) {
+    std::optional<Status> final;
+    out.why = refusal(url, res.result_int(), text, final);
+    if (!final) {
+      conn_.reset();
+      return out;
+    }
+    out.answer = Result<std::string>(*final);
+  } else {
+    out.answer = Result<std::string>(std::move(text));
+  }
+  current_ = member;
+  answered_ = url;
+  return out;
+}
+
 Result<std::string> EtcdClient::call(const std::string& path, const std::string& body) {
   const size_t n = options_.endpoints.size();
   if (n == 0)
     return Status(errc::invalid_argument, "no etcd endpoint");
+  if (auto st = check_endpoints(options_.endpoints, options_.tls.has_value()); !st)
+    return st;
   auto deadline = Clock::now() + options_.timeout;
   std::string reasons;
-  auto note = [&](const std::string& url, const std::string& why) {
-    reasons += (reasons.empty() ? "" : "; ") + url + ": " + why;
-  };
-  // One request to `member`: its answer, a final error, or nullopt (try
-  // the next member; `retry` set: this one again on a new connection).
-  auto once = [&](size_t member, Clock::time_point until,
-                  bool& retry) -> std::optional<Result<std::string>> {
-    retry = false;
-    const std::string& url = options_.endpoints[member];
-    auto parsed = parse_url(url);
-    if (!parsed) {
-      note(url, "not host:port or http://host:port");
-      return std::nullopt;
-    }
-    // A kept-alive connection the member closed meanwhile is readable (EOF):
-    // it must not take the request.
-    if (conn_ && (conn_->member != member ||
-                  (conn_->buffer.size() == 0 && [&] {
-                    pollfd p{conn_->stream.socket().native_handle(), POLLIN, 0};
-                    return ::poll(&p, 1, 0) > 0;
-                  }())))
-      conn_.reset();
-    if (!conn_) {
-      auto c = std::make_unique<Connection>();
-      c->member = member;
-      beast::error_code ec;
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) {
-        note(url, "no socket");
-        return std::nullopt;
-      }
-      c->stream.socket().assign(tcp::v4(), fd, ec);
-      if (ec) {
-        ::close(fd);
-        note(url, ec.message());
-        return std::nullopt;
-      }
-      tcp::endpoint to;
-      auto address = asio::ip::make_address_v4(parsed->host, ec);
-      if (ec) {
-        tcp::resolver resolver(c->ioc);
-        auto found = resolver.resolve(tcp::v4(), parsed->host, std::to_string(parsed->port), ec);
-        if (ec || found.empty()) {
-          note(url, "cannot resolve " + parsed->host);
-          return std::nullopt;
-        }
-        to = *found.begin();
-      } else {
-        to = tcp::endpoint(address, parsed->port);
-      }
-      c->stream.expires_at(until);
-      c->stream.async_connect(to, [&](beast::error_code e) { ec = e; });
-      c->run();
-      if (ec) {
-        note(url, ec == beast::error::timeout ? "connect timed out" : ec.message());
-        return std::nullopt;
-      }
-      c->stream.socket().set_option(tcp::no_delay(true), ec);  // latency only
-      conn_ = std::move(c);
-    }
-    http::request<http::string_body> req{http::verb::post, path, 11};
-    req.set(http::field::host, parsed->host + ":" + std::to_string(parsed->port));
-    req.set(http::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    beast::error_code ec;
-    auto& c = *conn_;
-    c.stream.expires_at(until);
-    http::async_write(c.stream, req, [&](beast::error_code e, size_t) {
-      ec = e;
-      if (!e)
-        http::async_read(c.stream, c.buffer, parser, [&](beast::error_code e2, size_t) { ec = e2; });
-    });
-    c.run();
-    if (ec || !parser.is_done()) {
-      // A kept-alive connection may have been closed as the request left:
-      // the same member once more, on a new connection.
-      retry = c.used && ec != beast::error::timeout;
-      conn_.reset();
-      note(url, ec == beast::error::timeout ? "timed out" : ec ? ec.message() : "no answer");
-      return std::nullopt;
-    }
-    c.used = true;
-    auto& res = parser.get();
-    if (!res.keep_alive())
-      conn_.reset();
-    std::string text = std::move(res.body());
-    if (res.result() != http::status::ok) {
-      Json j = Json::parse(text, nullptr, false);
-      auto err = j.is_discarded() ? std::nullopt : gateway_error(j);
-      std::string why = err ? err->message : "HTTP " + std::to_string(res.result_int());
-      if (err && !try_elsewhere(err->code)) {
-        current_ = member;
-        answered_ = url;
-        errc code = err->code == 5 ? errc::not_found : errc::internal;
-        return Result<std::string>(Status(code, "etcd " + url + ": " + why));
-      }
-      note(url, why);
-      conn_.reset();
-      return std::nullopt;
-    }
-    current_ = member;
-    answered_ = url;
-    return Result<std::string>(std::move(text));
-  };
   size_t first = current_;
   for (size_t attempt = 0; attempt < n; ++attempt) {
     size_t member = (first + attempt) % n;
@@ -377,10 +551,11 @@ Result<std::string> EtcdClient::call(const std::string& path, const std::string&
       // What is left is shared by the members not tried yet: one that
       // hangs leaves time for the others.
       auto until = now + (deadline - now) / static_cast<int>(n - attempt);
-      bool retry = false;
-      if (auto answer = once(member, until, retry))
-        return std::move(*answer);
-      if (!retry)
+      auto got = request(member, path, body, until);
+      if (got.answer)
+        return std::move(*got.answer);
+      reasons += (reasons.empty() ? "" : "; ") + options_.endpoints[member] + ": " + got.why;
+      if (!got.retry)
         break;
     }
   }

@@ -13,10 +13,21 @@
 // Not thread-safe: one client per thread (the election's keep-alives must
 // never wait behind a checkpoint write).
 //
+// TLS (EtcdOptions::tls, https:// endpoints): each new connection loads the
+// CA, certificate and key files again (a renewed certificate applies to the
+// next connection), verifies the member's certificate against the CA and
+// the endpoint's host name or IP address against its subjectAltName, and
+// presents the client certificate; the handshake is bounded by the call's
+// deadline. A refused handshake is that member's failure: its reason
+// (OpenSSL's, e.g. "certificate verify failed (IP address mismatch)") goes
+// into the error and the call goes on to the next member.
+//
 // Errors: errc::unavailable when no member answered (every member's reason
 // in the message), errc::timeout when the deadline passed, errc::not_found
 // for a lease etcd does not know (expired or revoked), errc::internal for
-// an answer that is not what the API documents.
+// an answer that is not what the API documents, errc::invalid_argument for
+// endpoints whose scheme does not match the TLS settings (never a silent
+// downgrade to plain http) or TLS files that do not load.
 #pragma once
 
 #include <chrono>
@@ -30,16 +41,37 @@
 
 namespace troupe::ha {
 
+// The files of a TLS client of etcd: PEM, as troupectl certs writes them
+// (troupe-node with --tls-dir: <tls-dir>/ca.crt and the node's own
+// <name>.crt / <name>.key, security::find_tls_files()).
+struct EtcdTls {
+  std::string ca_file;           // the members' certificates must chain to it
+  std::string certificate_file;  // presented to the members (etcd's --client-cert-auth)
+  std::string key_file;
+};
+
 struct EtcdOptions {
-  // Client URLs of the members: "http://host:port" or "host:port" (http).
+  // Client URLs of the members: "http://host:port" without `tls`,
+  // "https://host:port" with it (check_endpoints()); a bare "host:port" is
+  // taken with the scheme `tls` implies.
   std::vector<std::string> endpoints;
   // The whole of one call, all members tried included.
   std::chrono::milliseconds timeout{1000};
+  // Unset: plain http. Set: every endpoint must be https.
+  std::optional<EtcdTls> tls;
 };
 
-// Parses "URL[,URL...]" (the --ha-etcd value): invalid_argument naming the
-// entry that is not a host:port or http:// URL.
-Result<std::vector<std::string>> parse_endpoints(const std::string& list);
+// Parses "URL[,URL...]" (the --ha-etcd value) into URLs with their scheme:
+// "http://host:port", "https://host:port", or a bare "host:port", which
+// means https when `tls` (the head has the cluster's certificates) and http
+// otherwise. invalid_argument naming the entry that is none of these.
+Result<std::vector<std::string>> parse_endpoints(const std::string& list, bool tls = false);
+
+// invalid_argument naming the first endpoint whose scheme does not match
+// `tls`: an https:// member without TLS files, or a plain http:// member
+// while TLS is set (the traffic would go unencrypted). Bare host:port
+// entries match either.
+Status check_endpoints(const std::vector<std::string>& endpoints, bool tls);
 
 struct KeyValue {
   std::string key;
@@ -113,9 +145,19 @@ class EtcdClient {
   static bool base64_decode(const std::string& text, std::string& bytes);
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Connection;
+  struct Attempt;
   // POSTs `body` (JSON) to `path` of a member: the answer's JSON text.
   Result<std::string> call(const std::string& path, const std::string& body);
+  // One request to `member`, by `until`, on conn_ (opened when there is
+  // none for that member).
+  Attempt request(size_t member, const std::string& path, const std::string& body,
+                  Clock::time_point until);
+  // Opens conn_ to `member` (TCP, then TLS with `options_.tls`):
+  // invalid_argument when the TLS files do not load (the same for every
+  // member), unavailable with the member's reason otherwise.
+  Status connect(size_t member, Clock::time_point until);
 
   EtcdOptions options_;
   size_t current_ = 0;  // the member to try first

@@ -9,6 +9,7 @@
 #include "controller/ha/election.hpp"
 #include "controller/ha/etcd_checkpoint_store.hpp"
 #include "controller/ha/etcd_client.hpp"
+#include "runtime/security/certs.hpp"
 #include "tools/common/etcd_cluster.hpp"
 #include "tools/common/process.hpp"
 #include "tools/common/temp_dir.hpp"
@@ -351,4 +352,155 @@ TEST_CASE("etcd harness: a killed member comes back with its data - the cluster 
     CHECK_FALSE(proc::processes_mentioning(dir.path()).empty());
   }
   CHECK(proc::processes_mentioning(dir.path()).empty());
+}
+
+// --- TLS to etcd (issue 42, item 2) ---
+
+namespace {
+
+// A cluster CA with the identities `etcd` (every member's server
+// certificate: an identity certificate of runtime/security/certs.hpp
+// carries IP:127.0.0.1 and serverAuth + clientAuth) and `h1` (a head's node
+// certificate), another CA with `mallory`, and a three-member etcd that
+// serves its client URLs over TLS only and wants client certificates of
+// the cluster CA.
+struct TlsEtcd {
+  proc::TempDir dir{"etcd-tls"};
+  std::string certs = dir / "certs";
+  std::string other = dir / "other";
+  std::unique_ptr<proc::EtcdCluster> cluster;
+
+  TlsEtcd() {
+    REQUIRE(security::init_ca(certs).is_ok());
+    REQUIRE(security::issue_certificate(certs, "etcd", security::Role::node).is_ok());
+    REQUIRE(security::issue_certificate(certs, "h1", security::Role::node).is_ok());
+    REQUIRE(security::init_ca(other).is_ok());
+    REQUIRE(security::issue_certificate(other, "mallory", security::Role::node).is_ok());
+    cluster = std::make_unique<proc::EtcdCluster>(
+        dir / "etcd", proc::EtcdTlsFiles{certs + "/ca.crt", certs + "/etcd.crt", certs + "/etcd.key"});
+  }
+
+  // Options of a client trusting `ca_dir`'s CA and presenting `name` of
+  // `cert_dir`.
+  EtcdOptions client(const std::string& ca_dir, const std::string& cert_dir,
+                     const std::string& name) const {
+    EtcdOptions o;
+    o.endpoints = cluster->client_urls();
+    o.timeout = 2000ms;
+    o.tls = EtcdTls{ca_dir + "/ca.crt", cert_dir + "/" + name + ".crt",
+                    cert_dir + "/" + name + ".key"};
+    return o;
+  }
+};
+
+bool contains(const Status& st, const std::string& text) {
+  return st.message().find(text) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("etcd client over TLS: the cluster's CA and a node certificate - puts, gets and transactions on a TLS etcd") {
+  TlsEtcd t;
+  REQUIRE(t.cluster->member(0).client_url().rfind("https://127.0.0.1:", 0) == 0);
+  EtcdClient c(t.client(t.certs, t.certs, "h1"));
+  auto rev = c.put("/tls/k", "v1");
+  REQUIRE_MESSAGE(rev, rev.status().to_string());
+  CHECK(c.endpoint().rfind("https://", 0) == 0);
+  auto got = c.get("/tls/k");
+  REQUIRE_MESSAGE(got, got.status().to_string());
+  REQUIRE(*got);
+  CHECK((*got)->value == "v1");
+  auto txn = c.txn({Compare{"/tls/k", Compare::Target::value, 0, "v1"}},
+                   {Op::put("/tls/k", "v2"), Op::get("/tls/k")}, {});
+  REQUIRE_MESSAGE(txn, txn.status().to_string());
+  CHECK(txn->succeeded);
+  REQUIRE(txn->gets.size() == 1);
+  REQUIRE(txn->gets[0]);
+  CHECK(txn->gets[0]->value == "v2");
+  // What the client wrote, etcdctl reads with the members' certificate.
+  auto args = t.cluster->etcdctl_flags();
+  args.insert(args.end(), {"get", "--print-value-only", "/tls/k"});
+  auto read = proc::etcdctl(t.cluster->endpoints(), args);
+  CHECK(read.exit_code == 0);
+  CHECK(read.out == "v2\n");
+  // A lease over the same kept-alive connection, then the member changes:
+  // the next call makes a new TLS connection to another member.
+  auto lease = c.grant(30);
+  REQUIRE_MESSAGE(lease, lease.status().to_string());
+  auto used = c.endpoint();
+  for (size_t i = 0; i < t.cluster->size(); ++i)
+    if (t.cluster->member(i).client_url() == used)
+      t.cluster->kill(i);
+  auto ttl = c.keep_alive(*lease);
+  REQUIRE_MESSAGE(ttl, ttl.status().to_string());
+  CHECK(c.endpoint() != used);
+}
+
+TEST_CASE("etcd client over TLS: another CA's certificate - a member not of the trusted CA - no TLS settings - each refused naming why") {
+  TlsEtcd t;
+  // mallory's certificate, our CA trusted: the members refuse it.
+  auto foreign = EtcdClient(t.client(t.certs, t.other, "mallory")).put("/tls/x", "no");
+  REQUIRE_FALSE(foreign);
+  CAPTURE(foreign.status().to_string());
+  CHECK(foreign.status().code() == errc::unavailable);
+  CHECK(contains(foreign.status(), "TLS"));
+  CHECK(contains(foreign.status(), "alert"));  // the member's verdict, e.g. "bad certificate"
+  for (size_t i = 0; i < t.cluster->size(); ++i)
+    CHECK(contains(foreign.status(), t.cluster->member(i).client_url()));
+  // Trusting only the other CA: our side refuses the members.
+  auto distrust = EtcdClient(t.client(t.other, t.other, "mallory")).get("/tls/x");
+  REQUIRE_FALSE(distrust);
+  CAPTURE(distrust.status().to_string());
+  CHECK(distrust.status().code() == errc::unavailable);
+  CHECK(contains(distrust.status(), "TLS handshake failed: certificate verify failed"));
+  CHECK(contains(distrust.status(), "unable to get local issuer certificate"));
+  // No TLS settings, the members' ports as http:// URLs.
+  EtcdOptions plain;
+  for (size_t i = 0; i < t.cluster->size(); ++i)
+    plain.endpoints.push_back("http://127.0.0.1:" +
+                              std::to_string(t.cluster->member(i).client_port));
+  auto unencrypted = EtcdClient(plain).get("/tls/x");
+  REQUIRE_FALSE(unencrypted);
+  CAPTURE(unencrypted.status().to_string());
+  CHECK(unencrypted.status().code() == errc::unavailable);
+  CHECK(contains(unencrypted.status(), "it may speak TLS only"));
+  // Nothing of it was written.
+  auto kv = EtcdClient(t.client(t.certs, t.certs, "h1")).get("/tls/x");
+  REQUIRE_MESSAGE(kv, kv.status().to_string());
+  CHECK_FALSE(*kv);
+}
+
+TEST_CASE("etcd client: https endpoints without TLS settings - http endpoints with them - TLS files that do not load - refused before any connection") {
+  auto port = std::to_string(proc::free_port());
+  EtcdOptions https_only;
+  https_only.endpoints = {"https://127.0.0.1:" + port};
+  auto r = EtcdClient(https_only).get("/x");
+  REQUIRE_FALSE(r);
+  CHECK(r.status().code() == errc::invalid_argument);
+  CHECK(contains(r.status(), "'https://127.0.0.1:" + port + "' is https but no TLS files"));
+
+  EtcdOptions downgrade;
+  downgrade.endpoints = {"https://127.0.0.1:" + port, "http://127.0.0.1:" + port};
+  downgrade.tls = EtcdTls{"/nonexistent/ca.crt", "/nonexistent/h1.crt", "/nonexistent/h1.key"};
+  r = EtcdClient(downgrade).get("/x");
+  REQUIRE_FALSE(r);
+  CHECK(r.status().code() == errc::invalid_argument);
+  CHECK(contains(r.status(), "'http://127.0.0.1:" + port + "' is plain http but TLS is set"));
+
+  EtcdOptions missing = downgrade;
+  missing.endpoints = {"https://127.0.0.1:" + port};
+  r = EtcdClient(missing).get("/x");
+  REQUIRE_FALSE(r);
+  CHECK(r.status().code() == errc::invalid_argument);
+  CHECK(contains(r.status(), "etcd TLS: certificate /nonexistent/h1.crt"));
+
+  CHECK(check_endpoints({"https://a:1", "b:2"}, true).is_ok());
+  CHECK(check_endpoints({"http://a:1", "b:2"}, false).is_ok());
+  // A bare host:port takes the scheme TLS implies.
+  auto eps = parse_endpoints("10.0.0.1:2379,https://10.0.0.2:2379", true);
+  REQUIRE(eps);
+  CHECK(*eps == std::vector<std::string>{"https://10.0.0.1:2379", "https://10.0.0.2:2379"});
+  eps = parse_endpoints("10.0.0.1:2379", false);
+  REQUIRE(eps);
+  CHECK(*eps == std::vector<std::string>{"http://10.0.0.1:2379"});
 }

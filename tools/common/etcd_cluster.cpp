@@ -26,6 +26,19 @@ RunResult etcdctl(const std::string& endpoints, const std::vector<std::string>& 
 EtcdCluster::EtcdCluster(const std::string& dir, size_t members,
                          std::chrono::milliseconds ready_within)
     : dir_(dir), token_("troupe-test-" + std::to_string(::getpid()) + "-" + std::to_string(free_port())) {
+  start_all(members, ready_within);
+}
+
+EtcdCluster::EtcdCluster(const std::string& dir, EtcdTlsFiles tls, size_t members,
+                         std::chrono::milliseconds ready_within)
+    : dir_(dir),
+      tls_(std::move(tls)),
+      token_("troupe-test-" + std::to_string(::getpid()) + "-" + std::to_string(free_port())) {
+  start_all(members, ready_within);
+}
+
+void EtcdCluster::start_all(size_t members, std::chrono::milliseconds ready_within) {
+  const std::string& dir = dir_;
   if (::access(kEtcd, X_OK) != 0 || ::access(kEtcdctl, X_OK) != 0)
     throw std::runtime_error(std::string("etcd is not installed (") + kEtcd + ", " + kEtcdctl +
                              "; Debian: apt-get install etcd-server etcd-client)");
@@ -37,6 +50,7 @@ EtcdCluster::EtcdCluster(const std::string& dir, size_t members,
     m.peer_port = free_port();
     m.data_dir = dir + "/" + m.name + ".data";
     m.log_path = dir + "/" + m.name + ".log";
+    m.tls = tls_.has_value();
     members_.push_back(std::move(m));
   }
   for (size_t i = 0; i < members; ++i)
@@ -68,7 +82,7 @@ std::vector<std::string> EtcdCluster::argv(size_t i, bool existing) const {
   std::string initial;
   for (const auto& other : members_)
     initial += (initial.empty() ? "" : ",") + other.name + "=" + other.peer_url();
-  return {kEtcd,
+  std::vector<std::string> out{kEtcd,
           "--name", m.name,
           "--data-dir", m.data_dir,
           "--listen-client-urls", m.client_url(),
@@ -82,6 +96,16 @@ std::vector<std::string> EtcdCluster::argv(size_t i, bool existing) const {
           "--election-timeout", "500",
           "--logger", "zap",
           "--log-level", "warn"};
+  if (tls_)
+    out.insert(out.end(), {"--cert-file", tls_->cert_file, "--key-file", tls_->key_file,
+                           "--trusted-ca-file", tls_->ca_file, "--client-cert-auth"});
+  return out;
+}
+
+std::vector<std::string> EtcdCluster::etcdctl_flags() const {
+  if (!tls_)
+    return {};
+  return {"--cacert", tls_->ca_file, "--cert", tls_->cert_file, "--key", tls_->key_file};
 }
 
 std::vector<std::string> EtcdCluster::client_urls() const {
@@ -132,9 +156,9 @@ void EtcdCluster::start(size_t i) {
 
 bool EtcdCluster::healthy(size_t i, std::chrono::milliseconds timeout) {
   auto secs = std::max<long long>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
-  auto r = etcdctl(members_.at(i).client_url(),
-                   {"--command-timeout", std::to_string(secs) + "s", "endpoint", "health"},
-                   timeout + 2s);
+  auto args = etcdctl_flags();
+  args.insert(args.end(), {"--command-timeout", std::to_string(secs) + "s", "endpoint", "health"});
+  auto r = etcdctl(members_.at(i).client_url(), args, timeout + 2s);
   return r.exit_code == 0;
 }
 
@@ -143,7 +167,9 @@ size_t EtcdCluster::raft_leader() {
     if (!members_[i].process.running())
       continue;
     // "URL, ID, VERSION, DB SIZE, IS LEADER, IS LEARNER, ..."
-    auto r = etcdctl(members_[i].client_url(), {"endpoint", "status"}, 5s);
+    auto args = etcdctl_flags();
+    args.insert(args.end(), {"endpoint", "status"});
+    auto r = etcdctl(members_[i].client_url(), args, 5s);
     if (r.exit_code != 0)
       continue;
     std::vector<std::string> fields;

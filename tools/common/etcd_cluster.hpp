@@ -5,16 +5,35 @@
 // is stopped by the destructor, also when a test fails. Plain C++ and
 // POSIX over proc::Child (tools/common/process.hpp); health is asked of
 // etcdctl (etcd-client), so nothing here links troupe.
+//
+// With EtcdTlsFiles the members serve their client URLs over TLS only
+// (https, --client-cert-auth: clients must present a certificate of the
+// CA); the peer URLs stay plain http on loopback. The harness does not make
+// the certificate: the caller issues it from its cluster CA. An identity
+// certificate of runtime/security/certs.hpp (security::issue_certificate,
+// `troupectl certs issue`) fits as it is: it carries subjectAltName
+// IP:127.0.0.1 and extendedKeyUsage serverAuth + clientAuth, and etcd 3.4
+// needs both (its JSON gateway dials the member's own gRPC server with the
+// server certificate as a client certificate). So no `openssl` command is
+// run here.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tools/common/process.hpp"
 
 namespace troupe::proc {
+
+// The files of TLS on the members' client URLs (PEM).
+struct EtcdTlsFiles {
+  std::string ca_file;    // --trusted-ca-file: clients' certificates must chain to it
+  std::string cert_file;  // --cert-file: every member's, and etcdctl's client certificate
+  std::string key_file;   // --key-file
+};
 
 struct EtcdMember {
   std::string name;  // m1, m2, ...
@@ -24,7 +43,10 @@ struct EtcdMember {
   std::string log_path;
   Child process;
   bool started_once = false;
-  std::string client_url() const { return "http://127.0.0.1:" + std::to_string(client_port); }
+  bool tls = false;  // the client URL is https
+  std::string client_url() const {
+    return (tls ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(client_port);
+  }
   std::string peer_url() const { return "http://127.0.0.1:" + std::to_string(peer_port); }
 };
 
@@ -41,6 +63,9 @@ class EtcdCluster {
   // cluster is not healthy within `ready_within`.
   explicit EtcdCluster(const std::string& dir, size_t members = 3,
                        std::chrono::milliseconds ready_within = std::chrono::seconds(20));
+  // The same with TLS on the client URLs (see the top of this file).
+  EtcdCluster(const std::string& dir, EtcdTlsFiles tls, size_t members = 3,
+              std::chrono::milliseconds ready_within = std::chrono::seconds(20));
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
@@ -51,6 +76,9 @@ class EtcdCluster {
   // Of every member, running or not.
   std::vector<std::string> client_urls() const;
   std::string endpoints() const;  // client_urls() joined with ','
+  // etcdctl's options to reach the members: with TLS --cacert, --cert and
+  // --key (the members' own files), else none.
+  std::vector<std::string> etcdctl_flags() const;
 
   void kill(size_t i);   // SIGKILL, reaped
   void stop(size_t i);   // SIGTERM, waits for the exit
@@ -66,8 +94,10 @@ class EtcdCluster {
   std::string log_tail(size_t i, size_t lines = 30) const;
 
  private:
+  void start_all(size_t members, std::chrono::milliseconds ready_within);
   std::vector<std::string> argv(size_t i, bool existing) const;
   std::string dir_;
+  std::optional<EtcdTlsFiles> tls_;
   std::string token_;
   std::vector<EtcdMember> members_;
 };
