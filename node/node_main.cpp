@@ -301,7 +301,7 @@ class Node {
   Status start_proxy();
   Status secure_admin(proxy::ServerOptions& admin);
   Status start_head(std::shared_ptr<controller::CheckpointStore> checkpoint);
-  void start_ha_head(SupervisorOptions sopts);
+  Status start_ha_head(SupervisorOptions sopts);
   Status start_replica_processes();
   Status open_peer();
   void start_agent();
@@ -458,10 +458,8 @@ Status Node::start_head(std::shared_ptr<controller::CheckpointStore> checkpoint)
   sopts.bind = o_.bind;
   sopts.port = o_.port;
   sopts.on_give_up = on_give_up_;
-  if (!o_.ha_etcd.empty()) {
-    start_ha_head(std::move(sopts));
-    return Status::ok();
-  }
+  if (!o_.ha_etcd.empty())
+    return start_ha_head(std::move(sopts));
   sopts.controller.leadership = [leadership = single_head_leadership(o_)] { return leadership; };
   auto started = start_head_supervisor(sys_, sopts);
   if (!started)
@@ -472,9 +470,17 @@ Status Node::start_head(std::shared_ptr<controller::CheckpointStore> checkpoint)
 }
 
 // A head candidate: it campaigns in etcd and publishes a controller on its
-// port only while it leads (node/ha_head.hpp).
-void Node::start_ha_head(SupervisorOptions sopts) {
+// port only while it leads (node/ha_head.hpp). With --tls-dir it speaks
+// TLS to etcd with the cluster's CA and this node's own certificate (the
+// files CAF's TLS uses, resolved the same way).
+Status Node::start_ha_head(SupervisorOptions sopts) {
   HaHeadOptions h;
+  if (!o_.tls_dir.empty()) {
+    auto files = security::find_tls_files(o_.tls_dir, o_.node_id);
+    if (!files)
+      return Status(files.status().code(), "--tls-dir: " + files.status().message());
+    h.etcd.tls = ha::EtcdTls{files->ca_file, files->certificate_file, files->key_file};
+  }
   h.controller = std::move(sopts.controller);
   h.bind = sopts.bind;
   h.port = sopts.port;
@@ -495,8 +501,10 @@ void Node::start_ha_head(SupervisorOptions sopts) {
   std::string members;
   for (const auto& e : o_.ha_etcd)
     members += (members.empty() ? "" : ",") + e;
-  log_->info("head candidate '{}' ({}) campaigning in etcd {} under {}", o_.ha_name,
-             h.election.address, members, o_.ha_prefix);
+  log_->info("head candidate '{}' ({}) campaigning in etcd {} under {}{}", o_.ha_name,
+             h.election.address, members, o_.ha_prefix,
+             h.etcd.tls ? " (TLS, certificate " + h.etcd.tls->certificate_file + ")" : "");
+  return Status::ok();
 }
 
 // Replica processes: started and reaped by the process supervisor; they

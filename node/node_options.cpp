@@ -182,7 +182,9 @@ void add_code_and_head_options(CLI::App& app, NodeOptions& o, RawArgs& raw,
       ->capture_default_str();
   app.add_option("--ha-etcd", raw.ha_etcd,
                  "head: run as one of several head candidates, the checkpoint and the election in "
-                 "this etcd cluster (client URLs, comma-separated) [env TROUPE_HA_ETCD]")
+                 "this etcd cluster (client URLs, comma-separated; host:port is http, or https "
+                 "with --tls-dir, which then presents this node's certificate) "
+                 "[env TROUPE_HA_ETCD]")
       ->envname("TROUPE_HA_ETCD");
   app.add_option("--ha-name", o.ha_name,
                  "head: this candidate's name in the election, unique among the candidates");
@@ -216,9 +218,15 @@ Status check_ha(NodeOptions& o, const RawArgs& raw) {
       o.ha_prefix.find_first_of(" \t\n") != std::string::npos)
     return Status(errc::invalid_argument,
                   "--ha-prefix '" + o.ha_prefix + "' must start with / and hold no spaces");
-  auto eps = ha::parse_endpoints(raw.ha_etcd);
+  // With --tls-dir the head speaks TLS to etcd (a bare host:port is https)
+  // and refuses an http:// member rather than send the cluster's state in
+  // the clear.
+  const bool tls = !o.tls_dir.empty();
+  auto eps = ha::parse_endpoints(raw.ha_etcd, tls);
   if (!eps)
     return Status(errc::invalid_argument, "--ha-etcd: " + eps.status().message());
+  if (auto st = ha::check_endpoints(*eps, tls); !st)
+    return Status(errc::invalid_argument, "--ha-etcd: " + st.message());
   o.ha_etcd = *eps;
   return Status::ok();
 }

@@ -71,7 +71,9 @@ struct NodeOptions {
   double recovery_window_s = 3.0;
   // Head, highly available (controller/ha/): the etcd members' client URLs
   // (empty: the single head with its RocksDB checkpoint), this candidate's
-  // name in the election, and the cluster's key prefix in etcd.
+  // name in the election, and the cluster's key prefix in etcd. With
+  // --tls-dir every URL is https (a bare host:port becomes https://, an
+  // http:// one is refused) and the head presents its node certificate.
   std::vector<std::string> ha_etcd;
   std::string ha_name;
   std::string ha_prefix = "/troupe";

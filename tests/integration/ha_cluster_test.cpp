@@ -714,3 +714,72 @@ TEST_CASE(
   // The first one still leads.
   CHECK(h.ctl(h.address("h1"), {"status"}).exit_code == 0);
 }
+
+TEST_CASE(
+    "head candidates with --tls-dir: they lead and follow over a TLS etcd with the cluster's "
+    "certificates - an http:// etcd with --tls-dir, or https:// without, is refused at start") {
+  proc::TempDir dir{"ha-tls"};
+  const std::string certs = dir / "certs";
+  auto certs_cmd = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {bin("troupectl"), "certs"});
+    return run(args, 30s).exit_code;
+  };
+  REQUIRE(certs_cmd({"init", certs}) == 0);
+  // etcd's server certificate is a node identity of the cluster CA: it
+  // carries IP:127.0.0.1 and serverAuth + clientAuth (docs/security.md).
+  for (const char* name : {"etcd", "h1", "h2"})
+    REQUIRE(certs_cmd({"issue", certs, "--name", name, "--role", "node"}) == 0);
+  REQUIRE(certs_cmd({"issue", certs, "--name", "alice", "--role", "operator"}) == 0);
+  // The etcd cluster outlives the nodes: they stop (and resign) first.
+  proc::EtcdCluster etcd{dir / "etcd", proc::EtcdTlsFiles{certs + "/ca.crt", certs + "/etcd.crt",
+                                                           certs + "/etcd.key"}};
+  Cluster c;
+  std::map<std::string, uint16_t> ports{{"h1", free_port()}, {"h2", free_port()}};
+  c.address = "127.0.0.1:" + std::to_string(ports["h1"]) + ",127.0.0.1:" +
+              std::to_string(ports["h2"]);
+  c.identity = {"--tls-dir", certs, "--tls-name", "alice"};
+  const std::vector<std::string> tls = {"--tls-dir", certs};
+  c.start_candidate("h1", ports["h1"], etcd.endpoints(), tls);
+  // Bare host:port entries: https, since the node has --tls-dir.
+  std::string bare;
+  for (size_t i = 0; i < etcd.size(); ++i)
+    bare += (bare.empty() ? "" : ",") + std::string("127.0.0.1:") +
+            std::to_string(etcd.member(i).client_port);
+  c.start_candidate("h2", ports["h2"], bare, tls);
+  // Both ALIVE: one leads (its controller runs over the checkpoint in the
+  // TLS etcd) and the other's agent registered with it.
+  bool alive = c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}}, 30s);
+  if (!alive)
+    c.dump_output();
+  REQUIRE(alive);
+  auto args = etcd.etcdctl_flags();
+  args.insert(args.end(), {"get", "--print-value-only", "/troupe/leader"});
+  auto key = proc::etcdctl(etcd.endpoints(), args);
+  CHECK(key.exit_code == 0);
+  bool h1 = key.out.find("\"h1\"") != std::string::npos;
+  bool h2 = key.out.find("\"h2\"") != std::string::npos;
+  CHECK(h1 != h2);
+  for (const char* id : {"h1", "h2"})
+    CHECK(c.nodes.at(id).output().find("(TLS, certificate " + certs + "/" + id + ".crt)") !=
+          std::string::npos);
+
+  // No silent downgrade, and no https:// without the certificates.
+  auto start = [&](const std::string& url, std::vector<std::string> more) {
+    std::vector<std::string> argv = {bin("troupe-node"), "--head", "--port",
+                                     std::to_string(free_port()), "--ha-etcd", url,
+                                     "--ha-name", "h3", "--node-id", "h3", "--state-dir",
+                                     dir / "h3"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return run(argv, 30s);
+  };
+  const std::string port = std::to_string(etcd.member(0).client_port);
+  auto plain = start("http://127.0.0.1:" + port, tls);
+  CHECK(plain.exit_code == 2);
+  CHECK_MESSAGE(plain.err.find("--ha-etcd: etcd endpoint 'http://127.0.0.1:" + port +
+                               "' is plain http but TLS is set") != std::string::npos,
+                plain.err);
+  auto no_files = start("https://127.0.0.1:" + port, {});
+  CHECK(no_files.exit_code == 2);
+  CHECK_MESSAGE(no_files.err.find("' is https but no TLS files are given") != std::string::npos,
+                no_files.err);
+}
