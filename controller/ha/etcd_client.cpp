@@ -203,7 +203,8 @@ Result<std::vector<std::string>> parse_endpoints(const std::string& list, bool t
   size_t start = 0;
   while (start <= list.size()) {
     size_t comma = list.find(',', start);
-    std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string entry =
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     auto url = parse_url(entry);
     if (!url)
       return Status(errc::invalid_argument, "etcd endpoint '" + entry +
@@ -436,7 +437,8 @@ Status EtcdClient::connect(size_t member, Clock::time_point until) {
   c->tcp().async_connect(*to, [&](beast::error_code e) { ec = e; });
   c->run();
   if (ec)
-    return Status(errc::unavailable, ec == beast::error::timeout ? "connect timed out" : ec.message());
+    return Status(errc::unavailable,
+                  ec == beast::error::timeout ? "connect timed out" : ec.message());
   c->tcp().socket().set_option(tcp::no_delay(true), ec);  // latency only
   if (c->tls) {
     if (auto why = c->handshake(url->host, until); !why.empty())
