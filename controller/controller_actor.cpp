@@ -608,6 +608,9 @@ Result<std::unique_ptr<CheckpointStore>> open_checkpoint(const std::string& stat
 ControllerActor spawn_controller(caf::actor_system& sys, const ControllerOptions& options,
                                  std::shared_ptr<CheckpointStore> store,
                                  std::shared_ptr<const Clock> clock) {
+  if (options.own_thread)
+    return ControllerActor{
+        sys.spawn<caf::detached>(controller, options, std::move(store), std::move(clock))};
   return ControllerActor{sys.spawn(controller, options, std::move(store), std::move(clock))};
 }
 

@@ -88,6 +88,16 @@ struct ControllerOptions {
   // candidate from its election, node/ha_head.hpp). Empty: the controller
   // answers {"leading": true} only.
   std::function<std::string()> leadership;
+  // The controller runs on a thread of its own (caf::detached): its
+  // checkpoint writes wait for a network round trip (etcd, up to the
+  // client's timeout when etcd is out of reach), which must not hold one of
+  // the scheduler's few threads that the proxy, the agent and the head's
+  // election share.
+  bool own_thread = false;
+  // The controller of a head candidate (--ha-etcd): registration refuses a
+  // single head's agent; a single head refuses candidates and workers given
+  // several heads (controller/shell/admission.hpp, check_head_mode).
+  bool highly_available = false;
 };
 
 }  // namespace troupe::controller

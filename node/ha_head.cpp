@@ -123,6 +123,8 @@ caf::actor start_controller(Keeper& keeper, const std::shared_ptr<Shared>& sh) {
     auto sh = weak.lock();
     return sh ? sh->leadership() : std::string("{}");
   };
+  options.own_thread = true;  // its writes wait for etcd
+  options.highly_available = true;
   auto* self = keeper.self();
   auto controller =
       caf::actor_cast<caf::actor>(controller::spawn_controller(self->home_system(), options, store));

@@ -131,7 +131,7 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
   auto rec = admit_node(options_.ca_pem, info, static_cast<bool>(agent), cred, *log_);
   if (!rec)
     return rec.status();
-  if (auto s = check_head_mode(static_cast<bool>(options_.leadership), info); !s) {
+  if (auto s = check_head_mode(options_.highly_available, info); !s) {
     log_->error("refused registration of node {} (pid {}): {}", info.id, info.pid, s.message());
     return s;
   }
