@@ -58,8 +58,6 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
                         std::to_string(port);
     address_ += (address_.empty() ? "" : ",") + head_address_[id];
   }
-  if (spec_.ha())
-    start_etcd();
   if (spec_.tls.value_or(hosts)) {
     // A CA for the run, a certificate per node and one for the tool.
     tls_dir_ = run_dir_ + "/tls";
@@ -74,7 +72,12 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
     for (const auto& id : ids)
       certs({"issue", tls_dir_, "--name", id});
     certs({"issue", tls_dir_, "--name", "chaos", "--role", "operator"});
+    if (spec_.ha())  // the etcd members' server certificate, for their address
+      certs({"issue", tls_dir_, "--name", "etcd", "--host",
+             hosts ? net_->bridge_address() : std::string("127.0.0.1")});
   }
+  if (spec_.ha())
+    start_etcd();
   std::vector<std::string> liveness = {"--node-timeout",
                                        fmt(spec_.node_timeout_s),
                                        "--heartbeat-interval",
@@ -126,9 +129,17 @@ Cluster::Cluster(std::string bin_dir, std::string plugin_dir, const ClusterSpec&
     add("w" + std::to_string(i), {bin_dir_ + "/troupe-node", "--join", address_});
 }
 
+// The etcd members in the tool's own namespace: on loopback, or (hosts of
+// their own) on the bridge address every node reaches; with TLS on their
+// client URLs when the nodes speak TLS.
 void Cluster::start_etcd() {
-  etcd_ = std::make_unique<troupe::proc::EtcdCluster>(run_dir_ + "/etcd",
-                                                      static_cast<size_t>(spec_.etcd_members));
+  std::optional<troupe::proc::EtcdTlsFiles> tls;
+  if (!tls_dir_.empty())
+    tls = troupe::proc::EtcdTlsFiles{tls_dir_ + "/ca.crt", tls_dir_ + "/etcd.crt",
+                                     tls_dir_ + "/etcd.key"};
+  etcd_ = std::make_unique<troupe::proc::EtcdCluster>(
+      run_dir_ + "/etcd", tls, net_ ? net_->bridge_address() : std::string("127.0.0.1"),
+      static_cast<size_t>(spec_.etcd_members));
 }
 
 bool Cluster::is_head(const std::string& id) const {

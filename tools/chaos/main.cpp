@@ -473,8 +473,11 @@ class Runner {
         steps.push({ev.t_s + spec.restart_after_s, s.spec, Step::etcd_start, index});
       if (spec.kind == FaultKind::etcd_quorum_loss)
         steps.push({ev.t_s + spec.duration_s, s.spec, Step::etcd_start, index});
-      if (spec.kind == FaultKind::partition_leader)
+      if (spec.kind == FaultKind::partition_leader) {
         watch_leader(index);
+        if (spec.probe_deploy)
+          probe_deploy(run_.faults[index], cluster_->head_address(run_.faults[index].node));
+      }
       if (spec.kind == FaultKind::sigstop_node)
         steps.push({ev.t_s + spec.duration_s, s.spec, Step::resume, index});
       if (network_fault(spec.kind) || spec.kind == FaultKind::fill_disk)
@@ -650,9 +653,7 @@ class Runner {
         network_fault_on(spec, *node, ev);
         break;
       case FaultKind::partition_leader:
-        network_fault_on(spec, *node, ev);
-        if (ev.ok && spec.probe_deploy)
-          probe_deploy(ev, cluster_->head_address(*node));
+        network_fault_on(spec, *node, ev);  // the probe deploy once it is watched
         break;
       case FaultKind::fill_disk:
         fill_disk(ev);

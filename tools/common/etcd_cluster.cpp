@@ -37,6 +37,16 @@ EtcdCluster::EtcdCluster(const std::string& dir, EtcdTlsFiles tls, size_t member
   start_all(members, ready_within);
 }
 
+EtcdCluster::EtcdCluster(const std::string& dir, std::optional<EtcdTlsFiles> tls,
+                         std::string client_host, size_t members,
+                         std::chrono::milliseconds ready_within)
+    : dir_(dir),
+      tls_(std::move(tls)),
+      client_host_(std::move(client_host)),
+      token_("troupe-test-" + std::to_string(::getpid()) + "-" + std::to_string(free_port())) {
+  start_all(members, ready_within);
+}
+
 void EtcdCluster::start_all(size_t members, std::chrono::milliseconds ready_within) {
   const std::string& dir = dir_;
   if (::access(kEtcd, X_OK) != 0 || ::access(kEtcdctl, X_OK) != 0)
@@ -51,6 +61,7 @@ void EtcdCluster::start_all(size_t members, std::chrono::milliseconds ready_with
     m.data_dir = dir + "/" + m.name + ".data";
     m.log_path = dir + "/" + m.name + ".log";
     m.tls = tls_.has_value();
+    m.client_host = client_host_;
     members_.push_back(std::move(m));
   }
   for (size_t i = 0; i < members; ++i)

@@ -44,8 +44,11 @@ struct EtcdMember {
   Child process;
   bool started_once = false;
   bool tls = false;  // the client URL is https
+  // Where the client URL listens: loopback, or an address of this host
+  // that other network namespaces reach (the chaos tool's bridge).
+  std::string client_host = "127.0.0.1";
   std::string client_url() const {
-    return (tls ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(client_port);
+    return (tls ? "https://" : "http://") + client_host + ":" + std::to_string(client_port);
   }
   std::string peer_url() const { return "http://127.0.0.1:" + std::to_string(peer_port); }
 };
@@ -66,6 +69,10 @@ class EtcdCluster {
   // The same with TLS on the client URLs (see the top of this file).
   EtcdCluster(const std::string& dir, EtcdTlsFiles tls, size_t members = 3,
               std::chrono::milliseconds ready_within = std::chrono::seconds(20));
+  // The same with the client URLs on `client_host` (an IPv4 address of this
+  // host) instead of 127.0.0.1; `tls` may be empty.
+  EtcdCluster(const std::string& dir, std::optional<EtcdTlsFiles> tls, std::string client_host,
+              size_t members = 3, std::chrono::milliseconds ready_within = std::chrono::seconds(20));
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
@@ -98,6 +105,7 @@ class EtcdCluster {
   std::vector<std::string> argv(size_t i, bool existing) const;
   std::string dir_;
   std::optional<EtcdTlsFiles> tls_;
+  std::string client_host_ = "127.0.0.1";
   std::string token_;
   std::vector<EtcdMember> members_;
 };
