@@ -1037,7 +1037,8 @@ TEST_CASE("chaos/failover is read from the first status answered by another lead
   run.scenario.goals.max_step_down_s = 2;
   auto kill = injected(FaultKind::kill_leader, "h1", {}, 10, -1);
   auto cut = injected(FaultKind::partition_leader, "h2", {"h1", "h3", "w1"}, 30, 40);
-  cut.stepped_down_s = 31.5;
+  cut.stepped_down_s = 31.7;
+  cut.cut_s = 30.2;  // the rules in place: the step-down counts from here
   auto quorum = injected(FaultKind::etcd_quorum_loss, "", {}, 50, 56);
   run.faults = {kill, cut, quorum};
   auto at = [](double start, double end, const std::string& leader) {

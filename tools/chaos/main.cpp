@@ -117,7 +117,7 @@ struct Step {
 };
 
 // Watches the head a partition_leader cut off, asking it alone (every
-// 200 ms) whether it leads and whom it names: from the cut until it names
+// 100 ms) whether it leads and whom it names: from the cut until it names
 // another head as leader after the heal (heal_s, set by the schedule), or
 // until the run stops watching. `stepped_down_s`: its first "I do not lead".
 struct LeaderWatch {
@@ -754,6 +754,8 @@ class Runner {
       if (spec.kind == FaultKind::partition || spec.kind == FaultKind::partition_leader) {
         ev.net_handle =
             cluster_->network()->partition(node, ev.peers, spec.direction, etcd_ports);
+        ev.cut_s = since(t0_);
+        ev.network_detail += " (rules in place after " + seconds(ev.cut_s - ev.t_s) + ")";
         down_.insert(node);
       } else {
         ev.net_handle = cluster_->network()->degrade(node, ev.peers, spec.delay_ms, spec.loss_pct,
@@ -878,7 +880,7 @@ class Runner {
             return;
           }
         }
-        std::this_thread::sleep_until(begin + 200ms);
+        std::this_thread::sleep_until(begin + 100ms);  // the poll's period
       }
     });
     leader_watches_.push_back(std::move(w));

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -55,6 +57,11 @@ const std::string& iptables() {
   return path;
 }
 
+const std::string& iptables_restore() {
+  static const std::string path = find_program("iptables-restore");
+  return path;
+}
+
 bool pid_alive(const std::string& digits) {
   if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
     return true;  // not ours: leave it
@@ -94,7 +101,7 @@ void remove_leftovers() {
 std::optional<std::string> Network::unavailable() {
   if (::geteuid() != 0)
     return "network namespaces need root (the suite runs as root)";
-  if (ip().empty() || iptables().empty())
+  if (ip().empty() || iptables().empty() || iptables_restore().empty())
     return std::string(ip().empty() ? "ip" : "iptables") +
            " is not installed (iproute2, iptables: ./troupe test installs them)";
   std::string probe = std::string(kNsPrefix) + std::to_string(::getpid()) + "-probe";
@@ -195,27 +202,47 @@ void Network::add_rule(Fault& f, const std::string& ns, std::vector<std::string>
   f.rules.push_back({ns, std::move(spec)});
 }
 
+// Every rule of a partition at once (one iptables-restore in the node's
+// namespace): the cut is one moment, not a rule every ~100 ms.
+void Network::apply(const std::string& ns, const char* verb,
+                    const std::vector<std::vector<std::string>>& specs) {
+  std::string file = log_dir_ + "/iptables-" + tag_ + "-" + std::to_string(next_queue_++) + ".rules";
+  {
+    std::ofstream out(file);
+    out << "*filter\n";
+    for (const auto& spec : specs)
+      out << verb << " " << joined(spec) << "\n";
+    out << "COMMIT\n";
+  }
+  sh({ip(), "netns", "exec", ns, iptables_restore(), "-w", "--noflush", file});
+  std::filesystem::remove(file);
+}
+
 size_t Network::partition(const std::string& node, const std::vector<std::string>& peers,
                           Direction direction, const std::vector<uint16_t>& bridge_ports) {
   Fault f;
   const auto& ns = ns_.at(node);
+  std::vector<std::vector<std::string>> specs;
+  for (const auto& peer : peers) {
+    const auto& addr = address_.at(peer);
+    if (direction != Direction::in)
+      specs.push_back({"OUTPUT", "-d", addr, "-j", "DROP"});
+    if (direction != Direction::out)
+      specs.push_back({"INPUT", "-s", addr, "-j", "DROP"});
+  }
+  // Only these ports of the bridge: the tool's own calls to the node
+  // (load, troupectl) come from the bridge address too and must pass.
+  for (uint16_t port : bridge_ports) {
+    const auto p = std::to_string(port);
+    if (direction != Direction::in)
+      specs.push_back({"OUTPUT", "-d", bridge_address(), "-p", "tcp", "--dport", p, "-j", "DROP"});
+    if (direction != Direction::out)
+      specs.push_back({"INPUT", "-s", bridge_address(), "-p", "tcp", "--sport", p, "-j", "DROP"});
+  }
   try {
-    for (const auto& peer : peers) {
-      const auto& addr = address_.at(peer);
-      if (direction != Direction::in)
-        add_rule(f, ns, {"OUTPUT", "-d", addr, "-j", "DROP"});
-      if (direction != Direction::out)
-        add_rule(f, ns, {"INPUT", "-s", addr, "-j", "DROP"});
-    }
-    // Only these ports of the bridge: the tool's own calls to the node
-    // (load, troupectl) come from the bridge address too and must pass.
-    for (uint16_t port : bridge_ports) {
-      const auto p = std::to_string(port);
-      if (direction != Direction::in)
-        add_rule(f, ns, {"OUTPUT", "-d", bridge_address(), "-p", "tcp", "--dport", p, "-j", "DROP"});
-      if (direction != Direction::out)
-        add_rule(f, ns, {"INPUT", "-s", bridge_address(), "-p", "tcp", "--sport", p, "-j", "DROP"});
-    }
+    apply(ns, "-A", specs);  // all or nothing
+    for (auto& spec : specs)
+      f.rules.push_back({ns, std::move(spec)});
   } catch (...) {
     remove(f, nullptr);
     throw;
@@ -279,8 +306,22 @@ void Network::remove(Fault& f, std::string* summary) {
   if (f.healed)
     return;
   f.healed = true;
-  // Rules first: nothing is queued to a delayer once it stops.
-  for (const auto& rule : f.rules) {
+  // Rules first: nothing is queued to a delayer once it stops. Those of one
+  // namespace at once (the heal is one moment too); rule by rule, to say
+  // which, when that fails.
+  std::map<std::string, std::vector<std::vector<std::string>>> by_ns;
+  for (const auto& rule : f.rules)
+    by_ns[rule.ns].push_back(rule.spec);
+  std::vector<Rule> left;
+  for (const auto& [ns, specs] : by_ns) {
+    try {
+      apply(ns, "-D", specs);
+    } catch (const std::exception&) {
+      for (const auto& spec : specs)
+        left.push_back({ns, spec});
+    }
+  }
+  for (const auto& rule : left) {
     std::vector<std::string> argv = {ip(), "netns", "exec", rule.ns, iptables(), "-w", "-D"};
     argv.insert(argv.end(), rule.spec.begin(), rule.spec.end());
     auto r = run(argv, 10s);

@@ -73,6 +73,10 @@ class Network {
 
   void sh(const std::vector<std::string>& argv);
   void add_rule(Fault& f, const std::string& ns, std::vector<std::string> spec);
+  // `verb` (-A, -D) of every spec in namespace `ns`, in one iptables-restore;
+  // throws naming the command when it fails (then none applies).
+  void apply(const std::string& ns, const char* verb,
+             const std::vector<std::vector<std::string>>& specs);
   void remove(Fault& f, std::string* summary);
   void teardown();
 

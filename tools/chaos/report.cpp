@@ -311,7 +311,7 @@ void analyze_ha(RunData& run) {
   goal("max_step_down_s", goals.max_step_down_s, [](const FaultEvent& f) -> Measured {
     if (f.kind != FaultKind::partition_leader)
       return std::nullopt;
-    return f.stepped_down_s >= 0 ? std::optional<double>(f.stepped_down_s - f.t_s)
+    return f.stepped_down_s >= 0 ? std::optional<double>(f.stepped_down_s - f.cut_from())
                                  : std::optional<double>();
   });
 }
@@ -1070,7 +1070,9 @@ json to_json(const RunData& run) {
                               {"acknowledged", *f.probe_acked},
                               {"answer", f.probe_message}};
       if (f.kind == FaultKind::partition_leader) {
-        ha["stepped_down_s"] = f.stepped_down_s >= 0 ? json(f.stepped_down_s - f.t_s) : json(nullptr);
+        ha["stepped_down_s"] =
+            f.stepped_down_s >= 0 ? json(f.stepped_down_s - f.cut_from()) : json(nullptr);
+        ha["cut_in_place_s"] = f.cut_s >= 0 ? json(f.cut_s - f.t_s) : json(nullptr);
         ha["follows_after_heal_s"] =
             f.follows_s >= 0 && f.end_s >= 0 ? json(f.follows_s - f.end_s) : json(nullptr);
       }
@@ -1296,7 +1298,8 @@ std::string to_text(const RunData& run) {
       out << "leader " << f.new_leader << " after " << fixed(*f.failover_s, 3) << " s; ";
     if (f.kind == FaultKind::partition_leader)
       out << "stepped down "
-          << (f.stepped_down_s >= 0 ? "after " + fixed(f.stepped_down_s - f.t_s, 3) + " s"
+          << (f.stepped_down_s >= 0
+                  ? "after " + fixed(f.stepped_down_s - f.cut_from(), 3) + " s of the cut"
                                     : std::string("never"))
           << "; ";
     if (f.kind == FaultKind::fill_disk && f.ok)

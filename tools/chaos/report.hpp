@@ -105,6 +105,10 @@ struct FaultEvent {
   // it does not lead (< 0: never seen), and after the heal when it named
   // another head as leader (< 0: never seen); what it said last.
   double stepped_down_s = -1;
+  // partition / partition_leader: when every rule of the cut was in place
+  // (< 0: not known; the cut is then counted from t_s).
+  double cut_s = -1;
+  double cut_from() const { return cut_s >= 0 ? cut_s : t_s; }
   double follows_s = -1;
   std::string follower_answer;
   // Filled by the analysis: the failover (see Goals::max_failover_s) and

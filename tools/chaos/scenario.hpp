@@ -230,8 +230,9 @@ struct Goals {
   // etcd_quorum_loss: from the members' restart until the first status poll
   // answered by a leader.
   std::optional<double> max_failover_s;
-  // partition_leader: from the cut until the cut-off head itself (asked
-  // alone, every 100 ms) says that it does not lead.
+  // partition_leader: from the moment the cut is in place until the answer
+  // of the cut-off head itself (asked alone, every 100 ms) that it does not
+  // lead.
   std::optional<double> max_step_down_s;
 };
 
