@@ -783,3 +783,36 @@ TEST_CASE(
   CHECK_MESSAGE(no_files.err.find("' is https but no TLS files are given") != std::string::npos,
                 no_files.err);
 }
+
+TEST_CASE(
+    "head candidates: a single head and head candidates never form one cluster - a worker given "
+    "both is refused by the single head naming why and joins the candidates' leader") {
+  Candidates h(1);
+  h.start("h1");
+  REQUIRE(!h.leader(20s).empty());
+  // A single head beside it, a cluster of its own.
+  Cluster single;
+  single.start_head();
+  REQUIRE(single.wait_states({{"head", "ALIVE"}}, 20s));
+  // A worker given both, the single head first.
+  auto& w1 = h.c.launch("w1", {"--join", single.address + "," + h.address("h1")}, {});
+  if (!h.c.wait_states({{"h1", "ALIVE"}, {"w1", "ALIVE"}}, 30s)) {
+    single.dump_output();
+    h.c.dump_output();
+    FAIL("w1 did not join the candidates' leader");
+  }
+  const std::string why =
+      "this head is a single head (no --ha-etcd) but node 'w1' was given several heads to join "
+      "(--join): a cluster has one head or highly available head candidates on etcd, never both";
+  CHECK(wait_until(
+      [&] {
+        return single.nodes.at("head").output().find("refused registration of node w1") !=
+                   std::string::npos &&
+               single.nodes.at("head").output().find(why) != std::string::npos;
+      },
+      10s, 50ms));
+  CHECK(w1.output().find(single.address + " refused this node: " + why) != std::string::npos);
+  // The single head lists itself alone: the worker never joined it.
+  auto states = single.states();
+  CHECK(states == std::map<std::string, std::string>{{"head", "ALIVE"}});
+}
