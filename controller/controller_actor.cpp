@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <random>
+#include <set>
 
 #include <caf/all.hpp>
 
@@ -48,6 +49,10 @@ struct ControllerState {
   std::map<std::string, std::vector<caf::typed_response_promise<std::string>>> leaves;
   // When the controller metrics' gauges were last refreshed (on_tick).
   std::chrono::steady_clock::time_point metrics_refreshed{};
+  // Pinned libraries being taken back from a node's cache (pull_libraries).
+  std::set<std::string> pulling;
+  // When taking one back last failed: not tried again for kPullAgainAfter.
+  std::map<std::string, std::chrono::steady_clock::time_point> pull_failed;
   static inline const char* name = "troupe.controller";
 };
 
@@ -263,12 +268,94 @@ caf::result<std::string> on_leave(controller_actor* self, const std::string& id,
   return rp;
 }
 
+// Takes a missing library back from the nodes' caches: asks each agent in
+// turn for its size, then reads it from the first that has it, piece by
+// piece, into the store (which keeps it only if it hashes to its pin).
+void pull_library(controller_actor* self, const std::string& sha256,
+                  std::vector<AgentActor> agents);
+
+void pull_piece(controller_actor* self, const std::string& sha256, std::vector<AgentActor> agents,
+                uint64_t total, uint64_t offset) {
+  const AgentActor agent = agents.back();
+  agents.pop_back();
+  auto next = [=](const std::string& why) {
+    logic(self).log().warn("taking library {} back from a node failed: {}", sha256, why);
+    pull_library(self, sha256, agents);
+  };
+  self->request(agent, request_timeout(self), library_atom::value, sha256, offset)
+      .then(
+          [=](std::string& piece) {
+            auto stored = logic(self).store_pulled_library(sha256, total, offset, piece);
+            if (!stored)
+              return next(stored.status().message());
+            if (*stored < total) {
+              auto again = agents;
+              again.push_back(agent);
+              return pull_piece(self, sha256, again, total, *stored);
+            }
+            self->state.pulling.erase(sha256);
+            logic(self).log().info("library {} ({} bytes) taken back from a node's cache", sha256,
+                                   total);
+          },
+          [=](caf::error& err) { next(from_caf_error(err).message()); });
+}
+
+void pull_library(controller_actor* self, const std::string& sha256,
+                  std::vector<AgentActor> agents) {
+  if (agents.empty()) {
+    self->state.pulling.erase(sha256);
+    self->state.pull_failed[sha256] = std::chrono::steady_clock::now();
+    logic(self).log().error(
+        "library {} is pinned by a deployment but neither this head nor any node has it: "
+        "deploy its config again with troupectl (which uploads it)",
+        sha256);
+    return;
+  }
+  const AgentActor agent = agents.back();
+  self->request(agent, request_timeout(self), library_atom::value, sha256)
+      .then(
+          [=](uint64_t size) {
+            if (size == 0) {
+              auto rest = agents;
+              rest.pop_back();
+              return pull_library(self, sha256, rest);
+            }
+            pull_piece(self, sha256, agents, size, 0);
+          },
+          [=](caf::error&) {
+            auto rest = agents;
+            rest.pop_back();
+            pull_library(self, sha256, rest);
+          });
+}
+
+// Every pinned library this controller cannot serve, taken back from the
+// nodes (once at a time each): a new leader of highly available heads
+// never had on its disk what was uploaded to another head.
+constexpr std::chrono::seconds kPullAgainAfter{30};
+
+void pull_libraries(controller_actor* self) {
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& sha256 : logic(self).missing_libraries()) {
+    auto failed = self->state.pull_failed.find(sha256);
+    if (failed != self->state.pull_failed.end() && now - failed->second < kPullAgainAfter)
+      continue;
+    if (!self->state.pulling.insert(sha256).second)
+      continue;
+    logic(self).log().info("library {} is not on this head: taking it back from a node's cache",
+                           sha256);
+    pull_library(self, sha256, logic(self).actors().agents());
+  }
+}
+
 void finish_recovery(controller_actor* self) {
   auto finished = logic(self).finish_recovery();
   if (!finished)
     return self->quit(to_caf_error(finished.status()));
-  if (*finished)
+  if (*finished) {
+    pull_libraries(self);
     reconcile(self);
+  }
 }
 
 // Health-checks every proxy whose check is due; kills one that just became
@@ -508,7 +595,12 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       [=](logs_atom, const std::string& id, uint64_t offset, uint32_t tail) {
         return on_logs(self, id, offset, tail);
       },
-      [=](library_atom, const std::string& sha256) { return logic(self).library_size(sha256); },
+      [=](library_atom, const std::string& sha256) {
+        auto size = logic(self).library_size(sha256);
+        if (size == 0)
+          pull_libraries(self);  // a node misses it: perhaps another has it
+        return size;
+      },
       [=](library_atom, const std::string& sha256, uint64_t offset) {
         return answer(logic(self).library_piece(sha256, offset));
       },

@@ -975,6 +975,20 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
       [=](logs_atom, const std::string& rid, uint64_t offset, uint32_t tail) {
         return on_logs(self, o, rid, offset, tail);
       },
+      [=](library_atom, const std::string& sha256) -> uint64_t {
+        if (!libraries::is_sha256(sha256) || o.library_cache.empty())
+          return 0;
+        return libraries::LibraryDir(o.library_cache, false).size_of(sha256).value_or(0);
+      },
+      [=](library_atom, const std::string& sha256, uint64_t offset) -> caf::result<std::string> {
+        if (!libraries::is_sha256(sha256) || o.library_cache.empty())
+          return to_caf_error(Status(errc::not_found, "this node has no library " + sha256));
+        auto piece = libraries::LibraryDir(o.library_cache, false)
+                         .read(sha256, offset, libraries::kChunkBytes);
+        if (!piece)
+          return to_caf_error(piece.status());
+        return std::move(*piece);
+      },
       [=](stop_node_atom) {
         // `troupectl shutdown --nodes`: the same path as SIGTERM.
         self->state.log->warn("the controller asks this node to stop");

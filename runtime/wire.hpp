@@ -531,7 +531,13 @@ using AgentActor = caf::typed_actor<
     // the last read ended, or UINT64_MAX for the last `tail` lines) ->
     // (whole lines, the offset to read on from); errc::not_found when this
     // node has none (node/replica_logs.hpp).
-    caf::replies_to<logs_atom, std::string, uint64_t, uint32_t>::with<std::string, uint64_t>>;
+    caf::replies_to<logs_atom, std::string, uint64_t, uint32_t>::with<std::string, uint64_t>,
+    // A deployment library in this node's cache (sha256) -> its size, 0:
+    // none; (sha256, offset) -> up to libraries::kChunkBytes of it. A
+    // controller that cannot serve a pinned library (a new leader of highly
+    // available heads: it was uploaded to another head) takes it back so.
+    caf::replies_to<library_atom, std::string>::with<uint64_t>,
+    caf::replies_to<library_atom, std::string, uint64_t>::with<std::string>>;
 
 // The controller (controller/controller_actor.hpp). Write requests end with
 // a Credential, checked when the cluster runs with TLS.

@@ -138,6 +138,17 @@ class ControllerLogic {
   Result<std::string> library_piece(const std::string& sha256, uint64_t offset) {
     return libraries_.read(sha256, offset, core_->target_state());
   }
+  // The pinned libraries this controller cannot serve (LibraryStore::missing).
+  std::set<std::string> missing_libraries() { return libraries_.missing(core_->target_state()); }
+  // A piece of a missing library taken back from a node's cache: stored as
+  // an upload's piece, without a credential (the content must hash to the
+  // pin the declaration holds, or nothing is kept).
+  Result<uint64_t> store_pulled_library(const std::string& sha256, uint64_t total, uint64_t offset,
+                                        const std::string& piece) {
+    if (!missing_libraries().count(sha256))
+      return {errc::invalid_argument, "library " + sha256 + " is not one this controller misses"};
+    return libraries_.upload(sha256, total, offset, piece);
+  }
   // Deletes every application; with `nodes`, nodes_to_stop() then names
   // every agent once the last replica is gone.
   Status shutdown(bool nodes, const Credential& cred);

@@ -152,6 +152,20 @@ uint64_t LibraryStore::size_of(const std::string& sha256, const TargetState& sta
   return ec ? 0 : static_cast<uint64_t>(size);
 }
 
+std::set<std::string> LibraryStore::missing(const TargetState& state) {
+  std::set<std::string> out;
+  if (!enabled())
+    return out;
+  for (const auto& [name, app] : state.applications) {
+    for (const auto& d : app.deployments) {
+      if (!d.library_sha256.empty() && !out.count(d.library_sha256) &&
+          size_of(d.library_sha256, state) == 0)
+        out.insert(d.library_sha256);
+    }
+  }
+  return out;
+}
+
 Result<std::string> LibraryStore::read(const std::string& sha256, uint64_t offset,
                                        const TargetState& state) {
   const std::string file = file_of(sha256, state);

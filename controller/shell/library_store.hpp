@@ -68,6 +68,12 @@ class LibraryStore {
   uint64_t size_of(const std::string& sha256, const TargetState& state);
   // Up to libraries::kChunkBytes of it from `offset`.
   Result<std::string> read(const std::string& sha256, uint64_t offset, const TargetState& state);
+  // The libraries the deployments of `state` pin that this controller cannot
+  // serve (size_of() is 0): a new leader of highly available heads, whose
+  // disk never had what was uploaded to another head, takes them back from
+  // the nodes' caches (controller_actor.cpp).
+  std::set<std::string> missing(const TargetState& state);
+
   // One piece of an upload (LibraryDir::append); the first piece must begin
   // with the header of an ELF shared object of this machine.
   Result<uint64_t> upload(const std::string& sha256, uint64_t total, uint64_t offset,

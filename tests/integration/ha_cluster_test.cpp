@@ -816,3 +816,46 @@ TEST_CASE(
   auto states = single.states();
   CHECK(states == std::map<std::string, std::string>{{"head", "ALIVE"}});
 }
+
+TEST_CASE(
+    "head candidates: a library uploaded to a leader killed right after is taken back from a "
+    "node's cache by the next leader - a node that joins later runs it") {
+  Candidates h;
+  const std::string first = h.start_with_worker();
+  // The operator's library, in no node's plugin path, beside the config.
+  std::filesystem::copy_file(std::string(TROUPE_UPLOAD_FIXTURES) + "/libupload_v1.so",
+                             h.c.dir / "libmodels.so");
+  const std::string config = R"(applications:
+  - name: up
+    route_prefix: /up
+    import_path: ./libmodels.so:UploadModel
+    deployments:
+      - name: UploadModel
+        num_replicas: 2
+        max_replicas_per_node: 1
+)";
+  h.c.deploy_yaml("up.yaml", config);
+  h.kill(first);
+  const std::string next = h.leader(20s);
+  REQUIRE(!next.empty());
+  REQUIRE(next != first);
+  // A node that never had the library joins, and the deployment grows onto
+  // it: one replica per node, so one must run there.
+  h.c.start_worker("w2");
+  REQUIRE(h.c.wait_states({{next, "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}}, 30s));
+  REQUIRE(h.ctl(h.c.address, {"scale", "up/UploadModel", "3"}).exit_code == 0);
+  bool on_w2 = wait_until(
+      [&] {
+        auto running = h.c.running_replicas("up", "UploadModel", 5s);
+        return running.size() == 3 &&
+               std::count_if(running.begin(), running.end(),
+                             [](const auto& r) { return r.second == "w2"; }) == 1;
+      },
+      30s, 200ms);
+  if (!on_w2)
+    h.c.dump_output();
+  REQUIRE(on_w2);
+  CHECK(h.c.wait_answers("w2", "/up"));
+  CHECK(h.c.nodes.at(next).output().find("taken back from a node's cache") != std::string::npos);
+  CHECK(h.c.nodes.at("w2").output().find("from the controller") != std::string::npos);
+}
