@@ -1,5 +1,7 @@
 #include "node/ha_head.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <future>
 
 #include <caf/all.hpp>
@@ -100,6 +102,8 @@ std::string without_line(const std::string& lines, const std::string& skip) {
   return out;
 }
 
+constexpr std::chrono::milliseconds kCheckpointWriteTimeout{3000};
+
 // A controller over the checkpoint in etcd, writing under `term` only while
 // the candidate still leads in it by its own clock.
 caf::actor start_controller(Keeper& keeper, const std::shared_ptr<Shared>& sh) {
@@ -107,10 +111,21 @@ caf::actor start_controller(Keeper& keeper, const std::shared_ptr<Shared>& sh) {
   if (keeper.stopping() || term == 0 || sh->candidate->leading_term() != term)
     return caf::actor();
   std::weak_ptr<Shared> weak = sh;
+  // A write may wait out etcd's own leader election (one member lost: up to
+  // twice its election timeout, 1 s by default) rather than refuse a deploy,
+  // but never past this head's lead (then its controller is stopped): it
+  // runs on the controller's own thread.
+  auto etcd = sh->options.etcd;
+  etcd.timeout = std::max(etcd.timeout, kCheckpointWriteTimeout);
   auto store = std::make_shared<ha::EtcdCheckpointStore>(
-      sh->options.etcd, sh->options.election.prefix, [weak, term]() -> int64_t {
+      etcd, sh->options.election.prefix,
+      [weak, term]() -> int64_t {
         auto sh = weak.lock();
         return sh && sh->candidate->leading_term() == term ? term : 0;
+      },
+      [weak] {
+        auto sh = weak.lock();
+        return sh ? sh->candidate->leading_until() : std::chrono::steady_clock::time_point();
       });
   auto options = sh->options.controller;
   // Beside the checkpoint, not in this head's own state dir (a stale list

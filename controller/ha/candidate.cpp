@@ -73,6 +73,10 @@ int64_t Candidate::leading_term() const {
   return lead_term_.load(std::memory_order_acquire);
 }
 
+Clock::time_point Candidate::leading_until() const {
+  return Clock::time_point(std::chrono::nanoseconds(lead_until_ns_.load(std::memory_order_acquire)));
+}
+
 CandidateView Candidate::view() const {
   std::lock_guard<std::mutex> lock(mu_);
   CandidateView v = view_;

@@ -75,6 +75,9 @@ class Candidate {
 
   // The term while leading by the clock, else 0. Lock-free.
   int64_t leading_term() const;
+  // When the lead ends by the clock unless renewed (the past when it does
+  // not lead). Lock-free.
+  Clock::time_point leading_until() const;
   CandidateView view() const;
 
  private:

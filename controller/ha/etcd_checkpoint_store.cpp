@@ -1,5 +1,7 @@
 #include "controller/ha/etcd_checkpoint_store.hpp"
 
+#include <algorithm>
+
 #include "controller/ha/election.hpp"
 #include "controller/store/codec.hpp"
 
@@ -13,9 +15,14 @@ std::string nodes_key(const std::string& prefix) {
   return prefix + "/nodes";
 }
 
-EtcdCheckpointStore::EtcdCheckpointStore(EtcdOptions options, std::string prefix,
-                                         std::function<int64_t()> term)
-    : client_(std::move(options)), prefix_(std::move(prefix)), term_(std::move(term)) {}
+EtcdCheckpointStore::EtcdCheckpointStore(
+    EtcdOptions options, std::string prefix, std::function<int64_t()> term,
+    std::function<std::chrono::steady_clock::time_point()> lead_ends)
+    : client_(options),
+      prefix_(std::move(prefix)),
+      term_(std::move(term)),
+      lead_ends_(std::move(lead_ends)),
+      timeout_(options.timeout) {}
 
 Status EtcdCheckpointStore::save(const controller::TargetState& state) {
   std::string bytes = controller::encode_target_state(state);
@@ -45,8 +52,23 @@ Status EtcdCheckpointStore::fenced_put(const std::string& target, const std::str
     return Status(errc::conflict,
                   "fenced: this head does not lead; " + what + " in etcd was not written");
   auto key = leader_key(prefix_);
+  auto timeout = timeout_;
+  if (lead_ends_) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        lead_ends_() - std::chrono::steady_clock::now());
+    timeout = std::clamp(left, std::chrono::milliseconds(100), timeout_);
+  }
+  client_.set_timeout(timeout);
   auto r = client_.txn({Compare{key, Compare::Target::create_revision, term, {}}},
                        {Op::put(target, bytes)}, {Op::get(key)});
+  // errc::unavailable either way: to a caller errc::timeout reads as its own
+  // request's deadline.
+  if (!r && r.status().code() == errc::timeout)
+    return Status(errc::unavailable,
+                  what + " was not confirmed by etcd: " + r.status().message() +
+                      "; etcd may still write it once it has a quorum again, so the change is "
+                      "not applied here, and `troupectl status` shows what holds once a leader "
+                      "answers");
   if (!r)
     return Status(r.status().code(),
                   what + " was not written to etcd: " + r.status().message());

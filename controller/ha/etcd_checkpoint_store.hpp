@@ -8,6 +8,7 @@
 // answers): the write-ahead rule of CheckpointStore holds.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -28,11 +29,17 @@ class EtcdCheckpointStore final : public controller::CheckpointStore {
  public:
   // `term` says under which term a save may write: the leader's current
   // term, 0 when this head does not lead (save() then refuses at once).
-  EtcdCheckpointStore(EtcdOptions options, std::string prefix, std::function<int64_t()> term);
+  // `lead_ends` (optional): when the lead ends by the head's own clock; a
+  // write waits for etcd at most until then (and at most options.timeout),
+  // so that its answer comes before the head stops its controller.
+  EtcdCheckpointStore(EtcdOptions options, std::string prefix, std::function<int64_t()> term,
+                      std::function<std::chrono::steady_clock::time_point()> lead_ends = {});
 
   // errc::conflict "fenced" when the election key is not (any longer) the
-  // one of `term`: nothing was written. errc::unavailable / timeout when
-  // etcd could not be reached: nothing may be assumed written.
+  // one of `term`: nothing was written. errc::unavailable when etcd did
+  // not confirm the write: "was not written" when no member took it, "was
+  // not confirmed" when one may have taken it (etcd may still write it once
+  // it has a quorum again; the message says so). The caller applies nothing.
   Status save(const controller::TargetState& state) override;
   Result<std::optional<controller::TargetState>> load() override;
 
@@ -50,6 +57,8 @@ class EtcdCheckpointStore final : public controller::CheckpointStore {
   EtcdClient client_;
   std::string prefix_;
   std::function<int64_t()> term_;
+  std::function<std::chrono::steady_clock::time_point()> lead_ends_;
+  std::chrono::milliseconds timeout_;  // options.timeout
 };
 
 }  // namespace troupe::ha

@@ -380,6 +380,10 @@ struct EtcdClient::Attempt {
   std::optional<Result<std::string>> answer;
   std::string why;
   bool retry = false;
+  // The member may have taken the request without confirming it: it went
+  // out and no answer came in time, or etcd said its proposal timed out
+  // (etcd may still commit it once it has a quorum).
+  bool unconfirmed = false;
 };
 
 EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {}
@@ -508,6 +512,7 @@ EtcdClient::Attempt EtcdClient::request(size_t member, const std::string& path,
     // A kept-alive connection may have been closed as the request left:
     // the same member once more, on a new connection.
     out.retry = c.used && ec != beast::error::timeout;
+    out.unconfirmed = ec == beast::error::timeout;
     out.why = failure(ec, c.used, options_.tls.has_value());
     conn_.reset();
     return out;
@@ -521,6 +526,8 @@ EtcdClient::Attempt EtcdClient::request(size_t member, const std::string& path,
     std::optional<Status> final;
     out.why = refusal(url, res.result_int(), text, final);
     if (!final) {
+      out.unconfirmed = out.why.find("timed out") != std::string::npos ||
+                        out.why.find("leader changed") != std::string::npos;
       conn_.reset();
       return out;
     }
@@ -541,6 +548,7 @@ Result<std::string> EtcdClient::call(const std::string& path, const std::string&
     return st;
   auto deadline = Clock::now() + options_.timeout;
   std::string reasons;
+  bool unconfirmed = false;
   size_t first = current_;
   for (size_t attempt = 0; attempt < n; ++attempt) {
     size_t member = (first + attempt) % n;
@@ -556,12 +564,14 @@ Result<std::string> EtcdClient::call(const std::string& path, const std::string&
       auto got = request(member, path, body, until);
       if (got.answer)
         return std::move(*got.answer);
+      unconfirmed = unconfirmed || got.unconfirmed;
       reasons += (reasons.empty() ? "" : "; ") + options_.endpoints[member] + ": " + got.why;
       if (!got.retry)
         break;
     }
   }
-  return Status(errc::unavailable, "no etcd member answered " + path + " (" + reasons + ")");
+  return Status(unconfirmed ? errc::timeout : errc::unavailable,
+                "no etcd member answered " + path + " (" + reasons + ")");
 }
 
 namespace {

@@ -22,8 +22,11 @@
 // (OpenSSL's, e.g. "certificate verify failed (IP address mismatch)") goes
 // into the error and the call goes on to the next member.
 //
-// Errors: errc::unavailable when no member answered (every member's reason
-// in the message), errc::timeout when the deadline passed, errc::not_found
+// Errors: errc::timeout when a member may have taken the request without
+// confirming it (it went out and no answer came, or etcd said it timed
+// out: etcd may still apply a write once it has a quorum again; the
+// deadline passing counts so too), errc::unavailable when no member took it
+// (every member's reason in the message either way), errc::not_found
 // for a lease etcd does not know (expired or revoked), errc::internal for
 // an answer that is not what the API documents, errc::invalid_argument for
 // endpoints whose scheme does not match the TLS settings (never a silent
@@ -139,6 +142,8 @@ class EtcdClient {
   // The member that answered last ("" before the first answer).
   std::string endpoint() const;
   const EtcdOptions& options() const { return options_; }
+  // The bound of the calls from now on (EtcdOptions::timeout).
+  void set_timeout(std::chrono::milliseconds timeout) { options_.timeout = timeout; }
 
   // For tests and the JSON gateway's own encoding of keys and values.
   static std::string base64_encode(const std::string& bytes);
