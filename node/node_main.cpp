@@ -632,6 +632,10 @@ void Node::stop_agent_and_controller(const std::string& failure, double drain_de
       ha_head_->hand_over();
       // Its agent reaches the next leader within about a second.
       retry_until = std::max(drain_ends, steady::now() + std::chrono::seconds(2));
+    } else if (ha_head_) {
+      // A stopping candidate campaigns no more: it must not take the lead
+      // (from a leader that stops too) while it drains.
+      ha_head_->hand_over();
     }
     // At most until half the grace: the rest is for the replicas left and
     // the requests in flight.

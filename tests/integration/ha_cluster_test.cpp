@@ -859,3 +859,29 @@ TEST_CASE(
   CHECK(h.c.nodes.at(next).output().find("taken back from a node's cache") != std::string::npos);
   CHECK(h.c.nodes.at("w2").output().find("from the controller") != std::string::npos);
 }
+
+TEST_CASE(
+    "head candidates: both stopped at once (SIGTERM) - neither takes the lead while it drains - "
+    "both exit 0") {
+  Candidates h;
+  h.start("h1", {"--drain-delay", "2"});
+  h.start("h2", {"--drain-delay", "2"});
+  const std::string first = h.leader(20s);
+  REQUIRE(!first.empty());
+  REQUIRE(h.c.wait_states({{"h1", "ALIVE"}, {"h2", "ALIVE"}}, 30s));
+  for (const auto& id : {"h1", "h2"})
+    h.c.nodes.at(id).signal(SIGTERM);
+  for (const auto& id : {"h1", "h2"}) {
+    auto code = h.c.nodes.at(id).wait_exit(20s);
+    if (!code)
+      h.c.dump_output();
+    REQUIRE(code.has_value());
+    CHECK(*code == 0);
+    // Nothing of leading after its own SIGTERM.
+    const auto out = h.c.nodes.at(id).output();
+    const auto sigterm = out.find("received SIGTERM");
+    REQUIRE(sigterm != std::string::npos);
+    CHECK_MESSAGE(out.find("this head leads", sigterm) == std::string::npos, id);
+  }
+  h.c.nodes.clear();
+}
