@@ -406,7 +406,7 @@ bool contains(const Status& st, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("etcd client over TLS: the cluster's CA and a node certificate - puts, gets and transactions on a TLS etcd") {
+TEST_CASE("etcd client over TLS: the cluster's CA and a node certificate - puts - gets and transactions on a TLS etcd") {
   TlsEtcd t;
   REQUIRE(t.cluster->member(0).client_url().rfind("https://127.0.0.1:", 0) == 0);
   EtcdClient c(t.client(t.certs, t.certs, "h1"));
