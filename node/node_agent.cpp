@@ -136,6 +136,16 @@ void schedule_reconnect(agent_actor* self, std::optional<double> delay_s) {
     self->delayed_send(self, seconds_as(*delay_s), reconnect_atom::value);
 }
 
+// The head asked refused this node in a way another head of the list may
+// not (a follower, a head of the other kind): on to the next one.
+void to_next_head(agent_actor* self, const Status& refusal, std::optional<double> retry_s) {
+  auto& st = self->state;
+  self->demonitor(st.controller.address());
+  st.controller = nullptr;
+  st.heads->failed(refusal.message());
+  schedule_reconnect(self, retry_s);
+}
+
 void send_register(agent_actor* self, const AgentOptions& o) {
   auto& st = self->state;
   auto controller = st.controller;
@@ -166,11 +176,7 @@ void send_register(agent_actor* self, const AgentOptions& o) {
                 return;
               st.log->info("{} does not lead ({}); trying another head",
                            st.heads->current().to_string(), status.message());
-              self->demonitor(st.controller.address());
-              st.controller = nullptr;
-              st.heads->failed(status.message());
-              schedule_reconnect(self, retry);
-              return;
+              return to_next_head(self, status, retry);
             }
             auto retry = st.session.register_failed(link);
             if (!retry)
@@ -181,11 +187,7 @@ void send_register(agent_actor* self, const AgentOptions& o) {
               // another one.
               st.log->error("{} refused this node: {}; trying another head",
                             st.heads->current().to_string(), status.message());
-              self->demonitor(st.controller.address());
-              st.controller = nullptr;
-              st.heads->failed(status.message());
-              schedule_reconnect(self, retry);
-              return;
+              return to_next_head(self, status, retry);
             }
             st.log->error("registration as {} failed: {}", o.info.id, status.to_string());
             // Keep trying: the controller may be restarting or being upgraded.
