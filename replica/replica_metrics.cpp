@@ -87,9 +87,9 @@ struct UserHistogram : Histogram {
   void observe(double v) override { metric->Observe(v); }
 };
 
-class Sink : public MetricsSink {
+class UserSink : public MetricsSink {
  public:
-  Sink(std::weak_ptr<ReplicaMetrics> owner, ReplicaMetrics::Impl& impl)
+  UserSink(std::weak_ptr<ReplicaMetrics> owner, ReplicaMetrics::Impl& impl)
       : owner_(std::move(owner)), impl_(impl) {}
 
   std::shared_ptr<Counter> counter(const std::string& name, const std::string& help,
@@ -232,7 +232,7 @@ void ReplicaMetrics::set_healthy(bool healthy) {
 }
 
 std::shared_ptr<MetricsSink> ReplicaMetrics::user_sink() {
-  return std::make_shared<Sink>(self_, *impl_);
+  return std::make_shared<UserSink>(self_, *impl_);
 }
 
 const std::shared_ptr<metrics::Registry>& ReplicaMetrics::registry() const {
