@@ -821,8 +821,20 @@ class Runner {
       if (etcd->running(i))
         victims.push_back(i);
     } else if (spec.kind == FaultKind::kill_etcd_member && !running.empty()) {
-      std::uniform_int_distribution<size_t> pick(0, running.size() - 1);
-      victims.push_back(running[pick(rng_)]);
+      // Not etcd's own (Raft) leader: losing it holds every write and lease
+      // renewal for etcd's election (1-2 s), which at a short lease TTL can
+      // end the lead of troupe's leader (docs/reliability.md). The fault is
+      // the loss of one member; `member: mN` names any, its leader too.
+      std::vector<size_t> followers;
+      const size_t raft_leader = etcd->raft_leader();
+      for (size_t i : running) {
+        if (i != raft_leader)
+          followers.push_back(i);
+      }
+      if (followers.empty())
+        followers = running;
+      std::uniform_int_distribution<size_t> pick(0, followers.size() - 1);
+      victims.push_back(followers[pick(rng_)]);
     } else if (spec.kind == FaultKind::etcd_quorum_loss) {
       const size_t keep = etcd->size() / 2;  // one short of a majority
       std::shuffle(running.begin(), running.end(), rng_);

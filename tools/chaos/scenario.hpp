@@ -130,7 +130,8 @@ struct FaultSpec {
   std::string from = "head";
   Direction direction = Direction::both;  // partition
   double delay_ms = 0;                    // degrade: added to each packet, each way
-  // kill_etcd_member: `m1`, `m2`, ... or `random` (among the running ones).
+  // kill_etcd_member: `m1`, `m2`, ... or `random` (among the running ones
+  // that are not etcd's own leader).
   std::string member = "random";
   // kill_etcd_member / etcd_quorum_loss: a deploy (the scenario's plus an
   // application without replicas) made right after the fault: it must be
