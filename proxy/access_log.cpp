@@ -57,9 +57,28 @@ Result<std::shared_ptr<AccessLog>> AccessLog::open(AccessLogMode mode, const std
   return std::shared_ptr<AccessLog>(new AccessLog(mode, std::move(logger), node, json, !file.empty()));
 }
 
-std::string AccessLog::format(const AccessEntry& e) const {
-  const std::string ts = log::utc_timestamp(std::chrono::system_clock::now());
+namespace {
+
+// "YYYY-MM-DDTHH:MM:SS." of a second since the epoch: log::utc_timestamp's
+// text without its "mmmZ".
+std::string stamp_of(int64_t second) {
+  auto text = log::utc_timestamp(std::chrono::system_clock::time_point(std::chrono::seconds(second)));
+  return text.substr(0, text.size() - 4);
+}
+
+void append_millis(std::string& out, int millis) {
+  const char digits[4] = {char('0' + millis / 100), char('0' + millis / 10 % 10),
+                          char('0' + millis % 10), 'Z'};
+  out.append(digits, 4);
+}
+
+}  // namespace
+
+void AccessLog::append(std::string& out, const AccessEntry& e, const std::string& stamp,
+                       int millis) const {
   if (json_) {
+    std::string ts = stamp;
+    append_millis(ts, millis);
     nlohmann::ordered_json j;
     j["ts"] = ts;
     j["node"] = node_;
@@ -71,21 +90,32 @@ std::string AccessLog::format(const AccessEntry& e) const {
     j["application"] = e.app;
     j["deployment"] = e.deployment;
     j["replica"] = e.replica;
-    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out.append(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return;
   }
   char duration[32];
-  std::snprintf(duration, sizeof duration, "%.3fms", e.seconds * 1000);
+  const int n = std::snprintf(duration, sizeof duration, " %.3fms ", e.seconds * 1000);
+  char status[16];
+  const int m = std::snprintf(status, sizeof status, " %d", e.status);
+  out.append(stamp);
+  append_millis(out, millis);
+  out.append(" ").append(or_dash(node_)).append(" ").append(or_dash(e.request_id));
+  out.append(" ").append(or_dash(e.method)).append(" ").append(or_dash(e.path));
+  out.append(status, m).append(duration, n);
+  if (e.app.empty())
+    out.append("-");
+  else
+    out.append(e.app).append("/").append(or_dash(e.deployment));
+  out.append(" ").append(or_dash(e.replica));
+}
+
+std::string AccessLog::format(const AccessEntry& e) const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
   std::string line;
   line.reserve(160);
-  line.append(ts).append(" ").append(or_dash(node_)).append(" ").append(or_dash(e.request_id));
-  line.append(" ").append(or_dash(e.method)).append(" ").append(or_dash(e.path));
-  line.append(" ").append(std::to_string(e.status)).append(" ").append(duration);
-  line.append(" ");
-  if (e.app.empty())
-    line.append("-");
-  else
-    line.append(e.app).append("/").append(or_dash(e.deployment));
-  line.append(" ").append(or_dash(e.replica));
+  append(line, e, stamp_of(ms / 1000), static_cast<int>(ms % 1000));
   return line;
 }
 
@@ -97,6 +127,40 @@ void AccessLog::write(const AccessEntry& entry) {
   // With the node's lines: their sinks add the time, level and node.
   auto line = format(entry);
   logger_->info(json_ ? line : line.substr(line.find(' ', line.find(' ') + 1) + 1));
+}
+
+void AccessLog::add(const AccessEntry& entry, AccessBatch& batch,
+                    std::chrono::system_clock::time_point now) {
+  if (!own_file_) {
+    write(entry);
+    return;
+  }
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  const int64_t second = ms / 1000;
+  if (second != batch.second_) {
+    batch.second_ = second;
+    batch.stamp_ = stamp_of(second);
+  }
+  append(batch.text_, entry, batch.stamp_, static_cast<int>(ms % 1000));
+  batch.text_.push_back('\n');
+  ++batch.count_;
+  if (batch.text_.size() >= kBatchBytes)
+    write_batch(batch);
+}
+
+void AccessLog::write_batch(AccessBatch& batch) {
+  if (batch.text_.empty())
+    return;
+  // One message of many lines: the file's sink adds the last newline.
+  logger_->info(std::string_view(batch.text_.data(), batch.text_.size() - 1));
+  batch.text_.clear();
+  batch.count_ = 0;
+}
+
+void AccessLog::flush(AccessBatch& batch) {
+  write_batch(batch);
+  logger_->flush();
 }
 
 void AccessLog::flush() { logger_->flush(); }

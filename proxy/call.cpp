@@ -60,7 +60,7 @@ void account_answer(const CallPtr& c, int status, double seconds) {
   e.deployment = c->route->deployment;
   if (const auto& slot = c->slot ? c->slot : c->last_slot)
     e.replica = slot->replica_id;
-  access->write(e);
+  access->add(e, c->worker->access_batch);
 }
 
 void finish(const CallPtr& c, Response&& r) {
@@ -410,7 +410,7 @@ void send(const CallPtr& c, SlotPtr slot) {
 
 void sweep(IoThread* w) {
   if (w->core->options.access_log)
-    w->core->options.access_log->flush();
+    w->core->options.access_log->flush(w->access_batch);
   auto limit = seconds_as<Clock::duration>(w->core->options.max_request_time_s);
   auto now = Clock::now();
   w->last_sweep_ns.store(

@@ -146,9 +146,9 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
 
   void on_request(ExchangePtr exchange) override;  // proxy.cpp
   // The troupe_http_* metrics and access log line of a request the proxy
-  // answered itself.
-  void log_local(std::string_view method, std::string_view path, std::string_view id, int status,
-                 double seconds);
+  // answered itself, on io thread `w`.
+  void log_local(IoThread& w, std::string_view method, std::string_view path,
+                 std::string_view id, int status, double seconds);
   // /-/dashboard/state: asks the controller (admin.cpp); `done` answers on
   // the exchange's io thread.
   void dashboard_state(ExchangePtr exchange, const std::string& id,
@@ -241,6 +241,8 @@ struct IoThread {
   // When this io thread last ran its sweep (steady clock, ns): the proxy's
   // health check tells a stalled io thread by it.
   std::atomic<int64_t> last_sweep_ns{0};
+  // This thread's access log lines not yet written (AccessLog::add).
+  AccessBatch access_batch;
 
   IoThread() = default;
   IoThread(const IoThread&) = delete;

@@ -41,7 +41,7 @@ RouterOptions Proxy::Core::router_options(const ProxyOptions& o) {
   return r;
 }
 
-void Proxy::Core::log_local(std::string_view method, std::string_view path,
+void Proxy::Core::log_local(IoThread& w, std::string_view method, std::string_view path,
                             std::string_view id, int status, double seconds) {
   metrics.observe_http("", "", method, status, seconds);
   if (!options.access_log || !options.access_log->wants(status))
@@ -52,7 +52,7 @@ void Proxy::Core::log_local(std::string_view method, std::string_view path,
   e.path = path;
   e.status = status;
   e.seconds = seconds;
-  options.access_log->write(e);
+  options.access_log->add(e, w.access_batch);
 }
 
 void Proxy::Core::on_request(ExchangePtr exchange) {
@@ -71,7 +71,7 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     metrics.observe("", r.result_int(), seconds);
     metrics.request_finished();
-    log_local(std::string_view(req.method_string().data(), req.method_string().size()),
+    log_local(*w, std::string_view(req.method_string().data(), req.method_string().size()),
               std::string_view(path.data(), path.size()), id, r.result_int(), seconds);
     r.set("X-Request-Id", id);
     exchange->respond(std::move(r));
@@ -357,6 +357,9 @@ void Proxy::stop() {
     w->active.clear();
     w->companion = nullptr;
     w->companion_handle = nullptr;
+    // The lines of the last second (and of calls dropped above).
+    if (core.options.access_log)
+      core.options.access_log->flush(w->access_batch);
   }
 }
 
