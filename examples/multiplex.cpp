@@ -30,8 +30,6 @@ struct Model {
 // on the thread of the get() that missed.
 thread_local int64_t current_load_ms = 0;
 
-}  // namespace
-
 class ModelHost : public troupe::Deployment {
  public:
   ModelHost(const troupe::Json& /*init_args*/, const troupe::ReplicaContext& ctx)
@@ -68,5 +66,7 @@ class ModelHost : public troupe::Deployment {
   std::atomic<int64_t> loads_{0};
   troupe::ModelCache<Model> models_;  // last: its loader uses the members above
 };
+
+}  // namespace
 
 TROUPE_DEPLOYMENT(ModelHost)

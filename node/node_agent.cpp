@@ -208,7 +208,7 @@ void adopt_controller(agent_actor* self, const AgentOptions& o, ControllerActor 
 void caf_connect(agent_actor* self, const AgentOptions& o);
 
 // A connection attempt failed: try again after the backoff.
-void unreachable(agent_actor* self, const AgentOptions& o, const std::string& why) {
+void unreachable(agent_actor* self, const std::string& why) {
   auto& st = self->state;
   st.log->warn("cannot reach the controller at {}: {}; retrying", st.heads->current().to_string(),
                why);
@@ -241,9 +241,9 @@ void connect(agent_actor* self, const AgentOptions& o) {
             if (why.empty())
               caf_connect(self, o);
             else
-              unreachable(self, o, why);
+              unreachable(self, why);
           },
-          [=](caf::error& err) { unreachable(self, o, self->home_system().render(err)); });
+          [=](caf::error& err) { unreachable(self, self->home_system().render(err)); });
 }
 
 void caf_connect(agent_actor* self, const AgentOptions& o) {
@@ -263,7 +263,7 @@ void caf_connect(agent_actor* self, const AgentOptions& o) {
             st.log->info("connected to the controller at {}", ep.to_string());
             adopt_controller(self, o, caf::actor_cast<ControllerActor>(ptr));
           },
-          [=](caf::error& err) { unreachable(self, o, self->home_system().render(err)); });
+          [=](caf::error& err) { unreachable(self, self->home_system().render(err)); });
 }
 
 void maybe_finish_shutdown(agent_actor* self, const AgentOptions& o) {

@@ -18,15 +18,16 @@ namespace troupe::libraries {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-constexpr const char* kSuffix = ".so";
-constexpr const char* kPartialPrefix = ".partial-";
-
+// Outside the file's anonymous namespace: LibraryDir::Progress holds one.
 struct DigestDeleter {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
 using Digest = std::unique_ptr<EVP_MD_CTX, DigestDeleter>;
+
+namespace {
+
+constexpr const char* kSuffix = ".so";
+constexpr const char* kPartialPrefix = ".partial-";
 
 Digest new_digest() {
   Digest ctx(EVP_MD_CTX_new());
