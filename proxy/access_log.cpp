@@ -1,5 +1,6 @@
 #include "proxy/access_log.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +67,10 @@ std::string stamp_of(int64_t second) {
   return text.substr(0, text.size() - 4);
 }
 
+int64_t millis_since_epoch(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
 void append_millis(std::string& out, int millis) {
   const char digits[4] = {char('0' + millis / 100), char('0' + millis / 10 % 10),
                           char('0' + millis % 10), 'Z'};
@@ -110,9 +115,7 @@ void AccessLog::append(std::string& out, const AccessEntry& e, const std::string
 }
 
 std::string AccessLog::format(const AccessEntry& e) const {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
+  const int64_t ms = millis_since_epoch(std::chrono::system_clock::now());
   std::string line;
   line.reserve(160);
   append(line, e, stamp_of(ms / 1000), static_cast<int>(ms % 1000));
@@ -129,14 +132,15 @@ void AccessLog::write(const AccessEntry& entry) {
   logger_->info(json_ ? line : line.substr(line.find(' ', line.find(' ') + 1) + 1));
 }
 
+size_t AccessBatch::lines() const { return std::count(text_.begin(), text_.end(), '\n'); }
+
 void AccessLog::add(const AccessEntry& entry, AccessBatch& batch,
                     std::chrono::system_clock::time_point now) {
   if (!own_file_) {
     write(entry);
     return;
   }
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  const int64_t ms = millis_since_epoch(now);
   const int64_t second = ms / 1000;
   if (second != batch.second_) {
     batch.second_ = second;
@@ -144,7 +148,6 @@ void AccessLog::add(const AccessEntry& entry, AccessBatch& batch,
   }
   append(batch.text_, entry, batch.stamp_, static_cast<int>(ms % 1000));
   batch.text_.push_back('\n');
-  ++batch.count_;
   if (batch.text_.size() >= kBatchBytes)
     write_batch(batch);
 }
@@ -155,14 +158,11 @@ void AccessLog::write_batch(AccessBatch& batch) {
   // One message of many lines: the file's sink adds the last newline.
   logger_->info(std::string_view(batch.text_.data(), batch.text_.size() - 1));
   batch.text_.clear();
-  batch.count_ = 0;
 }
 
 void AccessLog::flush(AccessBatch& batch) {
   write_batch(batch);
   logger_->flush();
 }
-
-void AccessLog::flush() { logger_->flush(); }
 
 }  // namespace troupe::proxy

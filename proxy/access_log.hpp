@@ -40,12 +40,11 @@ struct AccessEntry {
 // of once per line. Touched only by its own thread.
 class AccessBatch {
  public:
-  size_t lines() const { return count_; }
+  size_t lines() const;
 
  private:
   friend class AccessLog;
   std::string text_;  // lines, each ended by '\n'
-  size_t count_ = 0;
   int64_t second_ = -1;    // the second `stamp_` shows (since the epoch)
   std::string stamp_;      // "YYYY-MM-DDTHH:MM:SS."
 };
@@ -72,7 +71,6 @@ class AccessLog {
   // Writes what `batch` holds and flushes the file: each io thread's sweep
   // (at least once a second) and the proxy's stop.
   void flush(AccessBatch& batch);
-  void flush();
   static constexpr size_t kBatchBytes = 64 << 10;
 
  private:
