@@ -2,19 +2,23 @@
 // loads the page from a running cluster once, and the test reads the DOM it
 // rendered through the DevTools protocol (a WebSocket, Boost.Beast), also
 // after a replica was killed: the same page, refreshing by itself, shows the
-// replacement. A screenshot of the page is written next to the test binary
-// (docs/dashboard.png is one such screenshot).
+// replacement; and under load, its charts of each deployment's request rate,
+// p99 latency and errors, and its count of restarts. Screenshots of the page
+// are written next to the test binary (docs/dashboard.png is one such
+// screenshot).
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -161,6 +165,85 @@ std::set<std::string> replica_ids(const json& status, const std::string& app,
   return out;
 }
 
+// The attributes of deployment `key`'s chart `name` (rate, p99 or errors) as
+// the page drew it last: {"points": samples with a value, "last": the newest
+// sample's value (null when it had none), "max": the largest value shown
+// (null without points), "paths": drawn <path> elements}; null when the page
+// has no such chart.
+json chart(Browser& browser, const std::string& key, const std::string& name) {
+  return browser.eval(
+      "(() => { const s = document.querySelector('svg[data-chart=\"" + name +
+      "\"][data-deployment=\"" + key +
+      "\"]'); if (!s) return null;"
+      " const n = v => v === undefined || v === '' ? null : Number(v);"
+      " return {points: n(s.dataset.points), last: n(s.dataset.last), max: n(s.dataset.max),"
+      " paths: s.querySelectorAll('path').length}; })()");
+}
+
+// A number of chart()'s answer, or -1 when it is not a number.
+double field(const json& chart, const char* name) {
+  if (!chart.is_object() || !chart.contains(name) || !chart[name].is_number())
+    return -1;
+  return chart[name].get<double>();
+}
+
+// The restarts cell of deployment `key` (its data-restarts): -1 when the
+// page has no such cell or it is empty (a head without the count).
+int restarts(Browser& browser, const std::string& key) {
+  auto v = browser.eval("(() => { const td = document.querySelector('tr[data-deployment=\"" + key +
+                        "\"] td[data-restarts]'); return td ? td.dataset.restarts : ''; })()");
+  if (!v.is_string() || v.get<std::string>().empty())
+    return -1;
+  return std::stoi(v.get<std::string>());
+}
+
+// Closed-loop load from one thread until stopped (also when the test fails):
+// four requests that answer 200 (each computing 2 ms, so that the p99 is
+// well above 0), then one that throws (500), again and again.
+class MixedLoad {
+ public:
+  MixedLoad(uint16_t port, std::string prefix) {
+    thread_ = std::thread([this, port, prefix] {
+      for (uint64_t n = 0; !stop_; ++n) {
+        bool fail = n % 5 == 4;
+        auto r =
+            http_request(port, "GET", prefix + (fail ? "?mode=throw" : "?spin_us=2000"), "", 10);
+        int status = r ? r->status : 0;
+        (status == 200 ? ok_ : status == 500 ? errors_ : other_)++;
+      }
+    });
+  }
+  ~MixedLoad() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable())
+      thread_.join();
+  }
+  int ok() const { return ok_; }
+  int errors() const { return errors_; }
+  int other() const { return other_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> ok_{0}, errors_{0}, other_{0};
+  std::thread thread_;
+};
+
+// Two replicas of the probe; their load reports every 0.5 s (the setting is
+// autoscaling's, here with a fixed count: min = max).
+const char* kProbe = R"(applications:
+  - name: app
+    route_prefix: /app
+    import_path: libtroupe_examples.so:InlineProbe
+    args: {nonblocking: false}
+    deployments:
+      - name: InlineProbe
+        autoscaling_config:
+          min_replicas: 2
+          max_replicas: 2
+          metrics_interval_s: 0.5
+)";
+
 const char* kApps = R"(applications:
   - name: echo
     route_prefix: /echo
@@ -250,4 +333,121 @@ TEST_CASE("dashboard: headless Chromium shows every node - application and deplo
 
   browser.screenshot(bin_dir() + "/dashboard.png");
   CHECK(std::filesystem::file_size(bin_dir() + "/dashboard.png") > 10000);
+}
+
+TEST_CASE("dashboard: charts of a deployment under load - request rate - p99 latency - errors - and its restarts") {
+  Cluster c;
+  c.start({"w1"});
+  c.deploy_yaml("probe.yaml", kProbe);
+  const std::string key = "app/InlineProbe";
+  const uint16_t port = c.http_ports.at("head");
+
+  Browser browser(c.dir.path());
+  browser.call("Page.navigate",
+               {{"url", "http://127.0.0.1:" + std::to_string(c.admin_ports.at("head")) +
+                            "/-/dashboard?refresh=500"}});
+  REQUIRE(wait_until([&] { return browser.refreshes() >= 1; }, 20s, 50ms));
+  // Three charts from the first refresh on; the restarts cell shows 0.
+  CHECK(has(browser.dom(), "data-deployment=\"" + key + "\" data-status=\"HEALTHY\""));
+  for (const auto& name : {"rate", "p99", "errors"})
+    CHECK_MESSAGE(chart(browser, key, name).is_object(), name);
+  CHECK(restarts(browser, key) == 0);
+
+  MixedLoad load(port, "/app/");
+  // While the load runs, the rate chart's newest sample is above 0: the
+  // replicas reported it (every 0.5 s) and the page drew it (every 0.5 s).
+  json rate;
+  CHECK_MESSAGE(wait_until(
+                    [&] {
+                      rate = chart(browser, key, "rate");
+                      return field(rate, "last") > 0;
+                    },
+                    30s, 100ms),
+                rate.dump() << " ok " << load.ok() << " 500s " << load.errors());
+
+  // Kill one replica under load; wait for its replacement.
+  auto before = c.running_replicas("app", "InlineProbe");
+  REQUIRE(before.size() == 2);
+  const std::string victim = before.begin()->first;
+  auto killed = c.ctl({"kill", "replica", victim});
+  REQUIRE_MESSAGE(killed.exit_code == 0, killed.err);
+  REQUIRE(wait_until(
+      [&] {
+        auto s = c.status();
+        if (!s.is_object())
+          return false;
+        auto& d = s["applications"]["app"]["deployments"]["InlineProbe"];
+        std::set<std::string> running;
+        for (const auto& r : d["replicas"]) {
+          if (r.value("state", "") == "RUNNING")
+            running.insert(r.value("id", ""));
+        }
+        return d.value("status", "") == "HEALTHY" && running.size() == 2 && !running.count(victim);
+      },
+      60s, 200ms));
+  // The restarts cell counts the killed replica (highlighted: a badge).
+  int seen_restarts = -1;
+  CHECK_MESSAGE(wait_until(
+                    [&] {
+                      seen_restarts = restarts(browser, key);
+                      return seen_restarts >= 1;
+                    },
+                    20s, 100ms),
+                "data-restarts " << seen_restarts);
+  CHECK(browser.eval("!!document.querySelector('tr[data-deployment=\"" + key +
+                     "\"] td[data-restarts] .badge')") == true);
+
+  // The error and p99 charts have drawn the load too (reports after the
+  // kill came from both replicas again).
+  json errors, p99;
+  CHECK_MESSAGE(wait_until(
+                    [&] {
+                      errors = chart(browser, key, "errors");
+                      p99 = chart(browser, key, "p99");
+                      return field(errors, "max") > 0 && field(p99, "max") > 0;
+                    },
+                    30s, 100ms),
+                "errors " << errors.dump() << " p99 " << p99.dump());
+  load.stop();
+  INFO("ok " << load.ok() << ", 500s " << load.errors() << ", other " << load.other());
+  CHECK(load.ok() > 0);
+  CHECK(load.errors() > 0);
+
+  // Without load the newest samples say 0 requests/s and no p99 (null: no
+  // request finished), which the p99 chart keeps as a gap, not a point.
+  CHECK_MESSAGE(wait_until(
+                    [&] {
+                      rate = chart(browser, key, "rate");
+                      p99 = chart(browser, key, "p99");
+                      return field(rate, "last") == 0 && p99.is_object() && p99["last"].is_null();
+                    },
+                    30s, 100ms),
+                "rate " << rate.dump() << " p99 " << p99.dump());
+
+  // What the charts show: the rate's largest value > 0 over several
+  // samples, drawn; errors > 0; p99 a number of milliseconds (the ok
+  // requests compute 2 ms, so at least that, to within the estimate's 9 %),
+  // with fewer points than the rate: its null samples (before and after
+  // the load) are gaps, not points.
+  rate = chart(browser, key, "rate");
+  errors = chart(browser, key, "errors");
+  p99 = chart(browser, key, "p99");
+  CAPTURE(rate.dump());
+  CAPTURE(errors.dump());
+  CAPTURE(p99.dump());
+  CHECK(field(rate, "points") >= 2);
+  CHECK(field(rate, "max") > 0);
+  CHECK(field(rate, "paths") >= 1);
+  CHECK(field(errors, "points") >= 2);
+  CHECK(field(errors, "max") > 0);
+  CHECK(field(errors, "paths") >= 1);
+  CHECK(field(p99, "points") >= 1);
+  CHECK(field(p99, "max") >= 1.5);
+  CHECK(field(p99, "max") < 10000);
+  CHECK(field(p99, "points") < field(rate, "points"));
+  // The error rate never exceeds the request rate it is part of.
+  CHECK(field(errors, "max") <= field(rate, "max"));
+
+  browser.screenshot(bin_dir() + "/dashboard-charts.png");
+  CHECK(std::filesystem::file_size(bin_dir() + "/dashboard-charts.png") > 10000);
 }
