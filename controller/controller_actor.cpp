@@ -655,8 +655,9 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       [=](kill_atom, const std::string& kind, const std::string& id, const Credential& cred) {
         return on_kill(self, kind, id, cred);
       },
-      [=](metrics_atom, const std::string&, const std::string& replica, double ongoing,
-          uint64_t finished) { logic(self).replica_metrics(replica, ongoing, finished); },
+      [=](metrics_atom, const std::string&, const ReplicaLoad& load) {
+        logic(self).replica_metrics(load);
+      },
       [=](dashboard_atom) { return logic(self).dashboard(); },
       [=](metrics_atom, const std::string& reporter, const std::string& app,
           const std::string& deployment, double queued_and_inflight) {

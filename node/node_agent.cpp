@@ -462,6 +462,10 @@ void start_replica(agent_actor* self, const AgentOptions& o, const MetricsSinkAc
   ropts.metrics_sink = sink;
   ropts.handles = o.handles;
   ropts.registry = o.registry;
+  // Its own log file where a replica process's output would go: `troupectl
+  // logs` reads it, also after the replica ended.
+  if (o.processes)
+    ropts.log_file = o.processes->log_path(spec.replica_id);
   // A deployment that declares its handler non-blocking is called
   // inline by this node's proxy (runtime/local_replicas.hpp).
   if (o.channels)
@@ -861,13 +865,16 @@ void on_process_metrics(agent_actor* self, const AgentOptions& o, const std::str
 // process's output (running or ended) in its own file.
 caf::result<std::string, uint64_t> on_logs(agent_actor* self, const AgentOptions& o,
                                            const std::string& id, uint64_t offset, uint32_t tail) {
+  // Every replica's own file: a replica process's output, an in-process
+  // replica's ctx.log() lines; kept after the replica ended. An in-process
+  // replica without one (it could not be opened): its lines in the node's log.
   auto* h = self->state.hosted->find(id);
   bool in_process = h && !h->process;
   Result<node::LogRead> read = Status(errc::not_found, "");
-  if (in_process && !o.node_log_file.empty())
-    read = node::read_log(o.node_log_file, id, offset, tail);
-  else if (o.processes && !o.processes->log_path(id).empty())
+  if (o.processes && !o.processes->log_path(id).empty())
     read = node::read_log(o.processes->log_path(id), "", offset, tail);
+  if (!read && read.status().code() == errc::not_found && in_process && !o.node_log_file.empty())
+    read = node::read_log(o.node_log_file, id, offset, tail);
   if (!read) {
     if (read.status().code() == errc::not_found)
       return to_caf_error(
@@ -965,8 +972,8 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
       },
       [=](kill_replica_atom, const std::string& rid) { return on_kill(self, o, rid); },
       [=](stop_due_atom, const std::string& rid) { on_stop_due(self, o, rid); },
-      [=](metrics_atom, const std::string& rid, double ongoing, uint64_t finished) {
-        to_controller(self, metrics_atom::value, id, rid, ongoing, finished);
+      [=](metrics_atom, ReplicaLoad& load) {
+        to_controller(self, metrics_atom::value, id, std::move(load));
       },
       [=](metrics_atom, const std::string& rid, const std::string& encoded) {
         on_process_metrics(self, o, rid, encoded);

@@ -49,7 +49,7 @@ caf::behavior control_worker(caf::stateful_actor<ControlState>* self, ReplicaOpt
         ctx.max_num_models_per_replica = o.spec.max_num_models_per_replica;
         ctx.models = o.models;
         ctx.metrics = o.replica_metrics->user_sink();
-        ctx.logger = make_user_log(o.spec.replica_id);
+        ctx.logger = make_user_log(o.spec.replica_id, o.log_file);
         try {
           Instance made((*factory)->create(args, ctx));
           if (!o.spec.user_config.empty()) {

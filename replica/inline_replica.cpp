@@ -44,7 +44,7 @@ class InlineStream final : public local::PendingStream {
       {
         RequestIdScope scope(job->request_id, job->timeout_s, job->control);
         CafSink sink(std::move(sender), request_id);
-        run_stream(job->handled, job->key, *flow, sink);
+        run_stream(job->handled, job->key, *flow, sink, job->dispatch->metrics.get());
       }
       job->dispatch->inflight.remove(job->key);
       job->dispatch->finish();

@@ -319,10 +319,18 @@ caf::result<caf::ok_atom> on_stop(replica_actor* self, double timeout_s) {
 void report_load(replica_actor* self) {
   auto& st = self->state;
   auto now = Clock::now();
-  double average = st.dispatch->take_average(st.window_start, now);
+  ReplicaLoad load;
+  load.replica_id = st.options.spec.replica_id;
+  load.ongoing = st.dispatch->take_average(st.window_start, now);
+  load.finished = st.dispatch->finished();
   st.window_start = now;
-  self->send(st.options.metrics_sink, metrics_atom::value, st.options.spec.replica_id, average,
-             st.dispatch->finished());
+  if (st.dispatch->metrics) {
+    auto taken = st.dispatch->metrics->load().take();
+    load.errors = taken.errors;
+    load.streams = taken.streams;
+    load.p99_s = taken.p99_s;
+  }
+  self->send(st.options.metrics_sink, metrics_atom::value, std::move(load));
   report_models(self, true);
   self->delayed_send(self, seconds_as(st.options.spec.metrics_interval_s), report_atom::value);
 }

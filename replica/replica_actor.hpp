@@ -88,6 +88,12 @@ struct ReplicaOptions {
   // to the metrics sink every registry_interval_s, for the node to serve.
   bool report_registry = false;
   double registry_interval_s = 1.0;
+  // An in-process replica's own log file (<state-dir>/logs/replicas/<id>.log,
+  // where a replica process's output goes): its ctx.log() lines are written
+  // there too, besides its node's log, for `troupectl logs`, also after it
+  // ended. Empty: its node's log only (a replica process, whose output file
+  // has them already).
+  std::string log_file;
   // Set by spawn_replica: the replica's metrics in `registry`.
   std::shared_ptr<ReplicaMetrics> replica_metrics;
 };

@@ -220,6 +220,7 @@ void ReplicaMetrics::finished(bool error, double seconds) {
   if (error)
     impl_->errors->Increment();
   impl_->processing->Observe(seconds);
+  load_.record(error, seconds);
 }
 
 void ReplicaMetrics::health(bool healthy, double seconds) {

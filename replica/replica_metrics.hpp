@@ -11,6 +11,7 @@
 
 #include <troupe/deployment.hpp>
 
+#include "replica/load_window.hpp"
 #include "runtime/metrics.hpp"
 
 namespace troupe::replica {
@@ -29,6 +30,9 @@ class ReplicaMetrics {
   // the answer is a 5xx (an exception included).
   void started();
   void finished(bool error, double seconds);
+  // What the replica's metrics report carries besides them (ReplicaLoad):
+  // errors, streams in progress, the interval's p99 of handler time.
+  LoadWindow& load() { return load_; }
   // The user's check_health() ended after `seconds`.
   void health(bool healthy, double seconds);
   // Unhealthy without running the user's check (a stuck replica).
@@ -45,6 +49,7 @@ class ReplicaMetrics {
   explicit ReplicaMetrics(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   std::weak_ptr<ReplicaMetrics> self_;
+  LoadWindow load_;
 };
 
 }  // namespace troupe::replica

@@ -187,7 +187,7 @@ void stream_apart(Instance instance, DispatchPtr d, std::unique_ptr<Request> in,
     {
       RequestIdScope scope(req.request_id, req.timeout_s, control);
       ChannelSink sink(answers, req.call_key, d->channel->max_frame());
-      run_stream(h, req.call_key, *flow, sink);
+      run_stream(h, req.call_key, *flow, sink, d->metrics.get());
     }
     d->inflight.remove(req.call_key);
     d->finish();

@@ -210,7 +210,18 @@ Handled run_handler(Deployment& d, const Request& in, const std::string& request
   return h;
 }
 
-void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink) {
+void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink, ReplicaMetrics* metrics) {
+  struct InProgress {
+    LoadWindow* load;
+    explicit InProgress(LoadWindow* l) : load(l) {
+      if (load)
+        load->stream_started();
+    }
+    ~InProgress() {
+      if (load)
+        load->stream_ended();
+    }
+  } in_progress(metrics ? &metrics->load() : nullptr);
   h.out.body.clear();
   h.out.stream = key != 0 ? key : 1;
   if (!sink.head(std::move(h.out)))
@@ -246,7 +257,7 @@ void serve(Deployment& d, HttpRequest& req, const ModelReport* models, ReplicaMe
     sink.answer(std::move(h.out));
     return;
   }
-  run_stream(h, req.call_key, *flow, sink);
+  run_stream(h, req.call_key, *flow, sink, metrics);
 }
 
 // --- CafSink -------------------------------------------------------------------

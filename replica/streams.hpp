@@ -139,8 +139,9 @@ Handled run_handler(Deployment& d, const Request& in, const std::string& request
 // The rest of a streamed answer (the second half of serve()): the head
 // (h.out, named `key`), then what h.produce writes under `flow`'s window,
 // then the end (complete, or early when the producer threw or the stream
-// could not go on).
-void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink);
+// could not go on). With `metrics`, the stream counts as in progress
+// meanwhile.
+void run_stream(Handled& h, uint64_t key, Flow& flow, Sink& sink, ReplicaMetrics* metrics);
 
 // Runs `req` in the user's handle() and sends what it answers to `sink`: a
 // Response, or a stream (the head, then what the producer writes under the

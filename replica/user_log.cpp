@@ -10,8 +10,8 @@ namespace {
 
 class UserLog final : public LogSink {
  public:
-  explicit UserLog(std::string replica_id)
-      : replica_id_(std::move(replica_id)), log_(log::get("user")) {}
+  UserLog(std::string replica_id, std::shared_ptr<spdlog::logger> log)
+      : replica_id_(std::move(replica_id)), log_(std::move(log)) {}
 
   void write(LogLevel level, const std::string& message) override {
     log_->log(to_spdlog(level), "{}: {}", replica_id_, message);
@@ -38,8 +38,16 @@ class UserLog final : public LogSink {
 
 }  // namespace
 
-std::shared_ptr<LogSink> make_user_log(const std::string& replica_id) {
-  return std::make_shared<UserLog>(replica_id);
+std::shared_ptr<LogSink> make_user_log(const std::string& replica_id, const std::string& file) {
+  if (file.empty())
+    return std::make_shared<UserLog>(replica_id, log::get("user"));
+  auto own = log::with_file("user", file, kUserLogMaxBytes);
+  if (!own) {
+    log::get("replica")->warn("replica {}: its lines go to the node's log only: {}", replica_id,
+                              own.status().message());
+    return std::make_shared<UserLog>(replica_id, log::get("user"));
+  }
+  return std::make_shared<UserLog>(replica_id, std::move(*own));
 }
 
 }  // namespace troupe::replica

@@ -21,6 +21,8 @@ namespace {
 std::mutex mutex;
 std::vector<spdlog::sink_ptr> sinks;
 spdlog::level::level_enum level = spdlog::level::info;
+// What init() was given, for the formatter of a logger's own file (with_file).
+Options configured;
 
 }  // namespace
 
@@ -74,6 +76,19 @@ class JsonFormatter final : public spdlog::formatter {
   std::string process_;
 };
 
+// The format of every sink: text (the pattern, with the request id) or JSON.
+std::unique_ptr<spdlog::formatter> make_formatter(const Options& options) {
+  if (options.format == "json")
+    return std::make_unique<JsonFormatter>(options.process);
+  std::string pattern = "%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ ";
+  if (!options.process.empty())
+    pattern += "[" + options.process + "] ";
+  pattern += "%n: %R%v";
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<RequestFlag>('R').set_pattern(pattern);
+  return formatter;
+}
+
 }  // namespace
 
 const std::string* set_request_id(const std::string* id) {
@@ -116,20 +131,10 @@ Status init(const Options& options) {
       return Status(errc::io_error, "cannot open log file '" + options.file + "': " + e.what());
     }
   }
-  std::string pattern = "%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ ";
-  if (!options.process.empty())
-    pattern += "[" + options.process + "] ";
-  pattern += "%n: %R%v";
-  for (auto& sink : made) {
-    if (options.format == "json") {
-      sink->set_formatter(std::make_unique<JsonFormatter>(options.process));
-    } else {
-      auto formatter = std::make_unique<spdlog::pattern_formatter>();
-      formatter->add_flag<RequestFlag>('R').set_pattern(pattern);
-      sink->set_formatter(std::move(formatter));
-    }
-  }
+  for (auto& sink : made)
+    sink->set_formatter(make_formatter(options));
   std::lock_guard<std::mutex> guard(mutex);
+  configured = options;
   sinks = std::move(made);
   level = parsed;
   spdlog::drop_all();
@@ -146,6 +151,25 @@ std::shared_ptr<spdlog::logger> get(const std::string& component) {
   logger->set_level(level);
   logger->flush_on(spdlog::level::info);
   spdlog::register_logger(logger);
+  return logger;
+}
+
+Result<std::shared_ptr<spdlog::logger>> with_file(const std::string& component,
+                                                  const std::string& path, size_t max_bytes) {
+  std::lock_guard<std::mutex> guard(mutex);
+  if (sinks.empty())
+    sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  std::vector<spdlog::sink_ptr> all = sinks;
+  try {
+    auto own = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(path, max_bytes, 1);
+    own->set_formatter(make_formatter(configured));
+    all.push_back(std::move(own));
+  } catch (const spdlog::spdlog_ex& e) {
+    return Status(errc::io_error, "cannot open log file '" + path + "': " + e.what());
+  }
+  auto logger = std::make_shared<spdlog::logger>(component, all.begin(), all.end());
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::info);
   return logger;
 }
 

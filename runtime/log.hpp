@@ -31,6 +31,20 @@ Status init(const Options& options);
 // on first use with the sinks configured by init().
 std::shared_ptr<spdlog::logger> get(const std::string& component);
 
+// A logger of `component` that writes to the sinks configured by init()
+// and also to a file of its own at `path` (kept to `max_bytes`, one older
+// file beside it), in the same format: an in-process replica's lines, kept
+// apart for `troupectl logs`. Not registered: each caller holds its own.
+Result<std::shared_ptr<spdlog::logger>> with_file(const std::string& component,
+                                                  const std::string& path, size_t max_bytes);
+
+// A logger of `component` that writes to the sinks configured by init()
+// and also to a file of its own at `path` (kept to `max_bytes`, one older
+// file beside it), in the same format: an in-process replica's lines, kept
+// apart for `troupectl logs`. Not registered: each caller holds its own.
+Result<std::shared_ptr<spdlog::logger>> with_file(const std::string& component,
+                                                  const std::string& path, size_t max_bytes);
+
 // Flushes and drops every logger; call at the end of main.
 void shutdown();
 

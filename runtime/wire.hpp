@@ -51,7 +51,11 @@ namespace troupe {
 //     run before it reports ready).
 // 16: highly available heads: the controller answers leader_atom, a head
 //     candidate that does not lead answers every request errc::not_leader.
-constexpr uint32_t kProtocolVersion = 17;
+// 17: NodeInfo::head_mode (one cluster never mixes a single head with head
+//     candidates).
+// 18: a replica's metrics report is a ReplicaLoad (errors, streams in
+//     progress, the interval's p99 of handler time).
+constexpr uint32_t kProtocolVersion = 18;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -306,6 +310,24 @@ using ReplicaActor = caf::typed_actor<
     // Stop accepting, finish what is in flight (at most timeout_s), exit.
     caf::replies_to<stop_atom, double>::with<caf::ok_atom>>;
 
+// A replica's load, reported every metrics_interval_s by the replica to its
+// node agent, and by the agent to the controller (autoscaling, `troupectl
+// status`, the dashboard).
+struct ReplicaLoad {
+  std::string replica_id;
+  double ongoing = 0;     // average requests in flight over the interval
+  uint64_t finished = 0;  // requests finished since the replica started
+  uint64_t errors = 0;    // of those, answered with a status >= 500 (exceptions included)
+  uint32_t streams = 0;   // streamed answers in progress now
+  double p99_s = -1;      // 99th percentile of handler time in the interval; < 0: none finished
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaLoad& x) {
+  return f(caf::meta::type_name("troupe.ReplicaLoad"), x.replica_id, x.ongoing, x.finished,
+           x.errors, x.streams, x.p99_s);
+}
+
 // A replica a node agent hosts, as listed for a (recovering) controller.
 struct HostedReplicaInfo {
   std::string replica_id;
@@ -467,14 +489,13 @@ typename Inspector::result_type inspect(Inspector& f, Credential& x) {
 // could say so.
 
 // Where replicas send their metrics (the node agent's keeper): every
-// metrics_interval_s the replica's average ongoing requests.
+// metrics_interval_s the replica's load (ReplicaLoad).
 // And the models it holds, when they change (rate-limited) and with every
 // metrics report: (models, replica_id, seq, model ids).
 // A replica process also sends its whole metrics registry with every report
 // (runtime/metrics.hpp, encode()), which its node serves at /-/metrics.
 using MetricsSinkActor = caf::typed_actor<
-    // (replica_id, average ongoing requests, requests finished since it started)
-    caf::reacts_to<metrics_atom, std::string /*replica_id*/, double, uint64_t>,
+    caf::reacts_to<metrics_atom, ReplicaLoad>,
     caf::reacts_to<metrics_atom, std::string /*replica_id*/, std::string /*registry*/>,
     caf::reacts_to<models_atom, std::string /*replica_id*/, uint64_t, std::vector<std::string>>>;
 
@@ -609,9 +630,8 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<snapshot_atom, uint64_t, uint64_t>::with<RoutingSnapshot>,
     // Push: a proxy (holding epoch, seq) of a node gets every change.
     caf::reacts_to<subscribe_atom, ProxyActor, uint64_t, uint64_t, std::string /*node_id*/>,
-    // From node agents: (node, replica, average ongoing requests, requests
-    // finished since the replica started).
-    caf::reacts_to<metrics_atom, std::string, std::string, double, uint64_t>,
+    // From node agents: (node, the load one of its replicas reported).
+    caf::reacts_to<metrics_atom, std::string, ReplicaLoad>,
     // The head's dashboard: ControllerLogic::dashboard()'s JSON.
     caf::replies_to<dashboard_atom>::with<std::string>,
     // From proxies and handles: (reporter, app, deployment, queued + in flight).

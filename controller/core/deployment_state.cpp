@@ -981,7 +981,7 @@ std::vector<ReplicaInfo> DeploymentState::replicas() const {
     if (r.removed)
       continue;
     out.push_back({r.id, r.state, r.state == ReplicaState::starting && !r.placed, r.migrating,
-                   r.node_id, r.version});
+                   r.node_id, r.version, r.model_ids});
   }
   return out;
 }

@@ -81,6 +81,7 @@ struct ReplicaInfo {
   bool migrating = false;
   std::string node_id;
   ReplicaVersion version;
+  std::vector<std::string> model_ids;  // the models it holds (model multiplexing)
 };
 
 }  // namespace troupe::controller

@@ -1,17 +1,22 @@
 // What the controller saw happen, for people (the head's dashboard,
 // /-/dashboard): the recent events (nodes joining, leaving, dying; deploys
 // and deletes; deployment status changes; replicas that crashed) and each
-// replica's request rate from the counters replicas report with their
-// metrics. Plain C++ on the controller's clock: tests step it.
+// replica's load from what replicas report with their metrics (requests and
+// errors per second, requests and streams in progress, the p99 of handler
+// time), and the restarts of each deployment's replicas. Plain C++ on the
+// controller's clock: tests step it.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
+
+#include "runtime/wire.hpp"
 
 namespace troupe::controller {
 
@@ -35,25 +40,42 @@ class Activity {
   // at `now`: [{"age_s", "kind", "subject", "message", "warn"}].
   nlohmann::json events_json(double now, size_t limit) const;
 
-  // A replica's count of requests finished since it started, as reported
-  // at `now`. The rate is the growth since the previous report; a count that
-  // went down (a new process under the same id) starts over.
-  void count(const std::string& replica_id, uint64_t finished, double now);
+  // A replica's report at `now` (ReplicaLoad): its counts of requests
+  // finished and of errors since it started give rates, the growth since the
+  // previous report; a count that went down (a new process under the same
+  // id) starts over. The rest is taken as reported.
+  void report(const ReplicaLoad& load, double now);
+  // What the replica's last report said; nullopt when unknown or when that
+  // report is older than `stale_s`.
+  struct Load {
+    double requests_per_s = 0;
+    double errors_per_s = 0;
+    double in_flight = 0;  // average over the interval
+    uint32_t streams = 0;
+    double p99_s = -1;     // < 0: no request finished in the interval
+  };
+  std::optional<Load> load(const std::string& replica_id, double now, double stale_s = 30) const;
   // Requests per second of the replica over its last report interval; 0 when
-  // unknown or when its last report is older than `stale_s`.
+  // unknown or stale.
   double rate(const std::string& replica_id, double now, double stale_s = 30) const;
   // Forgets the replicas `keep` says are gone.
   void prune(const std::function<bool(const std::string& replica_id)>& keep);
 
+  // Replicas of deployment "APP/DEPLOYMENT" that went down without being
+  // asked to (the "crash" events), since the controller started.
+  uint64_t restarts(const std::string& app, const std::string& deployment) const;
+
  private:
   struct Counter {
     uint64_t finished = 0;
+    uint64_t errors = 0;
     double at = 0;
-    double rate = 0;
+    Load load;
   };
   size_t capacity_;
   std::deque<Event> events_;
   std::unordered_map<std::string, Counter> counters_;
+  std::unordered_map<std::string, uint64_t> restarts_;  // "APP/DEPLOYMENT" -> crashes
 };
 
 }  // namespace troupe::controller

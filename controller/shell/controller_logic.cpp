@@ -471,9 +471,22 @@ Result<KillTarget> ControllerLogic::kill(const std::string& kind, const std::str
 
 // ---------------------------------------------------------------- queries
 
+std::optional<ReplicaActivity> ControllerLogic::replica_activity(const std::string& id,
+                                                                 double t) const {
+  auto l = activity_.load(id, t);
+  if (!l)
+    return std::nullopt;
+  return ReplicaActivity{l->requests_per_s, l->errors_per_s, l->in_flight, l->streams, l->p99_s};
+}
+
 std::string ControllerLogic::status() const {
+  const double t = now();
   auto started_at = [&](const std::string& id) { return actors_.started_at(id); };
-  return render_status(core_.get(), recovering(), started_at).dump();
+  auto load_of = [&](const std::string& id) { return replica_activity(id, t); };
+  auto restarts_of = [&](const std::string& app, const std::string& deployment) {
+    return activity_.restarts(app, deployment);
+  };
+  return render_status(core_.get(), recovering(), started_at, load_of, restarts_of).dump();
 }
 
 std::string ControllerLogic::dashboard() const {
@@ -486,9 +499,12 @@ std::string ControllerLogic::dashboard() const {
   activity_.prune([&](const std::string& id) { return live.count(id) > 0; });
   const double t = now();
   auto started_at = [&](const std::string& id) { return actors_.started_at(id); };
-  auto rate_of = [&](const std::string& id) { return activity_.rate(id, t); };
+  auto load_of = [&](const std::string& id) { return replica_activity(id, t); };
+  auto restarts_of = [&](const std::string& app, const std::string& deployment) {
+    return activity_.restarts(app, deployment);
+  };
   nlohmann::json out;
-  out["status"] = render_status(core_.get(), recovering(), started_at, rate_of);
+  out["status"] = render_status(core_.get(), recovering(), started_at, load_of, restarts_of);
   auto nodes = nlohmann::json::array();
   for (const auto& n : render_nodes(membership_, proxies_, t)) {
     nodes.push_back({{"id", n.id},
@@ -632,11 +648,10 @@ void ControllerLogic::log_status_changes() {
 
 // ---------------------------------------------------------------- reports
 
-void ControllerLogic::replica_metrics(const std::string& replica_id, double ongoing,
-                                      uint64_t finished) {
-  activity_.count(replica_id, finished, now());
+void ControllerLogic::replica_metrics(const ReplicaLoad& load) {
+  activity_.report(load, now());
   if (!recovering())
-    core_->record_replica_metrics(replica_id, ongoing);
+    core_->record_replica_metrics(load.replica_id, load.ongoing);
 }
 
 bool ControllerLogic::replica_models(const std::string& replica_id, uint64_t seq,

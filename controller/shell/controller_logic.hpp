@@ -165,6 +165,8 @@ class ControllerLogic {
   // `troupectl nodes`, "events": the newest 50, newest first, each with
   // age_s, kind, subject, message, warn}.
   std::string dashboard() const;
+  // A replica's last load report at time `t`, for the two above.
+  std::optional<ReplicaActivity> replica_activity(const std::string& replica_id, double t) const;
   const Activity& activity() const { return activity_; }
   // A pull: what changed since (epoch, seq), or the same id when current.
   Result<RoutingSnapshot> snapshot(uint64_t epoch, uint64_t seq) const;
@@ -212,9 +214,10 @@ class ControllerLogic {
 
   // ------------------------------------------------------------ reports
 
-  // A replica's report: its average requests in flight over the last
-  // interval, and the requests it finished since it started.
-  void replica_metrics(const std::string& replica_id, double ongoing, uint64_t finished);
+  // A replica's report (ReplicaLoad): its average requests in flight over
+  // the last interval drive autoscaling; the rest is for status and the
+  // dashboard (Activity).
+  void replica_metrics(const ReplicaLoad& load);
   // The models a replica holds (model multiplexing). True when the actor
   // reconciles now, so that proxies get the change at once.
   bool replica_models(const std::string& replica_id, uint64_t seq,

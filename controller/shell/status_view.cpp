@@ -1,5 +1,6 @@
 #include "controller/shell/status_view.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace troupe::controller {
@@ -9,7 +10,8 @@ using nlohmann::json;
 namespace {
 
 json deployment_json(const StateManager& core, const DeploymentId& id, const DeploymentSpec& spec,
-                     const StartedAt& started_at, const RateOf& rate_of) {
+                     const StartedAt& started_at, const LoadOf& load_of,
+                     const RestartsOf& restarts_of) {
   json d;
   if (auto s = core.deployment_status(id)) {
     d["status"] = to_string(s->status);
@@ -21,30 +23,47 @@ json deployment_json(const StateManager& core, const DeploymentId& id, const Dep
   d["isolation"] = to_string(spec.config.isolation);
   d["memory_limit_bytes"] = spec.config.memory_limit_bytes;
   json rows = json::array();
-  double rate = 0;
+  ReplicaActivity sum;
   for (const auto& r : core.replicas(id)) {
     rows.push_back({{"id", r.id},
                     {"node", r.node_id},
                     {"state", to_string(r.state)},
                     {"version", r.version.code},
                     {"pending_allocation", r.pending_allocation},
-                    {"started", started_at ? started_at(r.id) : 0.0}});
-    if (rate_of) {
-      double x = rate_of(r.id);
-      rows.back()["requests_per_s"] = x;
-      rate += x;
-    }
+                    {"started", started_at ? started_at(r.id) : 0.0},
+                    {"models", r.model_ids}});
+    if (!load_of)
+      continue;
+    auto load = load_of(r.id).value_or(ReplicaActivity{});
+    auto& row = rows.back();
+    row["requests_per_s"] = load.requests_per_s;
+    row["errors_per_s"] = load.errors_per_s;
+    row["in_flight"] = load.in_flight;
+    row["streams"] = load.streams;
+    row["p99_ms"] = load.p99_s < 0 ? json(nullptr) : json(load.p99_s * 1000);
+    sum.requests_per_s += load.requests_per_s;
+    sum.errors_per_s += load.errors_per_s;
+    sum.in_flight += load.in_flight;
+    sum.streams += load.streams;
+    sum.p99_s = std::max(sum.p99_s, load.p99_s);
   }
   d["replicas"] = std::move(rows);
-  if (rate_of)
-    d["requests_per_s"] = rate;
+  if (load_of) {
+    d["requests_per_s"] = sum.requests_per_s;
+    d["errors_per_s"] = sum.errors_per_s;
+    d["in_flight"] = sum.in_flight;
+    d["streams"] = sum.streams;
+    d["p99_ms"] = sum.p99_s < 0 ? json(nullptr) : json(sum.p99_s * 1000);
+  }
+  if (restarts_of)
+    d["restarts"] = restarts_of(id.app, id.name);
   return d;
 }
 
 }  // namespace
 
 json render_status(const StateManager* core, bool recovering, const StartedAt& started_at,
-                   const RateOf& rate_of) {
+                   const LoadOf& load_of, const RestartsOf& restarts_of) {
   json apps = json::object();
   if (!core)
     return json{{"applications", apps}};
@@ -66,7 +85,8 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
     json deps = json::object();
     for (const auto& spec : app.deployments)
       deps[spec.name] =
-          deployment_json(*core, DeploymentId{name, spec.name}, spec, started_at, rate_of);
+          deployment_json(*core, DeploymentId{name, spec.name}, spec, started_at, load_of,
+                          restarts_of);
     a["deployments"] = std::move(deps);
     apps[name] = std::move(a);
   }

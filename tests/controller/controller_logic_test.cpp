@@ -258,9 +258,9 @@ TEST_CASE("logic: the dashboard lists nodes - status with request rates - and th
   auto a1 = f.handle();
   std::string id;
   auto replica = f.running_replica(a1, &id);
-  f.logic->replica_metrics(id, 1.0, 100);
+  f.logic->replica_metrics(ReplicaLoad{id, 1.0, 100});
   f.clock->advance(2.0);
-  f.logic->replica_metrics(id, 1.0, 300);
+  f.logic->replica_metrics(ReplicaLoad{id, 1.0, 300});
   f.logic->on_down(replica.address(), caf::exit_reason::kill, "exit_reason(kill)");
   f.reconcile_except_checks();
   auto d = nlohmann::json::parse(f.logic->dashboard());
@@ -286,19 +286,45 @@ TEST_CASE("logic: the dashboard lists nodes - status with request rates - and th
   CHECK(d["events"].back()["message"] == "node n1 joined (0 replicas)");  // the oldest
 }
 
-TEST_CASE("logic: a replica's request rate shows in the dashboard's status") {
+TEST_CASE("logic: a replica's load shows in status and the dashboard - rates - in flight - streams - p99 - models - restarts") {
   Fixture f;
   f.start();
   auto a1 = f.handle();
   std::string id;
-  f.running_replica(a1, &id);
-  f.logic->replica_metrics(id, 1.0, 100);
+  auto replica = f.running_replica(a1, &id);
+  {
+    auto s = nlohmann::json::parse(f.logic->status());
+    auto& dep = s["applications"]["a"]["deployments"]["D"];
+    CHECK(dep["p99_ms"].is_null());  // no report yet
+    CHECK(dep["restarts"] == 0);
+    CHECK(dep["replicas"][0]["models"] == nlohmann::json::array());
+    CHECK(dep["replicas"][0]["requests_per_s"] == 0.0);
+  }
+  f.logic->replica_metrics(ReplicaLoad{id, 1.0, 100, 5, 0, 0.001});
   f.clock->advance(2.0);
-  f.logic->replica_metrics(id, 1.0, 300);
-  auto d = nlohmann::json::parse(f.logic->dashboard());
-  auto& dep = d["status"]["applications"]["a"]["deployments"]["D"];
-  CHECK(dep["requests_per_s"].get<double>() == doctest::Approx(100.0));
-  CHECK(dep["replicas"][0]["requests_per_s"].get<double>() == doctest::Approx(100.0));
+  f.logic->replica_metrics(ReplicaLoad{id, 1.5, 300, 25, 2, 0.0042});
+  f.logic->replica_models(id, 1, {"m1", "m2"});
+  for (const auto& text : {f.logic->status(), f.logic->dashboard()}) {
+    auto j = nlohmann::json::parse(text);
+    auto& apps = j.contains("status") ? j["status"]["applications"] : j["applications"];
+    auto& dep = apps["a"]["deployments"]["D"];
+    CAPTURE(dep.dump());
+    CHECK(dep["requests_per_s"].get<double>() == doctest::Approx(100.0));
+    CHECK(dep["errors_per_s"].get<double>() == doctest::Approx(10.0));
+    CHECK(dep["in_flight"].get<double>() == doctest::Approx(1.5));
+    CHECK(dep["streams"] == 2);
+    CHECK(dep["p99_ms"].get<double>() == doctest::Approx(4.2));
+    auto& row = dep["replicas"][0];
+    CHECK(row["requests_per_s"].get<double>() == doctest::Approx(100.0));
+    CHECK(row["errors_per_s"].get<double>() == doctest::Approx(10.0));
+    CHECK(row["streams"] == 2);
+    CHECK(row["p99_ms"].get<double>() == doctest::Approx(4.2));
+    CHECK(row["models"] == nlohmann::json::array({"m1", "m2"}));
+  }
+  // A crash counts as a restart of the deployment.
+  f.logic->on_down(replica.address(), caf::exit_reason::kill, "exit_reason(kill)");
+  auto s = nlohmann::json::parse(f.logic->status());
+  CHECK(s["applications"]["a"]["deployments"]["D"]["restarts"] == 1);
 }
 
 TEST_CASE("logic: a registered node is ALIVE - it heartbeats - drains and leaves") {

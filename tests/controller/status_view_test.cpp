@@ -43,13 +43,13 @@ TEST_CASE("status: applications - deployments and replicas with every field") {
   CHECK(s.dump() ==
         R"({"applications":{"a":{"deployments":{)"
         R"("D":{"isolation":"process","memory_limit_bytes":268435456,"message":"",)"
-        R"("replicas":[{"id":"a#D#1","node":"n1","pending_allocation":false,)"
+        R"("replicas":[{"id":"a#D#1","models":[],"node":"n1","pending_allocation":false,)"
         R"("started":1700000000.5,"state":"RUNNING","version":")" +
             vd +
             R"("}],)"
             R"("status":"HEALTHY","target_replicas":1,"trigger":"CONFIG_UPDATE_COMPLETED"},)"
             R"("E":{"isolation":"process","memory_limit_bytes":0,"message":"",)"
-            R"("replicas":[{"id":"a#E#2","node":"n2","pending_allocation":false,)"
+            R"("replicas":[{"id":"a#E#2","models":[],"node":"n2","pending_allocation":false,)"
             R"("started":0.0,"state":"RUNNING","version":")" +
             ve +
             R"("}],)"

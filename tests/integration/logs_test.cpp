@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -223,11 +224,13 @@ TEST_CASE("logs: troupectl logs shows what a replica on another node printed - i
         30s, 100ms));
     return json::parse(r->body).value("replica_id", "");
   };
+  std::map<std::string, std::string> replica_of;  // app -> its replica
   for (const std::string app : {"remote", "local"}) {
     CAPTURE(app);
     const std::string marker = app + "-marker-1";
     const std::string request_id = "req-" + app + "-1";
     const std::string replica = print(app, marker, request_id);
+    replica_of[app] = replica;
     REQUIRE(replica.rfind(app + "#InlineProbe#", 0) == 0);
     // The line may take a moment to reach the file (a replica process's
     // output goes through its node's supervisor).
@@ -298,6 +301,27 @@ TEST_CASE("logs: troupectl logs shows what a replica on another node printed - i
   auto bad_tail = cluster.ctl({"logs", "remote", "--tail", "-3"}, 30s);
   CHECK(bad_tail.exit_code == 1);
   CHECK(bad_tail.err.find("--tail") != std::string::npos);
+
+  // Each replica's lines are in a file of its own on its node, the
+  // in-process one's too (not only in the node's log), and are still shown
+  // once the replica is gone.
+  for (const std::string app : {"remote", "local"}) {
+    CAPTURE(app);
+    const std::string file = cluster.dir / ("w1/logs/replicas/" + replica_of[app] + ".log");
+    CHECK_MESSAGE(std::filesystem::exists(file), file);
+    auto deleted = cluster.ctl({"delete", app}, 30s);
+    REQUIRE(deleted.exit_code == 0);
+  }
+  REQUIRE(wait_until([&] { return cluster.status()["applications"].empty(); }, 30s, 100ms));
+  for (const std::string app : {"remote", "local"}) {
+    CAPTURE(app);
+    auto after = cluster.ctl({"logs", replica_of[app], "--tail", "100"}, 30s);
+    CAPTURE(after.err);
+    CHECK(after.exit_code == 0);
+    CHECK(after.out.find(app + "-marker-1") != std::string::npos);
+    CHECK(after.out.find(app + "-marker-2") != std::string::npos);
+  }
+
   auto reports = cluster.stop_all();
   for (const auto& r : reports)
     FAIL_CHECK(r);

@@ -2,9 +2,16 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <set>
+#include <sstream>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
 
 using namespace troupe::testing;
 using nlohmann::json;
@@ -421,4 +428,125 @@ TEST_CASE("leader: a single head names itself - an address list skips heads it c
   auto bad = run({ctl, "--address", c.cluster.address + ",nohost", "status"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("--address: 'nohost'") != std::string::npos);
+}
+
+namespace {
+
+const char* kStreamsAndModels = R"(applications:
+  - name: stream
+    route_prefix: /stream
+    import_path: libtroupe_examples.so:Ticker
+    deployments:
+      - name: Ticker
+        autoscaling_config: {min_replicas: 1, max_replicas: 1, metrics_interval_s: 0.2}
+  - name: models
+    route_prefix: /models
+    import_path: libtroupe_examples.so:ModelHost
+    deployments:
+      - name: ModelHost
+        max_num_models_per_replica: 2
+        autoscaling_config: {min_replicas: 1, max_replicas: 1, metrics_interval_s: 0.2}
+)";
+
+// A client that sends one request and reads nothing until it closes.
+struct OpenRequest {
+  int fd = -1;
+  OpenRequest(uint16_t port, const std::string& target) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+  }
+  ~OpenRequest() { close(); }
+  void close() {
+    if (fd >= 0)
+      ::close(fd);
+    fd = -1;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("status lists each replica's models and the streams in flight - text and --json") {
+  Ctl c;
+  auto deployed = c.cluster.ctl({"deploy", c.cluster.write("apps.yaml", kStreamsAndModels),
+                                 "--wait", "--timeout", "60"});
+  CAPTURE(deployed.out);
+  CAPTURE(deployed.err);
+  REQUIRE(deployed.exit_code == 0);
+  const uint16_t port = c.cluster.http_ports.at("head");
+  auto deployment = [&](const std::string& app, const std::string& name) {
+    return c.status()["applications"][app]["deployments"][name];
+  };
+
+  // A request that names model m3 loads it: the replica holds it.
+  auto loaded = http_request(port, "GET", "/models/", "", 30, {{"serve_multiplexed_model_id", "m3"}});
+  REQUIRE(loaded);
+  CHECK(loaded->status == 200);
+  json dep;
+  CHECK(wait_until(
+      [&] {
+        dep = deployment("models", "ModelHost");
+        return dep["replicas"].size() == 1 &&
+               dep["replicas"][0].value("models", json::array()) == json::array({"m3"});
+      },
+      20s, 100ms));
+  CAPTURE(dep.dump());
+  RunResult text;
+  CHECK(wait_until(
+      [&] {
+        text = c.cluster.ctl({"status", "models"});
+        return text.exit_code == 0 && text.out.find("models: m3") != std::string::npos;
+      },
+      10s, 100ms));
+  CAPTURE(text.out);
+
+  // A stream of 60 s held open by a client: one stream in flight at the
+  // deployment and its replica, as its next reports say.
+  {
+    OpenRequest open(port, "/stream/?n=600&ms=100");
+    CHECK(wait_until(
+        [&] {
+          dep = deployment("stream", "Ticker");
+          return dep.value("streams", 0) == 1 && dep["replicas"].size() == 1 &&
+                 dep["replicas"][0].value("streams", 0) == 1 &&
+                 dep.value("in_flight", 0.0) > 0.5;
+        },
+        20s, 100ms));
+    CAPTURE(dep.dump());
+    // The deployment's load line, and the replica's (its id first).
+    auto line_of = [](const std::string& out, const std::string& needle) {
+      std::istringstream lines(out);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find(needle) != std::string::npos)
+          return line;
+      }
+      return std::string();
+    };
+    CHECK(wait_until(
+        [&] {
+          text = c.cluster.ctl({"status", "stream"});
+          auto load = line_of(text.out, " req/s  ");
+          auto replica = line_of(text.out, "    stream#Ticker#");
+          return text.exit_code == 0 && load.find("  streams 1  restarts 0") != std::string::npos &&
+                 replica.size() > 9 && replica.substr(replica.size() - 9) == "streams 1";
+        },
+        10s, 100ms));
+    CAPTURE(text.out);
+    // The client leaves: the stream ends at the replica.
+    open.close();
+    CHECK(wait_until(
+        [&] {
+          dep = deployment("stream", "Ticker");
+          return dep.value("streams", -1) == 0 && dep["replicas"][0].value("streams", -1) == 0;
+        },
+        20s, 100ms));
+  }
+  text = c.cluster.ctl({"status", "stream"});
+  CHECK(text.out.find("  streams 0  restarts 0") != std::string::npos);
 }

@@ -75,3 +75,50 @@ TEST_CASE("user log: in JSON every line parses and the request id is a field") {
   CHECK(last["level"] == "error");
   CHECK_FALSE(last.contains("request_id"));
 }
+
+TEST_CASE("user log: an in-process replica's lines also go to its own file - in the node's format - a bad path falls back to the node's log") {
+  testing::TempDir dir("troupe-user-log-own");
+  auto node_file = dir / "node.log";
+  const std::string own_file = dir / "replicas/shop#Cart#2.log";
+  log::Options options;
+  options.file = node_file;
+  options.format = "json";
+  options.process = "n1";
+  REQUIRE(log::init(options).is_ok());
+  ReplicaContext ctx{"shop", "Cart", "shop#Cart#2", "n1", "v1", nullptr};
+  ctx.logger = replica::make_user_log(ctx.replica_id, own_file);
+  {
+    const std::string id = "req-7";
+    replica::RequestIdScope scope(id);
+    ctx.log(LogLevel::info, "only mine");
+  }
+  log::get("replica")->info("a line of the node");
+  // A directory where the file should be: it cannot be opened.
+  fs::create_directories(dir / "taken.log");
+  ReplicaContext other{"shop", "Cart", "shop#Cart#3", "n1", "v1", nullptr};
+  other.logger = replica::make_user_log(other.replica_id, dir / "taken.log");
+  other.log(LogLevel::warn, "still logged");
+  log::shutdown();
+
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::vector<nlohmann::json> out;
+    for (std::string line; std::getline(in, line);)
+      out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  auto own = read(own_file);
+  REQUIRE(own.size() == 1);
+  CHECK(own[0]["msg"] == "shop#Cart#2: only mine");
+  CHECK(own[0]["component"] == "user");
+  CHECK(own[0]["node"] == "n1");
+  CHECK(own[0]["request_id"] == "req-7");
+  std::string node_text;
+  for (const auto& line : read(node_file))
+    node_text += line["msg"].get<std::string>() + "\n";
+  CHECK(node_text.find("shop#Cart#2: only mine") != std::string::npos);
+  CHECK(node_text.find("a line of the node") != std::string::npos);
+  CHECK(node_text.find("shop#Cart#3: its lines go to the node's log only: cannot open log file") !=
+        std::string::npos);
+  CHECK(node_text.find("shop#Cart#3: still logged") != std::string::npos);
+}

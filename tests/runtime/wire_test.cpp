@@ -59,6 +59,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<std::vector<NodeStatus>>(sys, "troupe.NodeStatusList");
   check_registered<ReplicaSpec>(sys, "troupe.ReplicaSpec");
   check_registered<ReplicaMetadata>(sys, "troupe.ReplicaMetadata");
+  check_registered<ReplicaLoad>(sys, "troupe.ReplicaLoad");
   check_registered<HostedReplicaInfo>(sys, "troupe.HostedReplicaInfo");
   check_registered<std::vector<HostedReplicaInfo>>(sys, "troupe.HostedReplicaList");
   check_registered<HttpRequest>(sys, "troupe.HttpRequest");
@@ -84,7 +85,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 23);
+  CHECK(registered == 24);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -108,6 +109,14 @@ TEST_CASE("wire types survive serialization") {
   CHECK(rows2[0].reason == "registered");
   CHECK(rows2[0].pid == 7);
   CHECK(rows2[0].proxy == "HEALTHY");
+  ReplicaLoad load{"shop#Cart#3", 1.5, 1200, 7, 2, 0.0125};
+  auto load2 = round_trip(sys, load);
+  CHECK(load2.replica_id == "shop#Cart#3");
+  CHECK(load2.ongoing == 1.5);
+  CHECK(load2.finished == 1200);
+  CHECK(load2.errors == 7);
+  CHECK(load2.streams == 2);
+  CHECK(load2.p99_s == 0.0125);
   RouteEntry route{"/greet", "greet", "Hello", {{"Canary", 0.25}, {"Hello", 0.75}}, "X-User"};
   auto route2 = round_trip(sys, route);
   CHECK(route2.prefix == "/greet");

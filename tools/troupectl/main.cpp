@@ -129,6 +129,23 @@ std::string format_time(double unix_s) {
   return buf;
 }
 
+// 0, 0.4, 12.5, 130: one decimal below 100.
+std::string format_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, x < 100 ? "%.1f" : "%.0f", x);
+  return buf;
+}
+
+// A latency in milliseconds, or "-" when there is none (null).
+std::string format_ms(const json& ms) {
+  if (!ms.is_number())
+    return "-";
+  char buf[32];
+  const double x = ms.get<double>();
+  std::snprintf(buf, sizeof buf, x < 10 ? "%.2f ms" : "%.0f ms", x);
+  return buf;
+}
+
 size_t running_count(const json& dep) {
   size_t n = 0;
   for (const auto& r : dep.value("replicas", json::array())) {
@@ -190,12 +207,33 @@ void print_status(const json& status, bool replicas) {
       std::printf("\n");
       if (!dep.value("message", "").empty())
         std::printf("    %s\n", dep.value("message", "").c_str());
+      // Its load as its replicas last reported it (a controller of an older
+      // version sends none).
+      if (dep.contains("requests_per_s") && dep.contains("streams")) {
+        std::printf("    %s req/s  %s errors/s  p99 %s  in flight %s  streams %s  restarts %s\n",
+                    format_number(dep.value("requests_per_s", 0.0)).c_str(),
+                    format_number(dep.value("errors_per_s", 0.0)).c_str(),
+                    format_ms(dep.value("p99_ms", json())).c_str(),
+                    format_number(dep.value("in_flight", 0.0)).c_str(),
+                    std::to_string(dep.value("streams", 0)).c_str(),
+                    std::to_string(dep.value("restarts", 0)).c_str());
+      }
       if (!replicas)
         continue;
       for (const auto& r : dep.value("replicas", json::array())) {
-        std::printf("    %-34s %-10s %-11s %-26s %s\n", r.value("id", "").c_str(),
+        std::string extra;
+        if (r.value("streams", 0) > 0)
+          extra += "  streams " + std::to_string(r.value("streams", 0));
+        const auto models = r.value("models", json::array());
+        if (!models.empty()) {
+          extra += "  models:";
+          for (const auto& m : models)
+            extra += " " + m.get<std::string>();
+        }
+        std::printf("    %-34s %-10s %-11s %-26s %s%s\n", r.value("id", "").c_str(),
                     r.value("node", "").c_str(), r.value("state", "").c_str(),
-                    r.value("version", "").c_str(), format_time(r.value("started", 0.0)).c_str());
+                    r.value("version", "").c_str(), format_time(r.value("started", 0.0)).c_str(),
+                    extra.c_str());
       }
     }
   }

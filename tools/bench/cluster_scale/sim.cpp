@@ -67,7 +67,7 @@ caf::behavior stand_in_replica(caf::stateful_actor<ReplicaState>* self, ReplicaS
       },
       [=](tick_atom) {
         auto& st = self->state;
-        self->send(st.agent, metrics_atom::value, st.meta.replica_id, 0.0, st.finished);
+        self->send(st.agent, metrics_atom::value, ReplicaLoad{st.meta.replica_id, 0.0, st.finished});
         self->delayed_send(self, seconds_as(st.metrics_interval_s), tick_atom::value);
       },
   };
@@ -263,10 +263,10 @@ caf::behavior sim_agent(agent_actor* self, NodeInfo info, Endpoint controller, c
         return caf::ok_atom::value;
       },
       [=](stop_node_atom) { self->quit(); },
-      [=](metrics_atom, const std::string& replica_id, double ongoing, uint64_t finished) {
+      [=](metrics_atom, ReplicaLoad& load) {
         auto& st = self->state;
         if (st.registered && st.controller)
-          self->send(st.controller, metrics_atom::value, st.info.id, replica_id, ongoing, finished);
+          self->send(st.controller, metrics_atom::value, st.info.id, std::move(load));
       },
   };
 }
