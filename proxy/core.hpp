@@ -30,6 +30,7 @@
 //   metrics.{hpp,cpp}, access_log.{hpp,cpp}, http_fields.{hpp,cpp}
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -66,6 +67,12 @@ namespace troupe::proxy {
 
 struct IoThread;
 struct DataPort;
+
+// Seconds to wait before connecting again to a peer's data port or peer
+// listener after `failures` failures in a row: 2, 4, ... 30.
+inline uint32_t reconnect_backoff_s(uint32_t failures) {
+  return std::min<uint32_t>(30, 1u << std::min<uint32_t>(failures, 5));
+}
 
 // Everything the proxy shares between its io threads and its actor.
 struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::Core> {

@@ -58,12 +58,6 @@ namespace troupe::proxy {
 
 using nlohmann::json;
 
-namespace {
-
-constexpr uint32_t kMaxBackoffS = 30;
-
-}  // namespace
-
 // A caf::error as a `failed` frame's code and payload, and back.
 std::string error_payload(const caf::error& err) {
   uint64_t category = static_cast<uint64_t>(err.category());
@@ -195,7 +189,7 @@ struct PeerConn : FrameConn {
   void on_closed(const std::string& why) override {
     auto* core = t.core;
     ++failures;
-    uint32_t backoff = std::min<uint32_t>(kMaxBackoffS, 1u << std::min<uint32_t>(failures, 5));
+    uint32_t backoff = reconnect_backoff_s(failures);
     retry_at = Clock::now() + std::chrono::seconds(backoff);
     auto victims = client.calls_.take(this);
     if (up) {

@@ -21,7 +21,6 @@ namespace {
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr std::chrono::milliseconds kProbeTimeout{2000};
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
-constexpr uint32_t kMaxBackoffS = 30;
 
 std::string where(const PeerEndpoint& ep) {
   return ep.host + ":" + std::to_string(ep.port);
@@ -35,7 +34,7 @@ void failed(ProxyImpl::pointer self, const core_ptr& core, const std::string& id
   auto& link = it->second;
   link.connecting = false;
   ++link.failures;
-  uint32_t backoff = std::min<uint32_t>(kMaxBackoffS, 1u << std::min<uint32_t>(link.failures, 5));
+  uint32_t backoff = reconnect_backoff_s(link.failures);
   // The first failure, then one in ten: a peer that stays away is reached
   // through the head meanwhile.
   if (link.failures == 1 || link.failures % 10 == 0) {

@@ -195,9 +195,10 @@ namespace {
 // Replicas of the probe replaced one by one (new args), then deleted, while
 // four clients send requests: none fails before the delete, and after it
 // only 404 or 503.
-void update_and_delete_under_load(const std::string& isolation) {
+void update_and_delete_under_load(const std::string& isolation, bool blocking = false) {
+  const std::string extra = blocking ? ", nonblocking: false}" : "}";
   InlineNode node;
-  node.deploy(config(2, 4, "{generation: 1}", isolation));
+  node.deploy(config(2, 4, "{generation: 1" + extra, isolation));
   node.wait_replicas("probe", 2);
 
   std::atomic<bool> stop{false};
@@ -227,7 +228,7 @@ void update_and_delete_under_load(const std::string& isolation) {
   REQUIRE(wait_until([&] { return answered() >= 100; }, 30s, 10ms));
 
   // New args: a new version, replaced replica by replica while requests flow.
-  node.deploy(config(2, 4, "{generation: 2}", isolation));
+  node.deploy(config(2, 4, "{generation: 2" + extra, isolation));
   const int after_update = answered();
   REQUIRE(wait_until([&] { return answered() >= after_update + 100; }, 30s, 10ms));
 
@@ -259,6 +260,10 @@ void update_and_delete_under_load(const std::string& isolation) {
 
 TEST_CASE("inline: a rolling update and a delete while requests flow lose no request") {
   update_and_delete_under_load("in_process");
+}
+
+TEST_CASE("in process: a rolling update and a delete while requests flow to a blocking handler lose no request") {
+  update_and_delete_under_load("in_process", true);
 }
 
 TEST_CASE("inline: a process-isolated non-blocking deployment answers from one loop over its data channel") {

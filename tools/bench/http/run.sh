@@ -139,7 +139,8 @@ trap 'exit 130' INT TERM
 
 wait_http() {  # URL, seconds
   local deadline=$((SECONDS + $2))
-  until curl -fsS -o /dev/null "$1" 2>/dev/null; do
+  # Each try bounded: a request that is never answered must not hang the run.
+  until curl -fsS --max-time 5 -o /dev/null "$1" 2>/dev/null; do
     if [ $SECONDS -ge $deadline ]; then
       echo "run.sh: $1 did not answer within $2 s" >&2
       return 1
