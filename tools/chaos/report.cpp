@@ -715,9 +715,20 @@ void analyze(RunData& run) {
     }
     std::map<std::string, int> turned;
     std::map<std::string, std::string> last;
+    // In the order the nodes' states were read, not the order the rounds
+    // started: a round whose status call waited out its timeout reads them
+    // after a later round did, and read in start order an old DEAD would
+    // follow a fresh ALIVE (a transition the controller never made).
+    std::vector<const Observation*> read;
     for (const auto& o : obs) {
-      if (!o.nodes_ok)
-        continue;
+      if (o.nodes_ok)
+        read.push_back(&o);
+    }
+    std::stable_sort(read.begin(), read.end(), [](const Observation* a, const Observation* b) {
+      return a->state_end_s < b->state_end_s;
+    });
+    for (const auto* op : read) {
+      const auto& o = *op;
       for (const auto& [id, st] : o.node_state) {
         auto& before = last[id];
         if (st == "DEAD" && !before.empty() && before != "DEAD")
