@@ -24,6 +24,15 @@ spdlog::level::level_enum level = spdlog::level::info;
 // What init() was given, for the formatter of a logger's own file (with_file).
 Options configured;
 
+// A logger of `component` on `to`, at the configured level (the mutex held).
+std::shared_ptr<spdlog::logger> make_logger(const std::string& component,
+                                            const std::vector<spdlog::sink_ptr>& to) {
+  auto logger = std::make_shared<spdlog::logger>(component, to.begin(), to.end());
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::info);
+  return logger;
+}
+
 }  // namespace
 
 namespace {
@@ -147,9 +156,7 @@ std::shared_ptr<spdlog::logger> get(const std::string& component) {
     return existing;
   if (sinks.empty())
     sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-  auto logger = std::make_shared<spdlog::logger>(component, sinks.begin(), sinks.end());
-  logger->set_level(level);
-  logger->flush_on(spdlog::level::info);
+  auto logger = make_logger(component, sinks);
   spdlog::register_logger(logger);
   return logger;
 }
@@ -167,10 +174,7 @@ Result<std::shared_ptr<spdlog::logger>> with_file(const std::string& component,
   } catch (const spdlog::spdlog_ex& e) {
     return Status(errc::io_error, "cannot open log file '" + path + "': " + e.what());
   }
-  auto logger = std::make_shared<spdlog::logger>(component, all.begin(), all.end());
-  logger->set_level(level);
-  logger->flush_on(spdlog::level::info);
-  return logger;
+  return make_logger(component, all);
 }
 
 void shutdown() {

@@ -58,8 +58,8 @@ void Activity::report(const ReplicaLoad& load, double now) {
   c.load.p99_s = load.p99_s;
 }
 
-std::optional<Activity::Load> Activity::load(const std::string& replica_id, double now,
-                                             double stale_s) const {
+std::optional<ReplicaActivity> Activity::load(const std::string& replica_id, double now,
+                                              double stale_s) const {
   auto it = counters_.find(replica_id);
   if (it == counters_.end() || now - it->second.at > stale_s)
     return std::nullopt;

@@ -28,6 +28,15 @@ struct Event {
   bool warn = false;    // deserves attention (DEAD, crash, UNHEALTHY, ...)
 };
 
+// A replica's load as its last report gave it (Activity::load).
+struct ReplicaActivity {
+  double requests_per_s = 0;
+  double errors_per_s = 0;
+  double in_flight = 0;  // average over the interval
+  uint32_t streams = 0;
+  double p99_s = -1;     // < 0: no request finished in the interval
+};
+
 class Activity {
  public:
   explicit Activity(size_t capacity = 200) : capacity_(capacity) {}
@@ -47,14 +56,8 @@ class Activity {
   void report(const ReplicaLoad& load, double now);
   // What the replica's last report said; nullopt when unknown or when that
   // report is older than `stale_s`.
-  struct Load {
-    double requests_per_s = 0;
-    double errors_per_s = 0;
-    double in_flight = 0;  // average over the interval
-    uint32_t streams = 0;
-    double p99_s = -1;     // < 0: no request finished in the interval
-  };
-  std::optional<Load> load(const std::string& replica_id, double now, double stale_s = 30) const;
+  std::optional<ReplicaActivity> load(const std::string& replica_id, double now,
+                                      double stale_s = 30) const;
   // Requests per second of the replica over its last report interval; 0 when
   // unknown or stale.
   double rate(const std::string& replica_id, double now, double stale_s = 30) const;
@@ -70,7 +73,7 @@ class Activity {
     uint64_t finished = 0;
     uint64_t errors = 0;
     double at = 0;
-    Load load;
+    ReplicaActivity load;
   };
   size_t capacity_;
   std::deque<Event> events_;

@@ -471,22 +471,9 @@ Result<KillTarget> ControllerLogic::kill(const std::string& kind, const std::str
 
 // ---------------------------------------------------------------- queries
 
-std::optional<ReplicaActivity> ControllerLogic::replica_activity(const std::string& id,
-                                                                 double t) const {
-  auto l = activity_.load(id, t);
-  if (!l)
-    return std::nullopt;
-  return ReplicaActivity{l->requests_per_s, l->errors_per_s, l->in_flight, l->streams, l->p99_s};
-}
-
 std::string ControllerLogic::status() const {
-  const double t = now();
   auto started_at = [&](const std::string& id) { return actors_.started_at(id); };
-  auto load_of = [&](const std::string& id) { return replica_activity(id, t); };
-  auto restarts_of = [&](const std::string& app, const std::string& deployment) {
-    return activity_.restarts(app, deployment);
-  };
-  return render_status(core_.get(), recovering(), started_at, load_of, restarts_of).dump();
+  return render_status(core_.get(), recovering(), started_at, &activity_, now()).dump();
 }
 
 std::string ControllerLogic::dashboard() const {
@@ -499,12 +486,8 @@ std::string ControllerLogic::dashboard() const {
   activity_.prune([&](const std::string& id) { return live.count(id) > 0; });
   const double t = now();
   auto started_at = [&](const std::string& id) { return actors_.started_at(id); };
-  auto load_of = [&](const std::string& id) { return replica_activity(id, t); };
-  auto restarts_of = [&](const std::string& app, const std::string& deployment) {
-    return activity_.restarts(app, deployment);
-  };
   nlohmann::json out;
-  out["status"] = render_status(core_.get(), recovering(), started_at, load_of, restarts_of);
+  out["status"] = render_status(core_.get(), recovering(), started_at, &activity_, t);
   auto nodes = nlohmann::json::array();
   for (const auto& n : render_nodes(membership_, proxies_, t)) {
     nodes.push_back({{"id", n.id},

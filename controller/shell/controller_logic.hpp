@@ -165,8 +165,6 @@ class ControllerLogic {
   // `troupectl nodes`, "events": the newest 50, newest first, each with
   // age_s, kind, subject, message, warn}.
   std::string dashboard() const;
-  // A replica's last load report at time `t`, for the two above.
-  std::optional<ReplicaActivity> replica_activity(const std::string& replica_id, double t) const;
   const Activity& activity() const { return activity_; }
   // A pull: what changed since (epoch, seq), or the same id when current.
   Result<RoutingSnapshot> snapshot(uint64_t epoch, uint64_t seq) const;

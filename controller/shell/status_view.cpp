@@ -10,8 +10,7 @@ using nlohmann::json;
 namespace {
 
 json deployment_json(const StateManager& core, const DeploymentId& id, const DeploymentSpec& spec,
-                     const StartedAt& started_at, const LoadOf& load_of,
-                     const RestartsOf& restarts_of) {
+                     const StartedAt& started_at, const Activity* activity, double now) {
   json d;
   if (auto s = core.deployment_status(id)) {
     d["status"] = to_string(s->status);
@@ -32,9 +31,9 @@ json deployment_json(const StateManager& core, const DeploymentId& id, const Dep
                     {"pending_allocation", r.pending_allocation},
                     {"started", started_at ? started_at(r.id) : 0.0},
                     {"models", r.model_ids}});
-    if (!load_of)
+    if (!activity)
       continue;
-    auto load = load_of(r.id).value_or(ReplicaActivity{});
+    auto load = activity->load(r.id, now).value_or(ReplicaActivity{});
     auto& row = rows.back();
     row["requests_per_s"] = load.requests_per_s;
     row["errors_per_s"] = load.errors_per_s;
@@ -48,22 +47,21 @@ json deployment_json(const StateManager& core, const DeploymentId& id, const Dep
     sum.p99_s = std::max(sum.p99_s, load.p99_s);
   }
   d["replicas"] = std::move(rows);
-  if (load_of) {
+  if (activity) {
+    d["restarts"] = activity->restarts(id.app, id.name);
     d["requests_per_s"] = sum.requests_per_s;
     d["errors_per_s"] = sum.errors_per_s;
     d["in_flight"] = sum.in_flight;
     d["streams"] = sum.streams;
     d["p99_ms"] = sum.p99_s < 0 ? json(nullptr) : json(sum.p99_s * 1000);
   }
-  if (restarts_of)
-    d["restarts"] = restarts_of(id.app, id.name);
   return d;
 }
 
 }  // namespace
 
 json render_status(const StateManager* core, bool recovering, const StartedAt& started_at,
-                   const LoadOf& load_of, const RestartsOf& restarts_of) {
+                   const Activity* activity, double now) {
   json apps = json::object();
   if (!core)
     return json{{"applications", apps}};
@@ -85,8 +83,7 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
     json deps = json::object();
     for (const auto& spec : app.deployments)
       deps[spec.name] =
-          deployment_json(*core, DeploymentId{name, spec.name}, spec, started_at, load_of,
-                          restarts_of);
+          deployment_json(*core, DeploymentId{name, spec.name}, spec, started_at, activity, now);
     a["deployments"] = std::move(deps);
     apps[name] = std::move(a);
   }

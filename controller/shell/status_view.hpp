@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +17,7 @@
 
 #include "controller/core/state_manager.hpp"
 #include "controller/membership.hpp"
+#include "controller/shell/activity.hpp"
 #include "controller/shell/proxy_health.hpp"
 #include "runtime/wire.hpp"
 
@@ -26,30 +26,17 @@ namespace troupe::controller {
 // When a replica became ready (Unix seconds, as the replica reported it); 0
 // when not yet or unknown.
 using StartedAt = std::function<double(const std::string& replica_id)>;
-// What a replica's last load report said (Activity::load); nullopt when
-// unknown or stale.
-struct ReplicaActivity {
-  double requests_per_s = 0;
-  double errors_per_s = 0;
-  double in_flight = 0;
-  uint32_t streams = 0;
-  double p99_s = -1;  // < 0: no request finished in its last interval
-};
-using LoadOf = std::function<std::optional<ReplicaActivity>(const std::string& replica_id)>;
-// A deployment's replicas that went down unasked (Activity::restarts).
-using RestartsOf = std::function<uint64_t(const std::string& app, const std::string& deployment)>;
-
 // The `status` answer: every application of the target state with its
 // status, its deployments' status, target and replicas (each with the
 // models it holds, `models`), and whether the controller is still
 // recovering. A null core renders no applications.
-// With `load_of`, each replica has `requests_per_s`, `errors_per_s`,
-// `in_flight`, `streams` and `p99_ms` (null: none finished lately), and each
-// deployment their sums (`p99_ms`: the largest of its replicas'); with
-// `restarts_of`, each deployment has `restarts`.
+// With `activity` (read at `now`), each replica has `requests_per_s`,
+// `errors_per_s`, `in_flight`, `streams` and `p99_ms` (null: none finished
+// lately), and each deployment their sums (`p99_ms`: the largest of its
+// replicas') and its `restarts`.
 nlohmann::json render_status(const StateManager* core, bool recovering,
-                             const StartedAt& started_at, const LoadOf& load_of = {},
-                             const RestartsOf& restarts_of = {});
+                             const StartedAt& started_at, const Activity* activity = nullptr,
+                             double now = 0);
 
 // The answer to `apply`: changed, generation, and per application what
 // happened to each deployment and which were removed.
