@@ -1,8 +1,8 @@
 // Fixed: answers every request with the same small JSON body, like Noop, but
-// with a handler of the default kind (blocking: it may take its time), so
-// that an in-process replica's call runs on a request thread, as users'
-// handlers do. What tools/bench/http measures troupe's defaults with: the
-// same work as nginx's `return 200` in the benchmark.
+// with a handler of the default kind (blocking: it may take its time), as
+// users' handlers are: troupe calls it inline only while its calls stay
+// short (runtime/inline_gate.hpp). What tools/bench/http measures troupe's
+// defaults with: the same work as nginx's `return 200` in the benchmark.
 #include <troupe/deployment.hpp>
 
 class Fixed : public troupe::Deployment {

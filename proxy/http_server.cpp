@@ -730,24 +730,41 @@ void HttpServer::run() {
   accept(false);
   if (tls_acceptor_)
     accept(true);
-  for (auto& io : ios_) {
-    threads_.emplace_back([ctx = io.get(), spin = std::chrono::microseconds(options_.spin_us)] {
-      if (spin.count() == 0) {
+  loops_ = std::make_unique<LoopTakeover>(ios_.size(), [this](size_t i, bool taking_over) {
+    asio::io_context* ctx = ios_[i].get();
+    if (taking_over && on_takeover_)
+      on_takeover_(i);
+    // After each pass over the ready handlers, outside them: on_pass_ (false:
+    // this thread was taken over, and leaves the loop).
+    auto pass = [&] { return !on_pass_ || on_pass_(i); };
+    const auto spin = std::chrono::microseconds(options_.spin_us);
+    if (spin.count() == 0) {
+      if (!on_pass_) {
         ctx->run();
         return;
       }
       while (!ctx->stopped()) {
-        if (ctx->poll() > 0)
-          continue;
-        bool more = false;
-        auto until = std::chrono::steady_clock::now() + spin;
-        while (!more && std::chrono::steady_clock::now() < until)
-          more = ctx->poll() > 0;
-        if (!more)
-          ctx->run_one();
+        ctx->run_one();
+        if (!pass())
+          return;
       }
-    });
-  }
+      return;
+    }
+    while (!ctx->stopped()) {
+      const size_t ran = ctx->poll();
+      if (!pass())
+        return;
+      if (ran > 0)
+        continue;
+      bool more = false;
+      auto until = std::chrono::steady_clock::now() + spin;
+      while (!more && std::chrono::steady_clock::now() < until)
+        more = ctx->poll() > 0;
+      if (!more)
+        ctx->run_one();
+    }
+  });
+  loops_->start();
 }
 
 void HttpServer::stop_accepting() {
@@ -770,9 +787,9 @@ void HttpServer::stop() {
   guards_.clear();
   for (auto& io : ios_)
     io->stop();
-  for (auto& t : threads_)
-    t.join();
-  threads_.clear();
+  // Every loop's thread, and the threads of loops taken over that are still
+  // in a blocking handler (runtime/loop_takeover.hpp).
+  loops_->join();
   beast::error_code ignored;
   if (acceptor_)
     acceptor_->close(ignored);

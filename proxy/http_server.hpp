@@ -4,7 +4,9 @@
 //
 // Threads: `io_threads` event loops, each with its own io_context; a
 // connection lives on one of them for its whole life, and its Exchange must be
-// answered on that thread (post to exchange.io() from elsewhere).
+// answered on that loop (post to exchange.io() from elsewhere). A loop's
+// thread may be replaced when it stays in blocking code (loops(),
+// runtime/loop_takeover.hpp); one thread runs a loop at a time.
 //
 // Answers of its own, with "Connection: close": 400 for a malformed request,
 // 431 when the header block is over header_limit, 413 when the body is over
@@ -28,6 +30,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "runtime/loop_takeover.hpp"
 #include "runtime/status.hpp"
 
 struct ssl_st;
@@ -188,6 +191,17 @@ class HttpServer {
   // together with everything deferred there meanwhile (one timer per thread).
   void defer(size_t thread, std::function<void()> f);
   static constexpr auto kDeferral = std::chrono::milliseconds(2);
+  // The threads of the event loops, which may run blocking code
+  // (LoopTakeover::run_blocking); null before run().
+  LoopTakeover* loops() { return loops_.get(); }
+  // Called on the thread that takes loop `i` over, before it runs the loop
+  // (set before run()).
+  void on_takeover(std::function<void(size_t)> f) { on_takeover_ = std::move(f); }
+  // Called on loop `i`'s thread after each pass over its ready handlers,
+  // outside them, where code may block (LoopTakeover::run_blocking); it
+  // returns false when the thread was taken over meanwhile, and the thread
+  // leaves the loop then (set before run()).
+  void on_pass(std::function<bool(size_t)> f) { on_pass_ = std::move(f); }
 
  private:
   Status open(uint16_t port, std::unique_ptr<asio::ip::tcp::acceptor>& out, uint16_t& bound);
@@ -204,7 +218,9 @@ class HttpServer {
   std::vector<std::shared_ptr<void>> guards_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<asio::ip::tcp::acceptor> tls_acceptor_;
-  std::vector<std::thread> threads_;
+  std::unique_ptr<LoopTakeover> loops_;
+  std::function<void(size_t)> on_takeover_;
+  std::function<bool(size_t)> on_pass_;
   size_t next_ = 0;
   uint16_t port_ = 0;
   uint16_t https_port_ = 0;

@@ -313,7 +313,7 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
   out +=
       "# HELP troupe_proxy_replica_sends_total Requests sent to replicas (retries included), by "
       "transport: channel (a replica process of this node, over its data channel), caf, or "
-      "inline (an in-process replica's non-blocking handler, called by the io thread), or peer "
+      "inline (an in-process replica's handler, called by the io thread), or peer "
       "(a replica of another worker, over that worker's data port).\n";
   out += "# TYPE troupe_proxy_replica_sends_total counter\n";
   out += "troupe_proxy_replica_sends_total{transport=\"channel\"} " +
@@ -324,6 +324,12 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
          std::to_string(sent_inline_count()) + "\n";
   out += "troupe_proxy_replica_sends_total{transport=\"peer\"} " +
          std::to_string(sent_peer_count()) + "\n";
+  out +=
+      "# HELP troupe_proxy_io_takeovers_total Times an io thread stayed in an in-process "
+      "replica's blocking handler for longer than 2 ms and another thread took over its "
+      "connections.\n";
+  out += "# TYPE troupe_proxy_io_takeovers_total counter\n";
+  out += "troupe_proxy_io_takeovers_total " + std::to_string(io_takeovers()) + "\n";
   out += "# HELP troupe_proxy_requests_by_scheme_total Requests parsed, by the port they came "
          "on: http or https.\n";
   out += "# TYPE troupe_proxy_requests_by_scheme_total counter\n";

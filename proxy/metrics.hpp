@@ -69,9 +69,13 @@ class Metrics {
   uint64_t sent_over(bool channel) const {
     return (channel ? sent_channel_ : sent_caf_).load(std::memory_order_relaxed);
   }
-  // A request run inline by an in-process replica's non-blocking handler
+  // A request run inline by an in-process replica's handler
   // (proxy/inline_path.cpp).
   void sent_inline() { sent_inline_.fetch_add(1, std::memory_order_relaxed); }
+  // An io thread's loop was taken over: it stayed in a blocking handler
+  // (runtime/loop_takeover.hpp).
+  void io_takeover() { io_takeovers_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t io_takeovers() const { return io_takeovers_.load(std::memory_order_relaxed); }
   // ... and over another worker's data port (proxy/peer_client.cpp).
   void sent_peer() { sent_peer_.fetch_add(1, std::memory_order_relaxed); }
   // A request parsed on the HTTP port (secure: false) or the HTTPS port.
@@ -131,6 +135,7 @@ class Metrics {
   std::atomic<uint64_t> sent_peer_{0};
   std::atomic<uint64_t> sent_caf_{0};
   std::atomic<uint64_t> sent_inline_{0};
+  std::atomic<uint64_t> io_takeovers_{0};
   std::atomic<uint64_t> requests_http_{0};
   std::atomic<uint64_t> requests_https_{0};
   std::map<std::string, uint64_t> tls_refused_;  // under mutex_

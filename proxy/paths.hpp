@@ -4,7 +4,9 @@
 // changes what they keep.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +20,13 @@
 
 #include "proxy/transport.hpp"
 #include "runtime/data_channel.hpp"
+
+namespace troupe {
+class RequestControl;  // include/troupe/deployment.hpp
+namespace local {
+class LocalReplica;  // runtime/local_replicas.hpp
+}  // namespace local
+}  // namespace troupe
 
 namespace troupe::proxy {
 
@@ -38,20 +47,57 @@ struct DataPortEndpoint {
   }
 };
 
-// An in-process replica's non-blocking handler, run on the io thread
-// (inline_path.cpp). The attempt ends before send() returns (a streamed
-// answer goes on over CAF): there is nothing to keep, credit or cancel.
+// In-process replicas' handlers, run on the io thread (inline_path.cpp). A
+// non-blocking handler runs within send(): the attempt ends before send()
+// returns (a streamed answer goes on over CAF), there is nothing to keep,
+// credit or cancel. A blocking one (while its replica's gate is open,
+// runtime/inline_gate.hpp) is queued by send() and runs in drain(), which
+// the io thread calls after each pass over its ready handlers, under its
+// LoopTakeover (runtime/loop_takeover.hpp): if it blocks, another thread takes
+// the io thread's loop over, and the answer comes back as a posted handler.
+// Such an attempt is kept until it ends, to be cancelled, forgotten or
+// expired like any other.
 class InlinePath final : public Transport {
  public:
   explicit InlinePath(IoThread& t) : t_(t) {}
   bool send(const CallPtr& c) override;
   void credit(const CallPtr&, uint64_t) override {}
-  void cancel(const CallPtr&, bool) override {}
-  void forget(const CallPtr&) override {}
-  void expire(const CallPtr&) override {}
+  void cancel(const CallPtr& c, bool deadline_passed) override;
+  void forget(const CallPtr& c) override;
+  void expire(const CallPtr& c) override;
+  // Runs the queued blocking calls, on the io thread, outside its handlers.
+  // False when the loop was taken over meanwhile: this thread must leave it.
+  bool drain();
+  // Another thread runs this io thread's loop from now on (the old one is
+  // still in a blocking handler; the new one drains the rest of the queue).
+  void taken_over();
+  // The proxy stops: the attempts kept here go.
+  void clear();
+  // Blocking calls waiting for their turn, and running (for tests).
+  size_t queued() const { return queue_.size(); }
+  size_t kept() const { return blocking_.size(); }
+
+  struct Ran;  // what a blocking call's handler gave (inline_path.cpp)
 
  private:
+  bool send_nonblocking(const CallPtr& c);
+  // A blocking call ended: its answer into the call.
+  void ended(const CallPtr& c, Ran& ran);
+  // The answer of a call whose io thread was taken over, back on the loop.
+  void ended_elsewhere(uint64_t key, const std::shared_ptr<Ran>& ran);
+
   IoThread& t_;
+  struct Blocking {
+    CallPtr call;
+    std::shared_ptr<RequestControl> control;
+  };
+  // Blocking calls by key: queued, or running.
+  std::unordered_map<uint64_t, Blocking> blocking_;
+  std::deque<uint64_t> queue_;
+  // The replica whose blocking handler this thread runs now, and since when
+  // (read by the thread that takes the loop over, taken_over()).
+  std::shared_ptr<local::LocalReplica> running_;
+  std::chrono::steady_clock::time_point running_since_;
 };
 
 // The data channels of this node's replica processes (channel_path.cpp):

@@ -149,8 +149,9 @@ struct ServedConn : FrameConn {
     uint64_t key = w->new_key();
     request.call_key = key;
     auto handle = slot->handle;
-    if (const auto& replica = slot->local_replica) {
+    if (const auto& replica = slot->local_replica; replica && !replica->blocking()) {
       // A non-blocking in-process replica: run here, as InlinePath::send does.
+      // (A blocking one's requests go to its request threads.)
       HttpResponse answer;
       auto result = replica->serve(request, answer);
       switch (result.kind) {

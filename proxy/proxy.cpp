@@ -225,6 +225,14 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
   }
   core->actor = sys.spawn(proxy_actor, core);
   core->keeper = spawn_proxy_keeper(sys, core);
+  // An io thread stayed in a blocking handler (inline_path.cpp): the thread
+  // that takes its loop over runs the calls that waited behind it.
+  core->server->on_takeover([raw = core.get()](size_t i) {
+    raw->metrics.io_takeover();
+    raw->log->debug("io thread {} stayed in a blocking handler; another thread runs its loop", i);
+    raw->workers[i]->inline_path.taken_over();
+  });
+  core->server->on_pass([raw = core.get()](size_t i) { return raw->workers[i]->inline_path.drain(); });
   core->server->run();
   core->admin_server->run();
   core->log->info("proxy listening on {}:{}{} ({} io threads), admin on {}:{}",
@@ -347,6 +355,7 @@ void Proxy::stop() {
   core.router.clear();
   for (auto& w : core.workers) {
     w->sweeper.reset();
+    w->inline_path.clear();
     w->channels.clear();
     w->caf.clear();
     w->relays.clear();

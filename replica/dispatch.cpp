@@ -233,7 +233,9 @@ caf::actor_pool::policy dispatch_policy(DispatchPtr d) {
         refuse(*m, Status(errc::unavailable, "replica " + d->replica_id + " is stopping"), eu);
         return;
       }
-      if (auto here = d->inline_replica.lock()) {
+      // Only a non-blocking handler runs in the sender's context (a CAF
+      // thread): a blocking one goes to a request thread.
+      if (auto here = d->inline_replica.lock(); here && !here->blocking()) {
         if (serve_here(*here, *m, eu))
           return;
       }

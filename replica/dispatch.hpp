@@ -67,10 +67,11 @@ struct Dispatch {
   // The replica's metrics (replica/replica_metrics.hpp); set before the
   // replica starts, constant after.
   std::shared_ptr<ReplicaMetrics> metrics;
-  // An in-process replica whose deployment declares its handler
-  // non-blocking (replica/inline_replica.hpp): requests that come over CAF
-  // (other nodes' proxies) run in the sender's context too, on the thread
-  // that delivers them. Set before `ready`; empty once the replica closes it.
+  // An in-process replica's inline entry (replica/inline_replica.hpp). When
+  // its deployment declares its handler non-blocking, requests that come
+  // over CAF (other nodes' proxies) run in the sender's context too, on the
+  // thread that delivers them. Set before `ready`; empty once the replica
+  // closes it.
   std::weak_ptr<local::LocalReplica> inline_replica;
   // The requests running now, by call key: cancellation and stream credits.
   Inflight inflight;

@@ -57,8 +57,19 @@ class InlineStream final : public local::PendingStream {
 
 }  // namespace
 
-InlineReplica::InlineReplica(Instance instance, DispatchPtr dispatch)
-    : instance_(std::move(instance)), dispatch_(std::move(dispatch)) {}
+InlineReplica::InlineReplica(Instance instance, DispatchPtr dispatch, bool blocking)
+    : instance_(std::move(instance)), dispatch_(std::move(dispatch)), blocking_(blocking) {}
+
+namespace {
+
+// Lets the last reference to a closed replica's instance go on a thread of
+// its own (the user's destructor may take long).
+void release_elsewhere(Instance instance) {
+  if (instance)
+    std::thread([gone = std::move(instance)]() mutable { gone.reset(); }).detach();
+}
+
+}  // namespace
 
 Deployment* InlineReplica::enter() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -70,18 +81,24 @@ Deployment* InlineReplica::enter() {
 
 void InlineReplica::leave() {
   bool wake;
+  Instance gone;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     wake = --users_ == 0 && closed_;
+    if (wake && blocking_)
+      gone = std::move(instance_);
   }
   if (wake)
     idle_.notify_all();
+  release_elsewhere(std::move(gone));
 }
 
 void InlineReplica::close() {
   Instance gone;  // released after the lock (the request threads hold it too)
   std::unique_lock<std::mutex> lock(mutex_);
   closed_ = true;
+  if (blocking_ && users_ != 0)
+    return;  // the last call to end lets it go (leave())
   idle_.wait(lock, [&] { return users_ == 0; });
   gone = std::move(instance_);
 }
@@ -91,7 +108,8 @@ bool InlineReplica::closed() const {
   return closed_;
 }
 
-local::InlineResult InlineReplica::serve(const HttpRequest& req, HttpResponse& answer) {
+local::InlineResult InlineReplica::serve(const HttpRequest& req, const local::InlineCall& call,
+                                         HttpResponse& answer) {
   local::InlineResult result;
   Deployment* user = enter();
   if (!user)
@@ -112,13 +130,13 @@ local::InlineResult InlineReplica::serve(const HttpRequest& req, HttpResponse& a
                  std::to_string(d.limit) + ")";
     return result;
   }
-  auto control = request_control(req.timeout_s);
+  auto control = call.control ? call.control : request_control(call.timeout_s);
   // On the heap: a streamed answer's producer may keep references into it.
   auto in = std::make_unique<Request>(
       Request{req.method, req.path, req.query, req.headers, req.body, control});
   Handled h;
   {
-    RequestIdScope scope(req.request_id, req.timeout_s, control);
+    RequestIdScope scope(req.request_id, call.timeout_s, control);
     h = run_handler(*user, *in, req.request_id, d.models.get(), d.metrics.get());
   }
   if (!h.produce) {
@@ -133,9 +151,9 @@ local::InlineResult InlineReplica::serve(const HttpRequest& req, HttpResponse& a
   job->in = std::move(in);
   job->control = std::move(control);
   job->handled = std::move(h);
-  job->key = req.call_key;
+  job->key = call.key;
   job->request_id = req.request_id;
-  job->timeout_s = req.timeout_s;
+  job->timeout_s = call.timeout_s;
   result.kind = local::InlineResult::streaming;
   result.stream = std::make_unique<InlineStream>(std::move(job));
   return result;

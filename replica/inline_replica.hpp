@@ -17,7 +17,8 @@ namespace troupe::replica {
 
 class InlineReplica final : public local::LocalReplica {
  public:
-  InlineReplica(Instance instance, DispatchPtr dispatch);
+  // `blocking`: the deployment did not declare its handler non-blocking.
+  InlineReplica(Instance instance, DispatchPtr dispatch, bool blocking = false);
 
   const std::string& replica_id() const override { return dispatch_->replica_id; }
 
@@ -26,11 +27,18 @@ class InlineReplica final : public local::LocalReplica {
   // in flight, and ended with Dispatch::finish (which tells a stopping
   // replica actor when its last request ended). A streamed answer keeps its
   // admission until its producer returns on its own thread.
-  local::InlineResult serve(const HttpRequest& request, HttpResponse& answer) override;
+  using local::LocalReplica::serve;
+  local::InlineResult serve(const HttpRequest& request, const local::InlineCall& call,
+                            HttpResponse& answer) override;
+  bool blocking() const override { return blocking_; }
 
-  // From now on serve() answers `closed`. Waits for the serve() calls that
-  // run (each is short: the deployment declared its handler non-blocking),
-  // then drops this object's reference to the instance. Idempotent.
+  // From now on serve() answers `closed`, and this object's reference to the
+  // instance goes once no serve() runs: a non-blocking replica's close()
+  // waits for the calls that run (each is short: the deployment declared it),
+  // a blocking one's returns at once, and the last of its calls to end hands
+  // the instance to a thread of its own, which lets it go there (a blocked
+  // handler must not hold up the replica actor's exit, and the user's
+  // destructor never runs on an io thread). Idempotent.
   void close();
   bool closed() const;
 
@@ -45,6 +53,7 @@ class InlineReplica final : public local::LocalReplica {
   bool closed_ = false;
   Instance instance_;
   const DispatchPtr dispatch_;
+  const bool blocking_;
 };
 
 }  // namespace troupe::replica

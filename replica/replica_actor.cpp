@@ -126,7 +126,8 @@ bool declares_nonblocking(const Deployment& instance) {
 // no io thread is in the instance when the request threads let it go.
 void register_inline(replica_actor* self, const Instance& instance) {
   auto& st = self->state;
-  auto entry = std::make_shared<InlineReplica>(instance, st.dispatch);
+  const bool blocking = !declares_nonblocking(*instance);
+  auto entry = std::make_shared<InlineReplica>(instance, st.dispatch, blocking);
   auto registry = st.options.local_replicas;
   registry->add(entry);
   st.dispatch->inline_replica = entry;
@@ -134,10 +135,17 @@ void register_inline(replica_actor* self, const Instance& instance) {
     registry->remove(entry);
     entry->close();
   });
-  st.log->info(
-      "replica {} of {}/{}: handler declared non-blocking; this node's proxy calls it "
-      "inline",
-      st.options.spec.replica_id, st.options.spec.app, st.options.spec.deployment);
+  if (blocking) {
+    st.log->info(
+        "replica {} of {}/{}: this node's proxy calls its handler inline while its calls "
+        "are short, else through its request threads",
+        st.options.spec.replica_id, st.options.spec.app, st.options.spec.deployment);
+  } else {
+    st.log->info(
+        "replica {} of {}/{}: handler declared non-blocking; this node's proxy calls it "
+        "inline",
+        st.options.spec.replica_id, st.options.spec.app, st.options.spec.deployment);
+  }
 }
 
 void finish_stop(replica_actor* self) {
@@ -205,12 +213,10 @@ void become_ready(replica_actor* self, const Instance& instance) {
     // Plain threads; they end with the process. A non-blocking handler
     // needs no pool: one loop serves (max_ongoing_requests still bounds
     // what it admits).
-    if (declares_nonblocking(*instance)) {
+    if (declares_nonblocking(*instance))
       std::thread(channel_loop, instance, st.dispatch).detach();
-    } else {
-      for (size_t i = 0; i < n; ++i)
-        std::thread(channel_worker, instance, st.dispatch).detach();
-    }
+    else
+      std::thread(channel_blocking_loop, instance, st.dispatch, n).detach();
     std::thread(lane_reader, st.dispatch).detach();
   } else {
     d.busy = std::make_unique<std::atomic<bool>[]>(n);
@@ -220,7 +226,7 @@ void become_ready(replica_actor* self, const Instance& instance) {
           self->home_system().spawn<caf::detached>(request_worker, instance, st.dispatch, i));
     }
   }
-  if (!d.channel && st.options.local_replicas && declares_nonblocking(*instance))
+  if (!d.channel && st.options.local_replicas)
     register_inline(self, instance);
   d.ready.store(true, std::memory_order_release);
   st.initialized = true;

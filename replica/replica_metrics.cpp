@@ -32,12 +32,14 @@ struct ReplicaMetrics::Impl {
   prometheus::Family<prometheus::Gauge>* ongoing_family;
   prometheus::Family<prometheus::Gauge>* healthy_family;
   prometheus::Family<prometheus::Histogram>* health_family;
+  prometheus::Family<prometheus::Counter>* takeovers_family;
   prometheus::Counter* requests;
   prometheus::Counter* errors;
   prometheus::Histogram* processing;
   prometheus::Gauge* ongoing;
   prometheus::Gauge* healthy;
   prometheus::Histogram* health;
+  prometheus::Counter* takeovers;
 
   // User metrics: the object handed out per (name, labels) while anyone
   // holds it (weak: it holds this object), and how to remove each series at
@@ -54,6 +56,7 @@ struct ReplicaMetrics::Impl {
     ongoing_family->Remove(ongoing);
     healthy_family->Remove(healthy);
     health_family->Remove(health);
+    takeovers_family->Remove(takeovers);
     for (auto& [key, remove] : removals)
       remove();
   }
@@ -193,12 +196,19 @@ std::shared_ptr<ReplicaMetrics> ReplicaMetrics::make(std::shared_ptr<metrics::Re
                              .Name("troupe_health_check_duration_seconds")
                              .Help("Time of a replica's check_health().")
                              .Register(reg);
+  impl->takeovers_family =
+      &prometheus::BuildCounter()
+           .Name("troupe_replica_loop_takeovers_total")
+           .Help("Times a replica process's request loop was taken over by another thread "
+                 "because a handler it ran blocked for 2 ms.")
+           .Register(reg);
   impl->requests = &impl->requests_family->Add(impl->labels);
   impl->errors = &impl->errors_family->Add(impl->labels);
   impl->processing = &impl->processing_family->Add(impl->labels, kSeconds);
   impl->ongoing = &impl->ongoing_family->Add(impl->labels);
   impl->healthy = &impl->healthy_family->Add(impl->labels);
   impl->health = &impl->health_family->Add(impl->labels, kSeconds);
+  impl->takeovers = &impl->takeovers_family->Add(impl->labels);
   // Healthy until a check says otherwise: a replica is started only once
   // its constructor succeeded.
   impl->healthy->Set(1);
@@ -226,6 +236,10 @@ void ReplicaMetrics::finished(bool error, double seconds) {
 void ReplicaMetrics::health(bool healthy, double seconds) {
   impl_->healthy->Set(healthy ? 1 : 0);
   impl_->health->Observe(seconds);
+}
+
+void ReplicaMetrics::loop_taken_over() {
+  impl_->takeovers->Increment();
 }
 
 void ReplicaMetrics::set_healthy(bool healthy) {

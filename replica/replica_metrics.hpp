@@ -37,6 +37,8 @@ class ReplicaMetrics {
   void health(bool healthy, double seconds);
   // Unhealthy without running the user's check (a stuck replica).
   void set_healthy(bool healthy);
+  // The process's request loop was taken over (a handler blocked in it).
+  void loop_taken_over();
 
   // ReplicaContext::metrics of this replica.
   std::shared_ptr<MetricsSink> user_sink();

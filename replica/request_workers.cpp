@@ -4,7 +4,12 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,8 +18,11 @@
 #include <caf/all.hpp>
 
 #include "replica/handle_transport.hpp"
+#include "replica/replica_metrics.hpp"
 #include "runtime/data_channel.hpp"
+#include "runtime/inline_gate.hpp"
 #include "runtime/log.hpp"
+#include "runtime/loop_takeover.hpp"
 #include "runtime/multiplex.hpp"
 #include "runtime/status.hpp"
 
@@ -145,35 +153,6 @@ bool take_request(Dispatch& d, const channel::FrameBuffer& buffer, size_t size,
 
 }  // namespace
 
-// A request thread of a replica with a data channel: blocks in recv() on the
-// channel, where the kernel hands each frame to one idle thread, and runs
-// the request it got (the thread that reads a request runs it: no hand-off),
-// then writes the answer into the lane the request named. Requests that came
-// over CAF arrive as `local` frames, and are answered over CAF. Returns when
-// the node's end closes.
-void channel_worker(Instance instance, DispatchPtr d) {
-  auto& ch = *d->channel;
-  channel::FrameBuffer buffer(ch.max_frame());
-  for (;;) {
-    ssize_t n = ::recv(ch.request_fd(), buffer.data(), buffer.capacity(), MSG_TRUNC);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return;
-    auto size = static_cast<size_t>(n);
-    if (size >= sizeof(channel::FrameHeader) && buffer.header().kind == channel::Kind::local) {
-      serve_local(*instance, *d, buffer.header().call);
-      continue;
-    }
-    HttpRequest req;
-    if (!take_request(*d, buffer, size, req))
-      continue;
-    ChannelSink sink(ch.answer_fd(buffer.header().lane), req.call_key, ch.max_frame());
-    serve(*instance, req, d->models.get(), d->metrics.get(), d->inflight, sink);
-    d->finish();
-  }
-}
-
 namespace {
 
 // A streamed answer of the request loop: its producer runs on a thread of
@@ -271,6 +250,231 @@ void channel_loop(Instance instance, DispatchPtr d) {
     for (size_t i = 0; i < answered; ++i)
       d->finish();
   }
+}
+
+namespace {
+
+// The request loop of a replica process whose handler may block (the
+// default): channel_loop's reads and batched answers, with the handler run
+// by the loop's thread while its calls are short, as the node's proxy does
+// with an in-process replica (runtime/inline_gate.hpp), under a
+// LoopTakeover (runtime/loop_takeover.hpp): a call that blocks for 2 ms has
+// the loop taken over by another thread, which sends the answers of the
+// batch so far and goes on with the rest; the old thread answers its own
+// request when the handler returns, and ends. While the gate is closed, and
+// for requests that came over CAF (`local` frames), the loop hands requests
+// to a pool of max_ongoing_requests threads (a wake-up each: what every
+// request cost before, with a pool of threads blocked in recv()). max_ongoing_requests bounds the calls that
+// run, inline or not (Dispatch::admit).
+class BlockingLoop {
+ public:
+  BlockingLoop(Instance instance, DispatchPtr d, size_t threads)
+      : instance_(std::move(instance)),
+        d_(std::move(d)),
+        ch_(*d_->channel),
+        loops_(1, [this](size_t, bool taking_over) { loop(taking_over); }),
+        out_(ch_.lanes()) {
+    buffers_.reserve(kRead);
+    for (size_t i = 0; i < kRead; ++i)
+      buffers_.emplace_back(ch_.max_frame());
+    for (size_t i = 0; i < threads; ++i)
+      pool_.emplace_back([this] { pool_worker(); });
+  }
+
+  // Until the node's end of the channel closes and every call ended.
+  void run() {
+    loops_.start();
+    loops_.join();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+    }
+    queued_.notify_all();
+    for (auto& t : pool_)
+      t.join();
+  }
+
+ private:
+  static constexpr size_t kRead = 32;  // frames per read
+  using Clock = std::chrono::steady_clock;
+
+  struct Job {
+    bool local = false;
+    uint64_t token = 0;  // a local frame's
+    HttpRequest req;
+    uint8_t lane = 0;
+  };
+
+  void loop(bool taking_over) {
+    if (taking_over) {
+      // The thread before this one is in a call that blocks: its replica's
+      // next requests go to the pool for a while, and the answers of the
+      // batch so far go now.
+      gate_.blocked(running_since_, Clock::now());
+      if (d_->metrics)
+        d_->metrics->loop_taken_over();
+      flush();
+    }
+    for (;;) {
+      if (next_ >= got_) {
+        flush();
+        if (!read())
+          return;
+      }
+      const size_t i = next_++;
+      if (!serve_frame(i))
+        return;  // taken over
+    }
+  }
+
+  bool read() {
+    for (;;) {
+      for (size_t i = 0; i < kRead; ++i) {
+        iov_[i] = {buffers_[i].data(), buffers_[i].capacity()};
+        msgs_[i] = {};
+        msgs_[i].msg_hdr.msg_iov = &iov_[i];
+        msgs_[i].msg_hdr.msg_iovlen = 1;
+      }
+      int got = ::recvmmsg(ch_.request_fd(), msgs_, kRead, MSG_WAITFORONE | MSG_TRUNC, nullptr);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        return false;
+      got_ = static_cast<size_t>(got);
+      next_ = 0;
+      return true;
+    }
+  }
+
+  // Sends the answers of the batch so far; they are ended once sent (a
+  // stopping replica's process may exit after the last).
+  void flush() {
+    for (size_t lane = 0; lane < out_.size(); ++lane) {
+      if (out_[lane].empty())
+        continue;
+      out_[lane].flush(ch_.answer_fd(lane), 0);  // fails only when the proxy's end is gone
+      out_[lane].clear();
+    }
+    for (; answered_ > 0; --answered_)
+      d_->finish();
+  }
+
+  // False when the loop was taken over while this thread ran the handler.
+  bool serve_frame(size_t i) {
+    auto& buffer = buffers_[i];
+    const size_t size = msgs_[i].msg_len;  // MSG_TRUNC: the frame's real length
+    if (size >= sizeof(channel::FrameHeader) && buffer.header().kind == channel::Kind::local) {
+      Job job;
+      job.local = true;
+      job.token = buffer.header().call;
+      to_pool(std::move(job));
+      return true;
+    }
+    HttpRequest req;
+    if (!take_request(*d_, buffer, size, req))
+      return true;
+    const uint8_t lane = buffer.header().lane;
+    if (!gate_.open(Clock::now())) {
+      Job job;
+      job.req = std::move(req);
+      job.lane = lane;
+      to_pool(std::move(job));
+      return true;
+    }
+    auto control = request_control(req.timeout_s);
+    FlowPtr flow = d_->inflight.add(req.call_key, control);
+    // On the heap: a streamed answer's producer may keep references into it.
+    auto in = std::make_unique<Request>(Request{std::move(req.method), std::move(req.path),
+                                                std::move(req.query), std::move(req.headers),
+                                                std::move(req.body), control});
+    Handled h;
+    const auto began = Clock::now();
+    running_since_ = began;
+    const bool owner = loops_.run_blocking(0, [&] {
+      RequestIdScope scope(req.request_id, req.timeout_s, control);
+      h = run_handler(*instance_, *in, req.request_id, d_->models.get(), d_->metrics.get());
+    });
+    if (!owner) {
+      // Another thread runs the loop now: this one answers its own request
+      // and leaves, touching nothing of the loop's.
+      if (h.produce) {
+        stream_apart(instance_, d_, std::move(in), std::move(control), std::move(flow),
+                     std::move(h), std::move(req), ch_.answer_fd(lane));
+        return false;
+      }
+      d_->inflight.remove(req.call_key);
+      channel::send_answer(ch_.answer_fd(lane), req.call_key, h.out, ch_.max_frame());
+      d_->finish();
+      return false;
+    }
+    gate_.record(began, Clock::now());
+    if (h.produce) {
+      stream_apart(instance_, d_, std::move(in), std::move(control), std::move(flow),
+                   std::move(h), std::move(req), ch_.answer_fd(lane));
+      return true;
+    }
+    d_->inflight.remove(req.call_key);
+    if (out_[lane].add_answer(req.call_key, h.out, ch_.max_frame()) == channel::Sent::too_large)
+      channel::send_answer(ch_.answer_fd(lane), req.call_key, h.out, ch_.max_frame());
+    ++answered_;
+    return true;
+  }
+
+  void to_pool(Job job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    queued_.notify_one();
+  }
+
+  void pool_worker() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        queued_.wait(lock, [&] { return closed_ || !jobs_.empty(); });
+        if (jobs_.empty())
+          return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      if (job.local) {
+        serve_local(*instance_, *d_, job.token);
+        continue;
+      }
+      ChannelSink sink(ch_.answer_fd(job.lane), job.req.call_key, ch_.max_frame());
+      serve(*instance_, job.req, d_->models.get(), d_->metrics.get(), d_->inflight, sink);
+      d_->finish();
+    }
+  }
+
+  const Instance instance_;
+  const DispatchPtr d_;
+  channel::ReplicaEnd& ch_;
+  local::InlineGate gate_;
+  LoopTakeover loops_;
+  // The loop's state: touched by the thread that runs the loop only.
+  std::vector<channel::FrameBuffer> buffers_;
+  iovec iov_[kRead];
+  mmsghdr msgs_[kRead];
+  size_t got_ = 0;   // frames in the buffers
+  size_t next_ = 0;  // the next one to serve
+  std::vector<channel::Batch> out_;
+  size_t answered_ = 0;  // requests whose answer is in out_
+  Clock::time_point running_since_;
+  // The pool.
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<Job> jobs_;
+  bool closed_ = false;
+  std::vector<std::thread> pool_;
+};
+
+}  // namespace
+
+void channel_blocking_loop(Instance instance, DispatchPtr d, size_t threads) {
+  BlockingLoop(std::move(instance), std::move(d), threads).run();
 }
 
 void lane_reader(DispatchPtr d) {

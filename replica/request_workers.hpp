@@ -3,9 +3,11 @@
 // made. Two kinds:
 //   - request_worker: a CAF detached actor per thread, claimed by the
 //     replica's handle (Dispatch::claim) and released when it answers;
-//   - channel_worker: a plain thread of a replica with a data channel
-//     (runtime/data_channel.hpp), which takes requests straight from the
-//     channel's socket (admission: Dispatch::admit).
+//   - in a replica process with a data channel (runtime/data_channel.hpp),
+//     one request loop that takes requests straight from the channel's
+//     socket (admission: Dispatch::admit): channel_loop for a non-blocking
+//     handler, channel_blocking_loop (with its takeover and pool) for the
+//     rest.
 #pragma once
 
 #include <cstddef>
@@ -25,11 +27,15 @@ namespace troupe::replica {
 caf::behavior request_worker(caf::event_based_actor*, Instance instance, DispatchPtr dispatch,
                              size_t index);
 
-// Runs on a thread of its own until the node's end of the channel closes.
-void channel_worker(Instance instance, DispatchPtr d);
-// Instead of the channel_workers when the deployment declares its handler
-// non-blocking: one thread that reads and answers in batches.
+// When the deployment declares its handler non-blocking: one thread that
+// reads and answers in batches, until the node's end of the channel closes.
 void channel_loop(Instance instance, DispatchPtr d);
+// For a handler that may block: one loop
+// that reads and answers in batches and runs the handler itself while its
+// calls are short, taken over by another thread when a call blocks, and a
+// pool of `threads` for the rest (request_workers.cpp, BlockingLoop).
+// Returns once the node's end of the channel closed and every call ended.
+void channel_blocking_loop(Instance instance, DispatchPtr d, size_t threads);
 
 // One thread per replica process with a data channel: reads the credit and
 // cancel frames the proxy's io threads write into their lanes and applies

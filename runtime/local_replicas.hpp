@@ -1,19 +1,25 @@
 // In-process replicas whose handler the node's proxy may call on its own io
 // thread ("inline"): no CAF message, no hand-off to a request thread and
-// back. Only a replica that runs `isolation: in_process` and whose
-// deployment declared its handler non-blocking (Deployment::nonblocking(),
-// include/troupe/deployment.hpp) is registered here, by the replica actor
-// once its instance is built; it is closed and removed when the replica
-// actor exits. The proxy's router looks a local replica up when a snapshot
+// back. Every replica that runs `isolation: in_process` is registered here,
+// by the replica actor once its instance passed its start-up check; it is
+// closed and removed when the replica actor exits. A deployment that
+// declared its handler non-blocking (Deployment::nonblocking(),
+// include/troupe/deployment.hpp) is always called inline; one whose handler
+// may block (blocking(), the default) is called inline while its gate says
+// its calls are short (runtime/inline_gate.hpp), on an io thread that
+// another thread takes over if a call blocks after all
+// (runtime/loop_takeover.hpp), and through its request threads otherwise. The proxy's router looks a local replica up when a snapshot
 // first names it (like its data channel), and calls serve() from any of its
 // io threads.
 //
 // Lifetime: a LocalReplica is shared (the registry, the router's slots and
-// the replica actor's exit hook hold it). close() waits until no serve() is
-// running and then drops the replica's reference to the user's instance, so
-// the proxy never calls an instance the replica is destroying, and an io
-// thread never runs the user's destructor. serve() after close() answers
-// `closed`, and the caller takes the normal path (the replica's handle).
+// the replica actor's exit hook hold it). After close() the replica's
+// instance is let go by whoever ends the last serve() (a non-blocking
+// replica's close() waits for it; a blocking one's hands the instance to a
+// thread of its own), so the proxy never calls an instance the replica is
+// destroying, and an io thread never runs the user's destructor. serve()
+// after close() answers `closed`, and the caller takes the normal path (the
+// replica's handle).
 //
 // The interface has no replica/ types: the proxy does not depend on the
 // replica library; replica/inline_replica.hpp implements it.
@@ -27,7 +33,12 @@
 #include <caf/actor_control_block.hpp>
 #include <caf/message_id.hpp>
 
+#include "runtime/inline_gate.hpp"
 #include "runtime/wire.hpp"
+
+namespace troupe {
+class RequestControl;  // include/troupe/deployment.hpp
+}  // namespace troupe
 
 namespace troupe::local {
 
@@ -57,6 +68,16 @@ struct InlineResult {
   std::unique_ptr<PendingStream> stream;
 };
 
+// An inline call's attempt: its key (HttpRequest::call_key), what is left of
+// its deadline (HttpRequest::timeout_s), and its RequestControl, made by the
+// caller so that it can cancel the request while handle() runs (null: one is
+// made with that deadline).
+struct InlineCall {
+  uint64_t key = 0;
+  double timeout_s = 0;
+  std::shared_ptr<RequestControl> control;
+};
+
 class LocalReplica {
  public:
   virtual ~LocalReplica() = default;
@@ -65,9 +86,19 @@ class LocalReplica {
   // replica's own admission (max_ongoing_requests, stopping) and accounting
   // (requests in flight, the average the replica reports for autoscaling).
   // An exception from handle() is a 500, as on the replica's request threads.
-  // The request cannot be cancelled while handle() runs (its RequestControl
-  // carries the deadline only).
-  virtual InlineResult serve(const HttpRequest& request, HttpResponse& answer) = 0;
+  // `call` says what the attempt is beside its request (the caller reads it
+  // from the request before the call: the proxy may send the request again
+  // elsewhere while a blocking handler still runs, and changes its key and
+  // timeout then; serve() reads nothing else of `request` that changes).
+  virtual InlineResult serve(const HttpRequest& request, const InlineCall& call,
+                             HttpResponse& answer) = 0;
+  InlineResult serve(const HttpRequest& request, HttpResponse& answer) {
+    return serve(request, InlineCall{request.call_key, request.timeout_s, nullptr}, answer);
+  }
+  // The deployment did not declare its handler non-blocking: it may wait.
+  virtual bool blocking() const { return false; }
+  // For a blocking handler: whether to call it inline now (see InlineGate).
+  InlineGate gate;
 };
 using LocalReplicaPtr = std::shared_ptr<LocalReplica>;
 

@@ -38,12 +38,17 @@
 // replica's control thread, one at a time; handle() runs on the replica's
 // request threads, up to max_ongoing_requests of them at once, possibly while
 // reconfigure() or check_health() runs. Guard shared state accordingly (a
-// mutex or atomics). User code never runs on the threads of the controller,
-// the proxy or the node agent, so it may block — unless the deployment
-// declares its handler non-blocking (Deployment::nonblocking() below): then
-// an `isolation: in_process` replica's handle() runs on the node proxy's io
-// threads and on the thread that reads other nodes' requests from the
-// network, and a process-isolated one's on one request loop.
+// mutex or atomics). User code never runs on the threads of the controller
+// or the node agent. handle() may block: an `isolation: in_process`
+// replica's handle() runs on the node proxy's io thread while its calls are
+// short (a hand-off to a request thread would cost more than the call), and
+// on its request threads for a while once they are not; an io thread that
+// stays in a handle() for more than 2 ms has its other connections taken
+// over by another thread, so a call that waits holds up nobody else. A
+// deployment that declares its handler non-blocking (Deployment::
+// nonblocking() below) is always called on the io thread, also for requests
+// from other nodes' proxies, and a process-isolated one's runs on one
+// request loop.
 //
 // Errors: an exception from the constructor, or from the reconfigure() that
 // follows it, is a start failure whose message reaches the deployment's
@@ -1125,9 +1130,11 @@ class Deployment {
   // waits for. Then no thread is woken to run a request, which is most of
   // what a small request costs otherwise:
   //   - `isolation: in_process`: the node's HTTP proxy calls handle()
-  //     directly on its io thread and writes the answer; a request from
-  //     another node's proxy runs on the thread that reads it from the
-  //     network, and its answer goes straight back;
+  //     directly on its io thread and writes the answer, always (a blocking
+  //     handler is called so only while its calls are short, see
+  //     "Threading" above); a request from another node's proxy runs on the
+  //     thread that reads it from the network, and its answer goes straight
+  //     back;
   //   - `isolation: process` (the default): the replica's process runs
   //     handle() on one request loop, which reads the requests that wait
   //     and writes their answers in batches, instead of on a pool of

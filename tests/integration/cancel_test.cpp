@@ -81,7 +81,8 @@ struct CancelCluster {
   uint16_t admin = 0;  // the head's admin listener
 
   // `sleep_in_process`: Sleep runs in the node's process (its blocking
-  // handler on the replica's request threads, reached over CAF).
+  // handler called by the proxy's io thread while its calls are short, the
+  // io thread's loop taken over by another thread while one waits).
   explicit CancelCluster(bool sleep_in_process = false) {
     cluster.start();
     proxy = cluster.http_ports.at("head");

@@ -5,7 +5,11 @@
 // proxy's queue across two io threads, a handler that throws answered as on
 // the normal path (the same class declaring nothing, at /normal), the
 // proxy's metrics, and a rolling update and a delete while requests flow:
-// no request is lost or failed, and the node exits cleanly.
+// no request is lost or failed, and the node exits cleanly. Blocking
+// handlers in process are called inline too while their calls are short:
+// one that waits has its io thread's loop taken over by another thread
+// (runtime/loop_takeover.hpp), and the client's leaving still cancels it;
+// the same in a replica process, whose request loop runs them.
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +23,7 @@
 
 #include "tests/support/cluster.hpp"
 #include "tests/support/http_client.hpp"
+#include "tests/support/stream_client.hpp"
 
 using namespace troupe::testing;
 using nlohmann::json;
@@ -92,9 +97,9 @@ struct InlineNode {
   uint16_t port = 0;
   uint16_t admin = 0;  // its admin listener: /-/routes, /-/metrics
 
-  InlineNode() {
-    // Two io threads: inline calls of both can overlap.
-    cluster.start({}, {"--proxy-io-threads", "2"});
+  // Two io threads by default: inline calls of both can overlap.
+  explicit InlineNode(const std::string& io_threads = "2") {
+    cluster.start({}, {"--proxy-io-threads", io_threads});
     port = cluster.http_ports.at("head");
     admin = cluster.admin_ports.at("head");
   }
@@ -126,10 +131,11 @@ struct InlineNode {
   double metric(const std::string& key) {
     auto r = http_get(admin, "/-/metrics", 5);
     REQUIRE(r);
-    auto at = r->body.find(key + " ");
+    // At the start of a line (a # HELP line names the series too).
+    auto at = r->body.find("\n" + key + " ");
     if (at == std::string::npos)
       return -1;
-    return std::stod(r->body.substr(at + key.size() + 1));
+    return std::stod(r->body.substr(at + 1 + key.size() + 1));
   }
 };
 
@@ -141,6 +147,7 @@ TEST_CASE("inline: an in_process non-blocking deployment answers through the io 
   node.wait_replicas("probe", 1);
   node.wait_replicas("normal", 1);
   const double inline_before = node.metric("troupe_proxy_replica_sends_total{transport=\"inline\"}");
+  const double caf_before = node.metric("troupe_proxy_replica_sends_total{transport=\"caf\"}");
 
   auto first = http_get(node.port, "/probe/?a=1", 10);
   REQUIRE(first);
@@ -177,14 +184,15 @@ TEST_CASE("inline: an in_process non-blocking deployment answers through the io 
   CHECK(streamed->body == "piece 0\npiece 1\npiece 2\n");
 
   // The proxy counted them: every request of /probe ran inline (the stream
-  // too), and /normal's went over CAF.
+  // too), and so did /normal's (a blocking handler is called inline while
+  // its calls are short; before, it went over CAF).
   const int probe_requests = 1 + kClients * kPerClient + 1 + 1;
   CHECK(node.metric("troupe_proxy_replica_sends_total{transport=\"inline\"}") - inline_before ==
-        probe_requests);
+        probe_requests + 1);
+  CHECK(node.metric("troupe_proxy_replica_sends_total{transport=\"caf\"}") == caf_before);
   CHECK(node.metric("troupe_proxy_requests_total{application=\"probe\",code=\"200\"}") ==
         1 + kClients * kPerClient + 1);
   CHECK(node.metric("troupe_proxy_requests_total{application=\"probe\",code=\"500\"}") == 1);
-  CHECK(node.metric("troupe_proxy_replica_sends_total{transport=\"caf\"}") >= 1);
   auto reports = node.cluster.stop_all();
   for (const auto& r : reports)
     FAIL_CHECK(r);
@@ -273,6 +281,7 @@ TEST_CASE("inline: a process-isolated non-blocking deployment answers from one l
   const double channel_before =
       node.metric("troupe_proxy_replica_sends_total{transport=\"channel\"}");
   const double inline_before = node.metric("troupe_proxy_replica_sends_total{transport=\"inline\"}");
+  const double caf_before = node.metric("troupe_proxy_replica_sends_total{transport=\"caf\"}");
 
   auto first = http_get(node.port, "/probe/?a=1", 10);
   REQUIRE(first);
@@ -378,6 +387,143 @@ applications:
   CHECK(big->status == 200);
   CHECK(big->body.size() == 700000u);
   auto reports = cluster.stop_all();
+  for (const auto& r : reports)
+    FAIL_CHECK(r);
+}
+
+TEST_CASE("in process: a blocking handler that waits does not hold up its io thread - another thread takes the loop over - the replica's next requests go to its request threads - the client's leaving cancels it") {
+  // One io thread: without the takeover, every request would wait behind
+  // the held one.
+  InlineNode node("1");
+  node.deploy(R"(http_options: {request_timeout_s: 120}
+applications:
+  - name: sleep
+    route_prefix: /sleep
+    import_path: libtroupe_examples.so:Sleep
+    deployments:
+      - name: Sleep
+        num_replicas: 1
+        max_ongoing_requests: 4
+        isolation: in_process
+  - name: probe
+    route_prefix: /probe
+    import_path: libtroupe_examples.so:InlineProbe
+    deployments:
+      - name: InlineProbe
+        num_replicas: 1
+        isolation: in_process
+)");
+  node.wait_replicas("probe", 1);
+  REQUIRE(node.cluster.wait_all_answer("head", {"/sleep/stats", "/probe/"}));
+  const std::string takeovers = "troupe_proxy_io_takeovers_total";
+  const std::string over_caf = "troupe_proxy_replica_sends_total{transport=\"caf\"}";
+  const std::string inline_sends = "troupe_proxy_replica_sends_total{transport=\"inline\"}";
+  const double takeovers_before = node.metric(takeovers);
+  const double caf_before = node.metric(over_caf);
+  const double inline_before = node.metric(inline_sends);
+  CHECK(takeovers_before == 0);
+
+  // A Sleep of 20 s, run inline (its short calls so far kept its gate open).
+  StreamClient held;
+  REQUIRE(held.get(node.port, "/sleep?ms=20000"));
+  REQUIRE(wait_until([&] { return node.metric(takeovers) == takeovers_before + 1; }, 10s, 10ms));
+  CHECK(node.metric(inline_sends) == inline_before + 1);
+
+  // The io thread's loop goes on on another thread: other requests are
+  // answered while the Sleep still waits.
+  auto probe = http_get(node.port, "/probe/", 10);
+  REQUIRE(probe);
+  CHECK(probe->status == 200);
+  // Sleep's gate closed at the takeover: its next request goes to its
+  // request threads, over CAF.
+  auto stats = http_get(node.port, "/sleep/stats", 10);
+  REQUIRE(stats);
+  CAPTURE(stats->body);
+  CHECK(stats->status == 200);
+  CHECK(json::parse(stats->body).value("cancelled", -1) == 0);
+  CHECK(node.metric(over_caf) == caf_before + 1);
+  CHECK(node.metric(inline_sends) == inline_before + 2);  // the held one, the probe
+
+  // The client leaves: the handler, still on the old thread, is cancelled.
+  held.close();
+  std::string last;
+  CHECK(wait_until(
+      [&] {
+        auto r = http_get(node.port, "/sleep/stats", 5);
+        if (!r || r->status != 200)
+          return false;
+        last = r->body;
+        return json::parse(r->body).value("cancelled", -1) == 1;
+      },
+      10s, 20ms));
+  CAPTURE(last);
+  CHECK(node.metric(takeovers) == takeovers_before + 1);
+  auto reports = node.cluster.stop_all();
+  for (const auto& r : reports)
+    FAIL_CHECK(r);
+}
+
+TEST_CASE("process: a blocking handler runs on its replica process's request loop - a call that waits has the loop taken over - the next requests go on - the client's leaving cancels it") {
+  InlineNode node;
+  node.deploy(R"(http_options: {request_timeout_s: 120}
+applications:
+  - name: sleep
+    route_prefix: /sleep
+    import_path: libtroupe_examples.so:Sleep
+    deployments:
+      - name: Sleep
+        num_replicas: 1
+        max_ongoing_requests: 4
+)");
+  REQUIRE(node.cluster.wait_all_answer("head", {"/sleep/stats"}));
+  // The replica process's count of takeovers of its request loop (-1: not
+  // reported yet).
+  auto takeovers = [&] {
+    auto r = http_get(node.admin, "/-/metrics", 5);
+    if (!r)
+      return -1.0;
+    const std::string series = "\ntroupe_replica_loop_takeovers_total{application=\"sleep\"";
+    auto at = r->body.find(series);
+    if (at == std::string::npos)
+      return -1.0;
+    auto end = r->body.find('\n', at + 1);
+    auto space = r->body.rfind(' ', end);
+    return std::stod(r->body.substr(space + 1, end - space - 1));
+  };
+  REQUIRE(wait_until([&] { return takeovers() == 0; }, 30s, 50ms));
+
+  // A Sleep of 20 s on the loop (its short calls so far kept it there).
+  StreamClient held;
+  REQUIRE(held.get(node.port, "/sleep?ms=20000"));
+  REQUIRE(wait_until([&] { return takeovers() == 1; }, 30s, 20ms));
+  // Another thread runs the loop: the next requests are answered while the
+  // Sleep still waits (by the pool while the replica's gate is closed).
+  for (int i = 0; i < 3; ++i) {
+    auto quick = http_get(node.port, "/sleep?ms=0", 10);
+    REQUIRE(quick);
+    CAPTURE(quick->body);
+    CHECK(quick->status == 200);
+  }
+  auto stats = http_get(node.port, "/sleep/stats", 10);
+  REQUIRE(stats);
+  CAPTURE(stats->body);
+  CHECK(json::parse(stats->body).value("cancelled", -1) == 0);
+  CHECK(json::parse(stats->body).value("completed", -1) >= 3);
+
+  // The client leaves: the handler, still on the old thread, is cancelled.
+  held.close();
+  std::string last;
+  CHECK(wait_until(
+      [&] {
+        auto r = http_get(node.port, "/sleep/stats", 5);
+        if (!r || r->status != 200)
+          return false;
+        last = r->body;
+        return json::parse(r->body).value("cancelled", -1) == 1;
+      },
+      10s, 20ms));
+  CAPTURE(last);
+  auto reports = node.cluster.stop_all();
   for (const auto& r : reports)
     FAIL_CHECK(r);
 }

@@ -168,3 +168,112 @@ TEST_CASE("proxy/inline: unregistered and remote replicas are never called inlin
   CHECK(remote->calls == 0);
   CHECK(h.core->metrics.sent_over(false) == 2);
 }
+
+// --- blocking handlers (the default): queued, run by drain() after a pass --
+
+TEST_CASE("proxy/inline: a blocking handler is queued and run after the io thread's pass - with a RequestControl for its attempt - and answers") {
+  Harness h({"a"}, {"a"});
+  h.fakes["a"]->is_blocking = true;
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  h.core->metrics.request_started();
+  dispatch(c);
+  // Sent, not run yet: it waits for the end of the io thread's pass.
+  CHECK(h.fakes["a"]->calls == 0);
+  CHECK(ex->answers.empty());
+  CHECK(h.worker.inline_path.queued() == 1);
+  CHECK(h.worker.active.size() == 1);
+  CHECK(h.in_flight("a") == 1);
+  CHECK(h.core->metrics.sent_inline_count() == 1);
+  h.worker.inline_path.drain();
+  CHECK(h.fakes["a"]->calls == 1);
+  REQUIRE(ex->answers.size() == 1);
+  CHECK(ex->answers[0].result_int() == 200);
+  CHECK(ex->answers[0].body() == "from a");
+  CHECK(h.fakes["a"]->seen_call.key == c->key);
+  CHECK(h.fakes["a"]->seen_call.control != nullptr);
+  CHECK_FALSE(h.fakes["a"]->saw_cancelled);
+  CHECK(h.worker.inline_path.kept() == 0);
+  CHECK(h.worker.active.empty());
+  CHECK(h.in_flight("a") == 0);
+  CHECK(h.core->metrics.sent_over(false) == 0);
+}
+
+TEST_CASE("proxy/inline: a blocking handler whose calls take long closes its gate - its next request goes to its request threads over CAF") {
+  Harness h({"a"}, {"a"});
+  auto& a = h.fakes["a"];
+  a->is_blocking = true;
+  // A handler that computes for 1 ms a call (the gate's `fast` is 100 us on
+  // average): the second such call closes the gate.
+  a->during = [](const local::InlineCall&) {
+    auto until = Clock::now() + std::chrono::milliseconds(1);
+    while (Clock::now() < until) {
+    }
+  };
+  for (int i = 0; i < 2; ++i) {
+    std::shared_ptr<FakeExchange> ex;
+    auto c = h.make_call(ex);
+    dispatch(c);
+    h.worker.inline_path.drain();
+    REQUIRE(ex->answers.size() == 1);
+  }
+  CHECK(a->gate.closes() == 1);
+  CHECK_FALSE(a->gate.open(Clock::now()));
+
+  std::shared_ptr<FakeExchange> ex3;
+  auto c3 = h.make_call(ex3);
+  dispatch(c3);
+  h.worker.inline_path.drain();
+  CHECK(a->calls == 2);
+  CHECK(h.core->metrics.sent_inline_count() == 2);
+  CHECK(h.core->metrics.sent_over(false) == 1);
+  CHECK(h.in_flight("a") == 1);  // on its way over CAF
+}
+
+TEST_CASE("proxy/inline: a blocking call whose client left never runs while it waits - one that runs is cancelled") {
+  Harness h({"a"}, {"a"});
+  auto& a = h.fakes["a"];
+  a->is_blocking = true;
+  std::shared_ptr<FakeExchange> ex1;
+  auto c1 = h.make_call(ex1);
+  dispatch(c1);
+  client_gone(c1);
+  REQUIRE(ex1->answers.size() == 1);
+  CHECK(ex1->answers[0].result_int() == 499);
+  h.worker.inline_path.drain();
+  CHECK(a->calls == 0);
+  CHECK(h.in_flight("a") == 0);
+  CHECK(h.worker.inline_path.kept() == 0);
+  CHECK(h.worker.active.empty());
+
+  // The client leaves while the handler runs: its RequestControl says so.
+  std::shared_ptr<FakeExchange> ex2;
+  auto c2 = h.make_call(ex2);
+  dispatch(c2);
+  a->during = [&](const local::InlineCall&) { client_gone(c2); };
+  h.worker.inline_path.drain();
+  CHECK(a->calls == 1);
+  CHECK(a->saw_cancelled);
+  REQUIRE(ex2->answers.size() == 1);
+  CHECK(ex2->answers[0].result_int() == 499);
+  CHECK(h.in_flight("a") == 0);
+  CHECK(h.worker.inline_path.kept() == 0);
+  CHECK(h.worker.active.empty());
+}
+
+TEST_CASE("proxy/inline: a blocking call past max_request_time_s fails with request_timeout - it never runs") {
+  Harness h({"a"}, {"a"});
+  auto& a = h.fakes["a"];
+  a->is_blocking = true;
+  std::shared_ptr<FakeExchange> ex;
+  auto c = h.make_call(ex);
+  dispatch(c);
+  REQUIRE(c->via != nullptr);
+  c->via->expire(c);
+  REQUIRE(ex->answers.size() == 1);
+  CHECK(ex->answers[0].result_int() == 504);
+  h.worker.inline_path.drain();
+  CHECK(a->calls == 0);
+  CHECK(h.in_flight("a") == 0);
+  CHECK(h.worker.inline_path.kept() == 0);
+}

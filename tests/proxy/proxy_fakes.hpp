@@ -5,6 +5,7 @@
 // exchange only).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "proxy/core.hpp"
 #include "runtime/data_channel.hpp"
 #include "runtime/local_replicas.hpp"
+#include <troupe/deployment.hpp>
 
 namespace troupe::proxy::fakes {
 
@@ -53,11 +55,17 @@ class FakeReplica : public local::LocalReplica {
  public:
   explicit FakeReplica(std::string id) : id_(std::move(id)) {}
   const std::string& replica_id() const override { return id_; }
-  local::InlineResult serve(const HttpRequest& request, HttpResponse& answer) override {
+  using local::LocalReplica::serve;
+  local::InlineResult serve(const HttpRequest& request, const local::InlineCall& call,
+                            HttpResponse& answer) override {
     ++calls;
     seen = request;
+    seen_call = call;
+    if (during)
+      during(call);
     local::InlineResult r;
     r.kind = kind;
+    saw_cancelled = call.control && call.control->cancelled();
     if (kind == local::InlineResult::overloaded)
       r.why = "replica " + id_ + " is at max_ongoing_requests (1)";
     if (kind == local::InlineResult::answered) {
@@ -67,9 +75,16 @@ class FakeReplica : public local::LocalReplica {
     }
     return r;
   }
+  bool blocking() const override { return is_blocking; }
   local::InlineResult::Kind kind = local::InlineResult::answered;
+  // A handler that may block (called from a handler of its own).
+  bool is_blocking = false;
+  // Runs inside serve(), before it answers.
+  std::function<void(const local::InlineCall&)> during;
+  bool saw_cancelled = false;  // the last call's control was cancelled
   int calls = 0;
   HttpRequest seen;  // the last request
+  local::InlineCall seen_call;
 
  private:
   std::string id_;
@@ -146,6 +161,7 @@ struct IoThreadHarness {
       worker.untrack(c);
     worker.peers.drop();
     worker.served.drop();
+    worker.inline_path.clear();
     worker.channels.clear();
     worker.caf.clear();
     for (auto& a : stand_ins)

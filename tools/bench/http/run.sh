@@ -404,7 +404,9 @@ esac
 # differs only by --access-log off: (f) Fixed in process on D, (g) Fixed in
 # replica processes on D (the default isolation), (q) the same as (f) on Q,
 # which gives the access log's cost. Fixed's handler is blocking (the
-# default), so in process it runs on a request thread as users' handlers do.
+# default), as users' handlers are: it runs inline (on the proxy's io
+# thread in process, on its process's request loop) only while its calls
+# stay short.
 DH_PID=""; DQ_PID=""
 case " $ONLY " in
   *" f "*|*" g "*|*" q "*)
