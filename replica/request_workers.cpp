@@ -155,6 +155,44 @@ bool take_request(Dispatch& d, const channel::FrameBuffer& buffer, size_t size,
 
 namespace {
 
+// The frames one recvmmsg reads from a channel's request socket: every frame
+// that waits, up to kRead, after waiting for the first.
+class FrameReads {
+ public:
+  static constexpr size_t kRead = 32;
+  explicit FrameReads(size_t max_frame) {
+    buffers_.reserve(kRead);
+    for (size_t i = 0; i < kRead; ++i)
+      buffers_.emplace_back(max_frame);
+  }
+  // False once the node's end of the channel closed.
+  bool read(int fd) {
+    for (;;) {
+      for (size_t i = 0; i < kRead; ++i) {
+        iov_[i] = {buffers_[i].data(), buffers_[i].capacity()};
+        msgs_[i] = {};
+        msgs_[i].msg_hdr.msg_iov = &iov_[i];
+        msgs_[i].msg_hdr.msg_iovlen = 1;
+      }
+      int got = ::recvmmsg(fd, msgs_, kRead, MSG_WAITFORONE | MSG_TRUNC, nullptr);
+      if (got < 0 && errno == EINTR)
+        continue;
+      count_ = got > 0 ? static_cast<size_t>(got) : 0;
+      return got > 0;
+    }
+  }
+  size_t count() const { return count_; }
+  channel::FrameBuffer& buffer(size_t i) { return buffers_[i]; }
+  // MSG_TRUNC: the frame's real length, also when it did not fit.
+  size_t size(size_t i) const { return msgs_[i].msg_len; }
+
+ private:
+  std::vector<channel::FrameBuffer> buffers_;
+  iovec iov_[kRead];
+  mmsghdr msgs_[kRead];
+  size_t count_ = 0;
+};
+
 // A streamed answer of the request loop: its producer runs on a thread of
 // its own (it may block on flow control), as for an inline call.
 void stream_apart(Instance instance, DispatchPtr d, std::unique_ptr<Request> in,
@@ -175,108 +213,39 @@ void stream_apart(Instance instance, DispatchPtr d, std::unique_ptr<Request> in,
 
 }  // namespace
 
-// The one request thread of a replica process whose deployment declares its
-// handler non-blocking: reads every frame the channel holds at once
-// (recvmmsg), runs the handlers one after another, and writes the answers of
-// each lane with one sendmmsg. While it runs, frames pile up in the socket
-// and are taken by the next read without a wake-up, as an event loop does;
-// a pool of threads each blocked in recv() costs a thread wake-up (and a
-// context switch) per request instead. A streamed answer's producer runs on
-// a thread of its own.
-void channel_loop(Instance instance, DispatchPtr d) {
-  constexpr size_t kRead = 32;  // frames per read
-  auto& ch = *d->channel;
-  std::vector<channel::FrameBuffer> buffers;
-  buffers.reserve(kRead);
-  for (size_t i = 0; i < kRead; ++i)
-    buffers.emplace_back(ch.max_frame());
-  iovec iov[kRead];
-  mmsghdr msgs[kRead];
-  std::vector<channel::Batch> out(ch.lanes());
-  for (;;) {
-    for (size_t i = 0; i < kRead; ++i) {
-      iov[i] = {buffers[i].data(), buffers[i].capacity()};
-      msgs[i] = {};
-      msgs[i].msg_hdr.msg_iov = &iov[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
-    }
-    int got = ::recvmmsg(ch.request_fd(), msgs, kRead, MSG_WAITFORONE | MSG_TRUNC, nullptr);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0)
-      return;
-    size_t answered = 0;  // admitted requests whose answer is in `out`
-    for (int i = 0; i < got; ++i) {
-      auto& buffer = buffers[static_cast<size_t>(i)];
-      // MSG_TRUNC: the frame's real length, also when it did not fit.
-      size_t size = msgs[i].msg_len;
-      if (size >= sizeof(channel::FrameHeader) && buffer.header().kind == channel::Kind::local) {
-        serve_local(*instance, *d, buffer.header().call);
-        continue;
-      }
-      HttpRequest req;
-      if (!take_request(*d, buffer, size, req))
-        continue;
-      uint8_t lane = buffer.header().lane;
-      auto control = request_control(req.timeout_s);
-      FlowPtr flow = d->inflight.add(req.call_key, control);
-      // On the heap: a streamed answer's producer may keep references into it.
-      auto in = std::make_unique<Request>(Request{std::move(req.method), std::move(req.path),
-                                                  std::move(req.query), std::move(req.headers),
-                                                  std::move(req.body), control});
-      Handled h;
-      {
-        RequestIdScope scope(req.request_id, req.timeout_s, control);
-        h = run_handler(*instance, *in, req.request_id, d->models.get(), d->metrics.get());
-      }
-      if (h.produce) {
-        stream_apart(instance, d, std::move(in), std::move(control), std::move(flow),
-                     std::move(h), std::move(req), ch.answer_fd(lane));
-        continue;
-      }
-      d->inflight.remove(req.call_key);
-      if (out[lane].add_answer(req.call_key, h.out, ch.max_frame()) == channel::Sent::too_large)
-        channel::send_answer(ch.answer_fd(lane), req.call_key, h.out, ch.max_frame());
-      ++answered;
-    }
-    for (size_t lane = 0; lane < out.size(); ++lane) {
-      if (out[lane].empty())
-        continue;
-      out[lane].flush(ch.answer_fd(lane), 0);  // fails only when the proxy's end is gone
-      out[lane].clear();
-    }
-    // Counted as ended once their answers are sent: a stopping replica's
-    // process may exit after the last.
-    for (size_t i = 0; i < answered; ++i)
-      d->finish();
-  }
-}
-
 namespace {
 
-// The request loop of a replica process whose handler may block (the
-// default): channel_loop's reads and batched answers, with the handler run
-// by the loop's thread while its calls are short, as the node's proxy does
-// with an in-process replica (runtime/inline_gate.hpp), under a
-// LoopTakeover (runtime/loop_takeover.hpp): a call that blocks for 2 ms has
-// the loop taken over by another thread, which sends the answers of the
-// batch so far and goes on with the rest; the old thread answers its own
-// request when the handler returns, and ends. While the gate is closed, and
-// for requests that came over CAF (`local` frames), the loop hands requests
-// to a pool of max_ongoing_requests threads (a wake-up each: what every
-// request cost before, with a pool of threads blocked in recv()). max_ongoing_requests bounds the calls that
-// run, inline or not (Dispatch::admit).
-class BlockingLoop {
+// The request loop of a replica process: reads every frame that waits with
+// one recvmmsg, runs the handlers one after another, and writes the answers
+// of each lane with one sendmmsg. While it runs, frames pile up in the
+// socket and are taken by the next read without a wake-up, as an event loop
+// does; a pool of threads each blocked in recv() costs a thread wake-up
+// (and a context switch) per request instead. A streamed answer's producer
+// runs on a thread of its own.
+//
+// A non-blocking handler (Deployment::nonblocking()) always runs on the
+// loop, and so do requests that came over CAF (`local` frames). A handler
+// that may block (the default) runs on the loop while its calls are short,
+// as the node's proxy does with an in-process replica
+// (runtime/inline_gate.hpp), under a LoopTakeover
+// (runtime/loop_takeover.hpp): a call that blocks for 2 ms has the loop
+// taken over by another thread, which sends the answers of the batch so far
+// and goes on with the rest; the old thread answers its own request when
+// the handler returns, and ends. While the gate is closed, and for requests
+// that came over CAF, the loop hands requests to a pool of
+// max_ongoing_requests threads (a wake-up each). max_ongoing_requests
+// bounds the calls that run, on the loop or not (Dispatch::admit).
+class RequestLoop {
  public:
-  BlockingLoop(Instance instance, DispatchPtr d, size_t threads)
+  // `blocking`: the handler may block; `threads`: the pool's (blocking only).
+  RequestLoop(Instance instance, DispatchPtr d, bool blocking, size_t threads)
       : instance_(std::move(instance)),
         d_(std::move(d)),
+        blocking_(blocking),
         ch_(*d_->channel),
         loops_(1, [this](size_t, bool taking_over) { loop(taking_over); }),
+        reads_(ch_.max_frame()),
         out_(ch_.lanes()) {
-    buffers_.reserve(kRead);
-    for (size_t i = 0; i < kRead; ++i)
-      buffers_.emplace_back(ch_.max_frame());
     for (size_t i = 0; i < threads; ++i)
       pool_.emplace_back([this] { pool_worker(); });
   }
@@ -295,7 +264,6 @@ class BlockingLoop {
   }
 
  private:
-  static constexpr size_t kRead = 32;  // frames per read
   using Clock = std::chrono::steady_clock;
 
   struct Job {
@@ -316,33 +284,15 @@ class BlockingLoop {
       flush();
     }
     for (;;) {
-      if (next_ >= got_) {
+      if (next_ >= reads_.count()) {
         flush();
-        if (!read())
+        if (!reads_.read(ch_.request_fd()))
           return;
+        next_ = 0;
       }
       const size_t i = next_++;
       if (!serve_frame(i))
         return;  // taken over
-    }
-  }
-
-  bool read() {
-    for (;;) {
-      for (size_t i = 0; i < kRead; ++i) {
-        iov_[i] = {buffers_[i].data(), buffers_[i].capacity()};
-        msgs_[i] = {};
-        msgs_[i].msg_hdr.msg_iov = &iov_[i];
-        msgs_[i].msg_hdr.msg_iovlen = 1;
-      }
-      int got = ::recvmmsg(ch_.request_fd(), msgs_, kRead, MSG_WAITFORONE | MSG_TRUNC, nullptr);
-      if (got < 0 && errno == EINTR)
-        continue;
-      if (got <= 0)
-        return false;
-      got_ = static_cast<size_t>(got);
-      next_ = 0;
-      return true;
     }
   }
 
@@ -361,9 +311,13 @@ class BlockingLoop {
 
   // False when the loop was taken over while this thread ran the handler.
   bool serve_frame(size_t i) {
-    auto& buffer = buffers_[i];
-    const size_t size = msgs_[i].msg_len;  // MSG_TRUNC: the frame's real length
+    auto& buffer = reads_.buffer(i);
+    const size_t size = reads_.size(i);
     if (size >= sizeof(channel::FrameHeader) && buffer.header().kind == channel::Kind::local) {
+      if (!blocking_) {
+        serve_local(*instance_, *d_, buffer.header().call);
+        return true;
+      }
       Job job;
       job.local = true;
       job.token = buffer.header().call;
@@ -374,7 +328,7 @@ class BlockingLoop {
     if (!take_request(*d_, buffer, size, req))
       return true;
     const uint8_t lane = buffer.header().lane;
-    if (!gate_.open(Clock::now())) {
+    if (blocking_ && !gate_.open(Clock::now())) {
       Job job;
       job.req = std::move(req);
       job.lane = lane;
@@ -388,12 +342,17 @@ class BlockingLoop {
                                                 std::move(req.query), std::move(req.headers),
                                                 std::move(req.body), control});
     Handled h;
-    const auto began = Clock::now();
-    running_since_ = began;
-    const bool owner = loops_.run_blocking(0, [&] {
+    auto run = [&] {
       RequestIdScope scope(req.request_id, req.timeout_s, control);
       h = run_handler(*instance_, *in, req.request_id, d_->models.get(), d_->metrics.get());
-    });
+    };
+    const auto began = Clock::now();
+    running_since_ = began;
+    bool owner = true;
+    if (blocking_)
+      owner = loops_.run_blocking(0, run);
+    else
+      run();
     if (!owner) {
       // Another thread runs the loop now: this one answers its own request
       // and leaves, touching nothing of the loop's.
@@ -407,7 +366,8 @@ class BlockingLoop {
       d_->finish();
       return false;
     }
-    gate_.record(began, Clock::now());
+    if (blocking_)
+      gate_.record(began, Clock::now());
     if (h.produce) {
       stream_apart(instance_, d_, std::move(in), std::move(control), std::move(flow),
                    std::move(h), std::move(req), ch_.answer_fd(lane));
@@ -451,15 +411,13 @@ class BlockingLoop {
 
   const Instance instance_;
   const DispatchPtr d_;
+  const bool blocking_;
   channel::ReplicaEnd& ch_;
   local::InlineGate gate_;
   LoopTakeover loops_;
   // The loop's state: touched by the thread that runs the loop only.
-  std::vector<channel::FrameBuffer> buffers_;
-  iovec iov_[kRead];
-  mmsghdr msgs_[kRead];
-  size_t got_ = 0;   // frames in the buffers
-  size_t next_ = 0;  // the next one to serve
+  FrameReads reads_;
+  size_t next_ = 0;  // the next frame of reads_ to serve
   std::vector<channel::Batch> out_;
   size_t answered_ = 0;  // requests whose answer is in out_
   Clock::time_point running_since_;
@@ -473,8 +431,12 @@ class BlockingLoop {
 
 }  // namespace
 
+void channel_loop(Instance instance, DispatchPtr d) {
+  RequestLoop(std::move(instance), std::move(d), false, 0).run();
+}
+
 void channel_blocking_loop(Instance instance, DispatchPtr d, size_t threads) {
-  BlockingLoop(std::move(instance), std::move(d), threads).run();
+  RequestLoop(std::move(instance), std::move(d), true, threads).run();
 }
 
 void lane_reader(DispatchPtr d) {

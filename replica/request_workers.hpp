@@ -33,7 +33,7 @@ void channel_loop(Instance instance, DispatchPtr d);
 // For a handler that may block: one loop
 // that reads and answers in batches and runs the handler itself while its
 // calls are short, taken over by another thread when a call blocks, and a
-// pool of `threads` for the rest (request_workers.cpp, BlockingLoop).
+// pool of `threads` for the rest (request_workers.cpp, RequestLoop).
 // Returns once the node's end of the channel closed and every call ended.
 void channel_blocking_loop(Instance instance, DispatchPtr d, size_t threads);
 
