@@ -26,13 +26,13 @@
 #       isolation: process (each replica its own troupe-replica process,
 #       reached over its data channel; the default isolation; (a') of the
 #       data-path goals)
-#   (f) troupe's defaults with a blocking handler: a cluster of its own, a
-#       head D with the node's defaults (the access log on) hosting the
-#       Fixed example (a blocking handler answering {"ok":true}) in
-#       process: its calls run on request threads, as users' handlers do
+#   (f) troupe's defaults with a blocking handler: a cluster of its own (a
+#       head that hosts nothing), a worker D with the node's defaults (the
+#       access log on) hosting the Fixed example (a blocking handler
+#       answering {"ok":true}, as users' handlers are) in process
 #   (g) the same in replica processes (isolation: process, the default)
-#   (q) the same as (f) on that cluster's worker Q, which differs only by
-#       --access-log off: 1 - (f)/(q) is the access log's cost
+#   (q) the same as (f) on that cluster's other worker Q, which differs
+#       only by --access-log off: 1 - (f)/(q) is the access log's cost
 #   (c) nginx reverse-proxying to nginx
 #   (d) HAProxy to nginx
 #   (e) nginx answering directly (the ceiling)
@@ -399,20 +399,26 @@ PY
 esac
 
 # --- (f), (g), (q): troupe's defaults with a blocking handler -----------------------
-# A cluster of its own, a head D that runs with the node's defaults (the
-# access log on, log level info) and hosts the replicas, and a worker Q that
-# differs only by --access-log off: (f) Fixed in process on D, (g) Fixed in
+# A cluster of its own: a head that hosts nothing, a worker D that runs with
+# the node's defaults (the access log on, log level info) and hosts the
+# replicas, and a worker Q that differs only by --access-log off (both
+# workers: the head's own work does not weigh on one side of 1 - (f)/(q)):
+# (f) Fixed in process on D, (g) Fixed in
 # replica processes on D (the default isolation), (q) the same as (f) on Q,
 # which gives the access log's cost. Fixed's handler is blocking (the
 # default), as users' handlers are: it runs inline (on the proxy's io
 # thread in process, on its process's request loop) only while its calls
 # stay short.
-DH_PID=""; DQ_PID=""
+D0_PID=""; DH_PID=""; DQ_PID=""
 case " $ONLY " in
   *" f "*|*" g "*|*" q "*)
     DCTL_PORT=$(free_port); D_PORT=$(free_port); Q_PORT=$(free_port)
-    "$BIN/troupe-node" --head --port "$DCTL_PORT" --state-dir "$WORK/dh" --http-port "$D_PORT" \
-      --admin-port 0 --resources cpu=2,noded=1 >"$WORK/dh.log" 2>&1 &
+    "$BIN/troupe-node" --head --port "$DCTL_PORT" --state-dir "$WORK/d0" \
+      --http-port "$(free_port)" --admin-port 0 --resources cpu=1 >"$WORK/d0.log" 2>&1 &
+    D0_PID=$!
+    PIDS+=("$D0_PID")
+    "$BIN/troupe-node" --join "127.0.0.1:$DCTL_PORT" --node-id d --state-dir "$WORK/dh" \
+      --http-port "$D_PORT" --admin-port 0 --resources cpu=2,noded=1 >"$WORK/dh.log" 2>&1 &
     DH_PID=$!
     PIDS+=("$DH_PID")
     "$BIN/troupe-node" --join "127.0.0.1:$DCTL_PORT" --node-id q --state-dir "$WORK/dq" \
@@ -422,10 +428,10 @@ case " $ONLY " in
     PIDS+=("$DQ_PID")
     DCTL=("$BIN/troupectl" --address "127.0.0.1:$DCTL_PORT" --timeout 5)
     deadline=$((SECONDS + 30))
-    until [ "$("${DCTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 2 ]; do
+    until [ "$("${DCTL[@]}" nodes --json 2>/dev/null | grep -o '"ALIVE"' | wc -l)" = 3 ]; do
       if [ $SECONDS -ge $deadline ]; then
         echo "run.sh: the defaults cluster did not come up; logs:" >&2
-        cat "$WORK/dh.log" "$WORK/dq.log" >&2
+        cat "$WORK/d0.log" "$WORK/dh.log" "$WORK/dq.log" >&2
         exit 1
       fi
       sleep 0.2
@@ -462,7 +468,7 @@ CONF
     "${DCTL[@]}" deploy "$WORK/deploy-defaults.yaml" --wait --wait-timeout 60 \
       >"$WORK/deploy-defaults.log" 2>&1 || {
       echo "run.sh: deploy on the defaults cluster failed:" >&2
-      cat "$WORK/deploy-defaults.log" "$WORK/dh.log" "$WORK/dq.log" >&2
+      cat "$WORK/deploy-defaults.log" "$WORK/d0.log" "$WORK/dh.log" "$WORK/dq.log" >&2
       exit 1
     }
     wait_http "http://127.0.0.1:$D_PORT/f/x" 30
@@ -619,12 +625,12 @@ stop_nodes() {
   local name pid rc waited
   local names="H A B"
   [ -n "$TH_PID" ] && names="$names H' A' B'"
-  [ -n "$DH_PID" ] && names="$names D Q"
-  kill -TERM "$H_PID" "$A_PID" "$B_PID" $TH_PID $TA_PID $TB_PID $DH_PID $DQ_PID 2>/dev/null || true
+  [ -n "$DH_PID" ] && names="$names D0 D Q"
+  kill -TERM "$H_PID" "$A_PID" "$B_PID" $TH_PID $TA_PID $TB_PID $D0_PID $DH_PID $DQ_PID 2>/dev/null || true
   for name in $names; do
     case $name in H) pid=$H_PID ;; A) pid=$A_PID ;; B) pid=$B_PID ;;
       "H'") pid=$TH_PID ;; "A'") pid=$TA_PID ;; "B'") pid=$TB_PID ;;
-      D) pid=$DH_PID ;; *) pid=$DQ_PID ;; esac
+      D0) pid=$D0_PID ;; D) pid=$DH_PID ;; *) pid=$DQ_PID ;; esac
     waited=0
     while kill -0 "$pid" 2>/dev/null && [ $waited -lt 300 ]; do
       sleep 0.1
@@ -786,7 +792,7 @@ fi
 if [ ${#NODE_EXITS[@]} -eq 0 ]; then
   tls_nodes=""
   [ -n "$TH_PID" ] && tls_nodes=", and the head, A and B of the TLS cluster"
-  [ -n "$DH_PID" ] && tls_nodes="$tls_nodes, and D and Q of the defaults cluster"
+  [ -n "$DH_PID" ] && tls_nodes="$tls_nodes, and the head D0, D and Q of the defaults cluster"
   echo "troupe-node exits after SIGTERM: every node 0 (head, A, B$tls_nodes)"
 else
   for line in "${NODE_EXITS[@]}"; do
