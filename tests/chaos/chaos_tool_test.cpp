@@ -579,6 +579,49 @@ TEST_CASE("chaos/node states are read in the order they were answered - a round 
   CHECK(*goal(run, "max_dead_transitions_per_fault")->measured == doctest::Approx(1.0));
 }
 
+TEST_CASE("chaos/a round that read DEAD before a re-registration and ended after the next round read ALIVE is no second turn") {
+  RunData run;
+  run.http_ports = {{"head", 1}, {"w1", 2}, {"w2", 3}};
+  run.scenario.goals.max_dead_transitions_per_fault = 1;
+  run.faults.push_back(injected(FaultKind::partition, "head", {"w1", "w2"}, 5, 20));
+  auto alive = healthy_at(0.0, 0.1);
+  alive.node_state = {{"head", "ALIVE"}, {"w1", "ALIVE"}, {"w2", "ALIVE"}};
+  auto dead = alive;
+  dead.start_s = 16.4;
+  dead.state_end_s = 16.6;
+  dead.node_state["w1"] = "DEAD";
+  dead.node_state["w2"] = "DEAD";
+  // w1 is back; the nodes call of this round began just before w2
+  // re-registered, but it ended last (a slow troupectl on a loaded machine).
+  auto before = dead;
+  before.start_s = 32.0;
+  before.nodes_start_s = 32.1;
+  before.state_end_s = 32.5;
+  before.node_state["w1"] = "ALIVE";
+  // The next round's call began after w2 re-registered and ended first.
+  auto after = alive;
+  after.start_s = 32.2;
+  after.nodes_start_s = 32.25;
+  after.state_end_s = 32.4;
+  auto later = alive;
+  later.start_s = 33;
+  later.nodes_start_s = 33.05;
+  later.state_end_s = 33.1;
+  run.observations = {alive, dead, before, after, later};
+  analyze(run);
+  CHECK(goal(run, "max_dead_transitions_per_fault")->met);
+  CHECK(*goal(run, "max_dead_transitions_per_fault")->measured == doctest::Approx(1.0));
+  // Once the rounds do not overlap, a DEAD after an ALIVE is a turn again.
+  auto again = dead;
+  again.start_s = 34;
+  again.nodes_start_s = 34.05;
+  again.state_end_s = 34.1;
+  run.observations.push_back(again);
+  analyze(run);
+  CHECK(!goal(run, "max_dead_transitions_per_fault")->met);
+  CHECK(*goal(run, "max_dead_transitions_per_fault")->measured == doctest::Approx(2.0));
+}
+
 TEST_CASE("chaos/replicas listed on live nodes above target plus surge are a miss") {
   RunData run;
   run.scenario.goals.max_replicas_above_surge = 0;

@@ -139,6 +139,7 @@ Observation Monitor::observe() const {
       o.status_error = std::string("unexpected status --json shape: ") + e.what();
     }
   }
+  o.nodes_start_s = since(t0_);
   auto nodes = cluster_.nodes_json(1, &o.nodes_error);
   if (nodes) {
     try {

@@ -37,8 +37,9 @@ struct DeploymentView {
 };
 
 struct Observation {
-  double start_s = 0;      // relative to the run's t0
-  double state_end_s = 0;  // status and nodes answered (probes may take longer)
+  double start_s = 0;        // relative to the run's t0
+  double nodes_start_s = 0;  // the nodes call began (0: at start_s)
+  double state_end_s = 0;    // status and nodes answered (probes may take longer)
   double end_s = 0;        // everything answered
 
   bool status_ok = false;

@@ -713,12 +713,24 @@ void analyze(RunData& run) {
           ++involved[p];
       }
     }
-    std::map<std::string, int> turned;
-    std::map<std::string, std::string> last;
-    // In the order the nodes' states were read, not the order the rounds
-    // started: a round whose status call waited out its timeout reads them
-    // after a later round did, and read in start order an old DEAD would
-    // follow a fresh ALIVE (a transition the controller never made).
+    // A node's readings are counted as turns to DEAD only where their order
+    // is certain: the head answered a call somewhere between the call's
+    // start and its end, and the calls of consecutive rounds overlap when
+    // one waits (a round that waited out its timeout, or a slow troupectl
+    // start on a loaded machine). So a DEAD reading is a new turn only if its
+    // call began after the call that read the node not DEAD had ended, and
+    // that one after the end of the DEAD reading before it. Taken in the
+    // order of their ends, the earliest-ending reading of each state is the
+    // anchor: this counts the most turns the readings prove, never one the
+    // controller did not make (a round that read DEAD just before a
+    // re-registration but ended after the next round read ALIVE).
+    struct Turns {
+      bool any = false;        // a reading seen
+      bool dead = false;       // the state of the anchor
+      double anchor_end = 0;   // when the anchor's call ended
+      int count = 0;
+    };
+    std::map<std::string, Turns> turns;
     std::vector<const Observation*> read;
     for (const auto& o : obs) {
       if (o.nodes_ok)
@@ -729,15 +741,24 @@ void analyze(RunData& run) {
     });
     for (const auto* op : read) {
       const auto& o = *op;
+      double began = std::max(o.start_s, o.nodes_start_s);
       for (const auto& [id, st] : o.node_state) {
-        auto& before = last[id];
-        if (st == "DEAD" && !before.empty() && before != "DEAD")
-          ++turned[id];
-        before = st;
+        auto& t = turns[id];
+        bool dead = st == "DEAD";
+        if (!t.any) {
+          t = {true, dead, o.state_end_s, 0};
+          continue;
+        }
+        if (dead == t.dead || began <= t.anchor_end)
+          continue;
+        if (dead)
+          ++t.count;
+        t.dead = dead;
+        t.anchor_end = o.state_end_s;
       }
     }
     for (const auto& [id, port] : run.http_ports) {
-      int n = turned[id];
+      int n = turns[id].count;
       int allowed = static_cast<int>(*goals.max_dead_transitions_per_fault) * involved[id];
       g.measured = std::max(*g.measured, involved[id] ? static_cast<double>(n) / involved[id]
                                                       : static_cast<double>(n > 0 ? kInf : 0));
