@@ -63,15 +63,34 @@ class AccessLog {
   void write(const AccessEntry& entry);
   // The line write() makes (without the newline); for tests.
   std::string format(const AccessEntry& entry) const;
+  ~AccessLog();
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+
   // The data path's way (one batch per io thread): the line of `entry` at
-  // `now` added to `batch`, which is written once it holds kBatchBytes. Into
-  // the node's own log sinks (no file of its own) the line is written at once.
+  // `now` added to `batch`, which goes to the log's writer thread once it
+  // holds kBatchBytes. Into the node's own log sinks (no file of its own)
+  // the line is written at once.
+  //
+  // An io thread never writes the file itself: a write() can stall for
+  // hundreds of milliseconds when the disk is busy (the kernel throttles a
+  // writer of dirty pages; rotation removes a 64 MiB file), and every
+  // request of that thread would wait. The writer thread takes the batches;
+  // when it falls kQueueBytes behind, further batches are dropped and
+  // counted (dropped_lines(); a warning in the node's log), as HAProxy's
+  // logs over UDP would be, rather than stalling the requests.
   void add(const AccessEntry& entry, AccessBatch& batch,
            std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
-  // Writes what `batch` holds and flushes the file: each io thread's sweep
-  // (at least once a second) and the proxy's stop.
+  // Hands what `batch` holds to the writer thread and has it flush the file
+  // after writing it: each io thread's sweep (at least once a second).
+  void pass_on(AccessBatch& batch);
+  // Hands `batch` over and waits until every line handed over so far is in
+  // the file, flushed: the proxy's stop (and tests).
   void flush(AccessBatch& batch);
+  // Lines dropped because the writer thread was kQueueBytes behind.
+  uint64_t dropped_lines() const;
   static constexpr size_t kBatchBytes = 64 << 10;
+  static constexpr size_t kQueueBytes = 16 << 20;
 
  private:
   AccessLog(AccessLogMode mode, std::shared_ptr<spdlog::logger> logger, std::string node,
@@ -79,12 +98,15 @@ class AccessLog {
   // Appends the line of `e` (no newline) with the time `stamp` + `millis`.
   void append(std::string& out, const AccessEntry& e, const std::string& stamp,
               int millis) const;
-  void write_batch(AccessBatch& batch);
+  // Hands batch's text to the writer (`flush`: and has it flush the file).
+  void hand_over(AccessBatch& batch, bool flush);
+  struct Writer;
   AccessLogMode mode_;
   std::shared_ptr<spdlog::logger> logger_;
   std::string node_;
   bool json_;
   bool own_file_;  // lines carry their own timestamp (the file's sink adds none)
+  std::unique_ptr<Writer> writer_;  // own_file_ only
 };
 
 }  // namespace troupe::proxy

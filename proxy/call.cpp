@@ -409,8 +409,10 @@ void send(const CallPtr& c, SlotPtr slot) {
 }
 
 void sweep(IoThread* w) {
-  if (w->core->options.access_log)
-    w->core->options.access_log->flush(w->access_batch);
+  if (w->core->options.access_log) {
+    w->core->options.access_log->pass_on(w->access_batch);
+    w->core->metrics.access_log_dropped(w->core->options.access_log->dropped_lines());
+  }
   auto limit = seconds_as<Clock::duration>(w->core->options.max_request_time_s);
   auto now = Clock::now();
   w->last_sweep_ns.store(

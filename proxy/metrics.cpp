@@ -330,6 +330,11 @@ std::string Metrics::render(const std::vector<Router::DeploymentView>& deploymen
       "connections.\n";
   out += "# TYPE troupe_proxy_io_takeovers_total counter\n";
   out += "troupe_proxy_io_takeovers_total " + std::to_string(io_takeovers()) + "\n";
+  out += "# HELP troupe_proxy_access_log_dropped_lines_total Access log lines dropped because "
+         "the writer was 16 MiB behind (the disk stalled): the io threads do not wait for it.\n";
+  out += "# TYPE troupe_proxy_access_log_dropped_lines_total counter\n";
+  out += "troupe_proxy_access_log_dropped_lines_total " + std::to_string(access_log_dropped()) +
+         "\n";
   out += "# HELP troupe_proxy_requests_by_scheme_total Requests parsed, by the port they came "
          "on: http or https.\n";
   out += "# TYPE troupe_proxy_requests_by_scheme_total counter\n";

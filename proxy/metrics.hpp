@@ -76,6 +76,14 @@ class Metrics {
   // (runtime/loop_takeover.hpp).
   void io_takeover() { io_takeovers_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t io_takeovers() const { return io_takeovers_.load(std::memory_order_relaxed); }
+  // The access log's lines dropped so far (AccessLog::dropped_lines(); the
+  // io threads' sweep reports it).
+  void access_log_dropped(uint64_t total) {
+    access_log_dropped_.store(total, std::memory_order_relaxed);
+  }
+  uint64_t access_log_dropped() const {
+    return access_log_dropped_.load(std::memory_order_relaxed);
+  }
   // ... and over another worker's data port (proxy/peer_client.cpp).
   void sent_peer() { sent_peer_.fetch_add(1, std::memory_order_relaxed); }
   // A request parsed on the HTTP port (secure: false) or the HTTPS port.
@@ -136,6 +144,7 @@ class Metrics {
   std::atomic<uint64_t> sent_caf_{0};
   std::atomic<uint64_t> sent_inline_{0};
   std::atomic<uint64_t> io_takeovers_{0};
+  std::atomic<uint64_t> access_log_dropped_{0};
   std::atomic<uint64_t> requests_http_{0};
   std::atomic<uint64_t> requests_https_{0};
   std::map<std::string, uint64_t> tls_refused_;  // under mutex_

@@ -9,7 +9,14 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -91,6 +98,30 @@ TEST_CASE("access log: a batch's lines reach the file at its flush - in order - 
   CHECK(lines[3].rfind("2027-01-15T09:00:00.999Z ", 0) == 0);
 }
 
+TEST_CASE("access log: the duration in milliseconds with three decimals, the status as a number") {
+  LogDir d;
+  auto log = AccessLog::open(AccessLogMode::on, d.file(), "n1", false);
+  REQUIRE(log);
+  auto e = entry("d-1");
+  // seconds -> the line's duration (rounded to the microsecond).
+  const std::vector<std::pair<double, std::string>> cases = {
+      {0.0, " 0.000ms "},          {0.0000004, " 0.000ms "},   {0.0000016, " 0.002ms "},
+      {0.000999, " 0.999ms "},     {0.0015, " 1.500ms "},      {0.02, " 20.000ms "},
+      {12.3456789, " 12345.679ms "}, {3600.25, " 3600250.000ms "}, {-1.0, " 0.000ms "}};
+  for (const auto& [seconds, text] : cases) {
+    CAPTURE(seconds);
+    e.seconds = seconds;
+    auto line = log.value()->format(e);
+    CHECK(line.find(" 200" + text + "echo/Echo ") != std::string::npos);
+  }
+  e.seconds = 0.0015;
+  for (int status : {100, 404, 503, 599}) {
+    e.status = status;
+    CHECK(log.value()->format(e).find(" " + std::to_string(status) + " 1.500ms ") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("access log: a full batch writes itself - no line lost or reordered across batches") {
   LogDir d;
   auto log = AccessLog::open(AccessLogMode::on, d.file(), "n1", false);
@@ -133,4 +164,68 @@ TEST_CASE("access log: JSON lines from a batch parse - with the time each was ad
   CHECK(j1["duration_ms"] == 1.5);
   CHECK(j1["application"] == "echo");
   CHECK(j1["replica"] == "echo#Echo#1");
+}
+
+TEST_CASE("access log: a writer stalled on its file never stalls the io thread - lines past the queue are dropped and counted - none lost unseen") {
+  // The access log on a FIFO nobody reads for a while: the writer thread
+  // blocks in write() once the pipe is full, as on a disk that stalls.
+  LogDir d;
+  const std::string fifo = (d.dir / "access.fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  auto log = AccessLog::open(AccessLogMode::on, fifo, "n1", false);
+  REQUIRE(log);
+  AccessBatch batch;
+  // Well past the writer's queue: every add() returns (this thread is the
+  // io thread), and what the queue cannot take is counted.
+  const size_t line_bytes = log.value()->format(entry("s-000000")).size() + 1;
+  const size_t total = 2 * AccessLog::kQueueBytes / line_bytes;
+  for (size_t i = 0; i < total; ++i) {
+    char id[16];
+    std::snprintf(id, sizeof id, "s-%06zu", i);
+    log.value()->add(entry(id), batch, kT0);
+  }
+  log.value()->pass_on(batch);
+  const uint64_t dropped = log.value()->dropped_lines();
+  CHECK(dropped > 0);
+  CHECK(dropped < total);
+
+  // Now the disk is back: read everything, then stop the log (its writer
+  // writes what it holds, and ends).
+  std::string text;
+  std::thread drain([&] {
+    ::fcntl(reader, F_SETFL, 0);  // blocking reads: until the writer closes
+    char buf[1 << 16];
+    for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        break;
+      text.append(buf, static_cast<size_t>(n));
+    }
+  });
+  log = Result<std::shared_ptr<AccessLog>>(Status(errc::internal, "closed"));  // the last reference
+  drain.join();
+  ::close(reader);
+  const auto written = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  CHECK(written + dropped == total);
+  // Whole lines, in the order they were added, with a gap where batches
+  // were dropped.
+  size_t last = 0;
+  bool ordered = true;
+  size_t at = 0;
+  for (size_t n = 0; n < written; ++n) {
+    const size_t id_at = text.find(" n1 s-", at);
+    const size_t end = text.find('\n', at);
+    if (id_at == std::string::npos || id_at > end) {
+      ordered = false;
+      break;
+    }
+    const size_t id = std::stoul(text.substr(id_at + 6, 6));
+    ordered = ordered && (n == 0 || id > last);
+    last = id;
+    at = end + 1;
+  }
+  CHECK(ordered);
 }
