@@ -4,6 +4,7 @@
 #
 #   tools/bench/http/run.sh [--build DIR] [--duration S] [--connections N] [--only "a b t s p f g q c d e"]
 #                           [--curve "1 8 32 128 512" | --no-curve] [--curve-duration S]
+#                           [--rounds N]
 #
 # Runs wrk (1 thread, N connections, S seconds, after a 2 s warm-up) against
 # a troupe cluster of a head (the controller; no replica, no traffic) and two
@@ -59,6 +60,12 @@
 # counts both troupe-nodes' system calls in (a), (b) and (t) (perf stat,
 # per thread, in dir/stat-<case>.txt) and prints them per request.
 # --only "a p d" runs a subset.
+# --rounds N (default 1) measures every case N times, interleaved (round 1
+# runs the cases in order, round 2 in reverse, and so on), and reports each
+# case's median req/s, p50, p99 and CPU per request over the rounds, with
+# every round's req/s and p99 on a line of their own. The machine's speed
+# drifts during a run; interleaving spreads that drift over every case
+# instead of charging it to whichever case ran during a slow spell.
 # At the end the three troupe-nodes get SIGTERM; any that does not exit with
 # status 0 is reported (node, exit status or signal).
 # Installs wrk, nginx and haproxy with apt-get when they are missing. Every
@@ -75,6 +82,7 @@ IO_THREADS=${IO_THREADS:-1}
 ONLY="a b t s p f g q c d e"
 CURVE="1 8 32 128 512"
 CURVE_DURATION=4
+ROUNDS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
@@ -84,6 +92,7 @@ while [ $# -gt 0 ]; do
     --curve) CURVE="$2"; shift 2 ;;
     --no-curve) CURVE=""; shift ;;
     --curve-duration) CURVE_DURATION="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -584,23 +593,77 @@ peer_sends() {  # [admin port of the node]
   curl -fsS "http://127.0.0.1:${1:-$A_ADMIN_PORT}/-/metrics" 2>/dev/null |
     awk '/^troupe_proxy_replica_sends_total\{transport="peer"\}/ {print $2}'
 }
-for k in e c d a b t s p f g q; do
-  case " $ONLY " in
-    *" $k "*)
-      [ "$k" = b ] && peer_before=$(peer_sends)
-      [ "$k" = t ] && peer_before=$(peer_sends "$TA_ADMIN_PORT")
-      measure "$k" "${URL[$k]}"
-      if [ "$k" = b ]; then
-        peer_after=$(peer_sends)
-        ERR[b]="${ERR[b]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's data port"
-      elif [ "$k" = t ]; then
-        peer_after=$(peer_sends "$TA_ADMIN_PORT")
-        ERR[t]="${ERR[t]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's TLS data port"
-      fi
-      ;;
-    *) RPS[$k]=0 ;;
-  esac
+# Ratios and goals are judged on measured numbers only: a missing or failed
+# measurement ("", "nan", "n/a", 0) makes them n/a, never "met".
+AWK_NUM='function num(x) { return x ~ /^[0-9]+(\.[0-9]+)?$/ && x + 0 > 0 }'
+case "$ROUNDS" in ''|*[!0-9]*|0) echo "run.sh: --rounds takes a positive whole number, not '$ROUNDS'" >&2; exit 2 ;; esac
+declare -A R_RPS R_P50 R_P99 R_CPU  # "case:round" -> that round's figure
+declare -A ERRS                      # case -> the notes of every round
+ORDER="e c d a b t s p g f q"  # (f) next to (q): the access log's cost compares them
+REVERSED=$(echo "$ORDER" | tr ' ' '\n' | tac | tr '\n' ' ')
+for ((round = 1; round <= ROUNDS; round++)); do
+  order=$ORDER
+  [ $((round % 2)) -eq 0 ] && order=$REVERSED
+  for k in $order; do
+    case " $ONLY " in
+      *" $k "*)
+        [ "$k" = b ] && peer_before=$(peer_sends)
+        [ "$k" = t ] && peer_before=$(peer_sends "$TA_ADMIN_PORT")
+        measure "$k" "${URL[$k]}"
+        if [ "$k" = b ]; then
+          peer_after=$(peer_sends)
+          ERR[b]="${ERR[b]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's data port; "
+        elif [ "$k" = t ]; then
+          peer_after=$(peer_sends "$TA_ADMIN_PORT")
+          ERR[t]="${ERR[t]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's TLS data port; "
+        fi
+        R_RPS[$k:$round]=${RPS[$k]}
+        R_P50[$k:$round]=${P50[$k]}
+        R_P99[$k:$round]=${P99[$k]}
+        R_CPU[$k:$round]=${CPU[$k]}
+        ERRS[$k]="${ERRS[$k]:-}${ERR[$k]}"
+        ;;
+      *) RPS[$k]=0 ;;
+    esac
+  done
 done
+median() {  # values...: the median of the numeric ones ("n/a" if none)
+  printf '%s\n' "$@" | awk '$1 ~ /^[0-9]+(\.[0-9]+)?$/' | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"
+           else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+ROUND_LINES=()
+if [ "$ROUNDS" -gt 1 ]; then
+  for k in $ORDER; do
+    case " $ONLY " in *" $k "*) ;; *) continue ;; esac
+    rps=() p50=() p99=() cpu=()
+    for ((round = 1; round <= ROUNDS; round++)); do
+      rps+=("${R_RPS[$k:$round]}"); p50+=("${R_P50[$k:$round]}")
+      p99+=("${R_P99[$k:$round]}"); cpu+=("${R_CPU[$k:$round]}")
+    done
+    RPS[$k]=$(median "${rps[@]}" | awk '{ printf ($1 ~ /^[0-9.]+$/) ? "%.0f" : "%s", $1 }')
+    P50[$k]=$(median "${p50[@]}")
+    P99[$k]=$(median "${p99[@]}")
+    CPU[$k]=$(median "${cpu[@]}")
+    ROUND_LINES+=("($k) req/s ${rps[*]}; p99 ms ${p99[*]}")
+    ERR[$k]=${ERRS[$k]:-}
+  done
+  # The access log's cost from the pairs measured one right after the other:
+  # 1 - (f)/(q) in each round, and their median.
+  costs=()
+  for ((round = 1; round <= ROUNDS; round++)); do
+    costs+=("$(awk -v f="${R_RPS[f:$round]:-}" -v q="${R_RPS[q:$round]:-}" "$AWK_NUM"'
+      BEGIN { if (num(f) && num(q)) printf "%.4f", 1 - f / q; else print "n/a" }')")
+  done
+  case " $ONLY " in
+    *" f "*" q "*|*" q "*" f "*)
+      LOG_COST_MEDIAN=$(printf '%s\n' "${costs[@]}" | awk '$1 ~ /^-?[0-9.]+$/' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"
+               else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+      ROUND_LINES+=("1 - (f)/(q) per round: ${costs[*]}")
+      ;;
+  esac
+fi
 curl -fsS "http://127.0.0.1:$A_ADMIN_PORT/-/metrics" >"$WORK/metrics.txt" || true
 
 # The concurrency curve: the cases of --only among a, p, d and c, at each
@@ -656,15 +719,13 @@ stop_nodes() {
 }
 stop_nodes
 
-# Ratios and goals are judged on measured numbers only: a missing or failed
-# measurement ("", "nan", "n/a", 0) makes them n/a, never "met".
-AWK_NUM='function num(x) { return x ~ /^[0-9]+(\.[0-9]+)?$/ && x + 0 > 0 }'
 ratio() {
   awk -v x="$1" -v y="$2" "$AWK_NUM"'
     BEGIN { if (num(x) && num(y)) printf "%.2f", x / y; else printf "n/a" }'
 }
 echo
 echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s on 127.0.0.1 ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); troupe: $REPLICAS $DEPLOYMENT replicas, max_ongoing_requests $MAX_ONGOING, $IO_THREADS proxy io thread(s)"
+[ "$ROUNDS" -gt 1 ] && echo "each figure: the median of $ROUNDS rounds, the cases interleaved"
 printf '%-50s %10s %9s %9s %11s  %s\n' case "req/s" "p50 ms" "p99 ms" "cpu us/req" notes
 for k in a b t s p f g q c d e; do
   case " $ONLY " in *" $k "*) ;; *) continue ;; esac
@@ -684,6 +745,10 @@ for k in a b t s p f g q c d e; do
   printf '%-50s %10s %9s %9s %11s  %s\n' "$name" "${RPS[$k]}" "${P50[$k]}" "${P99[$k]}" "${CPU[$k]}" \
     "${ERR[$k]}"
 done
+if [ ${#ROUND_LINES[@]} -gt 0 ]; then
+  echo "every round, in order:"
+  printf '  %s\n' "${ROUND_LINES[@]}"
+fi
 echo
 echo "ratios: (a)/(d) HAProxy req/s $(ratio "${RPS[a]}" "${RPS[d]}"), p99 $(ratio "${P99[a]}" "${P99[d]}");" \
   "(a)/(c) nginx proxy req/s $(ratio "${RPS[a]}" "${RPS[c]}"), p99 $(ratio "${P99[a]}" "${P99[c]}");" \
@@ -723,6 +788,12 @@ case " $ONLY " in
       BEGIN { if (num(f) && num(q)) printf "%.1f %%", (1 - f / q) * 100; else printf "n/a" }')
     goal_log=$(awk -v f="${RPS[f]}" -v q="${RPS[q]}" "$AWK_NUM"'
       BEGIN { print !(num(f) && num(q)) ? "n/a" : (f + 0 >= 0.95 * q) ? "met" : "not met" }')
+    if [ -n "${LOG_COST_MEDIAN:-}" ] && [ "$LOG_COST_MEDIAN" != n/a ]; then
+      # With rounds: the median of each round's pair, (f) and (q) measured
+      # one right after the other, instead of the ratio of the medians.
+      log_cost=$(awk -v c="$LOG_COST_MEDIAN" 'BEGIN { printf "%.1f %% (the median of the rounds'"'"' pairs)", c * 100 }')
+      goal_log=$(awk -v c="$LOG_COST_MEDIAN" 'BEGIN { print (c <= 0.05) ? "met" : "not met" }')
+    fi
     echo "ratios (defaults): (f)/(d) HAProxy req/s $(ratio "${RPS[f]}" "${RPS[d]}"), p99 $(ratio "${P99[f]}" "${P99[d]}");" \
       "(g)/(d) req/s $(ratio "${RPS[g]}" "${RPS[d]}"), p99 $(ratio "${P99[g]}" "${P99[d]}")"
     echo "the access log costs (1 - (f)/(q) req/s): $log_cost"
