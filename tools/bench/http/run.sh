@@ -55,6 +55,10 @@
 # IO_THREADS (1) shape the troupe side (the same for (a), (b) and (p));
 # ACCESS_LOG (off, as nginx and HAProxy run here; on or errors) is the
 # nodes' --access-log;
+# RAW_DIR=dir keeps wrk's output of every case and round
+# (dir/wrk-<case>-<round>.txt). In the defaults' cases the notes say how
+# many loops were taken over during the case (a call that blocked, or a
+# thread preempted, for 2 ms), from the node's metrics.
 # PROFILE_DIR=dir samples the troupe nodes (and, in (p), the replica
 # processes) with perf during (a), (b), (p) and (t); SYSCALLS_DIR=dir
 # counts both troupe-nodes' system calls in (a), (b) and (t) (perf stat,
@@ -422,16 +426,17 @@ D0_PID=""; DH_PID=""; DQ_PID=""
 case " $ONLY " in
   *" f "*|*" g "*|*" q "*)
     DCTL_PORT=$(free_port); D_PORT=$(free_port); Q_PORT=$(free_port)
+    D_ADMIN_PORT=$(free_port); Q_ADMIN_PORT=$(free_port)
     "$BIN/troupe-node" --head --port "$DCTL_PORT" --state-dir "$WORK/d0" \
       --http-port "$(free_port)" --admin-port 0 --resources cpu=1 >"$WORK/d0.log" 2>&1 &
     D0_PID=$!
     PIDS+=("$D0_PID")
     "$BIN/troupe-node" --join "127.0.0.1:$DCTL_PORT" --node-id d --state-dir "$WORK/dh" \
-      --http-port "$D_PORT" --admin-port 0 --resources cpu=2,noded=1 >"$WORK/dh.log" 2>&1 &
+      --http-port "$D_PORT" --admin-port "$D_ADMIN_PORT" --resources cpu=2,noded=1 >"$WORK/dh.log" 2>&1 &
     DH_PID=$!
     PIDS+=("$DH_PID")
     "$BIN/troupe-node" --join "127.0.0.1:$DCTL_PORT" --node-id q --state-dir "$WORK/dq" \
-      --http-port "$Q_PORT" --admin-port 0 --resources cpu=2,nodeq=1 --access-log off \
+      --http-port "$Q_PORT" --admin-port "$Q_ADMIN_PORT" --resources cpu=2,nodeq=1 --access-log off \
       >"$WORK/dq.log" 2>&1 &
     DQ_PID=$!
     PIDS+=("$DQ_PID")
@@ -573,6 +578,8 @@ measure() {  # key, url
         2>/dev/null | grep -v '^$' | head -80; } >"$PROFILE_DIR/perf-$1-threads.txt" || true
   fi
   echo "$out" >"$WORK/wrk-$1.txt"
+  # RAW_DIR=dir keeps every case's wrk output of every round.
+  [ -n "${RAW_DIR:-}" ] && { mkdir -p "$RAW_DIR"; echo "$out" >"$RAW_DIR/wrk-$1-${round:-1}.txt"; }
   RPS[$1]=$(echo "$out" | awk '/^Requests\/sec:/ {printf "%.0f", $2}')
   P50[$1]=$(to_ms "$(echo "$out" | awk '$1 == "50%" {print $2}')")
   P99[$1]=$(to_ms "$(echo "$out" | awk '$1 == "99%" {print $2}')")
@@ -596,6 +603,14 @@ peer_sends() {  # [admin port of the node]
 # Ratios and goals are judged on measured numbers only: a missing or failed
 # measurement ("", "nan", "n/a", 0) makes them n/a, never "met".
 AWK_NUM='function num(x) { return x ~ /^[0-9]+(\.[0-9]+)?$/ && x + 0 > 0 }'
+# Loops taken over on a node so far: its proxy's io threads and its replica
+# processes' request loops (a call that blocked, or a thread preempted, for
+# 2 ms; runtime/loop_takeover.hpp).
+takeovers() {  # admin port
+  curl -fsS "http://127.0.0.1:$1/-/metrics" 2>/dev/null |
+    awk '/^troupe_proxy_io_takeovers_total / || /^troupe_replica_loop_takeovers_total\{/ { n += $NF }
+         END { printf "%d", n }'
+}
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "run.sh: --rounds takes a positive whole number, not '$ROUNDS'" >&2; exit 2 ;; esac
 declare -A R_RPS R_P50 R_P99 R_CPU  # "case:round" -> that round's figure
 declare -A ERRS                      # case -> the notes of every round
@@ -609,7 +624,17 @@ for ((round = 1; round <= ROUNDS; round++)); do
       *" $k "*)
         [ "$k" = b ] && peer_before=$(peer_sends)
         [ "$k" = t ] && peer_before=$(peer_sends "$TA_ADMIN_PORT")
+        case $k in f|g) takeovers_before=$(takeovers "$D_ADMIN_PORT") ;;
+          q) takeovers_before=$(takeovers "$Q_ADMIN_PORT") ;; esac
         measure "$k" "${URL[$k]}"
+        case $k in
+          f|g|q)
+            port=$D_ADMIN_PORT
+            [ "$k" = q ] && port=$Q_ADMIN_PORT
+            took=$(( $(takeovers "$port") - ${takeovers_before:-0} ))
+            [ "$took" -gt 0 ] && ERR[$k]="${ERR[$k]}$took loop takeovers; "
+            ;;
+        esac
         if [ "$k" = b ]; then
           peer_after=$(peer_sends)
           ERR[b]="${ERR[b]}$((${peer_after:-0} - ${peer_before:-0})) sent over B's data port; "
