@@ -98,7 +98,7 @@ TEST_CASE("access log: a batch's lines reach the file at its flush - in order - 
   CHECK(lines[3].rfind("2027-01-15T09:00:00.999Z ", 0) == 0);
 }
 
-TEST_CASE("access log: the duration in milliseconds with three decimals, the status as a number") {
+TEST_CASE("access log: the duration in milliseconds with three decimals and the status as a number") {
   LogDir d;
   auto log = AccessLog::open(AccessLogMode::on, d.file(), "n1", false);
   REQUIRE(log);
