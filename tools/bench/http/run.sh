@@ -680,8 +680,10 @@ if [ "$ROUNDS" -gt 1 ]; then
     costs+=("$(awk -v f="${R_RPS[f:$round]:-}" -v q="${R_RPS[q:$round]:-}" "$AWK_NUM"'
       BEGIN { if (num(f) && num(q)) printf "%.4f", 1 - f / q; else print "n/a" }')")
   done
-  case " $ONLY " in
-    *" f "*" q "*|*" q "*" f "*)
+  case " $ONLY " in *" f "*) has_f=1 ;; *) has_f=0 ;; esac
+  case " $ONLY " in *" q "*) has_fq=$has_f ;; *) has_fq=0 ;; esac
+  case $has_fq in
+    1)
       LOG_COST_MEDIAN=$(printf '%s\n' "${costs[@]}" | awk '$1 ~ /^-?[0-9.]+$/' | sort -g |
         awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"
                else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
