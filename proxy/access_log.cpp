@@ -263,7 +263,7 @@ void AccessLog::hand_over(AccessBatch& batch, bool flush) {
     batch.text_.reserve(kBatchBytes + 1024);
     return;
   }
-  const auto lines = static_cast<uint64_t>(std::count(batch.text_.begin(), batch.text_.end(), '\n'));
+  const auto lines = static_cast<uint64_t>(batch.lines());
   batch.text_.clear();
   const uint64_t total = writer_->dropped.fetch_add(lines, std::memory_order_relaxed) + lines;
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(

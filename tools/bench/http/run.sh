@@ -653,7 +653,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
   done
 done
 median() {  # values...: the median of the numeric ones ("n/a" if none)
-  printf '%s\n' "$@" | awk '$1 ~ /^[0-9]+(\.[0-9]+)?$/' | sort -g |
+  printf '%s\n' "$@" | awk '$1 ~ /^-?[0-9]+(\.[0-9]+)?$/' | sort -g |
     awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"
            else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
@@ -684,9 +684,7 @@ if [ "$ROUNDS" -gt 1 ]; then
   case " $ONLY " in *" q "*) has_fq=$has_f ;; *) has_fq=0 ;; esac
   case $has_fq in
     1)
-      LOG_COST_MEDIAN=$(printf '%s\n' "${costs[@]}" | awk '$1 ~ /^-?[0-9.]+$/' | sort -g |
-        awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"
-               else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+      LOG_COST_MEDIAN=$(median "${costs[@]}")
       ROUND_LINES+=("1 - (f)/(q) per round: ${costs[*]}")
       ;;
   esac
