@@ -737,6 +737,12 @@ void HttpServer::run() {
     // After each pass over the ready handlers, outside them: on_pass_ (false:
     // this thread was taken over, and leaves the loop).
     auto pass = [&] { return !on_pass_ || on_pass_(i); };
+    // A thread that takes a loop over runs a pass first: what the old thread
+    // left queued for after its pass (the calls behind the one that blocked)
+    // must not wait for the loop's next event, which may be the blocked
+    // call's own answer.
+    if (taking_over && !pass())
+      return;
     const auto spin = std::chrono::microseconds(options_.spin_us);
     if (spin.count() == 0) {
       if (!on_pass_) {

@@ -1,5 +1,12 @@
 #include "runtime/loop_takeover.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
 #include <utility>
 
 namespace troupe {
@@ -18,6 +25,68 @@ int64_t LoopTakeover::now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+int LoopTakeover::this_tid() {
+  static thread_local const int tid = static_cast<int>(::gettid());
+  return tid;
+}
+
+namespace {
+
+// Up to `size` bytes of a /proc file (one read, as the kernel renders these
+// files whole); empty when it cannot be read.
+std::string_view read_proc(const char* path, char* buf, size_t size) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return {};
+  ssize_t n = ::read(fd, buf, size);
+  ::close(fd);
+  return n > 0 ? std::string_view(buf, static_cast<size_t>(n)) : std::string_view{};
+}
+
+}  // namespace
+
+LoopTakeover::ThreadState LoopTakeover::read_thread(int tid) {
+  ThreadState t;
+  if (tid <= 0)
+    return t;
+  char path[64];
+  char buf[1024];
+  // stat: "tid (comm) S ...": the state follows the last ')' (comm may hold
+  // any character).
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  std::string_view stat = read_proc(path, buf, sizeof buf);
+  size_t close = stat.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= stat.size())
+    return t;
+  const char state = stat[close + 2];
+  // schedstat: "<ns on a CPU> <ns waiting for one> <slices>".
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+  std::string_view sched = read_proc(path, buf, sizeof buf);
+  int64_t cpu = 0;
+  auto [end, ec] = std::from_chars(sched.data(), sched.data() + sched.size(), cpu);
+  if (ec != std::errc{} || end == sched.data())
+    return t;
+  t.known = true;
+  t.runnable = state == 'R';
+  t.cpu_ns = cpu;
+  return t;
+}
+
+LoopTakeover::Verdict LoopTakeover::judge(const Options& o, int64_t elapsed_ns,
+                                          const ThreadState& first, const ThreadState& now) {
+  using std::chrono::nanoseconds;
+  const int64_t threshold = std::chrono::duration_cast<nanoseconds>(o.threshold).count();
+  if (elapsed_ns < threshold)
+    return Verdict::wait;
+  if (!now.known || !first.known || !now.runnable)
+    return Verdict::take_over;
+  if (now.cpu_ns - first.cpu_ns >= threshold / 2)
+    return Verdict::take_over;
+  if (elapsed_ns >= std::chrono::duration_cast<nanoseconds>(o.runnable_limit).count())
+    return Verdict::take_over;
+  return Verdict::wait;
 }
 
 void LoopTakeover::start() {
@@ -58,6 +127,13 @@ void LoopTakeover::watch() {
   const int64_t threshold =
       std::chrono::duration_cast<std::chrono::nanoseconds>(o_.threshold).count();
   std::unique_lock<std::mutex> lock(mutex_);
+  // Per loop: the call (its `since`) the watcher looked at past threshold / 2,
+  // and its thread's state then.
+  struct Seen {
+    int64_t since = 0;
+    ThreadState first;
+  };
+  std::vector<Seen> seen(loops_.size());
   auto last_busy = Clock::now();
   auto blocked = [&] {
     for (const auto& l : loops_) {
@@ -74,10 +150,21 @@ void LoopTakeover::watch() {
       if (since == 0)
         continue;
       busy = true;
-      if (now - since < threshold)
+      if (now - since < threshold / 2)
         continue;
-      // Its thread has been in blocking code for `threshold`: the loop is
-      // another thread's from now on, unless that code just returned.
+      const int tid = loops_[i]->tid.load(std::memory_order_relaxed);
+      if (seen[i].since != since) {
+        // First look at this call: the baseline of its thread's CPU time.
+        seen[i].since = since;
+        seen[i].first = read_thread(tid);
+        if (now - since < threshold)
+          continue;
+      }
+      if (judge(o_, now - since, seen[i].first, read_thread(tid)) != Verdict::take_over)
+        continue;
+      // Its thread has been blocked in that code for `threshold` (or
+      // computed as long): the loop is another thread's from now on, unless
+      // that code just returned.
       if (loops_[i]->since.compare_exchange_strong(since, 0, std::memory_order_acq_rel)) {
         takeovers_.fetch_add(1, std::memory_order_relaxed);
         spawn(i, true);

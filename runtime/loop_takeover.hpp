@@ -17,7 +17,10 @@
 // code within the last `linger` (it sleeps otherwise, and the next
 // run_blocking() wakes it): a loop whose thread is in run_blocking() for
 // `threshold` or longer is taken over, and a new thread runs run_loop(i,
-// true). When `f` returns on the old thread, run_blocking() returns false:
+// true) -- unless the kernel says that thread is not blocked but waiting for
+// a CPU (preempted on a busy machine: another thread would wait as well, and
+// a takeover only costs a thread and, in the callers, closes their inline
+// gate). See judge() below. When `f` returns on the old thread, run_blocking() returns false:
 // that thread must not touch the loop's state any more; it hands what `f`
 // produced to the loop (a post, which is thread-safe) and returns from
 // run_loop, and ends. A taken-over loop's state is thus only ever touched by
@@ -46,7 +49,34 @@ class LoopTakeover {
     std::chrono::microseconds threshold{2000};
     std::chrono::microseconds poll{1000};
     std::chrono::milliseconds linger{1000};
+    // A thread that is runnable (not blocked) and has not run for
+    // `threshold` / 2 of CPU time since the watcher first saw it over
+    // `threshold` / 2 is waiting for a CPU: its loop is taken over only once
+    // the call lasted `runnable_limit`.
+    std::chrono::microseconds runnable_limit{50000};
   };
+
+  // What the kernel says of a thread (/proc/self/task/<tid>/stat and
+  // schedstat).
+  struct ThreadState {
+    bool known = false;     // read; false: no such thread, or not readable
+    bool runnable = false;  // 'R': running or waiting for a CPU
+    int64_t cpu_ns = 0;     // CPU time so far (updated at least every tick)
+  };
+  static ThreadState read_thread(int tid);
+
+  enum class Verdict { wait, take_over };
+  // The watcher's decision for a call in run_blocking() for `elapsed`; `first`
+  // is the thread's state when the watcher first saw this call past
+  // threshold / 2, `now` its state now:
+  //   - under `threshold`: wait;
+  //   - blocked (not runnable), or unknown: take over (as without the check);
+  //   - runnable, and it ran threshold / 2 of CPU since `first`: it computes,
+  //     another thread can serve the loop on another core: take over;
+  //   - runnable without running (preempted, the machine is busy): wait,
+  //     until `runnable_limit`.
+  static Verdict judge(const Options& o, int64_t elapsed_ns, const ThreadState& first,
+                       const ThreadState& now);
 
   LoopTakeover(size_t loops, std::function<void(size_t, bool)> run_loop, Options o);
   LoopTakeover(size_t loops, std::function<void(size_t, bool)> run_loop)
@@ -68,6 +98,7 @@ class LoopTakeover {
   template <class F>
   bool run_blocking(size_t i, F&& f) {
     auto& l = *loops_[i];
+    l.tid.store(this_tid(), std::memory_order_relaxed);
     const int64_t stamp = now_ns();
     l.since.store(stamp, std::memory_order_seq_cst);
     if (parked_.load(std::memory_order_seq_cst))
@@ -87,8 +118,11 @@ class LoopTakeover {
     // When the thread in run_blocking() began it (steady-clock ns); 0: none
     // is in it, or the one in it was taken over.
     std::atomic<int64_t> since{0};
+    // The kernel's id of the thread that set `since` last.
+    std::atomic<int> tid{0};
   };
   static int64_t now_ns();
+  static int this_tid();
   void spawn(size_t i, bool taking_over);
   void watch();
   void wake_watcher();

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -646,4 +647,93 @@ TEST_CASE("http server: a stream write the client takes nothing of ends after th
   });
   CHECK(gone);
   CHECK(ok + failed == 65);
+}
+
+namespace {
+
+// Keeps requests for the loop's pass (HttpServer::on_pass), as the proxy
+// keeps in-process blocking calls: once `batch` requests are queued, the pass
+// runs them in order, "/block" inside run_blocking (on a latch the test
+// opens), the others answered at once (and from then on every pass runs
+// what is queued). The queue is the loop's state: only
+// the thread running the loop touches it.
+struct Queued : Handler {
+  void on_request(ExchangePtr exchange) override {
+    queue.push_back(std::move(exchange));
+    ++queued;
+  }
+  bool pass(HttpServer& server, size_t i) {
+    if (!started && queue.size() < batch)
+      return true;
+    started = true;
+    while (!queue.empty()) {
+      ExchangePtr e = std::move(queue.front());
+      queue.erase(queue.begin());
+      if (e->request().target() == "/block") {
+        bool kept = server.loops()->run_blocking(i, [&] {
+          blocked = true;
+          std::unique_lock<std::mutex> lock(mutex);
+          opened.wait(lock, [&] { return open; });
+        });
+        if (!kept) {
+          // Taken over: the answer goes to the loop as a post, and this
+          // thread leaves.
+          boost::asio::post(e->io(), [e] { e->respond(ok()); });
+          return false;
+        }
+      }
+      e->respond(ok());
+    }
+    return true;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      open = true;
+    }
+    opened.notify_all();
+  }
+  static Response ok() {
+    Response r{boost::beast::http::status::ok, 11};
+    r.body() = "ok";
+    return r;
+  }
+  size_t batch = 2;
+  bool started = false;
+  std::vector<ExchangePtr> queue;
+  std::atomic<int> queued{0};
+  std::atomic<bool> blocked{false};
+  std::mutex mutex;
+  std::condition_variable opened;
+  bool open = false;
+};
+
+}  // namespace
+
+TEST_CASE("http server: the thread that takes a loop over runs the requests queued behind the one that blocked - without waiting for another event") {
+  Queued handler;
+  ServerOptions o;
+  o.port = 0;
+  // Both ways a loop waits for work: blocking in epoll at once, and polling
+  // for spin_us first.
+  SUBCASE("no spin") { o.spin_us = 0; }
+  SUBCASE("spin") { o.spin_us = 50; }
+  HttpServer server(o, handler);
+  server.on_pass([&](size_t i) { return handler.pass(server, i); });
+  REQUIRE(server.listen().is_ok());
+  server.run();
+  Client blocking(server.port());
+  Client behind(server.port());
+  REQUIRE(blocking.send("GET /block HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  REQUIRE(wait_for([&] { return handler.queued.load() == 1; }, 10));
+  // The second request is queued behind the first in the same pass; the
+  // first blocks, its loop is taken over, and the second is answered while
+  // the first still waits: no client sends anything else meanwhile.
+  CHECK(behind.get("GET /quick HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  CHECK(handler.blocked);
+  CHECK(server.loops()->takeovers() == 1);
+  handler.release();
+  std::string in;
+  CHECK(blocking.read_until(in, "\r\n\r\nok", 10));
+  server.stop();
 }

@@ -12,6 +12,11 @@
 #include <mutex>
 #include <thread>
 
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -178,4 +183,149 @@ TEST_CASE("loop takeover: code that returns within the threshold keeps its threa
   CHECK(left);
   CHECK(loop.loops.threads() == 0);
   opener.join();
+}
+
+TEST_CASE("loop takeover: judge - a blocked thread is taken over at the threshold, a computing one once it ran threshold/2 of CPU, a preempted one only at runnable_limit") {
+  using Verdict = LoopTakeover::Verdict;
+  LoopTakeover::Options o;
+  o.threshold = 2ms;
+  o.runnable_limit = 50ms;
+  const int64_t ms = 1000000;
+  LoopTakeover::ThreadState first{true, true, 10 * ms};
+  LoopTakeover::ThreadState sleeping{true, false, 10 * ms};
+  LoopTakeover::ThreadState preempted{true, true, 10 * ms + ms / 2};
+  LoopTakeover::ThreadState computing{true, true, 11 * ms};
+  LoopTakeover::ThreadState unknown{};
+  // Under the threshold nothing is taken over, whatever the thread does.
+  CHECK(LoopTakeover::judge(o, 2 * ms - 1, first, sleeping) == Verdict::wait);
+  CHECK(LoopTakeover::judge(o, 2 * ms - 1, first, computing) == Verdict::wait);
+  // Blocked (not runnable), or the kernel could not tell: at the threshold.
+  CHECK(LoopTakeover::judge(o, 2 * ms, first, sleeping) == Verdict::take_over);
+  CHECK(LoopTakeover::judge(o, 2 * ms, first, unknown) == Verdict::take_over);
+  CHECK(LoopTakeover::judge(o, 2 * ms, unknown, computing) == Verdict::take_over);
+  // Runnable and running: once it ran threshold/2 of CPU since the first look.
+  CHECK(LoopTakeover::judge(o, 2 * ms, first, computing) == Verdict::take_over);
+  // Runnable without running much: waiting for a CPU, until runnable_limit.
+  CHECK(LoopTakeover::judge(o, 2 * ms, first, preempted) == Verdict::wait);
+  CHECK(LoopTakeover::judge(o, 50 * ms - 1, first, preempted) == Verdict::wait);
+  CHECK(LoopTakeover::judge(o, 50 * ms, first, preempted) == Verdict::take_over);
+}
+
+TEST_CASE("loop takeover: read_thread tells a sleeping thread from a running one and counts its CPU time") {
+  Latch latch;
+  std::atomic<int> sleeper_tid{0};
+  std::thread sleeper([&] {
+    sleeper_tid = static_cast<int>(::gettid());
+    latch.wait();
+  });
+  REQUIRE(eventually([&] {
+    auto t = LoopTakeover::read_thread(sleeper_tid.load());
+    return t.known && !t.runnable;
+  }));
+  latch.release();
+  sleeper.join();
+  // This thread is running while it reads itself; its CPU time grows.
+  const int self = static_cast<int>(::gettid());
+  auto before = LoopTakeover::read_thread(self);
+  REQUIRE(before.known);
+  CHECK(before.runnable);
+  CHECK(eventually([&] {
+    volatile uint64_t x = 0;
+    for (int i = 0; i < 1000000; ++i)
+      x = x + static_cast<uint64_t>(i);
+    return LoopTakeover::read_thread(self).cpu_ns > before.cpu_ns;
+  }));
+  CHECK_FALSE(LoopTakeover::read_thread(0).known);
+}
+
+TEST_CASE("loop takeover: code that computes is taken over - code whose thread only waits for a CPU is not") {
+  {
+    LoopTakeover::Options o = quick();
+    Loop loop(o);
+    std::atomic<bool> stop{false};
+    std::atomic<bool> left{false};
+    asio::post(loop.io, [&] {
+      loop.pending = [&] {
+        if (loop.loops.run_blocking(0, [&] {
+              auto until = std::chrono::steady_clock::now() + 20s;
+              while (!stop.load() && std::chrono::steady_clock::now() < until) {
+              }
+            }))
+          return true;
+        left = true;
+        return false;
+      };
+    });
+    CHECK(eventually([&] { return loop.loops.takeovers() == 1; }));
+    stop = true;
+    CHECK(eventually([&] { return left.load(); }));
+  }
+  // The blocking code's thread runs at SCHED_IDLE on one CPU, next to a
+  // thread that spins there: runnable nearly all the time, on a CPU rarely.
+  LoopTakeover::Options o = quick();
+  o.threshold = 10ms;
+  o.runnable_limit = 3600s;
+  Loop loop(o);
+  std::atomic<bool> spin{true};
+  std::atomic<bool> spinning{false};
+  // The first CPU this process may use.
+  cpu_set_t allowed;
+  REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed))
+    ++cpu;
+  REQUIRE(cpu < CPU_SETSIZE);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  std::atomic<bool> pinned{false};
+  std::thread competitor([&] {
+    pinned = pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+    spinning = true;
+    while (spin.load()) {
+    }
+  });
+  REQUIRE(eventually([&] { return spinning.load(); }));
+  CHECK(pinned);
+  std::atomic<bool> kept{false};
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> wall_ns{0};
+  std::atomic<int64_t> cpu_ns{0};
+  asio::post(loop.io, [&] {
+    loop.pending = [&] {
+      cpu_set_t before;
+      pthread_getaffinity_np(pthread_self(), sizeof before, &before);
+      const bool kept_loop = loop.loops.run_blocking(0, [&] {
+        sched_param idle{};
+        bool set = pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0 &&
+                   pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) == 0;
+        timespec c0{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+        auto t0 = std::chrono::steady_clock::now();
+        while (set && std::chrono::steady_clock::now() - t0 < 200ms) {
+        }
+        timespec c1{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+        wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+        cpu_ns = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
+        sched_param normal{};
+        pthread_setschedparam(pthread_self(), SCHED_OTHER, &normal);
+        pthread_setaffinity_np(pthread_self(), sizeof before, &before);
+      });
+      kept = kept_loop;
+      done = true;
+      return kept_loop;
+    };
+  });
+  const bool finished = eventually([&] { return done.load(); });
+  spin = false;
+  competitor.join();
+  REQUIRE(finished);
+  // The setting held: the code ran for a fraction of its wall time.
+  REQUIRE(wall_ns.load() >= 200000000);
+  REQUIRE(cpu_ns.load() < wall_ns.load() / 4);
+  CHECK(kept);
+  CHECK(loop.loops.takeovers() == 0);
 }
