@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -137,7 +138,9 @@ struct Child {
   std::string cgroup;  // its cgroup directory, or ""
   uint64_t memory_limit = 0;
   int doorbell = -1;   // the node's end (runtime/doorbell.hpp), or -1
-  std::chrono::steady_clock::time_point last_offer{};
+  // The last connection offered; none yet: the first ring is owed one
+  // (the steady clock's zero is the machine's boot, not a time of ours).
+  std::optional<std::chrono::steady_clock::time_point> last_offer;
 };
 
 struct ProcessSupervisor::Impl {
@@ -260,7 +263,7 @@ struct ProcessSupervisor::Impl {
     }
     auto now = std::chrono::steady_clock::now();
     auto interval = std::chrono::duration<double>(options.doorbell_interval_s);
-    if (*rings == 0 || now - c.last_offer < interval)
+    if (*rings == 0 || (c.last_offer && now - *c.last_offer < interval))
       return false;
     c.last_offer = now;
     return true;
