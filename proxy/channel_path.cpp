@@ -54,15 +54,15 @@ void ChannelPath::closed(Lane* lane, const std::string& why, bool crash) {
   }
 }
 
-// One frame from a lane, in frame_ (`size` bytes). False when the replica
+// One frame from a lane (`size` bytes at `frame`). False when the replica
 // broke the protocol (the lane is closed then).
-bool ChannelPath::on_frame(Lane* lane, size_t size) {
-  if (size < sizeof(channel::FrameHeader) || size > frame_.size() * sizeof(uint64_t))
+bool ChannelPath::on_frame(Lane* lane, const uint64_t* frame, size_t size) {
+  if (size < sizeof(channel::FrameHeader) || size > frames_.capacity())
     return false;
-  channel::FrameHeader h = *reinterpret_cast<const channel::FrameHeader*>(frame_.data());
+  channel::FrameHeader h = *reinterpret_cast<const channel::FrameHeader*>(frame);
   if (h.version != channel::kVersion)
     return false;
-  const void* payload = frame_.data() + 2;
+  const void* payload = frame + 2;
   size_t bytes = size - sizeof(channel::FrameHeader);
   const std::string sender = "replica " + lane->channel->replica_id();
   if (h.kind != channel::Kind::answer && h.kind != channel::Kind::refusal &&
@@ -97,24 +97,45 @@ bool ChannelPath::on_frame(Lane* lane, size_t size) {
 }
 
 // Reads what the lane has (a bounded batch, so that one busy replica does
-// not starve the others on this io thread), then waits for more.
+// not starve the others on this io thread), then waits for more. A replica
+// answers the requests of one pass together, so their frames are read with
+// one recvmmsg; one that returns fewer frames than it could take emptied the
+// socket, and no call is spent to hear EAGAIN.
 void ChannelPath::read(Lane* lane) {
-  int fd = lane->fd.native_handle();
-  size_t capacity = frame_.size() * sizeof(uint64_t);
-  for (int i = 0; i < 64; ++i) {
-    ssize_t n = ::recv(fd, frame_.data(), capacity, MSG_DONTWAIT | MSG_TRUNC);
-    if (n < 0 && errno == EINTR)
+  constexpr size_t kBatch = Frames::kBatch;
+  const int fd = lane->fd.native_handle();
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  for (int calls = 0; calls < 4;) {
+    for (size_t i = 0; i < kBatch; ++i) {
+      iov[i] = {frames_.buffer(i), frames_.capacity()};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // MSG_TRUNC: each frame's real length, also when it did not fit.
+    int got = ::recvmmsg(fd, msgs, kBatch, MSG_DONTWAIT | MSG_TRUNC, nullptr);
+    if (got < 0 && errno == EINTR)
       continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    ++calls;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       break;
-    if (n <= 0)
-      return closed(lane, n == 0 ? "closed" : std::strerror(errno));
-    if (static_cast<size_t>(n) == sizeof(channel::FrameHeader) &&
-        reinterpret_cast<const channel::FrameHeader*>(frame_.data())->kind ==
-            channel::Kind::closing)
-      return closed(lane, "stopped on request", false);
-    if (!on_frame(lane, static_cast<size_t>(n)))
-      return closed(lane, "protocol error (a malformed frame)");
+    if (got < 0)
+      return closed(lane, std::strerror(errno));
+    for (int i = 0; i < got; ++i) {
+      const size_t n = msgs[i].msg_len;
+      const uint64_t* frame = frames_.buffer(static_cast<size_t>(i));
+      // A frame is never empty: an empty read is the end of the socket.
+      if (n == 0)
+        return closed(lane, "closed");
+      if (n == sizeof(channel::FrameHeader) &&
+          reinterpret_cast<const channel::FrameHeader*>(frame)->kind == channel::Kind::closing)
+        return closed(lane, "stopped on request", false);
+      if (!on_frame(lane, frame, n))
+        return closed(lane, "protocol error (a malformed frame)");
+    }
+    if (static_cast<size_t>(got) < kBatch)
+      break;
   }
   arm(lane);
 }
@@ -137,8 +158,7 @@ ChannelPath::Lane* ChannelPath::lane_of(const channel::ChannelPtr& ch) {
   int fd = ::fcntl(ch->answer_fd(t_.index), F_DUPFD_CLOEXEC, 0);
   if (fd < 0)
     return nullptr;
-  if (frame_.size() * sizeof(uint64_t) < ch->max_frame())
-    frame_.resize((ch->max_frame() + 7) / 8);
+  frames_.fit(ch->max_frame());
   auto lane = std::make_unique<Lane>(ch, *t_.io, fd);
   auto* raw = lane.get();
   lanes_.emplace(ch.get(), std::move(lane));

@@ -150,7 +150,7 @@ class ChannelPath final : public Transport {
   int lane_fd(const CallPtr& c);
   void arm(Lane* lane);
   void read(Lane* lane);
-  bool on_frame(Lane* lane, size_t size);
+  bool on_frame(Lane* lane, const uint64_t* frame, size_t size);
   void closed(Lane* lane, const std::string& why, bool crash = true);
   void flush();
   void retry_credit(uint64_t key);
@@ -161,7 +161,24 @@ class ChannelPath final : public Transport {
   std::unordered_map<const channel::Channel*, Outbox> outboxes_;
   bool flush_posted_ = false;
   std::unordered_map<uint64_t, Owed> owed_;
-  std::vector<uint64_t> frame_;  // one frame as read
+  // The frames one read takes from a lane (one recvmmsg): kBatch buffers of
+  // the largest max_frame of the lanes so far, allocated without being
+  // written, so that only what the kernel copies in becomes resident.
+  struct Frames {
+    static constexpr size_t kBatch = 16;
+    size_t words = 0;  // per buffer
+    std::unique_ptr<uint64_t[]> data;
+    void fit(size_t max_frame) {
+      size_t w = (max_frame + 7) / 8;
+      if (w <= words)
+        return;
+      data.reset(new uint64_t[w * kBatch]);
+      words = w;
+    }
+    uint64_t* buffer(size_t i) { return data.get() + i * words; }
+    size_t capacity() const { return words * sizeof(uint64_t); }
+  };
+  Frames frames_;
 };
 
 // Connections to other workers' data ports (peer_client.cpp): one per peer

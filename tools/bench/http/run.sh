@@ -59,9 +59,9 @@
 # (dir/wrk-<case>-<round>.txt). In the defaults' cases the notes say how
 # many loops were taken over during the case (a call that blocked, or a
 # thread preempted, for 2 ms), from the node's metrics.
-# PROFILE_DIR=dir samples the troupe nodes (and, in (p), the replica
-# processes) with perf during (a), (b), (p) and (t); SYSCALLS_DIR=dir
-# counts both troupe-nodes' system calls in (a), (b) and (t) (perf stat,
+# PROFILE_DIR=dir samples the troupe nodes (and, in (p) and (g), the replica
+# processes) with perf during (a), (b), (p), (t) and (g) (node D); SYSCALLS_DIR=dir
+# counts both troupe-nodes' system calls in (a), (b) and (t), node D's in (g) (perf stat,
 # per thread, in dir/stat-<case>.txt) and prints them per request.
 # --only "a p d" runs a subset.
 # --rounds N (default 1) measures every case N times, interleaved (round 1
@@ -533,7 +533,7 @@ CLK_TCK=$(getconf CLK_TCK)
 measure() {  # key, url
   wrk -t1 -c"$CONNECTIONS" -d2s "$2" >/dev/null 2>&1 || true
   local out perf_pid="" spids t0 t1 n
-  if [ -n "${PROFILE_DIR:-}" ] && case $1 in a|b|p|t) true ;; *) false ;; esac; then
+  if [ -n "${PROFILE_DIR:-}" ] && case $1 in a|b|p|t|g) true ;; *) false ;; esac; then
     # PROFILE_DIR=dir: sample both troupe nodes (of the TLS cluster for
     # (t)) and node A's replica processes (cpu-clock, call graphs) while wrk
     # runs; reports land in dir/perf-<case>.txt (by thread name, library and
@@ -543,15 +543,22 @@ measure() {  # key, url
     [ "$1" = t ] && targets="$TA_PID,$TB_PID"
     rp=$(replica_pids)
     [ -n "$rp" ] && [ "$1" != t ] && targets="$targets,$rp"
+    # (g): the defaults' node D and its replica processes.
+    if [ "$1" = g ]; then
+      targets="$DH_PID"
+      rp=$(ps -o pid= --ppid "$DH_PID" 2>/dev/null | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+      [ -n "$rp" ] && targets="$targets,$rp"
+    fi
     perf record -q -e cpu-clock -F 1999 -g -p "$targets" -o "$PROFILE_DIR/perf-$1.data" \
       -- sleep "$DURATION" >/dev/null 2>&1 &
     perf_pid=$!
   fi
   local stat_pid=""
-  if [ -n "${SYSCALLS_DIR:-}" ] && case $1 in a|b|t) true ;; *) false ;; esac; then
+  if [ -n "${SYSCALLS_DIR:-}" ] && case $1 in a|b|t|g) true ;; *) false ;; esac; then
     mkdir -p "$SYSCALLS_DIR"
     local st="$A_PID,$B_PID"
     [ "$1" = t ] && st="$TA_PID,$TB_PID"
+    [ "$1" = g ] && st="$DH_PID"
     perf stat --per-thread -e raw_syscalls:sys_enter,syscalls:sys_enter_sendmsg,syscalls:sys_enter_sendto,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_read,syscalls:sys_enter_readv,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg,syscalls:sys_enter_epoll_wait \
       -p "$st" -o "$SYSCALLS_DIR/stat-$1.txt" -- sleep "$DURATION" >/dev/null 2>&1 &
     stat_pid=$!
