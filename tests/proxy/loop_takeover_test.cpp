@@ -185,7 +185,7 @@ TEST_CASE("loop takeover: code that returns within the threshold keeps its threa
   opener.join();
 }
 
-TEST_CASE("loop takeover: judge - a blocked thread is taken over at the threshold, a computing one once it ran threshold/2 of CPU, a preempted one only at runnable_limit") {
+TEST_CASE("loop takeover: judge - a blocked thread is taken over at the threshold - a computing one once it ran threshold/2 of CPU - a preempted one only at runnable_limit") {
   using Verdict = LoopTakeover::Verdict;
   LoopTakeover::Options o;
   o.threshold = 2ms;
