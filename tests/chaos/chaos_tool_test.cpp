@@ -149,6 +149,34 @@ TEST_CASE("chaos/recovery is read from the first poll that started after the fau
   CHECK(run.goals[0].met);
 }
 
+TEST_CASE("chaos/recovery is read from the round that saw it and answered first - not the first to start") {
+  RunData run;
+  run.scenario.goals.max_recovery_s = 1.0;
+  FaultEvent f;
+  f.kind = FaultKind::kill_controller;
+  f.t_s = 10;
+  f.ok = true;
+  run.faults.push_back(f);
+  // Rounds overlap: the first after the fault met the restarting controller
+  // and answered 1.2 s after it; one that started later answered healthy
+  // 0.6 s after it. An earlier round saw the controller recovering.
+  auto recovering = healthy_at(10.05, 10.1);
+  recovering.recovering = true;
+  run.observations.push_back(recovering);
+  run.observations.push_back(healthy_at(10.1, 11.2));
+  run.observations.push_back(healthy_at(10.3, 10.6));
+  analyze(run);
+  REQUIRE(run.faults[0].recovery_s.has_value());
+  CHECK(*run.faults[0].recovery_s == doctest::Approx(0.6));
+  // The round that saw it started at 10.3; the last before it that did not
+  // see it started at 10.05 (the one at 10.1 saw it, later).
+  REQUIRE(run.faults[0].recovery_lower_s.has_value());
+  CHECK(*run.faults[0].recovery_lower_s == doctest::Approx(0.05));
+  CHECK(run.faults[0].met == true);
+  CHECK_FALSE(run.faults[0].inconclusive);
+  CHECK(run.goals[0].met);
+}
+
 TEST_CASE("chaos/a fault followed too soon by the next one is not judged") {
   RunData run;
   run.scenario.goals.max_recovery_s = 2.0;

@@ -425,15 +425,25 @@ void analyze(RunData& run) {
         (f.kind == FaultKind::kill_proxy || f.kind == FaultKind::kill9_node ||
          f.kind == FaultKind::sigstop_node || f.kind == FaultKind::partition ||
          f.kind == FaultKind::kill_leader || f.kind == FaultKind::partition_leader);
-    if (const auto* o = first_obs(obs, ref, kInf, cond)) {
-      f.recovery_s = (uses_probe ? o->end_s : o->state_end_s) - ref;
-      // Lower bound: the last poll after the fault that did not see the
-      // recovery saw the state at or after its start.
+    // Rounds overlap: the recovery is proven by the round that saw it and
+    // answered first, which need not be the first to start (one that met
+    // the restarting controller can answer after rounds started later).
+    auto answered = [&](const Observation& x) { return uses_probe ? x.end_s : x.state_end_s; };
+    const Observation* o = nullptr;
+    for (const auto& x : obs) {
+      if (x.start_s >= ref && cond(x) && (!o || answered(x) < answered(*o)))
+        o = &x;
+    }
+    if (o) {
+      f.recovery_s = answered(*o) - ref;
+      // Lower bound: the last poll after the fault, started before that
+      // one, that did not see the recovery saw the state at or after its
+      // start.
       f.recovery_lower_s = 0;
       for (const auto& x : obs) {
-        if (&x == o)
+        if (x.start_s >= o->start_s)
           break;
-        if (x.start_s >= ref)
+        if (x.start_s >= ref && !cond(x))
           f.recovery_lower_s = x.start_s - ref;
       }
     }
