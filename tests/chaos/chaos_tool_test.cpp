@@ -78,6 +78,19 @@ FaultEvent injected(FaultKind kind, const std::string& node, std::vector<std::st
   return f;
 }
 
+// A run whose one fault, a controller kill at `t`, is judged against a
+// recovery limit of `limit` s.
+RunData controller_killed_at(double t, double limit) {
+  RunData run;
+  run.scenario.goals.max_recovery_s = limit;
+  FaultEvent f;
+  f.kind = FaultKind::kill_controller;
+  f.t_s = t;
+  f.ok = true;
+  run.faults.push_back(f);
+  return run;
+}
+
 }  // namespace
 
 TEST_CASE("chaos/every scenario file loads - at least five - named after its file") {
@@ -150,13 +163,7 @@ TEST_CASE("chaos/recovery is read from the first poll that started after the fau
 }
 
 TEST_CASE("chaos/recovery is read from the round that saw it and answered first - not the first to start") {
-  RunData run;
-  run.scenario.goals.max_recovery_s = 1.0;
-  FaultEvent f;
-  f.kind = FaultKind::kill_controller;
-  f.t_s = 10;
-  f.ok = true;
-  run.faults.push_back(f);
+  RunData run = controller_killed_at(10, 1.0);
   // Rounds overlap: the first after the fault met the restarting controller
   // and answered 1.2 s after it; one that started later answered healthy
   // 0.6 s after it. An earlier round saw the controller recovering.
@@ -200,13 +207,7 @@ TEST_CASE("chaos/a fault followed too soon by the next one is not judged") {
 }
 
 TEST_CASE("chaos/a recovery beyond the limit with time to spare is a miss") {
-  RunData run;
-  run.scenario.goals.max_recovery_s = 1.0;
-  FaultEvent f;
-  f.kind = FaultKind::kill_controller;
-  f.t_s = 10;
-  f.ok = true;
-  run.faults.push_back(f);
+  RunData run = controller_killed_at(10, 1.0);
   auto recovering = healthy_at(10.1, 10.2);
   recovering.recovering = true;
   run.observations.push_back(recovering);
@@ -243,13 +244,7 @@ TEST_CASE("chaos/failed requests are classified against the node faults") {
 }
 
 TEST_CASE("chaos/a recovery whose bounds straddle the limit is inconclusive - not met") {
-  RunData run;
-  run.scenario.goals.max_recovery_s = 1.0;
-  FaultEvent f;
-  f.kind = FaultKind::kill_controller;
-  f.t_s = 10;
-  f.ok = true;
-  run.faults.push_back(f);
+  RunData run = controller_killed_at(10, 1.0);
   // The only poll after the fault started 0.5 s late and answered 1.5 s
   // after it: healthy, but no proof that it was within 1 s.
   run.observations.push_back(healthy_at(10.5, 11.5));

@@ -349,7 +349,8 @@ until [ "$(direct_a_b)" -ge 1 ]; do
   sleep 0.2
 done
 # (p) really runs in troupe-replica processes: node A's children.
-replica_pids() { ps -o pid= --ppid "$A_PID" 2>/dev/null | tr -s ' \n' ',' | sed 's/^,//; s/,$//'; }
+# A node's replica processes (node A unless told), comma-separated.
+replica_pids() { ps -o pid= --ppid "${1:-$A_PID}" 2>/dev/null | tr -s ' \n' ',' | sed 's/^,//; s/,$//'; }
 n_children=$(ps -o comm= --ppid "$A_PID" | grep -c '^troupe-replica' || true)
 if [ "$n_children" -ne "$REPLICAS" ]; then
   echo "run.sh: node A runs $n_children troupe-replica processes, expected $REPLICAS for /p" >&2
@@ -546,7 +547,7 @@ measure() {  # key, url
     # (g): the defaults' node D and its replica processes.
     if [ "$1" = g ]; then
       targets="$DH_PID"
-      rp=$(ps -o pid= --ppid "$DH_PID" 2>/dev/null | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+      rp=$(replica_pids "$DH_PID")
       [ -n "$rp" ] && targets="$targets,$rp"
     fi
     perf record -q -e cpu-clock -F 1999 -g -p "$targets" -o "$PROFILE_DIR/perf-$1.data" \
