@@ -350,6 +350,17 @@ void Proxy::stop() {
       self->wait_for(core.keeper);
     }
   }
+  {
+    // The Core outlives this object (captures of the actors and threads that
+    // used it): it holds no actor from here. A head candidate's controller
+    // is a detached actor, and CAF 0.17's actor system waits at its end
+    // until every detached actor is destroyed: the handle of the last one
+    // that pushed a snapshot kept a node that had led from exiting until
+    // its stop watchdog fired.
+    std::lock_guard<std::mutex> lock(core.actor_mutex);
+    core.actor = nullptr;
+    core.controller = nullptr;
+  }
   // Queued calls hold exchanges, and timers belong to io_contexts: drop them
   // before the io_contexts go.
   core.router.clear();
