@@ -26,6 +26,10 @@ const std::vector<std::string> kFastLiveness = {"--node-timeout",
 
 namespace {
 
+// What troupe-node logs when its stop watchdog ends the process
+// (node/node_main.cpp).
+constexpr const char* kStopWatchdogLine = "stopping did not complete in time";
+
 // Each node runs in its state directory with core dumps on: with the usual
 // core_pattern ("core") a crash leaves <state-dir>/core for gdb.
 proc::ChildOptions node_options_in(const std::string& state_dir) {
@@ -79,6 +83,11 @@ std::vector<std::string> Cluster::stop_all(std::chrono::milliseconds grace) {
         what = "did not exit within " + std::to_string(grace.count() / 1000) + " s of SIGTERM";
       else if (*code != 0)
         what = node.describe_exit() + " after SIGTERM";
+      else if (node.output().find(kStopWatchdogLine) != std::string::npos)
+        // Its watchdog exits with the node's status, 0 for a stop that
+        // should have been clean: the stop hung somewhere.
+        what = "exited 0 after SIGTERM only by its stop watchdog (\"" +
+               std::string(kStopWatchdogLine) + "\")";
     } else if (!node.fate_owned() && node.exit_code() && *node.exit_code() != 0) {
       what = node.describe_exit() + " during the test";
     }

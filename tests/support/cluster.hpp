@@ -98,8 +98,9 @@ struct Cluster {
 
   // Stops every node (SIGTERM to all, then waits up to `grace`) and returns
   // one report per node that did not end well: still running after the
-  // grace, or exited non-zero or by a signal (also earlier, unless the test
-  // sent that signal or waited for that exit itself). Forgets the nodes.
+  // grace, exited non-zero or by a signal (also earlier, unless the test
+  // sent that signal or waited for that exit itself), or ended only by its
+  // stop watchdog (which exits 0). Forgets the nodes.
   std::vector<std::string> stop_all(std::chrono::milliseconds grace = std::chrono::seconds(20));
 };
 
