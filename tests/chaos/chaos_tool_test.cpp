@@ -65,6 +65,13 @@ Observation healthy_at(double start, double end) {
   return o;
 }
 
+// A healthy round that also saw the controller still recovering.
+Observation recovering_at(double start, double end) {
+  auto o = healthy_at(start, end);
+  o.recovering = true;
+  return o;
+}
+
 // A network fault that was injected at `t` and healed at `end`.
 FaultEvent injected(FaultKind kind, const std::string& node, std::vector<std::string> peers,
                     double t, double end) {
@@ -167,9 +174,7 @@ TEST_CASE("chaos/recovery is read from the round that saw it and answered first 
   // Rounds overlap: the first after the fault met the restarting controller
   // and answered 1.2 s after it; one that started later answered healthy
   // 0.6 s after it. An earlier round saw the controller recovering.
-  auto recovering = healthy_at(10.05, 10.1);
-  recovering.recovering = true;
-  run.observations.push_back(recovering);
+  run.observations.push_back(recovering_at(10.05, 10.1));
   run.observations.push_back(healthy_at(10.1, 11.2));
   run.observations.push_back(healthy_at(10.3, 10.6));
   analyze(run);
@@ -208,9 +213,7 @@ TEST_CASE("chaos/a fault followed too soon by the next one is not judged") {
 
 TEST_CASE("chaos/a recovery beyond the limit with time to spare is a miss") {
   RunData run = controller_killed_at(10, 1.0);
-  auto recovering = healthy_at(10.1, 10.2);
-  recovering.recovering = true;
-  run.observations.push_back(recovering);
+  run.observations.push_back(recovering_at(10.1, 10.2));
   run.observations.push_back(healthy_at(11.5, 11.6));
   analyze(run);
   CHECK(run.faults[0].met == false);
