@@ -543,10 +543,19 @@ void start_call(const CallPtr& c, IoThread* w, Clock::time_point start, double t
 }
 
 std::string IoThread::new_request_id() {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%s%02zx%012llx", core->id_prefix.c_str(), index,
-                static_cast<unsigned long long>(++next_id));
-  return buf;
+  // The node's prefix, then the io thread (2 hex digits) and the count (12
+  // digits, lower-case hex). By hand: snprintf cost 1 % of the io thread.
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = core->id_prefix;
+  const size_t at = id.size();
+  id.resize(at + 14);
+  const uint64_t n = ++next_id;
+  const uint64_t i = index;
+  for (size_t k = 0; k < 2; ++k)
+    id[at + 1 - k] = kHex[(i >> (4 * k)) & 0xf];
+  for (size_t k = 0; k < 12; ++k)
+    id[at + 13 - k] = kHex[(n >> (4 * k)) & 0xf];
+  return id;
 }
 
 // --- fail-over: replicas lost with requests in flight ---------------------------

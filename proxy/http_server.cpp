@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -20,8 +21,10 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
@@ -29,6 +32,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "proxy/tls_context.hpp"
 
@@ -127,7 +131,14 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
 
  public:
   Session(tcp::socket socket, HttpServer& server, size_t thread)
-      : stream_(std::move(socket)), server_(server), thread_(thread) {}
+      : stream_(std::move(socket)), server_(server), thread_(thread) {
+    // Plain HTTP reads and writes the socket itself (read_plain(),
+    // write_plain()): a write that the socket does not take at once returns
+    // would_block instead of waiting.
+    beast::error_code ignored;
+    lowest().socket().non_blocking(true, ignored);
+    deadline_timer_.emplace(lowest().socket().get_executor());
+  }
   Session(tcp::socket socket, std::shared_ptr<asio::ssl::context> ctx, HttpServer& server,
           size_t thread)
       : ctx_(std::move(ctx)),
@@ -172,10 +183,14 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     // A HEAD answer carries the length of the body it does not send.
     if (parser_ && parser_->get().method() == http::verb::head)
       response_.body().clear();
-    lowest().expires_after(duration_of(server_.options().idle_timeout_s));
-    http::async_write(
-        stream_, response_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+    if constexpr (kTls) {
+      lowest().expires_after(duration_of(server_.options().idle_timeout_s));
+      http::async_write(
+          stream_, response_,
+          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+    } else {
+      write_plain();
+    }
   }
 
   void begin_stream(Response&& head) override {
@@ -482,9 +497,11 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   // ServerOptions::idle_timeout_s. Bytes a client already sent (pipelined)
   // end the idle period at once.
   void read() {
-    parser_.emplace();
-    parser_->body_limit(server_.options().body_limit);
-    parser_->header_limit(server_.options().header_limit);
+    if constexpr (!kTls) {
+      read_plain();
+      return;
+    }
+    new_parser();
     if (buffer_.size() > 0) {
       read_request();
       return;
@@ -495,6 +512,191 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
                               self->on_first_bytes(ec, n);
                             });
+  }
+
+  void new_parser() {
+    parser_.emplace();
+    parser_->body_limit(server_.options().body_limit);
+    parser_->header_limit(server_.options().header_limit);
+    parser_->eager(true);  // as http::async_read: the whole message
+  }
+
+  // Plain HTTP: the request read with the socket's own asynchronous reads
+  // and parsed with Beast's parser as the bytes come (what http::async_read
+  // does, without its layers of composed operations and the stream's timer
+  // per operation; one deadline per phase instead, set_deadline()).
+  // Bytes of a next request already read (pipelined) are parsed at once.
+  void read_plain() {
+    if (buffer_.size() > 0) {
+      new_parser();
+      set_deadline(server_.options().idle_timeout_s);
+      parse_plain();
+      return;
+    }
+    // Idle: the parser is made when the first bytes arrive (the last
+    // request may still be in use by whoever answered it).
+    idle_ = true;
+    set_deadline(server_.idle_timeout_s());
+    server_.idle_started();
+    socket().async_read_some(buffer_.prepare(kFirstRead),
+                             [self = shared_from_this()](beast::error_code ec, size_t n) {
+                               self->on_plain_bytes(ec, n);
+                             });
+  }
+
+  void on_plain_bytes(beast::error_code ec, size_t n) {
+    if (idle_) {
+      idle_ = false;
+      server_.idle_ended();
+      if (ec) {
+        close();  // idle too long, or the client closed or reset: nobody to answer
+        return;
+      }
+      new_parser();
+      set_deadline(server_.options().idle_timeout_s);
+    }
+    if (ec == asio::error::eof) {
+      // As http::async_read: a message cut short is malformed, a close
+      // between messages the end of the connection.
+      beast::error_code parsed;
+      parser_->put_eof(parsed);
+      on_read(parsed ? parsed : beast::error_code(http::error::end_of_stream));
+      return;
+    }
+    if (ec) {
+      on_read(ec);
+      return;
+    }
+    buffer_.commit(n);
+    parse_plain();
+  }
+
+  void parse_plain() {
+    if (buffer_.size() > 0) {
+      beast::error_code ec;
+      buffer_.consume(parser_->put(buffer_.data(), ec));
+      if (ec && ec != http::error::need_more) {
+        on_read(ec);
+        return;
+      }
+      if (parser_->is_done()) {
+        on_read({});
+        return;
+      }
+    }
+    size_t size = beast::read_size(buffer_, 65536);
+    if (size == 0) {
+      on_read(http::error::buffer_overflow);
+      return;
+    }
+    socket().async_read_some(buffer_.prepare(size),
+                             [self = shared_from_this()](beast::error_code ec, size_t n) {
+                               self->on_plain_bytes(ec, n);
+                             });
+  }
+
+  // Plain HTTP: the head serialized here (the status line and the fields in
+  // their order, as Beast's serializer writes them) and the whole answer
+  // given to the kernel at once, in the usual case with one system call and
+  // nothing queued. Beast's serializer and composed write took about a
+  // seventh of the io thread per request (docs/benchmarks.md). What the
+  // socket does not take at once is written asynchronously, under the
+  // deadline.
+  void write_plain() {
+    auto& h = head_;
+    h.clear();
+    const unsigned version = response_.version();
+    const char start[] = {'H', 'T',
+                          'T', 'P',
+                          '/', static_cast<char>('0' + version / 10 % 10),
+                          '.', static_cast<char>('0' + version % 10),
+                          ' '};
+    h.append(start, sizeof start);
+    char code[8];
+    h.append(code, std::to_chars(code, code + sizeof code, response_.result_int()).ptr);
+    h.push_back(' ');
+    auto reason = response_.reason();
+    h.append(reason.data(), reason.size());
+    h.append("\r\n");
+    for (const auto& field : response_.base()) {
+      auto name = field.name_string();
+      auto value = field.value();
+      h.append(name.data(), name.size()).append(": ").append(value.data(), value.size());
+      h.append("\r\n");
+    }
+    h.append("\r\n");
+    const std::string& body = response_.body();
+    std::array<asio::const_buffer, 2> out{asio::buffer(h), asio::buffer(body)};
+    beast::error_code ec;
+    size_t n = socket().write_some(out, ec);
+    if (!ec && n == h.size() + body.size()) {
+      written_plain(true);
+      return;
+    }
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+      close();
+      return;
+    }
+    if (ec)
+      n = 0;
+    set_deadline(server_.options().idle_timeout_s);
+    beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(out);
+    rest.consume(n);
+    asio::async_write(socket(), rest, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->clear_deadline();
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->written_plain(false);
+    });
+  }
+
+  // The answer is out. `now`: written inline by respond(), whose caller may
+  // still use the request: the next one is parsed from a fresh handler.
+  void written_plain(bool now) {
+    if (!response_.keep_alive()) {
+      close();
+      return;
+    }
+    response_ = {};
+    if (now && buffer_.size() > 0) {
+      asio::post(io(), [self = shared_from_this()] { self->read_plain(); });
+      return;
+    }
+    read_plain();
+  }
+
+  // Plain HTTP's deadline (the time to send a request, the idle timeout, the
+  // time to take an answer that did not fit the socket at once): one
+  // absolute time, checked by one timer that is re-armed only when it fires
+  // early or must fire sooner. Setting a deadline per request costs a clock
+  // read, not a timer operation. Past it, the connection is closed: what is
+  // pending on the socket ends with an error.
+  void set_deadline(double seconds) {
+    deadline_ = std::chrono::steady_clock::now() + duration_of(seconds);
+    if (!timer_armed_ || timer_at_ > deadline_)
+      arm_deadline();
+  }
+  void clear_deadline() { deadline_ = std::chrono::steady_clock::time_point::max(); }
+
+  void arm_deadline() {
+    timer_armed_ = true;
+    timer_at_ = deadline_;
+    deadline_timer_->expires_at(deadline_);
+    deadline_timer_->async_wait([weak = weak_from_this(), at = timer_at_](beast::error_code ec) {
+      auto self = weak.lock();
+      if (!self || ec || at != self->timer_at_)
+        return;  // cancelled, or re-armed for a sooner deadline
+      self->timer_armed_ = false;
+      if (self->deadline_ == std::chrono::steady_clock::time_point::max())
+        return;
+      if (std::chrono::steady_clock::now() < self->deadline_) {
+        self->arm_deadline();
+        return;
+      }
+      self->close();
+    });
   }
 
   void on_first_bytes(beast::error_code ec, size_t n) {
@@ -540,7 +742,10 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     }
     // Handling may take long (a slow replica); the request timeout, not the
     // idle timeout, bounds it.
-    lowest().expires_never();
+    if constexpr (kTls)
+      lowest().expires_never();
+    else
+      clear_deadline();
     answering_ = true;
     ++generation_;
     server_.handler().on_request(shared_from_this());
@@ -581,6 +786,10 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     lowest().close();
     if (hangup_timer_)
       hangup_timer_->cancel();
+    if (deadline_timer_) {
+      clear_deadline();
+      deadline_timer_->cancel();
+    }
   }
 
   beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
@@ -589,6 +798,13 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   std::shared_ptr<asio::ssl::context> ctx_;  // TLS: outlives stream_
   Socket stream_;
   std::optional<asio::steady_timer> hangup_timer_;
+  // Plain HTTP (read_plain(), write_plain(), set_deadline()).
+  std::optional<asio::steady_timer> deadline_timer_;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point timer_at_;
+  bool timer_armed_ = false;
+  bool idle_ = false;  // waiting for a request's first bytes
+  std::string head_;
   std::string client_identity_;
   HttpServer& server_;
   size_t thread_;

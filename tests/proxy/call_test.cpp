@@ -558,3 +558,18 @@ TEST_CASE("proxy/call: X-Request-Timeout-Seconds takes a number of seconds above
                                       "86400");
   }
 }
+
+TEST_CASE(
+    "proxy/call: request ids are the node's prefix - the io thread in 2 hex digits - a count in "
+    "12") {
+  Harness h({replica("r1", 1)});
+  h.core.id_prefix = "a1b2c3";
+  h.worker.index = 0x1f;
+  CHECK(h.worker.new_request_id() == "a1b2c31f000000000001");
+  CHECK(h.worker.new_request_id() == "a1b2c31f000000000002");
+  h.worker.next_id = 0xabcdef012344;
+  CHECK(h.worker.new_request_id() == "a1b2c31fabcdef012345");
+  h.worker.index = 0;
+  h.core.id_prefix = "";
+  CHECK(h.worker.new_request_id() == "00abcdef012346");
+}

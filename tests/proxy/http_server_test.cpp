@@ -16,6 +16,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -152,6 +155,7 @@ class Client {
   }
 
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
 
  private:
   bool readable_before(Clock::time_point deadline) {
@@ -736,4 +740,226 @@ TEST_CASE("http server: the thread that takes a loop over runs the requests queu
   std::string in;
   CHECK(blocking.read_until(in, "\r\n\r\nok", 10));
   server.stop();
+}
+
+namespace {
+
+// Answers at once: "/big" with kBig bytes of 'b', "/gone" by nothing (held
+// until the test ends), anything else with "<target> <body size>".
+constexpr size_t kBig = 8u << 20;
+struct Answering : Handler {
+  void on_request(ExchangePtr exchange) override {
+    ++requests;
+    const auto& req = exchange->request();
+    Response r{boost::beast::http::status::ok, 11};
+    r.set("X-First", "1");
+    r.set("X-Second", "2");
+    if (req.target() == "/big") {
+      r.body().assign(kBig, 'b');
+    } else if (req.target() == "/missing") {
+      r.result(boost::beast::http::status::not_found);
+      r.body() = "none";
+    } else {
+      r.body() = std::string(req.target()) + " " + std::to_string(req.body().size());
+    }
+    exchange->respond(std::move(r));
+  }
+  std::atomic<int> requests{0};
+};
+
+struct Running {
+  explicit Running(Handler& handler, double idle_timeout_s = 30)
+      : server(options(idle_timeout_s), handler) {
+    REQUIRE(server.listen().is_ok());
+    server.run();
+  }
+  ~Running() { server.stop(); }
+  static ServerOptions options(double idle_timeout_s) {
+    ServerOptions o;
+    o.port = 0;
+    o.idle_timeout_s = idle_timeout_s;
+    return o;
+  }
+  HttpServer server;
+};
+
+// The whole answers in `in` so far (each: head, then Content-Length bytes).
+std::vector<std::string> complete_bodies(const std::string& in) {
+  std::vector<std::string> bodies;
+  size_t at = 0;
+  for (;;) {
+    auto end = in.find("\r\n\r\n", at);
+    if (end == std::string::npos)
+      break;
+    auto cl = in.find("Content-Length: ", at);
+    if (cl == std::string::npos || cl > end)
+      break;
+    size_t length = std::stoul(in.substr(cl + 16, in.find("\r\n", cl) - cl - 16));
+    if (in.size() < end + 4 + length)
+      break;
+    bodies.push_back(in.substr(end + 4, length));
+    at = end + 4 + length;
+  }
+  return bodies;
+}
+
+// The state of the server's side of a connection in /proc/net/tcp (hex, as
+// the kernel writes it: "01" established, "04" FIN_WAIT1, ...), found by its
+// two ports on 127.0.0.1; "" when there is none.
+std::string server_side_state(uint16_t server_port, uint16_t client_port) {
+  FILE* f = std::fopen("/proc/net/tcp", "r");
+  if (!f)
+    return "";
+  char line[512];
+  std::string state;
+  char local[64], remote[64];
+  auto port_of = [](const char* endpoint) {
+    const char* colon = std::strchr(endpoint, ':');
+    return colon ? static_cast<uint16_t>(std::strtoul(colon + 1, nullptr, 16)) : 0;
+  };
+  while (std::fgets(line, sizeof line, f)) {
+    char st[8];
+    if (std::sscanf(line, " %*d: %63s %63s %7s", local, remote, st) != 3)
+      continue;
+    if (port_of(local) == server_port && port_of(remote) == client_port) {
+      state = st;
+      break;
+    }
+  }
+  std::fclose(f);
+  return state;
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("http server: an answer's head is its status line and its fields in their order") {
+  Answering handler;
+  Running s(handler);
+  Client c(s.server.port());
+  REQUIRE(c.send("GET /missing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  std::string in;
+  REQUIRE(c.read_until_done(
+      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
+  CHECK(in ==
+        "HTTP/1.1 404 Not Found\r\nX-First: 1\r\nX-Second: 2\r\nContent-Length: 4\r\n\r\nnone");
+  // HEAD: the length of the body it does not send; the connection goes on.
+  REQUIRE(c.send("HEAD /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  in.clear();
+  REQUIRE(c.read_until(in, "\r\n\r\n", 10));
+  CHECK(in == "HTTP/1.1 200 OK\r\nX-First: 1\r\nX-Second: 2\r\nContent-Length: 4\r\n\r\n");
+  // An HTTP/1.0 client without keep-alive: told, answered, closed.
+  REQUIRE(c.send("GET /old HTTP/1.0\r\n\r\n"));
+  in.clear();
+  bool eof = false;
+  CHECK_FALSE(c.read_until_done(
+      in, [](const std::string&) { return false; }, 10, &eof));
+  CHECK(eof);
+  CHECK(in ==
+        "HTTP/1.1 200 OK\r\nX-First: 1\r\nX-Second: 2\r\nConnection: close\r\n"
+        "Content-Length: 6\r\n\r\n/old 0");
+}
+
+TEST_CASE("http server: thousands of pipelined requests in one write are answered in order") {
+  Answering handler;
+  Running s(handler);
+  Client c(s.server.port());
+  constexpr int kCount = 5000;
+  std::string all;
+  for (int i = 0; i < kCount; ++i)
+    all += "GET /" + std::to_string(i) + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  // From a thread of its own: the answers must be read while it sends.
+  std::thread sender([&] { c.send(all); });
+  std::string in;
+  bool complete = c.read_until_done(
+      in, [&](const std::string& s) { return complete_bodies(s).size() == kCount; }, 30);
+  sender.join();
+  REQUIRE(complete);
+  auto bodies = complete_bodies(in);
+  for (int i = 0; i < kCount; ++i) {
+    if (bodies[i] != "/" + std::to_string(i) + " 0") {
+      FAIL_CHECK("answer " << i << " is " << bodies[i]);
+      break;
+    }
+  }
+  CHECK(handler.requests == kCount);
+  // The connection goes on.
+  REQUIRE(c.send("GET /last HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  in.clear();
+  REQUIRE(c.read_until_done(
+      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
+  CHECK(complete_bodies(in)[0] == "/last 0");
+}
+
+TEST_CASE("http server: a request whose body arrives in parts is read whole") {
+  Answering handler;
+  Running s(handler);
+  Client c(s.server.port());
+  REQUIRE(c.send("POST /in-parts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\nabcd"));
+  // Six bytes are missing: no answer yet.
+  CHECK_FALSE(c.closed_within(0.3).has_value());
+  CHECK(handler.requests == 0);
+  REQUIRE(c.send("efghij"));
+  std::string in;
+  REQUIRE(c.read_until_done(
+      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
+  CHECK(complete_bodies(in)[0] == "/in-parts 10");
+  // A client that closes halfway through a body is dropped; the server goes on.
+  {
+    Client cut(s.server.port());
+    REQUIRE(cut.send("POST /cut HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\nabc"));
+  }
+  Client after(s.server.port());
+  REQUIRE(after.send("GET /after HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  in.clear();
+  REQUIRE(after.read_until_done(
+      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
+  CHECK(complete_bodies(in)[0] == "/after 0");
+  CHECK(handler.requests == 2);
+}
+
+TEST_CASE(
+    "http server: an answer larger than the socket takes at once arrives whole and the connection "
+    "goes on") {
+  Answering handler;
+  Running s(handler);
+  Client c(s.server.port(), 64 << 10);
+  REQUIRE(c.send("GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  std::string in;
+  REQUIRE(c.read_until_done(
+      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 30));
+  CHECK(complete_bodies(in)[0] == std::string(kBig, 'b'));
+  REQUIRE(c.send("GET /next HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  in.clear();
+  REQUIRE(c.read_until_done(
+      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
+  CHECK(complete_bodies(in)[0] == "/next 0");
+}
+
+TEST_CASE("http server: an answer the client takes nothing of is dropped after the idle timeout") {
+  Answering handler;
+  Running s(handler, 0.5);
+  Client c(s.server.port(), 64 << 10);
+  const uint16_t client_port = local_port(c.fd());
+  REQUIRE(c.send("GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  auto sent = Clock::now();
+  REQUIRE(wait_for([&] { return handler.requests == 1; }, 10));
+  CHECK(server_side_state(s.server.port(), client_port) == "01");  // established, writing
+  // The server closes its side once the answer's write is past its
+  // deadline: the kernel's state leaves ESTABLISHED.
+  REQUIRE(wait_for([&] { return server_side_state(s.server.port(), client_port) != "01"; }, 10));
+  CHECK(since(sent) >= 0.45);
+  // What the client reads is a part of the answer, then the end.
+  std::string in;
+  bool eof = false;
+  CHECK_FALSE(c.read_until_done(
+      in, [](const std::string&) { return false; }, 10, &eof));
+  CHECK(eof);
+  CHECK(in.size() < kBig);
 }
