@@ -839,40 +839,24 @@ HttpServer::HttpServer(ServerOptions options, Handler& handler)
 struct HttpServer::Deferred {
   explicit Deferred(asio::io_context& io) : timer(io) {}
   asio::steady_timer timer;
-  // In the order they were deferred, with when.
-  std::deque<std::pair<std::chrono::steady_clock::time_point, std::function<void()>>> due;
+  std::vector<std::function<void()>> due;
   bool armed = false;
 };
 
-// Each deferred call runs once it has waited kDeferral, and no sooner: most
-// watches are for requests answered within a millisecond or two, which then
-// cost nothing. One timer per thread, re-armed for the oldest call left but
-// at most every quarter kDeferral, so a steady stream of calls wakes the
-// thread at most 8 times per kDeferral.
 void HttpServer::defer(size_t thread, std::function<void()> f) {
   auto& d = *deferred_[thread];
-  const auto now = std::chrono::steady_clock::now();
-  d.due.emplace_back(now, std::move(f));
-  if (!d.armed)
-    arm_deferred(d, now + kDeferral);
-}
-
-void HttpServer::arm_deferred(Deferred& d, std::chrono::steady_clock::time_point at) {
+  d.due.push_back(std::move(f));
+  if (d.armed)
+    return;
   d.armed = true;
-  d.timer.expires_at(at);
-  d.timer.async_wait([this, &d](const boost::system::error_code& ec) {
+  d.timer.expires_after(kDeferral);
+  d.timer.async_wait([&d](const boost::system::error_code& ec) {
     d.armed = false;
     if (ec)
       return;
-    const auto now = std::chrono::steady_clock::now();
-    std::vector<std::function<void()>> run;
-    while (!d.due.empty() && d.due.front().first + kDeferral <= now) {
-      run.push_back(std::move(d.due.front().second));
-      d.due.pop_front();
-    }
-    if (!d.due.empty())
-      arm_deferred(d, std::max(d.due.front().first + kDeferral, now + kDeferral / 4));
-    for (auto& f : run)
+    auto due = std::move(d.due);
+    d.due.clear();
+    for (auto& f : due)
       f();
   });
 }

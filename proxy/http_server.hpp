@@ -187,8 +187,8 @@ class HttpServer {
   size_t idle_connections() const { return idle_connections_.load(std::memory_order_relaxed); }
   void idle_started() { idle_connections_.fetch_add(1, std::memory_order_relaxed); }
   void idle_ended() { idle_connections_.fetch_sub(1, std::memory_order_relaxed); }
-  // Runs `f` on io thread `thread`, from that thread, kDeferral later or up
-  // to a quarter kDeferral after that (one timer per thread).
+  // Runs `f` on io thread `thread`, from that thread, about kDeferral later,
+  // together with everything deferred there meanwhile (one timer per thread).
   void defer(size_t thread, std::function<void()> f);
   static constexpr auto kDeferral = std::chrono::milliseconds(2);
   // The threads of the event loops, which may run blocking code
@@ -207,7 +207,6 @@ class HttpServer {
   Status open(uint16_t port, std::unique_ptr<asio::ip::tcp::acceptor>& out, uint16_t& bound);
   void accept(bool tls);
   struct Deferred;
-  void arm_deferred(Deferred& d, std::chrono::steady_clock::time_point at);
 
   ServerOptions options_;
   Handler& handler_;
