@@ -1,0 +1,148 @@
+// XGBoostModel: serves a gradient-boosted model through XGBoost's C API
+// (Debian's libxgboost-dev). The build trains one (train.cpp) into
+// <build>/examples/xgboost/model.json; `args.model_path` names another.
+//
+//   POST {"features": [[f0, ..., f29], ...]}  ->  {"predictions": [p0, ...]}
+//   GET                                        ->  {"model": path, "n_features": 30, "n_trees": 200}
+//
+// Bad input is a 400 that names the problem: malformed JSON, no "features",
+// an empty list, a row of the wrong length, a value that is not a number, or
+// more than kMaxRows rows. The model is loaded once, in the constructor; a
+// file that is missing or not a model fails the replica's start with
+// XGBoost's message. Prediction uses XGBoost's in-place prediction, which is
+// safe from several request threads at once. The health check predicts a
+// row the constructor predicted, and fails when the answer changed.
+#include <xgboost/c_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <troupe/deployment.hpp>
+
+#ifndef TROUPE_XGBOOST_DEFAULT_MODEL
+#define TROUPE_XGBOOST_DEFAULT_MODEL ""
+#endif
+
+namespace {
+
+constexpr size_t kMaxRows = 1000;
+
+void check(int rc, const std::string& what) {
+  if (rc != 0)
+    throw std::runtime_error(what + ": " + XGBGetLastError());
+}
+
+troupe::Response bad_request(const std::string& message) {
+  return troupe::Response::json({{"error", message}}, 400);
+}
+
+}  // namespace
+
+class XGBoostModel : public troupe::Deployment {
+ public:
+  XGBoostModel(const troupe::Json& args, const troupe::ReplicaContext& /*ctx*/)
+      : path_(args.is_object() ? args.value("model_path", std::string(TROUPE_XGBOOST_DEFAULT_MODEL))
+                               : std::string(TROUPE_XGBOOST_DEFAULT_MODEL)) {
+    if (path_.empty())
+      throw std::runtime_error("args.model_path: no model file named");
+    check(XGBoosterCreate(nullptr, 0, &booster_), "creating a booster");
+    try {
+      check(XGBoosterLoadModel(booster_, path_.c_str()), "loading " + path_);
+      bst_ulong features = 0;
+      check(XGBoosterGetNumFeature(booster_, &features), "reading the model's feature count");
+      int rounds = 0;
+      check(XGBoosterBoostedRounds(booster_, &rounds), "reading the model's tree count");
+      n_features_ = static_cast<size_t>(features);
+      n_trees_ = rounds;
+      probe_.assign(n_features_, 0.25f);
+      probe_answer_ = predict(probe_, 1).at(0);
+    } catch (...) {
+      XGBoosterFree(booster_);
+      throw;
+    }
+  }
+  ~XGBoostModel() override { XGBoosterFree(booster_); }
+
+  troupe::Response handle(const troupe::Request& request) override {
+    if (request.method == "GET")
+      return troupe::Response::json(
+          {{"model", path_}, {"n_features", n_features_}, {"n_trees", n_trees_}});
+    if (request.method != "POST")
+      return troupe::Response::json({{"error", "use GET or POST"}}, 405);
+    std::vector<float> rows;
+    size_t n = 0;
+    if (auto problem = parse(request.body, rows, n); !problem.empty())
+      return bad_request(problem);
+    return troupe::Response::json({{"predictions", predict(rows, n)}});
+  }
+
+  void check_health() override {
+    float now = predict(probe_, 1).at(0);
+    if (now != probe_answer_)
+      throw std::runtime_error("the model answers " + std::to_string(now) + " for its probe row, " +
+                               std::to_string(probe_answer_) + " when it was loaded");
+  }
+
+ private:
+  // Reads {"features": [[...], ...]} into `rows` (row-major); "" when it is
+  // well formed, else what is wrong with it.
+  std::string parse(const std::string& body, std::vector<float>& rows, size_t& n) const {
+    troupe::Json doc = troupe::Json::parse(body, nullptr, false);
+    if (doc.is_discarded())
+      return "the body is not JSON";
+    if (!doc.is_object() || !doc.contains("features") || !doc["features"].is_array())
+      return R"(the body needs "features": a list of rows)";
+    const auto& features = doc["features"];
+    if (features.empty())
+      return R"("features" is empty)";
+    if (features.size() > kMaxRows)
+      return R"("features" has )" + std::to_string(features.size()) + " rows; at most " +
+             std::to_string(kMaxRows) + " per request";
+    rows.reserve(features.size() * n_features_);
+    for (size_t r = 0; r < features.size(); ++r) {
+      const auto& row = features[r];
+      if (!row.is_array() || row.size() != n_features_)
+        return "row " + std::to_string(r) + " has " +
+               (row.is_array() ? std::to_string(row.size()) + " values" : std::string("no list")) +
+               "; the model takes " + std::to_string(n_features_);
+      for (size_t f = 0; f < row.size(); ++f) {
+        if (!row[f].is_number())
+          return "row " + std::to_string(r) + ", feature " + std::to_string(f) +
+                 " is not a number";
+        rows.push_back(row[f].get<float>());
+      }
+    }
+    n = features.size();
+    return "";
+  }
+
+  // One prediction per row of `rows` (n rows of n_features_).
+  std::vector<float> predict(const std::vector<float>& rows, size_t n) const {
+    const troupe::Json array = {
+        {"data", {reinterpret_cast<std::uintptr_t>(rows.data()), true}},
+        {"shape", {n, n_features_}},
+        {"typestr", "<f4"},
+        {"version", 3}};
+    static const std::string kConfig =
+        R"({"type": 0, "training": false, "iteration_begin": 0, "iteration_end": 0, "strict_shape": false, "cache_id": 0, "missing": NaN})";
+    const bst_ulong* shape = nullptr;
+    bst_ulong dims = 0;
+    const float* out = nullptr;
+    check(XGBoosterPredictFromDense(booster_, array.dump().c_str(), kConfig.c_str(), nullptr,
+                                    &shape, &dims, &out),
+          "predicting");
+    return std::vector<float>(out, out + n);
+  }
+
+  const std::string path_;
+  BoosterHandle booster_ = nullptr;
+  size_t n_features_ = 0;
+  int n_trees_ = 0;
+  std::vector<float> probe_;
+  float probe_answer_ = 0;
+};
+
+TROUPE_DEPLOYMENT(XGBoostModel)
