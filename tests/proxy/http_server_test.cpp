@@ -830,6 +830,22 @@ std::string server_side_state(uint16_t server_port, uint16_t client_port) {
   return state;
 }
 
+// Reads one whole answer on `c` (within `deadline_s`): its body, or "<none>".
+std::string one_body(Client& c, double deadline_s = 10) {
+  std::string in;
+  if (!c.read_until_done(
+          in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, deadline_s))
+    return "<none>";
+  return complete_bodies(in)[0];
+}
+
+// GETs `target` on `c`: the body of its answer, or "<none>".
+std::string get_body(Client& c, const std::string& target) {
+  if (!c.send("GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+    return "<none>";
+  return one_body(c);
+}
+
 uint16_t local_port(int fd) {
   sockaddr_in addr{};
   socklen_t len = sizeof addr;
@@ -889,12 +905,7 @@ TEST_CASE("http server: thousands of pipelined requests in one write are answere
     }
   }
   CHECK(handler.requests == kCount);
-  // The connection goes on.
-  REQUIRE(c.send("GET /last HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
-  in.clear();
-  REQUIRE(c.read_until_done(
-      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
-  CHECK(complete_bodies(in)[0] == "/last 0");
+  CHECK(get_body(c, "/last") == "/last 0");  // the connection goes on
 }
 
 TEST_CASE("http server: a request whose body arrives in parts is read whole") {
@@ -906,21 +917,14 @@ TEST_CASE("http server: a request whose body arrives in parts is read whole") {
   CHECK_FALSE(c.closed_within(0.3).has_value());
   CHECK(handler.requests == 0);
   REQUIRE(c.send("efghij"));
-  std::string in;
-  REQUIRE(c.read_until_done(
-      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
-  CHECK(complete_bodies(in)[0] == "/in-parts 10");
+  CHECK(one_body(c) == "/in-parts 10");
   // A client that closes halfway through a body is dropped; the server goes on.
   {
     Client cut(s.server.port());
     REQUIRE(cut.send("POST /cut HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\nabc"));
   }
   Client after(s.server.port());
-  REQUIRE(after.send("GET /after HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
-  in.clear();
-  REQUIRE(after.read_until_done(
-      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
-  CHECK(complete_bodies(in)[0] == "/after 0");
+  CHECK(get_body(after, "/after") == "/after 0");
   CHECK(handler.requests == 2);
 }
 
@@ -931,15 +935,8 @@ TEST_CASE(
   Running s(handler);
   Client c(s.server.port(), 64 << 10);
   REQUIRE(c.send("GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
-  std::string in;
-  REQUIRE(c.read_until_done(
-      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 30));
-  CHECK(complete_bodies(in)[0] == std::string(kBig, 'b'));
-  REQUIRE(c.send("GET /next HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
-  in.clear();
-  REQUIRE(c.read_until_done(
-      in, [](const std::string& s) { return complete_bodies(s).size() == 1; }, 10));
-  CHECK(complete_bodies(in)[0] == "/next 0");
+  CHECK(one_body(c, 30) == std::string(kBig, 'b'));
+  CHECK(get_body(c, "/next") == "/next 0");
 }
 
 TEST_CASE("http server: an answer the client takes nothing of is dropped after the idle timeout") {
