@@ -606,12 +606,11 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     auto& h = head_;
     h.clear();
     const unsigned version = response_.version();
-    const char start[] = {'H', 'T',
-                          'T', 'P',
-                          '/', static_cast<char>('0' + version / 10 % 10),
-                          '.', static_cast<char>('0' + version % 10),
-                          ' '};
-    h.append(start, sizeof start);
+    h.append("HTTP/");
+    h.push_back(static_cast<char>('0' + version / 10 % 10));
+    h.push_back('.');
+    h.push_back(static_cast<char>('0' + version % 10));
+    h.push_back(' ');
     char code[8];
     h.append(code, std::to_chars(code, code + sizeof code, response_.result_int()).ptr);
     h.push_back(' ');
@@ -630,7 +629,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     beast::error_code ec;
     size_t n = socket().write_some(out, ec);
     if (!ec && n == h.size() + body.size()) {
-      written_plain(true);
+      on_write({}, true);
       return;
     }
     if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
@@ -644,27 +643,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     rest.consume(n);
     asio::async_write(socket(), rest, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->clear_deadline();
-      if (ec) {
-        self->close();
-        return;
-      }
-      self->written_plain(false);
+      self->on_write(ec);
     });
-  }
-
-  // The answer is out. `now`: written inline by respond(), whose caller may
-  // still use the request: the next one is parsed from a fresh handler.
-  void written_plain(bool now) {
-    if (!response_.keep_alive()) {
-      close();
-      return;
-    }
-    response_ = {};
-    if (now && buffer_.size() > 0) {
-      asio::post(io(), [self = shared_from_this()] { self->read_plain(); });
-      return;
-    }
-    read_plain();
   }
 
   // Plain HTTP's deadline (the time to send a request, the idle timeout, the
@@ -675,20 +655,19 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   // pending on the socket ends with an error.
   void set_deadline(double seconds) {
     deadline_ = std::chrono::steady_clock::now() + duration_of(seconds);
-    if (!timer_armed_ || timer_at_ > deadline_)
+    if (!timer_at_ || *timer_at_ > deadline_)
       arm_deadline();
   }
   void clear_deadline() { deadline_ = std::chrono::steady_clock::time_point::max(); }
 
   void arm_deadline() {
-    timer_armed_ = true;
     timer_at_ = deadline_;
     deadline_timer_->expires_at(deadline_);
-    deadline_timer_->async_wait([weak = weak_from_this(), at = timer_at_](beast::error_code ec) {
+    deadline_timer_->async_wait([weak = weak_from_this(), at = deadline_](beast::error_code ec) {
       auto self = weak.lock();
-      if (!self || ec || at != self->timer_at_)
+      if (!self || ec || self->timer_at_ != at)
         return;  // cancelled, or re-armed for a sooner deadline
-      self->timer_armed_ = false;
+      self->timer_at_.reset();
       if (self->deadline_ == std::chrono::steady_clock::time_point::max())
         return;
       if (std::chrono::steady_clock::now() < self->deadline_) {
@@ -771,12 +750,19 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     respond(std::move(r));
   }
 
-  void on_write(beast::error_code ec) {
+  // The answer is out. `inline_write`: written by respond() itself, whose
+  // caller may still use the request: a pipelined next one is parsed from a
+  // fresh handler.
+  void on_write(beast::error_code ec, bool inline_write = false) {
     if (ec || !response_.keep_alive()) {
       close();
       return;
     }
     response_ = {};
+    if (inline_write && buffer_.size() > 0) {
+      asio::post(io(), [self = shared_from_this()] { self->read(); });
+      return;
+    }
     read();
   }
 
@@ -801,8 +787,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   // Plain HTTP (read_plain(), write_plain(), set_deadline()).
   std::optional<asio::steady_timer> deadline_timer_;
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
-  std::chrono::steady_clock::time_point timer_at_;
-  bool timer_armed_ = false;
+  // When the timer's pending wait ends; none when nothing waits.
+  std::optional<std::chrono::steady_clock::time_point> timer_at_;
   bool idle_ = false;  // waiting for a request's first bytes
   std::string head_;
   std::string client_identity_;

@@ -92,7 +92,7 @@ std::vector<BatchQueue::Item> BatchQueue::drain() {
   return all;
 }
 
-void BatchQueue::ran(size_t /*size*/, Clock::duration took) {
+void BatchQueue::ran(Clock::duration took) {
   batch_s_ = moving_average(batch_s_, batch_seconds(took));
 }
 
@@ -153,10 +153,14 @@ size_t Batcher::step() {
   const auto now = now_();
   auto taken = queue_.take(now, true);
   lock.unlock();
+  deliver(taken, now);
+  return taken.batch.size();
+}
+
+void Batcher::deliver(BatchQueue::Taken& taken, Clock::time_point closed) {
   drop(taken.dropped);
   if (!taken.batch.empty())
-    run_batch(taken.batch, now);
-  return taken.batch.size();
+    run_batch(taken.batch, closed);
 }
 
 void Batcher::loop() {
@@ -166,9 +170,7 @@ void Batcher::loop() {
     auto taken = queue_.take(now, true);
     if (!taken.dropped.empty() || !taken.batch.empty()) {
       lock.unlock();
-      drop(taken.dropped);
-      if (!taken.batch.empty())
-        run_batch(taken.batch, now);
+      deliver(taken, now);
       lock.lock();
       continue;
     }
@@ -205,7 +207,7 @@ void Batcher::run_batch(std::vector<BatchQueue::Item>& batch, Clock::time_point 
   const auto took = now_() - start;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.ran(batch.size(), took);
+    queue_.ran(took);
   }
   if (observe_)
     observe_(batch.size(), waited);

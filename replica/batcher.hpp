@@ -94,8 +94,8 @@ class BatchQueue {
   // Everything queued, in order (a Batcher that stops answers it).
   std::vector<Item> drain();
 
-  // A batch of `size` ran for `took`: the adaptive wait learns from it.
-  void ran(size_t size, Clock::duration took);
+  // A batch ran for `took`: the adaptive wait learns from it.
+  void ran(Clock::duration took);
 
   // The wait a batch's oldest request gets now, in seconds.
   double wait_s() const;
@@ -144,6 +144,8 @@ class Batcher {
 
  private:
   void loop();
+  // Outside the mutex: answers what take() dropped, then runs its batch.
+  void deliver(BatchQueue::Taken& taken, Clock::time_point closed);
   // Runs `batch` (outside the mutex) and answers every request of it.
   void run_batch(std::vector<BatchQueue::Item>& batch, Clock::time_point closed);
   static void drop(std::vector<std::pair<BatchQueue::Item, int>>& dropped);

@@ -223,14 +223,14 @@ TEST_CASE("batcher: the adaptive wait is none at light load and fills batches at
   CHECK(q.wait_s() == 0);
   CHECK(q.closes_at() == t);
   q.take(t, true);
-  q.ran(1, milliseconds(5));  // a batch takes 5 ms
+  q.ran(milliseconds(5));  // a batch takes 5 ms
 
   // Requests 100 ms apart (light load): no wait.
   for (int i = 0; i < 10; ++i) {
     t += milliseconds(100);
     q.push(queued_request("light"), nothing, t);
     CHECK(q.take(t, true).batch.size() == 1);
-    q.ran(1, milliseconds(5));
+    q.ran(milliseconds(5));
   }
   CHECK(q.mean_interarrival_s() > 0.05);
   CHECK(q.wait_s() == 0);
@@ -242,7 +242,7 @@ TEST_CASE("batcher: the adaptive wait is none at light load and fills batches at
     q.push(queued_request("heavy"), nothing, t);
     auto taken = q.take(t, true);
     if (!taken.batch.empty())
-      q.ran(taken.batch.size(), milliseconds(5));
+      q.ran(milliseconds(5));
   }
   CHECK(q.mean_interarrival_s() == doctest::Approx(0.001).epsilon(0.05));
   CHECK(q.wait_s() == doctest::Approx(0.003).epsilon(0.05));
@@ -253,7 +253,7 @@ TEST_CASE("batcher: the adaptive wait is none at light load and fills batches at
   q.set_options(o);
   CHECK(q.wait_s() == doctest::Approx(q.mean_batch_s()));
   for (int i = 0; i < 40; ++i)
-    q.ran(8, std::chrono::seconds(1));
+    q.ran(std::chrono::seconds(1));
   CHECK(q.wait_s() == BatchQueue::kAdaptiveCap);
 }
 
