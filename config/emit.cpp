@@ -261,6 +261,12 @@ void emit_deployment(YAML::Emitter& out, const DeploymentSpec& spec, const std::
     out << YAML::Key << "force_stop_unhealthy_replicas" << YAML::Value
         << c.force_stop_unhealthy_replicas;
   }
+  if (c.max_batch_size != d.max_batch_size)
+    out << YAML::Key << "max_batch_size" << YAML::Value << std::to_string(c.max_batch_size);
+  if (c.batch_wait_auto)
+    out << YAML::Key << "batch_wait_timeout_s" << YAML::Value << "auto";
+  else if (c.batch_wait_timeout_s != d.batch_wait_timeout_s)
+    emit_number(out, "batch_wait_timeout_s", c.batch_wait_timeout_s);
   out << YAML::EndMap;
 }
 

@@ -53,7 +53,9 @@ const std::vector<std::string> kDeploymentFields = {"name",
                                                     "memory_limit",
                                                     "stuck_after_s",
                                                     "max_num_models_per_replica",
-                                                    "force_stop_unhealthy_replicas"};
+                                                    "force_stop_unhealthy_replicas",
+                                                    "max_batch_size",
+                                                    "batch_wait_timeout_s"};
 const std::vector<std::string> kAutoscalingFields = {"min_replicas",
                                                      "max_replicas",
                                                      "initial_replicas",
@@ -564,6 +566,36 @@ bool Parser::deployment_config(const Fields& fields, const std::string& name,
   if (const Field* f = fields.get("force_stop_unhealthy_replicas")) {
     if (!get_bool(*f, "force_stop_unhealthy_replicas", out.force_stop_unhealthy_replicas))
       return false;
+  }
+  // Request batching: max_batch_size, and batch_wait_timeout_s in seconds or
+  // `auto` (batch_wait_auto; the seconds keep their default).
+  const Field* batch_size = fields.get("max_batch_size");
+  const std::string batch_sizes =
+      "a positive integer (1 to " + std::to_string(controller::kMaxBatchSize) + ")";
+  if (!get_int_as(batch_size, "max_batch_size", batch_sizes, 1, controller::kMaxBatchSize,
+                  out.max_batch_size)) {
+    return false;
+  }
+  if (const Field* f = fields.get("batch_wait_timeout_s")) {
+    if (f->value.IsScalar() && f->value.Scalar() == "auto") {
+      out.batch_wait_auto = true;
+    } else if (!get_number(*f, "batch_wait_timeout_s",
+                           "a number of seconds from 0 to " +
+                               format_double(controller::kMaxBatchWaitTimeoutS) + ", or auto",
+                           Bounds{0, true, controller::kMaxBatchWaitTimeoutS},
+                           out.batch_wait_timeout_s)) {
+      return false;
+    }
+  }
+  if (out.max_batch_size > 1 && out.max_ongoing_requests < out.max_batch_size) {
+    const Field* at = fields.get("max_ongoing_requests");
+    const std::string batch = std::to_string(out.max_batch_size);
+    return fail(mark_of(at ? *at : *batch_size),
+                "max_ongoing_requests (" + std::to_string(out.max_ongoing_requests) +
+                    ") is below max_batch_size (" + batch +
+                    "): a replica holds at most max_ongoing_requests requests, so its batches "
+                    "could never fill; raise max_ongoing_requests to at least " +
+                    batch);
   }
   if (const Field* f = fields.get("isolation")) {
     if (!isolation(*f, out.isolation))

@@ -84,6 +84,16 @@ struct DeploymentConfig @0xfc284f5555afc3f4 {
   # Kill an unhealthy replica at once instead of stopping it gracefully. An
   # older binary ignores it (stops gracefully): no format bump.
   forceStopUnhealthyReplicas @16 :Bool = false;
+  # Request batching (issue 44): at most maxBatchSize requests per call of
+  # the deployment's handle_batch(), a batch closing after
+  # batchWaitTimeoutS; batchWaitAuto: `batch_wait_timeout_s: auto` (the wait
+  # follows the measured load; batchWaitTimeoutS keeps its value, unused).
+  # The defaults are the model's: a checkpoint written before these fields
+  # reads as batching off. An older binary ignores them (runs unbatched): no
+  # format bump.
+  maxBatchSize @17 :UInt32 = 1;  # 1: no batching
+  batchWaitTimeoutS @18 :Float64 = 0.01;
+  batchWaitAuto @19 :Bool = false;
 }
 
 # troupe::controller::Isolation. Only ever append enumerants.

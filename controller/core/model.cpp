@@ -69,7 +69,8 @@ bool operator==(const DeploymentConfig& a, const DeploymentConfig& b) {
                     x.autoscaling_config, x.health_check_period_s, x.health_check_timeout_s,
                     x.graceful_shutdown_wait_loop_s, x.graceful_shutdown_timeout_s, x.resources,
                     x.max_replicas_per_node, x.isolation, x.memory_limit_bytes, x.stuck_after_s,
-                    x.max_num_models_per_replica, x.force_stop_unhealthy_replicas);
+                    x.max_num_models_per_replica, x.force_stop_unhealthy_replicas, x.max_batch_size,
+                    x.batch_wait_timeout_s, x.batch_wait_auto);
   };
   return tie(a) == tie(b);
 }

@@ -115,6 +115,17 @@ struct DeploymentConfig {
   // need not wait for the grace period to free its resources. A change
   // applies in place, from the next replica found unhealthy.
   bool force_stop_unhealthy_replicas = false;
+  // Request batching (Ray Serve's @serve.batch arguments, as deployment
+  // fields here): a replica runs up to max_batch_size requests as one call
+  // of the deployment's handle_batch(); a batch closes when it is full or
+  // when its oldest request has waited batch_wait_timeout_s. 1 (default):
+  // off. batch_wait_auto (`batch_wait_timeout_s: auto`): the wait follows
+  // the measured arrival rate and batch latency (replica/batcher.hpp);
+  // batch_wait_timeout_s is then ignored. Changes apply in place: running
+  // replicas take the new values without a restart.
+  uint32_t max_batch_size = 1;
+  double batch_wait_timeout_s = 0.01;
+  bool batch_wait_auto = false;
 
   friend bool operator==(const DeploymentConfig&, const DeploymentConfig&);
   friend bool operator!=(const DeploymentConfig& a, const DeploymentConfig& b) { return !(a == b); }

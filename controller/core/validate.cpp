@@ -156,6 +156,23 @@ void check_deployment(Problems& p, const std::string& path, const DeploymentSpec
     p.add(cp + ".max_num_models_per_replica", std::to_string(c.max_num_models_per_replica),
           "must be -1 (no limit) or within [1, " + std::to_string(kMaxNumModelsPerReplica) + "]");
   }
+  if (c.max_batch_size < 1 || c.max_batch_size > kMaxBatchSize) {
+    p.add(cp + ".max_batch_size", std::to_string(c.max_batch_size),
+          "must be within [1, " + std::to_string(kMaxBatchSize) + "] (1: no batching)");
+  } else if (c.max_batch_size > 1 && c.max_ongoing_requests >= 1 &&
+             c.max_ongoing_requests < c.max_batch_size) {
+    const std::string batch = std::to_string(c.max_batch_size);
+    p.add(cp + ".max_ongoing_requests", std::to_string(c.max_ongoing_requests),
+          "is below max_batch_size (" + batch +
+              "): a replica holds at most max_ongoing_requests requests, so its batches could "
+              "never fill; raise max_ongoing_requests to at least " +
+              batch);
+  }
+  if (!std::isfinite(c.batch_wait_timeout_s) || c.batch_wait_timeout_s < 0 ||
+      c.batch_wait_timeout_s > kMaxBatchWaitTimeoutS) {
+    p.add(cp + ".batch_wait_timeout_s", fmt(c.batch_wait_timeout_s),
+          "must be a number of seconds within [0, " + fmt(kMaxBatchWaitTimeoutS) + "]");
+  }
   if (c.autoscaling_config)
     check_autoscaling(p, cp + ".autoscaling_config", *c.autoscaling_config);
 }

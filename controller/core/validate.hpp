@@ -15,6 +15,10 @@ namespace troupe::controller {
 // Limits beyond which a value is considered absurd.
 constexpr uint32_t kMaxReplicas = 100000;
 constexpr uint32_t kMaxOngoingRequests = 1000000;
+// Request batching: the largest max_batch_size, and the longest
+// batch_wait_timeout_s in seconds (0 is allowed).
+constexpr uint32_t kMaxBatchSize = 10000;
+constexpr double kMaxBatchWaitTimeoutS = 3600.0;
 constexpr double kMaxTimeoutS = 86400.0;
 // How far the weights of a traffic split may sum from 1: the seed's rule,
 // np.isclose(sum, 1, atol=1e-8) with numpy's default rtol of 1e-5, that is

@@ -91,6 +91,9 @@ void write(const DeploymentConfig& in, schema::DeploymentConfig::Builder out) {
   out.setStuckAfterS(in.stuck_after_s);
   out.setForceStopUnhealthyReplicas(in.force_stop_unhealthy_replicas);
   out.setMaxNumModelsPerReplica(in.max_num_models_per_replica);
+  out.setMaxBatchSize(in.max_batch_size);
+  out.setBatchWaitTimeoutS(in.batch_wait_timeout_s);
+  out.setBatchWaitAuto(in.batch_wait_auto);
 }
 
 void write(const DeploymentSpec& in, schema::DeploymentSpec::Builder out) {
@@ -320,6 +323,9 @@ DeploymentConfig read(schema::DeploymentConfig::Reader in) {
   out.stuck_after_s = finite(in.getStuckAfterS(), "stuckAfterS");
   out.force_stop_unhealthy_replicas = in.getForceStopUnhealthyReplicas();
   out.max_num_models_per_replica = in.getMaxNumModelsPerReplica();
+  out.max_batch_size = in.getMaxBatchSize();
+  out.batch_wait_timeout_s = finite(in.getBatchWaitTimeoutS(), "batchWaitTimeoutS");
+  out.batch_wait_auto = in.getBatchWaitAuto();
   return out;
 }
 

@@ -142,7 +142,14 @@ TEST_CASE("config: every examples/*.yaml parses - passes validate and round-trip
           name == "xgboost" ? "libtroupe_xgboost.so:" : "libtroupe_examples.so:";
       for (const auto& d : app.deployments) {
         CHECK(d.import_path == library + d.name);
-        CHECK(d.config.max_ongoing_requests == 5);
+        if (name == "xgboost") {
+          // It batches, so its replicas admit at least a batch's worth.
+          CHECK(d.config.max_batch_size > 1u);
+          CHECK(d.config.max_ongoing_requests >= d.config.max_batch_size);
+        } else {
+          CHECK(d.config.max_ongoing_requests == 5);
+          CHECK(d.config.max_batch_size == 1u);
+        }
       }
     }
     CHECK(controller::validate(r->state).is_ok());
@@ -572,6 +579,8 @@ applications:
         graceful_shutdown_timeout_s: 1e-3
         resources: {cpu: 0.25, mem: 1536M, gpu: 1}
         max_replicas_per_node: 3
+        max_batch_size: 16
+        batch_wait_timeout_s: 0.05
       - name: Ranker
         args: {k: 10}
         user_config: "just text"
@@ -590,6 +599,9 @@ applications:
       - name: Embedder
         import_path: libml.so:Embedder
         user_config: []
+        max_ongoing_requests: 8
+        max_batch_size: 8
+        batch_wait_timeout_s: auto
   - name: "123"
     route_prefix: /
     import_path: "libnum.so:N"
@@ -603,6 +615,9 @@ applications:
   CHECK(deployment(shop, "Frontend").config.num_replicas == 0);
   CHECK(deployment(shop, "Ranker").config.user_config == R"("just text")");
   CHECK(deployment(shop, "Embedder").config.user_config == "[]");
+  CHECK(deployment(shop, "Frontend").config.max_batch_size == 16u);
+  CHECK(deployment(shop, "Frontend").config.batch_wait_timeout_s == 0.05);
+  CHECK(deployment(shop, "Embedder").config.batch_wait_auto);
   CHECK(c.state.applications.at("123").deployments[0].code_version == "true");
   check_round_trip(c);
 }
@@ -1310,4 +1325,156 @@ TEST_CASE(
         "deploy.yaml:7:37: max_num_models_per_replica: 1000001 must be <= 1000000");
   CHECK(error_of(with_fields("        max_models_per_replica: 2\n"))
             .find("did you mean 'max_num_models_per_replica'") != std::string::npos);
+}
+
+TEST_CASE("config: max_batch_size - default 1 (off) - 1 to 10000 - printed when set") {
+  const DeploymentConfig defaults = only_app(parse_ok(with_fields(""))).deployments[0].config;
+  CHECK(defaults.max_batch_size == 1u);
+  CHECK(defaults.batch_wait_timeout_s == 0.01);
+  CHECK_FALSE(defaults.batch_wait_auto);
+  CHECK(to_yaml(parse_ok(with_fields(""))).find("batch") == std::string::npos);
+
+  DeployConfig c =
+      parse_ok(with_fields("        max_ongoing_requests: 32\n        max_batch_size: 32\n"));
+  CHECK(only_app(c).deployments[0].config.max_batch_size == 32u);
+  CHECK(to_yaml(c).find("        max_batch_size: 32\n") != std::string::npos);
+  check_round_trip(c);
+  DeployConfig one = parse_ok(with_fields("        max_batch_size: 1\n"));
+  CHECK(only_app(one).deployments[0].config.max_batch_size == 1u);
+  CHECK(to_yaml(one).find("max_batch_size") == std::string::npos);
+  CHECK(only_app(parse_ok(with_fields("        max_ongoing_requests: 10000\n"
+                                      "        max_batch_size: 10000\n")))
+            .deployments[0]
+            .config.max_batch_size == 10000u);
+
+  CHECK(error_of(with_fields("        max_batch_size: 0\n")) ==
+        "deploy.yaml:7:25: max_batch_size: 0 must be >= 1");
+  CHECK(error_of(with_fields("        max_batch_size: -1\n")) ==
+        "deploy.yaml:7:25: max_batch_size: -1 must be >= 1");
+  CHECK(error_of(with_fields("        max_batch_size: 10001\n")) ==
+        "deploy.yaml:7:25: max_batch_size: 10001 must be <= 10000");
+  CHECK(error_of(with_fields("        max_batch_size: fast\n")) ==
+        "deploy.yaml:7:25: max_batch_size: expected a positive integer (1 to 10000), got 'fast'");
+  CHECK(error_of(with_fields("        max_batch_size: 2.5\n")) ==
+        "deploy.yaml:7:25: max_batch_size: expected a positive integer (1 to 10000), got '2.5'");
+  CHECK(error_of(with_fields("        max_batch_size: [8]\n")) ==
+        "deploy.yaml:7:25: max_batch_size: expected a positive integer (1 to 10000), got a "
+        "sequence");
+  CHECK(error_of(with_fields("        max_batch_size:\n")) ==
+        "deploy.yaml:7:9: max_batch_size: expected a positive integer (1 to 10000), got null");
+  CHECK(error_of(with_fields("        max_batchsize: 8\n")).find("did you mean 'max_batch_size'") !=
+        std::string::npos);
+  CHECK(error_of(with_fields("        batch_wait_timeout: 1\n"))
+            .find("did you mean 'batch_wait_timeout_s'") != std::string::npos);
+}
+
+TEST_CASE("config: batch_wait_timeout_s - seconds from 0 to 3600 or auto - printed when set") {
+  DeployConfig c = parse_ok(with_fields("        batch_wait_timeout_s: 0.05\n"));
+  CHECK(only_app(c).deployments[0].config.batch_wait_timeout_s == 0.05);
+  CHECK_FALSE(only_app(c).deployments[0].config.batch_wait_auto);
+  CHECK(to_yaml(c).find("        batch_wait_timeout_s: 0.05\n") != std::string::npos);
+  check_round_trip(c);
+  for (const auto& value :
+       std::map<std::string, double>{{"0", 0}, {"1", 1}, {"0.5", 0.5}, {"3600", 3600}}) {
+    CAPTURE(value.first);
+    DeployConfig v = parse_ok(with_fields("        batch_wait_timeout_s: " + value.first + "\n"));
+    CHECK(only_app(v).deployments[0].config.batch_wait_timeout_s == value.second);
+    check_round_trip(v);
+  }
+  // The default written out is the default: not printed.
+  CHECK(to_yaml(parse_ok(with_fields("        batch_wait_timeout_s: 0.01\n")))
+            .find("batch_wait_timeout_s") == std::string::npos);
+
+  CHECK(error_of(with_fields("        batch_wait_timeout_s: -0.5\n")) ==
+        "deploy.yaml:7:31: batch_wait_timeout_s: -0.5 must be >= 0");
+  CHECK(error_of(with_fields("        batch_wait_timeout_s: 3601\n")) ==
+        "deploy.yaml:7:31: batch_wait_timeout_s: 3601 must be <= 3600");
+  CHECK(error_of(with_fields("        batch_wait_timeout_s: fast\n")) ==
+        "deploy.yaml:7:31: batch_wait_timeout_s: expected a number of seconds from 0 to 3600, or "
+        "auto, got 'fast'");
+  CHECK(error_of(with_fields("        batch_wait_timeout_s: .nan\n")) ==
+        "deploy.yaml:7:31: batch_wait_timeout_s: expected a number of seconds from 0 to 3600, or "
+        "auto, got '.nan'");
+  CHECK(error_of(with_fields("        batch_wait_timeout_s: Auto\n")) ==
+        "deploy.yaml:7:31: batch_wait_timeout_s: expected a number of seconds from 0 to 3600, or "
+        "auto, got 'Auto'");
+  CHECK(error_of(with_fields("        batch_wait_timeout_s: [0.01]\n")) ==
+        "deploy.yaml:7:31: batch_wait_timeout_s: expected a number of seconds from 0 to 3600, or "
+        "auto, got a sequence");
+  CHECK(error_of(with_fields("        batch_wait_timeout_s:\n")) ==
+        "deploy.yaml:7:9: batch_wait_timeout_s: expected a number of seconds from 0 to 3600, or "
+        "auto, got null");
+}
+
+TEST_CASE("config: batch_wait_timeout_s auto - sets batch_wait_auto - printed as auto") {
+  DeployConfig c =
+      parse_ok(with_fields("        max_ongoing_requests: 64\n"
+                           "        max_batch_size: 64\n"
+                           "        batch_wait_timeout_s: auto\n"));
+  const DeploymentConfig& d = only_app(c).deployments[0].config;
+  CHECK(d.batch_wait_auto);
+  CHECK(d.batch_wait_timeout_s == 0.01);  // kept at its default, unused
+  CHECK(d.max_batch_size == 64u);
+  CHECK(to_yaml(c).find("        max_batch_size: 64\n        batch_wait_timeout_s: auto\n") !=
+        std::string::npos);
+  check_round_trip(c);
+  // Quoted, it is the same word.
+  CHECK(only_app(parse_ok(with_fields("        batch_wait_timeout_s: \"auto\"\n")))
+            .deployments[0]
+            .config.batch_wait_auto);
+}
+
+TEST_CASE("config error: max_ongoing_requests below max_batch_size") {
+  CHECK(error_of(with_fields("        max_ongoing_requests: 5\n        max_batch_size: 32\n")) ==
+        "deploy.yaml:7:31: max_ongoing_requests (5) is below max_batch_size (32): a replica "
+        "holds at most max_ongoing_requests requests, so its batches could never fill; raise "
+        "max_ongoing_requests to at least 32");
+  // max_ongoing_requests left at its default (5): at max_batch_size.
+  CHECK(error_of(with_fields("        max_batch_size: 6\n")) ==
+        "deploy.yaml:7:25: max_ongoing_requests (5) is below max_batch_size (6): a replica holds "
+        "at most max_ongoing_requests requests, so its batches could never fill; raise "
+        "max_ongoing_requests to at least 6");
+  CHECK(only_app(parse_ok(with_fields("        max_ongoing_requests: 32\n"
+                                      "        max_batch_size: 32\n")))
+            .deployments[0]
+            .config.max_batch_size == 32u);
+  CHECK(only_app(parse_ok(with_fields("        max_batch_size: 5\n")))
+            .deployments[0]
+            .config.max_batch_size == 5u);
+  CHECK(only_app(parse_ok(with_fields("        max_ongoing_requests: 1\n"
+                                      "        max_batch_size: 1\n")))
+            .deployments[0]
+            .config.max_ongoing_requests == 1u);
+}
+
+TEST_CASE("config: round trip of batching fields built in code") {
+  DeployConfig c;
+  ApplicationSpec app;
+  app.name = "batch";
+  app.route_prefix = "/batch";
+  app.ingress = "Embed";
+  DeploymentSpec d;
+  d.name = "Embed";
+  d.import_path = "libml.so:Embed";
+  d.config.max_ongoing_requests = 10000;
+  app.deployments.push_back(d);
+  struct Case {
+    uint32_t size;
+    double wait;
+    bool automatic;
+  };
+  for (const Case& k : {Case{2, 0.01, false}, Case{10000, 0, false}, Case{16, 3600, false},
+                        Case{16, 1.0 / 3, false}, Case{1, 0.25, false}, Case{1, 0.01, true},
+                        Case{128, 0.01, true}}) {
+    CAPTURE(k.size);
+    CAPTURE(k.wait);
+    CAPTURE(k.automatic);
+    DeploymentConfig& config = app.deployments[0].config;
+    config.max_batch_size = k.size;
+    config.batch_wait_timeout_s = k.wait;
+    config.batch_wait_auto = k.automatic;
+    c.state.applications[app.name] = app;
+    REQUIRE(controller::validate(c.state).is_ok());
+    check_round_trip(c);
+  }
 }

@@ -36,8 +36,10 @@ auto fields(const AutoscalingConfig& x) {
 }
 
 auto fields(const DeploymentConfig& x) {
-  const auto& [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15] = x;
-  return std::tie(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15);
+  const auto& [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17,
+               f18] = x;
+  return std::tie(f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16, f17,
+                  f18);
 }
 
 auto fields(const DeploymentSpec& x) {
@@ -120,6 +122,10 @@ const std::vector<Mutation<DeploymentConfig>>& config_mutations() {
       {"stuck_after_s", [](auto& x) { x.stuck_after_s = 45; }},
       {"max_num_models_per_replica", [](auto& x) { x.max_num_models_per_replica = 3; }},
       {"force_stop_unhealthy_replicas", [](auto& x) { x.force_stop_unhealthy_replicas = true; }},
+      // At most max_ongoing_requests (5 by default), as validate() wants.
+      {"max_batch_size", [](auto& x) { x.max_batch_size = 4; }},
+      {"batch_wait_timeout_s", [](auto& x) { x.batch_wait_timeout_s = 0.25; }},
+      {"batch_wait_auto", [](auto& x) { x.batch_wait_auto = true; }},
   };
   return m;
 }
@@ -243,7 +249,9 @@ std::vector<std::pair<std::string, ApplicationSpec>> one_field_each() {
 // autoscaling ones; the ingress is C, the deployment the application
 // mutation adds). `for_config_file`: without the two combinations
 // the config file refuses (num_replicas beside an autoscaling_config, and a
-// memory limit with isolation in_process); each is checked on its own above.
+// memory limit with isolation in_process), nor the one it cannot write
+// (`batch_wait_timeout_s` is a number or `auto`, so batch_wait_auto drops
+// the seconds); each is checked on its own above.
 ApplicationSpec every_field(bool for_config_file) {
   auto app = base_app();
   for (auto& m : application_mutations())
@@ -255,7 +263,8 @@ ApplicationSpec every_field(bool for_config_file) {
   }
   for (auto& m : config_mutations()) {
     std::string field = m.field;
-    if (for_config_file && (field == "num_replicas" || field == "isolation"))
+    if (for_config_file &&
+        (field == "num_replicas" || field == "isolation" || field == "batch_wait_auto"))
       continue;
     m.apply(app.deployments[1].config);
   }

@@ -2,6 +2,9 @@
 // semantics decide restart / reconfigure / rescale.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "controller/core/validate.hpp"
 #include "controller/core/version.hpp"
 #include "tests/controller/fakes.hpp"
@@ -219,6 +222,32 @@ TEST_CASE("version: what a change of the spec does to running replicas") {
   CHECK(effective_code_version(a).size() == 16);
 }
 
+TEST_CASE("version: batching is applied in place - its key is empty at the defaults") {
+  auto a = make_deployment("D", 3);
+  CHECK(version_of(a).batch.empty());
+  CHECK(batch_key(a.config).empty());
+  auto b = a;
+  b.config.max_ongoing_requests = 32;
+  b.config.max_batch_size = 32;
+  CHECK(classify_change(a, b) == ChangeKind::reconfigure);
+  CHECK(code_identity(a) == code_identity(b));  // no restart
+  CHECK(version_of(b).batch == "max=32 wait=0.01");
+  CHECK(version_of(b) != version_of(a));
+  auto c = b;
+  c.config.batch_wait_timeout_s = 0.005;
+  CHECK(classify_change(b, c) == ChangeKind::reconfigure);
+  CHECK(version_of(c).batch == "max=32 wait=0.0050000000000000001");
+  auto d = c;
+  d.config.batch_wait_auto = true;
+  CHECK(classify_change(c, d) == ChangeKind::reconfigure);
+  CHECK(version_of(d).batch == "max=32 wait=auto");
+  // The wait alone, batching off: still a change the replicas take.
+  auto e = a;
+  e.config.batch_wait_timeout_s = 0.05;
+  CHECK(classify_change(a, e) == ChangeKind::reconfigure);
+  CHECK(batch_key(1, 0.01, false).empty());
+}
+
 TEST_CASE("version: the library's content is part of the code identity") {
   const auto a = make_deployment("D", 3);
   auto b = a;
@@ -299,6 +328,73 @@ TEST_CASE("validate: max_num_models_per_replica is -1 or from 1 to 1000000") {
         "limit) or within [1, 1000000]");
   app.deployments[0].config.max_num_models_per_replica = -2;
   CHECK(error_of(app).find("max_num_models_per_replica: -2 must be") != std::string::npos);
+}
+
+TEST_CASE("validate: max_batch_size is from 1 to 10000 - batch_wait_timeout_s from 0 to 3600 s") {
+  auto app = greeter();
+  DeploymentConfig& c = app.deployments[0].config;
+  c.max_ongoing_requests = kMaxBatchSize;  // room for any batch
+  for (uint32_t ok : {1u, 2u, 32u, kMaxBatchSize}) {
+    c.max_batch_size = ok;
+    CHECK(validate(app).is_ok());
+  }
+  c.max_batch_size = 0;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].max_batch_size: 0 must be within [1, 10000] "
+        "(1: no batching)");
+  c.max_batch_size = kMaxBatchSize + 1;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].max_batch_size: 10001 must be within [1, "
+        "10000] (1: no batching)");
+  c.max_batch_size = 8;
+  for (double ok : {0.0, 0.01, 1.0, 3600.0}) {
+    c.batch_wait_timeout_s = ok;
+    CHECK(validate(app).is_ok());
+  }
+  c.batch_wait_timeout_s = -0.5;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].batch_wait_timeout_s: -0.5 must be a number of "
+        "seconds within [0, 3600]");
+  c.batch_wait_timeout_s = 3601;
+  CHECK(error_of(app).find("batch_wait_timeout_s: 3601 must be a number of seconds within [0, "
+                           "3600]") != std::string::npos);
+  c.batch_wait_timeout_s = std::nan("");
+  CHECK(error_of(app).find("batch_wait_timeout_s: nan must be") != std::string::npos);
+  c.batch_wait_timeout_s = std::numeric_limits<double>::infinity();
+  CHECK(error_of(app).find("batch_wait_timeout_s: inf must be") != std::string::npos);
+  // `auto` does not excuse a bad number (the codec keeps both).
+  c.batch_wait_auto = true;
+  CHECK(error_of(app).find("batch_wait_timeout_s: inf must be") != std::string::npos);
+  c.batch_wait_timeout_s = 0.01;
+  CHECK(validate(app).is_ok());
+}
+
+TEST_CASE("validate: with batching max_ongoing_requests must hold a whole batch") {
+  auto app = greeter();
+  DeploymentConfig& c = app.deployments[0].config;
+  c.max_ongoing_requests = 5;
+  c.max_batch_size = 32;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].max_ongoing_requests: 5 is below "
+        "max_batch_size (32): a replica holds at most max_ongoing_requests requests, so its "
+        "batches could never fill; raise max_ongoing_requests to at least 32");
+  c.max_ongoing_requests = 31;
+  CHECK(error_of(app).find("max_ongoing_requests: 31 is below max_batch_size (32)") !=
+        std::string::npos);
+  c.max_ongoing_requests = 32;
+  CHECK(validate(app).is_ok());
+  c.max_ongoing_requests = 1000;
+  CHECK(validate(app).is_ok());
+  // Without batching any max_ongoing_requests will do.
+  c.max_batch_size = 1;
+  c.max_ongoing_requests = 1;
+  CHECK(validate(app).is_ok());
+  // An out-of-range max_ongoing_requests is named once, by its own rule.
+  c.max_batch_size = 4;
+  c.max_ongoing_requests = 0;
+  CHECK(error_of(app) ==
+        "applications[greeter].deployments[Hello].max_ongoing_requests: 0 must be within [1, "
+        "1000000]");
 }
 
 TEST_CASE("version: a change of max_num_models_per_replica restarts replicas") {

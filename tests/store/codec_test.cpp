@@ -64,9 +64,10 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   const auto dep = full_deployment("x");
   {
     const DeploymentConfig def;
-    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15] =
-        dep.config;
-    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14, d15] = def;
+    const auto& [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17,
+                 a18] = dep.config;
+    const auto& [d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14, d15, d16, d17,
+                 d18] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
@@ -83,6 +84,9 @@ TEST_CASE("full_state sets every model field to a non-default value") {
     CHECK(a13 != d13);
     CHECK(a14 != d14);
     CHECK(a15 != d15);
+    CHECK(a16 != d16);
+    CHECK(a17 != d17);
+    CHECK(a18 != d18);
   }
   {
     const DeploymentSpec def;
@@ -490,6 +494,41 @@ TEST_CASE("a few bytes claiming a million list elements are refused - not alloca
   CHECK_MESSAGE(contains(r.status().message(), "traversal limit"), r.status().message());
 }
 
+TEST_CASE("batching fields round-trip - defaults and each non-default value") {
+  // Request batching (issue 44): max_batch_size, batch_wait_timeout_s and
+  // batch_wait_auto, alone and together.
+  ApplicationSpec app = one_deployment_app();
+  auto decoded = decode_application(encode_application(app));
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().to_string());
+  CHECK(decoded->deployments[0].config.max_batch_size == 1u);
+  CHECK(decoded->deployments[0].config.batch_wait_timeout_s == 0.01);
+  CHECK_FALSE(decoded->deployments[0].config.batch_wait_auto);
+
+  DeploymentConfig& c = app.deployments[0].config;
+  c.max_ongoing_requests = 64;
+  c.max_batch_size = 32;
+  decoded = decode_application(encode_application(app));
+  REQUIRE(decoded.has_value());
+  CHECK(*decoded == app);
+  c.batch_wait_timeout_s = 0;  // 0 is a value, not "unset"
+  decoded = decode_application(encode_application(app));
+  REQUIRE(decoded.has_value());
+  CHECK(decoded->deployments[0].config.batch_wait_timeout_s == 0);
+  CHECK(*decoded == app);
+  c.batch_wait_timeout_s = 2.5;
+  c.batch_wait_auto = true;
+  decoded = decode_application(encode_application(app));
+  REQUIRE(decoded.has_value());
+  CHECK(decoded->deployments[0].config.max_batch_size == 32u);
+  CHECK(decoded->deployments[0].config.batch_wait_timeout_s == 2.5);
+  CHECK(decoded->deployments[0].config.batch_wait_auto);
+  CHECK(*decoded == app);
+  // Batching needs no newer format: an older binary ignores the fields.
+  const std::string bytes = encode_application(app);
+  CHECK(bytes[4] == 1);
+  CHECK(bytes[5] == 0);
+}
+
 TEST_CASE("a number that is not finite is refused - it names the field") {
   // Found by tests/fuzz/checkpoint_fuzz.cpp: a NaN decoded into the state
   // (validate() refuses one at deploy time, so only a damaged or foreign
@@ -515,6 +554,13 @@ TEST_CASE("a number that is not finite is refused - it names the field") {
   REQUIRE_FALSE(head.has_value());
   CHECK(head.status().code() == errc::corrupt);
   CHECK(contains(head.status().message(), "requestTimeoutS is not a finite number"));
+
+  app.traffic.clear();
+  app.deployments[0].config.batch_wait_timeout_s = std::nan("");
+  r = decode_application(encode_application(app));
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.status().message() ==
+        "application record is malformed: batchWaitTimeoutS is not a finite number");
 
   // The fuzzer's input: a head record whose target capacity is a NaN.
   std::ifstream in(std::string(TROUPE_STORE_TEST_DIR) + "/../fuzz/corpus/checkpoint/regression-nan-head",

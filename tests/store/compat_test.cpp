@@ -133,6 +133,9 @@ TEST_CASE("a target state written with the v0 schema decodes with defaults for n
   CHECK(d0.config.memory_limit_bytes == 0u);
   CHECK(d0.config.stuck_after_s == 0);
   CHECK(d0.config.max_num_models_per_replica == -1);
+  CHECK(d0.config.max_batch_size == 1u);  // batching off
+  CHECK(d0.config.batch_wait_timeout_s == 0.01);
+  CHECK_FALSE(d0.config.batch_wait_auto);
   CHECK(d0.config.autoscaling_config->downscale_delay_s == 600.0);
   CHECK_FALSE(d0.config.autoscaling_config->upscale_smoothing_factor.has_value());
   const auto& d1 = decoded->applications.at("shop").deployments[1];

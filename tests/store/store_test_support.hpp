@@ -49,6 +49,9 @@ inline DeploymentSpec full_deployment(const std::string& name) {
   d.config.stuck_after_s = 42.5;
   d.config.force_stop_unhealthy_replicas = true;
   d.config.max_num_models_per_replica = 7;
+  d.config.max_batch_size = 8;  // <= max_ongoing_requests (9), as validate() wants
+  d.config.batch_wait_timeout_s = 0.125;
+  d.config.batch_wait_auto = true;  // with a timeout too: the codec keeps both
   return d;
 }
 
