@@ -8,6 +8,8 @@
 #include <caf/all.hpp>
 
 #include "controller/controller_metrics.hpp"
+#include "controller/core/version.hpp"
+#include "controller/shell/command_plan.hpp"
 #include "controller/shell/controller_logic.hpp"
 #include "controller/store/rocks_checkpoint_store.hpp"
 #include "runtime/log.hpp"
@@ -132,7 +134,8 @@ void spawn_replica(controller_actor* self, const AgentActor& agent, const Comman
 void reconfigure_replica(controller_actor* self, const ReplicaActor& replica, const Command& cmd) {
   auto id = cmd.replica_id;
   auto version = cmd.version;
-  self->request(replica, caf::infinite, reconfigure_atom::value, cmd.version.user_config)
+  self->request(replica, caf::infinite, reconfigure_atom::value, cmd.version.user_config,
+                batch_settings(cmd.spec->config))
       .then([=](const ReplicaMetadata&) { replica_ready(self, id, version); },
             [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); });
 }
@@ -159,7 +162,10 @@ void query_replica_version(controller_actor* self, const ReplicaActor& replica,
       .then(
           [=](const ReplicaMetadata& m) {
             logic(self).actors().set_started_at(id, m.start_time);
-            replica_ready(self, id, ReplicaVersion{m.code_version, m.user_config});
+            replica_ready(self, id,
+                          ReplicaVersion{
+                              m.code_version, m.user_config,
+                              batch_key(m.batch.max_batch_size, m.batch.wait_s, m.batch.adaptive)});
           },
           [=](caf::error&) {
             logic(self).core().on_replica_crashed(id);

@@ -19,6 +19,6 @@ std::unique_ptr<troupe::Deployment> create_bad_abi(const troupe::Json&,
 
 extern "C" __attribute__((visibility("default"))) const troupe::DeploymentFactory*
 troupe_deployment_BadAbi() {
-  static const troupe::DeploymentFactory factory{999, "BadAbi", &create_bad_abi};
+  static const troupe::DeploymentFactory factory{999, "BadAbi", &create_bad_abi, false};
   return &factory;
 }

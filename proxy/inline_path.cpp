@@ -80,8 +80,8 @@ void note_duration(const CallPtr& c, Clock::time_point began, Clock::time_point 
 
 bool InlinePath::send(const CallPtr& c) {
   const auto& replica = c->slot->local_replica;
-  if (!replica)
-    return false;
+  if (!replica || replica->batching())
+    return false;  // its request threads, over CAF
   if (!replica->blocking())
     return send_nonblocking(c);
   const auto now = Clock::now();

@@ -149,7 +149,8 @@ struct ServedConn : FrameConn {
     uint64_t key = w->new_key();
     request.call_key = key;
     auto handle = slot->handle;
-    if (const auto& replica = slot->local_replica; replica && !replica->blocking()) {
+    if (const auto& replica = slot->local_replica;
+        replica && !replica->blocking() && !replica->batching()) {
       // A non-blocking in-process replica: run here, as InlinePath::send does.
       // (A blocking one's requests go to its request threads.)
       HttpResponse answer;

@@ -105,12 +105,20 @@ Batcher::Batcher(BatchOptions options, Run run, bool threaded,
     thread_ = std::thread([this] { loop(); });
 }
 
-Batcher::~Batcher() {
+void Batcher::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
+}
+
+void Batcher::run() {
+  loop();
+}
+
+Batcher::~Batcher() {
+  stop();
   if (thread_.joinable())
     thread_.join();
   std::vector<BatchQueue::Item> left;

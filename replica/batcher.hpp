@@ -125,7 +125,7 @@ class Batcher {
   Batcher(BatchOptions options, Run run, bool threaded = true,
           std::function<Clock::time_point()> now = [] { return Clock::now(); },
           Observe observe = nullptr);
-  // Stops the thread; requests still queued get 503.
+  // Stops (and joins) its own thread; requests still queued get 503.
   ~Batcher();
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -139,6 +139,14 @@ class Batcher {
   // Without a thread: runs what is due by the clock now (drops, and at most
   // one batch); the size of the batch it ran (0: none).
   size_t step();
+  // Without a thread of its own: runs the batches on the calling thread
+  // until stop(). A replica runs it on a detached thread that holds the
+  // Batcher (replica/batching.hpp), so that nothing ever waits for a batch
+  // to end in order to let the Batcher go.
+  void run();
+  // Ends run() (after the batch that runs, if one does); what is queued
+  // then is answered 503 when the Batcher is destroyed. Idempotent.
+  void stop();
   // Requests queued now.
   size_t queued();
 

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "replica/batching.hpp"
 #include "replica/model_report.hpp"
 #include "replica/plugin/plugin_loader.hpp"
 #include "replica/replica_metrics.hpp"
@@ -41,6 +42,8 @@ caf::behavior control_worker(caf::stateful_actor<ControlState>* self, ReplicaOpt
         auto factory = o.loader->resolve(o.spec.import_path);
         if (!factory)
           return to_caf_error(factory.status());
+        if (auto s = check_batching(o.spec.batch, (*factory)->batches, o.spec.import_path); !s)
+          return to_caf_error(s);
         Json args;
         if (auto s = parse_json(o.spec.init_args, "init args", args); !s)
           return to_caf_error(s);

@@ -42,6 +42,8 @@ class ReplicaEnd;
 
 namespace troupe::replica {
 
+class ReplicaBatcher;
+
 struct Dispatch {
   using Clock = std::chrono::steady_clock;
 
@@ -75,6 +77,11 @@ struct Dispatch {
   std::weak_ptr<local::LocalReplica> inline_replica;
   // The requests running now, by call key: cancellation and stream credits.
   Inflight inflight;
+  // A replica whose class implements handle_batch(): its batcher
+  // (replica/batching.hpp), which the request paths hand their requests to
+  // while it is active(). Set before `ready`, constant after; null for a
+  // class that cannot batch.
+  std::shared_ptr<ReplicaBatcher> batcher;
 
   // Claims an idle request thread (CAF's request workers); false when all
   // are busy, or when `limit` requests run (counting the inline calls of an

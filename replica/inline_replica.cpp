@@ -3,6 +3,7 @@
 #include <thread>
 #include <utility>
 
+#include "replica/batching.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/streams.hpp"
 
@@ -103,6 +104,10 @@ void InlineReplica::close() {
   gone = std::move(instance_);
 }
 
+bool InlineReplica::batching() const {
+  return dispatch_->batcher && dispatch_->batcher->active();
+}
+
 bool InlineReplica::closed() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return closed_;
@@ -119,6 +124,8 @@ local::InlineResult InlineReplica::serve(const HttpRequest& req, const local::In
     ~Leave() { self->leave(); }
   } leave{this};
   auto& d = *dispatch_;
+  if (batching())
+    return result;  // `closed`: to the request threads, which batch
   if (d.stopping.load()) {
     result.kind = local::InlineResult::stopping;
     result.why = "replica " + d.replica_id + " is stopping";

@@ -31,6 +31,7 @@ class InlineReplica final : public local::LocalReplica {
   local::InlineResult serve(const HttpRequest& request, const local::InlineCall& call,
                             HttpResponse& answer) override;
   bool blocking() const override { return blocking_; }
+  bool batching() const override;
 
   // From now on serve() answers `closed`, and this object's reference to the
   // instance goes once no serve() runs: a non-blocking replica's close()

@@ -16,10 +16,12 @@
 #include <caf/all.hpp>
 #include <caf/scoped_execution_unit.hpp>
 
+#include "replica/batching.hpp"
 #include "replica/control_worker.hpp"
 #include "replica/dispatch.hpp"
 #include "replica/inline_replica.hpp"
 #include "replica/instance.hpp"
+#include "replica/plugin/plugin_loader.hpp"
 #include "replica/replica_metrics.hpp"
 #include "replica/request_workers.hpp"
 #include "runtime/log.hpp"
@@ -48,6 +50,7 @@ struct ReplicaState {
   // The start-up gate's next check, due at its gate_atom.
   std::function<void()> gate_retry;
   std::string user_config;  // what it runs now
+  BatchSettings batch;      // what it batches with now
   double start_time = 0;
   Clock::time_point window_start = Clock::now();
   // Model multiplexing: the last list sent to the metrics sink, when, and
@@ -80,6 +83,7 @@ ReplicaMetadata metadata(const ReplicaState& st) {
   m.pid = static_cast<int32_t>(::getpid());
   m.code_version = st.options.spec.code_version;
   m.user_config = st.user_config;
+  m.batch = st.batch;
   m.start_time = st.start_time;
   return m;
 }
@@ -209,6 +213,12 @@ void become_ready(replica_actor* self, const Instance& instance) {
   auto& d = *st.dispatch;
   size_t n = std::max<uint32_t>(1, st.options.spec.max_ongoing_requests);
   d.limit = static_cast<uint32_t>(n);
+  // A class that implements handle_batch() gets its batcher now, also while
+  // max_batch_size is 1: a redeploy may turn batching on in place.
+  if (auto factory = st.options.loader->resolve(st.options.spec.import_path);
+      factory && (*factory)->batches) {
+    d.batcher = std::make_shared<ReplicaBatcher>(instance, st.batch, d.metrics, d.models);
+  }
   if (d.channel) {
     // Plain threads; they end with the process. A non-blocking handler
     // needs no pool: one loop serves (max_ongoing_requests still bounds
@@ -271,7 +281,25 @@ caf::result<ReplicaMetadata> on_initialize(replica_actor* self) {
   return rp;
 }
 
-caf::result<ReplicaMetadata> on_reconfigure(replica_actor* self, const std::string& user_config) {
+caf::result<ReplicaMetadata> on_reconfigure(replica_actor* self, const std::string& user_config,
+                                            const BatchSettings& batch) {
+  auto& st = self->state;
+  if (!st.initialized)
+    return to_caf_error(Status(errc::unavailable, "replica not initialized"));
+  if (batch != st.batch) {
+    const bool batches = st.dispatch->batcher != nullptr;
+    if (auto s = check_batching(batch, batches, st.options.spec.import_path); !s)
+      return to_caf_error(s);
+    if (batches)
+      st.dispatch->batcher->apply(batch);
+    st.batch = batch;
+    st.log->info("replica {}: batching now max_batch_size {}, batch_wait_timeout_s {}",
+                 st.options.spec.replica_id, batch.max_batch_size,
+                 batch.adaptive ? std::string("auto") : fmt::format("{:g}", batch.wait_s));
+  }
+  // Only the batching changed: the user's reconfigure() has nothing new.
+  if (user_config == st.user_config)
+    return metadata(st);
   auto rp = self->make_response_promise<ReplicaMetadata>();
   self->request(self->state.control, caf::infinite, reconfigure_atom::value, user_config)
       .then(
@@ -346,6 +374,7 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
   st.options = o;
   st.dispatch = dispatch;
   st.user_config = o.spec.user_config;
+  st.batch = o.spec.batch;
   st.control = self->home_system().spawn<caf::detached>(control_worker, o);
   // Helpers die with the replica (a thread blocked in user code ends when the
   // call returns). The hook holds the dispatch: it runs when the state may be
@@ -364,8 +393,8 @@ ReplicaImpl::behavior_type replica(replica_actor* self, ReplicaOptions o, Dispat
     self->send(self, registry_atom::value);
   return {
       [=](initialize_atom) { return on_initialize(self); },
-      [=](reconfigure_atom, const std::string& user_config) {
-        return on_reconfigure(self, user_config);
+      [=](reconfigure_atom, const std::string& user_config, const BatchSettings& batch) {
+        return on_reconfigure(self, user_config, batch);
       },
       [=](health_atom) { return on_health(self); },
       [=](version_atom) -> caf::result<ReplicaMetadata> {

@@ -19,6 +19,12 @@ namespace {
 
 const prometheus::Histogram::BucketBoundaries kSeconds = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+// Requests per batch: powers of two up to the largest max_batch_size a
+// config may set (controller/core/validate.hpp, kMaxBatchSize).
+const prometheus::Histogram::BucketBoundaries kBatchSizes = {1,   2,   4,   8,    16,   32,   64,
+                                                             128, 256, 512, 1024, 2048, 4096, 8192};
+const prometheus::Histogram::BucketBoundaries kBatchWaits = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
 
 }  // namespace
 
@@ -33,6 +39,8 @@ struct ReplicaMetrics::Impl {
   prometheus::Family<prometheus::Gauge>* healthy_family;
   prometheus::Family<prometheus::Histogram>* health_family;
   prometheus::Family<prometheus::Counter>* takeovers_family;
+  prometheus::Family<prometheus::Histogram>* batch_size_family;
+  prometheus::Family<prometheus::Histogram>* batch_wait_family;
   prometheus::Counter* requests;
   prometheus::Counter* errors;
   prometheus::Histogram* processing;
@@ -40,6 +48,10 @@ struct ReplicaMetrics::Impl {
   prometheus::Gauge* healthy;
   prometheus::Histogram* health;
   prometheus::Counter* takeovers;
+  // Made by the first batch (a replica that never batches shows none).
+  std::once_flag batch_once;
+  prometheus::Histogram* batch_size = nullptr;
+  prometheus::Histogram* batch_wait = nullptr;
 
   // User metrics: the object handed out per (name, labels) while anyone
   // holds it (weak: it holds this object), and how to remove each series at
@@ -57,6 +69,10 @@ struct ReplicaMetrics::Impl {
     healthy_family->Remove(healthy);
     health_family->Remove(health);
     takeovers_family->Remove(takeovers);
+    if (batch_size) {
+      batch_size_family->Remove(batch_size);
+      batch_wait_family->Remove(batch_wait);
+    }
     for (auto& [key, remove] : removals)
       remove();
   }
@@ -202,6 +218,16 @@ std::shared_ptr<ReplicaMetrics> ReplicaMetrics::make(std::shared_ptr<metrics::Re
            .Help("Times a replica process's request loop was taken over by another thread "
                  "because a handler it ran blocked for 2 ms.")
            .Register(reg);
+  impl->batch_size_family =
+      &prometheus::BuildHistogram()
+           .Name("troupe_deployment_batch_size")
+           .Help("Requests per batch a replica's handle_batch() ran (request batching).")
+           .Register(reg);
+  impl->batch_wait_family =
+      &prometheus::BuildHistogram()
+           .Name("troupe_deployment_batch_wait_seconds")
+           .Help("How long the oldest request of a batch waited for its batch to close.")
+           .Register(reg);
   impl->requests = &impl->requests_family->Add(impl->labels);
   impl->errors = &impl->errors_family->Add(impl->labels);
   impl->processing = &impl->processing_family->Add(impl->labels, kSeconds);
@@ -240,6 +266,15 @@ void ReplicaMetrics::health(bool healthy, double seconds) {
 
 void ReplicaMetrics::loop_taken_over() {
   impl_->takeovers->Increment();
+}
+
+void ReplicaMetrics::batch(size_t size, double waited_s) {
+  std::call_once(impl_->batch_once, [&] {
+    impl_->batch_size = &impl_->batch_size_family->Add(impl_->labels, kBatchSizes);
+    impl_->batch_wait = &impl_->batch_wait_family->Add(impl_->labels, kBatchWaits);
+  });
+  impl_->batch_size->Observe(static_cast<double>(size));
+  impl_->batch_wait->Observe(waited_s);
 }
 
 void ReplicaMetrics::set_healthy(bool healthy) {

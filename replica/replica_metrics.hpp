@@ -6,6 +6,7 @@
 // handed out (a user's object may outlive the replica's actor).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,9 @@ class ReplicaMetrics {
   void set_healthy(bool healthy);
   // The process's request loop was taken over (a handler blocked in it).
   void loop_taken_over();
+  // A batch of `size` requests ran; its oldest request waited `waited_s`
+  // for it to close.
+  void batch(size_t size, double waited_s);
 
   // ReplicaContext::metrics of this replica.
   std::shared_ptr<MetricsSink> user_sink();

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include <caf/all.hpp>
 
+#include "replica/batching.hpp"
 #include "replica/handle_transport.hpp"
 #include "replica/replica_metrics.hpp"
 #include "runtime/data_channel.hpp"
@@ -62,12 +64,45 @@ class ChannelSink : public Sink {
   size_t max_frame_;
 };
 
+// Hands `req` to the replica's batcher (Dispatch::batcher, active): the
+// request is in the requests in flight (a cancel reaches its control) until
+// `answer` has its answer, on the batcher's thread.
+void batch_request(const DispatchPtr& d, HttpRequest& req,
+                   std::function<void(HttpResponse&&)> answer) {
+  auto control = request_control(req.timeout_s);
+  const uint64_t key = req.call_key;
+  d->inflight.add(key, control);
+  d->batcher->submit(std::move(req), std::move(control),
+                     [d, key, answer = std::move(answer)](HttpResponse&& out) {
+                       d->inflight.remove(key);
+                       answer(std::move(out));
+                     });
+}
+
+bool batching(const Dispatch& d) {
+  return d.batcher && d.batcher->active();
+}
+
 }  // namespace
 
 caf::behavior request_worker(caf::event_based_actor* self, Instance instance,
                              DispatchPtr dispatch, size_t index) {
   return {
       [=](handle_atom, HttpRequest& req) -> caf::result<HttpResponse> {
+        if (batching(*dispatch)) {
+          // This request thread stays claimed until the batch answered.
+          batch_request(dispatch, req,
+                        [dispatch, index, sender = self->current_sender(),
+                         mid = self->current_message_id()](HttpResponse&& out) {
+                          CafSink(sender, mid).answer(std::move(out));
+                          if (dispatch->release(index)) {
+                            if (auto replica = dispatch->replica.lock())
+                              caf::anon_send(caf::actor_cast<caf::actor>(replica),
+                                             done_atom::value);
+                          }
+                        });
+          return caf::delegated<HttpResponse>{};
+        }
         // Answered by the sink (a stream is more than one message).
         CafSink sink(self->current_sender(), self->current_message_id());
         serve(*instance, req, dispatch->models.get(), dispatch->metrics.get(), dispatch->inflight,
@@ -97,6 +132,24 @@ void serve_local(Deployment& instance, Dispatch& d, uint64_t token) {
     sink.answer(HttpResponse{});
   }
   d.finish();
+}
+
+// serve_local for a replica that batches now: the parked request goes to
+// the batcher, its answer over CAF.
+void batch_local(const DispatchPtr& d, uint64_t token) {
+  auto m = d->take(token);
+  if (!m)
+    return;
+  if (!m->content().match_elements<handle_atom, HttpRequest>()) {
+    CafSink(m->sender, m->mid).answer(HttpResponse{});
+    d->finish();
+    return;
+  }
+  batch_request(d, m->content().get_mutable_as<HttpRequest>(1),
+                [d, sender = m->sender, mid = m->mid](HttpResponse&& out) {
+                  CafSink(sender, mid).answer(std::move(out));
+                  d->finish();
+                });
 }
 
 // A request frame of `size` bytes in `buffer`: decoded into `req` and
@@ -314,6 +367,10 @@ class RequestLoop {
     auto& buffer = reads_.buffer(i);
     const size_t size = reads_.size(i);
     if (size >= sizeof(channel::FrameHeader) && buffer.header().kind == channel::Kind::local) {
+      if (batching(*d_)) {
+        batch_local(d_, buffer.header().call);
+        return true;
+      }
       if (!blocking_) {
         serve_local(*instance_, *d_, buffer.header().call);
         return true;
@@ -328,6 +385,17 @@ class RequestLoop {
     if (!take_request(*d_, buffer, size, req))
       return true;
     const uint8_t lane = buffer.header().lane;
+    if (batching(*d_)) {
+      // The loop goes on reading while the batch fills; the answer goes
+      // from the batcher's thread.
+      batch_request(d_, req,
+                    [d = d_, fd = ch_.answer_fd(lane), call = req.call_key,
+                     max_frame = ch_.max_frame()](HttpResponse&& out) {
+                      channel::send_answer(fd, call, out, max_frame);
+                      d->finish();
+                    });
+      return true;
+    }
     if (blocking_ && !gate_.open(Clock::now())) {
       Job job;
       job.req = std::move(req);

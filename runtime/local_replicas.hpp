@@ -97,6 +97,10 @@ class LocalReplica {
   }
   // The deployment did not declare its handler non-blocking: it may wait.
   virtual bool blocking() const { return false; }
+  // The replica batches its requests now (max_batch_size above 1): they go
+  // to its request threads, which hand them to its batcher, never inline
+  // (serve() answers `closed` then).
+  virtual bool batching() const { return false; }
   // For a blocking handler: whether to call it inline now (see InlineGate).
   InlineGate gate;
 };

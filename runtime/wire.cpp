@@ -10,6 +10,7 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<NodeInfo>("troupe.NodeInfo");
   cfg.add_message_type<NodeStatus>("troupe.NodeStatus");
   cfg.add_message_type<std::vector<NodeStatus>>("troupe.NodeStatusList");
+  cfg.add_message_type<BatchSettings>("troupe.BatchSettings");
   cfg.add_message_type<ReplicaSpec>("troupe.ReplicaSpec");
   cfg.add_message_type<ReplicaMetadata>("troupe.ReplicaMetadata");
   cfg.add_message_type<ReplicaLoad>("troupe.ReplicaLoad");

@@ -187,6 +187,25 @@ typename Inspector::result_type inspect(Inspector& f, NodeStatus& x) {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
+// A replica's request batching (the deployment's max_batch_size and
+// batch_wait_timeout_s; replica/batcher.hpp): set when it starts, changed in
+// place by a reconfigure.
+struct BatchSettings {
+  uint32_t max_batch_size = 1;  // 1: off
+  double wait_s = 0.01;
+  bool adaptive = false;  // batch_wait_timeout_s: auto (wait_s unused)
+
+  friend bool operator==(const BatchSettings& a, const BatchSettings& b) {
+    return a.max_batch_size == b.max_batch_size && a.wait_s == b.wait_s && a.adaptive == b.adaptive;
+  }
+  friend bool operator!=(const BatchSettings& a, const BatchSettings& b) { return !(a == b); }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BatchSettings& x) {
+  return f(caf::meta::type_name("troupe.BatchSettings"), x.max_batch_size, x.wait_s, x.adaptive);
+}
+
 // Everything a node agent needs to run one replica.
 struct ReplicaSpec {
   std::string replica_id;
@@ -215,6 +234,7 @@ struct ReplicaSpec {
   double health_check_timeout_s = 30.0;
   double health_check_period_s = 10.0;
   uint32_t health_check_failure_threshold = 3;
+  BatchSettings batch;
 };
 
 template <class Inspector>
@@ -223,7 +243,7 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaSpec& x) {
            x.import_path, x.init_args, x.code_version, x.user_config, x.max_ongoing_requests,
            x.metrics_interval_s, x.isolation, x.memory_limit_bytes, x.stuck_after_s,
            x.max_num_models_per_replica, x.health_check_timeout_s, x.health_check_period_s,
-           x.health_check_failure_threshold);
+           x.health_check_failure_threshold, x.batch);
 }
 
 // What an initialized replica reports about itself.
@@ -234,12 +254,13 @@ struct ReplicaMetadata {
   std::string code_version;
   std::string user_config;
   double start_time = 0;  // seconds since the Unix epoch
+  BatchSettings batch;    // what it batches with now
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaMetadata& x) {
   return f(caf::meta::type_name("troupe.ReplicaMetadata"), x.replica_id, x.node_id, x.pid,
-           x.code_version, x.user_config, x.start_time);
+           x.code_version, x.user_config, x.start_time, x.batch);
 }
 
 // An HTTP request as a replica sees it: the path is relative to the
@@ -293,8 +314,9 @@ typename Inspector::result_type inspect(Inspector& f, HttpResponse& x) {
 using ReplicaActor = caf::typed_actor<
     // Runs the constructor and reconfigure(user_config); idempotent.
     caf::replies_to<initialize_atom>::with<ReplicaMetadata>,
-    // In place, no restart.
-    caf::replies_to<reconfigure_atom, std::string>::with<ReplicaMetadata>,
+    // In place, no restart: the user_config (reconfigure() runs when it
+    // differs from the replica's) and the batching.
+    caf::replies_to<reconfigure_atom, std::string, BatchSettings>::with<ReplicaMetadata>,
     // An error: unhealthy.
     caf::replies_to<health_atom>::with<caf::ok_atom>,
     // What it runs now.

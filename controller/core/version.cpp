@@ -57,7 +57,23 @@ std::string code_identity(const DeploymentSpec& spec) {
 }
 
 ReplicaVersion version_of(const DeploymentSpec& spec) {
-  return {code_identity(spec), spec.config.user_config};
+  return {code_identity(spec), spec.config.user_config, batch_key(spec.config)};
+}
+
+std::string batch_key(uint32_t max_batch_size, double wait_s, bool adaptive) {
+  const DeploymentConfig defaults;
+  if (max_batch_size == defaults.max_batch_size && !adaptive &&
+      wait_s == defaults.batch_wait_timeout_s)
+    return "";
+  if (adaptive)
+    return "max=" + std::to_string(max_batch_size) + " wait=auto";
+  char wait[40];
+  std::snprintf(wait, sizeof wait, "%.17g", wait_s);
+  return "max=" + std::to_string(max_batch_size) + " wait=" + wait;
+}
+
+std::string batch_key(const DeploymentConfig& config) {
+  return batch_key(config.max_batch_size, config.batch_wait_timeout_s, config.batch_wait_auto);
 }
 
 std::string replica_import_path(const DeploymentSpec& spec) {
@@ -99,7 +115,8 @@ ChangeKind classify_change(const DeploymentSpec& from, const DeploymentSpec& to)
     return ChangeKind::unchanged;
   if (code_identity(from) != code_identity(to))
     return ChangeKind::restart;
-  if (from.config.user_config != to.config.user_config)
+  if (from.config.user_config != to.config.user_config ||
+      batch_key(from.config) != batch_key(to.config))
     return ChangeKind::reconfigure;
   // Compare everything except the scaling fields.
   DeploymentSpec a = from;

@@ -16,9 +16,12 @@ namespace troupe::controller {
 struct ReplicaVersion {
   std::string code;
   std::string user_config;
+  // The batching it runs with (batch_key()): applied in place like
+  // user_config; "" for batching off at the default wait.
+  std::string batch;
 
   friend bool operator==(const ReplicaVersion& a, const ReplicaVersion& b) {
-    return a.code == b.code && a.user_config == b.user_config;
+    return a.code == b.code && a.user_config == b.user_config && a.batch == b.batch;
   }
   friend bool operator!=(const ReplicaVersion& a, const ReplicaVersion& b) { return !(a == b); }
 };
@@ -34,6 +37,13 @@ std::string code_identity(const DeploymentSpec& spec);
 
 ReplicaVersion version_of(const DeploymentSpec& spec);
 
+// The batching fields of a deployment as ReplicaVersion::batch compares
+// them: "" when they are the defaults (batching off, the default wait), so
+// that versions of deployments that never set them did not change; else
+// "max=<n> wait=<seconds, exact>|auto".
+std::string batch_key(uint32_t max_batch_size, double wait_s, bool adaptive);
+std::string batch_key(const DeploymentConfig& config);
+
 // The import path a replica is started with: with library_sha256 set, the
 // library pinned by it ("<file name>@<sha256>:<Class>", runtime/libraries.hpp),
 // which the node loads from its library cache; else import_path as it is.
@@ -48,7 +58,7 @@ enum class ChangeKind {
   unchanged,    // identical spec: a no-op
   scaled,       // only num_replicas / autoscaling_config differ
   config_only,  // controller-side options differ (health-check timing, limits, ...)
-  reconfigure,  // user_config differs: running replicas are reconfigured in place
+  reconfigure,  // user_config or batching differs: running replicas are reconfigured in place
   restart,      // code, import path, init args, resources, isolation or memory limit differ
   created,      // a new deployment (never returned by classify_change)
 };

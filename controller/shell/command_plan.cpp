@@ -52,6 +52,14 @@ CommandAction plan_command(const Command& cmd, bool agent_connected, bool replic
   return CommandAction::replica_gone;
 }
 
+BatchSettings batch_settings(const DeploymentConfig& config) {
+  BatchSettings b;
+  b.max_batch_size = config.max_batch_size;
+  b.wait_s = config.batch_wait_timeout_s;
+  b.adaptive = config.batch_wait_auto;
+  return b;
+}
+
 ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s) {
   ReplicaSpec spec;
   spec.replica_id = cmd.replica_id;
@@ -73,6 +81,7 @@ ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s) {
   spec.max_num_models_per_replica = cmd.spec->config.max_num_models_per_replica;
   spec.health_check_timeout_s = cmd.spec->config.health_check_timeout_s;
   spec.health_check_period_s = cmd.spec->config.health_check_period_s;
+  spec.batch = batch_settings(cmd.spec->config);
   return spec;
 }
 

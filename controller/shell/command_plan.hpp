@@ -40,4 +40,8 @@ CommandAction plan_command(const Command& cmd, bool agent_connected, bool replic
 // stuck threshold is derived unless the deployment sets stuck_after_s.
 ReplicaSpec wire_spec(const Command& cmd, double request_timeout_s = 0);
 
+// A deployment's batching fields as a replica takes them (at its start, and
+// in place with a reconfigure).
+BatchSettings batch_settings(const DeploymentConfig& config);
+
 }  // namespace troupe::controller

@@ -97,7 +97,9 @@ namespace troupe {
 // 5: Deployment::nonblocking() (a new virtual function: the vtable changed).
 // 6: ReplicaContext carries the user metrics (MetricsSink) and the log
 //    (LogSink) of the replica.
-constexpr uint32_t kDeploymentAbiVersion = 6;
+// 7: Deployment::handle_batch() (request batching) and
+//    DeploymentFactory::batches.
+constexpr uint32_t kDeploymentAbiVersion = 7;
 
 // Model multiplexing (Ray Serve's): the request header that names the model a
 // request is for, and troupe's own spelling of it. Header names compare
@@ -1149,6 +1151,36 @@ class Deployment {
   // Asked once, on a runtime thread, after the constructor and the first
   // reconfigure(): return a constant.
   virtual bool nonblocking() const { return false; }
+
+  // Request batching (Ray Serve's @serve.batch): with the deployment's
+  // max_batch_size above 1, the replica collects requests and calls this
+  // with up to max_batch_size of them at once, instead of handle() for each:
+  // one call amortizes what every call costs (a model's setup, a pass over
+  // its weights), which is where batching's throughput comes from. Return
+  // one Response per request, in their order; a request whose input is bad
+  // gets its own error Response (a 400), not an exception, so that the other
+  // requests of its batch are answered. An exception, or a vector of another
+  // size, answers 500 to every request of the batch. A batch's answers must
+  // be whole (a Response::stream is answered 500).
+  //
+  // A batch closes when it holds max_batch_size requests or when its oldest
+  // request has waited batch_wait_timeout_s (`auto`: a wait fitted to the
+  // load, none at light load). Requests cancelled or past their deadline
+  // before their batch runs are left out of it. Batches run one at a time,
+  // on a thread of the replica's own; the requests of a batch share it, so
+  // Request::cancelled() of one of them says only that that one is gone.
+  //
+  // A class that does not override this cannot be configured with
+  // max_batch_size above 1 or `batch_wait_timeout_s: auto` (TROUPE_DEPLOYMENT
+  // records whether it does: DeploymentFactory::batches). This default,
+  // never called by the runtime then, calls handle() for each request.
+  virtual std::vector<Response> handle_batch(const std::vector<Request>& requests) {
+    std::vector<Response> out;
+    out.reserve(requests.size());
+    for (const auto& r : requests)
+      out.push_back(handle(r));
+    return out;
+  }
 };
 
 // What TROUPE_DEPLOYMENT exports for each class. Layout is part of the ABI;
@@ -1159,6 +1191,9 @@ struct DeploymentFactory {
   const char* class_name;
   // Throws whatever the constructor throws.
   std::unique_ptr<Deployment> (*create)(const Json& init_args, const ReplicaContext& ctx);
+  // Whether the class overrides Deployment::handle_batch() (itself or in a
+  // base class of its own): only then may its deployment batch.
+  bool batches;
 };
 
 // Name of the exported symbol for a class: "troupe_deployment_<Class>".
@@ -1185,6 +1220,13 @@ std::unique_ptr<Deployment> construct_deployment(const Json& init_args, const Re
   }
 }
 
+// True when T (or a base class of it other than Deployment) declares
+// handle_batch(): &T::handle_batch is then a member of that class.
+template <class T>
+constexpr bool overrides_handle_batch() {
+  return !std::is_same<decltype(&T::handle_batch), decltype(&Deployment::handle_batch)>::value;
+}
+
 }  // namespace detail
 
 }  // namespace troupe
@@ -1192,10 +1234,11 @@ std::unique_ptr<Deployment> construct_deployment(const Json& init_args, const Re
 // Exports `extern "C" const troupe::DeploymentFactory* troupe_deployment_CLASS()`.
 // Use once per class, at global scope, in the library's source; CLASS must be
 // an unqualified name (bring a namespaced class in with `using`).
-#define TROUPE_DEPLOYMENT(CLASS)                                                                  \
-  extern "C" __attribute__((visibility("default")))                                               \
-  const ::troupe::DeploymentFactory* troupe_deployment_##CLASS() {                                \
-    static const ::troupe::DeploymentFactory factory{                                             \
-        ::troupe::kDeploymentAbiVersion, #CLASS, &::troupe::detail::construct_deployment<CLASS>}; \
-    return &factory;                                                                              \
+#define TROUPE_DEPLOYMENT(CLASS)                                                                 \
+  extern "C" __attribute__((visibility("default")))                                              \
+  const ::troupe::DeploymentFactory* troupe_deployment_##CLASS() {                               \
+    static const ::troupe::DeploymentFactory factory{                                            \
+        ::troupe::kDeploymentAbiVersion, #CLASS, &::troupe::detail::construct_deployment<CLASS>, \
+        ::troupe::detail::overrides_handle_batch<CLASS>()};                                      \
+    return &factory;                                                                             \
   }

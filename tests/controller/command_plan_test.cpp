@@ -62,7 +62,7 @@ TEST_CASE("commands: a start carries the deployment's spec to the agent") {
   c.app = "a";
   c.deployment = "D";
   c.spec = std::make_shared<const DeploymentSpec>(d);
-  c.version = ReplicaVersion{"v7", R"({"k":2})"};
+  c.version = ReplicaVersion{"v7", R"({"k":2})", ""};
   ReplicaSpec s = wire_spec(c);
   CHECK(s.replica_id == "a#D#1");
   CHECK(s.app == "a");

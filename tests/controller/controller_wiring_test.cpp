@@ -44,8 +44,8 @@ caf::behavior fake_replica(caf::event_based_actor*, ReplicaSpec spec) {
       [=](initialize_atom) -> caf::result<ReplicaMetadata> {
         if (spec.init_args == "fail")
           return to_caf_error(Status(errc::internal, "the constructor threw"));
-        return ReplicaMetadata{spec.replica_id,  "n1",        1, spec.code_version,
-                               spec.user_config, 1700000000.0};
+        return ReplicaMetadata{spec.replica_id,  "n1",         1,         spec.code_version,
+                               spec.user_config, 1700000000.0, spec.batch};
       },
       [](health_atom) { return caf::ok_atom::value; },
   };

@@ -633,6 +633,40 @@ TEST_CASE("rolling update: a user_config change reconfigures in place - 2 at a t
     CHECK(rep.version.user_config == v2.config.user_config);
 }
 
+TEST_CASE("rolling update: a batching change reconfigures in place - nothing restarts") {
+  Harness h;
+  auto d = make_deployment("D", 2);
+  d.config.max_ongoing_requests = 64;
+  deploy(h, d);
+  h.ticks(2);
+  const int starts = h.cluster.starts;
+  auto v2 = d;
+  v2.config.max_batch_size = 32;
+  v2.config.batch_wait_timeout_s = 0.005;
+  auto r = h.core->deploy_application(make_app("a", "/a", {v2}));
+  REQUIRE(r.has_value());
+  CHECK(r->deployments.at("D") == ChangeKind::reconfigure);
+  CHECK(h.tick() == V{"reconfigure a#D#1"});
+  CHECK(h.tick() == V{"reconfigure a#D#2"});
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  // The adaptive wait is a change of its own; so is turning batching off.
+  auto v3 = v2;
+  v3.config.batch_wait_auto = true;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {v3})).has_value());
+  CHECK(h.tick() == V{"reconfigure a#D#1"});
+  CHECK(h.tick() == V{"reconfigure a#D#2"});
+  CHECK(h.tick() == V{});
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d})).has_value());
+  CHECK(h.tick() == V{"reconfigure a#D#1"});
+  CHECK(h.tick() == V{"reconfigure a#D#2"});
+  CHECK(h.tick() == V{});
+  expect_status(h, DeploymentStatus::healthy, DeploymentTrigger::config_update_completed);
+  CHECK(h.cluster.starts == starts);  // nothing restarted
+  for (const auto& rep : h.replicas("a", "D"))
+    CHECK(rep.version == version_of(d));
+}
+
 TEST_CASE("rolling update: a pending scale-down completes before the rollout proceeds") {
   Harness h;
   auto d = make_deployment("D", 10);

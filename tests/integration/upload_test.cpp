@@ -386,3 +386,29 @@ TEST_CASE("upload: troupectl refuses a bad library before it contacts anyone") {
     CHECK(r.out.empty());
   }
 }
+
+TEST_CASE(
+    "upload: troupectl refuses batching for a class without handle_batch before it "
+    "contacts anyone") {
+  TempDir dir;
+  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  Operator op{fs::path(dir.path())};
+  op.build("libupload_v1.so");
+  for (const std::string fields : {"        max_ongoing_requests: 8\n        max_batch_size: 8\n",
+                                   "        batch_wait_timeout_s: auto\n"}) {
+    CAPTURE(fields);
+    std::ofstream(op.config) << config_for("./build/libmodels.so:UploadModel", 1) + fields;
+    auto r = run(
+        {bin("troupectl"), "--address", address, "--timeout", "2", "deploy", op.config.string()},
+        60s);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("has deployment 'UploadModel', which does not implement handle_batch(), "
+                     "but application 'up' deployment 'UploadModel' sets " +
+                     std::string(fields.find("auto") != std::string::npos
+                                     ? "batch_wait_timeout_s: auto"
+                                     : "max_batch_size: 8")) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());
+  }
+}

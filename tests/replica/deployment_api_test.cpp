@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -32,10 +33,34 @@ class WithContext : public troupe::Deployment {
   std::string which_;
 };
 
+// Implements handle_batch(): each answer names its request and the batch's
+// size.
+class Batches : public troupe::Deployment {
+ public:
+  explicit Batches(const troupe::Json&) {}
+  troupe::Response handle(const troupe::Request& r) override {
+    return troupe::Response::text(r.body + "/alone");
+  }
+  std::vector<troupe::Response> handle_batch(const std::vector<troupe::Request>& rs) override {
+    std::vector<troupe::Response> out;
+    for (const auto& r : rs)
+      out.push_back(troupe::Response::text(r.body + "/" + std::to_string(rs.size())));
+    return out;
+  }
+};
+
+// Inherits handle_batch() from a base class of its own.
+class BatchesToo : public Batches {
+ public:
+  using Batches::Batches;
+};
+
 }  // namespace
 
 TROUPE_DEPLOYMENT(ArgsOnly)
 TROUPE_DEPLOYMENT(WithContext)
+TROUPE_DEPLOYMENT(Batches)
+TROUPE_DEPLOYMENT(BatchesToo)
 
 namespace troupe {
 namespace {
@@ -51,6 +76,29 @@ TEST_CASE("TROUPE_DEPLOYMENT exports a factory with the current ABI and class na
   CHECK(std::string(factory->class_name) == "ArgsOnly");
   CHECK(troupe_deployment_ArgsOnly() == factory);  // one static factory
   CHECK(deployment_symbol("ArgsOnly") == "troupe_deployment_ArgsOnly");
+}
+
+TEST_CASE("TROUPE_DEPLOYMENT records whether the class implements handle_batch") {
+  CHECK_FALSE(troupe_deployment_ArgsOnly()->batches);
+  CHECK_FALSE(troupe_deployment_WithContext()->batches);
+  CHECK(troupe_deployment_Batches()->batches);
+  CHECK(troupe_deployment_BatchesToo()->batches);
+  auto d = troupe_deployment_Batches()->create(Json::object(), test_context());
+  std::vector<Request> requests(2);
+  requests[0].body = "a";
+  requests[1].body = "b";
+  auto answers = d->handle_batch(requests);
+  REQUIRE(answers.size() == 2);
+  CHECK(answers[0].body == "a/2");
+  CHECK(answers[1].body == "b/2");
+}
+
+TEST_CASE("the default handle_batch answers each request with handle") {
+  auto d = troupe_deployment_ArgsOnly()->create(Json{{"name", "x"}}, test_context());
+  auto answers = d->handle_batch(std::vector<Request>(3));
+  REQUIRE(answers.size() == 3);
+  for (const auto& a : answers)
+    CHECK(a.body == "x");
 }
 
 TEST_CASE("TROUPE_DEPLOYMENT uses (init_args) when that is the only constructor") {

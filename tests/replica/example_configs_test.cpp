@@ -60,7 +60,16 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
       const DeploymentFactory* f = testing::require_factory(loader, parsed->library + ":" + name);
       CHECK(std::string(f->class_name) == name);
       CHECK(deployment["num_replicas"].as<int>() >= 1);
-      CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
+      // A batching deployment (xgboost.yaml) admits a whole batch, and its
+      // class implements handle_batch(); the others keep the default.
+      if (deployment["max_batch_size"]) {
+        const int batch = deployment["max_batch_size"].as<int>();
+        CHECK(batch > 1);
+        CHECK(deployment["max_ongoing_requests"].as<int>() >= batch);
+        CHECK(f->batches);
+      } else {
+        CHECK(deployment["max_ongoing_requests"].as<int>() == 5);
+      }
     }
   }
   CHECK(files == 15);

@@ -57,6 +57,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<NodeInfo>(sys, "troupe.NodeInfo");
   check_registered<NodeStatus>(sys, "troupe.NodeStatus");
   check_registered<std::vector<NodeStatus>>(sys, "troupe.NodeStatusList");
+  check_registered<BatchSettings>(sys, "troupe.BatchSettings");
   check_registered<ReplicaSpec>(sys, "troupe.ReplicaSpec");
   check_registered<ReplicaMetadata>(sys, "troupe.ReplicaMetadata");
   check_registered<ReplicaLoad>(sys, "troupe.ReplicaLoad");
@@ -85,7 +86,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 24);
+  CHECK(registered == 25);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -185,4 +186,24 @@ TEST_CASE("model multiplexing fields survive serialization - ReplicaSpec - and R
   CAPTURE(text);
   CHECK(text.find("\"m1\", \"m,2\"") != std::string::npos);
   CHECK(text.find("17") != std::string::npos);
+}
+
+TEST_CASE("batching settings survive serialization in ReplicaSpec and ReplicaMetadata") {
+  System s;
+  caf::actor_system sys{s.cfg};
+  CHECK(ReplicaSpec{}.batch == BatchSettings{});
+  CHECK(BatchSettings{}.max_batch_size == 1);
+  ReplicaSpec spec;
+  spec.batch.max_batch_size = 32;
+  spec.batch.wait_s = 0.005;
+  spec.batch.adaptive = true;
+  auto spec2 = round_trip(sys, spec);
+  CHECK(spec2.batch == spec.batch);
+  ReplicaMetadata m;
+  m.batch.max_batch_size = 8;
+  m.batch.wait_s = 0.25;
+  auto m2 = round_trip(sys, m);
+  CHECK(m2.batch.max_batch_size == 8);
+  CHECK(m2.batch.wait_s == 0.25);
+  CHECK_FALSE(m2.batch.adaptive);
 }

@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 
 #include <troupe/deployment.hpp>
 
@@ -42,9 +41,11 @@ bool is_within(const fs::path& path, const fs::path& dir) {
 }
 
 // In a child process: loads `path` and checks that it exports each class of
-// `classes` for this ABI. The child writes the first problem (or nothing) to
-// a pipe and exits; the library's code never runs in troupectl itself.
-Status check_exports(const std::string& path, const std::set<std::string>& classes) {
+// `classes` for this ABI, and that a class whose deployment batches (its
+// value names the field that asks for it; empty: none does) implements
+// handle_batch(). The child writes the first problem (or nothing) to a pipe
+// and exits; the library's code never runs in troupectl itself.
+Status check_exports(const std::string& path, const std::map<std::string, std::string>& classes) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
     return {errc::io_error, std::string("cannot check the library: pipe: ") + std::strerror(errno)};
@@ -62,7 +63,8 @@ Status check_exports(const std::string& path, const std::set<std::string>& class
       const char* e = ::dlerror();
       problem = std::string("cannot be loaded: ") + (e ? e : "dlopen failed");
     }
-    for (auto it = classes.begin(); problem.empty() && it != classes.end(); ++it) {
+    for (auto entry = classes.begin(); problem.empty() && entry != classes.end(); ++entry) {
+      const std::string* it = &entry->first;
       const std::string symbol = deployment_symbol(*it);
       void* address = ::dlsym(handle, symbol.c_str());
       if (address == nullptr) {
@@ -79,6 +81,12 @@ Status check_exports(const std::string& path, const std::set<std::string>& class
                   std::to_string(factory->abi_version) + ", this troupe uses " +
                   std::to_string(kDeploymentAbiVersion) +
                   "; rebuild it against this troupe's <troupe/deployment.hpp>";
+      } else if (!entry->second.empty() && !factory->batches) {
+        problem = "has deployment '" + *it + "', which does not implement handle_batch(), but " +
+                  entry->second +
+                  ": only a class that overrides troupe::Deployment::handle_batch() can batch "
+                  "(set max_batch_size: 1 and remove batch_wait_timeout_s: auto, or implement "
+                  "it)";
       }
     }
     size_t done = 0;
@@ -153,7 +161,8 @@ Result<std::vector<LocalLibrary>> prepare_uploads(controller::TargetState& state
   // Canonical path -> index in `out`, and the classes each must export.
   std::map<std::string, size_t> index;
   std::vector<LocalLibrary> out;
-  std::vector<std::set<std::string>> classes;
+  // class -> which deployment asks it to batch, and how ("": none).
+  std::vector<std::map<std::string, std::string>> classes;
   std::map<std::string, std::string> first_user;  // path -> "application 'a' deployment 'd'"
   for (auto& [app_name, app] : state.applications) {
     for (auto& d : app.deployments) {
@@ -199,7 +208,13 @@ Result<std::vector<LocalLibrary>> prepare_uploads(controller::TargetState& state
         classes.emplace_back();
         first_user[canonical.string()] = who;
       }
-      classes[it->second].insert(parsed->class_name);
+      std::string& batching = classes[it->second][parsed->class_name];
+      if (batching.empty() && (d.config.max_batch_size > 1 || d.config.batch_wait_auto)) {
+        batching = "application '" + app_name + "' deployment '" + d.name + "' sets " +
+                   (d.config.max_batch_size > 1
+                        ? "max_batch_size: " + std::to_string(d.config.max_batch_size)
+                        : std::string("batch_wait_timeout_s: auto"));
+      }
       d.library_sha256 = out[it->second].sha256;
     }
   }

@@ -47,8 +47,9 @@ caf::behavior stand_in_replica(caf::stateful_actor<ReplicaState>* self, ReplicaS
   self->delayed_send(self, seconds_as(first(rng)), tick_atom::value);
   return {
       [=](initialize_atom) { return self->state.meta; },
-      [=](reconfigure_atom, const std::string& user_config) {
+      [=](reconfigure_atom, const std::string& user_config, const BatchSettings& batch) {
         self->state.meta.user_config = user_config;
+        self->state.meta.batch = batch;
         return self->state.meta;
       },
       [=](health_atom) { return caf::ok_atom::value; },
