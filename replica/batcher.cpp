@@ -128,14 +128,31 @@ Batcher::~Batcher() {
   }
   for (auto& item : left)
     item.done(batch_error("the replica is stopping", 503));
+  if (!left.empty() && answered_)
+    answered_();
+}
+
+void Batcher::on_answered(std::function<void()> f) {
+  answered_ = std::move(f);
 }
 
 void Batcher::submit(Request request, std::function<void(Response)> done) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push(std::move(request), std::move(done), now_());
+    // The runner is woken only when this request changes what it waits
+    // for: the first of a batch (it sleeps with no deadline) or one that
+    // makes its batch close sooner (full, or a shorter adaptive wait). A
+    // wake-up per request would cost a context switch per request; a
+    // runner in a batch looks at the queue when it is done anyway.
+    if (sleeping_) {
+      const auto closes = queue_.closes_at();
+      wake = closes && *closes < sleeping_until_;
+    }
   }
-  changed_.notify_one();
+  if (wake)
+    changed_.notify_one();
 }
 
 void Batcher::set_options(BatchOptions options) {
@@ -169,6 +186,8 @@ void Batcher::deliver(BatchQueue::Taken& taken, Clock::time_point closed) {
   drop(taken.dropped);
   if (!taken.batch.empty())
     run_batch(taken.batch, closed);
+  if ((!taken.dropped.empty() || !taken.batch.empty()) && answered_)
+    answered_();
 }
 
 void Batcher::loop() {
@@ -182,10 +201,14 @@ void Batcher::loop() {
       lock.lock();
       continue;
     }
-    if (auto at = queue_.closes_at())
+    const auto at = queue_.closes_at();
+    sleeping_ = true;
+    sleeping_until_ = at ? *at : Clock::time_point::max();
+    if (at)
       changed_.wait_until(lock, *at);
     else
       changed_.wait(lock);
+    sleeping_ = false;
   }
 }
 

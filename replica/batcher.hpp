@@ -131,6 +131,11 @@ class Batcher {
   Batcher& operator=(const Batcher&) = delete;
 
   void submit(Request request, std::function<void(Response)> done);
+  // Called after every run of `done`s (a batch's answers, the requests it
+  // left out, what a stopping Batcher answers 503), on the thread that
+  // ran them: a caller that collects answers sends them together here.
+  // Set before the first submit().
+  void on_answered(std::function<void()> f);
   // From now on (the queued requests included): a redeploy that changed
   // max_batch_size or batch_wait_timeout_s.
   void set_options(BatchOptions options);
@@ -159,12 +164,17 @@ class Batcher {
   static void drop(std::vector<std::pair<BatchQueue::Item, int>>& dropped);
 
   Run run_;
+  std::function<void()> answered_;
   std::function<Clock::time_point()> now_;
   Observe observe_;
   std::mutex mutex_;
   std::condition_variable changed_;
   BatchQueue queue_;
   bool stopping_ = false;
+  // The runner waits for the queue (until sleeping_until_; max: no
+  // deadline): submit() wakes it only when that time moves closer.
+  bool sleeping_ = false;
+  Clock::time_point sleeping_until_;
   std::thread thread_;
 };
 

@@ -60,6 +60,9 @@ class ReplicaBatcher {
   // its deadline before its batch ran, a 503 once the replica stops.
   void submit(HttpRequest&& req, std::shared_ptr<RequestControl> control,
               std::function<void(HttpResponse&&)> done);
+  // Batcher::on_answered: after the `done`s of a batch ran (a replica
+  // process sends a batch's answers together). Set before requests come.
+  void on_answered(std::function<void()> f) { batcher_->on_answered(std::move(f)); }
 
  private:
   static BatchOptions options_of(const BatchSettings& s);

@@ -246,6 +246,54 @@ class FrameReads {
   size_t count_ = 0;
 };
 
+// The answers of a replica process's batches, per lane: the batcher's
+// thread collects a batch's answers here and sends each lane's with one
+// sendmmsg when the batch is answered (Batcher::on_answered), instead of a
+// send per answer; then the requests end (Dispatch::finish).
+class BatchAnswers {
+ public:
+  explicit BatchAnswers(const DispatchPtr& d) : d_(d), out_(d->channel->lanes()) {}
+
+  void add(uint8_t lane, uint64_t call, const HttpResponse& answer) {
+    auto d = d_.lock();
+    if (!d)
+      return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& ch = *d->channel;
+    if (out_[lane].add_answer(call, answer, ch.max_frame()) == channel::Sent::too_large)
+      channel::send_answer(ch.answer_fd(lane), call, answer, ch.max_frame());
+    ++answered_;
+  }
+
+  void flush() {
+    auto d = d_.lock();
+    if (!d)
+      return;
+    size_t answered = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& ch = *d->channel;
+      for (size_t lane = 0; lane < out_.size(); ++lane) {
+        if (out_[lane].empty())
+          continue;
+        out_[lane].flush(ch.answer_fd(lane), 0);  // fails only when the proxy's end is gone
+        out_[lane].clear();
+      }
+      std::swap(answered, answered_);
+    }
+    for (; answered > 0; --answered)
+      d->finish();
+  }
+
+ private:
+  // Weak: the Dispatch holds the batcher, whose hook holds this object.
+  // (A request waiting for its answer holds the Dispatch.)
+  const std::weak_ptr<Dispatch> d_;
+  std::mutex mutex_;
+  std::vector<channel::Batch> out_;
+  size_t answered_ = 0;
+};
+
 // A streamed answer of the request loop: its producer runs on a thread of
 // its own (it may block on flow control), as for an inline call.
 void stream_apart(Instance instance, DispatchPtr d, std::unique_ptr<Request> in,
@@ -301,6 +349,10 @@ class RequestLoop {
         out_(ch_.lanes()) {
     for (size_t i = 0; i < threads; ++i)
       pool_.emplace_back([this] { pool_worker(); });
+    if (d_->batcher) {
+      batch_answers_ = std::make_shared<BatchAnswers>(d_);
+      d_->batcher->on_answered([answers = batch_answers_] { answers->flush(); });
+    }
   }
 
   // Until the node's end of the channel closes and every call ended.
@@ -389,10 +441,8 @@ class RequestLoop {
       // The loop goes on reading while the batch fills; the answer goes
       // from the batcher's thread.
       batch_request(d_, req,
-                    [d = d_, fd = ch_.answer_fd(lane), call = req.call_key,
-                     max_frame = ch_.max_frame()](HttpResponse&& out) {
-                      channel::send_answer(fd, call, out, max_frame);
-                      d->finish();
+                    [answers = batch_answers_, lane, call = req.call_key](HttpResponse&& out) {
+                      answers->add(lane, call, out);
                     });
       return true;
     }
@@ -488,6 +538,8 @@ class RequestLoop {
   size_t next_ = 0;  // the next frame of reads_ to serve
   std::vector<channel::Batch> out_;
   size_t answered_ = 0;  // requests whose answer is in out_
+  // With a batcher: where its answers wait for the end of their batch.
+  std::shared_ptr<BatchAnswers> batch_answers_;
   Clock::time_point running_since_;
   // The pool.
   std::mutex mutex_;

@@ -292,3 +292,25 @@ TEST_CASE("batcher: on its own thread - requests from many threads each get thei
   CHECK(right == kThreads * kEach);
   CHECK(largest <= 16);
 }
+
+TEST_CASE("batcher: on_answered runs once after the answers of each batch and of its drops") {
+  BatchClock clock;
+  BatchRecord record;
+  std::vector<size_t> answered_when;  // answers given when the hook ran
+  Batcher b(fixed_wait(3, 0.01), record.echo(), false, clock.fn());
+  b.on_answered([&] { answered_when.push_back(record.answers.size()); });
+  b.submit(queued_request("a"), record.done("a"));
+  b.submit(queued_request("b"), record.done("b"));
+  CHECK(b.step() == 0);
+  CHECK(answered_when.empty());  // nothing answered: no call
+  b.submit(queued_request("c"), record.done("c"));
+  CHECK(b.step() == 3);
+  CHECK(answered_when == std::vector<size_t>{3});
+  // A cancelled request left out: its 499 is followed by the hook too.
+  auto control = std::make_shared<RequestControl>();
+  b.submit(queued_request("d", control), record.done("d"));
+  control->cancel();
+  CHECK(b.step() == 0);
+  CHECK(record.answers.at("d").status == 499);
+  CHECK(answered_when == std::vector<size_t>{3, 4});
+}
