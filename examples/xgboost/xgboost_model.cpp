@@ -1,6 +1,8 @@
 // XGBoostModel: serves a gradient-boosted model through XGBoost's C API
 // (Debian's libxgboost-dev). The build trains one (train.cpp) into
 // <build>/examples/xgboost/model.json; `args.model_path` names another.
+// `args.nthread` sets the threads of one prediction (XGBoost's nthread;
+// its default is every core, which several replicas on one machine share).
 //
 //   POST {"features": [[f0, ..., f29], ...]}  ->  {"predictions": [p0, ...]}
 //   GET                                        ->  {"model": path, "n_features": 30, "n_trees": 200}
@@ -55,6 +57,16 @@ class XGBoostModel : public troupe::Deployment {
     check(XGBoosterCreate(nullptr, 0, &booster_), "creating a booster");
     try {
       check(XGBoosterLoadModel(booster_, path_.c_str()), "loading " + path_);
+      // args.nthread: the threads of one prediction (XGBoost's nthread);
+      // absent or 0: XGBoost's default, every core of the machine.
+      if (args.is_object() && args.contains("nthread")) {
+        const auto& n = args["nthread"];
+        if (!n.is_number_integer() || n.get<long>() < 0 || n.get<long>() > 1024)
+          throw std::runtime_error("args.nthread: expected an integer from 0 to 1024, got " +
+                                   n.dump());
+        check(XGBoosterSetParam(booster_, "nthread", std::to_string(n.get<long>()).c_str()),
+              "setting nthread");
+      }
       bst_ulong features = 0;
       check(XGBoosterGetNumFeature(booster_, &features), "reading the model's feature count");
       int rounds = 0;

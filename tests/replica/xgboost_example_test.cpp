@@ -115,3 +115,76 @@ TEST_CASE("xgboost example: a model file that is missing fails the start naming 
   CHECK_THROWS_WITH_AS(load({{"model_path", "/nonexistent/model.json"}}),
                        doctest::Contains("/nonexistent/model.json"), std::exception);
 }
+
+TEST_CASE("xgboost example: handle_batch predicts a batch in one call - bad requests get their "
+          "own 400 and the others their predictions") {
+  auto app = load();
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> value(-1.5f, 1.5f);
+  // Three good requests of 1, 3 and 2 rows, between bad ones.
+  const std::vector<size_t> sizes = {1, 3, 2};
+  std::vector<float> rows;
+  std::vector<troupe::Json> bodies;
+  for (size_t n : sizes) {
+    troupe::Json features = troupe::Json::array();
+    for (size_t r = 0; r < n; ++r) {
+      troupe::Json row = troupe::Json::array();
+      for (size_t f = 0; f < 30; ++f) {
+        rows.push_back(value(rng));
+        row.push_back(rows.back());
+      }
+      features.push_back(row);
+    }
+    bodies.push_back(troupe::Json{{"features", features}});
+  }
+  const auto expected = reference(rows, rows.size() / 30);
+  auto post = [](const std::string& body) { return troupe::testing::App::request("POST", "/", body); };
+  troupe::Json too_many = troupe::Json::array();
+  for (int r = 0; r < 10000; ++r)
+    too_many.push_back(troupe::Json::array({1}));
+  std::vector<troupe::Request> batch = {
+      post(bodies[0].dump()),
+      post("{not json"),
+      post(bodies[1].dump()),
+      post(R"({"features": [[1, 2, 3]]})"),
+      post(R"({"features": []})"),
+      post(troupe::Json{{"features", too_many}}.dump()),
+      troupe::testing::App::request("GET", "/"),
+      post(bodies[2].dump()),
+  };
+  auto answers = app.instance("XGBoostModel").handle_batch(batch);
+  REQUIRE(answers.size() == batch.size());
+  for (size_t i : {1, 3, 4, 5}) {
+    CAPTURE(i);
+    CHECK(answers[i].status == 400);
+  }
+  CHECK(answers[1].body.find("not JSON") != std::string::npos);
+  CHECK(answers[3].body.find("row 0 has 3 values; the model takes 30") != std::string::npos);
+  CHECK(answers[4].body.find("is empty") != std::string::npos);
+  CHECK(answers[5].body.find("10000 rows; at most 1000") != std::string::npos);
+  CHECK(troupe::Json::parse(answers[6].body)["n_trees"] == 200);
+  // The good ones, in order: each gets the predictions of its own rows.
+  size_t at = 0;
+  const std::vector<size_t> good = {0, 2, 7};
+  for (size_t k = 0; k < good.size(); ++k) {
+    CAPTURE(k);
+    REQUIRE(answers[good[k]].status == 200);
+    auto predictions = troupe::Json::parse(answers[good[k]].body)["predictions"];
+    REQUIRE(predictions.size() == sizes[k]);
+    for (size_t r = 0; r < sizes[k]; ++r)
+      CHECK(predictions[r].get<float>() == expected[at + r]);
+    at += sizes[k];
+  }
+  // A batch of only bad requests runs no prediction and answers each.
+  auto bad = app.instance("XGBoostModel").handle_batch({post("[]"), post("{}")});
+  REQUIRE(bad.size() == 2);
+  CHECK(bad[0].status == 400);
+  CHECK(bad[1].status == 400);
+}
+
+TEST_CASE("xgboost example: args.nthread is checked") {
+  CHECK_NOTHROW(load(troupe::Json{{"nthread", 1}}));
+  CHECK_THROWS_WITH_AS(load(troupe::Json{{"nthread", "two"}}),
+                       doctest::Contains("args.nthread: expected an integer from 0 to 1024"),
+                       std::exception);
+}
