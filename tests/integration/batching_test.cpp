@@ -10,8 +10,6 @@
 // them. Real troupe-node processes on loopback; every wait is a condition
 // with a deadline; the Cluster stops every process it started, also when a
 // check fails.
-#include <xgboost/c_api.h>
-
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +29,7 @@
 #include "tests/support/cluster.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/specs.hpp"
+#include "tests/support/xgboost_reference.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -70,22 +69,9 @@ std::vector<float> make_rows(size_t n) {
 }
 
 // XGBoost's own predictions of `rows` from the model file the build
-// trained, through a DMatrix (another entry of the C API than the
-// deployment's in-place prediction).
+// trained.
 std::vector<float> predict_here(const std::vector<float>& rows, size_t n) {
-  BoosterHandle booster = nullptr;
-  DMatrixHandle data = nullptr;
-  REQUIRE(XGBoosterCreate(nullptr, 0, &booster) == 0);
-  REQUIRE(XGBoosterLoadModel(booster, TROUPE_TEST_XGBOOST_MODEL) == 0);
-  REQUIRE(XGDMatrixCreateFromMat(rows.data(), n, kFeatures, NAN, &data) == 0);
-  bst_ulong length = 0;
-  const float* out = nullptr;
-  REQUIRE(XGBoosterPredict(booster, data, 0, 0, 0, &length, &out) == 0);
-  REQUIRE(length == n);
-  std::vector<float> predictions(out, out + n);
-  XGDMatrixFree(data);
-  XGBoosterFree(booster);
-  return predictions;
+  return xgboost_reference(TROUPE_TEST_XGBOOST_MODEL, rows, n, kFeatures);
 }
 
 struct BatchFixture : ClientCluster {
@@ -112,26 +98,8 @@ struct BatchFixture : ClientCluster {
 
   // Both proxies route to `n` replicas of the deployment.
   bool routed(size_t n) {
-    return wait_until(
-        [&] {
-          for (const char* node : {"w1", "w2"}) {
-            auto r = http_get(admin(node), "/-/routes", 2);
-            if (!r || r->status != 200)
-              return false;
-            auto view = json::parse(r->body, nullptr, false);
-            if (!view.is_object())
-              return false;
-            bool found = false;
-            for (const auto& d : view.value("deployments", json::array())) {
-              if (d.at("application") == "xgb")
-                found = d.at("replicas").size() == n;
-            }
-            if (!found)
-              return false;
-          }
-          return true;
-        },
-        30s, 100ms);
+    return wait_routed("w1", "xgb", "XGBoostModel", n) &&
+           wait_routed("w2", "xgb", "XGBoostModel", n);
   }
 
   // Sums of the series `name` of the application's replicas on w2's

@@ -84,26 +84,6 @@ struct Fixture : ClientCluster {
     return out;
   }
 
-  // The proxy of `node` routes (app, dep) to `n` replicas.
-  bool wait_routed(const std::string& node, const std::string& app, const std::string& dep,
-                   size_t n) {
-    return wait_until(
-        [&] {
-          auto r = http_get(admin(node), "/-/routes", 2);
-          if (!r || r->status != 200)
-            return false;
-          auto view = json::parse(r->body, nullptr, false);
-          if (!view.is_object())
-            return false;
-          for (const auto& d : view.value("deployments", json::array())) {
-            if (d.at("application") == app && d.at("deployment") == dep)
-              return d.at("replicas").size() == n;
-          }
-          return false;
-        },
-        30s, 100ms);
-  }
-
   // Requests `node`'s proxy sent over other workers' data ports so far.
   long peer_sends(const std::string& node) {
     auto n = metric_value(admin(node), R"(troupe_proxy_replica_sends_total{transport="peer"})");

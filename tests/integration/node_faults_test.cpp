@@ -98,31 +98,6 @@ struct Fixture : ClientCluster {
     return ok;
   }
 
-  // The proxy of `node` routes (app, dep) to `n` replicas.
-  bool wait_routed(const std::string& node, const std::string& app, const std::string& dep,
-                   size_t n) {
-    std::string last;
-    bool ok = wait_until(
-        [&] {
-          auto r = http_get(admin(node), "/-/routes", 2);
-          if (!r || r->status != 200) {
-            last = r ? std::to_string(r->status) + " " + r->body : "no answer";
-            return false;
-          }
-          last = r->body;
-          auto view = json::parse(r->body);
-          for (const auto& d : view.at("deployments")) {
-            if (d.at("application") == app && d.at("deployment") == dep)
-              return d.at("replicas").size() == n;
-          }
-          return false;
-        },
-        30s, 100ms);
-    if (!ok)
-      MESSAGE("last routes of " << node << ": " << last);
-    return ok;
-  }
-
   // Established TCP connections to the proxy of `node` (/proc/net/tcp): the
   // kernel accepts them even while the process is stopped.
   size_t accepted_connections(const std::string& node) {

@@ -28,8 +28,10 @@ class Batched : public Deployment {
  public:
   Response handle(const Request& r) override { return Response::text(r.body + "/alone"); }
   std::vector<Response> handle_batch(const std::vector<Request>& rs) override {
-    if (hold.valid())
+    if (hold.valid()) {
+      entered.set_value();
       hold.wait();
+    }
     std::vector<Response> out;
     for (const auto& r : rs) {
       if (r.body == "stream")
@@ -40,6 +42,7 @@ class Batched : public Deployment {
     return out;
   }
   std::shared_future<void> hold;
+  std::promise<void> entered;  // set when a held batch starts
 };
 
 HttpRequest batch_req(const std::string& body, const std::string& id) {
@@ -137,9 +140,11 @@ TEST_CASE("replica batcher: letting it go does not wait for the batch that runs"
   std::promise<void> release;
   instance->hold = release.get_future().share();
   auto b = std::make_unique<ReplicaBatcher>(instance, batch_of(2, 600), nullptr, nullptr);
+  auto started = instance->entered.get_future();
   auto first = submit_to(*b, batch_req("a", ""));
   auto second = submit_to(*b, batch_req("b", ""));
   // The batch runs (and waits for `release`) while the batcher goes.
+  REQUIRE(started.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   auto gone = std::async(std::launch::async, [&] { b.reset(); });
   CHECK(gone.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   CHECK(first.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);

@@ -13,6 +13,8 @@
 
 #include <troupe/testing.hpp>
 
+#include "tests/support/xgboost_reference.hpp"
+
 namespace {
 
 const std::string kModel = TROUPE_TEST_XGBOOST_MODEL;
@@ -28,19 +30,7 @@ troupe::testing::App load(const troupe::Json& args = troupe::Json::object()) {
 
 // XGBoost's own predictions of `rows` (n x 30, row-major) from kModel.
 std::vector<float> reference(const std::vector<float>& rows, size_t n) {
-  BoosterHandle booster = nullptr;
-  DMatrixHandle data = nullptr;
-  REQUIRE(XGBoosterCreate(nullptr, 0, &booster) == 0);
-  REQUIRE(XGBoosterLoadModel(booster, kModel.c_str()) == 0);
-  REQUIRE(XGDMatrixCreateFromMat(rows.data(), n, 30, NAN, &data) == 0);
-  bst_ulong length = 0;
-  const float* out = nullptr;
-  REQUIRE(XGBoosterPredict(booster, data, 0, 0, 0, &length, &out) == 0);
-  REQUIRE(length == n);
-  std::vector<float> predictions(out, out + n);
-  XGDMatrixFree(data);
-  XGBoosterFree(booster);
-  return predictions;
+  return troupe::testing::xgboost_reference(kModel, rows, n, 30);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "runtime/address.hpp"
 #include "runtime/system_setup.hpp"
+#include "tests/support/http_client.hpp"
 
 namespace troupe::testing {
 
@@ -74,6 +75,33 @@ bool ClientCluster::wait_healthy(const std::string& app, const std::string& dep,
     MESSAGE("last status of " << app << "/" << dep << ": " << last.dump(2));
     cluster.dump_output();
   }
+  return ok;
+}
+
+bool ClientCluster::wait_routed(const std::string& node, const std::string& app,
+                                const std::string& dep, size_t n,
+                                std::chrono::milliseconds deadline) {
+  std::string last;
+  bool ok = wait_until(
+      [&] {
+        auto r = http_get(cluster.admin_ports.at(node), "/-/routes", 2);
+        if (!r || r->status != 200) {
+          last = r ? std::to_string(r->status) + " " + r->body : "no answer";
+          return false;
+        }
+        last = r->body;
+        auto view = nlohmann::json::parse(r->body, nullptr, false);
+        if (!view.is_object())
+          return false;
+        for (const auto& d : view.value("deployments", nlohmann::json::array())) {
+          if (d.at("application") == app && d.at("deployment") == dep)
+            return d.at("replicas").size() == n;
+        }
+        return false;
+      },
+      deadline, std::chrono::milliseconds(100));
+  if (!ok)
+    MESSAGE("last routes of " << node << ": " << last);
   return ok;
 }
 

@@ -45,6 +45,11 @@ struct ClientCluster {
   // on failure prints its last status and every node's output.
   bool wait_healthy(const std::string& app, const std::string& dep, size_t n,
                     std::chrono::milliseconds deadline = std::chrono::seconds(30));
+
+  // Waits until the proxy of `node` routes (app, dep) to `n` replicas (its
+  // admin listener's /-/routes); on failure prints the last routes it saw.
+  bool wait_routed(const std::string& node, const std::string& app, const std::string& dep,
+                   size_t n, std::chrono::milliseconds deadline = std::chrono::seconds(30));
 };
 
 }  // namespace troupe::testing
