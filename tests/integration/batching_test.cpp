@@ -130,6 +130,7 @@ struct BatchFixture : ClientCluster {
   struct Batches {
     double count = 0;  // batches run
     double sum = 0;    // requests in them
+    double waits = 0;  // batches whose wait was observed
   };
 
   // The batch histogram once the replicas' request counter reached `requests`
@@ -142,6 +143,7 @@ struct BatchFixture : ClientCluster {
                             return false;
                           b.count = metric_sum("troupe_deployment_batch_size_count");
                           b.sum = metric_sum("troupe_deployment_batch_size_sum");
+                          b.waits = metric_sum("troupe_deployment_batch_wait_seconds_count");
                           return true;
                         },
                         20s, 100ms),
@@ -223,6 +225,7 @@ struct BatchFixture : ClientCluster {
     CHECK(on.count > 0);
     CHECK(on.sum == n);
     CHECK(on.sum > on.count);  // batches of more than one request
+    CHECK(on.waits == on.count);  // each batch's wait is observed too
     // w1's half went across nodes, most of it over w2's data port (the
     // first requests go over CAF while w1's proxy opens its connection).
     const double peer = sends("w1", "peer") - peer_before;

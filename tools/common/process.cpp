@@ -7,11 +7,13 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -338,6 +340,40 @@ bool wait_until(const std::function<bool()>& condition, std::chrono::millisecond
   }
 }
 
+namespace {
+
+// Ports handed out by any process on this machine lately: a file per port
+// in kPortClaims, made with O_EXCL. Test processes run side by side (ctest
+// -j) and each checks that a port is free when it picks it, but the node it
+// starts binds it later: without a claim two of them can pick the same port
+// in that window. A claim older than kClaimLife is stale (the longest test
+// runs for 10 minutes) and is taken over.
+constexpr const char* kPortClaims = "/tmp/troupe-port-claims";
+constexpr auto kClaimLife = std::chrono::minutes(15);
+
+bool claim_port(uint16_t port) {
+  std::error_code ec;
+  std::filesystem::create_directories(kPortClaims, ec);
+  ::chmod(kPortClaims, 01777);  // shared by whoever runs tests here (sticky, like /tmp)
+  const std::string path = std::string(kPortClaims) + "/" + std::to_string(port);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return true;
+    }
+    if (errno != EEXIST)
+      return true;  // no claims possible here (read-only /tmp): rely on the bind check
+    auto written = std::filesystem::last_write_time(path, ec);
+    if (ec || std::filesystem::file_time_type::clock::now() - written < kClaimLife)
+      return false;
+    std::filesystem::remove(path, ec);  // stale: take it over
+  }
+  return false;
+}
+
+}  // namespace
+
 uint16_t free_port(uint32_t seed) {
   static std::mutex mu;
   static std::set<uint16_t> given;
@@ -357,7 +393,7 @@ uint16_t free_port(uint32_t seed) {
     addr.sin_port = htons(port);
     int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
     ::close(fd);
-    if (rc == 0) {
+    if (rc == 0 && claim_port(port)) {
       given.insert(port);
       return port;
     }

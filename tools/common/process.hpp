@@ -104,7 +104,10 @@ bool wait_until(const std::function<bool()>& condition, std::chrono::millisecond
 
 // A loopback TCP port below Linux's ephemeral range (32768+, so that no
 // outgoing connection takes it between this check and its use) that was free
-// a moment ago; never one handed out before by this process.
+// a moment ago; never one handed out before by this process, nor in the last
+// 15 minutes by another one on this machine (a claim file per port in
+// /tmp/troupe-port-claims: test processes that run side by side pick their
+// ports before their nodes bind them).
 uint16_t free_port(uint32_t seed = 0);
 
 // The last `lines` lines of `text`.
