@@ -84,7 +84,6 @@ ReplicaBatcher::ReplicaBatcher(const Instance& instance, const BatchSettings& se
   batcher_ = std::make_shared<Batcher>(
       options_of(settings), std::move(run), false, [] { return Clock::now(); }, std::move(observe));
   std::thread([batcher = batcher_] { batcher->run(); }).detach();
-  settings_ = settings;
   active_.store(settings.max_batch_size > 1, std::memory_order_release);
 }
 
@@ -101,15 +100,17 @@ BatchOptions ReplicaBatcher::options_of(const BatchSettings& s) {
 }
 
 void ReplicaBatcher::apply(const BatchSettings& settings) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  settings_ = settings;
   batcher_->set_options(options_of(settings));
   active_.store(settings.max_batch_size > 1, std::memory_order_release);
 }
 
 BatchSettings ReplicaBatcher::settings() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return settings_;
+  const BatchOptions o = batcher_->options();
+  BatchSettings s;
+  s.max_batch_size = static_cast<uint32_t>(o.max_batch_size);
+  s.wait_s = o.wait_s;
+  s.adaptive = o.adaptive;
+  return s;
 }
 
 void ReplicaBatcher::submit(HttpRequest&& req, std::shared_ptr<RequestControl> control,

@@ -15,7 +15,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "replica/batcher.hpp"
@@ -70,8 +69,6 @@ class ReplicaBatcher {
   const std::shared_ptr<ReplicaMetrics> metrics_;
   const std::shared_ptr<ModelReport> models_;
   std::atomic<bool> active_{false};
-  mutable std::mutex mutex_;
-  BatchSettings settings_;
   // Shared with its detached thread, which runs it until stop().
   std::shared_ptr<Batcher> batcher_;
 };
