@@ -63,10 +63,11 @@ struct ControllerMetrics::Impl {
                     .Name("troupe_deployment_running_replicas")
                     .Help("Replicas of a deployment that are RUNNING.")
                     .Register(registry->prom())),
-        nodes(prometheus::BuildGauge()
-                  .Name("troupe_nodes")
-                  .Help("Nodes the controller knows, by state (ALIVE, DRAINING, DEAD).")
-                  .Register(registry->prom())) {}
+        nodes(
+            prometheus::BuildGauge()
+                .Name("troupe_nodes")
+                .Help("Nodes the controller knows, by state (ALIVE, DRAINING, UNREACHABLE, DEAD).")
+                .Register(registry->prom())) {}
   std::mutex mutex;  // refresh() of two incarnations of the controller
   // Only on head candidates (leading()).
   prometheus::Gauge* is_leader = nullptr;
@@ -140,7 +141,8 @@ std::shared_ptr<CheckpointStore> ControllerMetrics::timed(std::shared_ptr<Checkp
 
 void ControllerMetrics::refresh(const StateManager* core, const std::vector<NodeStatus>& nodes) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  std::map<std::string, int> by_state = {{"ALIVE", 0}, {"DRAINING", 0}, {"DEAD", 0}};
+  std::map<std::string, int> by_state = {
+      {"ALIVE", 0}, {"DRAINING", 0}, {"UNREACHABLE", 0}, {"DEAD", 0}};
   for (const auto& n : nodes)
     ++by_state[n.state];
   for (const auto& [state, n] : by_state)

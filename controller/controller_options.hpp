@@ -20,6 +20,13 @@ class ControllerMetrics;
 
 struct ControllerOptions {
   double node_timeout_s = 5.0;
+  // Eviction with judgement (controller/membership.hpp, LossJudgement): more
+  // than this share of the nodes, and at least unreachable_min_nodes, lost
+  // within one node timeout turn UNREACHABLE instead of DEAD; their replicas
+  // move only after unreachable_timeout_s (or an operator's drain).
+  double unreachable_share = 0.5;
+  uint32_t unreachable_min_nodes = 2;
+  double unreachable_timeout_s = 60.0;
   // Snapshot pushes in flight to all subscribers together, in replica
   // entries (each pushed replica counts 1, each push 1 more): a push that
   // would go beyond waits for answers to the ones in flight, so that many

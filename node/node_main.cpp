@@ -445,6 +445,9 @@ std::string single_head_leadership(const NodeOptions& o) {
 Status Node::start_head(std::shared_ptr<controller::CheckpointStore> checkpoint) {
   SupervisorOptions sopts;
   sopts.controller.node_timeout_s = o_.node_timeout_s;
+  sopts.controller.unreachable_share = o_.unreachable_share;
+  sopts.controller.unreachable_min_nodes = o_.unreachable_min_nodes;
+  sopts.controller.unreachable_timeout_s = o_.unreachable_timeout_s;
   sopts.controller.recovery_window_s = o_.recovery_window_s;
   sopts.controller.state_dir = o_.state_dir;
   sopts.controller.plugin_dirs = o_.plugin_path;

@@ -113,6 +113,18 @@ void add_serving_options(CLI::App& app, NodeOptions& o) {
   app.add_option("--node-timeout", o.node_timeout_s,
                  "seconds without heartbeat before a node is DEAD")
       ->capture_default_str();
+  app.add_option("--unreachable-share", o.unreachable_share,
+                 "nodes lost within one node timeout beyond this share of all nodes (and at "
+                 "least --unreachable-min-nodes) are UNREACHABLE, not DEAD: the head is the "
+                 "likely one cut off, so their replicas stay where they are (1: never)")
+      ->capture_default_str();
+  app.add_option("--unreachable-min-nodes", o.unreachable_min_nodes,
+                 "the fewest nodes lost together that can make them UNREACHABLE")
+      ->capture_default_str();
+  app.add_option("--unreachable-timeout", o.unreachable_timeout_s,
+                 "seconds an UNREACHABLE node may stay lost before it is DEAD and its "
+                 "replicas are replaced (troupectl drain: at once)")
+      ->capture_default_str();
   app.add_option("--heartbeat-interval", o.heartbeat_interval_s,
                  "seconds between a node's heartbeats")
       ->capture_default_str();
@@ -351,6 +363,17 @@ Status check_exposure(const NodeOptions& o) {
   }
   if (o.heartbeat_interval_s >= o.node_timeout_s) {
     return invalid("--heartbeat-interval must be shorter than --node-timeout");
+  }
+  if (!(o.unreachable_share >= 0) || o.unreachable_share > 1) {
+    return invalid("--unreachable-share must be between 0 and 1 (1: never UNREACHABLE)");
+  }
+  if (o.unreachable_min_nodes < 1) {
+    return invalid("--unreachable-min-nodes must be at least 1");
+  }
+  if (!(o.unreachable_timeout_s > o.node_timeout_s) || o.unreachable_timeout_s > 86400) {
+    return invalid(
+        "--unreachable-timeout must be longer than --node-timeout and at most "
+        "86400 seconds");
   }
   return Status::ok();
 }

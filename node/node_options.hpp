@@ -49,6 +49,10 @@ struct NodeOptions {
   uint32_t proxy_io_threads = 1;
   double proxy_idle_timeout_s = 60;
   double node_timeout_s = 5.0;
+  // Eviction with judgement (controller/membership.hpp, LossJudgement).
+  double unreachable_share = 0.5;
+  uint32_t unreachable_min_nodes = 2;
+  double unreachable_timeout_s = 60.0;
   double heartbeat_interval_s = 1.0;
   double basp_heartbeat_interval_s = 1.0;
   double basp_connection_timeout_s = 5.0;

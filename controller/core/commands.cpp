@@ -28,6 +28,8 @@ const char* to_string(NodeState s) {
       return "DRAINING";
     case NodeState::dead:
       return "DEAD";
+    case NodeState::unreachable:
+      return "UNREACHABLE";
   }
   return "?";
 }

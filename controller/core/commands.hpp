@@ -61,7 +61,10 @@ struct Command {
   uint64_t check_seq = 0;  // check_health: echo it in on_health_check_result
 };
 
-enum class NodeState { alive, draining, dead };
+// UNREACHABLE: lost together with so many other nodes that the controller is
+// the likely fault (Membership's LossJudgement): its replicas stay where
+// they are, counted and routed to, until it is back or declared DEAD.
+enum class NodeState { alive, draining, dead, unreachable };
 
 const char* to_string(NodeState s);
 

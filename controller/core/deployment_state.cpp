@@ -271,6 +271,11 @@ void DeploymentState::record_handle_metrics(const std::string& reporter_id,
 void DeploymentState::autoscale(TickContext& ctx) {
   if (!policy_ || deleting_)
     return;
+  // While nodes are UNREACHABLE their replicas' reports do not arrive: the
+  // load would look lower than it is, and the controller is the likely one
+  // cut off. The counts hold until the nodes are back or DEAD.
+  if (ctx.cluster.unreachable() > 0)
+    return;
   metrics_.prune(ctx.now, [&](const std::string& replica_id) {
     auto it = ctx.directory.find(replica_id);
     return it != ctx.directory.end() && it->second->owner == this &&
@@ -524,6 +529,15 @@ void DeploymentState::update(TickContext& ctx) {
       continue;
     }
     if (r.state == ReplicaState::running) {
+      if (r.placed && node_state(r, ctx.cluster) == NodeState::unreachable) {
+        // Its node is cut off from the controller, not known to be down:
+        // unanswered checks say nothing of the replica. Checking resumes
+        // with a check at once when the node is back.
+        r.check_outstanding = false;
+        r.health_result = -1;
+        r.next_check_at = ctx.now;
+        continue;
+      }
       check_health(r, ctx);
       continue;
     }

@@ -4,8 +4,11 @@ namespace troupe::controller {
 
 void Cluster::set_nodes(const std::vector<NodeInfo>& nodes) {
   ++epoch_;
+  unreachable_ = 0;
   std::map<std::string, Node> next;
   for (const auto& info : nodes) {
+    if (info.state == NodeState::unreachable)
+      ++unreachable_;
     Node node;
     if (auto it = nodes_.find(info.id); it != nodes_.end()) {
       node = std::move(it->second);

@@ -31,6 +31,9 @@ class Cluster {
   // DEAD when unknown.
   NodeState state(const std::string& node_id) const;
 
+  // Nodes UNREACHABLE in the view (autoscaling holds while there are any).
+  size_t unreachable() const { return unreachable_; }
+
   // Changes with every set_nodes(): lets callers cache state() per replica.
   uint64_t epoch() const { return epoch_; }
 
@@ -55,6 +58,7 @@ class Cluster {
  private:
   std::map<std::string, Node> nodes_;
   uint64_t epoch_ = 1;
+  size_t unreachable_ = 0;
   // Usage reserved on nodes that are not (or no longer) in the view, so that
   // a node that comes back gets the right numbers.
   std::map<std::string, Node> unknown_;

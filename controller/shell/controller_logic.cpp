@@ -25,7 +25,9 @@ ControllerLogic::ControllerLogic(const ControllerOptions& options,
     : options_(options),
       clock_(std::move(clock)),
       log_(std::move(log)),
-      membership_(options.node_timeout_s),
+      membership_(options.node_timeout_s,
+                  LossJudgement{options.unreachable_share, options.unreachable_min_nodes,
+                                options.unreachable_timeout_s}),
       rng_(seed),
       store_(std::move(store)),
       core_(std::make_unique<StateManager>(*store_, *clock_, rng_,
@@ -33,9 +35,10 @@ ControllerLogic::ControllerLogic(const ControllerOptions& options,
       // Recovering until start() has looked at the checkpoint.
       recovery_(std::make_unique<RecoveryGate>(*clock_, options.recovery_window_s,
                                                std::set<std::string>{})),
-      nodes_file_(options.nodes_list ? NodesFile(options.nodes_list->where, options.nodes_list->read,
-                                                 options.nodes_list->write)
-                                     : NodesFile(options.state_dir)),
+      nodes_file_(options.nodes_list
+                      ? NodesFile(options.nodes_list->where, options.nodes_list->read,
+                                  options.nodes_list->write)
+                      : NodesFile(options.state_dir)),
       proxies_(*clock_,
                ProxyHealthOptions{options.proxy_health_period_s, options.proxy_unhealthy_after}),
       actors_(std::move(monitor), std::move(demonitor)),
@@ -199,8 +202,18 @@ Status ControllerLogic::drain(const std::string& node_id, const Credential& cred
                     Operation::drain);
       !s)
     return s;
+  const bool unreachable = membership_.state(node_id) == NodeState::unreachable;
   if (auto s = membership_.drain(node_id); !s)
     return s;
+  if (unreachable) {
+    const auto& reason = membership_.nodes().at(node_id).reason;
+    log_->warn("node {} UNREACHABLE -> DEAD: {}", node_id, reason);
+    activity_.record(now(), "node", node_id, "node " + node_id + " UNREACHABLE -> DEAD: " + reason,
+                     true);
+    drop_unreachable({{node_id, NodeState::unreachable, NodeState::dead, reason}});
+    nodes_changed();
+    return Status::ok();
+  }
   log_->warn("node {} is DRAINING (operator request)", node_id);
   activity_.record(now(), "node", node_id, "node " + node_id + " is DRAINING (operator request)");
   nodes_changed();
@@ -601,7 +614,7 @@ ControllerLogic::Execution ControllerLogic::plan(const Command& cmd) {
   out.action = plan_command(cmd, static_cast<bool>(out.agent), static_cast<bool>(out.replica));
   if (out.action == CommandAction::replica_gone) {
     if (auto it = unreachable_.find(cmd.node_id);
-        it != unreachable_.end() && it->second.count(id) > 0) {
+        it != unreachable_.end() && it->second.ids.count(id) > 0) {
       out.action = CommandAction::awaiting_node;
     }
   }
@@ -679,7 +692,7 @@ void ControllerLogic::settle_unreachable(const std::string& node,
   auto it = unreachable_.find(node);
   if (it == unreachable_.end())
     return;
-  for (const auto& id : it->second) {
+  for (const auto& id : it->second.ids) {
     auto h = std::find_if(hosted.begin(), hosted.end(), [&](const HostedReplicaInfo& x) {
       return x.replica_id == id && x.handle;
     });
@@ -689,7 +702,7 @@ void ControllerLogic::settle_unreachable(const std::string& node,
       continue;
     }
     std::string cause = "replica " + id + " was not reported by node " + node +
-                        " when it registered again after the controller's pause";
+                        " when it registered again after its connection was lost";
     log_->warn("{}", cause);
     activity_.record(now(), "crash", id, cause, true);
     core_->on_replica_crashed(id, cause);
@@ -704,12 +717,37 @@ void ControllerLogic::drop_unreachable(const std::vector<NodeTransition>& ts) {
   }
 }
 
+void ControllerLogic::release_held() {
+  for (auto it = unreachable_.begin(); it != unreachable_.end();) {
+    const auto node = membership_.nodes().find(it->first);
+    const bool waits =
+        node != membership_.nodes().end() &&
+        (node->second.state == NodeState::unreachable || node->second.reconnect_by > now() ||
+         now() - it->second.since <= membership_.node_timeout_s());
+    if (waits) {
+      ++it;
+      continue;
+    }
+    for (const auto& id : it->second.ids) {
+      std::string cause = "replica " + id + " went down with the connection to node " + it->first +
+                          ", which neither registered again nor was declared lost within " +
+                          "the node timeout";
+      log_->warn("{}", cause);
+      activity_.record(now(), "crash", id, cause, true);
+      core_->on_replica_crashed(id, cause);
+    }
+    it = unreachable_.erase(it);
+  }
+}
+
 bool ControllerLogic::tick() {
   notice_pause();
   last_tick_at_ = now();
   auto ts = membership_.check(now());
   log_transitions(ts);
   drop_unreachable(ts);
+  if (!recovering())
+    release_held();
   if (!ts.empty())
     nodes_changed();
   if (!recovering() && (libraries_collected_at_ < 0 ||
@@ -799,12 +837,21 @@ bool ControllerLogic::on_down(const caf::actor_addr& source, const caf::error& r
       if (recovering())
         return false;
       if (reason == caf::exit_reason::remote_link_unreachable &&
-          membership_.in_pause_grace(now())) {
-        log_->info(
-            "replica {} went down with the connection to node {} after the controller's pause; "
-            "waiting for the node to register again",
-            ev.id, ev.node);
-        unreachable_[ev.node].insert(ev.id);
+          membership_.state(ev.node) != NodeState::dead) {
+        // The connection to its node dropped: the node's judgement decides
+        // (its agent's notice comes with the same drop, or the heartbeats
+        // stop), not this notice.
+        const NodeState node = membership_.state(ev.node);
+        log_->info("replica {} went down with the connection to node {}{}", ev.id, ev.node,
+                   membership_.in_pause_grace(now())
+                       ? " after the controller's pause; waiting for the node to register again"
+                   : node == NodeState::unreachable
+                       ? ", which is UNREACHABLE; waiting for it to register again"
+                       : "; waiting for the node to register again or be declared lost");
+        auto& held = unreachable_[ev.node];
+        if (held.ids.empty())
+          held.since = now();
+        held.ids.insert(ev.id);
         return false;
       }
       // A replica process's handle ends with the cause of its exit ("replica

@@ -278,12 +278,17 @@ class ControllerLogic {
   // the nodes from now on (Membership::resumed).
   void notice_pause();
   double pause_threshold_s() const;
-  // After a pause, replicas whose handles went down with their node's
-  // connection are not crashes: they wait here for their node to register
-  // again (which brings the handles back, or names those that are gone), or
-  // to be declared DEAD (the core replaces the replicas of DEAD nodes).
+  // Replicas whose handles went down with their node's connection are not
+  // crashes: the node's fate decides theirs. They wait here for their node
+  // to register again (which brings the handles back, or names those that
+  // are gone), or to be declared DEAD (the core replaces the replicas of
+  // DEAD nodes). An UNREACHABLE node's wait lasts until one of those; after
+  // a pause, until the pause's grace ends; otherwise (the connection dropped
+  // before the node was judged) at most one node timeout, after which they
+  // are crashes (release_held()).
   void settle_unreachable(const std::string& node, const std::vector<HostedReplicaInfo>& hosted);
   void drop_unreachable(const std::vector<NodeTransition>& ts);
+  void release_held();
   void save_live_nodes();
   // The core learns the node table (and <state_dir>/nodes is kept).
   void push_nodes();
@@ -313,8 +318,13 @@ class ControllerLogic {
   bool stop_nodes_when_empty_ = false;
   // When tick() last ran (the controller's clock); < 0 before the first.
   double last_tick_at_ = -1;
-  // Node id -> replicas unreachable since a pause (settle_unreachable()).
-  std::map<std::string, std::set<std::string>> unreachable_;
+  // Node id -> replicas whose handles went down with the node's connection
+  // (settle_unreachable()), and since when.
+  struct Held {
+    std::set<std::string> ids;
+    double since = 0;
+  };
+  std::map<std::string, Held> unreachable_;
   // Recent events and request rates, for the dashboard (mutable: reading
   // the dashboard forgets the counters of replicas that are gone).
   mutable Activity activity_;

@@ -1019,3 +1019,32 @@ TEST_CASE("autoscaling: a deploy keeps the counts of deployments that stay autos
   h.restart();
   CHECK(h.core->target_replicas(kD) == 3u);
 }
+
+TEST_CASE("autoscaling: holds while a node is UNREACHABLE - decides again once it is back") {
+  Harness h;
+  AutoscalingConfig a = bounded(1, 6);
+  a.initial_replicas = 3;
+  a.upscale_delay_s = 0;
+  a.downscale_delay_s = 0;
+  deploy(h, autoscaled(a));
+  Load load{h, 6.0};
+  load.until(100);
+  REQUIRE(running(h) == 3);
+  // Two nodes cut off from the controller: their replicas' reports stop.
+  auto nodes = h.nodes;
+  nodes[1].state = NodeState::unreachable;
+  nodes[2].state = NodeState::unreachable;
+  h.set_nodes(nodes);
+  load.total = 0.5;  // what the reports still arriving say: want 1
+  CHECK(load.until(200) == V{});
+  CHECK(h.core->target_replicas(kD) == 3u);
+  load.total = 24.0;  // want 6
+  CHECK(load.until(300) == V{});
+  CHECK(h.core->target_replicas(kD) == 3u);
+  // Back: the policy decides on what it hears from then on.
+  nodes[1].state = NodeState::alive;
+  nodes[2].state = NodeState::alive;
+  h.set_nodes(nodes);
+  load.until(320);
+  CHECK(h.core->target_replicas(kD) == 6u);
+}

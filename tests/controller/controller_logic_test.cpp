@@ -1019,3 +1019,245 @@ TEST_CASE("logic: a rollback is checked - deploys the last good declaration - lo
   CHECK(again.status().code() == errc::conflict);
   CHECK(contains(f.log_text.str(), "warning rollback of a refused: conflict: "));
 }
+
+// Eviction with judgement: a head cut off from both workers, which host the
+// replicas (each worker one of D's two).
+namespace {
+
+struct CutOff {
+  Fixture f;
+  std::map<std::string, test::AnyHandle> agents;
+  std::map<std::string, test::AnyHandle> replicas;  // replica id -> handle
+  std::map<std::string, std::string> node_of;       // replica id -> node
+
+  explicit CutOff(double unreachable_timeout_s = 60.0) {
+    f.options.node_timeout_s = 2.0;
+    f.options.unreachable_timeout_s = unreachable_timeout_s;
+    f.start();
+    for (const char* id : {"n1", "n2"}) {
+      agents[id] = f.handle();
+      f.register_node(id, agents[id]);
+    }
+    REQUIRE(f.deploy(make_app("a", "/a", {make_deployment("D", 2)})));
+    for (const auto& [cmd, run] : f.reconcile()) {
+      REQUIRE(cmd.kind == CommandKind::start);
+      replicas[cmd.replica_id] = f.handle();
+      node_of[cmd.replica_id] = cmd.node_id;
+      f.logic->actors().remember_replica(cmd.replica_id, cmd.node_id, replicas[cmd.replica_id]);
+      f.logic->core().on_replica_ready(cmd.replica_id, cmd.version);
+    }
+    REQUIRE(node_of.size() == 2);
+    REQUIRE(std::set<std::string>{node_of.begin()->second, node_of.rbegin()->second} ==
+            std::set<std::string>{"n1", "n2"});
+    agents["head"] = f.handle();
+    f.register_node("head", agents["head"]);
+    f.reconcile();
+    f.ticks(1.0, {"head", "n1", "n2"});
+    f.reconcile();
+    REQUIRE(running() == ids());
+  }
+
+  std::set<std::string> ids() const {
+    std::set<std::string> out;
+    for (const auto& [id, node] : node_of)
+      out.insert(id);
+    return out;
+  }
+  std::set<std::string> running() const {
+    std::set<std::string> out;
+    for (const auto& [id, state] : f.replicas_of_d()) {
+      if (state == "RUNNING")
+        out.insert(id);
+    }
+    return out;
+  }
+  // Seconds of ticks with only the head heartbeating, reconciling every
+  // 0.5 s: the commands that came out.
+  std::vector<Command> cut_for(double seconds) {
+    std::vector<Command> out;
+    for (int i = 0; i < static_cast<int>(seconds * 2 + 0.5); ++i) {
+      f.ticks(0.5, {"head"});
+      for (const auto& [cmd, run] : f.reconcile())
+        out.push_back(cmd);
+    }
+    return out;
+  }
+  // The workers reconnect and register again with their replicas (handles
+  // new after the connection was lost).
+  void heal() {
+    for (const char* node : {"n1", "n2"}) {
+      std::vector<HostedReplicaInfo> hosted;
+      for (const auto& [id, at] : node_of) {
+        if (at != node)
+          continue;
+        HostedReplicaInfo h;
+        h.replica_id = id;
+        h.app = "a";
+        h.deployment = "D";
+        h.handle = f.handle();
+        hosted.push_back(h);
+      }
+      agents[node] = f.handle();
+      f.register_node(node, agents[node], hosted);
+    }
+  }
+};
+
+size_t count_kind(const std::vector<Command>& cmds, CommandKind kind) {
+  return static_cast<size_t>(
+      std::count_if(cmds.begin(), cmds.end(), [&](const Command& c) { return c.kind == kind; }));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "logic: a head cut off from most nodes starts and stops nothing - the same replicas after the "
+    "heal") {
+  CutOff c;
+  auto during = c.cut_for(3.0);
+  CHECK(c.f.node_state("n1") == "UNREACHABLE");
+  CHECK(c.f.node_state("n2") == "UNREACHABLE");
+  CHECK(c.f.node_state("head") == "ALIVE");
+  for (const auto& n : c.f.logic->nodes()) {
+    if (n.id == "n1")
+      CHECK_MESSAGE(contains(n.reason, "2 of 3 nodes lost within one node timeout"), n.reason);
+  }
+  CHECK(contains(c.f.log_text.str(), "warning node n1 ALIVE -> UNREACHABLE: no heartbeat for"));
+  // Their connections drop: the agents' and replicas' notices wait for the
+  // nodes, and change nothing.
+  for (const char* node : {"n1", "n2"}) {
+    CHECK_FALSE(c.f.logic->on_down(c.agents[node].address(),
+                                   caf::exit_reason::remote_link_unreachable, "lost"));
+  }
+  for (const auto& [id, h] : c.replicas) {
+    CHECK_FALSE(c.f.logic->on_down(h.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+    CHECK(contains(c.f.log_text.str(), "replica " + id + " went down with the connection to node " +
+                                           c.node_of[id] + ", which is UNREACHABLE"));
+  }
+  // 15 s cut off, past several health-check periods (10 s): nothing started,
+  // stopped or killed, no health check sent, the replicas still RUNNING.
+  auto more = c.cut_for(12.0);
+  during.insert(during.end(), more.begin(), more.end());
+  CHECK(count_kind(during, CommandKind::start) == 0);
+  CHECK(count_kind(during, CommandKind::stop) == 0);
+  CHECK(count_kind(during, CommandKind::kill) == 0);
+  CHECK(count_kind(during, CommandKind::check_health) == 0);
+  CHECK(c.running() == c.ids());
+  CHECK(c.f.status()["applications"]["a"]["deployments"]["D"]["status"] == "HEALTHY");
+
+  c.heal();
+  CHECK(c.f.node_state("n1") == "ALIVE");
+  CHECK(c.f.node_state("n2") == "ALIVE");
+  for (const auto& [id, node] : c.node_of)
+    CHECK(contains(c.f.log_text.str(), "replica " + id + " is back with its node " + node));
+  auto after = c.cut_for(0.0);
+  for (int i = 0; i < 4; ++i) {
+    c.f.ticks(0.5, {"head", "n1", "n2"});
+    for (const auto& [cmd, run] : c.f.reconcile())
+      after.push_back(cmd);
+  }
+  CHECK(count_kind(after, CommandKind::start) == 0);
+  CHECK(count_kind(after, CommandKind::stop) == 0);
+  // Health checks resume at once.
+  CHECK(count_kind(after, CommandKind::check_health) == 2);
+  CHECK(c.running() == c.ids());
+  CHECK_FALSE(contains(c.f.log_text.str(), "-> DEAD"));
+}
+
+TEST_CASE(
+    "logic: UNREACHABLE nodes lost past the unreachable timeout are DEAD - their replicas move") {
+  CutOff c(10.0);
+  auto during = c.cut_for(11.5);
+  CHECK(count_kind(during, CommandKind::start) == 0);
+  CHECK(c.f.node_state("n1") == "UNREACHABLE");
+  auto after = c.cut_for(1.0);
+  CHECK(c.f.node_state("n1") == "DEAD");
+  CHECK(c.f.node_state("n2") == "DEAD");
+  CHECK(contains(c.f.log_text.str(), "node n1 UNREACHABLE -> DEAD: UNREACHABLE for 10."));
+  std::vector<Command> starts;
+  for (const auto& cmd : after) {
+    if (cmd.kind == CommandKind::start)
+      starts.push_back(cmd);
+  }
+  REQUIRE(starts.size() == 2);
+  for (const auto& s : starts) {
+    CHECK(s.node_id == "head");
+    CHECK(c.node_of.count(s.replica_id) == 0);
+  }
+}
+
+TEST_CASE("logic: an operator's drain of an UNREACHABLE node moves its replicas at once") {
+  CutOff c;
+  c.cut_for(3.0);
+  REQUIRE(c.f.node_state("n1") == "UNREACHABLE");
+  CHECK(c.f.logic->drain("n1", Credential{}).is_ok());
+  CHECK(c.f.node_state("n1") == "DEAD");
+  CHECK(contains(c.f.log_text.str(),
+                 "node n1 UNREACHABLE -> DEAD: drained by operator while UNREACHABLE"));
+  auto cmds = c.cut_for(0.5);
+  std::vector<Command> starts;
+  for (const auto& cmd : cmds) {
+    if (cmd.kind == CommandKind::start)
+      starts.push_back(cmd);
+  }
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].node_id == "head");
+  CHECK(c.f.node_state("n2") == "UNREACHABLE");
+  // n1 comes back DRAINING: its old replica is stopped once the new one runs.
+  c.heal();
+  CHECK(c.f.node_state("n1") == "DRAINING");
+}
+
+TEST_CASE("logic: a replica down with its node's connection waits for the node's judgement") {
+  Fixture f;
+  f.options.node_timeout_s = 2.0;
+  f.start();
+  std::string id;
+  auto agent = f.handle();
+  auto replica = f.running_replica(agent, &id);
+  f.register_node("n2", f.handle());
+  f.ticks(1.0, {"n1", "n2"});
+  // The replica's notice comes before the agent's: nothing yet.
+  CHECK_FALSE(
+      f.logic->on_down(replica.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  CHECK(contains(f.log_text.str(), "replica " + id +
+                                       " went down with the connection to node n1; waiting for "
+                                       "the node to register again or be declared lost"));
+  for (const auto& [cmd, run] : f.reconcile_except_checks())
+    CHECK_MESSAGE(cmd.kind != CommandKind::start, cmd.replica_id);
+  // The agent's: n1 alone is lost, DEAD, and its replica replaced on n2.
+  CHECK(f.logic->on_down(agent.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  CHECK(f.node_state("n1") == "DEAD");
+  size_t starts = 0;
+  for (const auto& [cmd, run] : f.reconcile_except_checks()) {
+    if (cmd.kind == CommandKind::start) {
+      ++starts;
+      CHECK(cmd.node_id == "n2");
+    }
+  }
+  CHECK(starts == 1);
+}
+
+TEST_CASE("logic: a replica held for a node that stays ALIVE is a crash after one node timeout") {
+  Fixture f;
+  f.options.node_timeout_s = 2.0;
+  f.start();
+  std::string id;
+  auto agent = f.handle();
+  auto replica = f.running_replica(agent, &id);
+  f.ticks(1.0, {"n1"});
+  CHECK_FALSE(
+      f.logic->on_down(replica.address(), caf::exit_reason::remote_link_unreachable, "lost"));
+  f.ticks(1.9, {"n1"});
+  for (const auto& [cmd, run] : f.reconcile_except_checks())
+    CHECK_MESSAGE(cmd.kind != CommandKind::start, cmd.replica_id);
+  f.ticks(0.3, {"n1"});
+  CHECK(contains(f.log_text.str(), "replica " + id +
+                                       " went down with the connection to node n1, "
+                                       "which neither registered again nor was declared lost"));
+  size_t starts = 0;
+  for (const auto& [cmd, run] : f.reconcile_except_checks())
+    starts += cmd.kind == CommandKind::start ? 1 : 0;
+  CHECK(starts == 1);
+  CHECK(f.node_state("n1") == "ALIVE");
+}

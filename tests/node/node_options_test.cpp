@@ -29,6 +29,9 @@ TEST_CASE("a head with defaults") {
   CHECK(o->admin_bind == "127.0.0.1");
   CHECK(o->admin_port == 8265);
   CHECK(o->node_timeout_s == 5.0);
+  CHECK(o->unreachable_share == 0.5);
+  CHECK(o->unreachable_min_nodes == 2u);
+  CHECK(o->unreachable_timeout_s == 60.0);
   CHECK(o->drain_delay_s == 3.0);
   CHECK(o->dashboard);
   auto off = parse({"--head", "--state-dir", "/tmp/x", "--no-dashboard"});
@@ -51,6 +54,12 @@ TEST_CASE("a worker with every option") {
                   "3",
                   "--heartbeat-interval",
                   "0.5",
+                  "--unreachable-share",
+                  "0.6",
+                  "--unreachable-min-nodes",
+                  "3",
+                  "--unreachable-timeout",
+                  "120",
                   "--basp-heartbeat-interval",
                   "0.25",
                   "--basp-connection-timeout",
@@ -78,6 +87,9 @@ TEST_CASE("a worker with every option") {
   CHECK(o->resources.get("cpu") == 8.0);
   CHECK(o->resources.get("mem") == 16.0 * 1024 * 1024 * 1024);
   CHECK(o->http_port == 8100);
+  CHECK(o->unreachable_share == 0.6);
+  CHECK(o->unreachable_min_nodes == 3u);
+  CHECK(o->unreachable_timeout_s == 120.0);
   CHECK(o->node_timeout_s == 3.0);
   CHECK(o->heartbeat_interval_s == 0.5);
   CHECK(o->basp_heartbeat_interval_s == 0.25);
@@ -153,6 +165,12 @@ TEST_CASE("bad options are refused with a message naming them") {
       {{"--join", "h:1", "--http-port", "70000"}, "--http-port"},
       {{"--join", "h:1", "--node-timeout", "-1"}, "--node-timeout"},
       {{"--join", "h:1", "--heartbeat-interval", "9"}, "shorter than --node-timeout"},
+      {{"--head", "--state-dir", "d", "--unreachable-share", "1.5"},
+       "--unreachable-share must be between 0 and 1"},
+      {{"--head", "--state-dir", "d", "--unreachable-min-nodes", "0"},
+       "--unreachable-min-nodes must be at least 1"},
+      {{"--head", "--state-dir", "d", "--unreachable-timeout", "4"},
+       "--unreachable-timeout must be longer than --node-timeout"},
       {{"--head", "--state-dir", "d", "--port", "0"}, "--port 0"},
       {{"--join", "h:1", "--drain-delay", "-1"}, "--drain-delay must be between 0 and 86400"},
       {{"--join", "h:1", "--advertise", "0.0.0.0"}, "--advertise 0.0.0.0 is not an address"},
