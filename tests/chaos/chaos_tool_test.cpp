@@ -358,6 +358,10 @@ bool has_check(const RunData& run, const std::string& prefix, bool ok) {
   return false;
 }
 
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 const GoalResult* goal(const RunData& run, const std::string& name) {
   for (const auto& g : run.goals) {
     if (g.name == name)
@@ -668,6 +672,79 @@ TEST_CASE("chaos/replicas listed on live nodes above target plus surge are a mis
   analyze(run);
   CHECK(!goal(run, "max_replicas_above_surge")->met);
   CHECK(*goal(run, "max_replicas_above_surge")->measured == doctest::Approx(1.0));
+}
+
+TEST_CASE("chaos/replicas_unchanged and seen_unreachable are read - and checked") {
+  auto s = load_scenario(
+      write_temp("unch", std::string(kMinimal) + R"(cluster: {workers: 2, network: namespaces}
+faults:
+  - {action: partition, node: head, from: workers, at_s: 1, duration_s: 5}
+goals: {replicas_unchanged: true, seen_unreachable: [w1, w2]}
+)"));
+  CHECK(s.goals.replicas_unchanged);
+  CHECK(s.goals.seen_unreachable == std::vector<std::string>{"w1", "w2"});
+  auto stranger = error_of("unch1", std::string(kMinimal) + R"(cluster: {workers: 2}
+faults:
+  - {action: kill_replica, at_s: 1}
+goals: {seen_unreachable: [w3]}
+)");
+  CHECK(stranger.find("seen_unreachable names nodes of the cluster (head, w1 to w2), not 'w3'") !=
+        std::string::npos);
+  auto nothing = error_of("unch2", std::string(kMinimal) + "goals: {replicas_unchanged: true}\n");
+  CHECK(nothing.find("replicas_unchanged needs a fault") != std::string::npos);
+}
+
+TEST_CASE(
+    "chaos/replicas_unchanged - the same replicas through the fault - none new - all RUNNING at "
+    "the end") {
+  RunData run;
+  run.load_enabled = false;
+  run.scenario.goals.replicas_unchanged = true;
+  run.scenario.goals.seen_unreachable = {"w1"};
+  run.faults.push_back(injected(FaultKind::partition, "head", {"w1"}, 10, 25));
+  auto before = healthy_at(9.0, 9.1);
+  auto cut = healthy_at(13.0, 13.1);
+  cut.node_state["w1"] = "UNREACHABLE";
+  auto back = healthy_at(27.0, 27.1);
+  run.observations = {before, cut, back};
+  analyze(run);
+  REQUIRE(goal(run, "replicas_unchanged"));
+  CHECK_MESSAGE(goal(run, "replicas_unchanged")->met, goal(run, "replicas_unchanged")->detail);
+  CHECK(*goal(run, "replicas_unchanged")->measured == doctest::Approx(0.0));
+  REQUIRE(goal(run, "seen_unreachable"));
+  CHECK(goal(run, "seen_unreachable")->met);
+  CHECK(goal(run, "seen_unreachable")->detail == "w1 UNREACHABLE at t=13.00; ");
+
+  // A replacement started during the cut, and the old one gone.
+  auto replaced = healthy_at(15.0, 15.1);
+  replaced.replica_ids = {"r1", "r3"};
+  replaced.deployments["echo/Echo"].state_of = {{"r1", "RUNNING"}, {"r3", "STARTING"}};
+  run.observations = {before, cut, replaced, back};
+  analyze(run);
+  CHECK_FALSE(goal(run, "replicas_unchanged")->met);
+  CHECK(*goal(run, "replicas_unchanged")->measured == doctest::Approx(1.0));
+  CHECK(goal(run, "replicas_unchanged")->detail.rfind("first at t=15.00: new r3: gone r2; ", 0) ==
+        0);
+
+  // The same ids at the end, but one not RUNNING.
+  auto unhealthy_end = healthy_at(27.0, 27.1);
+  unhealthy_end.deployments["echo/Echo"].state_of["r2"] = "RECOVERING";
+  run.observations = {before, cut, unhealthy_end};
+  analyze(run);
+  CHECK_FALSE(goal(run, "replicas_unchanged")->met);
+  CHECK(contains(goal(run, "replicas_unchanged")->detail, "not all RUNNING at the last poll"));
+
+  // Nothing healthy before the fault: nothing to compare with.
+  auto sick = before;
+  sick.deployments["echo/Echo"].status = "UPDATING";
+  run.observations = {sick, cut, back};
+  run.scenario.goals.seen_unreachable = {"w1", "head"};
+  analyze(run);
+  CHECK_FALSE(goal(run, "replicas_unchanged")->met);
+  CHECK(contains(goal(run, "replicas_unchanged")->detail, "was not healthy"));
+  CHECK_FALSE(goal(run, "seen_unreachable")->met);
+  CHECK(*goal(run, "seen_unreachable")->measured == doctest::Approx(1.0));
+  CHECK(contains(goal(run, "seen_unreachable")->detail, "head never UNREACHABLE"));
 }
 
 TEST_CASE("chaos/a full disk needs a disk of the head's own - and hits the head only") {

@@ -815,6 +815,81 @@ void analyze(RunData& run) {
     g.detail = counted ? "most over target + surge: " + where : "no poll answered";
     run.goals.push_back(g);
   }
+  if (goals.replicas_unchanged) {
+    // Against the last poll answered before the first fault.
+    GoalResult g{"replicas_unchanged", 0, 0.0, false, ""};
+    double first = kInf;
+    for (const auto& f : run.faults) {
+      if (f.ok)
+        first = std::min(first, f.t_s);
+    }
+    const Observation* base = nullptr;
+    for (const auto& o : obs) {
+      if (o.status_ok && o.state_end_s < first)
+        base = &o;
+    }
+    if (first == kInf) {
+      g.detail = "no fault was injected";
+    } else if (!base || !base->healthy()) {
+      g.detail =
+          base ? "the last poll before the first fault was not healthy: " + base->unhealthy_reason()
+               : "no poll answered before the first fault";
+    } else {
+      int differing = 0;
+      const Observation* last = nullptr;
+      for (const auto& o : obs) {
+        if (!o.status_ok || o.start_s <= base->start_s)
+          continue;
+        last = &o;
+        if (o.replica_ids == base->replica_ids)
+          continue;
+        if (differing++ == 0) {
+          std::string started, gone;
+          for (const auto& id : o.replica_ids)
+            started += base->replica_ids.count(id) ? "" : " " + id;
+          for (const auto& id : base->replica_ids)
+            gone += o.replica_ids.count(id) ? "" : " " + id;
+          g.detail = "first at t=" + fixed(o.start_s, 2) +
+                     (started.empty() ? "" : ": new" + started) +
+                     (gone.empty() ? "" : ": gone" + gone) + "; ";
+        }
+      }
+      g.measured = static_cast<double>(differing);
+      bool all_running = last != nullptr;
+      if (last) {
+        for (const auto& [name, d] : last->deployments) {
+          for (const auto& [id, st] : d.state_of)
+            all_running = all_running && st == "RUNNING";
+        }
+      }
+      g.met = differing == 0 && all_running;
+      g.detail += std::to_string(differing) + " polls listed other replicas than the " +
+                  std::to_string(base->replica_ids.size()) + " before the first fault" +
+                  (!last         ? "; no poll answered after it"
+                   : all_running ? "; all RUNNING at the last poll"
+                                 : "; not all RUNNING at the last poll");
+    }
+    run.goals.push_back(g);
+  }
+  if (!goals.seen_unreachable.empty()) {
+    GoalResult g{"seen_unreachable", static_cast<double>(goals.seen_unreachable.size()), 0.0, false,
+                 ""};
+    int seen = 0;
+    for (const auto& id : goals.seen_unreachable) {
+      std::optional<double> at;
+      for (const auto& o : obs) {
+        if (o.nodes_ok && state_of(o, id) == "UNREACHABLE") {
+          at = o.start_s;
+          break;
+        }
+      }
+      seen += at ? 1 : 0;
+      g.detail += id + (at ? " UNREACHABLE at t=" + fixed(*at, 2) : " never UNREACHABLE") + "; ";
+    }
+    g.measured = static_cast<double>(seen);
+    g.met = seen == static_cast<int>(goals.seen_unreachable.size());
+    run.goals.push_back(g);
+  }
   if (goals.max_failures_via_unfaulted_nodes) {
     GoalResult g{"max_failures_via_unfaulted_nodes",
                  static_cast<double>(*goals.max_failures_via_unfaulted_nodes),

@@ -501,12 +501,27 @@ Scenario load_scenario(const std::string& path) {
 
   if (auto g = root["goals"]) {
     r.only(g,
-           {"min_success_ratio", "max_recovery_s", "max_final_recovery_s", "max_dead_detection_s",
-            "max_replacement_s", "max_failures_via_unfaulted_nodes", "max_unexplained_failures",
-            "min_poison_502_ratio", "max_nodes_seen_not_alive", "max_failed_status_polls",
-            "max_status_gap_s", "max_dead_transitions_per_fault", "max_replicas_above_surge",
-            "deploy_failed_within_s", "deploy_failed_message", "replicas_kept",
-            "no_healthy_until_rollback", "rollback_healthy_within_s", "max_failover_s",
+           {"min_success_ratio",
+            "max_recovery_s",
+            "max_final_recovery_s",
+            "max_dead_detection_s",
+            "max_replacement_s",
+            "max_failures_via_unfaulted_nodes",
+            "max_unexplained_failures",
+            "min_poison_502_ratio",
+            "max_nodes_seen_not_alive",
+            "max_failed_status_polls",
+            "max_status_gap_s",
+            "max_dead_transitions_per_fault",
+            "max_replicas_above_surge",
+            "replicas_unchanged",
+            "seen_unreachable",
+            "deploy_failed_within_s",
+            "deploy_failed_message",
+            "replicas_kept",
+            "no_healthy_until_rollback",
+            "rollback_healthy_within_s",
+            "max_failover_s",
             "max_step_down_s"},
            "goals");
     auto& go = s.goals;
@@ -523,6 +538,21 @@ Scenario load_scenario(const std::string& path) {
     go.max_status_gap_s = r.opt_double(g, "max_status_gap_s");
     go.max_dead_transitions_per_fault = r.opt_int(g, "max_dead_transitions_per_fault");
     go.max_replicas_above_surge = r.opt_int(g, "max_replicas_above_surge");
+    go.replicas_unchanged = r.get<bool>(g, "replicas_unchanged", false);
+    go.seen_unreachable = r.get<std::vector<std::string>>(g, "seen_unreachable", {});
+    if (go.replicas_unchanged && s.faults.empty())
+      r.fail(g["replicas_unchanged"],
+             "replicas_unchanged needs a fault (it compares with the "
+             "replicas before the first)");
+    for (const auto& id : go.seen_unreachable) {
+      bool known = id == "head";
+      for (int w = 1; w <= s.cluster.workers; ++w)
+        known = known || id == "w" + std::to_string(w);
+      if (!known)
+        r.fail(g["seen_unreachable"], "seen_unreachable names nodes of the cluster (head, w1 to w" +
+                                          std::to_string(s.cluster.workers) + "), not '" + id +
+                                          "'");
+    }
     if (g["max_failover_s"])
       go.max_failover_s = r.positive(g, "max_failover_s", 0);
     if (g["max_step_down_s"])

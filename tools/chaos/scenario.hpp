@@ -198,6 +198,14 @@ struct Goals {
   // surge (max(target / 5, 1)) replicas that are not STOPPING on nodes that
   // are not DEAD, plus this many.
   std::optional<int64_t> max_replicas_above_surge;
+  // Every replica listed at the last poll answered before the first fault
+  // (which must read every deployment HEALTHY at target) is listed at every
+  // answered poll after it, and no other: nothing started, stopped or
+  // replaced through the faults; the last answered poll lists them all
+  // RUNNING.
+  bool replicas_unchanged = false;
+  // Each of these nodes was read UNREACHABLE by some answered poll.
+  std::vector<std::string> seen_unreachable;
 
   // The rollout goals judge the first `redeploy` fault (the release under
   // test) and the deployment it watches (its app/deployment); "the
