@@ -684,7 +684,21 @@ int main(int argc, char** argv) {
     auto st = client->drain(drain_node);
     if (!st)
       return fail(1, st.message());
-    std::printf("node %s is DRAINING\n", drain_node.c_str());
+    std::string state = "DRAINING";
+    if (auto nodes = client->nodes()) {
+      for (const auto& n : *nodes) {
+        if (n.id == drain_node)
+          state = n.state;
+      }
+    }
+    if (state == "DEAD") {
+      std::printf(
+          "node %s was UNREACHABLE: it is DEAD now and its replicas are replaced on "
+          "other nodes; it is DRAINING if it comes back\n",
+          drain_node.c_str());
+    } else {
+      std::printf("node %s is DRAINING\n", drain_node.c_str());
+    }
     return 0;
   }
   if (*deploy_cmd) {
