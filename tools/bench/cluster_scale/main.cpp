@@ -52,6 +52,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "runtime/system_setup.hpp"
+#include "runtime/tcp_probe.hpp"
 #include "tools/bench/cluster_scale/sim.hpp"
 #include "tools/common/process.hpp"
 
@@ -404,6 +405,16 @@ bool Run::go(std::vector<Goal>& goals) {
   auto started_at = Clock::now();
   if (!start_head())
     return false;
+  // The phases: the head's port open (process start, checkpoint load,
+  // listener), every node registered again (the simulated agents retry
+  // every 0.1-1.2 s), the first push of the new controller's view (its
+  // recovery over: the replicas adopted, the first reconcile), and every
+  // proxy holding all of it.
+  double listening_s = -1;
+  if (proc::wait_until(
+          [&] { return tcp_probe("127.0.0.1", port_, std::chrono::milliseconds(200)).empty(); },
+          30s, 5ms))
+    listening_s = since_s(started_at);
   if (!await("the recovery after the head's restart", 120s, [&](sim::Observed& o) {
         return every_live_proxy(o, [&](const sim::ProxyView& v) {
           return v.epoch != epoch_before && v.total == count_;
@@ -413,18 +424,40 @@ bool Run::go(std::vector<Goal>& goals) {
   double recovered_s = since_s(started_at);
   double recovered_from_kill_s = since_s(killed_at);
   bool nothing_restarted = false;
+  double first_registered_s = -1, last_registered_s = -1, first_push_s = -1;
   {
     std::lock_guard<std::mutex> lock(observed_.mutex);
     std::set<std::string> ids_after;
     for (const auto& [key, ids] : observed_.proxies[0].deployments)
       ids_after.insert(ids.begin(), ids.end());
     nothing_restarted = observed_.spawned == spawned_before && ids_after == ids_before;
+    auto rel = [&](Clock::time_point t) {
+      return std::chrono::duration<double>(t - started_at).count();
+    };
+    for (const auto& [node, at] : observed_.registered_at) {
+      if (at < started_at)
+        continue;
+      double t = rel(at);
+      first_registered_s = first_registered_s < 0 ? t : std::min(first_registered_s, t);
+      last_registered_s = std::max(last_registered_s, t);
+    }
+    for (size_t i = 0; i < observed_.proxies.size(); ++i) {
+      if (dead_proxies_.count(i))
+        continue;
+      double t = rel(observed_.proxies[i].epoch_at);
+      first_push_s = first_push_s < 0 ? t : std::min(first_push_s, t);
+    }
   }
   std::printf("controller restart: every proxy holds the new controller's view of every replica "
               "%.2f s after the head process started again (%.2f s after the kill); %s\n",
               recovered_s, recovered_from_kill_s,
               nothing_restarted ? "every replica adopted, none started anew"
                                 : "NOT every replica adopted (replicas were started anew)");
+  std::printf(
+      "controller restart phases (s after the process started): port open %.2f; nodes "
+      "registered again %.2f to %.2f; first push of the new view %.2f; every proxy "
+      "holds it %.2f\n",
+      listening_s, first_registered_s, last_registered_s, first_push_s, recovered_s);
 
   // 6. Killed nodes.
   std::set<std::string> lost_nodes;

@@ -131,6 +131,10 @@ void send_register(agent_actor* self) {
             st.registered = true;
             st.backoff_s = 0;
             note(self, "registered");
+            {
+              std::lock_guard<std::mutex> lock(st.observed->mutex);
+              st.observed->registered_at[st.info.id] = Clock::now();
+            }
             if (st.proxy)
               self->send(st.proxy, subscribe_atom::value, controller);
           },
@@ -316,6 +320,8 @@ void apply(ProxyView& view, const RoutingSnapshot& snap) {
   view.total = 0;
   for (const auto& [key, ids] : view.deployments)
     view.total += ids.size();
+  if (view.epoch != snap.epoch)
+    view.epoch_at = Clock::now();
   view.epoch = snap.epoch;
   view.seq = snap.seq;
 }

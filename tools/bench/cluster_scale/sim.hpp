@@ -40,6 +40,7 @@ struct ProxyView {
   uint64_t bytes = 0;  // serialized snapshot bytes received
   uint64_t pushes = 0;
   uint64_t full_pushes = 0;
+  Clock::time_point epoch_at;  // when it first applied a push of `epoch`
 };
 
 struct Observed {
@@ -56,6 +57,8 @@ struct Observed {
   // Per node: what its agent did last with the controller (for reports of
   // a step that did not complete).
   std::map<std::string, std::string> agent_notes;
+  // Per node: when its agent's last registration was acknowledged.
+  std::map<std::string, Clock::time_point> registered_at;
 };
 
 struct SimOptions {
