@@ -528,8 +528,8 @@ caf::result<std::string, uint64_t> on_logs(controller_actor* self, const std::st
 // The first push (or nothing, when the subscriber is current) follows at
 // once; later ones whenever the published view changes.
 void on_subscribe(controller_actor* self, const ProxyActor& subscriber, SnapshotId last,
-                  const std::string& node_id) {
-  if (logic(self).subscribe(subscriber, last, node_id))
+                  const std::string& node_id, const std::string& lost_node = "") {
+  if (logic(self).subscribe(subscriber, last, node_id, lost_node))
     publish(self);
 }
 
@@ -620,6 +620,10 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       [=](subscribe_atom, const ProxyActor& subscriber, uint64_t epoch, uint64_t seq,
           const std::string& node_id) {
         on_subscribe(self, subscriber, SnapshotId{epoch, seq}, node_id);
+      },
+      [=](subscribe_atom, const ProxyActor& subscriber, uint64_t epoch, uint64_t seq,
+          const std::string& node_id, const std::string& lost_node) {
+        on_subscribe(self, subscriber, SnapshotId{epoch, seq}, node_id, lost_node);
       },
       [=](apply_atom, const std::string& encoded, const Credential& cred) {
         return on_apply(self, encoded, cred);

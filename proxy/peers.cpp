@@ -194,17 +194,17 @@ bool peer_down(ProxyImpl::pointer self, const core_ptr& core, const caf::actor_a
   // restarted with another one.
   core->set_data_port(id, std::nullopt);
   core->log->warn("lost the direct connection to node {}; reaching it through the head", id);
-  // CAF dropped the handles of that node's actors with the connection: a
-  // full snapshot brings them back, reached through the head until the
-  // direct connection is up again.
+  // CAF dropped the handles of that node's actors with the connection: the
+  // head sends that node's replicas again (a delta, not the whole view),
+  // reached through the head until the direct connection is up again.
   ControllerActor controller;
   {
     std::lock_guard<std::mutex> lock(core->actor_mutex);
     controller = core->controller;
   }
   if (controller) {
-    self->send(controller, subscribe_atom::value, caf::actor_cast<ProxyActor>(self), uint64_t{0},
-               uint64_t{0}, core->options.node_id);
+    self->send(controller, subscribe_atom::value, caf::actor_cast<ProxyActor>(self),
+               core->router.epoch(), core->router.seq(), core->options.node_id, id);
   }
   it->second.failures = 1;
   self->delayed_send(self, std::chrono::seconds(1), reconnect_atom::value, id);

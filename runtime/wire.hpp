@@ -55,7 +55,10 @@ namespace troupe {
 //     candidates).
 // 18: a replica's metrics report is a ReplicaLoad (errors, streams in
 //     progress, the interval's p99 of handler time).
-constexpr uint32_t kProtocolVersion = 18;
+// 19: a proxy that lost its direct connection to a node subscribes naming
+//     it (its replicas again, not the whole view); NodeStatus::state
+//     UNREACHABLE.
+constexpr uint32_t kProtocolVersion = 19;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -171,7 +174,7 @@ typename Inspector::result_type inspect(Inspector& f, NodeInfo& x) {
 struct NodeStatus {
   std::string id;
   std::string address;  // host:http_port
-  std::string state;    // ALIVE, DRAINING or DEAD
+  std::string state;    // ALIVE, DRAINING, UNREACHABLE or DEAD
   std::string resources;
   int64_t last_heartbeat_age_ms = 0;
   std::string reason;  // why the node is in its state ("missed heartbeats for 5.2 s")
@@ -620,7 +623,7 @@ using ControllerActor = caf::typed_actor<
     // One deployment's replica count -> (changed, generation); refused for an
     // autoscaled deployment.
     caf::replies_to<scale_atom, std::string, std::string, uint32_t, Credential>::with<bool,
-                                                                                     uint64_t>,
+                                                                                      uint64_t>,
     // Replaces an application's traffic split; pushed to proxies at once ->
     // the new generation.
     caf::replies_to<traffic_atom, std::string, TrafficWeights, Credential>::with<uint64_t>,
@@ -652,6 +655,11 @@ using ControllerActor = caf::typed_actor<
     caf::replies_to<snapshot_atom, uint64_t, uint64_t>::with<RoutingSnapshot>,
     // Push: a proxy (holding epoch, seq) of a node gets every change.
     caf::reacts_to<subscribe_atom, ProxyActor, uint64_t, uint64_t, std::string /*node_id*/>,
+    // The same from a proxy that lost its direct connection to `lost_node`
+    // (its handles of that node's actors died with it): every change, and
+    // that node's replicas again, reached through the head.
+    caf::reacts_to<subscribe_atom, ProxyActor, uint64_t, uint64_t, std::string /*node_id*/,
+                   std::string /*lost_node*/>,
     // From node agents: (node, the load one of its replicas reported).
     caf::reacts_to<metrics_atom, std::string, ReplicaLoad>,
     // The head's dashboard: ControllerLogic::dashboard()'s JSON.

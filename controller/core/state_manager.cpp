@@ -845,6 +845,51 @@ std::optional<SnapshotDelta> StateManager::changes_since(const SnapshotId& last)
   return d;
 }
 
+std::optional<SnapshotDelta> StateManager::changes_and_replicas_on(
+    const SnapshotId& last, const std::set<std::string>& nodes) const {
+  if (snapshot_seq_ == 0)
+    return std::nullopt;
+  SnapshotDelta d;
+  if (auto changes = changes_since(last)) {
+    d = std::move(*changes);
+  } else {
+    d.id = snapshot_id();
+  }
+  if (d.full || nodes.empty())
+    return d;
+  auto by_id = [](const RunningReplicaInfo& a, const RunningReplicaInfo& b) {
+    return a.replica_id < b.replica_id;
+  };
+  for (const auto& [id, dep] : deployments_) {
+    if (dep->published_seq() == 0)
+      continue;
+    std::vector<RunningReplicaInfo> on;
+    for (const auto& r : dep->published_set()) {
+      if (nodes.count(r.node_id))
+        on.push_back(r);
+    }
+    if (on.empty())
+      continue;
+    const DeploymentId& dep_id = id;  // a structured binding: not captured below
+    auto entry = std::find_if(d.deployments.begin(), d.deployments.end(),
+                              [&](const DeploymentReplicas& e) { return e.id == dep_id; });
+    if (entry == d.deployments.end()) {
+      DeploymentReplicas e{dep_id, std::move(on)};
+      e.partial = true;
+      d.deployments.push_back(std::move(e));
+      continue;
+    }
+    if (!entry->partial)
+      continue;  // the whole set goes out already
+    for (auto& r : on) {
+      auto at = std::lower_bound(entry->replicas.begin(), entry->replicas.end(), r, by_id);
+      if (at == entry->replicas.end() || at->replica_id != r.replica_id)
+        entry->replicas.insert(at, std::move(r));
+    }
+  }
+  return d;
+}
+
 // ---------------------------------------------------------------- queries
 
 std::vector<DeploymentId> StateManager::deployment_ids() const {

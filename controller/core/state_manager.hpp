@@ -273,6 +273,12 @@ class StateManager {
   SnapshotId snapshot_id() const { return {options_.snapshot_epoch, snapshot_seq_}; }
   // What changed since `last`; nullopt when `last` is current.
   std::optional<SnapshotDelta> changes_since(const SnapshotId& last) const;
+  // changes_since(last), and besides, the published replicas on `nodes`
+  // again (partial entries, merged into the delta's own): a subscriber lost
+  // its handles of those nodes' actors with its direct connection to them,
+  // and gets them anew without the whole view. nullopt: nothing published.
+  std::optional<SnapshotDelta> changes_and_replicas_on(const SnapshotId& last,
+                                                       const std::set<std::string>& nodes) const;
   // The deployment's set goes out again in the next delta although the core
   // saw no change: the shell holds new actor handles for its replicas (they
   // came back with their node after the controller's pause, and the

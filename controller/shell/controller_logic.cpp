@@ -554,10 +554,10 @@ Result<std::string> ControllerLogic::config() const {
 // ---------------------------------------------------------------- routes
 
 bool ControllerLogic::subscribe(const ProxyActor& subscriber, SnapshotId last,
-                                const std::string& node_id) {
+                                const std::string& node_id, const std::string& lost_node) {
   if (!subscriber)
     return false;
-  proxies_.track(actors_.add_subscriber(subscriber, last), node_id);
+  proxies_.track(actors_.add_subscriber(subscriber, last, lost_node), node_id);
   return !recovering();
 }
 
@@ -570,11 +570,14 @@ std::vector<ControllerLogic::Push> ControllerLogic::due_pushes() {
   for (const auto& [key, sub] : actors_.subscribers()) {
     if (sub.in_flight != 0)
       continue;
-    auto& snapshot = rendered[{sub.last.epoch, sub.last.seq}];
+    std::shared_ptr<const RoutingSnapshot> own;  // with nodes to refresh: its alone
+    auto& snapshot = sub.refresh.empty() ? rendered[{sub.last.epoch, sub.last.seq}] : own;
     SnapshotId next;
     if (snapshot) {
       next = SnapshotId{snapshot->epoch, snapshot->seq};
-    } else if (auto delta = core_->changes_since(sub.last)) {
+    } else if (auto delta = sub.refresh.empty()
+                                ? core_->changes_since(sub.last)
+                                : core_->changes_and_replicas_on(sub.last, sub.refresh)) {
       snapshot = std::make_shared<const RoutingSnapshot>(to_wire(*delta));
       next = delta->id;
     } else {

@@ -174,8 +174,11 @@ class ControllerLogic {
 
   // Tracks a route-table subscriber (a node's proxy) presenting `last`.
   // True when the actor publishes now (not while recovering); an invalid
-  // handle is ignored.
-  bool subscribe(const ProxyActor& subscriber, SnapshotId last, const std::string& node_id);
+  // handle is ignored. `lost_node`: the proxy lost its direct connection to
+  // that node; its next push carries that node's replicas again (a delta,
+  // not the whole view).
+  bool subscribe(const ProxyActor& subscriber, SnapshotId last, const std::string& node_id,
+                 const std::string& lost_node = "");
   // The snapshot every subscriber is due (a delta since the last one it was
   // sent, in full when it has none), marked as sent; none for a current one
   // or one whose last push is still unanswered (push_done()).

@@ -131,12 +131,20 @@ void ActorDirectory::detach_node(const std::string& node) {
 
 // ---------------------------------------------------------------- subscribers
 
-ActorDirectory::Key ActorDirectory::add_subscriber(const ProxyActor& subscriber, SnapshotId last) {
+ActorDirectory::Key ActorDirectory::add_subscriber(const ProxyActor& subscriber, SnapshotId last,
+                                                   const std::string& lost_node) {
   monitor_(caf::actor_cast<caf::actor>(subscriber));
   auto [it, fresh] = subscriber_of_.emplace(subscriber.address(), next_subscriber_key_);
   if (fresh)
     ++next_subscriber_key_;  // a new proxy: a fresh health record
-  subscribers_[it->second] = Subscriber{subscriber, last};
+  std::set<std::string> refresh;
+  if (auto known = subscribers_.find(it->second); known != subscribers_.end())
+    refresh = std::move(known->second.refresh);
+  if (!lost_node.empty())
+    refresh.insert(lost_node);
+  Subscriber sub{subscriber, last};
+  sub.refresh = std::move(refresh);
+  subscribers_[it->second] = std::move(sub);
   return it->second;
 }
 
@@ -150,6 +158,7 @@ uint64_t ActorDirectory::mark_sent(Key key, SnapshotId id, size_t weight) {
   if (it == subscribers_.end())
     return 0;
   it->second.last = id;
+  it->second.refresh.clear();
   it->second.in_flight = next_push_++;
   it->second.in_flight_weight = weight;
   return it->second.in_flight;

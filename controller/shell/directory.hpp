@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -83,6 +84,9 @@ struct Subscriber {
   // The size of that push in replica entries (+1), counted against the
   // controller's budget of pushes in flight (ControllerOptions).
   size_t in_flight_weight = 0;
+  // Nodes whose replicas its next push carries again: it lost its direct
+  // connection to them, and with it its handles of their actors.
+  std::set<std::string> refresh;
 };
 
 class ActorDirectory {
@@ -146,13 +150,17 @@ class ActorDirectory {
 
   // Tracks `subscriber` (monitored) as having snapshot `last`, and returns
   // its key: a new key for a new subscriber, the same key when it subscribes
-  // again (its health record stays).
-  Key add_subscriber(const ProxyActor& subscriber, SnapshotId last);
+  // again (its health record stays). `lost_node`: it lost its direct
+  // connection to that node; the node's replicas go into its next push
+  // (with those of earlier such calls not pushed yet).
+  Key add_subscriber(const ProxyActor& subscriber, SnapshotId last,
+                     const std::string& lost_node = "");
   // The subscriber of `key`; invalid when unknown.
   ProxyActor subscriber(Key key) const;
   const std::map<Key, Subscriber>& subscribers() const { return subscribers_; }
-  // A push of snapshot `id` is sent to `key`: returns its number, which
-  // push_done() takes (0 for an unknown key).
+  // A push of snapshot `id` is sent to `key` (with the replicas of the
+  // nodes it asked to refresh): returns its number, which push_done() takes
+  // (0 for an unknown key).
   uint64_t mark_sent(Key key, SnapshotId id, size_t weight = 1);
   // The weight of every push awaiting its answer.
   size_t in_flight_weight() const;

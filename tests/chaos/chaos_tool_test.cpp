@@ -679,9 +679,11 @@ TEST_CASE("chaos/replicas_unchanged and seen_unreachable are read - and checked"
       write_temp("unch", std::string(kMinimal) + R"(cluster: {workers: 2, network: namespaces}
 faults:
   - {action: partition, node: head, from: workers, at_s: 1, duration_s: 5}
-goals: {replicas_unchanged: true, seen_unreachable: [w1, w2]}
+goals: {replicas_unchanged: true, seen_unreachable: [w1, w2], max_full_route_tables: 1}
 )"));
   CHECK(s.goals.replicas_unchanged);
+  REQUIRE(s.goals.max_full_route_tables.has_value());
+  CHECK(*s.goals.max_full_route_tables == 1);
   CHECK(s.goals.seen_unreachable == std::vector<std::string>{"w1", "w2"});
   auto stranger = error_of("unch1", std::string(kMinimal) + R"(cluster: {workers: 2}
 faults:

@@ -1258,3 +1258,60 @@ TEST_CASE("logic: a replica held for a node that stays ALIVE is a crash after on
   CHECK(f.starts().size() == 1);
   CHECK(f.node_state("n1") == "ALIVE");
 }
+
+TEST_CASE(
+    "logic: a proxy that lost its direct connection to a node gets that node's replicas again - "
+    "not the whole view") {
+  CutOff c;  // D's two replicas: one on n1, one on n2
+  std::string on_n1, on_n2;
+  for (const auto& [id, node] : c.node_of)
+    (node == "n1" ? on_n1 : on_n2) = id;
+  auto proxy = c.f.handle();
+  auto other = c.f.handle();
+  CHECK(c.f.logic->subscribe(proxy, SnapshotId{}, "n1"));
+  CHECK(c.f.logic->subscribe(other, SnapshotId{}, "head"));
+  for (const auto& p : c.f.logic->due_pushes())
+    c.f.logic->push_done(p.key, p.push, true);
+  REQUIRE(c.f.logic->due_pushes().empty());
+  const auto current = c.f.logic->core().snapshot_id();
+
+  // n1's proxy lost its direct connection to n2: it presents what it holds
+  // and names n2.
+  CHECK(c.f.logic->subscribe(proxy, current, "n1", "n2"));
+  auto pushes = c.f.logic->due_pushes();
+  REQUIRE(pushes.size() == 1);
+  CHECK(pushes[0].to == proxy);
+  const auto& snap = *pushes[0].snapshot;
+  CHECK_FALSE(snap.full);
+  CHECK(snap.seq == current.seq);
+  REQUIRE(snap.deployments.size() == 1);
+  CHECK(snap.deployments[0].partial);
+  REQUIRE(snap.deployments[0].replicas.size() == 1);
+  CHECK(snap.deployments[0].replicas[0].replica_id == on_n2);
+  CHECK(snap.deployments[0].replicas[0].node_id == "n2");
+  CHECK(snap.deployments[0].replicas[0].handle == c.replicas[on_n2]);
+  CHECK(snap.deployments[0].removed_replicas.empty());
+  c.f.logic->push_done(pushes[0].key, pushes[0].push, true);
+  CHECK(c.f.logic->due_pushes().empty());  // asked once, sent once
+
+  // Lost again while a change is pending: the change and n2's replica in
+  // one delta (n1's replica crashed and left the set).
+  REQUIRE(c.f.logic->on_down(c.replicas[on_n1].address(),
+                             troupe_error("replica " + on_n1 + " exited: killed by SIGKILL"), "?"));
+  c.f.reconcile_except_checks();
+  CHECK(c.f.logic->subscribe(proxy, current, "n1", "n2"));
+  pushes = c.f.logic->due_pushes();
+  REQUIRE(pushes.size() == 2);  // the other proxy gets the change alone
+  for (const auto& p : pushes) {
+    REQUIRE(p.snapshot->deployments.size() == 1);
+    const auto& e = p.snapshot->deployments[0];
+    CHECK(e.partial);
+    CHECK(e.removed_replicas == std::vector<std::string>{on_n1});
+    if (p.to == proxy) {
+      REQUIRE(e.replicas.size() == 1);
+      CHECK(e.replicas[0].replica_id == on_n2);
+    } else {
+      CHECK(e.replicas.empty());
+    }
+  }
+}

@@ -1333,6 +1333,31 @@ class Runner {
     run_.invariants.push_back(c);
   }
 
+  // goals.max_full_route_tables: per node that ran to the end, the full
+  // route tables its proxy applied (its log).
+  void full_route_table_checks() {
+    const auto& limit = run_.scenario.goals.max_full_route_tables;
+    if (!limit)
+      return;
+    Check c{"every node applied at most " + std::to_string(*limit) + " full route tables", true,
+            ""};
+    for (const auto& id : cluster_->node_ids()) {
+      if (dead_.count(id) || left_.count(id))
+        continue;
+      std::istringstream log(slurp(cluster_->node(id).log_path));
+      int64_t full = 0;
+      for (std::string line; std::getline(log, line);) {
+        if (line.find("route table ") != std::string::npos &&
+            line.find(" (full; ") != std::string::npos)
+          ++full;
+      }
+      if (full > *limit)
+        c.ok = false;
+      c.detail += id + " " + std::to_string(full) + "; ";
+    }
+    run_.invariants.push_back(c);
+  }
+
   void final_checks() {
     auto final = monitor_->observe();
     const auto& sc = run_.scenario;
@@ -1342,6 +1367,7 @@ class Runner {
     disk_checks();
     ha_checks(final);
     direct_connection_checks();
+    full_route_table_checks();
 
     // No node process died that the run did not kill (a crash of user code
     // in a replica process, or anything else, must not take a node down).

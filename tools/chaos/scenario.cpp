@@ -516,6 +516,7 @@ Scenario load_scenario(const std::string& path) {
             "max_replicas_above_surge",
             "replicas_unchanged",
             "seen_unreachable",
+            "max_full_route_tables",
             "deploy_failed_within_s",
             "deploy_failed_message",
             "replicas_kept",
@@ -539,6 +540,7 @@ Scenario load_scenario(const std::string& path) {
     go.max_dead_transitions_per_fault = r.opt_int(g, "max_dead_transitions_per_fault");
     go.max_replicas_above_surge = r.opt_int(g, "max_replicas_above_surge");
     go.replicas_unchanged = r.get<bool>(g, "replicas_unchanged", false);
+    go.max_full_route_tables = r.opt_int(g, "max_full_route_tables");
     go.seen_unreachable = r.get<std::vector<std::string>>(g, "seen_unreachable", {});
     if (go.replicas_unchanged && s.faults.empty())
       r.fail(g["replicas_unchanged"],

@@ -206,6 +206,10 @@ struct Goals {
   bool replicas_unchanged = false;
   // Each of these nodes was read UNREACHABLE by some answered poll.
   std::vector<std::string> seen_unreachable;
+  // Every node that ran to the end applied at most this many full route
+  // tables (its proxy logs "route table E.S (full; ..."): the first one it
+  // subscribed for, and no more when it only lost a direct connection.
+  std::optional<int64_t> max_full_route_tables;
 
   // The rollout goals judge the first `redeploy` fault (the release under
   // test) and the deployment it watches (its app/deployment); "the
