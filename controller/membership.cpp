@@ -62,22 +62,27 @@ bool Membership::mass_loss(const std::vector<std::string>& newly, double now,
          static_cast<double>(lost) > judgement_.share * static_cast<double>(total);
 }
 
-NodeTransition Membership::lose(NodeRecord& node, bool mass, const std::string& cause,
-                                const std::string& why, double now) {
-  NodeTransition t{node.id, node.state, mass ? NodeState::unreachable : NodeState::dead, cause};
-  if (mass) {
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), "%.0f", judgement_.unreachable_timeout_s);
-    t.reason += "; " + why + " (more than " +
-                std::to_string(static_cast<int>(judgement_.share * 100 + 0.5)) +
-                " %): the controller is the likely one cut off, so the node's replicas stay "
-                "where they are until it is back, lost for " +
-                buf + " s, or drained";
-  }
-  node.state = t.to;
+NodeTransition Membership::turn(NodeRecord& node, NodeState to, std::string reason, double now) {
+  NodeTransition t{node.id, node.state, to, std::move(reason)};
+  node.state = to;
   node.reason = t.reason;
   node.lost_at = now;
   return t;
+}
+
+NodeTransition Membership::lose(NodeRecord& node, bool mass, const std::string& cause,
+                                const std::string& why, double now) {
+  if (!mass)
+    return turn(node, NodeState::dead, cause, now);
+  char timeout[32];
+  std::snprintf(timeout, sizeof(timeout), "%.0f", judgement_.unreachable_timeout_s);
+  return turn(node, NodeState::unreachable,
+              cause + "; " + why + " (more than " +
+                  std::to_string(static_cast<int>(judgement_.share * 100 + 0.5)) +
+                  " %): the controller is the likely one cut off, so the node's replicas stay "
+                  "where they are until it is back, lost for " +
+                  timeout + " s, or drained",
+              now);
 }
 
 std::vector<NodeTransition> Membership::check(double now) {
@@ -116,10 +121,7 @@ std::vector<NodeTransition> Membership::check(double now) {
                     "UNREACHABLE for %.1f s (unreachable timeout %.1f s): its replicas are "
                     "replaced on other nodes",
                     now - node.lost_at, judgement_.unreachable_timeout_s);
-      out.push_back({id, node.state, NodeState::dead, buf});
-      node.state = NodeState::dead;
-      node.reason = buf;
-      node.lost_at = now;
+      out.push_back(turn(node, NodeState::dead, buf, now));
     }
   }
   return out;

@@ -121,6 +121,8 @@ class Membership {
   // Whether losing `newly` now (besides the nodes lost already) is a mass
   // loss; `why` gets "K of N nodes lost within one node timeout".
   bool mass_loss(const std::vector<std::string>& newly, double now, std::string& why) const;
+  // Moves `node` to `to` (DEAD or UNREACHABLE) for `reason`, lost from now.
+  NodeTransition turn(NodeRecord& node, NodeState to, std::string reason, double now);
   // Turns `node` DEAD or UNREACHABLE for `cause`.
   NodeTransition lose(NodeRecord& node, bool mass, const std::string& cause, const std::string& why,
                       double now);

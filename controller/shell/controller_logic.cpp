@@ -206,11 +206,10 @@ Status ControllerLogic::drain(const std::string& node_id, const Credential& cred
   if (auto s = membership_.drain(node_id); !s)
     return s;
   if (unreachable) {
-    const auto& reason = membership_.nodes().at(node_id).reason;
-    log_->warn("node {} UNREACHABLE -> DEAD: {}", node_id, reason);
-    activity_.record(now(), "node", node_id, "node " + node_id + " UNREACHABLE -> DEAD: " + reason,
-                     true);
-    drop_unreachable({{node_id, NodeState::unreachable, NodeState::dead, reason}});
+    const std::vector<NodeTransition> ts{{node_id, NodeState::unreachable, NodeState::dead,
+                                          membership_.nodes().at(node_id).reason}};
+    log_transitions(ts);
+    drop_unreachable(ts);
     nodes_changed();
     return Status::ok();
   }
