@@ -89,6 +89,31 @@ TEST_CASE("xgboost example: bad input is a 400 that names the problem") {
            "]]}",
        "row 0, feature 0 is not a number"},
       {many, R"("features" has 10000 rows; at most 1000 per request)"},
+      // The shape of the body as a whole: trailing text, a list where the
+      // object belongs, "features" that is not a list or not at the top.
+      {R"({"features": [)" + row30 + "]} trailing", "the body is not JSON"},
+      {R"({"features": [)" + row30 + ", [1, 2]", "the body is not JSON"},
+      {"[" + row30 + "]", R"(the body needs "features": a list of rows)"},
+      {R"({"features": 7})", R"(the body needs "features": a list of rows)"},
+      {R"({"features": {"0": )" + row30 + "}}", R"(the body needs "features": a list of rows)"},
+      {R"({"model": {"features": [)" + row30 + "]}}",
+       R"(the body needs "features": a list of rows)"},
+      {R"({"features": [)" + row30 + ", {\"a\": 1}]}", "row 1 has no list; the model takes 30"},
+      {R"({"features": [[[1], )" + row30.substr(row30.find(',') + 1) + "]}",
+       "row 0, feature 0 is not a number"},
+      {R"({"features": [[1, 2, {"x": [3]}, )" + row30.substr(1) + "]}",
+       "row 0 has 33 values; the model takes 30"},
+      {R"({"features": [)" + row30 + ", [null" + row30.substr(row30.find(',')) + "]}",
+       "row 1, feature 0 is not a number"},
+      // The first row that is wrong is named; a row count over the limit
+      // is named before any row.
+      {R"({"features": [)" + row30 + "," + row29 + ", 7]}",
+       "row 1 has 29 values; the model takes 30"},
+      {many.substr(0, many.size() - 2) + ", 7]}",
+       R"("features" has 10001 rows; at most 1000 per request)"},
+      // A later "features" replaces an earlier one, as in a parsed document.
+      {R"({"features": [)" + row29 + R"(], "features": [[true]]})",
+       "row 0 has 1 values; the model takes 30"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.error);
@@ -96,9 +121,14 @@ TEST_CASE("xgboost example: bad input is a 400 that names the problem") {
     CHECK(r.status == 400);
     CHECK(troupe::Json::parse(r.body)["error"] == c.error);
   }
-  // And it goes on answering.
+  // And it goes on answering; a later "features" that is good replaces a
+  // bad one, and keys around it do not matter.
   auto ok = app.post("/", R"({"features": [)" + row30 + "]}");
   CHECK(ok.status == 200);
+  auto replaced = app.post("/", R"({"id": [1, {"a": 2}], "features": [)" + row29 +
+                                    R"(], "features": [)" + row30 + "," + row30 + "]}");
+  REQUIRE(replaced.status == 200);
+  CHECK(troupe::Json::parse(replaced.body)["predictions"].size() == 2);
 }
 
 TEST_CASE("xgboost example: a model file that is missing fails the start naming it") {
