@@ -575,9 +575,8 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       [=](register_atom, const troupe::NodeInfo& info, const caf::actor& agent,
           const std::vector<HostedReplicaInfo>& hosted,
           const Credential& cred) { return on_register(self, info, agent, hosted, cred); },
-      [=](heartbeat_atom, const std::string& id, const Credential& cred) {
-        return answer(logic(self).heartbeat(id, cred));
-      },
+      [=](heartbeat_atom, const std::string& id, const std::vector<ReplicaLoad>& loads,
+          const Credential& cred) { return answer(logic(self).heartbeat(id, loads, cred)); },
       [=](deregister_atom, const std::string& id, const Credential& cred) {
         return reconciled(self, logic(self).deregister(id, cred));
       },
@@ -665,20 +664,20 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
       [=](kill_atom, const std::string& kind, const std::string& id, const Credential& cred) {
         return on_kill(self, kind, id, cred);
       },
-      [=](metrics_atom, const std::string&, const ReplicaLoad& load) {
-        logic(self).replica_metrics(load);
-      },
       [=](dashboard_atom) { return logic(self).dashboard(); },
       [=](metrics_atom, const std::string& reporter, const std::string& app,
           const std::string& deployment, double queued_and_inflight) {
         if (logic(self).handle_metrics(reporter, app, deployment, queued_and_inflight))
           reconcile(self);  // cold start now, not at the next tick
       },
-      [=](models_atom, const std::string&, const std::string& replica, uint64_t seq,
-          std::vector<std::string>& model_ids) {
-        // Replicas send at most one report per 100 ms each: pushing every
-        // change at once costs a delta per report.
-        if (logic(self).replica_models(replica, seq, std::move(model_ids)))
+      [=](models_atom, const std::string&, std::vector<ReplicaModels>& lists) {
+        // Replicas send at most one list per 100 ms each, and their node
+        // gathers those of 50 ms into one message: pushing the changes at
+        // once costs a delta per message.
+        bool changed = false;
+        for (auto& l : lists)
+          changed |= logic(self).replica_models(l.replica_id, l.seq, std::move(l.model_ids));
+        if (changed)
           reconcile(self);
       },
       [=](recover_atom) { finish_recovery(self); },

@@ -25,13 +25,14 @@
 #include "node/hosted_replicas.hpp"
 #include "node/library_fetcher.hpp"
 #include "node/process_supervisor.hpp"
-#include "runtime/head_list.hpp"
 #include "node/replica_logs.hpp"
+#include "node/replica_reports.hpp"
 #include "replica/replica_actor.hpp"
 #include "runtime/auth.hpp"
 #include "runtime/data_channel.hpp"
-#include "runtime/forwarder.hpp"
 #include "runtime/doorbell.hpp"
+#include "runtime/forwarder.hpp"
+#include "runtime/head_list.hpp"
 #include "runtime/keeper_actor.hpp"
 #include "runtime/libraries.hpp"
 #include "runtime/log.hpp"
@@ -51,7 +52,10 @@ constexpr std::chrono::milliseconds kProbeTimeout{2000};
 // The agent's own messages besides its interface: a replica process must
 // have attached by now (id, pid); a replica's graceful stop deadline passed
 // (id); a replica process whose connection was lost must have attached
-// again by now (id, pid, which loss of its connection).
+// again by now (id, pid, which loss of its connection); the replicas'
+// model lists that wait (ReplicaReports::kModelsWindow) go to the
+// controller now.
+using models_due_atom = caf::atom_constant<caf::atom("modelsdue")>;
 using attach_deadline_atom = caf::atom_constant<caf::atom("attachdl")>;
 using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
 using reattach_deadline_atom = caf::atom_constant<caf::atom("reattdl")>;
@@ -59,7 +63,7 @@ using AgentImpl = AgentActor::extend_with<AgentLocalActor>::extend<
     caf::reacts_to<reconnect_atom>, caf::reacts_to<tick_atom>,
     caf::reacts_to<attach_deadline_atom, std::string, int32_t>,
     caf::reacts_to<reattach_deadline_atom, std::string, int32_t, uint32_t>,
-    caf::reacts_to<stop_due_atom, std::string>>;
+    caf::reacts_to<stop_due_atom, std::string>, caf::reacts_to<models_due_atom>>;
 
 // troupe_replica_starts_total: a replica this node was asked to start.
 void count_start(const AgentOptions& o, const ReplicaSpec& spec) {
@@ -118,6 +122,9 @@ struct AgentState {
   std::unique_ptr<node::LibraryFetcher> libraries;
   // The node's metrics (AgentOptions::registry; may be null).
   std::shared_ptr<metrics::Registry> registry;
+  // The replicas' load reports and model lists, gathered for the
+  // controller (loads go with the next heartbeat).
+  node::ReplicaReports reports;
   std::minstd_rand rng{std::random_device{}()};
   // The node is stopping (session.stopping(), kept here for the replicas).
   bool stopping() const { return session.stopping(); }
@@ -658,11 +665,15 @@ void heartbeat(agent_actor* self, const AgentOptions& o) {
     return;
   self->delayed_send(self, seconds_as(o.heartbeat_interval_s), tick_atom::value);
   prune_library_cache(self);
+  // The loads reported since the last heartbeat go with this one; while no
+  // heartbeat is due (no controller) they are dropped: replicas report
+  // again every metrics_interval_s, and old averages would mislead.
+  auto loads = st.reports.take_loads();
   if (!st.session.heartbeat_due())
     return;
   auto link = st.session.link();
   self->request(st.controller, seconds_as(o.request_timeout_s), heartbeat_atom::value, o.info.id,
-                sign_request(o.identity, Operation::heartbeat, {o.info.id}))
+                std::move(loads), sign_request(o.identity, Operation::heartbeat, {o.info.id}))
       .then([](caf::ok_atom) {},
             [=](caf::error& err) {
               auto& st = self->state;
@@ -972,14 +983,20 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
       },
       [=](kill_replica_atom, const std::string& rid) { return on_kill(self, o, rid); },
       [=](stop_due_atom, const std::string& rid) { on_stop_due(self, o, rid); },
-      [=](metrics_atom, ReplicaLoad& load) {
-        to_controller(self, metrics_atom::value, id, std::move(load));
-      },
+      [=](metrics_atom, ReplicaLoad& load) { self->state.reports.add_load(std::move(load)); },
       [=](metrics_atom, const std::string& rid, const std::string& encoded) {
         on_process_metrics(self, o, rid, encoded);
       },
       [=](models_atom, const std::string& rid, uint64_t seq, std::vector<std::string>& models) {
-        to_controller(self, models_atom::value, id, rid, seq, std::move(models));
+        if (self->state.reports.add_models(ReplicaModels{rid, seq, std::move(models)}))
+          self->delayed_send(
+              self, std::chrono::duration_cast<caf::timespan>(node::ReplicaReports::kModelsWindow),
+              models_due_atom::value);
+      },
+      [=](models_due_atom) {
+        // Lost while not registered: replicas repeat their lists with every
+        // load report.
+        to_controller(self, models_atom::value, id, self->state.reports.take_models());
       },
       [=](logs_atom, const std::string& rid, uint64_t offset, uint32_t tail) {
         return on_logs(self, o, rid, offset, tail);

@@ -58,7 +58,7 @@ namespace troupe {
 // 19: a proxy that lost its direct connection to a node subscribes naming
 //     it (its replicas again, not the whole view); NodeStatus::state
 //     UNREACHABLE.
-constexpr uint32_t kProtocolVersion = 19;
+constexpr uint32_t kProtocolVersion = 20;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -353,6 +353,19 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaLoad& x) {
            x.errors, x.streams, x.p99_s);
 }
 
+// The model ids a replica holds (ModelCache), numbered by the replica: a
+// list with a lower seq than the one the controller has is stale.
+struct ReplicaModels {
+  std::string replica_id;
+  uint64_t seq = 0;
+  std::vector<std::string> model_ids;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaModels& x) {
+  return f(caf::meta::type_name("troupe.ReplicaModels"), x.replica_id, x.seq, x.model_ids);
+}
+
 // A replica a node agent hosts, as listed for a (recovering) controller.
 struct HostedReplicaInfo {
   std::string replica_id;
@@ -597,7 +610,11 @@ using ControllerActor = caf::typed_actor<
     // refuses an agent of another version by the version in its NodeInfo.
     caf::replies_to<register_atom, NodeInfo, caf::actor, std::vector<HostedReplicaInfo>,
                     Credential>::with<uint64_t>,
-    caf::replies_to<heartbeat_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
+    // A node agent's heartbeat, carrying the load reports its replicas made
+    // since the last one (node/replica_reports.hpp): one message per node
+    // per interval, however many replicas it hosts.
+    caf::replies_to<heartbeat_atom, std::string /*node_id*/, std::vector<ReplicaLoad>,
+                    Credential>::with<caf::ok_atom>,
     caf::replies_to<deregister_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
     caf::replies_to<nodes_atom>::with<std::vector<NodeStatus>>,
     caf::replies_to<drain_atom, std::string /*node_id*/, Credential>::with<caf::ok_atom>,
@@ -660,14 +677,13 @@ using ControllerActor = caf::typed_actor<
     // that node's replicas again, reached through the head.
     caf::reacts_to<subscribe_atom, ProxyActor, uint64_t, uint64_t, std::string /*node_id*/,
                    std::string /*lost_node*/>,
-    // From node agents: (node, the load one of its replicas reported).
-    caf::reacts_to<metrics_atom, std::string, ReplicaLoad>,
     // The head's dashboard: ControllerLogic::dashboard()'s JSON.
     caf::replies_to<dashboard_atom>::with<std::string>,
     // From proxies and handles: (reporter, app, deployment, queued + in flight).
     caf::reacts_to<metrics_atom, std::string, std::string, std::string, double>,
-    // From node agents: (node, replica, seq, the model ids it holds).
-    caf::reacts_to<models_atom, std::string, std::string, uint64_t, std::vector<std::string>>>;
+    // From node agents: (node, the model lists of its replicas that changed
+    // within a short window), one message for all of them.
+    caf::reacts_to<models_atom, std::string, std::vector<ReplicaModels>>>;
 
 // The keeper of a node's proxy (proxy/proxy.hpp): the handle that stays
 // valid across restarts of the proxy actor, held by the node agent and by

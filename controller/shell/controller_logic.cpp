@@ -175,12 +175,17 @@ Status ControllerLogic::once(Status checked, const Credential& cred, Operation o
   return replay_.admit(cred, op, static_cast<int64_t>(std::time(nullptr)));
 }
 
-Status ControllerLogic::heartbeat(const std::string& node_id, const Credential& cred) {
+Status ControllerLogic::heartbeat(const std::string& node_id, const std::vector<ReplicaLoad>& loads,
+                                  const Credential& cred) {
   if (auto s = once(check_request(options_.ca_pem, cred, Operation::heartbeat, {node_id}, node_id),
                     cred, Operation::heartbeat);
       !s)
     return s;
-  return membership_.heartbeat(node_id, now());
+  if (auto s = membership_.heartbeat(node_id, now()); !s)
+    return s;
+  for (const auto& load : loads)
+    replica_metrics(load);
+  return Status::ok();
 }
 
 Status ControllerLogic::deregister(const std::string& node_id, const Credential& cred) {

@@ -79,7 +79,10 @@ class ControllerLogic {
   Result<Registration> register_node(const troupe::NodeInfo& info, const AgentActor& agent,
                                      const std::vector<HostedReplicaInfo>& hosted,
                                      const Credential& cred);
-  Status heartbeat(const std::string& node_id, const Credential& cred);
+  // A node's heartbeat with the load reports of its replicas since the last
+  // one (replica_metrics() for each, once the node is known to be up).
+  Status heartbeat(const std::string& node_id, const std::vector<ReplicaLoad>& loads,
+                   const Credential& cred);
   // The node leaves on purpose: forgotten, its agent no longer monitored.
   Status deregister(const std::string& node_id, const Credential& cred);
   Status drain(const std::string& node_id, const Credential& cred);

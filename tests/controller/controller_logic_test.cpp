@@ -145,7 +145,7 @@ struct Fixture {
       clock->advance(options.tick_interval_s);
       if (i % 5 == 0) {
         for (const auto& id : beating)
-          REQUIRE(logic->heartbeat(id, Credential{}).is_ok());
+          REQUIRE(logic->heartbeat(id, {}, Credential{}).is_ok());
       }
       logic->tick();
     }
@@ -337,6 +337,28 @@ TEST_CASE("logic: a replica's load shows in status and the dashboard - rates - i
   CHECK(s["applications"]["a"]["deployments"]["D"]["restarts"] == 1);
 }
 
+TEST_CASE("logic: a heartbeat carries its node's load reports - applied only from a known node") {
+  Fixture f;
+  f.start();
+  auto a1 = f.handle();
+  std::string id;
+  f.running_replica(a1, &id);
+  auto requests_per_s = [&] {
+    auto s = nlohmann::json::parse(f.logic->status());
+    return s["applications"]["a"]["deployments"]["D"]["requests_per_s"].get<double>();
+  };
+  REQUIRE(f.logic->heartbeat("n1", {ReplicaLoad{id, 1.0, 100}}, Credential{}).is_ok());
+  f.clock->advance(2.0);
+  REQUIRE(f.logic->heartbeat("n1", {ReplicaLoad{id, 1.0, 300}}, Credential{}).is_ok());
+  CHECK(requests_per_s() == doctest::Approx(100.0));
+  // A node the controller does not know is told so, and what it carried is
+  // not taken (it registers again, and its replicas report again).
+  f.clock->advance(2.0);
+  CHECK(f.logic->heartbeat("n9", {ReplicaLoad{id, 1.0, 10300}}, Credential{}).code() ==
+        errc::not_found);
+  CHECK(requests_per_s() == doctest::Approx(100.0));
+}
+
 TEST_CASE("logic: a registered node is ALIVE - it heartbeats - drains and leaves") {
   Fixture f;
   f.start();
@@ -351,8 +373,8 @@ TEST_CASE("logic: a registered node is ALIVE - it heartbeats - drains and leaves
   CHECK(contains(f.log_text.str(),
                  "info node n1 registered (pid 4242, 127.0.0.1:8001, cpu=4, 0 "
                  "replicas)"));
-  CHECK(f.logic->heartbeat("n1", Credential{}).is_ok());
-  CHECK(f.logic->heartbeat("n9", Credential{}).code() == errc::not_found);
+  CHECK(f.logic->heartbeat("n1", {}, Credential{}).is_ok());
+  CHECK(f.logic->heartbeat("n9", {}, Credential{}).code() == errc::not_found);
   f.reconcile();  // as the actor does at the start: the first snapshot
   auto seq_before = f.logic->core().snapshot_id().seq;
   REQUIRE(seq_before > 0);
@@ -581,7 +603,7 @@ TEST_CASE("logic: silent nodes turn DEAD on the tick") {
   f.start();
   f.register_node("n1", f.handle());
   f.ticks(4.0);
-  REQUIRE(f.logic->heartbeat("n1", Credential{}).is_ok());
+  REQUIRE(f.logic->heartbeat("n1", {}, Credential{}).is_ok());
   f.ticks(4.0);
   CHECK(f.node_state("n1") == "ALIVE");
   f.ticks(1.5);

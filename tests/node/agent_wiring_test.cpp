@@ -35,6 +35,10 @@ struct Seen {
   std::vector<std::string> registered;  // node ids, in order
   std::vector<caf::actor> agents;       // the handle each registration sent
   int heartbeats = 0;
+  // Per heartbeat, the replica ids of the loads it carried.
+  std::vector<std::vector<std::string>> loads;
+  // Per models message, the (replica, seq) of its lists.
+  std::vector<std::vector<std::pair<std::string, uint64_t>>> models;
   bool refuse_register = false;       // answer registrations with an error
   bool forget_node = false;           // answer heartbeats with not_found
 };
@@ -51,11 +55,22 @@ caf::behavior fake_controller(caf::event_based_actor* self, std::shared_ptr<Seen
           return to_caf_error(Status(errc::unavailable, "the controller is recovering"));
         return incarnation;
       },
-      [=](heartbeat_atom, const std::string&, const Credential&) -> caf::result<caf::ok_atom> {
+      [=](heartbeat_atom, const std::string&, const std::vector<ReplicaLoad>& loads,
+          const Credential&) -> caf::result<caf::ok_atom> {
         ++seen->heartbeats;
+        std::vector<std::string> ids;
+        for (const auto& l : loads)
+          ids.push_back(l.replica_id);
+        seen->loads.push_back(ids);
         if (seen->forget_node)
           return to_caf_error(Status(errc::not_found, "unknown node n1"));
         return caf::ok_atom::value;
+      },
+      [=](models_atom, const std::string&, const std::vector<ReplicaModels>& lists) {
+        std::vector<std::pair<std::string, uint64_t>> got;
+        for (const auto& l : lists)
+          got.emplace_back(l.replica_id, l.seq);
+        seen->models.push_back(got);
       },
   };
 }
@@ -165,4 +180,37 @@ TEST_CASE_FIXTURE(Fixture, "agent wiring: when its controller dies it registers 
   REQUIRE(fire_until([&] { return next_seen->registered.size() == 1; }));
   CHECK(next_seen->registered[0] == "n1");
   REQUIRE(fire_until([&] { return next_seen->heartbeats >= 1; }));
+}
+
+TEST_CASE_FIXTURE(Fixture,
+                  "agent wiring: its replicas' loads ride on the next heartbeat and their model "
+                  "lists go together") {
+  start_agent();
+  REQUIRE(seen->registered.size() == 1);
+  // Three load reports of two replicas between two heartbeats, as replicas
+  // send them to the node (through its keeper).
+  caf::anon_send(keeper, metrics_atom::value, ReplicaLoad{"a#D#1", 1.0, 10});
+  caf::anon_send(keeper, metrics_atom::value, ReplicaLoad{"a#D#2", 2.0, 20});
+  caf::anon_send(keeper, metrics_atom::value, ReplicaLoad{"a#D#1", 1.5, 30});
+  sched.run();
+  CHECK(seen->heartbeats == 0);  // nothing went to the controller on its own
+  REQUIRE(fire_until([&] { return seen->heartbeats == 1; }));
+  CHECK(seen->loads[0] == std::vector<std::string>{"a#D#1", "a#D#2", "a#D#1"});
+  // The next heartbeat carries only what came after.
+  REQUIRE(fire_until([&] { return seen->heartbeats == 2; }));
+  CHECK(seen->loads[1].empty());
+  // Model lists of two replicas (one of them twice): one message with the
+  // newest list of each, after the short window.
+  caf::anon_send(keeper, models_atom::value, std::string("a#D#1"), uint64_t{1},
+                 std::vector<std::string>{"m1"});
+  caf::anon_send(keeper, models_atom::value, std::string("a#D#2"), uint64_t{4},
+                 std::vector<std::string>{"m2"});
+  caf::anon_send(keeper, models_atom::value, std::string("a#D#1"), uint64_t{2},
+                 std::vector<std::string>{"m1", "m3"});
+  sched.run();
+  CHECK(seen->models.empty());
+  REQUIRE(fire_until([&] { return !seen->models.empty(); }));
+  REQUIRE(seen->models.size() == 1);
+  CHECK(seen->models[0] ==
+        std::vector<std::pair<std::string, uint64_t>>{{"a#D#1", 2}, {"a#D#2", 4}});
 }

@@ -61,6 +61,9 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<ReplicaSpec>(sys, "troupe.ReplicaSpec");
   check_registered<ReplicaMetadata>(sys, "troupe.ReplicaMetadata");
   check_registered<ReplicaLoad>(sys, "troupe.ReplicaLoad");
+  check_registered<std::vector<ReplicaLoad>>(sys, "troupe.ReplicaLoadList");
+  check_registered<ReplicaModels>(sys, "troupe.ReplicaModels");
+  check_registered<std::vector<ReplicaModels>>(sys, "troupe.ReplicaModelsList");
   check_registered<HostedReplicaInfo>(sys, "troupe.HostedReplicaInfo");
   check_registered<std::vector<HostedReplicaInfo>>(sys, "troupe.HostedReplicaList");
   check_registered<HttpRequest>(sys, "troupe.HttpRequest");
@@ -86,7 +89,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 25);
+  CHECK(registered == 28);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -118,6 +121,19 @@ TEST_CASE("wire types survive serialization") {
   CHECK(load2.errors == 7);
   CHECK(load2.streams == 2);
   CHECK(load2.p99_s == 0.0125);
+  // A node's heartbeat carries its replicas' loads; its model lists go
+  // together.
+  auto loads2 = round_trip(sys, std::vector<ReplicaLoad>{load, ReplicaLoad{"shop#Cart#4", 0.5, 3}});
+  REQUIRE(loads2.size() == 2);
+  CHECK(loads2[1].replica_id == "shop#Cart#4");
+  CHECK(loads2[1].finished == 3);
+  auto lists2 = round_trip(
+      sys, std::vector<ReplicaModels>{{"shop#Cart#3", 9, {"m1", "m2"}}, {"shop#Cart#4", 1, {}}});
+  REQUIRE(lists2.size() == 2);
+  CHECK(lists2[0].replica_id == "shop#Cart#3");
+  CHECK(lists2[0].seq == 9);
+  CHECK(lists2[0].model_ids == std::vector<std::string>{"m1", "m2"});
+  CHECK(lists2[1].model_ids.empty());
   RouteEntry route{"/greet", "greet", "Hello", {{"Canary", 0.25}, {"Hello", 0.75}}, "X-User"};
   auto route2 = round_trip(sys, route);
   CHECK(route2.prefix == "/greet");

@@ -143,6 +143,9 @@ class Run {
   // rolling update, minus its RSS before the deploy.
   long deploy_growth_kib = 0;
   long rollout_growth_kib = 0;
+  // Messages per second the simulated cluster sent into the head in the
+  // steady-state sample.
+  double steady_messages_per_s = 0;
 
  private:
   bool start_head();
@@ -306,14 +309,28 @@ bool Run::go(std::vector<Goal>& goals) {
   // 2. Steady CPU.
   std::this_thread::sleep_for(5s);  // a settle time before a fixed-length sample, not a wait
   double c0 = cpu_s(head_.pid());
+  auto& traffic = observed_.traffic;
+  const uint64_t m0 = traffic.messages(), h0 = traffic.heartbeats, a0 = traffic.health_answers,
+                 l0 = traffic.loads;
   auto s0 = Clock::now();
   std::this_thread::sleep_for(10s);  // the sample's length
-  double cpu_pct = 100 * (cpu_s(head_.pid()) - c0) / since_s(s0);
+  const double sample_s = since_s(s0);
+  double cpu_pct = 100 * (cpu_s(head_.pid()) - c0) / sample_s;
   long steady_kib = status_kib(head_.pid(), "VmRSS");
+  steady_messages_per_s = static_cast<double>(traffic.messages() - m0) / sample_s;
   std::printf("steady state: head CPU %.1f %% of a core over 10 s; head RSS %ld KiB: %.1f KiB per "
               "replica\n",
               cpu_pct, steady_kib,
               static_cast<double>(steady_kib - before_kib) / static_cast<double>(count_));
+  std::printf(
+      "steady state: %.0f messages/s into the head (heartbeats %.0f/s carrying %.0f load "
+      "reports/s; health-check answers %.0f/s; other %.0f/s)\n",
+      steady_messages_per_s, static_cast<double>(traffic.heartbeats - h0) / sample_s,
+      static_cast<double>(traffic.loads - l0) / sample_s,
+      static_cast<double>(traffic.health_answers - a0) / sample_s,
+      static_cast<double>(traffic.messages() - m0 - (traffic.heartbeats - h0) -
+                          (traffic.health_answers - a0)) /
+          sample_s);
 
   // 3. Single-replica changes.
   std::vector<double> latencies;

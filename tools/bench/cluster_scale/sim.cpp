@@ -9,6 +9,7 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "node/replica_reports.hpp"
 #include "runtime/status.hpp"
 #include "runtime/time.hpp"
 
@@ -25,13 +26,15 @@ double wall_now_s() {
 struct ReplicaState {
   ReplicaMetadata meta;
   caf::actor agent;
+  HeadTraffic* traffic = nullptr;
   double metrics_interval_s = 10;
   uint64_t finished = 0;
 };
 
 caf::behavior stand_in_replica(caf::stateful_actor<ReplicaState>* self, ReplicaSpec spec,
-                               std::string node_id, caf::actor agent) {
+                               std::string node_id, caf::actor agent, HeadTraffic* traffic) {
   auto& st = self->state;
+  st.traffic = traffic;
   st.meta.replica_id = spec.replica_id;
   st.meta.node_id = std::move(node_id);
   st.meta.pid = static_cast<int32_t>(::getpid());
@@ -52,7 +55,10 @@ caf::behavior stand_in_replica(caf::stateful_actor<ReplicaState>* self, ReplicaS
         self->state.meta.batch = batch;
         return self->state.meta;
       },
-      [=](health_atom) { return caf::ok_atom::value; },
+      [=](health_atom) {
+        ++self->state.traffic->health_answers;
+        return caf::ok_atom::value;
+      },
       [=](version_atom) { return self->state.meta; },
       [=](handle_atom, const HttpRequest&) {
         ++self->state.finished;
@@ -94,6 +100,9 @@ struct AgentState {
   bool connecting = false;
   double backoff_s = 0;
   std::minstd_rand rng{std::random_device{}()};
+  // Its replicas' load reports, carried by the next heartbeat as a real
+  // agent does.
+  node::ReplicaReports reports;
 };
 
 using agent_actor = caf::stateful_actor<AgentState>;
@@ -121,6 +130,7 @@ void schedule_reconnect(agent_actor* self) {
 
 void send_register(agent_actor* self) {
   auto controller = self->state.controller;
+  ++self->state.observed->traffic.other;
   self->request(controller, std::chrono::seconds(10), register_atom::value, self->state.info,
                 caf::actor_cast<caf::actor>(self), hosted_list(self->state), Credential{})
       .then(
@@ -217,11 +227,14 @@ caf::behavior sim_agent(agent_actor* self, NodeInfo info, Endpoint controller, c
       [=](tick_atom) {
         auto& st = self->state;
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+        auto loads = st.reports.take_loads();
         if (!st.registered || !st.controller)
           return;
         auto controller = st.controller;
+        ++st.observed->traffic.heartbeats;
+        st.observed->traffic.loads += loads.size();
         self->request(controller, std::chrono::seconds(2), heartbeat_atom::value, st.info.id,
-                      Credential{})
+                      std::move(loads), Credential{})
             .then([](caf::ok_atom) {},
                   [=](caf::error& err) {
                     auto& st = self->state;
@@ -237,7 +250,7 @@ caf::behavior sim_agent(agent_actor* self, NodeInfo info, Endpoint controller, c
         if (auto it = st.hosted.find(spec.replica_id); it != st.hosted.end())
           return caf::actor_cast<ReplicaActor>(it->second.handle);
         auto handle = self->spawn(stand_in_replica, spec, st.info.id,
-                                               caf::actor_cast<caf::actor>(self));
+                                  caf::actor_cast<caf::actor>(self), &st.observed->traffic);
         self->monitor(handle);
         st.ids[handle.address()] = spec.replica_id;
         st.hosted[spec.replica_id] = Hosted{spec, handle, false};
@@ -268,11 +281,7 @@ caf::behavior sim_agent(agent_actor* self, NodeInfo info, Endpoint controller, c
         return caf::ok_atom::value;
       },
       [=](stop_node_atom) { self->quit(); },
-      [=](metrics_atom, ReplicaLoad& load) {
-        auto& st = self->state;
-        if (st.registered && st.controller)
-          self->send(st.controller, metrics_atom::value, st.info.id, std::move(load));
-      },
+      [=](metrics_atom, ReplicaLoad& load) { self->state.reports.add_load(std::move(load)); },
   };
 }
 
@@ -351,6 +360,7 @@ caf::behavior sim_proxy(proxy_actor* self, size_t index, std::string node_id, Ob
           epoch = st.observed->proxies[st.index].epoch;
           seq = st.observed->proxies[st.index].seq;
         }
+        ++st.observed->traffic.other;
         self->send(controller, subscribe_atom::value, caf::actor_cast<ProxyActor>(self), epoch, seq,
                    st.node_id);
       },
@@ -375,7 +385,10 @@ caf::behavior sim_proxy(proxy_actor* self, size_t index, std::string node_id, Ob
         }
         return caf::ok_atom::value;
       },
-      [=](health_atom) { return caf::ok_atom::value; },
+      [=](health_atom) {
+        ++self->state.observed->traffic.health_answers;
+        return caf::ok_atom::value;
+      },
       [=](call_atom, const std::string& a, const std::string& b, const HttpRequest& r, double t) {
         return refuse(a, b, r, t);
       },

@@ -11,6 +11,7 @@
 // Everything a benchmark driver reads is in Observed, guarded by its mutex.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -43,7 +44,18 @@ struct ProxyView {
   Clock::time_point epoch_at;  // when it first applied a push of `epoch`
 };
 
+// Messages the simulated cluster sent into the head, by kind (counted by
+// their senders; no mutex needed).
+struct HeadTraffic {
+  std::atomic<uint64_t> heartbeats{0};      // node agents' heartbeats
+  std::atomic<uint64_t> loads{0};           // replica load reports they carried
+  std::atomic<uint64_t> health_answers{0};  // replicas' answers to health checks
+  std::atomic<uint64_t> other{0};           // registrations, subscriptions, stop answers
+  uint64_t messages() const { return heartbeats + health_answers + other; }
+};
+
 struct Observed {
+  HeadTraffic traffic;
   std::mutex mutex;
   std::vector<ProxyView> proxies;
   // The replica whose removal is being timed, since when, and per proxy the
