@@ -665,10 +665,13 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
         return on_kill(self, kind, id, cred);
       },
       [=](dashboard_atom) { return logic(self).dashboard(); },
-      [=](metrics_atom, const std::string& reporter, const std::string& app,
-          const std::string& deployment, double queued_and_inflight) {
-        if (logic(self).handle_metrics(reporter, app, deployment, queued_and_inflight))
-          reconcile(self);  // cold start now, not at the next tick
+      [=](metrics_atom, const std::string& reporter, const std::vector<DeploymentLoad>& loads) {
+        bool cold_start = false;
+        for (const auto& l : loads)
+          cold_start |=
+              logic(self).handle_metrics(reporter, l.app, l.deployment, l.queued_and_inflight);
+        if (cold_start)
+          reconcile(self);  // now, not at the next tick
       },
       [=](models_atom, const std::string&, std::vector<ReplicaModels>& lists) {
         // Replicas send at most one list per 100 ms each, and their node

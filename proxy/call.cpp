@@ -482,8 +482,8 @@ void dispatch(const CallPtr& c) {
       if (admission.no_replicas) {
         // The only signal that starts a deployment scaled to zero: report at
         // once, not at the next periodic report.
-        core->report_load(c->route->app, c->route->deployment,
-                          static_cast<double>(admission.queued));
+        core->report_load(
+            {{c->route->app, c->route->deployment, static_cast<double>(admission.queued)}});
       }
       return;
     case Router::Admit::queue_full: {

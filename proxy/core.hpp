@@ -193,16 +193,16 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   // call.cpp: the controller's handle died with the connection to its node
   // (true at once, while hub_lost() waits for its down message).
   bool hub_unreachable();
-  // (metrics, reporter, app, deployment, queued + in flight) to the
-  // controller, for autoscaling.
-  void report_load(const std::string& app, const std::string& deployment, double value) {
+  // (metrics, reporter, deployments' queued + in flight) to the controller,
+  // for autoscaling: every deployment in one message.
+  void report_load(std::vector<DeploymentLoad> loads) {
     ControllerActor to;
     {
       std::lock_guard<std::mutex> lock(actor_mutex);
       to = controller;
     }
-    if (to)
-      caf::anon_send(to, metrics_atom::value, reporter_id(), app, deployment, value);
+    if (to && !loads.empty())
+      caf::anon_send(to, metrics_atom::value, reporter_id(), std::move(loads));
   }
   std::string reporter_id() const { return options.node_id + "/proxy"; }
   double request_timeout_s() const {

@@ -16,6 +16,8 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<ReplicaLoad>("troupe.ReplicaLoad");
   cfg.add_message_type<std::vector<ReplicaLoad>>("troupe.ReplicaLoadList");
   cfg.add_message_type<ReplicaModels>("troupe.ReplicaModels");
+  cfg.add_message_type<DeploymentLoad>("troupe.DeploymentLoad");
+  cfg.add_message_type<std::vector<DeploymentLoad>>("troupe.DeploymentLoadList");
   cfg.add_message_type<std::vector<ReplicaModels>>("troupe.ReplicaModelsList");
   cfg.add_message_type<HostedReplicaInfo>("troupe.HostedReplicaInfo");
   cfg.add_message_type<std::vector<HostedReplicaInfo>>("troupe.HostedReplicaList");

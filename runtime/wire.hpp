@@ -353,6 +353,20 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaLoad& x) {
            x.errors, x.streams, x.p99_s);
 }
 
+// A deployment's requests queued and in flight as one proxy (or handle)
+// sees them: the signal of autoscaling (and of a cold start from zero).
+struct DeploymentLoad {
+  std::string app;
+  std::string deployment;
+  double queued_and_inflight = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DeploymentLoad& x) {
+  return f(caf::meta::type_name("troupe.DeploymentLoad"), x.app, x.deployment,
+           x.queued_and_inflight);
+}
+
 // The model ids a replica holds (ModelCache), numbered by the replica: a
 // list with a lower seq than the one the controller has is stale.
 struct ReplicaModels {
@@ -679,8 +693,9 @@ using ControllerActor = caf::typed_actor<
                    std::string /*lost_node*/>,
     // The head's dashboard: ControllerLogic::dashboard()'s JSON.
     caf::replies_to<dashboard_atom>::with<std::string>,
-    // From proxies and handles: (reporter, app, deployment, queued + in flight).
-    caf::reacts_to<metrics_atom, std::string, std::string, std::string, double>,
+    // From proxies: (reporter, every deployment's queued + in flight), one
+    // message per proxy per second however many deployments it routes.
+    caf::reacts_to<metrics_atom, std::string, std::vector<DeploymentLoad>>,
     // From node agents: (node, the model lists of its replicas that changed
     // within a short window), one message for all of them.
     caf::reacts_to<models_atom, std::string, std::vector<ReplicaModels>>>;

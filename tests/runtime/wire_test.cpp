@@ -63,6 +63,8 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<ReplicaLoad>(sys, "troupe.ReplicaLoad");
   check_registered<std::vector<ReplicaLoad>>(sys, "troupe.ReplicaLoadList");
   check_registered<ReplicaModels>(sys, "troupe.ReplicaModels");
+  check_registered<DeploymentLoad>(sys, "troupe.DeploymentLoad");
+  check_registered<std::vector<DeploymentLoad>>(sys, "troupe.DeploymentLoadList");
   check_registered<std::vector<ReplicaModels>>(sys, "troupe.ReplicaModelsList");
   check_registered<HostedReplicaInfo>(sys, "troupe.HostedReplicaInfo");
   check_registered<std::vector<HostedReplicaInfo>>(sys, "troupe.HostedReplicaList");
@@ -89,7 +91,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 28);
+  CHECK(registered == 30);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -134,6 +136,11 @@ TEST_CASE("wire types survive serialization") {
   CHECK(lists2[0].seq == 9);
   CHECK(lists2[0].model_ids == std::vector<std::string>{"m1", "m2"});
   CHECK(lists2[1].model_ids.empty());
+  auto deployments2 = round_trip(sys, std::vector<DeploymentLoad>{{"shop", "Cart", 2.5}});
+  REQUIRE(deployments2.size() == 1);
+  CHECK(deployments2[0].app == "shop");
+  CHECK(deployments2[0].deployment == "Cart");
+  CHECK(deployments2[0].queued_and_inflight == 2.5);
   RouteEntry route{"/greet", "greet", "Hello", {{"Canary", 0.25}, {"Hello", 0.75}}, "X-User"};
   auto route2 = round_trip(sys, route);
   CHECK(route2.prefix == "/greet");

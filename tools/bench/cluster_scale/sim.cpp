@@ -292,6 +292,8 @@ struct ProxyState {
   std::string node_id;
   Observed* observed = nullptr;
   std::vector<char> buffer;
+  caf::actor controller;  // the last one it subscribed to
+  bool ticking = false;
 };
 
 using proxy_actor = caf::stateful_actor<ProxyState>;
@@ -353,6 +355,11 @@ caf::behavior sim_proxy(proxy_actor* self, size_t index, std::string node_id, Ob
   return {
       [=](subscribe_atom, const caf::actor& controller) {
         auto& st = self->state;
+        st.controller = controller;
+        if (!st.ticking) {
+          st.ticking = true;
+          self->send(self, tick_atom::value);
+        }
         uint64_t epoch = 0;
         uint64_t seq = 0;
         {
@@ -388,6 +395,22 @@ caf::behavior sim_proxy(proxy_actor* self, size_t index, std::string node_id, Ob
       [=](health_atom) {
         ++self->state.observed->traffic.health_answers;
         return caf::ok_atom::value;
+      },
+      [=](tick_atom) {
+        // As a real proxy does every second: every deployment it routes,
+        // with its requests queued and in flight (none here), in one message.
+        auto& st = self->state;
+        self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+        std::vector<DeploymentLoad> loads;
+        {
+          std::lock_guard<std::mutex> lock(st.observed->mutex);
+          for (const auto& [key, ids] : st.observed->proxies[st.index].deployments)
+            loads.push_back({key.first, key.second, 0.0});
+        }
+        if (!st.controller || loads.empty())
+          return;
+        ++st.observed->traffic.proxy_loads;
+        self->send(st.controller, metrics_atom::value, st.node_id + "/proxy", std::move(loads));
       },
       [=](call_atom, const std::string& a, const std::string& b, const HttpRequest& r, double t) {
         return refuse(a, b, r, t);
