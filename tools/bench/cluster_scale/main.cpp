@@ -12,7 +12,8 @@
 //      each; the time until every proxy routes every replica, and the head's
 //      memory per replica (VmHWM then, minus VmRSS before the deploy);
 //   2. the head's CPU in steady state (10 s, replicas reporting metrics and
-//      answering health checks);
+//      answering health checks), and the messages the simulated cluster sent
+//      into the head meanwhile, per second and by kind;
 //   3. `--changes` single-replica crashes, one at a time: how long each removal
 //      takes to reach every proxy (p50/p99/max), and the snapshot bytes each
 //      proxy received per change (the removal and the replacement);
@@ -24,7 +25,8 @@
 //      every replica, and whether any replica was started anew;
 //   6. `--kill-nodes` agents killed with their replicas: the time until the
 //      remaining proxies route the full count again, none of it on them.
-// Then each goal of issue 23, met or not. Every process it starts is stopped
+// Then each goal of issues 23 and 45, met or not (issue 45's at 10,000
+// replicas on 100 nodes, 50,000 on 1,000, and 10,000 against 20,000). Every process it starts is stopped
 // on exit. Timings are wall time on this machine; run it on an idle one.
 #include <signal.h>
 #include <unistd.h>
@@ -37,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -519,6 +522,15 @@ bool Run::go(std::vector<Goal>& goals) {
     goals.push_back({"10,000 replicas: steady head CPU <= 5 % of a core", cpu_pct <= 5.0});
     goals.push_back({"10,000 replicas: a replica change reaches 100 proxies in <= 100 ms p99",
                      p99 <= 100.0 && so.proxies >= 100});
+    goals.push_back({"10,000 replicas on 100 nodes: steady head CPU <= 3 % of a core (issue 45)",
+                     cpu_pct <= 3.0});
+  }
+  if (count_ == 50000 && args_.nodes == 1000) {
+    goals.push_back({"50,000 replicas on 1,000 nodes: every proxy routes every replica <= 60 s "
+                     "after the deploy (issue 45)",
+                     deploy_s <= 60.0});
+    goals.push_back({"50,000 replicas on 1,000 nodes: steady head CPU <= 10 % of a core (issue 45)",
+                     cpu_pct <= 10.0});
   }
   head_.stop(30s);
   return true;
@@ -586,6 +598,8 @@ int main(int argc, char** argv) {
   bool complete = true;
   // (count, growth after the deploy, growth with the rollout) per count.
   std::vector<std::tuple<size_t, long, long>> growth;
+  // (count, messages per second into the head in steady state) per count.
+  std::vector<std::pair<size_t, double>> rates;
   for (auto count : args.counts) {
     Run run(args, count, dir);
     if (!run.go(goals)) {
@@ -593,6 +607,25 @@ int main(int argc, char** argv) {
       break;
     }
     growth.emplace_back(count, run.deploy_growth_kib, run.rollout_growth_kib);
+    rates.emplace_back(count, run.steady_messages_per_s);
+  }
+  // The head's messages grow with the nodes, not the replicas: on the same
+  // nodes, 20,000 replicas send within 20 % of what 10,000 send (issue 45).
+  {
+    auto at = [&](size_t count) -> std::optional<double> {
+      for (const auto& [c, r] : rates)
+        if (c == count)
+          return r;
+      return std::nullopt;
+    };
+    if (auto r10 = at(10000), r20 = at(20000); r10 && r20 && *r10 > 0) {
+      std::printf("\nmessages into the head in steady state: %.0f/s at 10,000 replicas, %.0f/s at "
+                  "20,000 (%zu nodes): %.2fx\n",
+                  *r10, *r20, args.nodes, *r20 / *r10);
+      goals.push_back({"messages into the head at 20,000 replicas within 20 % of those at 10,000 "
+                       "on the same nodes (issue 45)",
+                       *r20 <= 1.2 * *r10});
+    }
   }
   // Linear: what each replica beyond the previous count cost. The per-replica
   // figures above also carry what the head spends on the nodes and
