@@ -140,19 +140,15 @@ void reconfigure_replica(controller_actor* self, const ReplicaActor& replica, co
             [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); });
 }
 
-void check_replica_health(controller_actor* self, const ReplicaActor& replica,
-                          const Command& cmd) {
-  auto id = cmd.replica_id;
-  auto seq = cmd.check_seq;
-  // The core times checks out itself (health_check_timeout_s); this bound
-  // only keeps the request from living forever.
-  self->request(replica, seconds_as(600), health_atom::value)
-      .then([=](caf::ok_atom) { logic(self).core().on_health_check_result(id, true, seq); },
-            [=](caf::error& err) {
-              auto why = from_caf_error(err).message();
-              logic(self).log().info("health check of {} failed: {}", id, why);
-              logic(self).core().on_health_check_result(id, false, seq, why);
-            });
+// The replica's node runs its health checks (node/health_checks.hpp) and
+// sends what they come to (the health handler below).
+void watch_replica_health(controller_actor* self, const AgentActor& agent, const Command& cmd) {
+  HealthSettings s;
+  s.period_s = cmd.health.period_s;
+  s.timeout_s = cmd.health.timeout_s;
+  s.threshold = cmd.health.threshold;
+  s.jitter = cmd.health.jitter;
+  self->send(agent, health_atom::value, cmd.replica_id, cmd.check_seq, s);
 }
 
 void query_replica_version(controller_actor* self, const ReplicaActor& replica,
@@ -196,8 +192,8 @@ void execute(controller_actor* self, const Command& cmd) {
       return spawn_replica(self, run.agent, cmd);
     case CommandAction::reconfigure:
       return reconfigure_replica(self, run.replica, cmd);
-    case CommandAction::check_health:
-      return check_replica_health(self, run.replica, cmd);
+    case CommandAction::watch_health:
+      return watch_replica_health(self, run.agent, cmd);
     case CommandAction::query_version:
       return query_replica_version(self, run.replica, cmd);
     case CommandAction::exit_replica:
@@ -672,6 +668,9 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
               logic(self).handle_metrics(reporter, l.app, l.deployment, l.queued_and_inflight);
         if (cold_start)
           reconcile(self);  // now, not at the next tick
+      },
+      [=](health_atom, const std::string& node, const std::vector<HealthReport>& reports) {
+        logic(self).health_reports(node, reports);
       },
       [=](models_atom, const std::string&, std::vector<ReplicaModels>& lists) {
         // Replicas send at most one list per 100 ms each, and their node

@@ -22,6 +22,7 @@
 #include <prometheus/registry.h>
 
 #include "node/controller_session.hpp"
+#include "node/health_checks.hpp"
 #include "node/hosted_replicas.hpp"
 #include "node/library_fetcher.hpp"
 #include "node/process_supervisor.hpp"
@@ -56,6 +57,8 @@ constexpr std::chrono::milliseconds kProbeTimeout{2000};
 // model lists that wait (ReplicaReports::kModelsWindow) go to the
 // controller now.
 using models_due_atom = caf::atom_constant<caf::atom("modelsdue")>;
+// The replicas' health checks: some are due, or time out (HealthChecks).
+using checks_due_atom = caf::atom_constant<caf::atom("checksdue")>;
 using attach_deadline_atom = caf::atom_constant<caf::atom("attachdl")>;
 using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
 using reattach_deadline_atom = caf::atom_constant<caf::atom("reattdl")>;
@@ -63,7 +66,8 @@ using AgentImpl = AgentActor::extend_with<AgentLocalActor>::extend<
     caf::reacts_to<reconnect_atom>, caf::reacts_to<tick_atom>,
     caf::reacts_to<attach_deadline_atom, std::string, int32_t>,
     caf::reacts_to<reattach_deadline_atom, std::string, int32_t, uint32_t>,
-    caf::reacts_to<stop_due_atom, std::string>, caf::reacts_to<models_due_atom>>;
+    caf::reacts_to<stop_due_atom, std::string>, caf::reacts_to<models_due_atom>,
+    caf::reacts_to<checks_due_atom>>;
 
 // troupe_replica_starts_total: a replica this node was asked to start.
 void count_start(const AgentOptions& o, const ReplicaSpec& spec) {
@@ -125,6 +129,11 @@ struct AgentState {
   // The replicas' load reports and model lists, gathered for the
   // controller (loads go with the next heartbeat).
   node::ReplicaReports reports;
+  // The replicas' health checks, as the controller asked for them, and when
+  // the next checks_due message is sent for (none: none is pending).
+  node::HealthChecks checks{
+      [this](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }};
+  std::optional<double> checks_timer_at;
   std::minstd_rand rng{std::random_device{}()};
   // The node is stopping (session.stopping(), kept here for the replicas).
   bool stopping() const { return session.stopping(); }
@@ -172,6 +181,13 @@ void send_register(agent_actor* self, const AgentOptions& o) {
             }
             if (o.proxy)
               self->send(o.proxy, subscribe_atom::value, controller);
+            // The health checks start over: the controller sends the
+            // watches of this node's RUNNING replicas again (a new one
+            // after adopting them), each with a check at once, as it
+            // checked a node back from a cut or a restart before. What was
+            // reported meanwhile may have been lost.
+            st.checks.clear();
+            st.checks_timer_at.reset();
           },
           [=](caf::error& err) {
             auto& st = self->state;
@@ -618,6 +634,7 @@ void replica_ended(agent_actor* self, const AgentOptions& o, const std::string& 
     o.processes->signal(id, SIGKILL);
   if (ended.remote)
     st.remote_ids.erase(ended.remote.address());
+  st.checks.forget(id);
   if (ended.expected)
     st.log->info("replica {} exited", id);
   else
@@ -931,6 +948,80 @@ void to_controller(agent_actor* self, Ts&&... xs) {
     self->send(st.controller, std::forward<Ts>(xs)...);
 }
 
+// -- health checks (node/health_checks.hpp) --------------------------------
+
+double checks_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// What changed goes to the controller in one message (lost while not
+// registered: the next registration sends every count).
+void send_health_changes(agent_actor* self, const AgentOptions& o) {
+  auto changes = self->state.checks.take_changes();
+  if (changes.empty())
+    return;
+  std::vector<HealthReport> reports;
+  reports.reserve(changes.size());
+  for (auto& c : changes)
+    reports.push_back(
+        {std::move(c.replica_id), c.watch, c.passed, c.failures, std::move(c.failure)});
+  to_controller(self, health_atom::value, o.info.id, std::move(reports));
+}
+
+void schedule_checks(agent_actor* self) {
+  auto& st = self->state;
+  auto next = st.checks.next_event();
+  if (!next || (st.checks_timer_at && *st.checks_timer_at <= *next))
+    return;
+  st.checks_timer_at = next;
+  const double wait_s = std::max(0.0, *next - checks_now());
+  self->delayed_send(self, seconds_as(wait_s), checks_due_atom::value);
+}
+
+// Times out what waited too long and sends what is due, each to its
+// replica; replicas no longer hosted are forgotten.
+void run_checks(agent_actor* self, const AgentOptions& o) {
+  auto& st = self->state;
+  const double now = checks_now();
+  st.checks.expire(now);
+  for (auto& c : st.checks.due(now)) {
+    auto* h = st.hosted->find(c.replica_id);
+    if (!h) {
+      st.checks.forget(c.replica_id);
+      continue;
+    }
+    if (!h->attached)
+      continue;  // a process not (or no longer) attached: no answer, it times out
+    auto id = c.replica_id;
+    auto seq = c.seq;
+    // HealthChecks times the check out itself; this bound only keeps the
+    // request from living forever.
+    self->request(h->handle, std::chrono::seconds(600), health_atom::value)
+        .then(
+            [=](caf::ok_atom) {
+              self->state.checks.result(id, seq, true, "");
+              send_health_changes(self, o);
+            },
+            [=](caf::error& err) {
+              self->state.checks.result(id, seq, false, from_caf_error(err).message());
+              send_health_changes(self, o);
+            });
+  }
+  send_health_changes(self, o);
+  schedule_checks(self);
+}
+
+void on_watch(agent_actor* self, const AgentOptions& o, const std::string& id, uint64_t watch,
+              const HealthSettings& settings) {
+  auto& st = self->state;
+  if (!st.hosted->find(id))
+    return;  // not (or no longer) here: the controller learns it from its handle
+  st.checks.watch(id, watch,
+                  {settings.period_s, settings.timeout_s, settings.threshold, settings.jitter},
+                  checks_now());
+  run_checks(self, o);
+}
+
 void init_agent(agent_actor* self, const AgentOptions& o, std::shared_ptr<HostedReplicas> hosted) {
   auto& st = self->state;
   st.hosted = std::move(hosted);
@@ -992,6 +1083,13 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
           self->delayed_send(
               self, std::chrono::duration_cast<caf::timespan>(node::ReplicaReports::kModelsWindow),
               models_due_atom::value);
+      },
+      [=](health_atom, const std::string& rid, uint64_t watch, const HealthSettings& settings) {
+        on_watch(self, o, rid, watch, settings);
+      },
+      [=](checks_due_atom) {
+        self->state.checks_timer_at.reset();
+        run_checks(self, o);
       },
       [=](models_due_atom) {
         // Lost while not registered: replicas repeat their lists with every

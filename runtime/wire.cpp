@@ -17,6 +17,9 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<ReplicaLoad>>("troupe.ReplicaLoadList");
   cfg.add_message_type<ReplicaModels>("troupe.ReplicaModels");
   cfg.add_message_type<DeploymentLoad>("troupe.DeploymentLoad");
+  cfg.add_message_type<HealthSettings>("troupe.HealthSettings");
+  cfg.add_message_type<HealthReport>("troupe.HealthReport");
+  cfg.add_message_type<std::vector<HealthReport>>("troupe.HealthReportList");
   cfg.add_message_type<std::vector<DeploymentLoad>>("troupe.DeploymentLoadList");
   cfg.add_message_type<std::vector<ReplicaModels>>("troupe.ReplicaModelsList");
   cfg.add_message_type<HostedReplicaInfo>("troupe.HostedReplicaInfo");

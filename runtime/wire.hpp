@@ -58,7 +58,7 @@ namespace troupe {
 // 19: a proxy that lost its direct connection to a node subscribes naming
 //     it (its replicas again, not the whole view); NodeStatus::state
 //     UNREACHABLE.
-constexpr uint32_t kProtocolVersion = 20;
+constexpr uint32_t kProtocolVersion = 21;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -353,6 +353,39 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaLoad& x) {
            x.errors, x.streams, x.p99_s);
 }
 
+// How a node agent health-checks a replica (node/health_checks.hpp): the
+// deployment's health_check_period_s and health_check_timeout_s, the
+// controller's failure threshold and the period's jitter.
+struct HealthSettings {
+  double period_s = 10.0;
+  double timeout_s = 30.0;
+  uint32_t threshold = 3;
+  double jitter = 0.1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HealthSettings& x) {
+  return f(caf::meta::type_name("troupe.HealthSettings"), x.period_s, x.timeout_s, x.threshold,
+           x.jitter);
+}
+
+// What a node agent's checks of one replica came to, since the controller
+// watched it (`watch`): checks passed (counted up to the threshold), failed
+// checks in a row, and what the last failure said ("" when none).
+struct HealthReport {
+  std::string replica_id;
+  uint64_t watch = 0;
+  uint32_t passed = 0;
+  uint32_t failures = 0;
+  std::string failure;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HealthReport& x) {
+  return f(caf::meta::type_name("troupe.HealthReport"), x.replica_id, x.watch, x.passed, x.failures,
+           x.failure);
+}
+
 // A deployment's requests queued and in flight as one proxy (or handle)
 // sees them: the signal of autoscaling (and of a cold start from zero).
 struct DeploymentLoad {
@@ -598,6 +631,11 @@ using AgentActor = caf::typed_actor<
     caf::replies_to<stop_atom, std::string, double>::with<caf::ok_atom>,
     // Terminate at once.
     caf::replies_to<kill_replica_atom, std::string>::with<caf::ok_atom>,
+    // Health-check a replica this node hosts (replica id, watch id,
+    // settings): a watch id new for the replica starts its counts afresh
+    // with a check at once; the same id again changes the settings. The
+    // agent sends what changed (health, below).
+    caf::reacts_to<health_atom, std::string, uint64_t, HealthSettings>,
     // `troupectl shutdown --nodes`: stop the node process.
     caf::reacts_to<stop_node_atom>,
     // The log of a replica this node runs or ran (replica id, offset: where
@@ -696,6 +734,9 @@ using ControllerActor = caf::typed_actor<
     // From proxies: (reporter, every deployment's queued + in flight), one
     // message per proxy per second however many deployments it routes.
     caf::reacts_to<metrics_atom, std::string, std::vector<DeploymentLoad>>,
+    // From node agents: (node, the health reports of its replicas that
+    // changed; all of them after each registration).
+    caf::reacts_to<health_atom, std::string, std::vector<HealthReport>>,
     // From node agents: (node, the model lists of its replicas that changed
     // within a short window), one message for all of them.
     caf::reacts_to<models_atom, std::string, std::vector<ReplicaModels>>>;

@@ -8,8 +8,8 @@ const char* to_string(CommandKind kind) {
       return "start";
     case CommandKind::reconfigure:
       return "reconfigure";
-    case CommandKind::check_health:
-      return "check_health";
+    case CommandKind::watch_health:
+      return "watch_health";
     case CommandKind::recover:
       return "recover";
     case CommandKind::stop:

@@ -29,12 +29,13 @@ enum class CommandKind {
   // Apply `spec->config.user_config` to a running replica. Answer:
   // on_replica_ready(id, version) or on_replica_start_failed(id, error).
   reconfigure,
-  // Ask the replica for its health. Answer: on_health_check_result(id, ok,
-  // check_seq), echoing `check_seq` so that a late answer to an earlier,
-  // timed-out check is not taken for this one. No answer within
-  // health_check_timeout_s counts as a failure; the shell need not time it
-  // out itself.
-  check_health,
+  // Ask the replica's node to health-check it (`health`) under the watch id
+  // `check_seq`: an id new for the replica starts the node's counts afresh
+  // with a check at once; the same id again only changes the settings. The
+  // node answers on_health_report(id, watch, ...) whenever its counts change.
+  // Sent when a replica turns RUNNING, when its settings change and when its
+  // node registers again.
+  watch_health,
   // Adopted after a controller restart: ask the replica what it runs. Answer:
   // on_replica_ready(id, version) or on_replica_crashed(id).
   recover,
@@ -48,6 +49,15 @@ enum class CommandKind {
 
 const char* to_string(CommandKind kind);
 
+// How a node health-checks a replica: the deployment's period and timeout,
+// the failure threshold and the period's jitter (CoreOptions).
+struct HealthWatch {
+  double period_s = 10.0;
+  double timeout_s = 30.0;
+  uint32_t threshold = 3;
+  double jitter = 0.1;
+};
+
 struct Command {
   CommandKind kind = CommandKind::start;
   std::string replica_id;
@@ -58,7 +68,8 @@ struct Command {
   std::shared_ptr<const DeploymentSpec> spec;
   ReplicaVersion version;  // start / reconfigure: what the replica will run
   double timeout_s = 0;    // stop: graceful shutdown timeout
-  uint64_t check_seq = 0;  // check_health: echo it in on_health_check_result
+  uint64_t check_seq = 0;  // watch_health: the watch id
+  HealthWatch health;      // watch_health: how to check
 };
 
 // UNREACHABLE: lost together with so many other nodes that the controller is

@@ -77,7 +77,8 @@ bool begin_stop(Replica& r, double grace_s, TickContext& ctx) {
   const bool has_actor = !(r.state == ReplicaState::starting && !r.placed);
   r.state = ReplicaState::stopping;
   r.state_since = ctx.now;
-  r.check_outstanding = false;
+  r.watch_due = false;
+  r.health_reported = false;
   r.migrating = false;
   if (!has_actor)
     return true;
@@ -167,6 +168,15 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
       spec_->config.autoscaling_config != spec->config.autoscaling_config;
   if (spec->config.max_ongoing_requests != spec_->config.max_ongoing_requests) {
     running_dirty_ = true;
+  }
+  // New health-check timings go to the nodes of the running replicas (the
+  // same watches: their counts go on).
+  if (spec->config.health_check_period_s != spec_->config.health_check_period_s ||
+      spec->config.health_check_timeout_s != spec_->config.health_check_timeout_s) {
+    for (auto& rp : replicas_) {
+      if (rp->state == ReplicaState::running && !rp->removed)
+        rp->watch_due = true;
+    }
   }
   spec_ = std::move(spec);
   target_version_ = version_of(*spec_);
@@ -379,12 +389,14 @@ void DeploymentState::on_became_running(Replica& r, TickContext& ctx) {
   r.state_since = ctx.now;
   r.consecutive_failures = 0;
   r.checks_passed = 0;
-  r.check_outstanding = false;
-  r.health_result = -1;
-  // The first check is due at once (at the next tick), as in Ray Serve, whose
-  // replica starts with its last check at time 0: a replica unhealthy from the
-  // start is found one period sooner than if it waited a whole period.
-  r.next_check_at = ctx.now;
+  r.last_failure.clear();
+  r.health_reported = false;
+  // A new watch (sent at the next tick): its node counts afresh, with the
+  // first check at once, as in Ray Serve, whose replica starts with its last
+  // check at time 0: a replica unhealthy from the start is found one period
+  // sooner than if it waited a whole period.
+  ++r.check_seq;
+  r.watch_due = true;
   running_dirty_ = true;
 }
 
@@ -439,27 +451,20 @@ void DeploymentState::handle_crash(Replica& r, TickContext& ctx) {
 
 void DeploymentState::check_health(Replica& r, TickContext& ctx) {
   const DeploymentConfig& c = spec_->config;
-  if (r.health_result != -1) {
-    if (r.check_outstanding) {
-      r.check_outstanding = false;
-      if (r.health_result == 1) {
-        r.consecutive_failures = 0;
-        r.last_failure.clear();
-        // A replica of the target version proved itself: its version can
-        // run, so earlier replicas that failed early were not its fault.
-        if (++r.checks_passed == options_.health_check_failure_threshold && is_target(r))
-          unproven_failures_ = 0;
-      } else {
-        ++r.consecutive_failures;
-        r.last_failure = std::move(r.health_error);
-      }
-    }
-    r.health_result = -1;
-    r.health_error.clear();
-  } else if (r.check_outstanding && ctx.now >= r.check_deadline) {
-    r.check_outstanding = false;
-    ++r.consecutive_failures;
-    r.last_failure = "no answer within health_check_timeout_s";
+  if (r.health_reported) {
+    r.health_reported = false;
+    const uint32_t threshold = options_.health_check_failure_threshold;
+    const bool was_proven = r.checks_passed >= threshold;
+    // Passes only grow within a watch; fewer means the node counted afresh
+    // (its agent restarted), which does not unprove the replica.
+    r.checks_passed = std::max(r.checks_passed, r.reported_passed);
+    r.consecutive_failures = r.reported_failures;
+    r.last_failure = std::move(r.reported_failure);
+    r.reported_failure.clear();
+    // A replica of the target version proved itself: its version can run,
+    // so earlier replicas that failed early were not its fault.
+    if (!was_proven && r.checks_passed >= threshold && is_target(r))
+      unproven_failures_ = 0;
   }
   if (r.consecutive_failures >= options_.health_check_failure_threshold) {
     const bool target = is_target(r);
@@ -489,17 +494,18 @@ void DeploymentState::check_health(Replica& r, TickContext& ctx) {
     }
     return;
   }
-  if (!r.check_outstanding && ctx.now >= r.next_check_at) {
+  if (r.watch_due) {
+    r.watch_due = false;
     Command cmd;
-    cmd.kind = CommandKind::check_health;
-    cmd.check_seq = ++r.check_seq;
+    cmd.kind = CommandKind::watch_health;
+    cmd.check_seq = r.check_seq;
     cmd.replica_id = r.id;
     cmd.node_id = r.node_id;
+    cmd.health.period_s = c.health_check_period_s;
+    cmd.health.timeout_s = c.health_check_timeout_s;
+    cmd.health.threshold = options_.health_check_failure_threshold;
+    cmd.health.jitter = options_.health_check_jitter;
     ctx.out.push_back(std::move(cmd));
-    r.check_outstanding = true;
-    r.check_deadline = ctx.now + c.health_check_timeout_s;
-    const double j = options_.health_check_jitter;
-    r.next_check_at = ctx.now + c.health_check_period_s * ctx.rng.uniform(1.0 - j, 1.0 + j);
   }
 }
 
@@ -531,11 +537,8 @@ void DeploymentState::update(TickContext& ctx) {
     if (r.state == ReplicaState::running) {
       if (r.placed && node_state(r, ctx.cluster) == NodeState::unreachable) {
         // Its node is cut off from the controller, not known to be down:
-        // unanswered checks say nothing of the replica. Checking resumes
-        // with a check at once when the node is back.
-        r.check_outstanding = false;
-        r.health_result = -1;
-        r.next_check_at = ctx.now;
+        // it goes on checking, and what it found arrives when it is back
+        // (it registers again, and is sent the watches again).
         continue;
       }
       check_health(r, ctx);
@@ -654,7 +657,8 @@ void DeploymentState::rolling_update(TickContext& ctx) {
         running_dirty_ = true;
         r.state = ReplicaState::updating;
         r.state_since = ctx.now;
-        r.check_outstanding = false;
+        r.watch_due = false;
+        r.health_reported = false;
         r.version = target_version_;
         Command c;
         c.kind = CommandKind::reconfigure;

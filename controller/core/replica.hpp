@@ -48,19 +48,23 @@ struct Replica {
   std::string error;
   bool crashed = false;
   bool stopped = false;
-  int8_t health_result = -1;  // -1 none, 0 failed, 1 ok
-  std::string health_error;   // what the failed check said; "" when it said nothing
+  // The counts of its node's checks for the current watch, when a report
+  // came (StateManager::on_health_report).
+  bool health_reported = false;
+  uint32_t reported_passed = 0;
+  uint32_t reported_failures = 0;
+  std::string reported_failure;
 
   // --- model multiplexing (soft state: a restarted controller learns it
   // again from the replicas' periodic reports)
   std::vector<std::string> model_ids;  // the models its ModelCache holds
   uint64_t model_ids_seq = 0;          // the replica's number of that list
 
-  // --- health checking (RUNNING)
-  bool check_outstanding = false;
-  uint64_t check_seq = 0;  // of the last check sent
-  double check_deadline = 0;
-  double next_check_at = 0;
+  // --- health checking (RUNNING). The replica's node runs the checks
+  // (node/health_checks.hpp) from the watch the core sends it, and reports
+  // their counts when they change.
+  uint64_t check_seq = 0;  // the id of the current watch
+  bool watch_due = false;  // send the watch (the node may not have it)
   uint32_t consecutive_failures = 0;
   std::string last_failure;  // why the last failed check failed ("" unknown)
   // Checks passed in a row since it became RUNNING. A replica has proven

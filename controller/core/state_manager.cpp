@@ -677,17 +677,25 @@ bool StateManager::on_replica_start_failed(const std::string& replica_id,
   return true;
 }
 
-bool StateManager::on_health_check_result(const std::string& replica_id, bool ok,
-                                          uint64_t check_seq, const std::string& why) {
+bool StateManager::on_health_report(const std::string& replica_id, uint64_t watch, uint32_t passed,
+                                    uint32_t failures, const std::string& failure) {
   Replica* r = find(replica_id);
   if (!r)
     return false;
-  if (r->state == ReplicaState::running && r->check_outstanding &&
-      (check_seq == 0 || check_seq == r->check_seq)) {
-    r->health_result = ok ? 1 : 0;
-    r->health_error = ok ? std::string() : why;
+  if (r->state == ReplicaState::running && watch == r->check_seq) {
+    r->health_reported = true;
+    r->reported_passed = passed;
+    r->reported_failures = failures;
+    r->reported_failure = failure;
   }
   return true;
+}
+
+void StateManager::rewatch_node(const std::string& node_id) {
+  for (auto& [id, r] : directory_) {
+    if (r->state == ReplicaState::running && r->node_id == node_id)
+      r->watch_due = true;
+  }
 }
 
 bool StateManager::on_replica_stopped(const std::string& replica_id) {

@@ -19,7 +19,7 @@
 //              changes memory; reply to the client after it returns. On error
 //              nothing changed. Run update() right after a successful call.
 //   events:    on_replica_ready / on_replica_start_failed /
-//              on_health_check_result (echo Command::check_seq) /
+//              on_health_report (a node's counts for Command::check_seq) /
 //              on_replica_stopped /
 //              on_replica_crashed (a monitored replica went down) as they
 //              arrive; set_nodes when membership or a node's state changes;
@@ -233,13 +233,19 @@ class StateManager {
   // or its actual version when answering `recover`).
   bool on_replica_ready(const std::string& replica_id, const ReplicaVersion& version);
   bool on_replica_start_failed(const std::string& replica_id, const std::string& error);
-  // `check_seq` echoes Command::check_seq; an answer to an older check is
-  // ignored. 0 accepts the answer for whatever check is outstanding. `why`:
-  // what a failed check said ("stuck: all 2 request threads busy ..."); the
-  // last one goes into the deployment's status message when the replica is
-  // replaced for failing.
-  bool on_health_check_result(const std::string& replica_id, bool ok, uint64_t check_seq = 0,
-                              const std::string& why = "");
+  // What the checks of a replica's node came to under watch `watch`
+  // (Command::check_seq of watch_health): checks passed (counted up to the
+  // threshold), failures in a row, and what the last failure said ("stuck:
+  // all 2 request threads busy ..."; it goes into the deployment's status
+  // message when the replica is replaced for failing). A report of another
+  // watch is ignored.
+  bool on_health_report(const std::string& replica_id, uint64_t watch, uint32_t passed,
+                        uint32_t failures, const std::string& failure);
+  // A node registered again: its agent starts its health checks over (it may
+  // have restarted, or its reports were lost while it was cut off), so its
+  // RUNNING replicas' watches go to it again, and it counts afresh (passes
+  // already counted stay: a replica once proven stays proven).
+  void rewatch_node(const std::string& node_id);
   bool on_replica_stopped(const std::string& replica_id);
   // `cause`: what ended it, when known ("replica X exited: killed by
   // SIGSEGV"); it becomes the deployment's status message.

@@ -10,8 +10,8 @@ const char* to_string(CommandAction a) {
       return "no_agent";
     case CommandAction::reconfigure:
       return "reconfigure";
-    case CommandAction::check_health:
-      return "check_health";
+    case CommandAction::watch_health:
+      return "watch_health";
     case CommandAction::query_version:
       return "query_version";
     case CommandAction::replica_gone:
@@ -36,8 +36,10 @@ CommandAction plan_command(const Command& cmd, bool agent_connected, bool replic
       return agent_connected ? CommandAction::spawn : CommandAction::no_agent;
     case CommandKind::reconfigure:
       return replica_known ? CommandAction::reconfigure : CommandAction::replica_gone;
-    case CommandKind::check_health:
-      return replica_known ? CommandAction::check_health : CommandAction::replica_gone;
+    case CommandKind::watch_health:
+      // The node checks the replica whether or not this controller holds its
+      // handle; it answers for a replica it does not host with nothing.
+      return agent_connected ? CommandAction::watch_health : CommandAction::awaiting_node;
     case CommandKind::recover:
       return replica_known ? CommandAction::query_version : CommandAction::replica_gone;
     case CommandKind::stop:

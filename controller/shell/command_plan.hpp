@@ -13,9 +13,9 @@ enum class CommandAction {
   spawn,           // start: ask the node's agent to spawn the replica (then initialize it)
   no_agent,        // start on a node with no agent connected: on_replica_start_failed now
   reconfigure,     // ask the replica to apply the new user_config
-  check_health,    // ask the replica for its health
+  watch_health,    // ask the replica's node to health-check it
   query_version,   // recover: ask the replica what it runs
-  replica_gone,    // reconfigure / check_health / recover of no known replica actor:
+  replica_gone,    // reconfigure / recover of no known replica actor:
                    // on_replica_crashed now
   already_gone,    // stop / kill of a replica never spawned or already gone: forget it,
                    // on_replica_stopped now
@@ -23,10 +23,11 @@ enum class CommandAction {
                    // replica (it dies with its node's connection anyway)
   stop_via_agent,  // the agent stops the replica gracefully (exit(kill) if that fails)
   kill_via_agent,  // the agent kills the replica process (exit(kill) if that fails)
-  awaiting_node,   // reconfigure / check_health / recover of a replica whose handle went
-                   // down with its node's connection in the controller's pause, before
-                   // the node registered again: nothing is sent (a check counts as
-                   // unanswered at its deadline)
+  awaiting_node,   // reconfigure / recover of a replica whose handle went down with its
+                   // node's connection in the controller's pause, before the node
+                   // registered again, or watch_health for a node with no agent
+                   // connected: nothing is sent (the node's registration sends the
+                   // watches again)
 };
 
 const char* to_string(CommandAction a);

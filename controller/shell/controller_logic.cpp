@@ -165,6 +165,10 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
     push_nodes();
     if (!adopt.empty())
       core_->adopt_replicas(adopt);
+    // Its agent may have lost the watches (it restarted) or its reports may
+    // have been lost (it was cut off): the watches go to it again, and it
+    // sends all its counts after registering.
+    core_->rewatch_node(info.id);
   }
   return out;
 }
@@ -650,6 +654,19 @@ void ControllerLogic::log_status_changes() {
 }
 
 // ---------------------------------------------------------------- reports
+
+void ControllerLogic::health_reports(const std::string& node_id,
+                                     const std::vector<HealthReport>& reports) {
+  // While recovering, replicas are not adopted yet; a new watch follows.
+  if (recovering())
+    return;
+  for (const auto& r : reports) {
+    if (!r.failure.empty())
+      log_->info("health check of {} failed: {} ({} in a row, checked by node {})", r.replica_id,
+                 r.failure, r.failures, node_id);
+    core_->on_health_report(r.replica_id, r.watch, r.passed, r.failures, r.failure);
+  }
+}
 
 void ControllerLogic::replica_metrics(const ReplicaLoad& load) {
   activity_.report(load, now());

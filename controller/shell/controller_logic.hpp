@@ -222,6 +222,9 @@ class ControllerLogic {
   // the last interval drive autoscaling; the rest is for status and the
   // dashboard (Activity).
   void replica_metrics(const ReplicaLoad& load);
+  // What the checks of a node's replicas came to (node/health_checks.hpp):
+  // the core's on_health_report for each; a failure is logged.
+  void health_reports(const std::string& node_id, const std::vector<HealthReport>& reports);
   // The models a replica holds (model multiplexing). True when the actor
   // reconciles now, so that proxies get the change at once.
   bool replica_models(const std::string& replica_id, uint64_t seq,

@@ -33,11 +33,19 @@ TEST_CASE("commands: start goes to the node's agent - or fails at once without o
 
 TEST_CASE("commands: requests to a replica need its actor - else it crashed") {
   CHECK(plan(CommandKind::reconfigure, true, true) == std::string("reconfigure"));
-  CHECK(plan(CommandKind::check_health, false, true) == std::string("check_health"));
   CHECK(plan(CommandKind::recover, false, true) == std::string("query_version"));
-  for (auto kind : {CommandKind::reconfigure, CommandKind::check_health, CommandKind::recover}) {
+  for (auto kind : {CommandKind::reconfigure, CommandKind::recover}) {
     CHECK(plan(kind, true, false) == std::string("replica_gone"));
     CHECK(plan(kind, false, false) == std::string("replica_gone"));
+  }
+}
+
+TEST_CASE("commands: a health watch goes to the node's agent - without one it waits for the node") {
+  // The node checks the replica, whether or not the controller holds its
+  // handle; a node without an agent gets the watch again when it registers.
+  for (bool replica : {true, false}) {
+    CHECK(plan(CommandKind::watch_health, true, replica) == std::string("watch_health"));
+    CHECK(plan(CommandKind::watch_health, false, replica) == std::string("awaiting_node"));
   }
 }
 

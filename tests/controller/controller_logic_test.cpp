@@ -99,13 +99,14 @@ struct Fixture {
     logic->log_status_changes();
     return out;
   }
-  // reconcile() without the health checks that come due (a running replica's
-  // first check is due at the tick after it started).
+  // reconcile() without the health watches (a running replica's node is
+  // told to check it at the tick after it started).
   std::vector<std::pair<Command, ControllerLogic::Execution>> reconcile_except_checks() {
     auto out = reconcile();
-    out.erase(std::remove_if(out.begin(), out.end(),
-                             [](const auto& r) { return r.first.kind == CommandKind::check_health; }),
-              out.end());
+    out.erase(
+        std::remove_if(out.begin(), out.end(),
+                       [](const auto& r) { return r.first.kind == CommandKind::watch_health; }),
+        out.end());
     return out;
   }
 
@@ -631,20 +632,20 @@ TEST_CASE("logic: after its own pause the controller declares no node DEAD and r
   CHECK_FALSE(
       f.logic->on_down(replica.address(), caf::exit_reason::remote_link_unreachable, "lost"));
   CHECK(contains(f.log_text.str(), "replica " + id + " went down with the connection to node n1"));
-  // Nine seconds of the grace, reconciling as the actor does: its health
-  // check comes due (every 10 s) and is held for its node, nothing starts.
-  size_t held = 0;
+  // Nine seconds of the grace, reconciling as the actor does: its node
+  // checks it, nothing starts.
   for (int s = 0; s < 9; ++s) {
     f.ticks(1.0, {"n2"});
     for (const auto& [cmd, run] : f.reconcile()) {
       CHECK_MESSAGE(cmd.kind != CommandKind::start, cmd.replica_id);
-      if (cmd.kind == CommandKind::check_health && cmd.replica_id == id) {
+      // Only its first watch, held for the node, which gets it again when
+      // it registers.
+      if (cmd.replica_id == id) {
+        CHECK(cmd.kind == CommandKind::watch_health);
         CHECK(run.action == CommandAction::awaiting_node);
-        ++held;
       }
     }
   }
-  CHECK(held == 1);
   CHECK(f.node_state("n1") == "ALIVE");
   CHECK(f.node_state("n2") == "ALIVE");
   CHECK(f.replicas_of_d() == std::map<std::string, std::string>{{id, "RUNNING"}});
@@ -665,10 +666,19 @@ TEST_CASE("logic: after its own pause the controller declares no node DEAD and r
   REQUIRE(delta);
   REQUIRE(delta->deployments.size() == 1);
   CHECK(delta->deployments[0].replicas.size() == 1);
-  for (const auto& [cmd, run] : f.reconcile_except_checks()) {
+  // Its node starts its checks over: the watch goes to it again.
+  size_t watches = 0;
+  for (const auto& [cmd, run] : f.reconcile()) {
     CHECK_MESSAGE(cmd.kind != CommandKind::start, cmd.replica_id);
     CHECK_MESSAGE(cmd.kind != CommandKind::stop, cmd.replica_id);
+    if (cmd.kind == CommandKind::watch_health) {
+      CHECK(cmd.replica_id == id);
+      CHECK(cmd.node_id == "n1");
+      CHECK(run.action == CommandAction::watch_health);
+      ++watches;
+    }
   }
+  CHECK(watches == 1);
   f.ticks(15.0, {"n1", "n2"});
   CHECK(f.node_state("n1") == "ALIVE");
   CHECK(f.node_state("n2") == "ALIVE");
@@ -1168,7 +1178,7 @@ TEST_CASE(
   CHECK(count_kind(during, CommandKind::start) == 0);
   CHECK(count_kind(during, CommandKind::stop) == 0);
   CHECK(count_kind(during, CommandKind::kill) == 0);
-  CHECK(count_kind(during, CommandKind::check_health) == 0);
+  CHECK(count_kind(during, CommandKind::watch_health) == 0);
   CHECK(c.running() == c.ids());
   CHECK(c.f.status()["applications"]["a"]["deployments"]["D"]["status"] == "HEALTHY");
 
@@ -1185,8 +1195,9 @@ TEST_CASE(
   }
   CHECK(count_kind(after, CommandKind::start) == 0);
   CHECK(count_kind(after, CommandKind::stop) == 0);
-  // Health checks resume at once.
-  CHECK(count_kind(after, CommandKind::check_health) == 2);
+  // Their nodes start their health checks over: the watches go to them
+  // again (each node then checks at once).
+  CHECK(count_kind(after, CommandKind::watch_health) == 2);
   CHECK(c.running() == c.ids());
   CHECK_FALSE(contains(c.f.log_text.str(), "-> DEAD"));
 }

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -54,6 +55,8 @@ caf::behavior fake_replica(caf::event_based_actor*, ReplicaSpec spec) {
 struct Spawned {
   std::vector<ReplicaSpec> specs;
   std::vector<caf::actor> replicas;
+  // The health watches the agent was sent: (replica, watch id, period).
+  std::vector<std::tuple<std::string, uint64_t, double>> watches;
 };
 
 // A node agent that spawns fake replicas and records what it was asked to run.
@@ -65,6 +68,9 @@ caf::behavior fake_agent(caf::event_based_actor* self, std::shared_ptr<Spawned> 
         spawned->specs.push_back(spec);
         spawned->replicas.push_back(replica);
         return caf::actor_cast<ReplicaActor>(replica);
+      },
+      [=](health_atom, const std::string& replica, uint64_t watch, const HealthSettings& s) {
+        spawned->watches.emplace_back(replica, watch, s.period_s);
       },
   };
 }
@@ -280,6 +286,11 @@ TEST_CASE("wiring: a replica that dies is reported to the core and replaced") {
   f.deploy(make_app("a", "/a", {make_deployment("D", 1)}));
   REQUIRE(f.spawned->replicas.size() == 1);
   auto first = f.spawned->specs.front().replica_id;
+  // Its node was told to health-check it, with the deployment's period.
+  f.tick();
+  REQUIRE(f.spawned->watches.size() == 1);
+  CHECK(std::get<0>(f.spawned->watches[0]) == first);
+  CHECK(std::get<2>(f.spawned->watches[0]) == 10.0);
   caf::anon_send_exit(f.spawned->replicas.front(), caf::exit_reason::kill);
   f.sched.run();  // the controller's down handler reports the crash and reconciles
   f.tick();       // the core replaces it at once or at the next tick

@@ -303,14 +303,11 @@ TEST_CASE("health: checks every period with jitter from the injected random sour
     h.tick(1.0);
     h.tick(1.0);  // t = 2: RUNNING; the first check is due at once (Ray Serve's)
     const double period = 10 * (0.9 + 0.2 * fraction);  // 10 * uniform(0.9, 1.1)
-    std::vector<double> checks;
-    for (int i = 0; i < 60; ++i) {
-      auto cmds = h.tick(0.5, true);
-      if (!cmds.empty()) {
-        CHECK(cmds == V{"check a#D#1"});
-        checks.push_back(h.clock.now_s());
-      }
-    }
+    // The node is told once, at the next tick; it runs the checks.
+    CHECK(h.tick(0.5, true) == V{"watch a#D#1"});
+    for (int i = 0; i < 59; ++i)
+      CHECK(h.tick(0.5, true) == V{});
+    auto checks = h.cluster.checks_of("a#D#1");
     REQUIRE(checks.size() >= 3);
     CHECK(checks[0] == doctest::Approx(2.5));  // the first tick after RUNNING
     // Then every period, rounded up to the next 0.5 s tick.
@@ -360,12 +357,14 @@ TEST_CASE("health: no answer within health_check_timeout_s counts as a failure")
   deploy(h, d);
   h.ticks(2);
   h.cluster.silent.insert("a#D#1");
-  CHECK(h.tick(1, true) == V{"check a#D#1"});    // t = 3 (due at once), deadline 8
+  CHECK(h.tick(1, true) == V{"watch a#D#1"});    // t = 3: checked at once, deadline 8
   CHECK(h.tick(4, true) == V{});                 // t = 7
   CHECK(h.tick(1, true) == V{});                 // t = 8: failure 1, next check due at 13
-  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 13
+  CHECK(h.cluster.checks_of("a#D#1") == std::vector<double>{3});
+  CHECK(h.tick(5, true) == V{});                 // t = 13: checked
   CHECK(h.tick(5, true) == V{});                 // t = 18: failure 2
-  CHECK(h.tick(5, true) == V{"check a#D#1"});    // t = 23
+  CHECK(h.tick(5, true) == V{});                 // t = 23: checked
+  CHECK(h.cluster.checks_of("a#D#1") == std::vector<double>{3, 13, 23});
   CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 28: failure 3
 }
 
@@ -1017,12 +1016,13 @@ TEST_CASE("health: a late answer to a timed-out check is not taken for the next 
   deploy(h, d);
   h.ticks(2);  // RUNNING at t = 2; checks due every 5 s
   h.cluster.late_health.insert("a#D#1");
-  CHECK(h.tick(5, true) == V{"check a#D#1"});  // t = 7, seq 1, deadline 12
-  CHECK(h.tick(5, true) == V{"check a#D#1"});  // t = 12: failure 1, seq 2 sent
+  CHECK(h.tick(5, true) == V{"watch a#D#1"});  // t = 7: check 1, deadline 12
+  CHECK(h.tick(5, true) == V{});               // t = 12: failure 1, check 2 sent
+  CHECK(h.cluster.checks_of("a#D#1") == std::vector<double>{7, 12});
   REQUIRE(h.cluster.late_answers.size() == 2);
   // The answer to check 1 arrives now (ok): it must not count for check 2.
-  h.cluster.late_answers[0](*h.core);
-  CHECK(h.tick(5, true) == V{"check a#D#1"});  // t = 17: failure 2
+  h.cluster.late_answers[0]();
+  CHECK(h.tick(5, true) == V{});  // t = 17: failure 2
   h.cluster.late_answers.clear();
   CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 22: failure 3
 }

@@ -16,6 +16,7 @@
 #include "controller/core/checkpoint_store.hpp"
 #include "controller/core/clock.hpp"
 #include "controller/core/state_manager.hpp"
+#include "node/health_checks.hpp"
 
 namespace doctest {
 template <>
@@ -110,9 +111,18 @@ struct FakeActor {
 
 // Plays the node agents and replica actors. execute() applies the commands a
 // tick produced and queues the answers; deliver() feeds them to the core at
-// the start of the next tick.
+// the start of the next tick. The nodes health-check their replicas as the
+// real agents do, with node::HealthChecks on the harness's clock and random
+// source: checks due are sent at the end of a tick (execute()) and their
+// answers reach the core at the next one; timeouts at the start of a tick
+// (expire_checks()).
 class FakeCluster {
  public:
+  FakeCluster(const Clock& clock, Random*& random)
+      : clock_(clock),
+        checks_([&random](double lo, double hi) { return random->uniform(lo, hi); }) {}
+  // Every health check sent: (replica, when).
+  std::vector<std::pair<std::string, double>> checks_sent;
   std::map<std::string, FakeActor> actors;  // alive actors by replica id
   // Behaviour knobs.
   std::map<std::string, std::string> fail_start;  // deployment -> constructor error
@@ -129,7 +139,8 @@ class FakeCluster {
   // Code versions whose replicas pass their start-up gate (they report
   // ready) and fail every health check after it.
   std::set<std::string> unhealthy_codes;
-  std::vector<std::function<void(StateManager&)>> late_answers;
+  // Answers of late_health replicas, held until a test runs one.
+  std::vector<std::function<void()>> late_answers;
   int starts = 0;
 
   void execute(const std::vector<Command>& cmds) {
@@ -164,22 +175,13 @@ class FakeCluster {
         queue([id, v](StateManager& m) { m.on_replica_ready(id, v); });
         break;
       }
-      case CommandKind::check_health: {
-        if (!actors.count(id) || silent.count(id))
-          break;
-        bool ok = !unhealthy.count(id) && !unhealthy_codes.count(actors[id].version.code);
-        uint64_t seq = c.check_seq;
-        if (late_health.count(id)) {
-          late_answers.push_back(
-              [id, ok, seq](StateManager& m) { m.on_health_check_result(id, ok, seq); });
-          break;
-        }
-        std::string why;
-        if (auto it = unhealthy_why.find(id); !ok && it != unhealthy_why.end())
-          why = it->second;
-        queue([id, ok, seq, why](StateManager& m) { m.on_health_check_result(id, ok, seq, why); });
+      case CommandKind::watch_health:
+        if (actors.count(id))
+          checks_.watch(
+              id, c.check_seq,
+              {c.health.period_s, c.health.timeout_s, c.health.threshold, c.health.jitter},
+              clock_.now_s());
         break;
-      }
       case CommandKind::recover: {
         auto it = actors.find(id);
         if (it == actors.end()) {
@@ -219,6 +221,54 @@ class FakeCluster {
     queue([id](StateManager& m) { m.on_replica_crashed(id); });
   }
 
+  // The nodes' checks that timed out (at the start of a tick).
+  void expire_checks() {
+    checks_.expire(clock_.now_s());
+    queue_reports();
+  }
+
+  // Sends the checks due now; what they answer is reported at the next tick.
+  void run_checks() {
+    for (const auto& c : checks_.due(clock_.now_s())) {
+      const std::string id = c.replica_id;
+      auto a = actors.find(id);
+      if (a == actors.end()) {
+        checks_.forget(id);  // gone from its node
+        continue;
+      }
+      checks_sent.emplace_back(id, clock_.now_s());
+      if (silent.count(id))
+        continue;
+      const bool ok = !unhealthy.count(id) && !unhealthy_codes.count(a->second.version.code);
+      std::string why;
+      if (auto it = unhealthy_why.find(id); !ok && it != unhealthy_why.end())
+        why = it->second;
+      const uint64_t seq = c.seq;
+      if (late_health.count(id)) {
+        late_answers.push_back([this, id, seq, ok, why] {
+          checks_.result(id, seq, ok, why);
+          queue_reports();
+        });
+        continue;
+      }
+      checks_.result(id, seq, ok, why);
+    }
+    queue_reports();
+  }
+
+  // The nodes' agents registered again (a new controller): their checks
+  // start over.
+  void reset_checks() { checks_.clear(); }
+
+  // The health checks sent to replica `id` so far.
+  std::vector<double> checks_of(const std::string& id) const {
+    std::vector<double> out;
+    for (const auto& [r, t] : checks_sent)
+      if (r == id)
+        out.push_back(t);
+    return out;
+  }
+
   void deliver(StateManager& core) {
     auto events = std::move(pending_);
     pending_.clear();
@@ -247,6 +297,14 @@ class FakeCluster {
 
  private:
   void queue(std::function<void(StateManager&)> f) { pending_.push_back(std::move(f)); }
+  void queue_reports() {
+    for (auto& r : checks_.take_changes())
+      queue([r](StateManager& m) {
+        m.on_health_report(r.replica_id, r.watch, r.passed, r.failures, r.failure);
+      });
+  }
+  const Clock& clock_;
+  node::HealthChecks checks_;
   std::vector<std::function<void(StateManager&)>> pending_;
 };
 
@@ -280,7 +338,7 @@ inline std::vector<NodeInfo> make_nodes(int n, const std::string& capacity = "cp
   return nodes;
 }
 
-// "start a#d#1@n1", "stop a#d#1 20", "kill a#d#1", "check a#d#1",
+// "start a#d#1@n1", "stop a#d#1 20", "kill a#d#1", "watch a#d#1",
 // "reconfigure a#d#1", "recover a#d#1".
 inline std::string describe(const Command& c) {
   switch (c.kind) {
@@ -295,8 +353,8 @@ inline std::string describe(const Command& c) {
     }
     case CommandKind::kill:
       return "kill " + c.replica_id;
-    case CommandKind::check_health:
-      return "check " + c.replica_id;
+    case CommandKind::watch_health:
+      return "watch " + c.replica_id;
     case CommandKind::reconfigure:
       return "reconfigure " + c.replica_id;
     case CommandKind::recover:
@@ -315,11 +373,11 @@ inline std::vector<std::string> without_nodes(std::vector<std::string> v) {
   return v;
 }
 
-// Describes the commands, leaving out health checks unless asked.
+// Describes the commands, leaving out health watches unless asked.
 inline std::vector<std::string> ops(const std::vector<Command>& cmds, bool with_checks = false) {
   std::vector<std::string> out;
   for (const auto& c : cmds) {
-    if (c.kind == CommandKind::check_health && !with_checks)
+    if (c.kind == CommandKind::watch_health && !with_checks)
       continue;
     out.push_back(describe(c));
   }
@@ -335,7 +393,7 @@ struct Harness {
   Random* random = &rng;  // what the core uses; tests may swap in a SeededRandom
   std::unique_ptr<MemoryStore> owned_store = std::make_unique<MemoryStore>();
   MemoryStore* store = owned_store.get();
-  FakeCluster cluster;
+  FakeCluster cluster{clock, random};
   CoreOptions options;
   std::vector<NodeInfo> nodes = make_nodes(3);
   std::unique_ptr<StateManager> core;
@@ -360,6 +418,7 @@ struct Harness {
     options.replica_id_tag = "r" + std::to_string(++restarts);
     core.reset();
     cluster.drop_pending();
+    cluster.reset_checks();
     start();
   }
 
@@ -377,9 +436,11 @@ struct Harness {
 
   std::vector<std::string> tick(double dt = 1.0, bool with_checks = false) {
     clock.advance(dt);
+    cluster.expire_checks();
     cluster.deliver(*core);
     last = core->update();
     cluster.execute(last);
+    cluster.run_checks();
     return ops(last, with_checks);
   }
 

@@ -64,6 +64,9 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<std::vector<ReplicaLoad>>(sys, "troupe.ReplicaLoadList");
   check_registered<ReplicaModels>(sys, "troupe.ReplicaModels");
   check_registered<DeploymentLoad>(sys, "troupe.DeploymentLoad");
+  check_registered<HealthSettings>(sys, "troupe.HealthSettings");
+  check_registered<HealthReport>(sys, "troupe.HealthReport");
+  check_registered<std::vector<HealthReport>>(sys, "troupe.HealthReportList");
   check_registered<std::vector<DeploymentLoad>>(sys, "troupe.DeploymentLoadList");
   check_registered<std::vector<ReplicaModels>>(sys, "troupe.ReplicaModelsList");
   check_registered<HostedReplicaInfo>(sys, "troupe.HostedReplicaInfo");
@@ -91,7 +94,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 30);
+  CHECK(registered == 33);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -136,6 +139,18 @@ TEST_CASE("wire types survive serialization") {
   CHECK(lists2[0].seq == 9);
   CHECK(lists2[0].model_ids == std::vector<std::string>{"m1", "m2"});
   CHECK(lists2[1].model_ids.empty());
+  auto reports2 = round_trip(sys, std::vector<HealthReport>{{"shop#Cart#3", 4, 3, 2, "db down"}});
+  REQUIRE(reports2.size() == 1);
+  CHECK(reports2[0].replica_id == "shop#Cart#3");
+  CHECK(reports2[0].watch == 4);
+  CHECK(reports2[0].passed == 3);
+  CHECK(reports2[0].failures == 2);
+  CHECK(reports2[0].failure == "db down");
+  auto settings2 = round_trip(sys, HealthSettings{2.5, 7.0, 4, 0.2});
+  CHECK(settings2.period_s == 2.5);
+  CHECK(settings2.timeout_s == 7.0);
+  CHECK(settings2.threshold == 4);
+  CHECK(settings2.jitter == 0.2);
   auto deployments2 = round_trip(sys, std::vector<DeploymentLoad>{{"shop", "Cart", 2.5}});
   REQUIRE(deployments2.size() == 1);
   CHECK(deployments2[0].app == "shop");

@@ -314,7 +314,8 @@ bool Run::go(std::vector<Goal>& goals) {
   double c0 = cpu_s(head_.pid());
   auto& traffic = observed_.traffic;
   const uint64_t m0 = traffic.messages(), h0 = traffic.heartbeats, a0 = traffic.health_answers,
-                 l0 = traffic.loads, p0 = traffic.proxy_loads;
+                 l0 = traffic.loads, p0 = traffic.proxy_loads, r0 = traffic.health_reports,
+                 c0_checks = traffic.replica_checks;
   auto s0 = Clock::now();
   std::this_thread::sleep_for(10s);  // the sample's length
   const double sample_s = since_s(s0);
@@ -328,15 +329,18 @@ bool Run::go(std::vector<Goal>& goals) {
   const double heartbeats = static_cast<double>(traffic.heartbeats - h0);
   const double answers = static_cast<double>(traffic.health_answers - a0);
   const double proxy_loads = static_cast<double>(traffic.proxy_loads - p0);
+  const double health_reports = static_cast<double>(traffic.health_reports - r0);
   std::printf(
       "steady state: %.0f messages/s into the head (heartbeats %.0f/s carrying %.0f load "
-      "reports/s; health-check answers %.0f/s; proxies' load reports %.0f/s; other "
-      "%.0f/s)\n",
+      "reports/s; agents' health reports %.0f/s; answers to the head's health checks %.0f/s; "
+      "proxies' load reports %.0f/s; other %.0f/s); the agents checked %.0f replicas/s\n",
       steady_messages_per_s, heartbeats / sample_s,
-      static_cast<double>(traffic.loads - l0) / sample_s, answers / sample_s,
-      proxy_loads / sample_s,
-      (static_cast<double>(traffic.messages() - m0) - heartbeats - answers - proxy_loads) /
-          sample_s);
+      static_cast<double>(traffic.loads - l0) / sample_s, health_reports / sample_s,
+      answers / sample_s, proxy_loads / sample_s,
+      (static_cast<double>(traffic.messages() - m0) - heartbeats - answers - proxy_loads -
+       health_reports) /
+          sample_s,
+      static_cast<double>(traffic.replica_checks - c0_checks) / sample_s);
 
   // 3. Single-replica changes.
   std::vector<double> latencies;

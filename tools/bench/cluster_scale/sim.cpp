@@ -9,12 +9,16 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "node/health_checks.hpp"
 #include "node/replica_reports.hpp"
 #include "runtime/status.hpp"
 #include "runtime/time.hpp"
 
 namespace troupe::sim {
 namespace {
+
+// A simulated agent's health checks are due (or time out).
+using checks_due_atom = caf::atom_constant<caf::atom("checksdue")>;
 
 double wall_now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -56,7 +60,7 @@ caf::behavior stand_in_replica(caf::stateful_actor<ReplicaState>* self, ReplicaS
         return self->state.meta;
       },
       [=](health_atom) {
-        ++self->state.traffic->health_answers;
+        ++self->state.traffic->replica_checks;
         return caf::ok_atom::value;
       },
       [=](version_atom) { return self->state.meta; },
@@ -103,6 +107,10 @@ struct AgentState {
   // Its replicas' load reports, carried by the next heartbeat as a real
   // agent does.
   node::ReplicaReports reports;
+  // Its replicas' health checks, run as a real agent runs them.
+  node::HealthChecks checks{
+      [this](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }};
+  std::optional<double> checks_timer_at;
 };
 
 using agent_actor = caf::stateful_actor<AgentState>;
@@ -139,6 +147,10 @@ void send_register(agent_actor* self) {
             if (st.controller != controller)
               return;
             st.registered = true;
+            // As a real agent: its checks start over, the controller sends
+            // the watches again.
+            st.checks.clear();
+            st.checks_timer_at.reset();
             st.backoff_s = 0;
             note(self, "registered");
             {
@@ -188,6 +200,56 @@ void connect(agent_actor* self) {
             note(self, "connect failed: " + self->home_system().render(err));
             schedule_reconnect(self);
           });
+}
+
+double checks_now() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// As node/node_agent.cpp does: checks due go to the replicas, what changed
+// goes to the controller in one message.
+void send_health_changes(agent_actor* self) {
+  auto& st = self->state;
+  auto changes = st.checks.take_changes();
+  if (changes.empty() || !st.registered || !st.controller)
+    return;
+  std::vector<HealthReport> reports;
+  for (auto& c : changes)
+    reports.push_back(
+        {std::move(c.replica_id), c.watch, c.passed, c.failures, std::move(c.failure)});
+  ++st.observed->traffic.health_reports;
+  self->send(st.controller, health_atom::value, st.info.id, std::move(reports));
+}
+
+void run_checks(agent_actor* self) {
+  auto& st = self->state;
+  const double now = checks_now();
+  st.checks.expire(now);
+  for (auto& c : st.checks.due(now)) {
+    auto it = st.hosted.find(c.replica_id);
+    if (it == st.hosted.end()) {
+      st.checks.forget(c.replica_id);
+      continue;
+    }
+    auto id = c.replica_id;
+    auto seq = c.seq;
+    self->request(it->second.handle, std::chrono::seconds(600), health_atom::value)
+        .then(
+            [=](caf::ok_atom) {
+              self->state.checks.result(id, seq, true, "");
+              send_health_changes(self);
+            },
+            [=](caf::error& err) {
+              self->state.checks.result(id, seq, false, self->home_system().render(err));
+              send_health_changes(self);
+            });
+  }
+  send_health_changes(self);
+  auto next = st.checks.next_event();
+  if (next && !(st.checks_timer_at && *st.checks_timer_at <= *next)) {
+    st.checks_timer_at = next;
+    self->delayed_send(self, seconds_as(std::max(0.0, *next - now)), checks_due_atom::value);
+  }
 }
 
 void forget(agent_actor* self, const std::string& id) {
@@ -282,6 +344,17 @@ caf::behavior sim_agent(agent_actor* self, NodeInfo info, Endpoint controller, c
       },
       [=](stop_node_atom) { self->quit(); },
       [=](metrics_atom, ReplicaLoad& load) { self->state.reports.add_load(std::move(load)); },
+      [=](health_atom, const std::string& id, uint64_t watch, const HealthSettings& s) {
+        auto& st = self->state;
+        if (!st.hosted.count(id))
+          return;
+        st.checks.watch(id, watch, {s.period_s, s.timeout_s, s.threshold, s.jitter}, checks_now());
+        run_checks(self);
+      },
+      [=](checks_due_atom) {
+        self->state.checks_timer_at.reset();
+        run_checks(self);
+      },
   };
 }
 

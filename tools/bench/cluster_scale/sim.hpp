@@ -49,10 +49,15 @@ struct ProxyView {
 struct HeadTraffic {
   std::atomic<uint64_t> heartbeats{0};      // node agents' heartbeats
   std::atomic<uint64_t> loads{0};           // replica load reports they carried
-  std::atomic<uint64_t> health_answers{0};  // replicas' answers to health checks
+  std::atomic<uint64_t> health_answers{0};  // answers to the head's health checks (proxies')
+  std::atomic<uint64_t> health_reports{0};  // agents' reports of their replicas' checks
   std::atomic<uint64_t> proxy_loads{0};     // proxies' reports of their deployments' load
   std::atomic<uint64_t> other{0};           // registrations, subscriptions, stop answers
-  uint64_t messages() const { return heartbeats + health_answers + proxy_loads + other; }
+  uint64_t messages() const {
+    return heartbeats + health_answers + health_reports + proxy_loads + other;
+  }
+  // Not into the head: replicas' answers to their agents' checks.
+  std::atomic<uint64_t> replica_checks{0};
 };
 
 struct Observed {

@@ -47,6 +47,7 @@ struct Event {
   std::string id;
   ReplicaVersion version;
   uint64_t check_seq = 0;
+  uint32_t threshold = 0;
 };
 
 struct Stats {
@@ -101,7 +102,8 @@ struct Bench {
           core.on_replica_stopped(e.id);
           break;
         case Event::healthy:
-          core.on_health_check_result(e.id, true, e.check_seq);
+          // What a node whose checks all pass reports: proven.
+          core.on_health_report(e.id, e.check_seq, e.threshold, 0, "");
           break;
       }
     }
@@ -119,8 +121,9 @@ struct Bench {
         case CommandKind::kill:
           events.push_back({Event::stopped, std::move(c.replica_id), {}});
           break;
-        case CommandKind::check_health:
-          events.push_back({Event::healthy, std::move(c.replica_id), {}, c.check_seq});
+        case CommandKind::watch_health:
+          events.push_back(
+              {Event::healthy, std::move(c.replica_id), {}, c.check_seq, c.health.threshold});
           break;
       }
     }
