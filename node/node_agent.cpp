@@ -955,7 +955,7 @@ double checks_now() {
 }
 
 // What changed goes to the controller in one message (lost while not
-// registered: the next registration sends every count).
+// registered: the next registration starts the checks over).
 void send_health_changes(agent_actor* self, const AgentOptions& o) {
   auto changes = self->state.checks.take_changes();
   if (changes.empty())

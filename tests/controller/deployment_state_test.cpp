@@ -988,6 +988,73 @@ TEST_CASE("health: the failure threshold is configurable") {
   CHECK(h.tick() == V{"stop a#D#r1-1 20"});  // t = 4: the first failure is enough
 }
 
+TEST_CASE(
+    "health: a redeploy that changes the check timings tells the node - counts go on - a "
+    "reconfigure starts them afresh") {
+  Harness h;
+  h.rng.fraction = 0.5;  // no jitter: every period exact
+  auto d = make_deployment("D", 1);
+  deploy(h, d);
+  h.ticks(2);                                  // t = 2: RUNNING
+  CHECK(h.tick(1, true) == V{"watch a#D#1"});  // t = 3: watched, checked at once
+  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(10);  // t = 13: the check at 13 fails (the one at 3 passed)
+  auto watch = [&] {
+    for (const auto& c : h.last)
+      if (c.kind == CommandKind::watch_health)
+        return std::optional<Command>(c);
+    return std::optional<Command>();
+  };
+  // Only the timings change: config_only, the replica stays.
+  auto d2 = d;
+  d2.config.health_check_period_s = 2;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d2})).has_value());
+  CHECK(h.tick(1, true) == V{"watch a#D#1"});  // t = 14
+  auto w = watch();
+  REQUIRE(w);
+  CHECK(w->check_seq == 1);  // the same watch: its counts go on
+  CHECK(w->health.period_s == 2);
+  CHECK(w->health.timeout_s == 30);
+  CHECK(w->health.threshold == 3);
+  // The next check keeps its time (23); from then on every 2 s: failures at
+  // 13, 23 and 25 are three in a row.
+  h.ticks(9);  // t = 23
+  CHECK(h.cluster.checks_of("a#D#1") == std::vector<double>{3, 13, 23});
+  h.ticks(2);                             // t = 25: the third failure is sent back
+  CHECK(h.tick() == V{"stop a#D#1 20"});  // t = 26
+  CHECK(h.count("a", "D", ReplicaState::running) == 0);
+}
+
+TEST_CASE("health: a reconfigured replica is watched afresh - its node counts from zero") {
+  Harness h;
+  auto d = make_deployment("D", 1);
+  deploy(h, d);
+  h.ticks(2);
+  CHECK(h.tick(1, true) == V{"watch a#D#1"});  // t = 3, watch 1
+  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(20);  // failures at 13 and 23: two in a row
+  h.cluster.unhealthy.clear();
+  auto d2 = d;
+  d2.config.user_config = R"({"x": 1})";
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {d2})).has_value());
+  CHECK(h.tick(1) == V{"reconfigure a#D#1"});
+  h.tick(1);  // RUNNING again
+  CHECK(h.tick(1, true) == V{"watch a#D#1"});
+  bool found = false;
+  for (const auto& c : h.last) {
+    if (c.kind == CommandKind::watch_health) {
+      CHECK(c.check_seq == 2);  // a new watch: the node's counts start over
+      found = true;
+    }
+  }
+  CHECK(found);
+  // Two more failures are not three in a row: the earlier two were of the
+  // old watch.
+  h.cluster.unhealthy.insert("a#D#1");
+  h.ticks(12);  // failures at once and 10 s later
+  CHECK(h.count("a", "D", ReplicaState::running) == 1);
+}
+
 TEST_CASE("slow start: a reconfigure that does not answer for more than 30 s") {
   Harness h;
   auto d = make_deployment("D", 1);

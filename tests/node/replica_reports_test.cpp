@@ -53,7 +53,7 @@ TEST_CASE("replica reports: past the bound the oldest loads are dropped and coun
 }
 
 TEST_CASE(
-    "replica reports: model lists - one per replica, the newest kept, the first starts the "
+    "replica reports: model lists - one per replica - the newest kept - the first starts the "
     "window") {
   ReplicaReports r;
   CHECK(r.add_models(ReplicaModels{"a#D#1", 3, {"m1"}}));
