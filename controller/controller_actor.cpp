@@ -55,6 +55,9 @@ struct ControllerState {
   std::set<std::string> pulling;
   // When taking one back last failed: not tried again for kPullAgainAfter.
   std::map<std::string, std::chrono::steady_clock::time_point> pull_failed;
+  // The health watches of the reconcile under way, by node agent: one
+  // message per node (reconcile()).
+  std::map<caf::actor_addr, std::pair<AgentActor, std::vector<HealthWatch>>> watches;
   static inline const char* name = "troupe.controller";
 };
 
@@ -141,14 +144,17 @@ void reconfigure_replica(controller_actor* self, const ReplicaActor& replica, co
 }
 
 // The replica's node runs its health checks (node/health_checks.hpp) and
-// sends what they come to (the health handler below).
+// sends what they come to (the health handler below). The watches of one
+// reconcile go to each node in one message (reconcile()).
 void watch_replica_health(controller_actor* self, const AgentActor& agent, const Command& cmd) {
   HealthSettings s;
   s.period_s = cmd.health.period_s;
   s.timeout_s = cmd.health.timeout_s;
   s.threshold = cmd.health.threshold;
   s.jitter = cmd.health.jitter;
-  self->send(agent, health_atom::value, cmd.replica_id, cmd.check_seq, s);
+  auto& [to, watches] = self->state.watches[agent.address()];
+  to = agent;
+  watches.push_back({cmd.replica_id, cmd.check_seq, s});
 }
 
 void query_replica_version(controller_actor* self, const ReplicaActor& replica,
@@ -244,6 +250,9 @@ void reconcile(controller_actor* self) {
   auto started = std::chrono::steady_clock::now();
   for (const auto& cmd : logic(self).update())
     execute(self, cmd);
+  for (auto& [addr, watches] : self->state.watches)
+    self->send(watches.first, health_atom::value, std::move(watches.second));
+  self->state.watches.clear();
   logic(self).log_status_changes();
   publish(self);
   for (auto& outcome : logic(self).settled_leaves()) {

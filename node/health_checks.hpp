@@ -75,6 +75,13 @@ class HealthChecks {
 
   // The replicas whose report changed since the last take, by id.
   std::vector<Report> take_changes();
+  // Whether take_changes() would give anything.
+  bool has_changes() const {
+    for (const auto& [id, w] : replicas_)
+      if (w.changed)
+        return true;
+    return false;
+  }
   // Forgets every watch (the node registered: the controller sends the
   // watches of its RUNNING replicas again, and they start afresh).
   void clear() { replicas_.clear(); }

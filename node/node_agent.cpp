@@ -59,6 +59,9 @@ constexpr std::chrono::milliseconds kProbeTimeout{2000};
 using models_due_atom = caf::atom_constant<caf::atom("modelsdue")>;
 // The replicas' health checks: some are due, or time out (HealthChecks).
 using checks_due_atom = caf::atom_constant<caf::atom("checksdue")>;
+// The health checks' changes of the last kReportsWindow go to the controller.
+using reports_due_atom = caf::atom_constant<caf::atom("reportsdue")>;
+constexpr auto kReportsWindow = std::chrono::milliseconds(50);
 using attach_deadline_atom = caf::atom_constant<caf::atom("attachdl")>;
 using stop_due_atom = caf::atom_constant<caf::atom("stopdue")>;
 using reattach_deadline_atom = caf::atom_constant<caf::atom("reattdl")>;
@@ -67,7 +70,7 @@ using AgentImpl = AgentActor::extend_with<AgentLocalActor>::extend<
     caf::reacts_to<attach_deadline_atom, std::string, int32_t>,
     caf::reacts_to<reattach_deadline_atom, std::string, int32_t, uint32_t>,
     caf::reacts_to<stop_due_atom, std::string>, caf::reacts_to<models_due_atom>,
-    caf::reacts_to<checks_due_atom>>;
+    caf::reacts_to<checks_due_atom>, caf::reacts_to<reports_due_atom>>;
 
 // troupe_replica_starts_total: a replica this node was asked to start.
 void count_start(const AgentOptions& o, const ReplicaSpec& spec) {
@@ -134,6 +137,7 @@ struct AgentState {
   node::HealthChecks checks{
       [this](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }};
   std::optional<double> checks_timer_at;
+  bool reports_due = false;  // a reports_due message is on its way
   std::minstd_rand rng{std::random_device{}()};
   // The node is stopping (session.stopping(), kept here for the replicas).
   bool stopping() const { return session.stopping(); }
@@ -968,6 +972,18 @@ void send_health_changes(agent_actor* self, const AgentOptions& o) {
   to_controller(self, health_atom::value, o.info.id, std::move(reports));
 }
 
+// Answers come one by one; the changes of a short window go together
+// (kReportsWindow), so a node with many replicas checked at once (a new
+// controller's watches) sends a few messages, not one per replica.
+void reports_soon(agent_actor* self) {
+  auto& st = self->state;
+  if (st.reports_due || !st.checks.has_changes())
+    return;
+  st.reports_due = true;
+  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(kReportsWindow),
+                     reports_due_atom::value);
+}
+
 void schedule_checks(agent_actor* self) {
   auto& st = self->state;
   auto next = st.checks.next_event();
@@ -1000,25 +1016,26 @@ void run_checks(agent_actor* self, const AgentOptions& o) {
         .then(
             [=](caf::ok_atom) {
               self->state.checks.result(id, seq, true, "");
-              send_health_changes(self, o);
+              reports_soon(self);
             },
             [=](caf::error& err) {
               self->state.checks.result(id, seq, false, from_caf_error(err).message());
-              send_health_changes(self, o);
+              reports_soon(self);
             });
   }
-  send_health_changes(self, o);
+  reports_soon(self);
   schedule_checks(self);
 }
 
-void on_watch(agent_actor* self, const AgentOptions& o, const std::string& id, uint64_t watch,
-              const HealthSettings& settings) {
+void on_watches(agent_actor* self, const AgentOptions& o, const std::vector<HealthWatch>& watches) {
   auto& st = self->state;
-  if (!st.hosted->find(id))
-    return;  // not (or no longer) here: the controller learns it from its handle
-  st.checks.watch(id, watch,
-                  {settings.period_s, settings.timeout_s, settings.threshold, settings.jitter},
-                  checks_now());
+  const double now = checks_now();
+  for (const auto& w : watches) {
+    if (!st.hosted->find(w.replica_id))
+      continue;  // not (or no longer) here: the controller learns it from its handle
+    const auto& s = w.settings;
+    st.checks.watch(w.replica_id, w.watch, {s.period_s, s.timeout_s, s.threshold, s.jitter}, now);
+  }
   run_checks(self, o);
 }
 
@@ -1084,8 +1101,10 @@ AgentImpl::behavior_type agent(agent_actor* self, AgentOptions o,
               self, std::chrono::duration_cast<caf::timespan>(node::ReplicaReports::kModelsWindow),
               models_due_atom::value);
       },
-      [=](health_atom, const std::string& rid, uint64_t watch, const HealthSettings& settings) {
-        on_watch(self, o, rid, watch, settings);
+      [=](health_atom, const std::vector<HealthWatch>& watches) { on_watches(self, o, watches); },
+      [=](reports_due_atom) {
+        self->state.reports_due = false;
+        send_health_changes(self, o);
       },
       [=](checks_due_atom) {
         self->state.checks_timer_at.reset();

@@ -19,6 +19,8 @@ void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<DeploymentLoad>("troupe.DeploymentLoad");
   cfg.add_message_type<HealthSettings>("troupe.HealthSettings");
   cfg.add_message_type<HealthReport>("troupe.HealthReport");
+  cfg.add_message_type<HealthWatch>("troupe.HealthWatch");
+  cfg.add_message_type<std::vector<HealthWatch>>("troupe.HealthWatchList");
   cfg.add_message_type<std::vector<HealthReport>>("troupe.HealthReportList");
   cfg.add_message_type<std::vector<DeploymentLoad>>("troupe.DeploymentLoadList");
   cfg.add_message_type<std::vector<ReplicaModels>>("troupe.ReplicaModelsList");

@@ -369,6 +369,20 @@ typename Inspector::result_type inspect(Inspector& f, HealthSettings& x) {
            x.jitter);
 }
 
+// A replica a node agent is to health-check, under the controller's watch
+// id: an id new for the replica starts its counts afresh with a check at
+// once; the same id again changes the settings.
+struct HealthWatch {
+  std::string replica_id;
+  uint64_t watch = 0;
+  HealthSettings settings;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HealthWatch& x) {
+  return f(caf::meta::type_name("troupe.HealthWatch"), x.replica_id, x.watch, x.settings);
+}
+
 // What a node agent's checks of one replica came to, since the controller
 // watched it (`watch`): checks passed (counted up to the threshold), failed
 // checks in a row, and what the last failure said ("" when none).
@@ -631,11 +645,10 @@ using AgentActor = caf::typed_actor<
     caf::replies_to<stop_atom, std::string, double>::with<caf::ok_atom>,
     // Terminate at once.
     caf::replies_to<kill_replica_atom, std::string>::with<caf::ok_atom>,
-    // Health-check a replica this node hosts (replica id, watch id,
-    // settings): a watch id new for the replica starts its counts afresh
-    // with a check at once; the same id again changes the settings. The
-    // agent sends what changed (health, below).
-    caf::reacts_to<health_atom, std::string, uint64_t, HealthSettings>,
+    // Health-check replicas this node hosts (HealthWatch), those of one
+    // reconcile in one message. The agent sends what changed (health,
+    // below).
+    caf::reacts_to<health_atom, std::vector<HealthWatch>>,
     // `troupectl shutdown --nodes`: stop the node process.
     caf::reacts_to<stop_node_atom>,
     // The log of a replica this node runs or ran (replica id, offset: where

@@ -51,7 +51,7 @@ const char* to_string(CommandKind kind);
 
 // How a node health-checks a replica: the deployment's period and timeout,
 // the failure threshold and the period's jitter (CoreOptions).
-struct HealthWatch {
+struct CheckSettings {
   double period_s = 10.0;
   double timeout_s = 30.0;
   uint32_t threshold = 3;
@@ -69,7 +69,7 @@ struct Command {
   ReplicaVersion version;  // start / reconfigure: what the replica will run
   double timeout_s = 0;    // stop: graceful shutdown timeout
   uint64_t check_seq = 0;  // watch_health: the watch id
-  HealthWatch health;      // watch_health: how to check
+  CheckSettings health;    // watch_health: how to check
 };
 
 // UNREACHABLE: lost together with so many other nodes that the controller is

@@ -69,8 +69,9 @@ caf::behavior fake_agent(caf::event_based_actor* self, std::shared_ptr<Spawned> 
         spawned->replicas.push_back(replica);
         return caf::actor_cast<ReplicaActor>(replica);
       },
-      [=](health_atom, const std::string& replica, uint64_t watch, const HealthSettings& s) {
-        spawned->watches.emplace_back(replica, watch, s.period_s);
+      [=](health_atom, const std::vector<HealthWatch>& watches) {
+        for (const auto& w : watches)
+          spawned->watches.emplace_back(w.replica_id, w.watch, w.settings.period_s);
       },
   };
 }

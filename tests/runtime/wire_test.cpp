@@ -66,6 +66,8 @@ TEST_CASE("every wire type is registered under its portable name") {
   check_registered<DeploymentLoad>(sys, "troupe.DeploymentLoad");
   check_registered<HealthSettings>(sys, "troupe.HealthSettings");
   check_registered<HealthReport>(sys, "troupe.HealthReport");
+  check_registered<HealthWatch>(sys, "troupe.HealthWatch");
+  check_registered<std::vector<HealthWatch>>(sys, "troupe.HealthWatchList");
   check_registered<std::vector<HealthReport>>(sys, "troupe.HealthReportList");
   check_registered<std::vector<DeploymentLoad>>(sys, "troupe.DeploymentLoadList");
   check_registered<std::vector<ReplicaModels>>(sys, "troupe.ReplicaModelsList");
@@ -94,7 +96,7 @@ TEST_CASE("every wire type is registered under its portable name") {
   size_t registered = 0;
   for (auto& [name, factory] : s.cfg.value_factories_by_name)
     registered += name.rfind("troupe.", 0) == 0 ? 1 : 0;
-  CHECK(registered == 33);
+  CHECK(registered == 35);
 }
 
 TEST_CASE("wire types survive serialization") {
@@ -146,6 +148,11 @@ TEST_CASE("wire types survive serialization") {
   CHECK(reports2[0].passed == 3);
   CHECK(reports2[0].failures == 2);
   CHECK(reports2[0].failure == "db down");
+  auto watches2 = round_trip(sys, std::vector<HealthWatch>{{"shop#Cart#3", 5, {1.5, 2.0, 3, 0.1}}});
+  REQUIRE(watches2.size() == 1);
+  CHECK(watches2[0].replica_id == "shop#Cart#3");
+  CHECK(watches2[0].watch == 5);
+  CHECK(watches2[0].settings.timeout_s == 2.0);
   auto settings2 = round_trip(sys, HealthSettings{2.5, 7.0, 4, 0.2});
   CHECK(settings2.period_s == 2.5);
   CHECK(settings2.timeout_s == 7.0);

@@ -311,6 +311,26 @@ bool Run::go(std::vector<Goal>& goals) {
 
   // 2. Steady CPU.
   std::this_thread::sleep_for(5s);  // a settle time before a fixed-length sample, not a wait
+  // Steady means the nodes' health checks have nothing new to report: each
+  // replica passes threshold checks (three periods) before its node goes
+  // quiet about it. Waited for: no report for 3 s, at most 90 s.
+  {
+    auto quiet_since = Clock::now();
+    uint64_t seen = observed_.traffic.health_reports;
+    auto t_quiet = Clock::now();
+    while (Clock::now() - quiet_since < 3s && Clock::now() - t_quiet < 90s) {
+      std::this_thread::sleep_for(100ms);  // the poll's period
+      uint64_t now_seen = observed_.traffic.health_reports;
+      if (now_seen != seen) {
+        seen = now_seen;
+        quiet_since = Clock::now();
+      }
+    }
+    std::printf(
+        "steady state: the nodes' health reports went quiet %.1f s after the deploy was "
+        "routed\n",
+        since_s(t0) - deploy_s);
+  }
   double c0 = cpu_s(head_.pid());
   auto& traffic = observed_.traffic;
   const uint64_t m0 = traffic.messages(), h0 = traffic.heartbeats, a0 = traffic.health_answers,

@@ -19,6 +19,7 @@ namespace {
 
 // A simulated agent's health checks are due (or time out).
 using checks_due_atom = caf::atom_constant<caf::atom("checksdue")>;
+using reports_due_atom = caf::atom_constant<caf::atom("reportsdue")>;
 
 double wall_now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -111,6 +112,7 @@ struct AgentState {
   node::HealthChecks checks{
       [this](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }};
   std::optional<double> checks_timer_at;
+  bool reports_due = false;
 };
 
 using agent_actor = caf::stateful_actor<AgentState>;
@@ -221,6 +223,15 @@ void send_health_changes(agent_actor* self) {
   self->send(st.controller, health_atom::value, st.info.id, std::move(reports));
 }
 
+// The changes of 50 ms go together, as a real agent sends them.
+void reports_soon(agent_actor* self) {
+  auto& st = self->state;
+  if (st.reports_due || !st.checks.has_changes())
+    return;
+  st.reports_due = true;
+  self->delayed_send(self, std::chrono::milliseconds(50), reports_due_atom::value);
+}
+
 void run_checks(agent_actor* self) {
   auto& st = self->state;
   const double now = checks_now();
@@ -237,14 +248,14 @@ void run_checks(agent_actor* self) {
         .then(
             [=](caf::ok_atom) {
               self->state.checks.result(id, seq, true, "");
-              send_health_changes(self);
+              reports_soon(self);
             },
             [=](caf::error& err) {
               self->state.checks.result(id, seq, false, self->home_system().render(err));
-              send_health_changes(self);
+              reports_soon(self);
             });
   }
-  send_health_changes(self);
+  reports_soon(self);
   auto next = st.checks.next_event();
   if (next && !(st.checks_timer_at && *st.checks_timer_at <= *next)) {
     st.checks_timer_at = next;
@@ -344,12 +355,20 @@ caf::behavior sim_agent(agent_actor* self, NodeInfo info, Endpoint controller, c
       },
       [=](stop_node_atom) { self->quit(); },
       [=](metrics_atom, ReplicaLoad& load) { self->state.reports.add_load(std::move(load)); },
-      [=](health_atom, const std::string& id, uint64_t watch, const HealthSettings& s) {
+      [=](health_atom, const std::vector<HealthWatch>& watches) {
         auto& st = self->state;
-        if (!st.hosted.count(id))
-          return;
-        st.checks.watch(id, watch, {s.period_s, s.timeout_s, s.threshold, s.jitter}, checks_now());
+        for (const auto& w : watches) {
+          if (!st.hosted.count(w.replica_id))
+            continue;
+          const auto& s = w.settings;
+          st.checks.watch(w.replica_id, w.watch, {s.period_s, s.timeout_s, s.threshold, s.jitter},
+                          checks_now());
+        }
         run_checks(self);
+      },
+      [=](reports_due_atom) {
+        self->state.reports_due = false;
+        send_health_changes(self);
       },
       [=](checks_due_atom) {
         self->state.checks_timer_at.reset();
