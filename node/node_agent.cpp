@@ -994,6 +994,13 @@ void schedule_checks(agent_actor* self) {
   self->delayed_send(self, seconds_as(wait_s), checks_due_atom::value);
 }
 
+// A check was answered: its replica's next check is due a period after it
+// was sent (perhaps sooner than the timer set for its timeout).
+void answered(agent_actor* self) {
+  reports_soon(self);
+  schedule_checks(self);
+}
+
 // Times out what waited too long and sends what is due, each to its
 // replica; replicas no longer hosted are forgotten.
 void run_checks(agent_actor* self, const AgentOptions& o) {
@@ -1016,11 +1023,11 @@ void run_checks(agent_actor* self, const AgentOptions& o) {
         .then(
             [=](caf::ok_atom) {
               self->state.checks.result(id, seq, true, "");
-              reports_soon(self);
+              answered(self);
             },
             [=](caf::error& err) {
               self->state.checks.result(id, seq, false, from_caf_error(err).message());
-              reports_soon(self);
+              answered(self);
             });
   }
   reports_soon(self);

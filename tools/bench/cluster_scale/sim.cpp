@@ -232,6 +232,15 @@ void reports_soon(agent_actor* self) {
   self->delayed_send(self, std::chrono::milliseconds(50), reports_due_atom::value);
 }
 
+void schedule_checks(agent_actor* self) {
+  auto& st = self->state;
+  auto next = st.checks.next_event();
+  if (!next || (st.checks_timer_at && *st.checks_timer_at <= *next))
+    return;
+  st.checks_timer_at = next;
+  self->delayed_send(self, seconds_as(std::max(0.0, *next - checks_now())), checks_due_atom::value);
+}
+
 void run_checks(agent_actor* self) {
   auto& st = self->state;
   const double now = checks_now();
@@ -249,18 +258,16 @@ void run_checks(agent_actor* self) {
             [=](caf::ok_atom) {
               self->state.checks.result(id, seq, true, "");
               reports_soon(self);
+              schedule_checks(self);
             },
             [=](caf::error& err) {
               self->state.checks.result(id, seq, false, self->home_system().render(err));
               reports_soon(self);
+              schedule_checks(self);
             });
   }
   reports_soon(self);
-  auto next = st.checks.next_event();
-  if (next && !(st.checks_timer_at && *st.checks_timer_at <= *next)) {
-    st.checks_timer_at = next;
-    self->delayed_send(self, seconds_as(std::max(0.0, *next - now)), checks_due_atom::value);
-  }
+  schedule_checks(self);
 }
 
 void forget(agent_actor* self, const std::string& id) {
