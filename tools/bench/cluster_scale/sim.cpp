@@ -113,6 +113,8 @@ struct AgentState {
       [this](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }};
   std::optional<double> checks_timer_at;
   bool reports_due = false;
+  // Per watched replica: its threshold, and whether it was reported proven.
+  std::map<std::string, std::pair<uint32_t, bool>> proof;
 };
 
 using agent_actor = caf::stateful_actor<AgentState>;
@@ -216,6 +218,13 @@ void send_health_changes(agent_actor* self) {
   if (changes.empty() || !st.registered || !st.controller)
     return;
   std::vector<HealthReport> reports;
+  for (const auto& c : changes) {
+    auto it = st.proof.find(c.replica_id);
+    if (it != st.proof.end() && !it->second.second && c.passed >= it->second.first) {
+      it->second.second = true;
+      ++st.observed->traffic.proven;
+    }
+  }
   for (auto& c : changes)
     reports.push_back(
         {std::move(c.replica_id), c.watch, c.passed, c.failures, std::move(c.failure)});
@@ -370,6 +379,10 @@ caf::behavior sim_agent(agent_actor* self, NodeInfo info, Endpoint controller, c
           const auto& s = w.settings;
           st.checks.watch(w.replica_id, w.watch, {s.period_s, s.timeout_s, s.threshold, s.jitter},
                           checks_now());
+          auto [it, fresh] = st.proof.try_emplace(w.replica_id, s.threshold, false);
+          if (!fresh && it->second.second)
+            --st.observed->traffic.proven;  // watched anew: counted again when proven
+          it->second = {s.threshold, false};
         }
         run_checks(self);
       },

@@ -58,6 +58,9 @@ struct HeadTraffic {
   }
   // Not into the head: replicas' answers to their agents' checks.
   std::atomic<uint64_t> replica_checks{0};
+  // Replicas whose node reported them proven (passed the threshold) under
+  // their current watch.
+  std::atomic<int64_t> proven{0};
 };
 
 struct Observed {
