@@ -166,8 +166,8 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
     if (!adopt.empty())
       core_->adopt_replicas(adopt);
     // Its agent may have lost the watches (it restarted) or its reports may
-    // have been lost (it was cut off): the watches go to it again, and it
-    // sends all its counts after registering.
+    // have been lost (it was cut off): its agent starts its checks over, and
+    // the watches go to it again.
     core_->rewatch_node(info.id);
   }
   return out;
