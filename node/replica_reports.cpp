@@ -6,14 +6,9 @@
 namespace troupe::node {
 
 void ReplicaReports::add_load(ReplicaLoad load) {
-  if (pending_loads() >= kMaxLoads) {
-    ++first_;
+  if (loads_.size() >= kMaxLoads) {
+    loads_.pop_front();
     ++dropped_loads_;
-    // Compact once half of the storage is dropped entries.
-    if (first_ * 2 >= loads_.size()) {
-      loads_.erase(loads_.begin(), loads_.begin() + static_cast<std::ptrdiff_t>(first_));
-      first_ = 0;
-    }
   }
   loads_.push_back(std::move(load));
 }
@@ -27,15 +22,9 @@ bool ReplicaReports::add_models(ReplicaModels models) {
 }
 
 std::vector<ReplicaLoad> ReplicaReports::take_loads() {
-  std::vector<ReplicaLoad> out;
-  if (first_ == 0) {
-    out.swap(loads_);
-  } else {
-    out.assign(std::make_move_iterator(loads_.begin() + static_cast<std::ptrdiff_t>(first_)),
-               std::make_move_iterator(loads_.end()));
-    loads_.clear();
-  }
-  first_ = 0;
+  std::vector<ReplicaLoad> out(std::make_move_iterator(loads_.begin()),
+                               std::make_move_iterator(loads_.end()));
+  loads_.clear();
   return out;
 }
 

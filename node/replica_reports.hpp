@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,13 +45,12 @@ class ReplicaReports {
   // What to send, by replica id; the gatherer is empty of it after.
   std::vector<ReplicaModels> take_models();
 
-  std::size_t pending_loads() const { return loads_.size() - first_; }
+  std::size_t pending_loads() const { return loads_.size(); }
   std::size_t pending_models() const { return models_.size(); }
   uint64_t dropped_loads() const { return dropped_loads_; }
 
  private:
-  std::vector<ReplicaLoad> loads_;
-  std::size_t first_ = 0;  // loads_ before it were dropped
+  std::deque<ReplicaLoad> loads_;
   std::map<std::string, ReplicaModels> models_;
   uint64_t dropped_loads_ = 0;
 };
