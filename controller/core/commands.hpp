@@ -134,6 +134,12 @@ struct CoreOptions {
   // deploy_deployment) and apply refuse a state above them with
   // errc::invalid_argument before anything is validated or written.
   Limits limits;
+  // A deployment whose replicas all run its target version, proven, with
+  // nothing reported since its last update() and nothing due on the clock,
+  // is settled: update() skips it until an event or a node change wakes it
+  // (DeploymentState::settled()). True makes every tick visit every
+  // deployment: the reference the tests hold the skipping to.
+  bool update_settled = false;
 };
 
 }  // namespace troupe::controller

@@ -158,6 +158,7 @@ ChangeKind DeploymentState::deploy(std::shared_ptr<const DeploymentSpec> spec,
   const bool was_deleting = deleting_;
   if (kind == ChangeKind::unchanged && !capacity_changed && !was_deleting)
     return kind;
+  wake();
 
   const uint32_t old_target = target_;
   const bool had_autoscaling = spec_->config.autoscaling_config.has_value();
@@ -248,6 +249,7 @@ void DeploymentState::set_autoscaled_target(uint32_t n, const std::string& reaso
   autoscaled_ = n;
   autoscale_decided_ = true;
   recompute_target();
+  wake();
   if (target_ == old_target || status_.status == DeploymentStatus::updating)
     return;
   const bool up = target_ > old_target;
@@ -264,6 +266,7 @@ void DeploymentState::restore_autoscaled_target(uint32_t n) {
   autoscaled_ = n;
   autoscale_decided_ = true;
   recompute_target();
+  wake();
 }
 
 void DeploymentState::record_replica_metrics(const std::string& replica_id, double ongoing,
@@ -316,6 +319,7 @@ void DeploymentState::autoscale(TickContext& ctx) {
 }
 
 void DeploymentState::start_deleting() {
+  wake();
   deleting_ = true;
   target_ = 0;
   // Ray Serve reports a deployment being deleted as UPDATING, trigger DELETING.
@@ -323,6 +327,7 @@ void DeploymentState::start_deleting() {
 }
 
 void DeploymentState::adopt(const HostedReplica& hosted, TickContext& ctx) {
+  wake();
   auto owned = std::make_unique<Replica>();
   Replica& r = *owned;
   r.id = hosted.replica_id;
@@ -519,6 +524,9 @@ bool DeploymentState::backing_off() const {
 }
 
 void DeploymentState::update(TickContext& ctx) {
+  if (settled_ && settled_epoch_ == ctx.cluster.epoch() && !ctx.options.update_settled)
+    return;
+  const std::size_t sent_before = ctx.out.size();
   failed_this_tick_ = false;
   const std::size_t n = replicas_.size();
   for (std::size_t i = 0; i < n; ++i) {
@@ -588,6 +596,26 @@ void DeploymentState::update(TickContext& ctx) {
   replicas_.erase(std::remove_if(replicas_.begin(), replicas_.end(),
                                  [](const std::unique_ptr<Replica>& r) { return r->removed; }),
                   replicas_.end());
+  settled_ = ctx.out.size() == sent_before && can_settle();
+  settled_epoch_ = ctx.cluster.epoch();
+}
+
+bool DeploymentState::can_settle() const {
+  // Autoscaling decides on the clock and the load; backoff, slow starts,
+  // stops and kills run on the clock: none of them settles.
+  if (policy_ || deleting_ || failed_this_tick_ || needs_proof_ ||
+      status_.status != DeploymentStatus::healthy || replicas_.size() != target_)
+    return false;
+  const uint32_t threshold = options_.health_check_failure_threshold;
+  for (const auto& rp : replicas_) {
+    const Replica& r = *rp;
+    if (r.removed || r.state != ReplicaState::running || !r.placed || r.migrating || r.replacing ||
+        !is_target(r) || r.startup != Replica::Startup::none || r.crashed || r.stopped ||
+        r.health_reported || r.watch_due || r.checks_passed < threshold ||
+        r.consecutive_failures >= threshold)
+      return false;
+  }
+  return true;
 }
 
 void DeploymentState::rolling_update(TickContext& ctx) {
@@ -1002,6 +1030,15 @@ std::vector<ReplicaInfo> DeploymentState::replicas() const {
                    r.node_id, r.version, r.model_ids});
   }
   return out;
+}
+
+uint32_t DeploymentState::running_count() const {
+  uint32_t n = 0;
+  for (const auto& rp : replicas_) {
+    if (!rp->removed && rp->state == ReplicaState::running)
+      ++n;
+  }
+  return n;
 }
 
 uint32_t DeploymentState::recovering_count() const {

@@ -123,8 +123,21 @@ class DeploymentState {
   // it.
   void adopt(const HostedReplica& hosted, TickContext& ctx);
 
-  // One reconcile step.
+  // One reconcile step. Skipped while settled() and the cluster's node view
+  // is the one it settled under.
   void update(TickContext& ctx);
+
+  // Settled: after its last update() the deployment was HEALTHY with exactly
+  // its target of replicas, all RUNNING its target version, placed, proven
+  // and with no report waiting, no autoscaling policy, not being deleted,
+  // and that update() sent nothing. Nothing the clock alone brings can then
+  // change it: only an event (a replica's report, a deploy, a scale, a node
+  // change) can, and each of those wakes it. The head's steady state is
+  // thousands of settled replicas; reconciling them ten times a second was
+  // most of its CPU.
+  bool settled() const { return settled_; }
+  // Something happened to it or one of its replicas: the next update() runs.
+  void wake() { settled_ = false; }
 
   // Releases every replica from the directory and the cluster (destruction).
   void release_all(TickContext& ctx);
@@ -140,6 +153,8 @@ class DeploymentState {
   std::vector<ReplicaInfo> replicas() const;
   // Replicas in RECOVERING state.
   uint32_t recovering_count() const;
+  // Replicas in RUNNING state (the gauge; replicas() without the copies).
+  uint32_t running_count() const;
   // Start failures counted so far (constructor, reconfigure or the
   // replica's first health check failed); -1 once the count reached the
   // threshold while a replica of the target version ran (partial success:
@@ -205,6 +220,8 @@ class DeploymentState {
   // false when there is nothing to say.
   bool report_failures(uint32_t running_target, uint32_t running_old);
   bool is_target(const Replica& r) const { return r.version == target_version_; }
+  // Whether the state after an update() that sent nothing is settled.
+  bool can_settle() const;
 
   DeploymentId id_;
   std::shared_ptr<const DeploymentSpec> spec_;
@@ -236,6 +253,9 @@ class DeploymentState {
   // A replica of the target version was replaced for failed health checks:
   // HEALTHY again only once every running replica proved itself.
   bool needs_proof_ = false;
+
+  bool settled_ = false;
+  uint64_t settled_epoch_ = 0;  // the Cluster::epoch() it settled under
 
   bool running_dirty_ = true;
   uint64_t published_seq_ = 0;

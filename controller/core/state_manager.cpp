@@ -652,8 +652,15 @@ Replica* StateManager::find(const std::string& replica_id) {
   return it == directory_.end() ? nullptr : it->second;
 }
 
-bool StateManager::on_replica_ready(const std::string& replica_id, const ReplicaVersion& version) {
+Replica* StateManager::touch(const std::string& replica_id) {
   Replica* r = find(replica_id);
+  if (r && r->owner)
+    r->owner->wake();
+  return r;
+}
+
+bool StateManager::on_replica_ready(const std::string& replica_id, const ReplicaVersion& version) {
+  Replica* r = touch(replica_id);
   if (!r)
     return false;
   if (r->state == ReplicaState::starting || r->state == ReplicaState::updating ||
@@ -666,7 +673,7 @@ bool StateManager::on_replica_ready(const std::string& replica_id, const Replica
 
 bool StateManager::on_replica_start_failed(const std::string& replica_id,
                                            const std::string& error) {
-  Replica* r = find(replica_id);
+  Replica* r = touch(replica_id);
   if (!r)
     return false;
   if (r->state == ReplicaState::starting || r->state == ReplicaState::updating ||
@@ -679,7 +686,7 @@ bool StateManager::on_replica_start_failed(const std::string& replica_id,
 
 bool StateManager::on_health_report(const std::string& replica_id, uint64_t watch, uint32_t passed,
                                     uint32_t failures, const std::string& failure) {
-  Replica* r = find(replica_id);
+  Replica* r = touch(replica_id);
   if (!r)
     return false;
   if (r->state == ReplicaState::running && watch == r->check_seq) {
@@ -693,13 +700,16 @@ bool StateManager::on_health_report(const std::string& replica_id, uint64_t watc
 
 void StateManager::rewatch_node(const std::string& node_id) {
   for (auto& [id, r] : directory_) {
-    if (r->state == ReplicaState::running && r->node_id == node_id)
+    if (r->state == ReplicaState::running && r->node_id == node_id) {
       r->watch_due = true;
+      if (r->owner)
+        r->owner->wake();
+    }
   }
 }
 
 bool StateManager::on_replica_stopped(const std::string& replica_id) {
-  Replica* r = find(replica_id);
+  Replica* r = touch(replica_id);
   if (!r)
     return false;
   r->stopped = true;
@@ -710,7 +720,7 @@ bool StateManager::on_replica_stopped(const std::string& replica_id) {
 }
 
 bool StateManager::on_replica_crashed(const std::string& replica_id, const std::string& cause) {
-  Replica* r = find(replica_id);
+  Replica* r = touch(replica_id);
   if (!r)
     return false;
   r->crashed = true;

@@ -320,6 +320,8 @@ class StateManager {
   Status require_recovered() const;
   TickContext context(std::vector<Command>& out);
   Replica* find(const std::string& replica_id);
+  // find(), and wakes the replica's deployment (an event for its update()).
+  Replica* touch(const std::string& replica_id);
   void publish();
   std::vector<Route> current_routes() const;
 

@@ -666,3 +666,83 @@ TEST_CASE("snapshots: a replica's model list is recorded by seq and pushed as a 
   // Unknown replicas are ignored.
   CHECK_FALSE(h.core->record_multiplexed_replica_info("nope", 1, {"m1"}));
 }
+
+// ---------------------------------------------------------------- settled
+
+namespace {
+
+bool settled(const Harness& h, const std::string& dep) {
+  return h.core->deployment({"a", dep})->settled();
+}
+
+// Ticks until deployment `dep` of "a" is settled (at most 60 s).
+void tick_until_settled(Harness& h, const std::string& dep) {
+  for (int i = 0; i < 60 && !settled(h, dep); ++i)
+    h.tick();
+  REQUIRE(settled(h, dep));
+}
+
+bool starts_one(const std::vector<std::string>& ops) {
+  return std::count_if(ops.begin(), ops.end(),
+                       [](const std::string& op) { return op.rfind("start ", 0) == 0; }) == 1;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "settled: a deployment running its target proven is skipped - time alone changes "
+    "nothing and each event wakes it") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("D", 2)})).has_value());
+  h.tick();
+  CHECK_FALSE(settled(h, "D"));  // starting
+  tick_until_settled(h, "D");
+  CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+  for (const auto& r : h.replicas("a", "D"))
+    CHECK(r.state == ReplicaState::running);
+  CHECK(h.core->deployment({"a", "D"})->running_count() == 2);
+
+  SUBCASE("time alone: nothing to do, and it stays settled") {
+    for (int i = 0; i < 120; ++i)
+      CHECK(h.tick(1.0, /*with_checks=*/true) == V{});
+    CHECK(settled(h, "D"));
+    CHECK(h.status("a", "D").status == DeploymentStatus::healthy);
+  }
+  SUBCASE("a replica failing its checks: replaced") {
+    const std::string sick = h.replicas("a", "D")[0].id;
+    h.cluster.unhealthy.insert(sick);
+    bool stopped = false;
+    for (int i = 0; i < 60 && !stopped; ++i) {
+      auto ops = h.tick();
+      stopped = std::find(ops.begin(), ops.end(), "stop " + sick + " 20") != ops.end();
+    }
+    CHECK(stopped);
+    CHECK(h.status("a", "D").status == DeploymentStatus::unhealthy);
+  }
+  SUBCASE("a replica crashing: replaced at the next tick") {
+    h.cluster.crash(h.replicas("a", "D")[0].id);
+    CHECK(starts_one(h.tick()));
+  }
+  SUBCASE("its node dead: its replica replaced at the next tick") {
+    auto nodes = h.nodes;
+    const std::string node = h.replicas("a", "D")[0].node_id;
+    for (auto& n : nodes)
+      if (n.id == node)
+        n.state = NodeState::dead;
+    h.set_nodes(nodes);
+    CHECK(starts_one(h.tick()));
+  }
+  SUBCASE("scaled up: one more starts at the next tick") {
+    REQUIRE(h.core->deploy_deployment("a", make_deployment("D", 3)).has_value());
+    CHECK_FALSE(settled(h, "D"));
+    CHECK(starts_one(h.tick()));
+  }
+  SUBCASE("its node registered again: the watch goes to it again") {
+    const auto r = h.replicas("a", "D")[0];
+    h.core->rewatch_node(r.node_id);
+    const auto ops = h.tick(1.0, /*with_checks=*/true);
+    REQUIRE(ops.size() == 1);
+    CHECK(ops[0] == "watch " + r.id);
+  }
+  tick_until_settled(h, "D");
+}
