@@ -159,11 +159,9 @@ void ControllerMetrics::refresh(const StateManager* core, const std::vector<Node
         g.first = &impl_->target.Add(labels);
         g.second = &impl_->running.Add(labels);
       }
-      g.first->Set(core->target_replicas(id).value_or(0));
-      int running = 0;
-      for (const auto& r : core->replicas(id))
-        running += r.state == ReplicaState::running ? 1 : 0;
-      g.second->Set(running);
+      const DeploymentState* d = core->deployment(id);
+      g.first->Set(d ? d->target_replicas() : 0);
+      g.second->Set(d ? d->running_count() : 0);
     }
   }
   for (auto it = impl_->deployments.begin(); it != impl_->deployments.end();) {

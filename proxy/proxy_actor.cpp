@@ -123,14 +123,7 @@ class ProxyActorLogic {
   // Every deployment's queued + in-flight requests as this proxy sees them
   // (the controller averages each reporter's samples).
   void tick() {
-    std::vector<DeploymentLoad> loads;
-    for (const auto& d : core_->router.deployments()) {
-      double load = static_cast<double>(d.queued);
-      for (const auto& r : d.replicas)
-        load += r.in_flight;
-      loads.push_back({d.app, d.deployment, load});
-    }
-    core_->report_load(std::move(loads));
+    core_->report_load(core_->router.loads());
     self_->delayed_send(self_, kReportInterval, tick_atom::value);
   }
 

@@ -693,6 +693,22 @@ std::vector<Router::DeploymentView> Router::deployments() const {
   return out;
 }
 
+std::vector<DeploymentLoad> Router::loads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<DeploymentLoad> out;
+  out.reserve(deployments_.size());
+  for (const auto& [key, d] : deployments_) {
+    double load = static_cast<double>(d->queue.size());
+    for (const auto& s : d->replicas)
+      load += s->in_flight;
+    out.push_back({d->app, d->name, load});
+  }
+  std::sort(out.begin(), out.end(), [](const DeploymentLoad& a, const DeploymentLoad& b) {
+    return std::tie(a.app, a.deployment) < std::tie(b.app, b.deployment);
+  });
+  return out;
+}
+
 std::vector<ReplicaActor> Router::handles() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<ReplicaActor> out;

@@ -296,6 +296,10 @@ class Router {
     std::vector<Replica> replicas;
   };
   std::vector<DeploymentView> deployments() const;
+  // Each deployment's queued and in-flight requests, sorted like
+  // deployments(): the proxy's load report, once a second, without copying
+  // every replica's view.
+  std::vector<DeploymentLoad> loads() const;
   // Every replica handle held (to monitor them again after a restart).
   std::vector<ReplicaActor> handles() const;
   // The live slot of replica `replica_id` (null: none). A scan of every

@@ -123,6 +123,33 @@ TEST_CASE("proxy/router: power of two choices picks the less loaded replica") {
   REQUIRE(view.size() == 1);
   CHECK(view[0].replicas[0].in_flight == 10);
   CHECK(view[0].replicas[1].in_flight == 10);
+  // The load report: both replicas' in-flight requests, nothing queued.
+  auto loads = r.loads();
+  REQUIRE(loads.size() == 1);
+  CHECK(loads[0].app == "echo");
+  CHECK(loads[0].deployment == "Echo");
+  CHECK(loads[0].queued_and_inflight == 20);
+}
+
+TEST_CASE(
+    "proxy/router: the load report counts queued requests with those in flight - per "
+    "deployment in order") {
+  Router r({"n1", 7});
+  RoutingSnapshot s = full_snapshot({replica("a", "n1", 1)});
+  s.routes.push_back({"/b", "b", "B"});
+  s.deployments.push_back({"b", "B", {replica("x", "n1", 4)}, -1});
+  r.apply(s);
+  auto first = r.admit(kEcho, {}, [](SlotPtr) {});
+  REQUIRE(first.kind == Router::Admit::assigned);
+  // The only replica is at max_ongoing_requests 1: two more wait.
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::queued);
+  CHECK(r.admit(kEcho, {}, [](SlotPtr) {}).kind == Router::Admit::queued);
+  auto loads = r.loads();
+  REQUIRE(loads.size() == 2);
+  CHECK(loads[0].app == "b");
+  CHECK(loads[0].queued_and_inflight == 0);
+  CHECK(loads[1].app == "echo");
+  CHECK(loads[1].queued_and_inflight == 3);
 }
 
 TEST_CASE("proxy/router: equally loaded the local replica is preferred") {
