@@ -1,10 +1,14 @@
 #include "controller/core/deployment_state.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 namespace troupe::controller {
@@ -700,6 +704,87 @@ void DeploymentState::rolling_update(TickContext& ctx) {
   }
 }
 
+std::vector<Replica*> downscale_victims(const std::vector<Replica*>& candidates,
+                                        std::unordered_map<std::string, uint32_t>& per_node,
+                                        size_t n, const ReplicaVersion& target) {
+  // Rank and version never change while picking, so the candidates fall
+  // into classes taken one after the other. Within a class the replicas of
+  // one node go newest first, and the node whose count is lowest goes next;
+  // only the picked node's count changes. O(c log c) instead of a scan of
+  // every candidate per pick (50,000 replicas scaled down at once took
+  // minutes).
+  auto class_of = [&](const Replica& r) {
+    int rank = 4;
+    switch (r.state) {
+      case ReplicaState::starting:
+        rank = r.placed ? 1 : 0;
+        break;
+      case ReplicaState::recovering:
+        rank = 2;
+        break;
+      case ReplicaState::updating:
+        rank = 3;
+        break;
+      default:
+        break;
+    }
+    return 2 * rank + (r.version == target ? 1 : 0);
+  };
+  std::array<std::vector<size_t>, 10> classes;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    classes[class_of(*candidates[i])].push_back(i);
+  auto newer = [&](size_t a, size_t b) {  // newest first; the earlier candidate on a tie
+    return candidates[a]->seq != candidates[b]->seq ? candidates[a]->seq > candidates[b]->seq
+                                                    : a < b;
+  };
+  std::vector<Replica*> out;
+  for (const auto& members : classes) {
+    if (out.size() >= n)
+      break;
+    if (members.empty())
+      continue;
+    // Groups: the class's replicas on one node; an unplaced replica alone.
+    std::vector<std::vector<size_t>> groups;
+    std::unordered_map<std::string, size_t> group_of_node;
+    for (size_t i : members) {
+      const Replica& r = *candidates[i];
+      if (!r.placed) {
+        groups.push_back({i});
+        continue;
+      }
+      auto [it, fresh] = group_of_node.emplace(r.node_id, groups.size());
+      if (fresh)
+        groups.emplace_back();
+      groups[it->second].push_back(i);
+    }
+    for (auto& g : groups)  // popped from the back: oldest first here
+      std::sort(g.begin(), g.end(), [&](size_t a, size_t b) { return newer(b, a); });
+    // (the node's count, newest first, candidate order, group)
+    using Key = std::tuple<uint32_t, uint64_t, size_t, size_t>;
+    auto key = [&](size_t g) {
+      const size_t head = groups[g].back();
+      const Replica& r = *candidates[head];
+      const uint32_t count = r.placed ? per_node[r.node_id] : 0;
+      return Key{count, std::numeric_limits<uint64_t>::max() - r.seq, head, g};
+    };
+    std::set<Key> next;
+    for (size_t g = 0; g < groups.size(); ++g)
+      next.insert(key(g));
+    while (out.size() < n && !next.empty()) {
+      const size_t g = std::get<3>(*next.begin());
+      next.erase(next.begin());
+      Replica* victim = candidates[groups[g].back()];
+      groups[g].pop_back();
+      out.push_back(victim);
+      if (victim->placed)
+        --per_node[victim->node_id];
+      if (!groups[g].empty())
+        next.insert(key(g));
+    }
+  }
+  return out;
+}
+
 void DeploymentState::scale(TickContext& ctx) {
   int64_t current = 0;
   int64_t stopping = 0;
@@ -762,46 +847,14 @@ void DeploymentState::scale(TickContext& ctx) {
       continue;
     candidates.push_back(&r);
   }
-  std::map<std::string, uint32_t> per_node;  // replicas of every deployment
+  std::unordered_map<std::string, uint32_t> per_node;  // replicas of every deployment
   for (const auto& [id, r] : ctx.directory) {
     if (r->placed && !r->removed && r->state != ReplicaState::stopping)
       ++per_node[r->node_id];
   }
-  auto rank = [](const Replica& r) {
-    switch (r.state) {
-      case ReplicaState::starting:
-        return r.placed ? 1 : 0;
-      case ReplicaState::recovering:
-        return 2;
-      case ReplicaState::updating:
-        return 3;
-      default:
-        return 4;
-    }
-  };
-  for (int64_t k = 0; k < -delta && !candidates.empty(); ++k) {
-    auto better = [&](const Replica* a, const Replica* b) {
-      int ra = rank(*a);
-      int rb = rank(*b);
-      if (ra != rb)
-        return ra < rb;
-      bool ta = is_target(*a);
-      bool tb = is_target(*b);
-      if (ta != tb)
-        return !ta;
-      uint32_t na = a->placed ? per_node[a->node_id] : 0;
-      uint32_t nb = b->placed ? per_node[b->node_id] : 0;
-      if (na != nb)
-        return na < nb;
-      return a->seq > b->seq;
-    };
-    auto it = std::min_element(candidates.begin(), candidates.end(), better);
-    Replica& victim = **it;
-    candidates.erase(it);
-    if (victim.placed)
-      --per_node[victim.node_id];
-    stop_replica(victim, /*graceful=*/true, ctx);
-  }
+  for (Replica* victim :
+       downscale_victims(candidates, per_node, static_cast<size_t>(-delta), target_version_))
+    stop_replica(*victim, /*graceful=*/true, ctx);
 }
 
 void DeploymentState::place_pending(TickContext& ctx) {

@@ -62,6 +62,16 @@ bool advance_stopping(Replica& r, TickContext& ctx);
 // exists): the caller removes it at once.
 bool begin_stop(Replica& r, double grace_s, TickContext& ctx);
 
+// The replicas a downscale stops, in order: the first `n` of `candidates`
+// by Ray Serve's rule (DeploymentState::scale): not running yet first
+// (unplaced, starting, recovering, updating), an old version's before the
+// target's, then those on the nodes holding the fewest replicas of all
+// deployments (`per_node`, lowered as replicas are picked), newest first; on
+// a full tie the earlier candidate.
+std::vector<Replica*> downscale_victims(const std::vector<Replica*>& candidates,
+                                        std::unordered_map<std::string, uint32_t>& per_node,
+                                        size_t n, const ReplicaVersion& target);
+
 class DeploymentState {
  public:
   DeploymentState(DeploymentId id, std::shared_ptr<const DeploymentSpec> spec,

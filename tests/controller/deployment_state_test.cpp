@@ -3,6 +3,8 @@
 // arrive at the next tick.
 #include <algorithm>
 #include <cmath>
+#include <random>
+#include <unordered_map>
 
 #include <doctest/doctest.h>
 
@@ -1092,4 +1094,91 @@ TEST_CASE("health: a late answer to a timed-out check is not taken for the next 
   CHECK(h.tick(5, true) == V{});  // t = 17: failure 2
   h.cluster.late_answers.clear();
   CHECK(h.tick(5, true) == V{"stop a#D#1 20"});  // t = 22: failure 3
+}
+
+// ---------------------------------------------------------------- downscale order
+
+namespace {
+
+// The rule written the plain way: one scan of every candidate per pick.
+std::vector<Replica*> downscale_by_scan(std::vector<Replica*> candidates,
+                                        std::map<std::string, uint32_t> per_node, size_t n,
+                                        const ReplicaVersion& target) {
+  auto rank = [](const Replica& r) {
+    switch (r.state) {
+      case ReplicaState::starting:
+        return r.placed ? 1 : 0;
+      case ReplicaState::recovering:
+        return 2;
+      case ReplicaState::updating:
+        return 3;
+      default:
+        return 4;
+    }
+  };
+  std::vector<Replica*> out;
+  while (out.size() < n && !candidates.empty()) {
+    auto better = [&](const Replica* a, const Replica* b) {
+      if (rank(*a) != rank(*b))
+        return rank(*a) < rank(*b);
+      const bool ta = a->version == target;
+      const bool tb = b->version == target;
+      if (ta != tb)
+        return !ta;
+      const uint32_t na = a->placed ? per_node[a->node_id] : 0;
+      const uint32_t nb = b->placed ? per_node[b->node_id] : 0;
+      if (na != nb)
+        return na < nb;
+      return a->seq > b->seq;
+    };
+    auto it = std::min_element(candidates.begin(), candidates.end(), better);
+    Replica* victim = *it;
+    candidates.erase(it);
+    if (victim->placed)
+      --per_node[victim->node_id];
+    out.push_back(victim);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("scaling: the downscale order is the plain rule's - random replicas, nodes and counts") {
+  std::mt19937_64 gen(7);
+  auto pick = [&](uint64_t n) { return gen() % n; };
+  const ReplicaVersion target{"v2", ""};
+  const ReplicaState states[] = {ReplicaState::starting, ReplicaState::recovering,
+                                 ReplicaState::updating, ReplicaState::running};
+  size_t picked = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<std::unique_ptr<Replica>> owned;
+    std::vector<Replica*> candidates;
+    std::map<std::string, uint32_t> per_node;
+    const size_t count = 1 + pick(60);
+    const uint64_t nodes = 1 + pick(8);
+    for (size_t i = 0; i < count; ++i) {
+      auto r = std::make_unique<Replica>();
+      r->id = "r" + std::to_string(i);
+      r->seq = pick(count);  // repeats: ids of two controller incarnations
+      r->state = states[pick(4)];
+      r->placed = r->state != ReplicaState::starting || pick(2) == 0;
+      r->node_id = r->placed ? "n" + std::to_string(pick(nodes)) : "";
+      r->version = pick(2) ? target : ReplicaVersion{"v1", ""};
+      if (r->placed)
+        ++per_node[r->node_id];
+      candidates.push_back(r.get());
+      owned.push_back(std::move(r));
+    }
+    // Replicas of other deployments on the same nodes.
+    for (uint64_t k = 0; k < nodes; ++k)
+      per_node["n" + std::to_string(k)] += static_cast<uint32_t>(pick(5));
+    const size_t n = pick(count + 2);
+    std::unordered_map<std::string, uint32_t> counts(per_node.begin(), per_node.end());
+    auto fast = downscale_victims(candidates, counts, n, target);
+    auto plain = downscale_by_scan(candidates, per_node, n, target);
+    INFO("round " << round);
+    REQUIRE(fast == plain);
+    picked += fast.size();
+  }
+  CHECK(picked > 1000);
 }
