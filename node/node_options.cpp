@@ -190,7 +190,8 @@ void add_code_and_head_options(CLI::App& app, NodeOptions& o, RawArgs& raw,
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
   app.add_option("--recovery-window", o.recovery_window_s,
-                 "head: seconds to wait for nodes to report their replicas after a restart")
+                 "head: after a restart, seconds to wait for nodes to report their replicas, "
+                 "counted again from each node that does (at most ten times this)")
       ->capture_default_str();
   app.add_option("--ha-etcd", raw.ha_etcd,
                  "head: run as one of several head candidates, the checkpoint and the election in "

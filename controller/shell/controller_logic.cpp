@@ -155,6 +155,7 @@ Result<ControllerLogic::Registration> ControllerLogic::register_node(
   auto adopt = actors_.take_hosted(info.id, hosted, recovering());
   settle_unreachable(info.id, hosted);
   if (recovering()) {
+    recovery_->arrived();
     recovery_->collect(std::move(adopt));
     // Once every node that was alive before has registered again, there is
     // nothing more to wait for.

@@ -1,5 +1,6 @@
 #include "controller/shell/recovery_gate.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -7,7 +8,16 @@
 namespace troupe::controller {
 
 RecoveryGate::RecoveryGate(const Clock& clock, double window_s, std::set<std::string> expected)
-    : clock_(&clock), deadline_(clock.now_s() + window_s), expected_(std::move(expected)) {}
+    : clock_(&clock),
+      window_s_(window_s),
+      deadline_(clock.now_s() + window_s),
+      latest_(clock.now_s() + kMaxWindows * window_s),
+      expected_(std::move(expected)) {}
+
+void RecoveryGate::arrived() {
+  if (recovering_)
+    deadline_ = std::min(latest_, std::max(deadline_, clock_->now_s() + window_s_));
+}
 
 Status RecoveryGate::require_ready() const {
   if (recovering_) {

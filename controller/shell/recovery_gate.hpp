@@ -25,16 +25,27 @@ namespace troupe::controller {
 
 class RecoveryGate {
  public:
-  // Recovering from now on, for at most `window_s`, or until every node of
-  // `expected` has registered again (never early when `expected` is empty).
-  // With nothing to recover (an empty checkpoint) the shell calls finish()
-  // at once.
+  // Recovering from now on until every node of `expected` has registered
+  // again (never early when `expected` is empty), or until `window_s` passed
+  // with no node arriving: each arrival (arrived()) gives the others
+  // `window_s` more, up to kMaxWindows windows after the start. With nothing
+  // to recover (an empty checkpoint) the shell calls finish() at once.
   RecoveryGate(const Clock& clock, double window_s, std::set<std::string> expected);
+
+  // The longest a recovery waits, in windows: nodes that keep arriving keep
+  // it open this long at most.
+  static constexpr double kMaxWindows = 10;
 
   bool is_recovering() const { return recovering_; }
   // errc::unavailable while recovering: the caller retries in a few seconds.
   Status require_ready() const;
 
+  // A node registered again while recovering. Nodes still arriving mean
+  // the recovery is under way (a thousand nodes take seconds to reconnect):
+  // ending it then would start replicas for those about to be reported, and
+  // stop the extras once they are. The window runs again from now, within
+  // the cap.
+  void arrived();
   // Replicas a (re-)registering node reports hosting; kept for finish().
   void collect(std::vector<HostedReplica> hosted);
   const std::vector<HostedReplica>& collected() const { return hosted_; }
@@ -54,7 +65,9 @@ class RecoveryGate {
  private:
   const Clock* clock_;
   bool recovering_ = true;
+  double window_s_ = 0;
   double deadline_ = 0;
+  double latest_ = 0;  // the cap: kMaxWindows windows after the start
   std::set<std::string> expected_;
   std::vector<HostedReplica> hosted_;
 };

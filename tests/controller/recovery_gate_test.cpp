@@ -72,6 +72,43 @@ TEST_CASE("recovery: the window ends it when a node does not come back") {
   CHECK_FALSE(gate.window_over());  // over and done
 }
 
+TEST_CASE("recovery: nodes still arriving keep the window open - up to ten windows") {
+  FakeClock clock;
+  clock.set(100);
+  RecoveryGate gate(clock, 3.0, {"a", "b", "c"});
+  // One node every 2.5 s: each arrival gives the others a window from then.
+  for (double t = 102.5; t < 130; t += 2.5) {
+    clock.set(t - 0.01);
+    INFO("t " << t);
+    CHECK_FALSE(gate.window_over());
+    clock.set(t);
+    gate.arrived();
+    CHECK(gate.deadline() == doctest::Approx(std::min(t + 3, 130.0)));
+  }
+  // The cap: ten windows after the start, however many still arrive.
+  clock.set(129.99);
+  CHECK_FALSE(gate.window_over());
+  clock.set(130);
+  gate.arrived();
+  CHECK(gate.window_over());
+  CHECK(gate.deadline() == doctest::Approx(130));
+  gate.finish();
+  gate.arrived();  // over: nothing changes
+  CHECK_FALSE(gate.window_over());
+}
+
+TEST_CASE("recovery: a silence of one window after the last arrival ends it") {
+  FakeClock clock;
+  RecoveryGate gate(clock, 3.0, {"a", "b"});
+  clock.set(0.5);
+  gate.arrived();
+  CHECK(gate.deadline() == doctest::Approx(3.5));
+  clock.set(3.49);
+  CHECK_FALSE(gate.window_over());
+  clock.set(3.5);
+  CHECK(gate.window_over());  // "b" stayed away a whole window after "a"
+}
+
 TEST_CASE("recovery: ends early once every expected node registered again") {
   FakeClock clock;
   RecoveryGate gate(clock, 3.0, {"a", "b"});
