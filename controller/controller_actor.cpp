@@ -691,7 +691,12 @@ ControllerImpl::behavior_type controller(controller_actor* self, ControllerOptio
         if (changed)
           reconcile(self);
       },
-      [=](recover_atom) { finish_recovery(self); },
+      [=](recover_atom) {
+        // Nodes that registered meanwhile moved the window's end.
+        if (double left = logic(self).recovery_left_s(); left > 0)
+          return self->delayed_send(self, seconds_as(left), recover_atom::value);
+        finish_recovery(self);
+      },
       [=](reconcile_atom) {
         self->state.reconcile_queued = false;
         reconcile(self);

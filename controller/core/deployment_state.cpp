@@ -1179,6 +1179,9 @@ bool DeploymentState::changes_since(uint64_t since, std::vector<RunningReplicaIn
                                     std::vector<std::string>& removed) const {
   if (published_seq_ == 0 || since < delta_floor_)
     return false;
+  // Every entry and tombstone is at most published_seq_ (the last change).
+  if (since >= published_seq_)
+    return true;
   for (size_t k = 0; k < published_.size(); ++k) {
     if (published_seqs_[k] > since)
       changed.push_back(published_[k]);

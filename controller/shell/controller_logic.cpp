@@ -56,9 +56,15 @@ bool ControllerLogic::start() {
   if (!expected)
     return false;
   log_->info(
-      "checkpoint found; collecting hosted replicas from {} known nodes for at most {:.1f} s",
-      expected->size(), options_.recovery_window_s);
+      "checkpoint found; collecting hosted replicas from {} known nodes until {:.1f} s pass "
+      "with none registering (at most {:.1f} s)",
+      expected->size(), options_.recovery_window_s,
+      RecoveryGate::kMaxWindows * options_.recovery_window_s);
   return true;
+}
+
+double ControllerLogic::recovery_left_s() const {
+  return recovering() ? std::max(0.0, recovery_->deadline() - now()) : 0.0;
 }
 
 Result<bool> ControllerLogic::finish_recovery() {

@@ -64,6 +64,9 @@ class ControllerLogic {
   // the checkpoint cannot be recovered: the controller must stop with it.
   Result<bool> finish_recovery();
   bool recovering() const { return recovery_->is_recovering(); }
+  // Seconds until the recovery window ends (nodes arriving extend it); 0
+  // once it has, or when not recovering.
+  double recovery_left_s() const;
 
   // ------------------------------------------------------------ node calls
 

@@ -249,6 +249,31 @@ TEST_CASE("wiring: after a restart calls are refused until the recovery window e
   CHECK(f.spawned->specs.front().deployment == "D");
 }
 
+TEST_CASE("wiring: a node registering late in the recovery window moves the window's end") {
+  Fixture f;
+  TargetState saved;
+  saved.generation = 1;
+  saved.applications["a"] = make_app("a", "/a", {make_deployment("D", 1)});
+  f.store->saved = saved;
+  f.start();
+  auto advance = [&](double s) {
+    f.clock->advance(s);
+    f.sched.advance_time(seconds_as(s));
+    f.sched.run();
+  };
+  advance(2.0);
+  f.register_node();  // 2 s in: the window (3 s) now ends 3 s from here
+  advance(1.5);       // past the first end, and the window's own message
+  CHECK(f.status()["recovering"] == true);
+  CHECK(f.spawned->specs.empty());
+  advance(1.0);
+  CHECK(f.status()["recovering"] == true);
+  advance(0.6);
+  CHECK(f.status()["recovering"] == false);
+  REQUIRE(f.spawned->specs.size() == 1);
+  CHECK(f.spawned->specs.front().deployment == "D");
+}
+
 TEST_CASE("wiring: a proxy failing its health checks is killed after the limit") {
   Fixture f;
   f.start();
