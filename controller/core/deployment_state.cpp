@@ -1085,19 +1085,10 @@ std::vector<ReplicaInfo> DeploymentState::replicas() const {
   return out;
 }
 
-uint32_t DeploymentState::running_count() const {
+uint32_t DeploymentState::count_in(ReplicaState state) const {
   uint32_t n = 0;
   for (const auto& rp : replicas_) {
-    if (!rp->removed && rp->state == ReplicaState::running)
-      ++n;
-  }
-  return n;
-}
-
-uint32_t DeploymentState::recovering_count() const {
-  uint32_t n = 0;
-  for (const auto& rp : replicas_) {
-    if (!rp->removed && rp->state == ReplicaState::recovering)
+    if (!rp->removed && rp->state == state)
       ++n;
   }
   return n;

@@ -162,9 +162,9 @@ class DeploymentState {
   const DeploymentStatusInfo& status() const { return status_; }
   std::vector<ReplicaInfo> replicas() const;
   // Replicas in RECOVERING state.
-  uint32_t recovering_count() const;
+  uint32_t recovering_count() const { return count_in(ReplicaState::recovering); }
   // Replicas in RUNNING state (the gauge; replicas() without the copies).
-  uint32_t running_count() const;
+  uint32_t running_count() const { return count_in(ReplicaState::running); }
   // Start failures counted so far (constructor, reconfigure or the
   // replica's first health check failed); -1 once the count reached the
   // threshold while a replica of the target version ran (partial success:
@@ -232,6 +232,8 @@ class DeploymentState {
   bool is_target(const Replica& r) const { return r.version == target_version_; }
   // Whether the state after an update() that sent nothing is settled.
   bool can_settle() const;
+  // Replicas (not removed) in `state`.
+  uint32_t count_in(ReplicaState state) const;
 
   DeploymentId id_;
   std::shared_ptr<const DeploymentSpec> spec_;

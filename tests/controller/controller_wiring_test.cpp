@@ -226,13 +226,23 @@ TEST_CASE("wiring: a deploy above the limits is refused and spawns nothing") {
   CHECK(f.spawned->specs.empty());
 }
 
-TEST_CASE("wiring: after a restart calls are refused until the recovery window ends") {
-  Fixture f;
+namespace {
+
+// A controller starting on a checkpoint with one deployment of one replica:
+// it recovers first.
+void start_on_checkpoint(Fixture& f) {
   TargetState saved;
   saved.generation = 1;
   saved.applications["a"] = make_app("a", "/a", {make_deployment("D", 1)});
   f.store->saved = saved;
   f.start();
+}
+
+}  // namespace
+
+TEST_CASE("wiring: after a restart calls are refused until the recovery window ends") {
+  Fixture f;
+  start_on_checkpoint(f);
   f.register_node();
   CHECK(f.status()["recovering"] == true);
   CHECK(error_of(f.deploy(make_app("b", "/b", {make_deployment("E", 1)}))) ==
@@ -251,11 +261,7 @@ TEST_CASE("wiring: after a restart calls are refused until the recovery window e
 
 TEST_CASE("wiring: a node registering late in the recovery window moves the window's end") {
   Fixture f;
-  TargetState saved;
-  saved.generation = 1;
-  saved.applications["a"] = make_app("a", "/a", {make_deployment("D", 1)});
-  f.store->saved = saved;
-  f.start();
+  start_on_checkpoint(f);
   auto advance = [&](double s) {
     f.clock->advance(s);
     f.sched.advance_time(seconds_as(s));

@@ -1143,7 +1143,7 @@ std::vector<Replica*> downscale_by_scan(std::vector<Replica*> candidates,
 
 }  // namespace
 
-TEST_CASE("scaling: the downscale order is the plain rule's - random replicas, nodes and counts") {
+TEST_CASE("scaling: the downscale order is the plain rule's on random replicas and nodes") {
   std::mt19937_64 gen(7);
   auto pick = [&](uint64_t n) { return gen() % n; };
   const ReplicaVersion target{"v2", ""};
