@@ -667,11 +667,24 @@ void ControllerLogic::health_reports(const std::string& node_id,
   // While recovering, replicas are not adopted yet; a new watch follows.
   if (recovering())
     return;
+  size_t foreign = 0;
+  std::string example;
   for (const auto& r : reports) {
+    // A node checks the replicas it hosts: a report on another node's
+    // replica (a confused or hostile node) must not stop or prove it.
+    if (const std::string host = actors_.node_of(r.replica_id); host != node_id) {
+      if (foreign++ == 0)
+        example = r.replica_id + (host.empty() ? " (not known here)" : " (on node " + host + ")");
+      continue;
+    }
     if (!r.failure.empty())
       log_->info("health check of {} failed: {} ({} in a row, checked by node {})", r.replica_id,
                  r.failure, r.failures, node_id);
     core_->on_health_report(r.replica_id, r.watch, r.passed, r.failures, r.failure);
+  }
+  if (foreign > 0) {
+    log_->warn("ignored {} health report(s) from node {} on replicas it does not host, e.g. {}",
+               foreign, node_id, example);
   }
 }
 

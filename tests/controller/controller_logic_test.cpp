@@ -518,6 +518,49 @@ TEST_CASE("logic: a replica's crash reaches the core with its cause - a stop is 
   CHECK(f.status()["applications"].empty());
 }
 
+TEST_CASE("logic: health reports count only from the node that hosts the replica") {
+  Fixture f;
+  f.start();
+  f.register_node("n1", f.handle());
+  REQUIRE(f.deploy(make_app("a", "/a", {make_deployment("D", 1)})));
+  auto runs = f.reconcile();
+  REQUIRE(runs.size() == 1);
+  const Command start = runs.front().first;
+  REQUIRE(start.node_id == "n1");
+  f.logic->actors().remember_replica(start.replica_id, "n1", f.handle());
+  f.logic->core().on_replica_ready(start.replica_id, start.version);
+  uint64_t watch = 0;  // its node is told to check it at the tick after it runs
+  for (int tick = 0; tick < 2; ++tick) {
+    for (const auto& [cmd, run] : f.reconcile()) {
+      if (cmd.kind == CommandKind::watch_health && cmd.replica_id == start.replica_id)
+        watch = cmd.check_seq;
+    }
+  }
+  REQUIRE(watch != 0);
+  f.register_node("n2", f.handle());
+  const std::vector<HealthReport> failing = {{start.replica_id, watch, 0, 3, "stuck"},
+                                             {"a#D#nobody-9", 1, 0, 3, "stuck"}};
+  auto stops = [&] {
+    int n = 0;
+    for (const auto& [cmd, run] : f.reconcile_except_checks())
+      n += (cmd.kind == CommandKind::stop || cmd.kind == CommandKind::kill) &&
+           cmd.replica_id == start.replica_id;
+    return n;
+  };
+  // n2 does not host it: ignored, and said once for the message.
+  f.logic->health_reports("n2", failing);
+  CHECK(stops() == 0);
+  CHECK(f.replicas_of_d().at(start.replica_id) == "RUNNING");
+  CHECK(contains(f.log_text.str(),
+                 "warning ignored 2 health report(s) from node n2 on replicas "
+                 "it does not host, e.g. " +
+                     start.replica_id + " (on node n1)"));
+  // Its own node's report of the same failures replaces it.
+  f.logic->health_reports("n1", failing);
+  CHECK(stops() == 1);
+  CHECK(contains(f.log_text.str(), "health check of " + start.replica_id + " failed: stuck"));
+}
+
 TEST_CASE("logic: after a restart registrations are collected until every known node is back") {
   Fixture f;
   troupe::testing::TempDir dir;
