@@ -130,6 +130,13 @@ Observation Monitor::observe() const {
       });
     }
   }
+  // Both troupectl calls at once: a round is as long as the slower one, not
+  // their sum, so a recovery is read sooner after it happened (each call is
+  // a process that connects anew: ~0.3 s on a 2-core machine).
+  o.nodes_start_s = since(t0_);
+  std::string nodes_error;
+  auto nodes_call = std::async(
+      std::launch::async, [this, &nodes_error] { return cluster_.nodes_json(1, &nodes_error); });
   auto status = cluster_.status_json(1, &o.status_error);
   if (status) {
     try {
@@ -139,8 +146,8 @@ Observation Monitor::observe() const {
       o.status_error = std::string("unexpected status --json shape: ") + e.what();
     }
   }
-  o.nodes_start_s = since(t0_);
-  auto nodes = cluster_.nodes_json(1, &o.nodes_error);
+  auto nodes = nodes_call.get();
+  o.nodes_error = std::move(nodes_error);
   if (nodes) {
     try {
       for (const auto& row : *nodes) {
