@@ -79,7 +79,11 @@ TEST_CASE("candidate: one of three leads - one stopped without resigning is foll
   while (!heads[first]->leading())
     ++first;
   CHECK(heads[first]->events.count("lead ") == 1);
-  auto view = heads[(first + 1) % 3]->candidate->view();
+  // A follower names the leader from its next look at etcd, which may come
+  // after the leader took its term: awaited, not assumed.
+  auto& follower = *heads[(first + 1) % 3]->candidate;
+  REQUIRE(proc::wait_until([&] { return follower.view().leader.has_value(); }, 5s));
+  auto view = follower.view();
   REQUIRE(view.leader);
   CHECK(view.leader->name == "h" + std::to_string(first + 1));
   CHECK_FALSE(view.leading);
