@@ -72,6 +72,16 @@ class HealthChecks {
   void expire(double now);
   // When the next check or timeout is due; nothing when nothing is watched.
   std::optional<double> next_event() const;
+  // For one timer: when to arm it, or nothing when `armed` (the time it is
+  // armed for, if any) already comes no later than next_event(); `armed`
+  // becomes that time. The caller clears `armed` when the timer fires.
+  std::optional<double> arm(std::optional<double>& armed) const {
+    auto next = next_event();
+    if (!next || (armed && *armed <= *next))
+      return std::nullopt;
+    armed = next;
+    return next;
+  }
 
   // The replicas whose report changed since the last take, by id.
   std::vector<Report> take_changes();

@@ -75,57 +75,55 @@ struct Run {
 // watches included).
 std::vector<std::string> random_step(World& w, Harness& h) {
   const std::vector<std::string> app_names = {"a", "b"};
-  {
-    const uint32_t action = w.pick(100);
-    if (action < 12) {  // deploy or redeploy an application
-      const std::string& name = app_names[w.pick(2)];
-      std::vector<DeploymentSpec> deps = {w.random_deployment("D")};
-      if (w.pick(2))
-        deps.push_back(w.random_deployment("E"));
-      if (w.pick(6) == 0) {
-        deps[0].code_version = "broken";
-        h.cluster.fail_codes.insert(code_identity(deps[0]));
-      }
-      auto app = make_app(name, "/" + name, deps);
-      if (h.core->deploy_application(app).has_value())
-        w.apps[name] = app;
-    } else if (action < 20) {  // scale one deployment
-      if (!w.apps.empty()) {
-        auto it = w.apps.begin();
-        std::advance(it, w.pick(static_cast<uint32_t>(w.apps.size())));
-        auto d = it->second.deployments[0];
-        d.config.num_replicas = w.pick(13);
-        if (h.core->deploy_deployment(it->first, d).has_value()) {
-          it->second.deployments[0] = d;
-        }
-      }
-    } else if (action < 23) {  // delete an application
-      const std::string& name = app_names[w.pick(2)];
-      if (h.core->delete_application(name).is_ok())
-        w.apps.erase(name);
-    } else if (action < 30) {  // a replica crashes
-      if (!h.cluster.actors.empty()) {
-        auto it = h.cluster.actors.begin();
-        std::advance(it, w.pick(static_cast<uint32_t>(h.cluster.actors.size())));
-        h.cluster.crash(it->first);
-      }
-    } else if (action < 36) {  // a replica starts failing health checks
-      if (!h.cluster.actors.empty()) {
-        auto it = h.cluster.actors.begin();
-        std::advance(it, w.pick(static_cast<uint32_t>(h.cluster.actors.size())));
-        h.cluster.unhealthy.insert(it->first);
-      }
-    } else if (action < 38) {  // the controller crashes and restarts
-      h.restart();
-    } else if (action < 42) {  // the cluster-wide target capacity changes
-      const std::optional<double> choices[] = {std::nullopt, 0.0, 30.0, 50.0, 100.0};
-      REQUIRE(h.core->set_target_capacity(choices[w.pick(5)]).is_ok());
-    } else if (action < 44) {  // a node drains, or comes back
-      auto nodes = h.nodes;
-      auto& n = nodes[w.pick(static_cast<uint32_t>(nodes.size()))];
-      n.state = n.state == NodeState::alive ? NodeState::draining : NodeState::alive;
-      h.set_nodes(nodes);
+  const uint32_t action = w.pick(100);
+  if (action < 12) {  // deploy or redeploy an application
+    const std::string& name = app_names[w.pick(2)];
+    std::vector<DeploymentSpec> deps = {w.random_deployment("D")};
+    if (w.pick(2))
+      deps.push_back(w.random_deployment("E"));
+    if (w.pick(6) == 0) {
+      deps[0].code_version = "broken";
+      h.cluster.fail_codes.insert(code_identity(deps[0]));
     }
+    auto app = make_app(name, "/" + name, deps);
+    if (h.core->deploy_application(app).has_value())
+      w.apps[name] = app;
+  } else if (action < 20) {  // scale one deployment
+    if (!w.apps.empty()) {
+      auto it = w.apps.begin();
+      std::advance(it, w.pick(static_cast<uint32_t>(w.apps.size())));
+      auto d = it->second.deployments[0];
+      d.config.num_replicas = w.pick(13);
+      if (h.core->deploy_deployment(it->first, d).has_value()) {
+        it->second.deployments[0] = d;
+      }
+    }
+  } else if (action < 23) {  // delete an application
+    const std::string& name = app_names[w.pick(2)];
+    if (h.core->delete_application(name).is_ok())
+      w.apps.erase(name);
+  } else if (action < 30) {  // a replica crashes
+    if (!h.cluster.actors.empty()) {
+      auto it = h.cluster.actors.begin();
+      std::advance(it, w.pick(static_cast<uint32_t>(h.cluster.actors.size())));
+      h.cluster.crash(it->first);
+    }
+  } else if (action < 36) {  // a replica starts failing health checks
+    if (!h.cluster.actors.empty()) {
+      auto it = h.cluster.actors.begin();
+      std::advance(it, w.pick(static_cast<uint32_t>(h.cluster.actors.size())));
+      h.cluster.unhealthy.insert(it->first);
+    }
+  } else if (action < 38) {  // the controller crashes and restarts
+    h.restart();
+  } else if (action < 42) {  // the cluster-wide target capacity changes
+    const std::optional<double> choices[] = {std::nullopt, 0.0, 30.0, 50.0, 100.0};
+    REQUIRE(h.core->set_target_capacity(choices[w.pick(5)]).is_ok());
+  } else if (action < 44) {  // a node drains, or comes back
+    auto nodes = h.nodes;
+    auto& n = nodes[w.pick(static_cast<uint32_t>(nodes.size()))];
+    n.state = n.state == NodeState::alive ? NodeState::draining : NodeState::alive;
+    h.set_nodes(nodes);
   }
   return h.tick(0.5, /*with_checks=*/true);
 }

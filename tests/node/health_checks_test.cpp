@@ -3,6 +3,7 @@
 // timings the controller kept before (Ray Serve's), checked exactly.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -228,4 +229,19 @@ TEST_CASE("health checks: several replicas - only the changed ones reported - fo
   CHECK(hc.watched() == 0);
   CHECK_FALSE(hc.next_event().has_value());
   CHECK(hc.due(100.0).empty());
+}
+
+TEST_CASE("health checks: one timer is armed only for an earlier event") {
+  Jitter j;
+  auto hc = make(j);
+  std::optional<double> armed;
+  CHECK_FALSE(hc.arm(armed));  // nothing watched
+  CHECK_FALSE(armed);
+  hc.watch("r1", 1, seeds(), 100.0);
+  CHECK(hc.arm(armed) == 100.0);  // the first check, at once
+  CHECK(armed == 100.0);
+  CHECK_FALSE(hc.arm(armed));  // armed for it already
+  armed = 120.0;               // armed later than what is due now
+  CHECK(hc.arm(armed) == 100.0);
+  CHECK(armed == 100.0);
 }

@@ -243,11 +243,8 @@ void reports_soon(agent_actor* self) {
 
 void schedule_checks(agent_actor* self) {
   auto& st = self->state;
-  auto next = st.checks.next_event();
-  if (!next || (st.checks_timer_at && *st.checks_timer_at <= *next))
-    return;
-  st.checks_timer_at = next;
-  self->delayed_send(self, seconds_as(std::max(0.0, *next - checks_now())), checks_due_atom::value);
+  if (auto at = st.checks.arm(st.checks_timer_at))
+    self->delayed_send(self, seconds_as(std::max(0.0, *at - checks_now())), checks_due_atom::value);
 }
 
 void run_checks(agent_actor* self) {
