@@ -58,6 +58,11 @@ struct ControllerState {
   // The health watches of the reconcile under way, by node agent: one
   // message per node (reconcile()).
   std::map<caf::actor_addr, std::pair<AgentActor, std::vector<HealthWatch>>> watches;
+  // The message of each snapshot the logic still shares (Push::snapshot):
+  // later sends of the same snapshot reuse it, and with it the bytes of its
+  // one serialization (publish()). Dropped once the logic let go of it.
+  std::map<const RoutingSnapshot*, std::pair<std::weak_ptr<const RoutingSnapshot>, caf::message>>
+      push_messages;
   static inline const char* name = "troupe.controller";
 };
 
@@ -223,15 +228,27 @@ void execute(controller_actor* self, const Command& cmd) {
 // makes the next one full, sent by the next reconcile (not at once: the
 // subscriber may be gone, and its down message not here yet).
 void publish(controller_actor* self) {
-  // One message per distinct snapshot: CAF shares its content among the
-  // sends (each connection still serializes its own copy).
-  std::map<const RoutingSnapshot*, caf::message> messages;
+  // One message per distinct snapshot, kept while the logic shares the
+  // snapshot: CAF shares its content among the sends, and its encoding makes
+  // the first connection that serializes it keep the bytes for the others
+  // (runtime/wire.hpp, SnapshotEncoding).
+  auto& messages = self->state.push_messages;
+  for (auto it = messages.begin(); it != messages.end();)
+    it = it->second.first.expired() ? messages.erase(it) : std::next(it);
+  size_t local = 0, remote = 0, built = 0;
   for (auto& p : logic(self).due_pushes()) {
     auto key = p.key;
     auto push = p.push;
-    auto& msg = messages[p.snapshot.get()];
-    if (msg.empty())
+    // An entry that is not expired is this very snapshot: it holds it alive.
+    auto& [shared, msg] = messages[p.snapshot.get()];
+    if (msg.empty() || shared.expired()) {
+      shared = p.snapshot;
       msg = caf::make_message(snapshot_atom::value, *p.snapshot);
+      // Not shared yet: the snapshot in the message itself, not a copy.
+      share_encoding(msg.get_mutable_as<RoutingSnapshot>(1));
+      ++built;
+    }
+    ++(p.to.node() == self->node() ? local : remote);
     // Untyped, to send the shared message: ProxyActor takes
     // (snapshot, RoutingSnapshot) -> ok.
     self->request(caf::actor_cast<caf::actor>(p.to), kPushTimeout, msg)
@@ -242,6 +259,8 @@ void publish(controller_actor* self) {
             },
             [=](caf::error&) { logic(self).push_done(key, push, false); });
   }
+  if (const auto& m = logic(self).options().metrics; m && local + remote > 0)
+    m->pushed(built, local, remote);
 }
 
 void reconcile(controller_actor* self) {

@@ -11,6 +11,7 @@
 #include <prometheus/registry.h>
 
 #include "runtime/metrics.hpp"
+#include "runtime/wire.hpp"
 
 namespace troupe::controller {
 
@@ -68,6 +69,35 @@ struct ControllerMetrics::Impl {
                 .Name("troupe_nodes")
                 .Help("Nodes the controller knows, by state (ALIVE, DRAINING, UNREACHABLE, DEAD).")
                 .Register(registry->prom())) {}
+  prometheus::Counter& snapshots = prometheus::BuildCounter()
+                                       .Name("troupe_controller_snapshots_pushed_total")
+                                       .Help(
+                                           "Distinct routing snapshots the controller pushed "
+                                           "(each once however many subscribers got it).")
+                                       .Register(registry->prom())
+                                       .Add({});
+  prometheus::Family<prometheus::Counter>& pushes =
+      prometheus::BuildCounter()
+          .Name("troupe_controller_snapshot_pushes_total")
+          .Help(
+              "Routing snapshots sent to subscribers, by where the subscriber runs (local: "
+              "this process, never serialized; remote).")
+          .Register(registry->prom());
+  prometheus::Counter& serialized =
+      prometheus::BuildCounter()
+          .Name("troupe_controller_snapshot_serializations_total")
+          .Help("Pushed snapshots serialized for another process: at most once per snapshot.")
+          .Register(registry->prom())
+          .Add({});
+  prometheus::Counter& copied =
+      prometheus::BuildCounter()
+          .Name("troupe_controller_snapshot_serialization_copies_total")
+          .Help(
+              "Sends of a pushed snapshot to another process that copied the bytes of its one "
+              "serialization instead of serializing it again.")
+          .Register(registry->prom())
+          .Add({});
+  SnapshotEncodingCounts counted;  // what serialized and copied hold
   std::mutex mutex;  // refresh() of two incarnations of the controller
   // Only on head candidates (leading()).
   prometheus::Gauge* is_leader = nullptr;
@@ -139,8 +169,20 @@ std::shared_ptr<CheckpointStore> ControllerMetrics::timed(std::shared_ptr<Checkp
   return std::make_shared<TimedStore>(std::move(store), impl_);
 }
 
+void ControllerMetrics::pushed(size_t snapshots, size_t local, size_t remote) {
+  impl_->snapshots.Increment(static_cast<double>(snapshots));
+  if (local > 0)
+    impl_->pushes.Add({{"to", "local"}}).Increment(static_cast<double>(local));
+  if (remote > 0)
+    impl_->pushes.Add({{"to", "remote"}}).Increment(static_cast<double>(remote));
+}
+
 void ControllerMetrics::refresh(const StateManager* core, const std::vector<NodeStatus>& nodes) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto counts = snapshot_encoding_counts();
+  impl_->serialized.Increment(static_cast<double>(counts.serialized - impl_->counted.serialized));
+  impl_->copied.Increment(static_cast<double>(counts.copied - impl_->counted.copied));
+  impl_->counted = counts;
   std::map<std::string, int> by_state = {
       {"ALIVE", 0}, {"DRAINING", 0}, {"UNREACHABLE", 0}, {"DEAD", 0}};
   for (const auto& n : nodes)

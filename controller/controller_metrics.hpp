@@ -44,8 +44,13 @@ class ControllerMetrics {
   // `store` with every save() timed into
   // troupe_controller_checkpoint_write_duration_seconds.
   std::shared_ptr<CheckpointStore> timed(std::shared_ptr<CheckpointStore> store);
+  // A publish pass sent `snapshots` distinct snapshots in `local` sends to
+  // subscribers in this process and `remote` to others.
+  void pushed(size_t snapshots, size_t local, size_t remote);
   // Deployments' target and running replicas, and the nodes by state; a
-  // deployment that is gone loses its series.
+  // deployment that is gone loses its series. Also how often this process
+  // serialized a pushed snapshot and copied those bytes instead
+  // (snapshot_encoding_counts()).
   void refresh(const StateManager* core, const std::vector<NodeStatus>& nodes);
 
   struct Impl;

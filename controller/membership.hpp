@@ -74,6 +74,8 @@ class Membership {
   // was declared DEAD and came back). A DRAINING node stays DRAINING: drain is
   // an operator's decision that outlives reconnects. Returns the incarnation.
   uint64_t register_node(NodeRecord node, double now);
+  // Grows with every registration (what a node says of itself may change).
+  uint64_t registrations() const { return next_incarnation_; }
 
   // Records a heartbeat. A node that is unknown, DEAD or UNREACHABLE must
   // register again (with the replicas it hosts): that is errc::not_found,

@@ -1,10 +1,74 @@
 #include "runtime/wire.hpp"
 
+#include <atomic>
+#include <mutex>
+
 #include <caf/actor_system_config.hpp>
+#include <caf/binary_serializer.hpp>
 #include <caf/message.hpp>
 #include <caf/sec.hpp>
+#include <caf/serializer.hpp>
 
 namespace troupe {
+
+class SnapshotEncoding {
+ public:
+  explicit SnapshotEncoding(const RoutingSnapshot* of) : of_(of) {}
+
+  // Writes `x` into `sink`: the stored bytes, made now if this is the first
+  // call. Only for the snapshot this encoding was made for; another object
+  // (a copy that took the pointer some other way) is serialized as usual.
+  caf::error write(caf::serializer& sink, RoutingSnapshot& x) {
+    if (&x != of_)
+      return inspect_fields(sink, x);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!made_) {
+        // The sink's context: the actor handles in the snapshot are
+        // registered with the sending system just as a direct write would.
+        caf::binary_serializer first{sink.context(), bytes_};
+        if (auto err = inspect_fields(first, x)) {
+          bytes_.clear();
+          return err;
+        }
+        made_ = true;
+        serialized_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        copied_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    return sink.apply_raw(bytes_.size(), bytes_.data());
+  }
+
+  static SnapshotEncodingCounts counts() {
+    return {serialized_.load(std::memory_order_relaxed), copied_.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  const RoutingSnapshot* of_;
+  std::mutex mutex_;
+  bool made_ = false;
+  std::vector<char> bytes_;  // written once, under mutex_; read-only after
+  static std::atomic<uint64_t> serialized_;
+  static std::atomic<uint64_t> copied_;
+};
+
+std::atomic<uint64_t> SnapshotEncoding::serialized_{0};
+std::atomic<uint64_t> SnapshotEncoding::copied_{0};
+
+SnapshotEncodingCounts snapshot_encoding_counts() {
+  return SnapshotEncoding::counts();
+}
+
+caf::error inspect(caf::serializer& f, RoutingSnapshot& x) {
+  if (x.wire.encoding)
+    return x.wire.encoding->write(f, x);
+  return inspect_fields(f, x);
+}
+
+void share_encoding(RoutingSnapshot& x) {
+  x.wire.encoding = std::make_shared<SnapshotEncoding>(&x);
+}
 
 void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<NodeInfo>("troupe.NodeInfo");

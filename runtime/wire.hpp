@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
+#include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
@@ -521,6 +523,34 @@ typename Inspector::result_type inspect(Inspector& f, PeerEndpoint& x) {
   return f(caf::meta::type_name("troupe.PeerEndpoint"), x.node_id, x.host, x.port);
 }
 
+// The bytes of one RoutingSnapshot as CAF's binary serializer writes them,
+// made by the first send that serializes the snapshot and copied by every
+// other (runtime/wire.cpp). The controller pushes one snapshot to many
+// proxies, and CAF serializes a message once per connection it leaves on:
+// this makes that a copy of bytes instead of a walk over every replica.
+class SnapshotEncoding;
+
+// How many snapshots this process serialized through a SnapshotEncoding, and
+// how many sends copied such bytes instead of serializing again.
+struct SnapshotEncodingCounts {
+  uint64_t serialized = 0;
+  uint64_t copied = 0;
+};
+SnapshotEncodingCounts snapshot_encoding_counts();
+
+// A RoutingSnapshot's SnapshotEncoding, which belongs to that one object: a
+// copy or an assignment starts without one (its content may then change),
+// and none is ever on the wire.
+struct EncodingSlot {
+  std::shared_ptr<SnapshotEncoding> encoding;
+  EncodingSlot() = default;
+  EncodingSlot(const EncodingSlot&) noexcept {}
+  EncodingSlot& operator=(const EncodingSlot&) noexcept {
+    encoding.reset();
+    return *this;
+  }
+};
+
 struct RoutingSnapshot {
   uint64_t epoch = 0;
   uint64_t seq = 0;
@@ -549,14 +579,32 @@ struct RoutingSnapshot {
   // (those that have one): a subscriber connects to them directly, so that
   // its requests to their replicas do not pass through the head.
   std::vector<PeerEndpoint> peers;
+  // Set (share_encoding) on a snapshot that is sent to many subscribers
+  // unchanged; empty: serialized field by field like any other value.
+  EncodingSlot wire;
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
+typename Inspector::result_type inspect_fields(Inspector& f, RoutingSnapshot& x) {
   return f(caf::meta::type_name("troupe.RoutingSnapshot"), x.epoch, x.seq, x.full, x.routes_changed,
            x.routes, x.deployments, x.removed, x.withheld, x.request_timeout_s, x.dead_nodes,
            x.draining_nodes, x.keep_alive_timeout_s, x.peers);
 }
+
+// Reading, printing, and serializing a snapshot without an encoding.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RoutingSnapshot& x) {
+  return inspect_fields(f, x);
+}
+
+// Serializing (a message's element on its way to another process): with an
+// encoding, the bytes the first such call made, written as they are; they
+// are what inspect_fields writes, so the receiving side reads them as usual.
+caf::error inspect(caf::serializer& f, RoutingSnapshot& x);
+
+// Gives `x` an encoding of its own: from now on it must not change while
+// any send of it may still be serialized (it is const in a caf::message).
+void share_encoding(RoutingSnapshot& x);
 
 // Proof of who sends a write request (see runtime/security/credentials.hpp):
 // the caller's certificate and its signature over the request. Empty when

@@ -825,11 +825,16 @@ void StateManager::republish(const DeploymentId& id) {
   it->second->republish(snapshot_seq_);
 }
 
+SnapshotId StateManager::delta_base(const SnapshotId& last) const {
+  const bool full =
+      last.epoch != options_.snapshot_epoch || last.seq == 0 || last.seq > snapshot_seq_;
+  return full ? SnapshotId{} : last;
+}
+
 std::optional<SnapshotDelta> StateManager::changes_since(const SnapshotId& last) const {
   if (snapshot_seq_ == 0)
     return std::nullopt;  // nothing published yet
-  const bool full =
-      last.epoch != options_.snapshot_epoch || last.seq == 0 || last.seq > snapshot_seq_;
+  const bool full = delta_base(last).seq == 0;
   if (!full && last.seq == snapshot_seq_)
     return std::nullopt;
   SnapshotDelta d;

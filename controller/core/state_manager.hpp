@@ -279,6 +279,10 @@ class StateManager {
   SnapshotId snapshot_id() const { return {options_.snapshot_epoch, snapshot_seq_}; }
   // What changed since `last`; nullopt when `last` is current.
   std::optional<SnapshotDelta> changes_since(const SnapshotId& last) const;
+  // The id whose changes_since() is the same as `last`'s: `last`, or {0, 0}
+  // for every id that gets the whole view (another epoch, none, or one
+  // from the future).
+  SnapshotId delta_base(const SnapshotId& last) const;
   // changes_since(last), and besides, the published replicas on `nodes`
   // again (partial entries, merged into the delta's own): a subscriber lost
   // its handles of those nodes' actors with its direct connection to them,

@@ -578,15 +578,23 @@ bool ControllerLogic::subscribe(const ProxyActor& subscriber, SnapshotId last,
 
 std::vector<ControllerLogic::Push> ControllerLogic::due_pushes() {
   std::vector<Push> out;
-  // Subscribers at the same snapshot id get the same delta: render it once
-  // (after a controller restart or a deploy, that is every subscriber).
-  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const RoutingSnapshot>> rendered;
+  // Subscribers due the same delta get the same snapshot: render it once
+  // (after a controller restart or a deploy, that is every subscriber), and
+  // keep it while the view stays where it is, for those the push budget
+  // holds back until answers come.
+  const auto from = std::make_tuple(core_->snapshot_id().epoch, core_->snapshot_id().seq,
+                                    core_->target_state().generation, membership_.registrations());
+  if (from != rendered_from_) {
+    rendered_.clear();
+    rendered_from_ = from;
+  }
   size_t in_flight = actors_.in_flight_weight();
   for (const auto& [key, sub] : actors_.subscribers()) {
     if (sub.in_flight != 0)
       continue;
     std::shared_ptr<const RoutingSnapshot> own;  // with nodes to refresh: its alone
-    auto& snapshot = sub.refresh.empty() ? rendered[{sub.last.epoch, sub.last.seq}] : own;
+    const SnapshotId base = core_->delta_base(sub.last);
+    auto& snapshot = sub.refresh.empty() ? rendered_[{base.epoch, base.seq}] : own;
     SnapshotId next;
     if (snapshot) {
       next = SnapshotId{snapshot->epoch, snapshot->seq};

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -192,8 +193,10 @@ class ControllerLogic {
     ProxyHealthMonitor::Key key = 0;
     uint64_t push = 0;  // for push_done()
     ProxyActor to;
-    // Shared by the subscribers that hold the same snapshot id: rendered
-    // once, sent as one message.
+    // Shared by the subscribers due the same delta (the same snapshot id,
+    // or none that the current view is a delta of) while the view stays at
+    // the same id: rendered once, also across calls (the pushes held back
+    // by the push budget get the same object when their turn comes).
     std::shared_ptr<const RoutingSnapshot> snapshot;
   };
   std::vector<Push> due_pushes();
@@ -308,6 +311,13 @@ class ControllerLogic {
   // recovering; finish_recovery() pushes the nodes then).
   void nodes_changed();
   RoutingSnapshot to_wire(const SnapshotDelta& delta) const;
+  // due_pushes()' snapshots by their delta base (StateManager::delta_base),
+  // all of them rendered from the same inputs: the core's view at one
+  // snapshot id, one generation of the target state (http settings, queue
+  // limits) and the same node registrations (peer listeners). A change of
+  // any of these starts afresh.
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const RoutingSnapshot>> rendered_;
+  std::tuple<uint64_t, uint64_t, uint64_t, uint64_t> rendered_from_{};
 
   ControllerOptions options_;
   std::shared_ptr<const Clock> clock_;

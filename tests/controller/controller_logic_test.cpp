@@ -945,6 +945,50 @@ TEST_CASE("logic: pushes in flight stay within the budget - the rest wait for an
   CHECK(g.logic->due_pushes().size() == 1);
 }
 
+TEST_CASE(
+    "logic: a snapshot held back by the push budget is the one rendered before - new http settings "
+    "render anew") {
+  Fixture f;
+  f.options.push_budget_entries = 3;
+  f.start();
+  std::string id;
+  f.running_replica(f.handle(), &id);
+  auto a = f.handle();
+  auto b = f.handle();
+  // Nothing yet, and a position of another controller's epoch: both are due
+  // the whole view, so both get one object (one message, one serialization).
+  CHECK(f.logic->subscribe(a, SnapshotId{}, "n1"));
+  CHECK(f.logic->subscribe(b, SnapshotId{f.logic->core().snapshot_id().epoch + 1, 7}, "n1"));
+  auto first = f.logic->due_pushes();
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].snapshot->full);
+  CHECK(f.logic->due_pushes().empty());  // the budget holds the other back
+  f.logic->push_done(first[0].key, first[0].push, true);
+  auto second = f.logic->due_pushes();
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].to != first[0].to);
+  CHECK(second[0].snapshot == first[0].snapshot);
+  f.logic->push_done(second[0].key, second[0].push, true);
+  CHECK(f.logic->due_pushes().empty());
+
+  // New http settings: the same snapshot id, but every subscriber is due the
+  // whole view again with the new timeouts, rendered anew.
+  TargetState declared = f.logic->core().target_state();
+  declared.http.request_timeout_s = 30;
+  auto json = f.logic->apply(encode_target_state(declared), Credential{});
+  REQUIRE_MESSAGE(json, json.status().to_string());
+  auto third = f.logic->due_pushes();
+  REQUIRE(third.size() == 1);
+  CHECK(third[0].snapshot != first[0].snapshot);
+  CHECK(third[0].snapshot->full);
+  CHECK(third[0].snapshot->request_timeout_s == 30);
+  CHECK(first[0].snapshot->request_timeout_s == 0);
+  f.logic->push_done(third[0].key, third[0].push, true);
+  auto fourth = f.logic->due_pushes();
+  REQUIRE(fourth.size() == 1);
+  CHECK(fourth[0].snapshot == third[0].snapshot);
+}
+
 TEST_CASE("logic: a proxy that fails its health checks is named for a kill at the limit") {
   Fixture f;
   f.start();

@@ -186,8 +186,9 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
   const std::string replica_labels = "{application=\"probe\",deployment=\"InlineProbe\",replica=";
   all = all_metrics();
   for (const auto& series : {
-           std::string("troupe_http_requests_total{application=\"probe\",code=\"200\",method=\"GET\","
-                       "route=\"/probe\"}"),
+           std::string(
+               "troupe_http_requests_total{application=\"probe\",code=\"200\",method=\"GET\","
+               "route=\"/probe\"}"),
            std::string("troupe_http_request_duration_seconds_bucket{application=\"probe\","
                        "route=\"/probe\",le="),
            std::string("troupe_http_requests_in_flight "),
@@ -197,7 +198,8 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
            "troupe_deployment_requests_total" + replica_labels,
            "troupe_deployment_errors_total" + replica_labels,
            "troupe_deployment_processing_duration_seconds_bucket" + replica_labels,
-           std::string("troupe_replica_starts_total{application=\"probe\",deployment=\"InlineProbe\"}"),
+           std::string(
+               "troupe_replica_starts_total{application=\"probe\",deployment=\"InlineProbe\"}"),
            "troupe_replica_healthy" + replica_labels,
            "troupe_health_check_duration_seconds_bucket" + replica_labels,
            std::string("troupe_deployment_target_replicas{application=\"probe\","
@@ -208,11 +210,23 @@ TEST_CASE("metrics: promtool accepts every node's /-/metrics after a replica kil
            std::string("troupe_controller_checkpoint_write_duration_seconds_bucket{le="),
            std::string("troupe_controller_deploys_total{outcome=\"ok\"} 1"),
            std::string("troupe_controller_restarts_total 0"),
+           // The workers' proxies are subscribers in other processes.
+           std::string("troupe_controller_snapshots_pushed_total "),
+           std::string("troupe_controller_snapshot_pushes_total{to=\"remote\"} "),
+           std::string("troupe_controller_snapshot_serializations_total "),
+           std::string("troupe_controller_snapshot_serialization_copies_total "),
            std::string("troupe_nodes{state=\"ALIVE\"} 3"),
            std::string("troupe_build_info{version="),
        }) {
     CHECK_MESSAGE(all.find(series) != std::string::npos, series);
   }
+  // Two workers' proxies got the same snapshots: serialized at most once
+  // each, the other send copied the bytes.
+  const double serialized = count_sum(all, "troupe_controller_snapshot_serializations_total");
+  CHECK(serialized >= 1);
+  CHECK(serialized <= count_sum(all, "troupe_controller_snapshots_pushed_total"));
+  CHECK(serialized + count_sum(all, "troupe_controller_snapshot_serialization_copies_total") <=
+        count_sum(all, "troupe_controller_snapshot_pushes_total", "to=\"remote\""));
   for (const auto& n : nodes) {
     // The ingress does not show them; the admin listener does.
     auto ingress = http_get(cluster.http_ports.at(n), "/-/metrics", 10);

@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -251,4 +254,150 @@ TEST_CASE("batching settings survive serialization in ReplicaSpec and ReplicaMet
   CHECK(m2.batch.max_batch_size == 8);
   CHECK(m2.batch.wait_s == 0.25);
   CHECK_FALSE(m2.batch.adaptive);
+}
+
+namespace {
+
+// A snapshot of two deployments, one replica each, whose handle is `handle`.
+RoutingSnapshot sample_snapshot(const caf::actor& handle) {
+  RoutingSnapshot snap;
+  snap.epoch = 7;
+  snap.seq = 12;
+  snap.full = true;
+  snap.routes_changed = true;
+  snap.routes = {RouteEntry{"/shop", "shop", "Cart"}};
+  for (const char* name : {"Cart", "Price"}) {
+    DeploymentEndpoints d{"shop", name, {}};
+    ReplicaEndpoint ep;
+    ep.replica_id = std::string("shop#") + name + "#1";
+    ep.node_id = "w1";
+    ep.max_ongoing_requests = 5;
+    ep.handle = caf::actor_cast<ReplicaActor>(handle);
+    ep.model_ids = {"m1"};
+    ep.model_ids_seq = 3;
+    d.replicas.push_back(ep);
+    snap.deployments.push_back(d);
+  }
+  snap.dead_nodes = {"w9"};
+  snap.peers = {{"w1", "127.0.0.1", 7401}};
+  return snap;
+}
+
+std::vector<char> bytes_of(caf::actor_system& sys, RoutingSnapshot& snap) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(snap));
+  return buf;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "wire: a shared snapshot is serialized once - the same bytes field by field - and a copy has "
+    "no encoding") {
+  System s;
+  caf::actor_system sys{s.cfg};
+  auto echo = sys.spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
+  auto snap = sample_snapshot(echo);
+  const auto plain = bytes_of(sys, snap);
+  auto before = snapshot_encoding_counts();
+  // Without an encoding: serialized field by field, nothing counted.
+  CHECK(bytes_of(sys, snap) == plain);
+  CHECK(snapshot_encoding_counts().serialized == before.serialized);
+  CHECK(snapshot_encoding_counts().copied == before.copied);
+
+  share_encoding(snap);
+  CHECK(bytes_of(sys, snap) == plain);
+  CHECK(bytes_of(sys, snap) == plain);
+  CHECK(bytes_of(sys, snap) == plain);
+  auto after = snapshot_encoding_counts();
+  CHECK(after.serialized == before.serialized + 1);
+  CHECK(after.copied == before.copied + 2);
+
+  // A copy may change: it starts without the encoding, and what it writes
+  // is its own content.
+  RoutingSnapshot copy = snap;
+  CHECK_FALSE(copy.wire.encoding);
+  copy.seq = 13;
+  copy.deployments.pop_back();
+  const auto changed = bytes_of(sys, copy);
+  CHECK(changed != plain);
+  RoutingSnapshot assigned;
+  share_encoding(assigned);
+  assigned = copy;
+  CHECK_FALSE(assigned.wire.encoding);
+  CHECK(bytes_of(sys, assigned) == changed);
+  CHECK(snapshot_encoding_counts().serialized == after.serialized);
+  CHECK(snapshot_encoding_counts().copied == after.copied);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE(
+    "wire: a snapshot sent to two other systems is serialized once - each reads all of it and its "
+    "handles work") {
+  // Three actor systems in this process, connected over 127.0.0.1 as a head
+  // and two proxies' nodes are: the head sends one message to both.
+  struct Node {
+    caf::actor_system_config cfg;
+    std::unique_ptr<caf::actor_system> sys;
+    caf::actor receiver;
+    uint16_t port = 0;
+    std::mutex mutex;
+    std::vector<char> received;  // the snapshot it read, serialized again here
+    Node() {
+      configure_actor_system(cfg, TransportOptions{});
+      sys = std::make_unique<caf::actor_system>(cfg);
+    }
+  };
+  Node head, b, c;
+  auto echo = head.sys->spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
+  for (Node* n : {&b, &c}) {
+    // Keeps what it read, then asks the replica handle it got, which lives
+    // in the head's system, and answers with that answer.
+    n->receiver = n->sys->spawn([n](caf::event_based_actor* self) -> caf::behavior {
+      return {[n, self](snapshot_atom, RoutingSnapshot& snap) -> caf::result<caf::message> {
+        {
+          std::lock_guard<std::mutex> lock(n->mutex);
+          n->received = bytes_of(*n->sys, snap);
+        }
+        if (snap.deployments.size() != 2 || snap.deployments[1].replicas.size() != 1)
+          return caf::make_error(caf::sec::unexpected_message);
+        return self->delegate(caf::actor_cast<caf::actor>(snap.deployments[1].replicas[0].handle),
+                              41);
+      }};
+    });
+    auto published = n->sys->middleman().publish(n->receiver, 0, "127.0.0.1");
+    if (!published)
+      FAIL(n->sys->render(published.error()));
+    n->port = *published;
+  }
+  auto snap = sample_snapshot(echo);
+  const auto plain = bytes_of(*head.sys, snap);
+  auto msg = caf::make_message(snapshot_atom::value, snap);
+  share_encoding(msg.get_mutable_as<RoutingSnapshot>(1));
+  auto before = snapshot_encoding_counts();
+  {
+    caf::scoped_actor self{*head.sys};
+    for (Node* n : {&b, &c}) {
+      auto there = head.sys->middleman().remote_actor("127.0.0.1", n->port);
+      if (!there)
+        FAIL(head.sys->render(there.error()));
+      int answer = 0;
+      self->request(*there, std::chrono::seconds(10), msg)
+          .receive([&](int x) { answer = x; },
+                   [&](caf::error& err) { FAIL_CHECK(head.sys->render(err)); });
+      CHECK(answer == 42);
+    }
+  }
+  auto after = snapshot_encoding_counts();
+  CHECK(after.serialized == before.serialized + 1);
+  CHECK(after.copied == before.copied + 1);
+  for (Node* n : {&b, &c}) {
+    std::lock_guard<std::mutex> lock(n->mutex);
+    // The same content, the handles naming the same actors of the head.
+    CHECK(n->received == plain);
+  }
+  for (Node* n : {&b, &c})
+    caf::anon_send_exit(n->receiver, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }

@@ -153,6 +153,15 @@ class Run {
  private:
   bool start_head();
   bool deploy(const std::string& version);
+  // The head's counters of pushed snapshots (/-/metrics on its admin port,
+  // read with curl); all zero when it cannot be read.
+  struct PushCounts {
+    double snapshots = 0;   // distinct snapshots pushed
+    double remote = 0;      // sends to subscribers in other processes
+    double serialized = 0;  // serializations of pushed snapshots
+    double copied = 0;      // sends that copied a serialization's bytes
+  };
+  PushCounts head_push_counts();
   // Polls `done` (under the observation mutex) every `poll` until `timeout`.
   bool await(const std::string& what, std::chrono::milliseconds timeout,
              const std::function<bool(sim::Observed&)>& done, std::chrono::milliseconds poll = 10ms);
@@ -198,6 +207,7 @@ class Run {
   proc::TempDir& dir_;
   uint16_t port_ = 0;
   uint16_t http_port_ = 0;
+  uint16_t admin_port_ = 0;
   proc::Child head_;
   int head_starts_ = 0;
   sim::Observed observed_;
@@ -214,7 +224,7 @@ bool Run::start_head() {
                                    "--http-port",
                                    std::to_string(http_port_),
                                    "--admin-port",
-                                   "0",
+                                   std::to_string(admin_port_),
                                    "--resources",
                                    "cpu=0.001",
                                    "--max-replicas-total",
@@ -225,6 +235,33 @@ bool Run::start_head() {
   head_ = proc::Child(argv, dir_ / ("head-" + std::to_string(count_) + "-" +
                                     std::to_string(head_starts_) + ".log"));
   return head_.running();
+}
+
+Run::PushCounts Run::head_push_counts() {
+  PushCounts c;
+  auto r = proc::run({"/usr/bin/curl", "-sf", "--max-time", "5",
+                      "http://127.0.0.1:" + std::to_string(admin_port_) + "/-/metrics"},
+                     10s);
+  if (r.exit_code != 0)
+    return c;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto space = line.rfind(' ');
+    if (line.empty() || line[0] == '#' || space == std::string::npos)
+      continue;
+    auto name = line.substr(0, space);
+    double value = std::strtod(line.c_str() + space + 1, nullptr);
+    if (name == "troupe_controller_snapshots_pushed_total")
+      c.snapshots = value;
+    else if (name == "troupe_controller_snapshot_pushes_total{to=\"remote\"}")
+      c.remote = value;
+    else if (name == "troupe_controller_snapshot_serializations_total")
+      c.serialized = value;
+    else if (name == "troupe_controller_snapshot_serialization_copies_total")
+      c.copied = value;
+  }
+  return c;
 }
 
 bool Run::deploy(const std::string& version) {
@@ -270,6 +307,7 @@ bool Run::await(const std::string& what, std::chrono::milliseconds timeout,
 bool Run::go(std::vector<Goal>& goals) {
   port_ = proc::free_port();
   http_port_ = proc::free_port();
+  admin_port_ = proc::free_port();
   if (!start_head())
     return false;
   caf::actor_system_config cfg;
@@ -499,6 +537,23 @@ bool Run::go(std::vector<Goal>& goals) {
       "registered again %.2f to %.2f; first push of the new view %.2f; every proxy "
       "holds it %.2f\n",
       listening_s, first_registered_s, last_registered_s, first_push_s, recovered_s);
+  // The new head's pushes so far (its counters start with the process): each
+  // send to another process either serialized its snapshot or copied the
+  // bytes of that snapshot's one serialization. The head folds the
+  // serializations into its metrics once a second: awaited.
+  PushCounts pc;
+  proc::wait_until(
+      [&] {
+        pc = head_push_counts();
+        return pc.remote > 0 && pc.serialized + pc.copied >= pc.remote;
+      },
+      10s, 200ms);
+  bool serialized_once = pc.remote >= static_cast<double>(so.proxies) &&
+                         pc.serialized <= pc.snapshots && pc.serialized + pc.copied == pc.remote;
+  std::printf(
+      "controller restart pushes: %.0f distinct snapshots in %.0f sends to other "
+      "processes; serialized %.0f times, %.0f sends copied those bytes\n",
+      pc.snapshots, pc.remote, pc.serialized, pc.copied);
 
   // 6. Killed nodes.
   std::set<std::string> lost_nodes;
@@ -527,6 +582,11 @@ bool Run::go(std::vector<Goal>& goals) {
               args_.kill_nodes, lost_replicas.size(), count_, since_s(t0));
 
   auto tag = " at " + std::to_string(count_) + " replicas";
+  goals.push_back(
+      {"controller restart: each distinct snapshot serialized once for all "
+       "subscribers (issue 45)" +
+           tag,
+       serialized_once});
   goals.push_back({"head memory <= 10 KiB per replica after the deploy" + tag,
                    per_replica_kib <= 10.0});
   goals.push_back({"head memory <= 10 KiB per replica with the rolling update" + tag,
