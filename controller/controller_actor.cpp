@@ -1,6 +1,8 @@
 #include "controller/controller_actor.hpp"
 
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -63,6 +65,10 @@ struct ControllerState {
   // one serialization (publish()). Dropped once the logic let go of it.
   std::map<const RoutingSnapshot*, std::pair<std::weak_ptr<const RoutingSnapshot>, caf::message>>
       push_messages;
+  // Requests for replicas awaiting their answers, and the commands' requests
+  // that wait for their turn (ControllerOptions::max_replica_requests).
+  size_t replica_requests = 0;
+  std::deque<std::function<void()>> waiting_requests;
   static inline const char* name = "troupe.controller";
 };
 
@@ -108,44 +114,94 @@ caf::timespan request_timeout(controller_actor* self) {
 
 // ---------------------------------------------------------------- commands
 
+// A request for a replica went out: counted until its answer (or error)
+// calls replica_request_done().
+void replica_request_sent(controller_actor* self) {
+  ++self->state.replica_requests;
+}
+
+// An answer came: the commands waiting for their turn go, in order.
+void replica_request_done(controller_actor* self) {
+  auto& st = self->state;
+  if (st.replica_requests > 0)
+    --st.replica_requests;
+  const size_t cap = std::max<size_t>(1, logic(self).options().max_replica_requests);
+  while (!st.waiting_requests.empty() && st.replica_requests < cap) {
+    auto next = std::move(st.waiting_requests.front());
+    st.waiting_requests.pop_front();
+    next();
+  }
+}
+
+// Runs `send` (which makes one request and calls replica_request_sent) now,
+// or after the requests in flight and those already waiting.
+void when_requests_allow(controller_actor* self, std::function<void()> send) {
+  auto& st = self->state;
+  const size_t cap = std::max<size_t>(1, logic(self).options().max_replica_requests);
+  if (st.waiting_requests.empty() && st.replica_requests < cap)
+    return send();
+  st.waiting_requests.push_back(std::move(send));
+}
+
 void initialize_replica(controller_actor* self, const std::string& id, ReplicaVersion version) {
   auto replica = logic(self).actors().replica(id);
   if (!replica)
     return;
   // Constructors may be slow; the core's slow-start logic watches the time.
+  // It follows its spawn's answer at once (no wait for a turn).
+  replica_request_sent(self);
   self->request(replica, caf::infinite, initialize_atom::value)
       .then(
           [=](const ReplicaMetadata& m) {
             logic(self).actors().set_started_at(id, m.start_time);
             replica_ready(self, id, version);
+            replica_request_done(self);
           },
-          [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); });
+          [=](caf::error& err) {
+            start_failed(self, id, from_caf_error(err).message());
+            replica_request_done(self);
+          });
 }
 
 void spawn_replica(controller_actor* self, const AgentActor& agent, const Command& cmd) {
   auto id = cmd.replica_id;
   auto version = cmd.version;
   auto node = cmd.node_id;
-  self->request(agent, request_timeout(self), spawn_replica_atom::value,
-                wire_spec(cmd, logic(self).request_timeout_s()))
-      .then(
-          [=](const ReplicaActor& handle) {
-            logic(self).actors().remember_replica(id, node, handle);
-            initialize_replica(self, id, version);
-          },
-          [=](caf::error& err) {
-            start_failed(self, id,
-                         "spawn on " + node + " failed: " + from_caf_error(err).message());
-          });
+  auto spec = wire_spec(cmd, logic(self).request_timeout_s());
+  when_requests_allow(self, [=] {
+    replica_request_sent(self);
+    self->request(agent, request_timeout(self), spawn_replica_atom::value, spec)
+        .then(
+            [=](const ReplicaActor& handle) {
+              logic(self).actors().remember_replica(id, node, handle);
+              initialize_replica(self, id, version);
+              replica_request_done(self);
+            },
+            [=](caf::error& err) {
+              start_failed(self, id,
+                           "spawn on " + node + " failed: " + from_caf_error(err).message());
+              replica_request_done(self);
+            });
+  });
 }
 
 void reconfigure_replica(controller_actor* self, const ReplicaActor& replica, const Command& cmd) {
   auto id = cmd.replica_id;
   auto version = cmd.version;
-  self->request(replica, caf::infinite, reconfigure_atom::value, cmd.version.user_config,
-                batch_settings(cmd.spec->config))
-      .then([=](const ReplicaMetadata&) { replica_ready(self, id, version); },
-            [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); });
+  auto batch = batch_settings(cmd.spec->config);
+  when_requests_allow(self, [=] {
+    replica_request_sent(self);
+    self->request(replica, caf::infinite, reconfigure_atom::value, version.user_config, batch)
+        .then(
+            [=](const ReplicaMetadata&) {
+              replica_ready(self, id, version);
+              replica_request_done(self);
+            },
+            [=](caf::error& err) {
+              start_failed(self, id, from_caf_error(err).message());
+              replica_request_done(self);
+            });
+  });
 }
 
 // The replica's node runs its health checks (node/health_checks.hpp) and
@@ -165,32 +221,49 @@ void watch_replica_health(controller_actor* self, const AgentActor& agent, const
 void query_replica_version(controller_actor* self, const ReplicaActor& replica,
                            const Command& cmd) {
   auto id = cmd.replica_id;
-  self->request(replica, request_timeout(self), version_atom::value)
-      .then(
-          [=](const ReplicaMetadata& m) {
-            logic(self).actors().set_started_at(id, m.start_time);
-            replica_ready(self, id,
-                          ReplicaVersion{
-                              m.code_version, m.user_config,
-                              batch_key(m.batch.max_batch_size, m.batch.wait_s, m.batch.adaptive)});
-          },
-          [=](caf::error&) {
-            logic(self).core().on_replica_crashed(id);
-            reconcile_soon(self);
-          });
+  when_requests_allow(self, [=] {
+    replica_request_sent(self);
+    self->request(replica, request_timeout(self), version_atom::value)
+        .then(
+            [=](const ReplicaMetadata& m) {
+              logic(self).actors().set_started_at(id, m.start_time);
+              replica_ready(self, id,
+                            ReplicaVersion{m.code_version, m.user_config,
+                                           batch_key(m.batch.max_batch_size, m.batch.wait_s,
+                                                     m.batch.adaptive)});
+              replica_request_done(self);
+            },
+            [=](caf::error&) {
+              logic(self).core().on_replica_crashed(id);
+              reconcile_soon(self);
+              replica_request_done(self);
+            });
+  });
 }
 
 // The agent stops (or kills) the replica process; if it cannot, the replica
 // actor gets an exit(kill).
 void stop_via_agent(controller_actor* self, const AgentActor& agent, const ReplicaActor& replica,
                     const Command& cmd) {
-  auto on_error = [=](caf::error&) { self->send_exit(replica, caf::exit_reason::kill); };
+  auto done = [=](caf::ok_atom) { replica_request_done(self); };
+  auto on_error = [=](caf::error&) {
+    self->send_exit(replica, caf::exit_reason::kill);
+    replica_request_done(self);
+  };
+  auto id = cmd.replica_id;
   if (cmd.kind == CommandKind::stop) {
-    self->request(agent, request_timeout(self), stop_atom::value, cmd.replica_id, cmd.timeout_s)
-        .then([](caf::ok_atom) {}, on_error);
+    auto timeout_s = cmd.timeout_s;
+    when_requests_allow(self, [=] {
+      replica_request_sent(self);
+      self->request(agent, request_timeout(self), stop_atom::value, id, timeout_s)
+          .then(done, on_error);
+    });
   } else {
-    self->request(agent, request_timeout(self), kill_replica_atom::value, cmd.replica_id)
-        .then([](caf::ok_atom) {}, on_error);
+    when_requests_allow(self, [=] {
+      replica_request_sent(self);
+      self->request(agent, request_timeout(self), kill_replica_atom::value, id)
+          .then(done, on_error);
+    });
   }
 }
 

@@ -49,6 +49,14 @@ struct ControllerOptions {
   double pause_grace_s = 10.0;
   // Requests to agents and replicas that should answer at once.
   double request_timeout_s = 5.0;
+  // Requests for replicas (spawn, initialize, reconfigure, version, stop,
+  // kill) awaiting their answers at once: the commands beyond wait for
+  // answers, in order. CAF 0.17 keeps an actor's awaited answers in a flat
+  // map searched from the start on every request and every answer, so tens
+  // of thousands at once (a deploy or a rolling update of 50,000 replicas)
+  // stalled the controller for seconds at a time: the nodes' heartbeats went
+  // unanswered and most of them turned UNREACHABLE.
+  size_t max_replica_requests = 4096;
   // Where the ids of the live nodes are kept instead of <state_dir>/nodes
   // (below): a head candidate keeps them in etcd beside its checkpoint
   // (node/ha_head.cpp), since its own file would hold the nodes of the last

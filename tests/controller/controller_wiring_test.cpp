@@ -14,6 +14,7 @@
 #include <caf/test/dsl.hpp>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -73,6 +74,38 @@ caf::behavior fake_agent(caf::event_based_actor* self, std::shared_ptr<Spawned> 
         for (const auto& w : watches)
           spawned->watches.emplace_back(w.replica_id, w.watch, w.settings.period_s);
       },
+  };
+}
+
+// Spawn requests held unanswered until the test releases them ((ok) to the
+// agent): how many the controller had waiting at once.
+struct HeldSpawns {
+  std::vector<std::pair<caf::typed_response_promise<ReplicaActor>, ReplicaSpec>> pending;
+  size_t most = 0;
+  size_t asked = 0;
+  std::vector<caf::actor> replicas;
+};
+
+caf::behavior holding_agent(caf::event_based_actor* self, std::shared_ptr<HeldSpawns> held) {
+  self->set_default_handler(caf::drop);
+  return {
+      [=](spawn_replica_atom, const ReplicaSpec& spec) -> caf::result<ReplicaActor> {
+        auto rp = self->make_response_promise<ReplicaActor>();
+        held->pending.emplace_back(rp, spec);
+        held->most = std::max(held->most, held->pending.size());
+        ++held->asked;
+        return rp;
+      },
+      [=](caf::ok_atom) {
+        auto pending = std::move(held->pending);
+        held->pending.clear();
+        for (auto& [rp, spec] : pending) {
+          auto replica = self->spawn(fake_replica, spec);
+          held->replicas.push_back(replica);
+          rp.deliver(caf::actor_cast<ReplicaActor>(replica));
+        }
+      },
+      [](health_atom, const std::vector<HealthWatch>&) {},
   };
 }
 
@@ -214,6 +247,41 @@ TEST_CASE("wiring: a deploy makes the node's agent spawn the replica") {
   CHECK(replica["state"] == "RUNNING");
   CHECK(replica["started"] == 1700000000.0);
   CHECK(s["recovering"] == false);
+}
+
+TEST_CASE("wiring: requests for replicas beyond the cap wait for answers - every replica starts") {
+  Fixture f;
+  f.options.max_replica_requests = 2;
+  auto held = std::make_shared<HeldSpawns>();
+  caf::anon_send_exit(f.agent, caf::exit_reason::user_shutdown);
+  f.agent = f.sys.spawn(holding_agent, held);
+  f.start();
+  REQUIRE(f.register_node().match_elements<uint64_t>());
+  auto answer = f.deploy(make_app("a", "/a", {make_deployment("D", 5)}));
+  REQUIRE(answer.match_elements<bool, uint64_t>());
+  // Two spawns asked; the other three wait for answers.
+  CHECK(held->asked == 2);
+  CHECK(held->pending.size() == 2);
+  // Each release answers the spawns held; their replicas initialize (those
+  // requests count too), and only then do the next spawns go.
+  for (int round = 0; round < 10 && !held->pending.empty(); ++round) {
+    f.self->send(f.agent, caf::ok_atom::value);
+    f.sched.run();
+  }
+  CHECK(held->pending.empty());
+  CHECK(held->asked == 5);
+  CHECK(held->most == 2);
+  std::set<std::string> ids;
+  for (const auto& r : held->replicas)
+    ids.insert(caf::to_string(r.address()));
+  CHECK(ids.size() == 5);
+  auto s = f.status();
+  const auto& replicas = s["applications"]["a"]["deployments"]["D"]["replicas"];
+  REQUIRE(replicas.size() == 5);
+  for (const auto& r : replicas)
+    CHECK(r["state"] == "RUNNING");
+  for (auto& a : held->replicas)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("wiring: a deploy above the limits is refused and spawns nothing") {

@@ -550,10 +550,16 @@ bool Run::go(std::vector<Goal>& goals) {
       10s, 200ms);
   bool serialized_once = pc.remote >= static_cast<double>(so.proxies) &&
                          pc.serialized <= pc.snapshots && pc.serialized + pc.copied == pc.remote;
+  // What the new head holds once every proxy has its view: CAF keeps the
+  // write buffers a burst of full pushes grew.
+  long restarted_kib = status_kib(head_.pid(), "VmRSS");
+  long restarted_peak_kib = status_kib(head_.pid(), "VmHWM");
   std::printf(
       "controller restart pushes: %.0f distinct snapshots in %.0f sends to other "
-      "processes; serialized %.0f times, %.0f sends copied those bytes\n",
-      pc.snapshots, pc.remote, pc.serialized, pc.copied);
+      "processes; serialized %.0f times, %.0f sends copied those bytes; the new head's "
+      "RSS then %ld KiB (peak %ld KiB): %.1f KiB per replica\n",
+      pc.snapshots, pc.remote, pc.serialized, pc.copied, restarted_kib, restarted_peak_kib,
+      static_cast<double>(restarted_kib) / static_cast<double>(count_));
 
   // 6. Killed nodes.
   std::set<std::string> lost_nodes;
