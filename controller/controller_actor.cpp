@@ -114,10 +114,8 @@ caf::timespan request_timeout(controller_actor* self) {
 
 // ---------------------------------------------------------------- commands
 
-// A request for a replica went out: counted until its answer (or error)
-// calls replica_request_done().
-void replica_request_sent(controller_actor* self) {
-  ++self->state.replica_requests;
+size_t replica_request_cap(controller_actor* self) {
+  return std::max<size_t>(1, logic(self).options().max_replica_requests);
 }
 
 // An answer came: the commands waiting for their turn go, in order.
@@ -125,22 +123,40 @@ void replica_request_done(controller_actor* self) {
   auto& st = self->state;
   if (st.replica_requests > 0)
     --st.replica_requests;
-  const size_t cap = std::max<size_t>(1, logic(self).options().max_replica_requests);
-  while (!st.waiting_requests.empty() && st.replica_requests < cap) {
+  while (!st.waiting_requests.empty() && st.replica_requests < replica_request_cap(self)) {
     auto next = std::move(st.waiting_requests.front());
     st.waiting_requests.pop_front();
     next();
   }
 }
 
-// Runs `send` (which makes one request and calls replica_request_sent) now,
-// or after the requests in flight and those already waiting.
+// Runs `send` (which makes one request_for_replica) now, or after the
+// requests in flight and those already waiting.
 void when_requests_allow(controller_actor* self, std::function<void()> send) {
   auto& st = self->state;
-  const size_t cap = std::max<size_t>(1, logic(self).options().max_replica_requests);
-  if (st.waiting_requests.empty() && st.replica_requests < cap)
+  if (st.waiting_requests.empty() && st.replica_requests < replica_request_cap(self))
     return send();
   st.waiting_requests.push_back(std::move(send));
+}
+
+// Sends one request for a replica, counted until its answer or its error
+// (ControllerOptions::max_replica_requests), which then go to `answered`
+// or `failed`.
+template <class Answer, class Handle, class Timeout, class... Ts>
+void request_for_replica(controller_actor* self, const Handle& to, Timeout timeout,
+                         std::function<void(const Answer&)> answered,
+                         std::function<void(caf::error&)> failed, Ts... xs) {
+  ++self->state.replica_requests;
+  self->request(to, timeout, std::move(xs)...)
+      .then(
+          [=](const Answer& answer) {
+            answered(answer);
+            replica_request_done(self);
+          },
+          [=](caf::error& err) {
+            failed(err);
+            replica_request_done(self);
+          });
 }
 
 void initialize_replica(controller_actor* self, const std::string& id, ReplicaVersion version) {
@@ -149,18 +165,14 @@ void initialize_replica(controller_actor* self, const std::string& id, ReplicaVe
     return;
   // Constructors may be slow; the core's slow-start logic watches the time.
   // It follows its spawn's answer at once (no wait for a turn).
-  replica_request_sent(self);
-  self->request(replica, caf::infinite, initialize_atom::value)
-      .then(
-          [=](const ReplicaMetadata& m) {
-            logic(self).actors().set_started_at(id, m.start_time);
-            replica_ready(self, id, version);
-            replica_request_done(self);
-          },
-          [=](caf::error& err) {
-            start_failed(self, id, from_caf_error(err).message());
-            replica_request_done(self);
-          });
+  request_for_replica<ReplicaMetadata>(
+      self, replica, caf::infinite,
+      [=](const ReplicaMetadata& m) {
+        logic(self).actors().set_started_at(id, m.start_time);
+        replica_ready(self, id, version);
+      },
+      [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); },
+      initialize_atom::value);
 }
 
 void spawn_replica(controller_actor* self, const AgentActor& agent, const Command& cmd) {
@@ -169,19 +181,16 @@ void spawn_replica(controller_actor* self, const AgentActor& agent, const Comman
   auto node = cmd.node_id;
   auto spec = wire_spec(cmd, logic(self).request_timeout_s());
   when_requests_allow(self, [=] {
-    replica_request_sent(self);
-    self->request(agent, request_timeout(self), spawn_replica_atom::value, spec)
-        .then(
-            [=](const ReplicaActor& handle) {
-              logic(self).actors().remember_replica(id, node, handle);
-              initialize_replica(self, id, version);
-              replica_request_done(self);
-            },
-            [=](caf::error& err) {
-              start_failed(self, id,
-                           "spawn on " + node + " failed: " + from_caf_error(err).message());
-              replica_request_done(self);
-            });
+    request_for_replica<ReplicaActor>(
+        self, agent, request_timeout(self),
+        [=](const ReplicaActor& handle) {
+          logic(self).actors().remember_replica(id, node, handle);
+          initialize_replica(self, id, version);
+        },
+        [=](caf::error& err) {
+          start_failed(self, id, "spawn on " + node + " failed: " + from_caf_error(err).message());
+        },
+        spawn_replica_atom::value, spec);
   });
 }
 
@@ -190,17 +199,11 @@ void reconfigure_replica(controller_actor* self, const ReplicaActor& replica, co
   auto version = cmd.version;
   auto batch = batch_settings(cmd.spec->config);
   when_requests_allow(self, [=] {
-    replica_request_sent(self);
-    self->request(replica, caf::infinite, reconfigure_atom::value, version.user_config, batch)
-        .then(
-            [=](const ReplicaMetadata&) {
-              replica_ready(self, id, version);
-              replica_request_done(self);
-            },
-            [=](caf::error& err) {
-              start_failed(self, id, from_caf_error(err).message());
-              replica_request_done(self);
-            });
+    request_for_replica<ReplicaMetadata>(
+        self, replica, caf::infinite,
+        [=](const ReplicaMetadata&) { replica_ready(self, id, version); },
+        [=](caf::error& err) { start_failed(self, id, from_caf_error(err).message()); },
+        reconfigure_atom::value, version.user_config, batch);
   });
 }
 
@@ -222,22 +225,20 @@ void query_replica_version(controller_actor* self, const ReplicaActor& replica,
                            const Command& cmd) {
   auto id = cmd.replica_id;
   when_requests_allow(self, [=] {
-    replica_request_sent(self);
-    self->request(replica, request_timeout(self), version_atom::value)
-        .then(
-            [=](const ReplicaMetadata& m) {
-              logic(self).actors().set_started_at(id, m.start_time);
-              replica_ready(self, id,
-                            ReplicaVersion{m.code_version, m.user_config,
-                                           batch_key(m.batch.max_batch_size, m.batch.wait_s,
-                                                     m.batch.adaptive)});
-              replica_request_done(self);
-            },
-            [=](caf::error&) {
-              logic(self).core().on_replica_crashed(id);
-              reconcile_soon(self);
-              replica_request_done(self);
-            });
+    request_for_replica<ReplicaMetadata>(
+        self, replica, request_timeout(self),
+        [=](const ReplicaMetadata& m) {
+          logic(self).actors().set_started_at(id, m.start_time);
+          replica_ready(
+              self, id,
+              ReplicaVersion{m.code_version, m.user_config,
+                             batch_key(m.batch.max_batch_size, m.batch.wait_s, m.batch.adaptive)});
+        },
+        [=](caf::error&) {
+          logic(self).core().on_replica_crashed(id);
+          reconcile_soon(self);
+        },
+        version_atom::value);
   });
 }
 
@@ -245,26 +246,20 @@ void query_replica_version(controller_actor* self, const ReplicaActor& replica,
 // actor gets an exit(kill).
 void stop_via_agent(controller_actor* self, const AgentActor& agent, const ReplicaActor& replica,
                     const Command& cmd) {
-  auto done = [=](caf::ok_atom) { replica_request_done(self); };
-  auto on_error = [=](caf::error&) {
-    self->send_exit(replica, caf::exit_reason::kill);
-    replica_request_done(self);
-  };
   auto id = cmd.replica_id;
-  if (cmd.kind == CommandKind::stop) {
-    auto timeout_s = cmd.timeout_s;
-    when_requests_allow(self, [=] {
-      replica_request_sent(self);
-      self->request(agent, request_timeout(self), stop_atom::value, id, timeout_s)
-          .then(done, on_error);
-    });
-  } else {
-    when_requests_allow(self, [=] {
-      replica_request_sent(self);
-      self->request(agent, request_timeout(self), kill_replica_atom::value, id)
-          .then(done, on_error);
-    });
-  }
+  auto kind = cmd.kind;
+  auto timeout_s = cmd.timeout_s;
+  when_requests_allow(self, [=] {
+    auto stopped = [](const caf::ok_atom&) {};
+    auto failed = [=](caf::error&) { self->send_exit(replica, caf::exit_reason::kill); };
+    if (kind == CommandKind::stop) {
+      request_for_replica<caf::ok_atom>(self, agent, request_timeout(self), stopped, failed,
+                                        stop_atom::value, id, timeout_s);
+    } else {
+      request_for_replica<caf::ok_atom>(self, agent, request_timeout(self), stopped, failed,
+                                        kill_replica_atom::value, id);
+    }
+  });
 }
 
 // Sends what ControllerLogic::plan names; what needs no message it has fed
@@ -312,9 +307,10 @@ void publish(controller_actor* self) {
   for (auto& p : logic(self).due_pushes()) {
     auto key = p.key;
     auto push = p.push;
-    // An entry that is not expired is this very snapshot: it holds it alive.
+    // An entry left after the sweep above is this very snapshot (which
+    // keeps its address taken while alive); a new one has no message yet.
     auto& [shared, msg] = messages[p.snapshot.get()];
-    if (msg.empty() || shared.expired()) {
+    if (msg.empty()) {
       shared = p.snapshot;
       msg = caf::make_message(snapshot_atom::value, *p.snapshot);
       // Not shared yet: the snapshot in the message itself, not a copy.

@@ -13,14 +13,10 @@ namespace troupe {
 
 class SnapshotEncoding {
  public:
-  explicit SnapshotEncoding(const RoutingSnapshot* of) : of_(of) {}
-
-  // Writes `x` into `sink`: the stored bytes, made now if this is the first
-  // call. Only for the snapshot this encoding was made for; another object
-  // (a copy that took the pointer some other way) is serialized as usual.
+  // Writes `x`, the snapshot that holds this encoding (EncodingSlot gives
+  // it to no other), into `sink`: the stored bytes, made now if this is the
+  // first call.
   caf::error write(caf::serializer& sink, RoutingSnapshot& x) {
-    if (&x != of_)
-      return inspect_fields(sink, x);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!made_) {
@@ -45,7 +41,6 @@ class SnapshotEncoding {
   }
 
  private:
-  const RoutingSnapshot* of_;
   std::mutex mutex_;
   bool made_ = false;
   std::vector<char> bytes_;  // written once, under mutex_; read-only after
@@ -67,7 +62,7 @@ caf::error inspect(caf::serializer& f, RoutingSnapshot& x) {
 }
 
 void share_encoding(RoutingSnapshot& x) {
-  x.wire.encoding = std::make_shared<SnapshotEncoding>(&x);
+  x.wire.encoding = std::make_shared<SnapshotEncoding>();
 }
 
 void register_wire_types(caf::actor_system_config& cfg) {
