@@ -253,7 +253,8 @@ class Node {
     log_->info(
         "node {} started ({}; http port {}{}; admin {}:{}{}; resources {})", o_.node_id,
         o_.head ? "head" : "worker joining " + to_string(o_.heads), o_.http_port,
-        o_.https_port ? ", https port " + std::to_string(o_.https_port) : std::string(),
+        (o_.https_port ? ", https port " + std::to_string(o_.https_port) : std::string()) +
+            (o_.grpc_port ? ", grpc port " + std::to_string(o_.grpc_port) : std::string()),
         o_.admin_bind, proxy_->admin_port(),
         !o_.tls_dir.empty() && !is_loopback(o_.admin_bind) ? " (HTTPS, client certificates)" : "",
         o_.resources.to_string());
@@ -383,6 +384,10 @@ Status Node::start_proxy() {
       return tls.status();
     popts.server.tls = std::move(tls.value());
     popts.server.https_port = o_.https_port;
+  }
+  if (o_.grpc_port != 0) {
+    popts.server.grpc = true;
+    popts.server.grpc_port = o_.grpc_port;
   }
   popts.server.io_threads = o_.proxy_io_threads;
   popts.server.body_limit = o_.proxy_body_limit;

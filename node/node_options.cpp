@@ -87,6 +87,11 @@ void add_serving_options(CLI::App& app, NodeOptions& o) {
                  "port of this node's HTTPS proxy, on --bind (0: none; needs --https-cert and "
                  "--https-key)")
       ->capture_default_str();
+  app.add_option("--grpc-port", o.grpc_port,
+                 "port of this node's gRPC ingress, on --bind: HTTP/2 without TLS, every unary "
+                 "and server-streaming method routed by its 'application' metadata (0: none; "
+                 "docs/grpc.md)")
+      ->capture_default_str();
   app.add_option("--https-cert", o.https_cert,
                  "PEM certificate chain the HTTPS port presents: the service's own, not the "
                  "cluster CA's (read again when it changes, and on SIGHUP)");
@@ -318,6 +323,9 @@ Status check_serving(const NodeOptions& o) {
     return invalid("--https-port needs --https-cert FILE and --https-key FILE");
   if (o.https_port != 0 && o.https_port == o.http_port)
     return invalid("--https-port " + std::to_string(o.https_port) + " is also --http-port");
+  if (o.grpc_port != 0 && (o.grpc_port == o.http_port || o.grpc_port == o.https_port))
+    return invalid("--grpc-port " + std::to_string(o.grpc_port) + " is also --" +
+                   (o.grpc_port == o.http_port ? "http-port" : "https-port"));
   if (auto st = positive("--proxy-idle-timeout", o.proxy_idle_timeout_s); !st)
     return st;
   return Status::ok();

@@ -36,6 +36,8 @@ struct NodeOptions {
   // certificate chain and key; with a client CA, clients must present a
   // certificate it signed. Files read again when they change, and on SIGHUP.
   uint16_t https_port = 0;
+  // The gRPC ingress (HTTP/2 without TLS; proxy/grpc_server.hpp); 0: none.
+  uint16_t grpc_port = 0;
   std::string https_cert;
   std::string https_key;
   std::string https_client_ca;

@@ -152,6 +152,15 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   static RouterOptions router_options(const ProxyOptions& o);
 
   void on_request(ExchangePtr exchange) override;  // proxy.cpp
+  // A call on the gRPC port (Exchange::grpc()): routed by its application's
+  // name instead of a path; proxy.cpp.
+  void on_grpc_call(ExchangePtr exchange, IoThread* w, std::chrono::steady_clock::time_point start,
+                    std::string id);
+  // The request of `exchange`, routed to `to` (`route` itself or the target
+  // its split picked), becomes a Call and starts; proxy.cpp.
+  void launch(ExchangePtr exchange, IoThread* w, std::chrono::steady_clock::time_point start,
+              const Route& route, const Route* to, std::shared_ptr<const RouteTable> table,
+              std::string path, std::string query, double timeout_s, std::string id);
   // The troupe_http_* metrics and access log line of a request the proxy
   // answered itself, on io thread `w`.
   void log_local(IoThread& w, std::string_view method, std::string_view path,

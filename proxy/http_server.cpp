@@ -1,5 +1,7 @@
 #include "proxy/http_server.hpp"
 
+#include "proxy/grpc_server.hpp"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -855,6 +857,7 @@ HttpServer::~HttpServer() {
   // io_context destroys its pending handlers, and with them the sessions.
   acceptor_.reset();
   tls_acceptor_.reset();
+  grpc_acceptor_.reset();
   for (auto it = ios_.rbegin(); it != ios_.rend(); ++it)
     it->reset();
 }
@@ -895,23 +898,43 @@ Status HttpServer::listen() {
       return Status(st.code(), "HTTPS: " + st.message());
     }
   }
+  if (options_.grpc) {
+    if (auto st = open(options_.grpc_port, grpc_acceptor_, grpc_port_); !st) {
+      acceptor_.reset();
+      tls_acceptor_.reset();
+      return Status(st.code(), "gRPC: " + st.message());
+    }
+  }
   return Status::ok();
 }
 
-void HttpServer::accept(bool tls) {
-  auto& acceptor = tls ? tls_acceptor_ : acceptor_;
+std::unique_ptr<tcp::acceptor>& HttpServer::acceptor_of(Listener kind) {
+  switch (kind) {
+    case Listener::tls:
+      return tls_acceptor_;
+    case Listener::grpc:
+      return grpc_acceptor_;
+    default:
+      return acceptor_;
+  }
+}
+
+void HttpServer::accept(Listener kind) {
   size_t target = next_;
   next_ = (next_ + 1) % ios_.size();
-  acceptor->async_accept(*ios_[target], [this, target, tls](beast::error_code ec,
-                                                            tcp::socket socket) {
-    auto& acceptor = tls ? tls_acceptor_ : acceptor_;
+  acceptor_of(kind)->async_accept(*ios_[target], [this, target, kind](beast::error_code ec,
+                                                                      tcp::socket socket) {
+    auto& acceptor = acceptor_of(kind);
     if (ec == asio::error::operation_aborted || !acceptor || !acceptor->is_open())
       return;
     if (!ec) {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
       // Start on the connection's own thread.
-      if (tls || (options_.tls && options_.tls_only)) {
+      if (kind == Listener::grpc) {
+        auto s = std::make_shared<tcp::socket>(std::move(socket));
+        asio::post(*ios_[target], [this, s, target] { serve_grpc(std::move(*s), *this, target); });
+      } else if (kind == Listener::tls || (options_.tls && options_.tls_only)) {
         auto session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
             std::move(socket), options_.tls->context(), *this, target);
         asio::post(*ios_[target], [session] { session->start(); });
@@ -921,7 +944,7 @@ void HttpServer::accept(bool tls) {
         asio::post(*ios_[target], [session] { session->start(); });
       }
     }
-    accept(tls);
+    accept(kind);
   });
 }
 
@@ -929,9 +952,11 @@ void HttpServer::run() {
   if (running_ || !acceptor_)
     return;
   running_ = true;
-  accept(false);
+  accept(Listener::plain);
   if (tls_acceptor_)
-    accept(true);
+    accept(Listener::tls);
+  if (grpc_acceptor_)
+    accept(Listener::grpc);
   loops_ = std::make_unique<LoopTakeover>(ios_.size(), [this](size_t i, bool taking_over) {
     asio::io_context* ctx = ios_[i].get();
     if (taking_over && on_takeover_)
@@ -985,6 +1010,8 @@ void HttpServer::stop_accepting() {
       acceptor_->close(ignored);
     if (tls_acceptor_)
       tls_acceptor_->close(ignored);
+    if (grpc_acceptor_)
+      grpc_acceptor_->close(ignored);
   });
 }
 
@@ -1003,6 +1030,8 @@ void HttpServer::stop() {
     acceptor_->close(ignored);
   if (tls_acceptor_)
     tls_acceptor_->close(ignored);
+  if (grpc_acceptor_)
+    grpc_acceptor_->close(ignored);
 }
 
 }  // namespace troupe::proxy

@@ -68,6 +68,11 @@ struct ServerOptions {
   // With tls: the main port speaks TLS and there is no second one (the
   // admin listener off loopback).
   bool tls_only = false;
+  // gRPC (HTTP/2 with prior knowledge, proxy/grpc_server.hpp) on a port of
+  // its own, served by the same io threads and the same Handler; grpc_port
+  // 0: any free port.
+  bool grpc = false;
+  uint16_t grpc_port = 0;
   // With tls: what a connection's client certificate says, computed once
   // after its handshake (e.g. its troupe role) and given by
   // Exchange::client_identity(); null: nothing.
@@ -88,6 +93,10 @@ class Exchange {
   virtual asio::io_context& io() = 0;
   // The request came over TLS (the HTTPS port). Default: false.
   virtual bool secure() const { return false; }
+  // The request is a gRPC call (the gRPC port, proxy/grpc_server.hpp): its
+  // target is the method's full name, its body the request message, and it
+  // is routed by its `application` metadata. Default: false.
+  virtual bool grpc() const { return false; }
   // ServerOptions::describe_client's verdict on this connection's client
   // certificate ("" without TLS or without it).
   virtual const std::string& client_identity() const;
@@ -169,6 +178,8 @@ class HttpServer {
   uint16_t port() const { return port_; }
   // The HTTPS port (0: none).
   uint16_t https_port() const { return https_port_; }
+  // The gRPC port (0: none).
+  uint16_t grpc_port() const { return grpc_port_; }
   size_t threads() const { return ios_.size(); }
   asio::io_context& io(size_t i) { return *ios_[i]; }
   const ServerOptions& options() const { return options_; }
@@ -205,7 +216,9 @@ class HttpServer {
 
  private:
   Status open(uint16_t port, std::unique_ptr<asio::ip::tcp::acceptor>& out, uint16_t& bound);
-  void accept(bool tls);
+  enum class Listener { plain, tls, grpc };
+  void accept(Listener kind);
+  std::unique_ptr<asio::ip::tcp::acceptor>& acceptor_of(Listener kind);
   struct Deferred;
 
   ServerOptions options_;
@@ -218,12 +231,14 @@ class HttpServer {
   std::vector<std::shared_ptr<void>> guards_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<asio::ip::tcp::acceptor> tls_acceptor_;
+  std::unique_ptr<asio::ip::tcp::acceptor> grpc_acceptor_;
   std::unique_ptr<LoopTakeover> loops_;
   std::function<void(size_t)> on_takeover_;
   std::function<bool(size_t)> on_pass_;
   size_t next_ = 0;
   uint16_t port_ = 0;
   uint16_t https_port_ = 0;
+  uint16_t grpc_port_ = 0;
   bool running_ = false;
 };
 

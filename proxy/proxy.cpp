@@ -15,6 +15,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/grpc_fields.hpp"
 #include "proxy/handle_calls.hpp"
 #include "proxy/tls_context.hpp"
 
@@ -76,6 +77,10 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     r.set("X-Request-Id", id);
     exchange->respond(std::move(r));
   };
+  if (exchange->grpc()) {
+    on_grpc_call(std::move(exchange), w, start, std::move(id));
+    return;
+  }
   if (path.size() >= 3 && path.substr(0, 3) == "/-/") {
     // The ingress answers the probes only; the cluster's state stays on the
     // admin listener.
@@ -128,6 +133,17 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     if (!(timeout_s > 0) || *asked < timeout_s)
       timeout_s = *asked;
   }
+  launch(std::move(exchange), w, start, *match.route, to, std::move(table), std::string(match.rest),
+         qpos != boost::beast::string_view::npos ? std::string(target.substr(qpos + 1))
+                                                 : std::string(),
+         timeout_s, std::move(id));
+}
+
+void Proxy::Core::launch(ExchangePtr exchange, IoThread* w, Clock::time_point start,
+                         const Route& route, const Route* to,
+                         std::shared_ptr<const RouteTable> table, std::string path,
+                         std::string query, double timeout_s, std::string id) {
+  auto& req = exchange->request();
   auto c = std::make_shared<Call>();
   c->exchange = std::move(exchange);
   c->worker = w;
@@ -136,9 +152,8 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   c->start = start;
   auto& hr = c->request;
   hr.method = std::string(req.method_string());
-  hr.path = std::string(match.rest);
-  if (qpos != boost::beast::string_view::npos)
-    hr.query = std::string(target.substr(qpos + 1));
+  hr.path = std::move(path);
+  hr.query = std::move(query);
   hr.headers.reserve(std::distance(req.begin(), req.end()));
   for (const auto& f : req)
     hr.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
@@ -153,8 +168,70 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   start_call(c, w, start, timeout_s);
   // Copies to the application's shadows, after the request itself is on its
   // way (its request stays intact in the call for retries).
-  if (!match.route->shadow.empty())
-    send_shadows(w, *match.route, c->routes, c->request, timeout_s);
+  if (!route.shadow.empty())
+    send_shadows(w, route, c->routes, c->request, timeout_s);
+}
+
+void Proxy::Core::on_grpc_call(ExchangePtr exchange, IoThread* w, Clock::time_point start,
+                               std::string id) {
+  auto& req = exchange->request();
+  const std::string method(req.target());
+  auto answer_local = [&](Response&& r) {
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    metrics.observe("", r.result_int(), seconds);
+    metrics.request_finished();
+    log_local(*w, "POST", method, id, r.result_int(), seconds);
+    r.set("X-Request-Id", id);
+    exchange->respond(std::move(r));
+  };
+  // The application: its `application` metadata (Ray Serve's key), else the
+  // only one there is.
+  auto table = router.routes();
+  const Route* route = nullptr;
+  if (auto app = req.find(grpc::kApplicationKey); app != req.end()) {
+    route = table->find_app(std::string_view(app->value().data(), app->value().size()));
+    if (!route) {
+      answer_local(json_error(http::status::not_found,
+                              "no application named '" + std::string(app->value()) +
+                                  "' is served here (metadata '" + grpc::kApplicationKey + "')",
+                              id));
+      return;
+    }
+  } else if (table->routes().size() == 1) {
+    route = &table->routes().front();
+  } else if (!router.has_routes()) {
+    auto r = json_error(http::status::service_unavailable,
+                        "this node has no route table yet; retry shortly", id);
+    answer_local(std::move(r));
+    return;
+  } else {
+    answer_local(json_error(http::status::bad_request,
+                            std::to_string(table->routes().size()) +
+                                " applications are served here: name one in the metadata '" +
+                                grpc::kApplicationKey + "'",
+                            id));
+    return;
+  }
+  const Route* to = route;
+  if (!to->split.empty()) {
+    auto key = to->split_key_header.empty() ? req.end() : req.find(to->split_key_header);
+    double point = key != req.end()
+                       ? key_point(std::string_view(key->value().data(), key->value().size()))
+                       : SplitRandom::thread_local_instance().next();
+    to = &pick_target(*route, point);
+  }
+  double timeout_s = request_timeout_s();
+  if (auto t = req.find("grpc-timeout"); t != req.end()) {
+    auto asked = grpc::parse_timeout(std::string_view(t->value().data(), t->value().size()));
+    if (!asked) {
+      answer_local(json_error(http::status::bad_request, asked.status().message(), id));
+      return;
+    }
+    if (!(timeout_s > 0) || *asked < timeout_s)
+      timeout_s = *asked;
+  }
+  launch(std::move(exchange), w, start, *route, to, std::move(table), method, std::string(),
+         timeout_s, std::move(id));
 }
 
 Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions options) {

@@ -137,9 +137,11 @@ TEST_CASE("config: every examples/*.yaml parses - passes validate and round-trip
       // One deployment, the ingress; compose.yaml has two more (composition).
       REQUIRE(app.deployments.size() == (name == "compose" ? 3u : 1u));
       CHECK(app.deployments[0].name == app.ingress);
-      // The XGBoost example is a library of its own (examples/xgboost/).
-      const std::string library =
-          name == "xgboost" ? "libtroupe_xgboost.so:" : "libtroupe_examples.so:";
+      // The XGBoost and gRPC examples are libraries of their own
+      // (examples/xgboost/, examples/grpc/).
+      const std::string library = name == "xgboost"        ? "libtroupe_xgboost.so:"
+                                  : name == "grpc-greeter" ? "libtroupe_grpc_example.so:"
+                                                           : "libtroupe_examples.so:";
       for (const auto& d : app.deployments) {
         CHECK(d.import_path == library + d.name);
         if (name == "xgboost") {

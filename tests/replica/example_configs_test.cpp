@@ -41,9 +41,13 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
     auto parsed = parse_import_path(import_path);
     REQUIRE(parsed);
     // The XGBoost example is a library of its own, built when Debian's
-    // libxgboost-dev is installed (`./troupe test` installs it).
+    // libxgboost-dev is installed (`./troupe test` installs it); so is the
+    // gRPC example (examples/grpc/, with its protobuf code).
     const bool xgboost = app["name"].as<std::string>() == "xgboost";
-    CHECK(parsed->library == (xgboost ? "libtroupe_xgboost.so" : "libtroupe_examples.so"));
+    const bool grpc = app["name"].as<std::string>() == "grpc-greeter";
+    CHECK(parsed->library == (xgboost ? "libtroupe_xgboost.so"
+                              : grpc  ? "libtroupe_grpc_example.so"
+                                      : "libtroupe_examples.so"));
     if (xgboost && !TROUPE_TEST_XGBOOST_BUILT) {
       FAIL_CHECK("libtroupe_xgboost.so was not built: install libxgboost-dev (./troupe test does)");
       continue;
@@ -72,10 +76,10 @@ TEST_CASE("every examples/*.yaml resolves through the plugin loader") {
       }
     }
   }
-  CHECK(files == 15);
+  CHECK(files == 16);
   CHECK(route_prefixes == std::set<std::string>{"/burn", "/compose", "/counter", "/crash", "/echo",
-                                                "/fail", "/fixed", "/flaky", "/greet", "/models",
-                                                "/noop", "/release", "/sleep", "/stream",
+                                                "/fail", "/fixed", "/flaky", "/greet", "/greeter",
+                                                "/models", "/noop", "/release", "/sleep", "/stream",
                                                 "/xgboost"});
 }
 
