@@ -122,6 +122,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     nghttp2_option* opt = nullptr;
     nghttp2_option_new(&opt);
     nghttp2_option_set_max_send_header_block_length(opt, 64u << 10);
+    // No tree of closed streams kept for RFC 7540 priorities (SETTINGS below
+    // turns those off): gRPC clients do not use them, and they cost every
+    // call.
+    nghttp2_option_set_no_closed_streams(opt, 1);
     const int rv = nghttp2_session_server_new2(&session_, cbs, this, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
@@ -133,6 +137,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, kMaxStreams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, uint32_t(kWindow)},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, server_.options().header_limit},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings,
                             sizeof(settings) / sizeof(settings[0]));
@@ -252,13 +257,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
       fields.emplace_back("grpc-message", message);
   }
 
+  // The fields for nghttp2. Only those whose values repeat from call to
+  // call go into HPACK's dynamic tables: a value that changes every time (a
+  // request id, a message) would only push the others out, and costs a
+  // search of the table and an insertion on both sides.
   static std::vector<nghttp2_nv> to_nv(std::vector<std::pair<std::string, std::string>>& fields) {
     std::vector<nghttp2_nv> nva;
     nva.reserve(fields.size());
     for (auto& [name, value] : fields) {
+      const bool repeats = name == ":status" || name == "content-type" ||
+                           name == "grpc-accept-encoding" || name == "grpc-status";
       nva.push_back({reinterpret_cast<uint8_t*>(name.data()),
                      reinterpret_cast<uint8_t*>(value.data()), name.size(), value.size(),
-                     NGHTTP2_NV_FLAG_NONE});
+                     uint8_t(repeats ? NGHTTP2_NV_FLAG_NONE : NGHTTP2_NV_FLAG_NO_INDEX)});
     }
     return nva;
   }
