@@ -1,5 +1,7 @@
 #include "proxy/call.hpp"
 
+#include "proxy/grpc_fields.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -44,9 +46,13 @@ std::string_view path_of(Call& c) {
   return t.substr(0, t.find('?'));
 }
 
-void account_answer(const CallPtr& c, int status, double seconds) {
+void account_answer(const CallPtr& c, int status, double seconds, int grpc_code) {
   c->worker->core->metrics.observe_http(c->route->app, c->route->prefix, c->request.method, status,
                                         seconds);
+  if (c->exchange && c->exchange->grpc()) {
+    c->worker->core->metrics.observe_grpc(
+        c->route->app, grpc_code >= 0 ? grpc_code : int(grpc::code_for_http(status)));
+  }
   const auto& access = c->worker->core->options.access_log;
   if (!access || !access->wants(status))
     return;
@@ -85,7 +91,14 @@ void finish(const CallPtr& c, Response&& r) {
   core->metrics.observe(c->route->app, status, elapsed);
   core->metrics.first_byte(c->route->app, elapsed);
   core->metrics.request_finished();
-  account_answer(c, status, elapsed);
+  // A deployment may name its gRPC status itself (proxy/grpc_server.hpp).
+  int grpc_code = -1;
+  if (auto own = r.find("grpc-status"); own != r.end()) {
+    const std::string v(own->value());
+    if (!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), ::isdigit))
+      grpc_code = std::stoi(v);
+  }
+  account_answer(c, status, elapsed, grpc_code);
   if (status >= 500) {
     // The path only: a query may carry what does not belong in a log.
     core->log->warn("request {} {} {} -> {} after {:.1f} ms ({} attempts)", c->request.request_id,

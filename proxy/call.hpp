@@ -123,7 +123,9 @@ void resumed(const CallPtr& c, SlotPtr slot);
 void finish(const CallPtr& c, Response&& r);
 // The call's troupe_http_* metrics, and its line in the access log when the
 // log wants its status.
-void account_answer(const CallPtr& c, int status, double seconds);
+// `grpc_code`: a gRPC call's status code when its answer named one (-1: the
+// one its HTTP status maps to, grpc::code_for_http).
+void account_answer(const CallPtr& c, int status, double seconds, int grpc_code = -1);
 
 // Gives the call's slot back to the router, if it holds one.
 void release(const CallPtr& c, Outcome outcome);

@@ -1,5 +1,7 @@
 #include "proxy/metrics.hpp"
 
+#include "proxy/grpc_fields.hpp"
+
 #include <cstdio>
 #include <tuple>
 #include <vector>
@@ -37,6 +39,14 @@ struct Metrics::Http {
                                      .Help("HTTP requests received and not yet answered.")
                                      .Register(registry)
                                      .Add({});
+  prometheus::Family<prometheus::Counter>& grpc_calls =
+      prometheus::BuildCounter()
+          .Name("troupe_grpc_requests_total")
+          .Help(
+              "gRPC calls answered by this node's gRPC port, by application and gRPC status "
+              "code (OK, CANCELLED, ...).")
+          .Register(registry);
+  std::map<std::pair<std::string, int>, prometheus::Counter*> grpc_counters;
   prometheus::Family<prometheus::Gauge>& queued =
       prometheus::BuildGauge()
           .Name("troupe_deployment_queued_requests")
@@ -158,6 +168,28 @@ void Metrics::observe_http(const std::string& app, const std::string& route,
   }
   counter->Increment();
   histogram->Observe(seconds);
+}
+
+void Metrics::observe_grpc(const std::string& app, int code) {
+  auto& h = *http_;
+  prometheus::Counter* counter;
+  {
+    std::lock_guard<std::mutex> lock(h.mutex);
+    auto key = std::make_pair(app, code);
+    auto c = h.grpc_counters.find(key);
+    if (c == h.grpc_counters.end()) {
+      auto& made = h.grpc_calls.Add({{"application", app}, {"code", grpc::code_name(code)}});
+      c = h.grpc_counters.emplace(std::move(key), &made).first;
+    }
+    counter = c->second;
+  }
+  counter->Increment();
+}
+
+double Metrics::grpc_count(const std::string& app, int code) const {
+  std::lock_guard<std::mutex> lock(http_->mutex);
+  auto it = http_->grpc_counters.find(std::make_pair(app, code));
+  return it == http_->grpc_counters.end() ? 0 : it->second->Value();
 }
 
 double Metrics::http_count(const std::string& app, const std::string& route,

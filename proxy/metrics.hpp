@@ -44,6 +44,9 @@ class Metrics {
   // the nine of HTTP/1.1 counts as "other".
   void observe_http(const std::string& app, const std::string& route, std::string_view method,
                     int status, double seconds);
+  // A gRPC call's end with its gRPC status code (troupe_grpc_requests_total).
+  void observe_grpc(const std::string& app, int code);
+  double grpc_count(const std::string& app, int code) const;
   // troupe_http_requests_total for those labels; for tests.
   double http_count(const std::string& app, const std::string& route, const std::string& method,
                     int status) const;

@@ -181,6 +181,7 @@ void Proxy::Core::on_grpc_call(ExchangePtr exchange, IoThread* w, Clock::time_po
     metrics.observe("", r.result_int(), seconds);
     metrics.request_finished();
     log_local(*w, "POST", method, id, r.result_int(), seconds);
+    metrics.observe_grpc("", int(grpc::code_for_http(r.result_int())));
     r.set("X-Request-Id", id);
     exchange->respond(std::move(r));
   };

@@ -21,6 +21,7 @@
 
 #include "proxy/call.hpp"
 #include "proxy/core.hpp"
+#include "proxy/grpc_fields.hpp"
 
 namespace troupe::proxy {
 
@@ -108,7 +109,8 @@ void on_stream_end(const CallPtr& c, bool complete, const std::string& why) {
   double elapsed = seconds_since(c->start);
   core->metrics.observe(c->route->app, c->stream_status, elapsed);
   core->metrics.request_finished();
-  account_answer(c, c->stream_status, elapsed);
+  // A gRPC stream that ends early ends INTERNAL (GrpcExchange::end_stream).
+  account_answer(c, c->stream_status, elapsed, complete ? -1 : int(grpc::Code::internal));
   core->metrics.stream_ended(c->route->app, complete ? "complete" : "early");
   if (!complete) {
     core->log->warn("request {} {} {}: stream ended early after {:.1f} ms: {}",
@@ -166,7 +168,7 @@ void end_stream_early(const CallPtr& c, int status) {
     c->timer->cancel();
   core->metrics.observe(c->route->app, c->stream_status, seconds_since(c->start));
   core->metrics.request_finished();
-  account_answer(c, c->stream_status, seconds_since(c->start));
+  account_answer(c, c->stream_status, seconds_since(c->start), int(grpc::Code::internal));
   core->metrics.stream_ended(c->route->app, "early");
   core->log->warn("request {} {} {}: stream ended early ({})", c->request.request_id,
                   c->request.method, path_of(*c), status == 504 ? "its deadline passed" : "failed");

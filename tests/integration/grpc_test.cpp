@@ -150,6 +150,19 @@ TEST_CASE(
   auto many = g.call("w1", {"--app", "greeter", "many", "load", "400", "8"});
   CHECK(many["codes"] == json{{"OK", 400}});
   CHECK(many["replicas"].size() == 2);
+
+  // Each node counts its calls by gRPC status: the deployment's own
+  // UNIMPLEMENTED too, and the refusals the proxy answered itself.
+  auto count = [&](const std::string& node, const std::string& labels) {
+    return metric_value(g.cluster.admin_ports.at(node),
+                        "troupe_grpc_requests_total{" + labels + "}")
+        .value_or(-1);
+  };
+  CHECK(count("w1", R"(application="greeter",code="OK")") >= 402);
+  CHECK(count("head", R"(application="greeter",code="UNIMPLEMENTED")") == 1);
+  CHECK(count("head", R"(application="greeter",code="INVALID_ARGUMENT")") == 1);
+  CHECK(count("head", R"(application="",code="INVALID_ARGUMENT")") == 1);
+  CHECK(count("head", R"(application="",code="NOT_FOUND")") == 1);
 }
 
 TEST_CASE(
