@@ -1,8 +1,11 @@
 #include "proxy/grpc_server.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <deque>
 #include <memory>
 #include <string>
@@ -38,7 +41,7 @@ class Connection;
 struct H2Stream {
   int32_t id = 0;
   std::string method, path, content_type;
-  std::vector<std::pair<std::string, std::string>> headers;
+  Request request{http::verb::post, "", 11};  // its metadata as they arrive
   std::string body;
   bool too_large = false;
   bool dispatched = false;
@@ -179,7 +182,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       provider.read_callback = &Connection::on_read;
       nghttp2_submit_response(session_, s.id, nva.data(), nva.size(), &provider);
     }
-    flush();
+    flush_soon();
   }
 
   // An answer of one message: headers, the message and the trailers at once.
@@ -197,7 +200,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (written)
       s.written.emplace_back(s.queued, std::move(written));
     nghttp2_session_resume_data(session_, s.id);
-    flush();
+    flush_soon();
   }
 
   void end_with(H2Stream& s, grpc::Code code, const std::string& message) {
@@ -205,35 +208,87 @@ class Connection : public std::enable_shared_from_this<Connection> {
     s.trailers.clear();
     append_status(s.trailers, code, message);
     nghttp2_session_resume_data(session_, s.id);
-    flush();
+    flush_soon();
   }
 
+  // A flush after the handler that runs now (once however many answers it
+  // gives): the answers of one pass of the loop, e.g. those read from a
+  // replica's channel together, leave in one send.
+  void flush_soon() {
+    if (flush_posted_ || in_recv_)
+      return;  // (a read flushes when nghttp2 returns)
+    flush_posted_ = true;
+    asio::post(io(), [self = shared_from_this()] {
+      self->flush_posted_ = false;
+      self->flush();
+    });
+  }
+
+  // Hands what nghttp2 has to send to the socket: with a non-blocking send
+  // while the socket takes it (no asynchronous operation, no wake-up: the
+  // common case), an asynchronous write only for what it did not take.
+  // Callbacks of messages now in the socket run once they are.
   void flush() {
+    if (flushing_) {
+      flush_again_ = true;
+      return;
+    }
     if (!open() || in_recv_ || writing_)
       return;
-    for (;;) {
+    flushing_ = true;
+    do {
+      flush_again_ = false;
+      if (!collect())
+        break;
+      if (pending_.empty()) {
+        if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_))
+          close();
+        break;
+      }
+      const ssize_t n = ::send(socket_.native_handle(), pending_.data(), pending_.size(),
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        close();
+        break;
+      }
+      const size_t sent = n > 0 ? size_t(n) : 0;
+      auto callbacks = std::move(after_write_);
+      after_write_.clear();
+      if (sent == pending_.size()) {
+        pending_.clear();
+        for (auto& f : callbacks)
+          f(true);
+        flush_again_ = true;  // what the callbacks queued, or more of a stream
+        continue;
+      }
+      write_rest(sent, std::move(callbacks));
+    } while (flush_again_ && open() && !writing_);
+    flushing_ = false;
+  }
+
+ private:
+  // Takes what nghttp2 has to send into pending_ (up to kWriteBatch); false
+  // when the session failed (closed).
+  bool collect() {
+    while (pending_.size() < kWriteBatch) {
       const uint8_t* data = nullptr;
       const ssize_t n = nghttp2_session_mem_send(session_, &data);
       if (n < 0) {
         close();
-        return;
+        return false;
       }
       if (n == 0)
         break;
       pending_.append(reinterpret_cast<const char*>(data), size_t(n));
-      if (pending_.size() >= kWriteBatch)
-        break;
     }
-    if (pending_.empty()) {
-      if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_))
-        close();
-      return;
-    }
+    return true;
+  }
+
+  // The socket took `sent` bytes of pending_: the rest goes asynchronously.
+  void write_rest(size_t sent, std::vector<std::function<void(bool)>> callbacks) {
     writing_ = true;
-    wbuf_.swap(pending_);
+    wbuf_.assign(pending_, sent, std::string::npos);
     pending_.clear();
-    auto callbacks = std::move(after_write_);
-    after_write_.clear();
     asio::async_write(socket_, asio::buffer(wbuf_),
                       [self = shared_from_this(), callbacks = std::move(callbacks)](
                           const boost::system::error_code& ec, size_t) mutable {
@@ -249,7 +304,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       });
   }
 
- private:
   static void append_status(std::vector<std::pair<std::string, std::string>>& fields,
                             grpc::Code code, const std::string& message) {
     fields.emplace_back("grpc-status", std::to_string(int(code)));
@@ -365,9 +419,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                      grpc::percent_encode(message.status().message()));
       return;
     }
-    Request req{http::verb::post, s.path, 11};
-    for (auto& [name, value] : s.headers)
-      req.insert(name, value);
+    Request req = std::move(s.request);
+    req.target(s.path);
     req.body() = std::move(*message);
     s.body.clear();
     s.body.shrink_to_fit();
@@ -415,7 +468,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     else if (n == "content-type")
       s->content_type = v;
     if (!n.empty() && n[0] != ':' && n != "te")
-      s->headers.emplace_back(n, v);
+      s->request.insert(boost::beast::string_view(n.data(), n.size()),
+                        boost::beast::string_view(v.data(), v.size()));
     return 0;
   }
 
@@ -510,6 +564,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string pending_, wbuf_;
   std::vector<std::function<void(bool)>> after_write_;
   bool writing_ = false;
+  bool flushing_ = false;
+  bool flush_posted_ = false;
+  bool flush_again_ = false;
   bool in_recv_ = false;
   bool closed_ = false;
 };

@@ -262,8 +262,9 @@ def wait_p99_ms(before, after):
 # --- the cluster ---------------------------------------------------------------------
 
 class Cluster:
-    def __init__(self, build, work):
+    def __init__(self, build, work, d_args=()):
         self.bin = os.path.join(build, "bin")
+        self.d_args = list(d_args)  # more of worker d's options (tools/bench/grpc)
         self.work = work
         self.procs = {}  # name -> Popen
         self.logs = {}
@@ -280,7 +281,7 @@ class Cluster:
         self._start("d", ["--join", f"127.0.0.1:{self.ctl_port}", "--node-id", "d",
                           "--state-dir", os.path.join(self.work, "d"),
                           "--http-port", str(self.http_port), "--admin-port", str(self.admin_port),
-                          "--resources", "cpu=2,noded=1"])
+                          "--resources", "cpu=2,noded=1", *self.d_args])
 
         def two_alive():
             r = self.ctl("nodes", "--json")
