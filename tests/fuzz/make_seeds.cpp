@@ -1,10 +1,13 @@
-// Writes the binary seed inputs of the checkpoint and channel fuzzers from
-// real encodings: the example configs' target states and applications, and
-// data-channel frames of a request, an answer and a refusal. Run from the
+// Writes the binary seed inputs of the checkpoint, channel and gRPC fuzzers
+// from real encodings: the example configs' target states and applications,
+// data-channel frames of a request, an answer and a refusal, and HTTP/2
+// conversations of gRPC calls made with nghttp2's client side. Run from the
 // fuzz build (docs/reliability.md, "Fuzzing"):
 //   build/fuzz/bin/make_fuzz_seeds tests/fuzz/corpus examples/*.yaml
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <nghttp2/nghttp2.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +44,102 @@ std::string next_payload(int fd) {
                      static_cast<size_t>(n) - sizeof(channel::FrameHeader));
 }
 
+// A gRPC call for a client conversation: its headers and its body as sent.
+struct Call {
+  std::string path;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  bool reset = false;  // the client cancels it after sending it
+};
+
+std::string message(const std::string& bytes) {
+  const size_t n = bytes.size();
+  std::string out{0, char(n >> 24), char(n >> 16), char(n >> 8), char(n)};
+  return out + bytes;
+}
+
+// What a client sends for `calls`: the preface, its SETTINGS, and each call.
+std::string conversation(const std::vector<Call>& calls) {
+  nghttp2_session_callbacks* cbs = nullptr;
+  nghttp2_session_callbacks_new(&cbs);
+  nghttp2_session* session = nullptr;
+  nghttp2_session_client_new(&session, cbs, nullptr);
+  nghttp2_session_callbacks_del(cbs);
+  nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, nullptr, 0);
+  std::vector<std::string> bodies;
+  bodies.reserve(calls.size());
+  std::vector<int32_t> resets;
+  for (const auto& c : calls) {
+    std::vector<std::pair<std::string, std::string>> fields = {
+        {":method", "POST"}, {":scheme", "http"}, {":authority", "127.0.0.1"},
+        {":path", c.path},   {"te", "trailers"},  {"content-type", "application/grpc"}};
+    fields.insert(fields.end(), c.headers.begin(), c.headers.end());
+    std::vector<nghttp2_nv> nva;
+    for (auto& [n, v] : fields)
+      nva.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()),
+                     n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
+    bodies.push_back(c.body);
+    nghttp2_data_provider provider;
+    provider.source.ptr = &bodies.back();
+    provider.read_callback = [](nghttp2_session*, int32_t, uint8_t* buf, size_t length,
+                                uint32_t* flags, nghttp2_data_source* src, void*) -> ssize_t {
+      auto& p = *static_cast<std::string*>(src->ptr);
+      size_t n = std::min(length, p.size());
+      std::copy_n(p.data(), n, buf);
+      p.erase(0, n);
+      if (p.empty())
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+      return ssize_t(n);
+    };
+    int32_t id =
+        nghttp2_submit_request(session, nullptr, nva.data(), nva.size(), &provider, nullptr);
+    if (c.reset)
+      resets.push_back(id);
+  }
+  std::string out;
+  auto drain = [&] {
+    const uint8_t* data = nullptr;
+    ssize_t n;
+    while ((n = nghttp2_session_mem_send(session, &data)) > 0)
+      out.append(reinterpret_cast<const char*>(data), size_t(n));
+  };
+  drain();
+  for (int32_t id : resets)
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+  drain();
+  nghttp2_session_del(session);
+  return out;
+}
+
+void write_plain(const std::filesystem::path& path, const std::string& bytes) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+void grpc_seeds(const std::filesystem::path& dir) {
+  write_plain(dir / "unary",
+              conversation({{"/t.S/Unary", {}, message(std::string("\n\x03", 2) + "abc")}}));
+  write_plain(dir / "metadata", conversation({{"/t.S/Unary",
+                                               {{"application", "greeter"},
+                                                {"grpc-timeout", "250m"},
+                                                {"x-user-bin", "AAEC"},
+                                                {"x-request-id", "seed-1"}},
+                                               message("x")}}));
+  write_plain(dir / "stream", conversation({{"/t.S/Stream", {}, message("ab")}}));
+  write_plain(dir / "two-calls",
+              conversation({{"/t.S/Unary", {}, message("1")}, {"/t.S/Stream", {}, message("22")}}));
+  write_plain(dir / "cancelled", conversation({{"/t.S/Hold", {}, message(""), true}}));
+  write_plain(dir / "two-messages",
+              conversation({{"/t.S/Unary", {}, message("a") + message("b")}}));
+  write_plain(dir / "compressed",
+              conversation({{"/t.S/Unary", {}, "\x01" + message("z").substr(1)}}));
+  write_plain(dir / "too-large",
+              conversation({{"/t.S/Unary", {}, message(std::string(5000, 'q'))}}));
+  write_plain(dir / "bad-timeout",
+              conversation({{"/t.S/Unary", {{"grpc-timeout", "soon"}}, message("")}}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,6 +148,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path corpus = argv[1];
+  grpc_seeds(corpus / "grpc");
   for (int i = 2; i < argc; ++i) {
     auto config = config::load_config_file(argv[i]);
     if (!config) {
