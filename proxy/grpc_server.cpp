@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
@@ -108,7 +109,10 @@ bool hop_header(const std::string& name) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, HttpServer& server, size_t thread)
-      : socket_(std::move(socket)), server_(server), thread_(thread) {}
+      : socket_(std::move(socket)),
+        server_(server),
+        thread_(thread),
+        idle_timer_(server.io(thread)) {}
   ~Connection() {
     if (session_)
       nghttp2_session_del(session_);
@@ -147,6 +151,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kWindow);
     flush();
     read();
+    watch_idle();
   }
 
   size_t thread() const { return thread_; }
@@ -341,6 +346,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       close();
       return;
     }
+    last_read_ = std::chrono::steady_clock::now();
     in_recv_ = true;
     const ssize_t rv =
         nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(rbuf_.data()), n);
@@ -353,9 +359,52 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     run_dispatches();
+    goaway_if_closing();
     flush();
     if (open())
       read();
+  }
+
+  // The server stops accepting (the node drains): the client is told with a
+  // GOAWAY that names the last call taken; those go on to their end, and the
+  // connection closes after them (nghttp2 wants nothing more then).
+  void goaway_if_closing() {
+    if (goaway_ || !server_.closing())
+      return;
+    goaway_ = true;
+    nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                          nullptr, 0);
+  }
+
+  // A connection with no call open that sends nothing for the server's idle
+  // timeout (its keep-alive timeout, as for HTTP/1.1) is ended with a
+  // GOAWAY; so is an idle one once the server stops accepting. One timer,
+  // re-armed only when it fires.
+  void watch_idle() {
+    const double idle_s = server_.idle_timeout_s();
+    auto wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(std::min(idle_s, 1.0)));
+    idle_timer_.expires_after(wait);
+    idle_timer_.async_wait(
+        [self = shared_from_this(), idle_s](const boost::system::error_code& ec) {
+          if (ec || !self->open())
+            return;
+          const auto idle_for = std::chrono::steady_clock::now() - self->last_read_;
+          const bool idle =
+              self->streams_.empty() &&
+              (self->server_.closing() || idle_for >= std::chrono::duration<double>(idle_s));
+          if (idle) {
+            nghttp2_session_terminate_session(self->session_, NGHTTP2_NO_ERROR);
+            self->goaway_ = true;
+            self->flush();
+            self->close_after_write();
+            return;
+          }
+          self->goaway_if_closing();
+          self->flush();
+          self->watch_idle();
+        });
   }
 
   void close_after_write() {
@@ -371,6 +420,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_)
       return;
     closed_ = true;
+    idle_timer_.cancel();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -563,6 +613,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::array<char, 16384> rbuf_{};
   std::string pending_, wbuf_;
   std::vector<std::function<void(bool)>> after_write_;
+  asio::steady_timer idle_timer_;
+  std::chrono::steady_clock::time_point last_read_ = std::chrono::steady_clock::now();
+  bool goaway_ = false;
   bool writing_ = false;
   bool flushing_ = false;
   bool flush_posted_ = false;

@@ -103,8 +103,9 @@ struct Service : Handler {
 struct Server {
   Service service;
   std::unique_ptr<HttpServer> server;
-  explicit Server(uint64_t body_limit = 1u << 20) {
+  explicit Server(uint64_t body_limit = 1u << 20, double idle_timeout_s = 60) {
     ServerOptions o;
+    o.idle_timeout_s = idle_timeout_s;
     o.port = 0;
     o.grpc = true;
     o.grpc_port = 0;
@@ -130,6 +131,8 @@ struct Client {
   nghttp2_session* session = nullptr;
   std::map<int32_t, Stream> streams;
   bool eof = false;
+  int goaways = 0;
+  int32_t goaway_last_stream = -1;
 
   // `read_window`: false, the client never grants the server more window
   // than its first 64 KiB (a client that does not read).
@@ -166,6 +169,15 @@ struct Client {
           auto& s = static_cast<Client*>(u)->streams[id];
           s.closed = true;
           s.error = error;
+          return 0;
+        });
+    nghttp2_session_callbacks_set_on_frame_recv_callback(
+        cbs, [](nghttp2_session*, const nghttp2_frame* f, void* u) {
+          if (f->hd.type == NGHTTP2_GOAWAY) {
+            auto* c = static_cast<Client*>(u);
+            ++c->goaways;
+            c->goaway_last_stream = f->goaway.last_stream_id;
+          }
           return 0;
         });
     nghttp2_option* opt = nullptr;
@@ -407,4 +419,50 @@ TEST_CASE(
   });
   ::close(fd);
   CHECK(closed);
+}
+
+TEST_CASE(
+    "grpc server: a connection idle for the idle timeout is ended with a GOAWAY - one with a call "
+    "open is kept") {
+  Server s(1u << 20, 0.3);
+  Client idle(s.port());
+  Client busy(s.port());
+  int32_t held = busy.call("/t.S/Hold", framed(""));
+  REQUIRE(busy.pump([&] { return eventually([&] { return s.service.held.size() == 1; }, 0); }));
+  REQUIRE(idle.pump([&] { return idle.eof; }, 10000));
+  CHECK(idle.goaways == 1);
+  // Well past the idle timeout, the connection with the call open is there.
+  busy.pump([] { return false; }, 1200);
+  CHECK_FALSE(busy.eof);
+  CHECK(busy.goaways == 0);
+  CHECK_FALSE(busy.streams[held].closed);
+  CHECK(s.service.gone.load() == 0);
+}
+
+TEST_CASE(
+    "grpc server: when the server stops accepting its clients get a GOAWAY - the calls they have "
+    "open still end well") {
+  Server s;
+  Client c(s.port());
+  int32_t held = c.call("/t.S/Hold", framed(""));
+  REQUIRE(c.pump([&] { return eventually([&] { return s.service.held.size() == 1; }, 0); }));
+  s.server->stop_accepting();
+  REQUIRE(c.pump([&] { return c.goaways == 1; }));
+  CHECK(c.goaway_last_stream == held);
+  CHECK_FALSE(c.eof);
+  ExchangePtr ex;
+  {
+    std::lock_guard<std::mutex> lock(s.service.mutex);
+    ex = s.service.held[0];
+  }
+  boost::asio::post(ex->io(), [ex] {
+    Response r{http::status::ok, 11};
+    r.body() = "late";
+    ex->respond(std::move(r));
+  });
+  REQUIRE(c.closed(held));
+  CHECK(c.streams[held].data == framed("late"));
+  CHECK(c.streams[held].trailers["grpc-status"] == "0");
+  // Then the server closes the connection: nothing is open on it.
+  CHECK(c.pump([&] { return c.eof; }));
 }
