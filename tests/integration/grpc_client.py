@@ -15,7 +15,8 @@ Usage: grpc_client.py --port P --proto FILE --gen DIR [--app NAME]
   count NAME N MS [--take K]     CountHellos; with --take, cancels after K replies
   wait MS [--cancel-after S]     Wait; with --cancel-after, cancels after S seconds
   crash                          Crash
-  raw METHOD HEX                 a unary call with these bytes as the message
+  raw METHOD HEX [--repeat N]    a unary call with these bytes as the message
+                                 (N calls in turn: "raws", the answers in order)
   big MB                         SayHello whose name is MB MiB long
   many NAME CALLS THREADS        CALLS SayHello calls from THREADS threads:
                                  {"ok": n, "codes": {...}, "replicas": [...]}
@@ -50,6 +51,7 @@ def main():
     p.add_argument("args", nargs="*")
     p.add_argument("--take", type=int)
     p.add_argument("--cancel-after", type=float)
+    p.add_argument("--repeat", type=int)
     a = p.parse_args()
 
     generate(a.proto, a.gen)
@@ -104,8 +106,12 @@ def main():
             stub.Crash(pb.HelloRequest(), timeout=a.timeout, metadata=metadata)
         elif a.call == "raw":
             method = channel.unary_unary(a.args[0])
-            out["raw"] = method(bytes.fromhex(a.args[1]), timeout=a.timeout,
-                                metadata=metadata).hex()
+            if a.repeat is None:
+                out["raw"] = method(bytes.fromhex(a.args[1]), timeout=a.timeout,
+                                    metadata=metadata).hex()
+            else:
+                out["raws"] = [method(bytes.fromhex(a.args[1]), timeout=a.timeout,
+                                      metadata=metadata).hex() for _ in range(a.repeat)]
         elif a.call == "many":
             calls, threads = int(a.args[1]), int(a.args[2])
             codes, replicas, lock = {}, set(), threading.Lock()

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ applications:
     deployments:
       - name: Echo
         num_replicas: 1
+  - name: models
+    route_prefix: /models
+    import_path: libtroupe_examples.so:ModelHost
+    deployments:
+      - name: ModelHost
+        num_replicas: 3
+        max_num_models_per_replica: 2
 )";
 
 const std::string kSource = TROUPE_SOURCE_DIR;
@@ -85,6 +93,14 @@ struct GrpcCluster {
   }
 };
 
+// The bytes of a hex string.
+std::string unhex(const std::string& hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return bytes;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -123,11 +139,7 @@ TEST_CASE(
   auto echoed = g.call("w1", {"--app", "echo", "--meta", "x-user=alice", "raw",
                               "/some.Service/Method", "0a03616263"});
   REQUIRE(echoed["code"] == "OK");
-  std::string hex = echoed["raw"];
-  std::string bytes;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2)
-    bytes.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  auto seen = json::parse(bytes);
+  auto seen = json::parse(unhex(echoed["raw"].get<std::string>()));
   CHECK(seen["method"] == "POST");
   CHECK(seen["path"] == "/some.Service/Method");
   CHECK(seen["headers"]["x-user"] == "alice");
@@ -163,6 +175,26 @@ TEST_CASE(
   CHECK(count("head", R"(application="greeter",code="INVALID_ARGUMENT")") == 1);
   CHECK(count("head", R"(application="",code="INVALID_ARGUMENT")") == 1);
   CHECK(count("head", R"(application="",code="NOT_FOUND")") == 1);
+}
+
+TEST_CASE(
+    "grpc: serve_multiplexed_model_id metadata sends calls to the replica that holds the model") {
+  GrpcCluster g;
+  auto out = g.call("w1", {"--app", "models", "--meta", "serve_multiplexed_model_id=m7", "raw",
+                           "/any.Models/Predict", "", "--repeat", "12"});
+  REQUIRE(out["code"] == "OK");
+  REQUIRE(out["raws"].size() == 12);
+  std::set<std::string> replicas;
+  int hits = 0;
+  for (const auto& hex : out["raws"]) {
+    auto a = json::parse(unhex(hex.get<std::string>()));
+    CHECK(a["model_id"] == "m7");
+    replicas.insert(a["replica_id"].get<std::string>());
+    hits += a["hit"].get<bool>() ? 1 : 0;
+  }
+  // The first call loads the model; every later one finds it where it is.
+  CHECK(replicas.size() == 1);
+  CHECK(hits == 11);
 }
 
 TEST_CASE(
