@@ -88,7 +88,8 @@ void add_serving_options(CLI::App& app, NodeOptions& o) {
                  "--https-key)")
       ->capture_default_str();
   app.add_option("--grpc-port", o.grpc_port,
-                 "port of this node's gRPC ingress, on --bind: HTTP/2 without TLS, every unary "
+                 "port of this node's gRPC ingress, on --bind: HTTP/2 (over TLS with "
+                 "--https-cert), every unary "
                  "and server-streaming method routed by its 'application' metadata (0: none; "
                  "docs/grpc.md)")
       ->capture_default_str();

@@ -15,11 +15,13 @@
 
 #include <nghttp2/nghttp2.h>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include "proxy/grpc_fields.hpp"
 #include "proxy/http_server.hpp"
+#include "proxy/tls_context.hpp"
 
 namespace troupe::proxy {
 
@@ -113,12 +115,49 @@ class Connection : public std::enable_shared_from_this<Connection> {
         server_(server),
         thread_(thread),
         idle_timer_(server.io(thread)) {}
+  // Over TLS: `socket` is handed to the TLS stream.
+  Connection(tcp::socket socket, std::shared_ptr<asio::ssl::context> ctx, HttpServer& server,
+             size_t thread)
+      : socket_(socket.get_executor()),
+        ctx_(std::move(ctx)),
+        tls_(std::make_unique<asio::ssl::stream<tcp::socket>>(std::move(socket), *ctx_)),
+        server_(server),
+        thread_(thread),
+        idle_timer_(server.io(thread)) {}
   ~Connection() {
     if (session_)
       nghttp2_session_del(session_);
   }
 
+  // TLS first when over TLS: the handshake, which must choose "h2" by ALPN,
+  // within the server's idle timeout.
   void start() {
+    if (!tls_) {
+      begin();
+      return;
+    }
+    mark_grpc(tls_->native_handle());
+    idle_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(server_.options().idle_timeout_s)));
+    idle_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      if (auto self = weak.lock(); self && !ec && !self->session_)
+        self->lowest().close();
+    });
+    tls_->async_handshake(asio::ssl::stream_base::server,
+                          [self = shared_from_this()](const boost::system::error_code& ec) {
+                            self->idle_timer_.cancel();
+                            if (ec) {
+                              self->server_.handler().on_tls_refused("grpc_handshake");
+                              self->closed_ = true;
+                              self->lowest().close();
+                              return;
+                            }
+                            self->begin();
+                          });
+  }
+
+  // The HTTP/2 session, once the connection is ready.
+  void begin() {
     nghttp2_session_callbacks* cbs = nullptr;
     nghttp2_session_callbacks_new(&cbs);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &Connection::on_begin_headers);
@@ -250,6 +289,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
           close();
         break;
       }
+      if (tls_) {
+        // TLS writes go through the TLS stream.
+        auto callbacks = std::move(after_write_);
+        after_write_.clear();
+        write_rest(0, std::move(callbacks));
+        break;
+      }
       const ssize_t n = ::send(socket_.native_handle(), pending_.data(), pending_.size(),
                                MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -294,19 +340,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     writing_ = true;
     wbuf_.assign(pending_, sent, std::string::npos);
     pending_.clear();
-    asio::async_write(socket_, asio::buffer(wbuf_),
-                      [self = shared_from_this(), callbacks = std::move(callbacks)](
-                          const boost::system::error_code& ec, size_t) mutable {
-                        self->writing_ = false;
-                        self->wbuf_.clear();
-                        for (auto& f : callbacks)
-                          f(!ec);
-                        if (ec) {
-                          self->close();
-                          return;
-                        }
-                        self->flush();
-                      });
+    auto done = [self = shared_from_this(), callbacks = std::move(callbacks)](
+                    const boost::system::error_code& ec, size_t) mutable {
+      self->writing_ = false;
+      self->wbuf_.clear();
+      for (auto& f : callbacks)
+        f(!ec);
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->flush();
+    };
+    if (tls_)
+      asio::async_write(*tls_, asio::buffer(wbuf_), std::move(done));
+    else
+      asio::async_write(socket_, asio::buffer(wbuf_), std::move(done));
   }
 
   static void append_status(std::vector<std::pair<std::string, std::string>>& fields,
@@ -334,10 +383,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void read() {
-    socket_.async_read_some(asio::buffer(rbuf_),
-                            [self = shared_from_this()](const boost::system::error_code& ec,
-                                                        size_t n) { self->on_read_bytes(ec, n); });
+    auto done = [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+      self->on_read_bytes(ec, n);
+    };
+    if (tls_)
+      tls_->async_read_some(asio::buffer(rbuf_), std::move(done));
+    else
+      socket_.async_read_some(asio::buffer(rbuf_), std::move(done));
   }
+
+  tcp::socket& lowest() { return tls_ ? tls_->next_layer() : socket_; }
 
   void on_read_bytes(const boost::system::error_code& ec, size_t n) {
     if (!open())
@@ -422,8 +477,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     closed_ = true;
     idle_timer_.cancel();
     boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    lowest().shutdown(tcp::socket::shutdown_both, ignored);
+    lowest().close(ignored);
     auto streams = std::move(streams_);
     streams_.clear();
     for (auto& [id, s] : streams) {
@@ -604,7 +659,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return ssize_t(n);
   }
 
-  tcp::socket socket_;
+  tcp::socket socket_;  // plain; unused over TLS
+  std::shared_ptr<asio::ssl::context> ctx_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket>> tls_;
   HttpServer& server_;
   size_t thread_;
   nghttp2_session* session_ = nullptr;
@@ -709,6 +766,11 @@ void GrpcExchange::gone() {
 
 void serve_grpc(tcp::socket socket, HttpServer& server, size_t thread) {
   std::make_shared<Connection>(std::move(socket), server, thread)->start();
+}
+
+void serve_grpc_tls(tcp::socket socket, std::shared_ptr<asio::ssl::context> ctx, HttpServer& server,
+                    size_t thread) {
+  std::make_shared<Connection>(std::move(socket), std::move(ctx), server, thread)->start();
 }
 
 }  // namespace troupe::proxy

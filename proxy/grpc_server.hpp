@@ -24,7 +24,10 @@
 
 #include <cstddef>
 
+#include <memory>
+
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 
 namespace troupe::proxy {
 
@@ -34,5 +37,11 @@ class HttpServer;
 // TLS) on `socket`, accepted for io thread `thread` of `server`, whose
 // handler gets each call. Call on that thread.
 void serve_grpc(boost::asio::ip::tcp::socket socket, HttpServer& server, size_t thread);
+// The same over TLS with `ctx` (the HTTPS port's ServerTls): the handshake
+// must negotiate "h2" by ALPN (proxy/tls_context.hpp), within the server's
+// idle timeout; a refused one is Handler::on_tls_refused("grpc_handshake").
+void serve_grpc_tls(boost::asio::ip::tcp::socket socket,
+                    std::shared_ptr<boost::asio::ssl::context> ctx, HttpServer& server,
+                    size_t thread);
 
 }  // namespace troupe::proxy

@@ -933,7 +933,14 @@ void HttpServer::accept(Listener kind) {
       // Start on the connection's own thread.
       if (kind == Listener::grpc) {
         auto s = std::make_shared<tcp::socket>(std::move(socket));
-        asio::post(*ios_[target], [this, s, target] { serve_grpc(std::move(*s), *this, target); });
+        // With the HTTPS port's TLS, the gRPC port speaks TLS too.
+        auto ctx = options_.tls ? options_.tls->context() : nullptr;
+        asio::post(*ios_[target], [this, s, target, ctx] {
+          if (ctx)
+            serve_grpc_tls(std::move(*s), ctx, *this, target);
+          else
+            serve_grpc(std::move(*s), *this, target);
+        });
       } else if (kind == Listener::tls || (options_.tls && options_.tls_only)) {
         auto session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
             std::move(socket), options_.tls->context(), *this, target);

@@ -72,6 +72,24 @@ std::string ReloadingTlsContext::last_error() const {
 
 namespace {
 
+// ALPN: a connection of the gRPC port (marked by mark_grpc) speaks HTTP/2
+// ("h2") or nothing; the HTTPS port speaks HTTP/1.1, and says so when the
+// client offers it (curl offers h2 first).
+int select_protocol(SSL* ssl, const unsigned char** out, unsigned char* outlen,
+                    const unsigned char* in, unsigned int inlen, void*) {
+  const bool grpc = SSL_get_ex_data(ssl, grpc_mark_index()) != nullptr;
+  static const unsigned char kH2[] = {2, 'h', '2'};
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  const unsigned char* want = grpc ? kH2 : kHttp11;
+  unsigned char* chosen = nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, want, want[0] + 1u, in, inlen) ==
+      OPENSSL_NPN_NEGOTIATED) {
+    *out = chosen;
+    return SSL_TLSEXT_ERR_OK;
+  }
+  return grpc ? SSL_TLSEXT_ERR_ALERT_FATAL : SSL_TLSEXT_ERR_NOACK;
+}
+
 Result<ReloadingTlsContext::ContextPtr> make_server_context(const std::string& certificate,
                                                             const std::string& key,
                                                             const std::string& client_ca) {
@@ -84,6 +102,7 @@ Result<ReloadingTlsContext::ContextPtr> make_server_context(const std::string& c
   static const unsigned char kSessionContext[] = "troupe-https";
   SSL_CTX_set_session_id_context(ctx->native_handle(), kSessionContext,
                                  sizeof(kSessionContext) - 1);
+  SSL_CTX_set_alpn_select_cb(ctx->native_handle(), &select_protocol, nullptr);
   boost::system::error_code ec;
   std::string step;
   if (ctx->use_certificate_chain_file(certificate, ec); ec) {
@@ -110,6 +129,16 @@ Result<ReloadingTlsContext::ContextPtr> make_server_context(const std::string& c
 }
 
 }  // namespace
+
+int grpc_mark_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+void mark_grpc(SSL* ssl) {
+  static int mark = 1;
+  SSL_set_ex_data(ssl, grpc_mark_index(), &mark);
+}
 
 Result<std::shared_ptr<ServerTls>> ServerTls::load(const std::string& certificate_file,
                                                    const std::string& key_file,

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <openssl/ssl.h>
 #include <boost/asio/ssl/context.hpp>
 
 #include "runtime/status.hpp"
@@ -67,6 +68,13 @@ class ReloadingTlsContext {
   uint64_t reloads_ = 0;
   std::string last_error_;
 };
+
+// A connection of the gRPC port (proxy/grpc_server.hpp) over ServerTls:
+// marked before its handshake, it negotiates "h2" by ALPN, and fails the
+// handshake when the client does not offer it; the HTTPS port's connections
+// negotiate "http/1.1" when offered.
+void mark_grpc(SSL* ssl);
+int grpc_mark_index();
 
 // The HTTPS listener's TLS (troupe-node --https-port): the service's own
 // certificate chain and key (not the cluster CA's: e.g. one from a public

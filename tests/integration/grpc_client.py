@@ -9,7 +9,7 @@ object per call on stdout:
   {"code": "OK", "details": "...", "replies": [{message, index, replica_id}],
    "metadata": {...initial metadata...}, "cancel_ns": <CLOCK_MONOTONIC ns>}
 
-Usage: grpc_client.py --port P --proto FILE --gen DIR [--app NAME]
+Usage: grpc_client.py --port P --proto FILE --gen DIR [--app NAME] [--ca FILE]
                       [--timeout S] [--meta k=v]... CALL [args]
   say NAME                       SayHello
   count NAME N MS [--take K]     CountHellos; with --take, cancels after K replies
@@ -47,6 +47,7 @@ def main():
     p.add_argument("--app")
     p.add_argument("--timeout", type=float)
     p.add_argument("--meta", action="append", default=[])
+    p.add_argument("--ca", help="TLS: the PEM CA file that signed the port's certificate")
     p.add_argument("call")
     p.add_argument("args", nargs="*")
     p.add_argument("--take", type=int)
@@ -59,7 +60,13 @@ def main():
     pb = importlib.import_module("greeter_pb2")
     stubs = importlib.import_module("greeter_pb2_grpc")
 
-    channel = grpc.insecure_channel("127.0.0.1:%d" % a.port)
+    target = "127.0.0.1:%d" % a.port
+    if a.ca:
+        with open(a.ca, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(target, creds)
+    else:
+        channel = grpc.insecure_channel(target)
     stub = stubs.GreeterStub(channel)
     metadata = [tuple(m.split("=", 1)) for m in a.meta]
     if a.app:

@@ -370,3 +370,66 @@ TEST_CASE("admin: off loopback with --tls-dir the admin port speaks HTTPS only -
   REQUIRE(plain);
   CHECK(plain->status == 400);
 }
+
+TEST_CASE(
+    "https: with --https-cert the gRPC port speaks TLS - grpcio with the service's CA calls it - a "
+    "client that does not offer h2 is refused") {
+  const uint16_t grpc_port = free_port();
+  HttpsNode n({"--grpc-port", std::to_string(grpc_port)});
+  n.cluster.deploy_yaml("greeter.yaml", R"(applications:
+  - name: greeter
+    route_prefix: /greeter
+    import_path: libtroupe_grpc_example.so:Greeter
+    deployments:
+      - name: Greeter
+        num_replicas: 1
+)");
+  REQUIRE(n.cluster.wait_answers("head", "/greeter/stats"));
+  const std::string source = TROUPE_SOURCE_DIR;
+  auto grpc = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"/usr/bin/python3",
+                                     source + "/tests/integration/grpc_client.py",
+                                     "--port",
+                                     std::to_string(grpc_port),
+                                     "--proto",
+                                     source + "/examples/grpc/greeter.proto",
+                                     "--gen",
+                                     n.cluster.dir / "pygen"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run(argv, 60s);
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+    return json::parse(r.out);
+  };
+  auto said = grpc({"--ca", n.ca.ca(), "say", "tls"});
+  CHECK(said["code"] == "OK");
+  CHECK(said["replies"][0]["message"] == "Hello, tls!");
+  auto counted = grpc({"--ca", n.ca.ca(), "count", "tls", "3", "0"});
+  CHECK(counted["replies"].size() == 3);
+  // Without TLS, the port does not answer gRPC.
+  auto plain = grpc({"--timeout", "3", "say", "plain"});
+  CHECK(plain["code"] == "UNAVAILABLE");
+  // Over TLS with HTTP/2 (ALPN h2), curl reaches it; offering only
+  // HTTP/1.1, its handshake is refused (curl: exit 35, an SSL connect error).
+  const std::string url =
+      "https://127.0.0.1:" + std::to_string(grpc_port) + "/troupe.examples.Greeter/SayHello";
+  auto h2 = run({"/bin/sh", "-c",
+                 "printf '\\0\\0\\0\\0\\0' | /usr/bin/curl -sS --cacert '" + n.ca.ca() +
+                     "' -D - -o /dev/null -H 'content-type: application/grpc' -H 'te: trailers' "
+                     "--data-binary @- " +
+                     url},
+                30s);
+  CAPTURE(h2.err);
+  CHECK(h2.exit_code == 0);
+  CHECK(h2.out.find("HTTP/2 200") != std::string::npos);
+  CHECK(h2.out.find("grpc-status: 0") != std::string::npos);
+  auto h1 = run({"/usr/bin/curl", "-sS", "--http1.1", "--cacert", n.ca.ca(), "-o", "/dev/null",
+                 "--data-binary", "x", url},
+                30s);
+  CHECK(h1.exit_code == 35);
+  CHECK(n.metric("troupe_proxy_tls_handshakes_refused_total{reason=\"grpc_handshake\"}") >= 1);
+  // The HTTPS port still speaks HTTP/1.1 to a client that offers h2 first.
+  auto https = n.curl("/greeter/stats", {"-D", "-"});
+  CHECK(https.exit_code == 0);
+  CHECK(https.out.find("HTTP/1.1 200") != std::string::npos);
+}
