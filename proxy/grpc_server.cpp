@@ -46,6 +46,7 @@ struct H2Stream {
   std::string method, path, content_type;
   Request request{http::verb::post, "", 11};  // its metadata as they arrive
   std::string body;
+  size_t header_bytes = 0;  // the metadata's size so far, as HTTP/2 counts it
   bool too_large = false;
   bool dispatched = false;
   bool answered = false;  // headers submitted
@@ -564,6 +565,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     H2Stream* s = self_of(user).stream(frame->hd.stream_id);
     if (!s || s->dispatched)
       return 0;
+    // Metadata over the server's header limit (as SETTINGS_MAX_HEADER_LIST_SIZE
+    // counts it) resets the call: HPACK lets a few bytes stand for much more.
+    s->header_bytes += namelen + valuelen + 32;
+    if (s->header_bytes > self_of(user).server_.options().header_limit)
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     std::string_view n(reinterpret_cast<const char*>(name), namelen);
     std::string_view v(reinterpret_cast<const char*>(value), valuelen);
     if (n == ":method")

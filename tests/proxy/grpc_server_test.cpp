@@ -379,9 +379,13 @@ TEST_CASE(
   int32_t zipped = c.call("/t.S/Unary", std::string("\1\0\0\0\1x", 6));
   int32_t cut = c.call("/t.S/Unary", std::string("\0\0\0\0\9abc", 8));
   int32_t big = c.call("/t.S/Unary", framed(std::string(5000, 'x')));
+  std::vector<std::pair<std::string, std::string>> bulky;
+  for (int i = 0; i < 40; ++i)
+    bulky.emplace_back("x-pad-" + std::to_string(i), std::string(1000, 'p'));
+  int32_t bloated = c.call("/t.S/Unary", framed("x"), bulky);
   int32_t fine = c.call("/t.S/Unary", framed("ok"));
   REQUIRE(c.pump([&] {
-    for (int32_t id : {get, form, two, zipped, cut, big, fine}) {
+    for (int32_t id : {get, form, two, zipped, cut, big, bloated, fine}) {
       if (!c.streams[id].closed)
         return false;
     }
@@ -395,6 +399,9 @@ TEST_CASE(
   CHECK(c.streams[cut].headers["grpc-status"] == "3");
   CHECK(c.streams[big].headers["grpc-status"] == "8");
   CHECK(c.streams[big].headers["grpc-message"].find("1000 bytes") != std::string::npos);
+  // Metadata over the header limit (16 KiB by default): the call is reset.
+  CHECK(c.streams[bloated].error != 0);
+  CHECK(c.streams[bloated].headers.empty());
   CHECK(c.streams[fine].data == framed("re:ok"));
   {
     std::lock_guard<std::mutex> lock(s.service.mutex);
