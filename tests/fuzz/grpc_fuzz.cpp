@@ -7,22 +7,14 @@
 // all, and checks what the port gave it. Never a crash, and never a
 // connection left without an end: once the client stops sending, the
 // server must close within 5 s.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "proxy/grpc_fields.hpp"
 #include "proxy/http_server.hpp"
+#include "tests/fuzz/one_connection.hpp"
 
 using namespace troupe;
 using namespace troupe::proxy;
@@ -91,54 +83,6 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server->grpc_port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = -1;
-  // As in http_fuzz: each connection ends with a reset, and a connect that
-  // finds no free port or a full backlog is tried again.
-  for (int attempt = 0;; ++attempt) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-      std::abort();
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
-      break;
-    const int err = errno;
-    ::close(fd);
-    if (attempt == 100) {
-      std::fprintf(stderr, "connect to the server: %s\n", std::strerror(err));
-      std::abort();
-    }
-    ::usleep(10000);
-  }
-  const linger reset{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-  size_t sent = 0;
-  while (sent < size) {
-    ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
-    if (n <= 0)
-      break;  // the server closed early (a protocol error)
-    sent += static_cast<size_t>(n);
-  }
-  ::shutdown(fd, SHUT_WR);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  char buf[4096];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    if (left <= 0) {
-      std::fprintf(stderr, "the server did not close within 5 s of the client's end\n");
-      std::abort();
-    }
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left)) <= 0)
-      continue;
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0)
-      break;
-  }
-  ::close(fd);
+  troupe::fuzz::send_on_one_connection(server->grpc_port(), data, size);
   return 0;
 }

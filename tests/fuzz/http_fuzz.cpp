@@ -7,23 +7,16 @@
 // requests as streams. Never a crash, and never a connection left without
 // an end: the client's read of everything the server sends must end (the
 // server closes) within 5 s.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 
 #include "proxy/http_fields.hpp"
 #include "proxy/http_server.hpp"
+#include "tests/fuzz/one_connection.hpp"
 
 using namespace troupe;
 using namespace troupe::proxy;
@@ -89,56 +82,6 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server->port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = -1;
-  // Thousands of connections a second: the client ends each with a reset
-  // (SO_LINGER 0, below) so that no port waits in TIME_WAIT; a connect that
-  // still finds no free port or a full backlog is tried again.
-  for (int attempt = 0;; ++attempt) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-      std::abort();
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
-      break;
-    const int err = errno;
-    ::close(fd);
-    if (attempt == 100) {
-      std::fprintf(stderr, "connect to the server: %s\n", std::strerror(err));
-      std::abort();
-    }
-    ::usleep(10000);
-  }
-  const linger reset{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-  size_t sent = 0;
-  while (sent < size) {
-    ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
-    if (n <= 0)
-      break;  // the server closed early (a rejected request)
-    sent += static_cast<size_t>(n);
-  }
-  ::shutdown(fd, SHUT_WR);
-  // Everything the server answers, until it closes.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  char buf[4096];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    if (left <= 0) {
-      std::fprintf(stderr, "the server neither answered nor closed within 5 s\n");
-      std::abort();
-    }
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left)) <= 0)
-      continue;
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0)
-      break;
-  }
-  ::close(fd);
+  troupe::fuzz::send_on_one_connection(server->port(), data, size);
   return 0;
 }
