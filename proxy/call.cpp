@@ -93,11 +93,8 @@ void finish(const CallPtr& c, Response&& r) {
   core->metrics.request_finished();
   // A deployment may name its gRPC status itself (proxy/grpc_server.hpp).
   int grpc_code = -1;
-  if (auto own = r.find("grpc-status"); own != r.end()) {
-    const std::string v(own->value());
-    if (!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), ::isdigit))
-      grpc_code = std::stoi(v);
-  }
+  if (auto own = r.find("grpc-status"); own != r.end())
+    grpc_code = grpc::own_code(std::string_view(own->value().data(), own->value().size()));
   account_answer(c, status, elapsed, grpc_code);
   if (status >= 500) {
     // The path only: a query may carry what does not belong in a log.

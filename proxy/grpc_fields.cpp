@@ -63,6 +63,18 @@ Code code_for_http(int status) {
   }
 }
 
+int own_code(std::string_view value) {
+  if (value.empty() || value.size() > 2)
+    return -1;
+  int code = 0;
+  for (char ch : value) {
+    if (ch < '0' || ch > '9')
+      return -1;
+    code = code * 10 + (ch - '0');
+  }
+  return code;
+}
+
 Result<double> parse_timeout(std::string_view value) {
   auto bad = [&] {
     return Status(errc::invalid_argument,

@@ -48,6 +48,10 @@ const char* code_name(int code);
 // UNAVAILABLE, 500 INTERNAL, anything else UNKNOWN.
 Code code_for_http(int status);
 
+// The code an answer names itself in its grpc-status header's `value` (a
+// number of 1 or 2 digits), or -1 when the value is not one.
+int own_code(std::string_view value);
+
 // The value of a grpc-timeout header ("1H", "5M", "30S", "100m", "250u",
 // "10n": at most 8 digits and a unit) in seconds; anything else is an error
 // naming the header and the value.

@@ -703,9 +703,9 @@ void GrpcExchange::respond(Response&& response) {
   grpc::Code code = grpc::code_for_http(response.result_int());
   std::string message;
   if (auto it = response.find("grpc-status"); it != response.end()) {
-    const std::string v(it->value());
-    if (!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), ::isdigit))
-      code = grpc::Code(std::stoi(v));
+    if (int own = grpc::own_code(std::string_view(it->value().data(), it->value().size()));
+        own >= 0)
+      code = grpc::Code(own);
     if (auto m = response.find("grpc-message"); m != response.end())
       message = grpc::percent_encode(std::string(m->value()));
   } else if (code != grpc::Code::ok) {

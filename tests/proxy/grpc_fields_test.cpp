@@ -74,6 +74,11 @@ TEST_CASE("grpc fields: HTTP statuses map to gRPC codes - names - and grpc-messa
   CHECK(std::string(grpc::code_name(16)) == "UNAUTHENTICATED");
   CHECK(std::string(grpc::code_name(17)) == "UNKNOWN");
 
+  CHECK(grpc::own_code("0") == 0);
+  CHECK(grpc::own_code("12") == 12);
+  for (const char* bad : {"", "123", "-1", "1x", " 1"})
+    CHECK(grpc::own_code(bad) == -1);
+
   CHECK(grpc::percent_encode("plain text: ok") == "plain text: ok");
   CHECK(grpc::percent_encode("100%\n\xc3\xa9") == "100%25%0A%C3%A9");
   CHECK(grpc::message_of(R"({"error":"no replica","x":1})") == "no replica");
