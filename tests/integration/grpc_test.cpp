@@ -205,6 +205,23 @@ TEST_CASE(
   const auto cancelled_before = g.stats("head")["cancelled"].get<int64_t>();
   auto late = g.call("head", {"--app", "greeter", "--timeout", "0.5", "wait", "20000"});
   CHECK(late["code"] == "DEADLINE_EXCEEDED");
+  // The node enforces grpc-timeout itself: curl has no deadline of its own,
+  // and gets DEADLINE_EXCEEDED from the node at 300 ms, not before. (The
+  // message: a HelloRequest with interval_ms 20000, framed.)
+  auto own = run({"/bin/sh", "-c",
+                  "printf '\\0\\0\\0\\0\\4\\30\\240\\234\\1' | /usr/bin/curl -sS "
+                  "--http2-prior-knowledge -o /dev/null -D - -w 'took %{time_total}\\n' "
+                  "-H 'content-type: application/grpc' -H 'grpc-timeout: 300m' "
+                  "-H 'application: greeter' --data-binary @- http://127.0.0.1:" +
+                      std::to_string(g.grpc.at("w1")) + "/troupe.examples.Greeter/Wait"},
+                 30s);
+  CAPTURE(own.out);
+  CHECK(own.out.find("grpc-status: 4") != std::string::npos);
+  const auto took_at = own.out.find("took ");
+  REQUIRE(took_at != std::string::npos);
+  const double took = std::stod(own.out.substr(took_at + 5));
+  CHECK(took >= 0.3);
+  CHECK(took < 10);
 
   // The client cancels a unary call while its handler waits, and a stream
   // after three messages. The margin: the cancellation crosses the proxy's
@@ -216,13 +233,13 @@ TEST_CASE(
   auto streamed = g.call("head", {"--app", "greeter", "--take", "3", "count", "s", "100000", "20"});
   CHECK(streamed["replies"].size() == 3);
 
-  // Both cancellations and the deadline reached the handlers.
+  // Both cancellations and both deadlines reached the handler.
   json stats;
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while ((stats = g.stats("head"))["cancelled"].get<int64_t>() < cancelled_before + 3 &&
+  while ((stats = g.stats("head"))["cancelled"].get<int64_t>() < cancelled_before + 4 &&
          std::chrono::steady_clock::now() < deadline) {
   }
-  CHECK(stats["cancelled"].get<int64_t>() == cancelled_before + 3);
+  CHECK(stats["cancelled"].get<int64_t>() == cancelled_before + 4);
   // The last one noticed (the stream's) within the margin of its cancel.
   const int64_t last = stats["last_cancel_ns"].get<int64_t>();
   CHECK(last >= cancel_ns(streamed));
