@@ -23,6 +23,30 @@ namespace troupe::proxy {
 
 using nlohmann::json;
 
+namespace {
+
+// The deployment of `route` a request goes to: its traffic split's pick, by
+// the key header's value when the route names one and the request carries
+// it, else at random (this io thread's own generator); `route` itself
+// without a split.
+const Route& split_target(const Route& route, const Request& req) {
+  if (route.split.empty())
+    return route;
+  auto key = route.split_key_header.empty() ? req.end() : req.find(route.split_key_header);
+  double point = key != req.end()
+                     ? key_point(std::string_view(key->value().data(), key->value().size()))
+                     : SplitRandom::thread_local_instance().next();
+  return pick_target(route, point);
+}
+
+// A client may ask for a shorter deadline than the application's
+// request_timeout_s (0: none), never a longer one.
+double shorter_deadline(double app_s, double asked_s) {
+  return !(app_s > 0) || asked_s < app_s ? asked_s : app_s;
+}
+
+}  // namespace
+
 Proxy::Core::Core(ProxyOptions o)
     : options(std::move(o)), router(router_options(options)), metrics(options.registry) {}
 
@@ -110,17 +134,7 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
                             "no application serves path '" + std::string(path) + "'", id));
     return;
   }
-  // The application's traffic split picks the deployment: by the key
-  // header's value when the route names one and the request carries it,
-  // else at random (this io thread's own generator).
-  const Route* to = match.route;
-  if (!to->split.empty()) {
-    auto key = to->split_key_header.empty() ? req.end() : req.find(to->split_key_header);
-    double point = key != req.end()
-                       ? key_point(std::string_view(key->value().data(), key->value().size()))
-                       : SplitRandom::thread_local_instance().next();
-    to = &pick_target(*match.route, point);
-  }
+  const Route* to = &split_target(*match.route, req);
   // A client may ask for a shorter deadline than the application's
   // request_timeout_s, never a longer one.
   double timeout_s = request_timeout_s();
@@ -130,8 +144,7 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
       answer_local(json_error(http::status::bad_request, asked.status().message(), id));
       return;
     }
-    if (!(timeout_s > 0) || *asked < timeout_s)
-      timeout_s = *asked;
+    timeout_s = shorter_deadline(timeout_s, *asked);
   }
   launch(std::move(exchange), w, start, *match.route, to, std::move(table), std::string(match.rest),
          qpos != boost::beast::string_view::npos ? std::string(target.substr(qpos + 1))
@@ -213,14 +226,7 @@ void Proxy::Core::on_grpc_call(ExchangePtr exchange, IoThread* w, Clock::time_po
                             id));
     return;
   }
-  const Route* to = route;
-  if (!to->split.empty()) {
-    auto key = to->split_key_header.empty() ? req.end() : req.find(to->split_key_header);
-    double point = key != req.end()
-                       ? key_point(std::string_view(key->value().data(), key->value().size()))
-                       : SplitRandom::thread_local_instance().next();
-    to = &pick_target(*route, point);
-  }
+  const Route* to = &split_target(*route, req);
   double timeout_s = request_timeout_s();
   if (auto t = req.find("grpc-timeout"); t != req.end()) {
     auto asked = grpc::parse_timeout(std::string_view(t->value().data(), t->value().size()));
@@ -228,8 +234,7 @@ void Proxy::Core::on_grpc_call(ExchangePtr exchange, IoThread* w, Clock::time_po
       answer_local(json_error(http::status::bad_request, asked.status().message(), id));
       return;
     }
-    if (!(timeout_s > 0) || *asked < timeout_s)
-      timeout_s = *asked;
+    timeout_s = shorter_deadline(timeout_s, *asked);
   }
   launch(std::move(exchange), w, start, *route, to, std::move(table), method, std::string(),
          timeout_s, std::move(id));
