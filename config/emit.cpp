@@ -313,6 +313,8 @@ void emit_application(YAML::Emitter& out, const ApplicationSpec& app) {
     }
     out << YAML::EndMap;
   }
+  if (app.open_inference)
+    out << YAML::Key << "open_inference" << YAML::Value << true;
   out << YAML::Key << "deployments" << YAML::Value << YAML::BeginSeq;
   for (const auto& d : app.deployments)
     emit_deployment(out, d, library, &d == ingress);

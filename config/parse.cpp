@@ -31,9 +31,9 @@ namespace {
 const std::vector<std::string> kTopFields = {"http_options", "target_capacity", "applications"};
 const std::vector<std::string> kHttpFields = {"host", "port", "request_timeout_s",
                                               "keep_alive_timeout_s"};
-const std::vector<std::string> kAppFields = {"name",   "route_prefix", "import_path",
-                                             "args",   "traffic",      "traffic_key_header",
-                                             "shadow", "deployments"};
+const std::vector<std::string> kAppFields = {"name",   "route_prefix",   "import_path",
+                                             "args",   "traffic",        "traffic_key_header",
+                                             "shadow", "open_inference", "deployments"};
 const std::vector<std::string> kDeploymentFields = {"name",
                                                     "import_path",
                                                     "args",
@@ -404,6 +404,10 @@ bool Parser::application(const YAML::Node& node, size_t index, ApplicationSpec& 
   }
   if (const Field* f = fields.given("shadow")) {
     if (!shadow(*f, out, out.shadow))
+      return false;
+  }
+  if (const Field* f = fields.get("open_inference")) {
+    if (!get_bool(*f, "open_inference", out.open_inference))
       return false;
   }
   return true;

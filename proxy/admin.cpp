@@ -46,6 +46,8 @@ json routes_json(const Router& router) {
         shadow[t.route->deployment] = t.probability;
       route["shadow"] = std::move(shadow);
     }
+    if (r.open_inference)
+      route["open_inference"] = true;
     routes.push_back(std::move(route));
   }
   json deployments = json::array();

@@ -503,6 +503,7 @@ Router::Applied Router::apply(const RoutingSnapshot& snap) {
     routes.reserve(snap.routes.size());
     for (const auto& r : snap.routes) {
       Route route{r.prefix, r.app, r.ingress, {}, {}, r.traffic_key_header};
+      route.open_inference = r.open_inference;
       // Cumulative weights, zero weights left out; the last target ends at
       // exactly 1 so that every point in [0, 1) has one.
       double upto = 0;
@@ -726,6 +727,15 @@ SlotPtr Router::find_replica(const std::string& replica_id) const {
       return slot;
   }
   return nullptr;
+}
+
+bool Router::has_replica(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = deployments_.find(key);
+  if (it == deployments_.end())
+    return false;
+  const auto& replicas = it->second->replicas;
+  return std::any_of(replicas.begin(), replicas.end(), [](const SlotPtr& s) { return !s->dead; });
 }
 
 void Router::clear() {

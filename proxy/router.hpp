@@ -70,6 +70,11 @@ struct Route {
   // The application's shadow deployments (RouteEntry::shadow), by name.
   // Empty: no copies.
   std::vector<ShadowTarget> shadow = {};
+  // The application is also served by the Open Inference Protocol
+  // (RouteEntry::open_inference): /v2/models/<app>/... and
+  // inference.GRPCInferenceService. Set on an application's route only, not
+  // on its split or shadow targets.
+  bool open_inference = false;
 };
 
 // Where a request on `route` goes: `route` itself without a split, else the
@@ -305,6 +310,10 @@ class Router {
   // The live slot of replica `replica_id` (null: none). A scan of every
   // slot: callers keep what it found (proxy/peer_client.cpp).
   SlotPtr find_replica(const std::string& replica_id) const;
+  // True when deployment `key` (deployment_key(app, deployment)) is known
+  // and has at least one replica that is not dead (busy or not): a request
+  // to it would not wait for a cold start (e.g. a model's readiness).
+  bool has_replica(const std::string& key) const;
   // Drops every deployment and queued waiter without calling it (shutdown).
   void clear();
 

@@ -60,7 +60,8 @@ namespace troupe {
 // 19: a proxy that lost its direct connection to a node subscribes naming
 //     it (its replicas again, not the whole view); NodeStatus::state
 //     UNREACHABLE.
-constexpr uint32_t kProtocolVersion = 21;
+// 22: RouteEntry::open_inference.
+constexpr uint32_t kProtocolVersion = 22;
 // CAF's BASP handshake identifier; equal on every node of a cluster.
 constexpr const char* kAppIdentifier = "troupe";
 
@@ -460,12 +461,16 @@ struct RouteEntry {
   // Shadow traffic: (deployment, probability) pairs sorted by deployment;
   // each gets a copy of a request with its probability. Empty: no copies.
   TrafficWeights shadow = {};
+  // The application is also served by the Open Inference Protocol
+  // (ApplicationSpec::open_inference): /v2/models/<app>/... and
+  // inference.GRPCInferenceService.
+  bool open_inference = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteEntry& x) {
   return f(caf::meta::type_name("troupe.RouteEntry"), x.prefix, x.app, x.ingress, x.traffic,
-           x.traffic_key_header, x.shadow);
+           x.traffic_key_header, x.shadow, x.open_inference);
 }
 
 struct ReplicaEndpoint {

@@ -138,6 +138,15 @@ struct ApplicationSpec @0x8ac0080a07b65914 {
   # with shadows is written with format version 3 (codec.hpp): an older
   # binary would drop them and silently stop the copies.
   shadow @6 :List(ShadowTarget);
+  # Served by the Open Inference Protocol too (ApplicationSpec::
+  # open_inference): /v2/models/<name>/... and inference.GRPCInferenceService
+  # on every node. A record with it set is written with format version 5
+  # (codec.hpp): an older binary would drop it, silently stop those routes
+  # and write the state back without it. A last good declaration written
+  # out in a head's lastRunning does not raise the head's version (like a
+  # library pin there): a version 4 binary would roll back to it without
+  # the flag.
+  openInference @7 :Bool;
 }
 
 # One autoscaler decision (TargetState::autoscaled_replicas).

@@ -94,7 +94,7 @@ bool operator==(const DeploymentSpec& a, const DeploymentSpec& b) {
 bool operator==(const ApplicationSpec& a, const ApplicationSpec& b) {
   auto tie = [](const ApplicationSpec& x) {
     return std::tie(x.name, x.route_prefix, x.ingress, x.deployments, x.traffic,
-                    x.traffic_key_header, x.shadow);
+                    x.traffic_key_header, x.shadow, x.open_inference);
   };
   return tie(a) == tie(b);
 }

@@ -180,6 +180,14 @@ struct ApplicationSpec {
   // the ingress of an application without a split, nor carries weight in
   // `traffic` (validate.cpp). Empty: no copies.
   std::map<std::string, double> shadow;
+  // The application is a model served by the Open Inference Protocol
+  // (KServe v2, docs/inference.md): the application's name is the model's
+  // name, and every node also serves it at /v2/models/<name>/... on the HTTP
+  // ingress and through inference.GRPCInferenceService on its gRPC port. Its
+  // ingress derives troupe::InferenceModel (include/troupe/inference.hpp).
+  // Routing only, like traffic_key_header: pushed to every proxy, no replica
+  // restarts when it changes.
+  bool open_inference = false;
 
   friend bool operator==(const ApplicationSpec&, const ApplicationSpec&);
   friend bool operator!=(const ApplicationSpec& a, const ApplicationSpec& b) { return !(a == b); }

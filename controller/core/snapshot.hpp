@@ -34,11 +34,14 @@ struct Route {
   // The application's shadow deployments and their probabilities
   // (ApplicationSpec::shadow); empty: no copies.
   std::map<std::string, double> shadow = {};
+  // Also served by the Open Inference Protocol
+  // (ApplicationSpec::open_inference).
+  bool open_inference = false;
 
   friend bool operator==(const Route& a, const Route& b) {
     return a.prefix == b.prefix && a.app == b.app && a.ingress == b.ingress &&
            a.traffic == b.traffic && a.traffic_key_header == b.traffic_key_header &&
-           a.shadow == b.shadow;
+           a.shadow == b.shadow && a.open_inference == b.open_inference;
   }
 };
 

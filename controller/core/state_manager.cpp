@@ -774,7 +774,7 @@ std::vector<Route> StateManager::current_routes() const {
     if (app.deleting)
       continue;
     routes.push_back({app.spec.route_prefix, name, app.spec.ingress, app.spec.traffic,
-                      app.spec.traffic_key_header, app.spec.shadow});
+                      app.spec.traffic_key_header, app.spec.shadow, app.spec.open_inference});
   }
   std::sort(routes.begin(), routes.end(),
             [](const Route& a, const Route& b) { return a.prefix < b.prefix; });

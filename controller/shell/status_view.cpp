@@ -76,6 +76,8 @@ json render_status(const StateManager* core, bool recovering, const StartedAt& s
       a["traffic_key_header"] = app.traffic_key_header;
     if (!app.shadow.empty())
       a["shadow"] = app.shadow;
+    if (app.open_inference)
+      a["open_inference"] = true;
     if (auto s = core->application_status(name)) {
       a["status"] = to_string(s->status);
       a["message"] = s->message;
@@ -153,8 +155,8 @@ RoutingSnapshot render_snapshot(const SnapshotDelta& d, const TargetState& targe
   for (const auto& r : d.routes) {
     TrafficWeights traffic(r.traffic.begin(), r.traffic.end());
     TrafficWeights shadow(r.shadow.begin(), r.shadow.end());
-    out.routes.push_back(
-        {r.prefix, r.app, r.ingress, std::move(traffic), r.traffic_key_header, std::move(shadow)});
+    out.routes.push_back({r.prefix, r.app, r.ingress, std::move(traffic), r.traffic_key_header,
+                          std::move(shadow), r.open_inference});
   }
   for (const auto& dep : d.deployments) {
     DeploymentEndpoints e{dep.id.app, dep.id.name, {}, -1, dep.partial, dep.removed_replicas};

@@ -132,10 +132,13 @@ void write(const ApplicationSpec& in, schema::ApplicationSpec::Builder out) {
   }
   out.setTrafficKeyHeader(text(in.traffic_key_header));
   write_shadow(in, out);
+  out.setOpenInference(in.open_inference);
 }
 
 // The format version a record needs (see kFormatVersion).
 uint16_t version_for(const ApplicationSpec& app) {
+  if (app.open_inference)
+    return 5;
   for (const auto& d : app.deployments) {
     if (!d.library_sha256.empty())
       return 4;
@@ -364,6 +367,8 @@ ApplicationSpec read(schema::ApplicationSpec::Reader in) {
       throw Malformed{"shadow names deployment '" + deployment + "' twice"};
     }
   }
+  // Records older than version 5 have no flag: it reads as false.
+  out.open_inference = in.getOpenInference();
   return out;
 }
 

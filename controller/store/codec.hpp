@@ -55,7 +55,12 @@ inline constexpr char kCheckpointMagic[4] = {'T', 'R', 'C', 'P'};
 //      SHA-256 (DeploymentSpec::library_sha256): version 3 binaries would drop
 //      the pin and look an uploaded library up by a path on the operator's
 //      machine
-inline constexpr uint16_t kFormatVersion = 4;
+//   5  an application served by the Open Inference Protocol too
+//      (ApplicationSpec::open_inference): version 4 binaries would drop the
+//      flag, silently stop its /v2/models/... and gRPC inference routes (the
+//      application itself keeps serving at its prefix) and write the state
+//      back without it
+inline constexpr uint16_t kFormatVersion = 5;
 inline constexpr size_t kEnvelopeSize = 8;
 
 enum class RecordKind : uint8_t {

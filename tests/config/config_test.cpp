@@ -886,7 +886,8 @@ TEST_CASE("config error: unknown field - with the nearest valid name") {
 TEST_CASE("config error: unknown field far from any valid one lists the valid ones") {
   CHECK(error_of("applications:\n  - name: a\n    runtime_env: {}\n") ==
         "deploy.yaml:3:5: unknown field 'runtime_env' in application 'a'; valid fields: name, "
-        "route_prefix, import_path, args, traffic, traffic_key_header, shadow, deployments");
+        "route_prefix, import_path, args, traffic, traffic_key_header, shadow, open_inference, "
+        "deployments");
 }
 
 namespace {
@@ -985,6 +986,46 @@ TEST_CASE("config: shadow traffic is read and printed back") {
   REQUIRE(plain.has_value());
   CHECK(plain->state.applications.at("greet").shadow.empty());
   CHECK(to_yaml(*plain).find("shadow") == std::string::npos);
+}
+
+TEST_CASE("config: open_inference - default false - true or false only - printed when true") {
+  auto plain = parse_ok(split_app(""));
+  CHECK_FALSE(plain.state.applications.at("greet").open_inference);
+  CHECK_FALSE(plain.state.applications.at("other").open_inference);
+  CHECK(to_yaml(plain).find("open_inference") == std::string::npos);
+
+  DeployConfig c = parse_ok(split_app("    open_inference: true\n"));
+  CHECK(c.state.applications.at("greet").open_inference);
+  CHECK_FALSE(c.state.applications.at("other").open_inference);
+  const std::string yaml = to_yaml(c);
+  CHECK(yaml.find("    open_inference: true\n") != std::string::npos);
+  CHECK(yaml.find("open_inference") == yaml.rfind("open_inference"));  // greet's only
+  check_round_trip(c);
+  // With a traffic split and a shadow too, and without a route_prefix.
+  DeployConfig all = parse_ok(split_app(
+      "    traffic: {Hello: 1}\n    traffic_key_header: X-User\n    open_inference: true\n"));
+  CHECK(all.state.applications.at("greet").open_inference);
+  CHECK(all.state.applications.at("greet").route_prefix == "/");
+  check_round_trip(all);
+  // false is the default: nothing printed.
+  DeployConfig off = parse_ok(split_app("    open_inference: False\n"));
+  CHECK_FALSE(off.state.applications.at("greet").open_inference);
+  CHECK(off == plain);
+  CHECK(to_yaml(off).find("open_inference") == std::string::npos);
+
+  CHECK(error_of(split_app("    open_inference: yes\n")) ==
+        "deploy.yaml:4:21: open_inference: expected true or false, got 'yes' (write true or "
+        "false)");
+  CHECK(error_of(split_app("    open_inference: 1\n")) ==
+        "deploy.yaml:4:21: open_inference: expected true or false, got '1'");
+  CHECK(error_of(split_app("    open_inference: {v2: true}\n"))
+            .find("deploy.yaml:4:21: open_inference: expected true or false, got ") == 0);
+  CHECK(error_of(split_app("    open_inference:\n"))
+            .find("open_inference: expected true or "
+                  "false") != std::string::npos);
+  CHECK(error_of(split_app("    open_inferense: true\n")) ==
+        "deploy.yaml:4:5: unknown field 'open_inferense' in application 'greet'; did you mean "
+        "'open_inference'?");
 }
 
 TEST_CASE("config error: every kind of bad shadow - naming the field") {

@@ -48,8 +48,8 @@ auto fields(const DeploymentSpec& x) {
 }
 
 auto fields(const ApplicationSpec& x) {
-  const auto& [f0, f1, f2, f3, f4, f5, f6] = x;
-  return std::tie(f0, f1, f2, f3, f4, f5, f6);
+  const auto& [f0, f1, f2, f3, f4, f5, f6, f7] = x;
+  return std::tie(f0, f1, f2, f3, f4, f5, f6, f7);
 }
 
 auto fields(const HttpSettings& x) {
@@ -180,6 +180,7 @@ const std::vector<Mutation<ApplicationSpec>>& application_mutations() {
        [](auto& x) {
          x.shadow = {{"M", 0.5}};
        }},
+      {"open_inference", [](auto& x) { x.open_inference = true; }},
   };
   return m;
 }

@@ -156,6 +156,26 @@ TEST_CASE("snapshot: routes - deployments with their queue limit - removed and D
   CHECK(out2.removed[0] == std::make_pair(std::string("a"), std::string("D")));
 }
 
+TEST_CASE("status and snapshot: open_inference shown and pushed only when set") {
+  Harness h;
+  auto oip = make_app("m", "/m", {make_deployment("D", 1)});
+  oip.open_inference = true;
+  REQUIRE(h.core->deploy_application(oip).has_value());
+  REQUIRE(h.core->deploy_application(make_app("a", "/a", {make_deployment("E", 1)})).has_value());
+  h.ticks(2);
+  json s = render_status(h.core.get(), false, {});
+  CHECK(s["applications"]["m"]["open_inference"] == true);
+  CHECK_FALSE(s["applications"]["a"].contains("open_inference"));  // unchanged when false
+  auto delta = h.core->changes_since(SnapshotId{});
+  REQUIRE(delta.has_value());
+  auto out = render_snapshot(*delta, h.core->target_state(), Membership(5.0), {});
+  REQUIRE(out.routes.size() == 2);
+  CHECK(out.routes[0].app == "a");
+  CHECK_FALSE(out.routes[0].open_inference);
+  CHECK(out.routes[1].app == "m");
+  CHECK(out.routes[1].open_inference);
+}
+
 TEST_CASE("status changes: each deployment's transitions - once") {
   Harness h;
   StatusChangeLog log;

@@ -197,6 +197,50 @@ TEST_CASE("traffic: set_traffic is written ahead - published with the routes - k
   CHECK(route->traffic == Weights{{"Hello", 0.8}, {"Canary", 0.2}});
 }
 
+TEST_CASE("traffic: open_inference is published with the routes - no restarts - kept on restart") {
+  Harness h;
+  REQUIRE(h.core->deploy_application(greet()).has_value());
+  h.ticks(2);
+  SnapshotId before = h.core->snapshot_id();
+  auto route = published_route(*h.core, "greet");
+  REQUIRE(route);
+  CHECK_FALSE(route->open_inference);
+
+  auto oip = greet();
+  oip.open_inference = true;
+  const int saves = h.store->saves;
+  REQUIRE(h.core->deploy_application(oip).has_value());
+  CHECK(h.store->saves == saves + 1);
+  CHECK(h.store->saved->applications.at("greet").open_inference);
+  // No replica restarts: routing only.
+  CHECK(h.tick() == std::vector<std::string>{});
+  auto delta = h.core->changes_since(before);
+  REQUIRE(delta);
+  CHECK(delta->routes_changed);
+  CHECK(delta->deployments.empty());
+  route = published_route(*h.core, "greet", before);
+  REQUIRE(route);
+  CHECK(route->open_inference);
+  CHECK(route->ingress == "Hello");
+  CHECK(route->prefix == "/greet");
+
+  // A controller restart reads it back and publishes it.
+  h.restart();
+  h.ticks(2);
+  CHECK(h.core->target_state().applications.at("greet").open_inference);
+  route = published_route(*h.core, "greet");
+  REQUIRE(route);
+  CHECK(route->open_inference);
+
+  // Turned off again: published, still no restarts.
+  before = h.core->snapshot_id();
+  REQUIRE(h.core->deploy_application(greet()).has_value());
+  CHECK(h.tick() == std::vector<std::string>{});
+  route = published_route(*h.core, "greet", before);
+  REQUIRE(route);
+  CHECK_FALSE(route->open_inference);
+}
+
 TEST_CASE("traffic: set_traffic refuses bad weights and unknown names - nothing changes") {
   Harness h;
   REQUIRE(h.core->deploy_application(greet({{"Hello", 1}})).has_value());

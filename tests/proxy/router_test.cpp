@@ -296,6 +296,34 @@ TEST_CASE("proxy/router: a replica that died is never chosen again") {
   CHECK(view.replicas[2].in_flight == 1);
 }
 
+TEST_CASE("proxy/router: has_replica - a known deployment with a replica that is not dead") {
+  Router r({"n1", 9});
+  CHECK_FALSE(r.has_replica(kEcho));  // no snapshot yet
+  auto snap = full_snapshot({replica("a", "n1", 1), replica("b", "n1", 1)});
+  snap.deployments.push_back({"empty", "None", {}, -1});
+  r.apply(snap);
+  CHECK(r.has_replica(kEcho));
+  CHECK_FALSE(r.has_replica(deployment_key("echo", "Other")));  // unknown
+  CHECK_FALSE(r.has_replica(deployment_key("empty", "None")));  // known, no replica
+  // Busy replicas still count: only dead ones do not.
+  auto first = r.admit(kEcho, {"b"}, [](SlotPtr) {});
+  auto second = r.admit(kEcho, {"a"}, [](SlotPtr) {});
+  REQUIRE(first.kind == Router::Admit::assigned);
+  REQUIRE(second.kind == Router::Admit::assigned);
+  CHECK(r.has_replica(kEcho));
+  r.release(first.slot, Outcome::died);
+  CHECK(r.has_replica(kEcho));  // b lives
+  r.release(second.slot, Outcome::died);
+  CHECK_FALSE(r.has_replica(kEcho));  // both dead
+  // A replacement makes it live again; a deployment the snapshot drops is
+  // unknown.
+  auto next = full_snapshot({replica("a", "n1", 1), replica("b", "n1", 1), replica("c", "n1", 1)});
+  next.seq = 2;
+  r.apply(next);
+  CHECK(r.has_replica(kEcho));
+  CHECK_FALSE(r.has_replica(deployment_key("empty", "None")));
+}
+
 TEST_CASE("proxy/router: snapshots full and delta with withheld and removed deployments") {
   Router r({"n1", 11});
   CHECK_FALSE(r.has_routes());
@@ -740,6 +768,37 @@ TEST_CASE("proxy/router: shadow targets come with the route - no shadow no copie
   // per request, from the application's route.
   for (const auto& t : r->split)
     CHECK(t.route->shadow.empty());
+}
+
+TEST_CASE("proxy/router: open_inference comes with the application's route only") {
+  Router router(RouterOptions{});
+  RoutingSnapshot s;
+  s.epoch = 1;
+  s.seq = 1;
+  s.full = true;
+  s.routes = {
+      {"/greet", "greet", "Hello", {{"Canary", 0.5}, {"Hello", 0.5}}, "", {{"Mirror", 0.5}}},
+      {"/echo", "echo", "Echo"}};
+  s.routes[0].open_inference = true;
+  router.apply(s);
+  auto table = router.routes();
+  const Route* greet = table->find_app("greet");
+  REQUIRE(greet);
+  CHECK(greet->open_inference);
+  // Its split and shadow targets do not carry it: the route decides.
+  REQUIRE(greet->split.size() == 2);
+  for (const auto& t : greet->split)
+    CHECK_FALSE(t.route->open_inference);
+  REQUIRE(greet->shadow.size() == 1);
+  CHECK_FALSE(greet->shadow[0].route->open_inference);
+  const Route* echo = table->find_app("echo");
+  REQUIRE(echo);
+  CHECK_FALSE(echo->open_inference);
+  // A later snapshot that clears it clears it.
+  s.seq = 2;
+  s.routes[0].open_inference = false;
+  router.apply(s);
+  CHECK_FALSE(router.routes()->find_app("greet")->open_inference);
 }
 
 TEST_CASE("proxy/router: each shadow gets a copy with its probability - independently") {

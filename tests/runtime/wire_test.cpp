@@ -173,10 +173,17 @@ TEST_CASE("wire types survive serialization") {
   CHECK(route2.traffic == TrafficWeights{{"Canary", 0.25}, {"Hello", 0.75}});
   CHECK(route2.traffic_key_header == "X-User");
   CHECK(route2.shadow.empty());
+  CHECK_FALSE(route2.open_inference);
   route.shadow = {{"Mirror", 0.5}, {"Slow", 1.0}};
   auto route3 = round_trip(sys, route);
   CHECK(route3.shadow == TrafficWeights{{"Mirror", 0.5}, {"Slow", 1.0}});
   CHECK(route3.traffic == route.traffic);
+  CHECK_FALSE(route3.open_inference);
+  route.open_inference = true;
+  auto route4 = round_trip(sys, route);
+  CHECK(route4.open_inference);
+  CHECK(route4.shadow == route.shadow);
+  CHECK(route4.traffic_key_header == "X-User");
 }
 
 TEST_CASE("statuses cross the wire as CAF errors and come back intact") {

@@ -102,8 +102,8 @@ TEST_CASE("full_state sets every model field to a non-default value") {
   const auto state = full_state();
   {
     const ApplicationSpec def;
-    const auto& [a0, a1, a2, a3, a4, a5, a6] = state.applications.at("shop");
-    const auto& [d0, d1, d2, d3, d4, d5, d6] = def;
+    const auto& [a0, a1, a2, a3, a4, a5, a6, a7] = state.applications.at("shop");
+    const auto& [d0, d1, d2, d3, d4, d5, d6, d7] = def;
     CHECK(a0 != d0);
     CHECK(a1 != d1);
     CHECK(a2 != d2);
@@ -111,6 +111,7 @@ TEST_CASE("full_state sets every model field to a non-default value") {
     CHECK(a4 != d4);
     CHECK(a5 != d5);
     CHECK(a6 != d6);
+    CHECK(a7 != d7);
   }
   {
     const TargetState def;
@@ -391,10 +392,12 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
     return static_cast<unsigned>(static_cast<unsigned char>(bytes[4]) |
                                  (static_cast<unsigned char>(bytes[5]) << 8));
   };
-  // The records below without library pins (version 4, checked last).
+  // The records below without library pins (version 4) nor open_inference
+  // (version 5), both checked last.
   auto unpinned = [](ApplicationSpec app) {
     for (auto& d : app.deployments)
       d.library_sha256.clear();
+    app.open_inference = false;
     return app;
   };
   auto unpinned_state = [&](TargetState s) {
@@ -441,8 +444,23 @@ TEST_CASE("a record is written with the lowest format version that carries it") 
   auto pinned = plain;
   pinned.deployments[0].library_sha256 = std::string(64, 'e');
   CHECK(version(encode_application(pinned)) == 4);
-  CHECK(version(encode_target_state(full_state())) == 4);
+  auto pinned_state = full_state();
+  pinned_state.applications.at("shop").open_inference = false;
+  CHECK(version(encode_target_state(pinned_state)) == 4);
   CHECK(decode_application(encode_application(pinned)).value() == pinned);
+  // Served by the Open Inference Protocol: version 5, which a version-4
+  // binary refuses instead of silently dropping the /v2/models routes (and
+  // writing the state back without them); alone or with everything else.
+  auto inference = plain;
+  inference.open_inference = true;
+  CHECK(version(encode_application(inference)) == 5);
+  CHECK(version(encode_application(full_state().applications.at("shop"))) == 5);
+  CHECK(version(encode_target_state(full_state())) == 5);
+  CHECK(version(encode_head(full_state(), 3)) == 3);  // the head has no applications
+  CHECK(decode_application(encode_application(inference)).value() == inference);
+  CHECK(decode_application(encode_application(inference)).value().open_inference);
+  // Without it (every record above), it reads back false.
+  CHECK_FALSE(decode_application(encode_application(pinned)).value().open_inference);
   auto shadow_only = plain;
   shadow_only.deployments[1].name = "mirror";
   shadow_only.shadow = {{"mirror", 1.0}};

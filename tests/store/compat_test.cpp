@@ -145,6 +145,7 @@ TEST_CASE("a target state written with the v0 schema decodes with defaults for n
   CHECK(d1.config.memory_limit_bytes == 0u);
   CHECK(decoded->applications.at("shop").traffic.empty());
   CHECK(decoded->applications.at("shop").shadow.empty());
+  CHECK_FALSE(decoded->applications.at("shop").open_inference);
   CHECK_FALSE(decoded->target_capacity.has_value());
   // A checkpoint from before http settings: no timeouts declared (each
   // proxy uses its node's own).

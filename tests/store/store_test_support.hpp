@@ -79,6 +79,7 @@ inline TargetState full_state() {
   shop.traffic = {{"frontend", 0.875}, {"cart", 0.125}};
   shop.traffic_key_header = "X-User";
   shop.shadow = {{"mirror", 0.375}};
+  shop.open_inference = true;
   s.applications.emplace(shop.name, shop);
 
   ApplicationSpec search;

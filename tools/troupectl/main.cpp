@@ -192,6 +192,8 @@ void print_status(const json& status, bool replicas) {
       }
       std::printf("  shadow: %s (copies, answers discarded)\n", shown.c_str());
     }
+    if (app.value("open_inference", false))
+      std::printf("  open inference: /v2/models/%s (REST and gRPC)\n", name.c_str());
     for (const auto& [dname, dep] : app.at("deployments").items()) {
       std::printf("  %-20s %-13s %zu/%d running", dname.c_str(), dep.value("status", "?").c_str(),
                   running_count(dep), dep.value("target_replicas", 0));
