@@ -75,6 +75,12 @@ inline uint32_t reconnect_backoff_s(uint32_t failures) {
 }
 
 // Everything the proxy shares between its io threads and its actor.
+// The deployment of `route` a request goes to: its traffic split's pick, by
+// the key header's value when the route names one and the request carries
+// it, else at random (this io thread's own generator); `route` itself
+// without a split. proxy.cpp.
+const Route& split_target(const Route& route, const Request& req);
+
 struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::Core> {
   caf::actor_system* sys = nullptr;
   ProxyOptions options;
@@ -156,6 +162,20 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   // name instead of a path; proxy.cpp.
   void on_grpc_call(ExchangePtr exchange, IoThread* w, std::chrono::steady_clock::time_point start,
                     std::string id);
+  // The Open Inference Protocol (oip_path.cpp, docs/inference.md): a REST
+  // path under /v2 or a method of inference.GRPCInferenceService, answered
+  // by the node (server health and metadata) or routed to the application
+  // named as the model, when an application declares `open_inference`.
+  // False, having done nothing, when none does: the request is routed as
+  // any other.
+  bool on_oip_rest(ExchangePtr& exchange, IoThread* w, std::chrono::steady_clock::time_point start,
+                   std::string_view path, std::string_view query, std::string& id);
+  bool on_oip_grpc(ExchangePtr& exchange, IoThread* w, std::chrono::steady_clock::time_point start,
+                   std::string& id);
+  // The deadline a request asks for (X-Request-Timeout-Seconds, or
+  // grpc-timeout on the gRPC port), never past the application's
+  // request_timeout_s; an error naming the header when it is malformed.
+  Result<double> asked_deadline(const Request& req, bool grpc) const;
   // The request of `exchange`, routed to `to` (`route` itself or the target
   // its split picked), becomes a Call and starts; proxy.cpp.
   void launch(ExchangePtr exchange, IoThread* w, std::chrono::steady_clock::time_point start,

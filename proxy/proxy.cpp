@@ -17,18 +17,13 @@
 #include "proxy/core.hpp"
 #include "proxy/grpc_fields.hpp"
 #include "proxy/handle_calls.hpp"
+#include "proxy/oip.hpp"
 #include "proxy/tls_context.hpp"
 
 namespace troupe::proxy {
 
 using nlohmann::json;
 
-namespace {
-
-// The deployment of `route` a request goes to: its traffic split's pick, by
-// the key header's value when the route names one and the request carries
-// it, else at random (this io thread's own generator); `route` itself
-// without a split.
 const Route& split_target(const Route& route, const Request& req) {
   if (route.split.empty())
     return route;
@@ -38,6 +33,8 @@ const Route& split_target(const Route& route, const Request& req) {
                      : SplitRandom::thread_local_instance().next();
   return pick_target(route, point);
 }
+
+namespace {
 
 // A client may ask for a shorter deadline than the application's
 // request_timeout_s (0: none), never a longer one.
@@ -102,9 +99,18 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     exchange->respond(std::move(r));
   };
   if (exchange->grpc()) {
-    on_grpc_call(std::move(exchange), w, start, std::move(id));
+    if (!oip::is_grpc_method(std::string_view(target.data(), target.size())) ||
+        !on_oip_grpc(exchange, w, start, id))
+      on_grpc_call(std::move(exchange), w, start, std::move(id));
     return;
   }
+  if (oip::is_rest_path(std::string_view(path.data(), path.size())) &&
+      on_oip_rest(exchange, w, start, std::string_view(path.data(), path.size()),
+                  qpos != boost::beast::string_view::npos
+                      ? std::string_view(target.data() + qpos + 1, target.size() - qpos - 1)
+                      : std::string_view(),
+                  id))
+    return;
   if (path.size() >= 3 && path.substr(0, 3) == "/-/") {
     // The ingress answers the probes only; the cluster's state stays on the
     // admin listener.
@@ -135,21 +141,30 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
     return;
   }
   const Route* to = &split_target(*match.route, req);
-  // A client may ask for a shorter deadline than the application's
-  // request_timeout_s, never a longer one.
-  double timeout_s = request_timeout_s();
-  if (auto t = req.find(kRequestTimeoutHeader); t != req.end()) {
-    auto asked = parse_request_timeout(t->value());
-    if (!asked) {
-      answer_local(json_error(http::status::bad_request, asked.status().message(), id));
-      return;
-    }
-    timeout_s = shorter_deadline(timeout_s, *asked);
+  auto timeout_s = asked_deadline(req, false);
+  if (!timeout_s) {
+    answer_local(json_error(http::status::bad_request, timeout_s.status().message(), id));
+    return;
   }
   launch(std::move(exchange), w, start, *match.route, to, std::move(table), std::string(match.rest),
          qpos != boost::beast::string_view::npos ? std::string(target.substr(qpos + 1))
                                                  : std::string(),
-         timeout_s, std::move(id));
+         *timeout_s, std::move(id));
+}
+
+Result<double> Proxy::Core::asked_deadline(const Request& req, bool grpc) const {
+  // A client may ask for a shorter deadline than the application's
+  // request_timeout_s, never a longer one.
+  double timeout_s = request_timeout_s();
+  auto t = req.find(grpc ? boost::beast::string_view("grpc-timeout")
+                         : boost::beast::string_view(kRequestTimeoutHeader));
+  if (t == req.end())
+    return timeout_s;
+  auto asked = grpc ? grpc::parse_timeout(std::string_view(t->value().data(), t->value().size()))
+                    : parse_request_timeout(t->value());
+  if (!asked)
+    return asked.status();
+  return shorter_deadline(timeout_s, *asked);
 }
 
 void Proxy::Core::launch(ExchangePtr exchange, IoThread* w, Clock::time_point start,
@@ -227,17 +242,13 @@ void Proxy::Core::on_grpc_call(ExchangePtr exchange, IoThread* w, Clock::time_po
     return;
   }
   const Route* to = &split_target(*route, req);
-  double timeout_s = request_timeout_s();
-  if (auto t = req.find("grpc-timeout"); t != req.end()) {
-    auto asked = grpc::parse_timeout(std::string_view(t->value().data(), t->value().size()));
-    if (!asked) {
-      answer_local(json_error(http::status::bad_request, asked.status().message(), id));
-      return;
-    }
-    timeout_s = shorter_deadline(timeout_s, *asked);
+  auto timeout_s = asked_deadline(req, true);
+  if (!timeout_s) {
+    answer_local(json_error(http::status::bad_request, timeout_s.status().message(), id));
+    return;
   }
   launch(std::move(exchange), w, start, *route, to, std::move(table), method, std::string(),
-         timeout_s, std::move(id));
+         *timeout_s, std::move(id));
 }
 
 Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions options) {

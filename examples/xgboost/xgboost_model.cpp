@@ -5,7 +5,8 @@
 // its default is every core, which several replicas on one machine share).
 //
 //   POST {"features": [[f0, ..., f29], ...]}  ->  {"predictions": [p0, ...]}
-//   GET                                        ->  {"model": path, "n_features": 30, "n_trees": 200}
+//   GET                                        ->  {"model": path, "n_features": 30, "n_trees":
+//   200}
 //
 // Bad input is a 400 that names the problem: malformed JSON, no "features",
 // an empty list, a row of the wrong length, a value that is not a number, or
@@ -17,6 +18,18 @@
 // replica calls handle_batch(), which predicts the rows of all the
 // requests of a batch with one call. The health check predicts a
 // row the constructor predicted, and fails when the answer changed.
+//
+// It is also a troupe::InferenceModel (include/troupe/inference.hpp): with
+// `open_inference: true` on its application every node serves it by the Open
+// Inference Protocol, over REST and gRPC:
+//
+//   POST /v2/models/xgboost/infer
+//     {"inputs": [{"name": "features", "datatype": "FP32", "shape": [2, 30], "data": [...]}]}
+//   -> {"model_name": "xgboost", "outputs": [{"name": "predictions", "datatype": "FP32",
+//                                             "shape": [2], "data": [p0, p1]}]}
+//
+// The rows of the inference calls of a batch go through the model in one
+// call too (infer_batch).
 #include <xgboost/c_api.h>
 
 #include <cmath>
@@ -26,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-#include <troupe/deployment.hpp>
+#include <troupe/inference.hpp>
 
 #ifndef TROUPE_XGBOOST_DEFAULT_MODEL
 #define TROUPE_XGBOOST_DEFAULT_MODEL ""
@@ -47,7 +60,7 @@ troupe::Response bad_request(const std::string& message) {
 
 }  // namespace
 
-class XGBoostModel : public troupe::Deployment {
+class XGBoostModel : public troupe::InferenceModel {
  public:
   XGBoostModel(const troupe::Json& args, const troupe::ReplicaContext& /*ctx*/)
       : path_(args.is_object() ? args.value("model_path", std::string(TROUPE_XGBOOST_DEFAULT_MODEL))
@@ -73,6 +86,10 @@ class XGBoostModel : public troupe::Deployment {
       check(XGBoosterBoostedRounds(booster_, &rounds), "reading the model's tree count");
       n_features_ = static_cast<size_t>(features);
       n_trees_ = rounds;
+      metadata_ = {"xgboost",
+                   {"1"},
+                   {{"features", troupe::DataType::fp32, {-1, int64_t(n_features_)}}},
+                   {{"predictions", troupe::DataType::fp32, {-1}}}};
       probe_.assign(n_features_, 0.25f);
       probe_answer_ = predict(probe_, 1).at(0);
     } catch (...) {
@@ -82,7 +99,47 @@ class XGBoostModel : public troupe::Deployment {
   }
   ~XGBoostModel() override { XGBoosterFree(booster_); }
 
-  troupe::Response handle(const troupe::Request& request) override {
+  troupe::ModelMetadata metadata() const override { return metadata_; }
+
+  troupe::InferResponse infer(const troupe::InferRequest& request) override {
+    return std::move(infer_batch({request}).front());
+  }
+
+  // One matrix for the rows of every call (their shapes are checked against
+  // metadata() before: [rows, n_features] with as many values).
+  std::vector<troupe::InferResponse> infer_batch(
+      const std::vector<troupe::InferRequest>& requests) override {
+    std::vector<float> rows;
+    size_t total = 0;
+    for (const auto& r : requests) {
+      const troupe::Tensor& x = *r.input("features");
+      const auto n = static_cast<size_t>(x.shape[0]);
+      if (n == 0)
+        throw troupe::BadInput("input 'features' has no rows");
+      if (n > kMaxRows)
+        throw troupe::BadInput("input 'features' has " + std::to_string(n) + " rows; at most " +
+                               std::to_string(kMaxRows) + " per request");
+      rows.insert(rows.end(), x.fp32.begin(), x.fp32.end());
+      total += n;
+    }
+    const std::vector<float> predictions = predict(rows, total);
+    std::vector<troupe::InferResponse> out;
+    size_t at = 0;
+    for (const auto& r : requests) {
+      const int64_t n = r.input("features")->shape[0];
+      troupe::Tensor p("predictions", troupe::DataType::fp32, {n});
+      p.fp32.assign(predictions.begin() + static_cast<long>(at),
+                    predictions.begin() + static_cast<long>(at) + n);
+      at += static_cast<size_t>(n);
+      troupe::InferResponse answer;
+      answer.outputs.push_back(std::move(p));
+      out.push_back(std::move(answer));
+    }
+    return out;
+  }
+
+  // The application's own REST API (at its route_prefix).
+  troupe::Response handle_http(const troupe::Request& request) override {
     if (request.method == "GET")
       return troupe::Response::json(
           {{"model", path_}, {"n_features", n_features_}, {"n_trees", n_trees_}});
@@ -99,7 +156,7 @@ class XGBoostModel : public troupe::Deployment {
   // into XGBoost for all their rows, which is what batching buys (the
   // per-call cost of a prediction is paid once). A request with bad input
   // gets its own 400 and stays out of the matrix; the others are answered.
-  std::vector<troupe::Response> handle_batch(
+  std::vector<troupe::Response> handle_http_batch(
       const std::vector<troupe::Request>& requests) override {
     std::vector<troupe::Response> out(requests.size());
     std::vector<float> rows;
@@ -108,7 +165,7 @@ class XGBoostModel : public troupe::Deployment {
     for (size_t i = 0; i < requests.size(); ++i) {
       const auto& request = requests[i];
       if (request.method != "POST") {
-        out[i] = handle(request);
+        out[i] = handle_http(request);
         continue;
       }
       std::vector<float> mine;
@@ -198,6 +255,7 @@ class XGBoostModel : public troupe::Deployment {
   BoosterHandle booster_ = nullptr;
   size_t n_features_ = 0;
   int n_trees_ = 0;
+  troupe::ModelMetadata metadata_;
   std::vector<float> probe_;
   float probe_answer_ = 0;
 };
