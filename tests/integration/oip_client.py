@@ -20,6 +20,7 @@ Usage: oip_client.py --port P --proto FILE --gen DIR [--timeout S] CALL [args]
                                     {"model_name", "model_version", "id", "outputs":
                                     [{name, datatype, shape, "data": [...], "raw": bool}]}
   raw-infer HEX                     ModelInfer with these bytes as the message
+  big NAME MB                       ModelInfer of one FP32 input of MB MiB (raw contents)
 """
 import argparse
 import importlib
@@ -117,6 +118,12 @@ def main():
             r = stub.ModelInfer(req, timeout=a.timeout)
             out.update(model_name=r.model_name, model_version=r.model_version, id=r.id,
                        outputs=tensors(r.outputs, list(r.raw_output_contents)))
+        elif a.call == "big":
+            n = (int(a.args[1]) << 20) // 4
+            req = pb.ModelInferRequest(model_name=a.args[0])
+            req.inputs.add(name="features", datatype="FP32", shape=[n // 30, 30])
+            req.raw_input_contents.append(bytes((n // 30) * 30 * 4))
+            stub.ModelInfer(req, timeout=a.timeout)
         elif a.call == "raw-infer":
             method = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
             out["raw"] = method(bytes.fromhex(a.args[0]), timeout=a.timeout).hex()

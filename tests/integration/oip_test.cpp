@@ -10,12 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/http_client.hpp"
 #include "tests/support/xgboost_reference.hpp"
 
 using namespace troupe::testing;
@@ -296,9 +300,88 @@ TEST_CASE(
   CHECK(g_garbage["details"] == "the request is not a ModelInferRequest message");
   CHECK(c.call("w1", {"infer", "notamodel", file})["code"] == "UNIMPLEMENTED");
 
+  // 100 MB in one message: refused at the node's body limit, before any
+  // replica sees it.
+  auto big = c.call("w1", {"big", "xgboost", "100"});
+  CHECK(big["code"] == "RESOURCE_EXHAUSTED");
+  CHECK(big["details"].get<std::string>().find("body limit") != std::string::npos);
+  std::string huge = c.infer_body(0, 1);
+  huge.insert(huge.rfind(']'), std::string(100u << 20, ' '));
+  CHECK(c.curl("head", "/v2/models/xgboost/infer", huge).status == 413);
+
   // The applications' own paths are untouched, and every node lives on.
   CHECK(c.curl("head", "/xgboost").body["n_trees"] == 200);
   CHECK(c.curl("w1", "/echo/").status == 200);
+  CHECK(c.cluster.stop_all().empty());
+}
+
+TEST_CASE(
+    "oip: concurrent inference calls through both nodes are batched - each gets its own row's "
+    "prediction") {
+  constexpr size_t kClients = 32;
+  constexpr size_t kPerClient = 6;
+  OipCluster c(kClients * kPerClient);
+  std::vector<std::string> failures;
+  std::mutex mutex;
+  std::vector<std::thread> clients;
+  for (size_t k = 0; k < kClients; ++k) {
+    clients.emplace_back([&, k] {
+      const std::string node = k % 2 ? "w1" : "head";
+      for (size_t i = 0; i < kPerClient; ++i) {
+        const size_t row = k * kPerClient + i;
+        auto r = http_request(c.cluster.http_ports.at(node), "POST", "/v2/models/xgboost/infer",
+                              c.infer_body(row, row + 1), 30);
+        std::string problem;
+        if (!r || r->status != 200) {
+          problem = "row " + std::to_string(row) + ": " +
+                    (r ? std::to_string(r->status) + " " + r->body : "no answer");
+        } else {
+          auto j = json::parse(r->body, nullptr, false);
+          if (j.is_discarded() || j["outputs"][0]["data"][0].get<float>() != c.expected[row] ||
+              j["id"] != "rest-" + std::to_string(row))
+            problem = "row " + std::to_string(row) + ": answered " + r->body;
+        }
+        if (!problem.empty()) {
+          std::lock_guard<std::mutex> lock(mutex);
+          failures.push_back(problem);
+        }
+      }
+    });
+  }
+  for (auto& t : clients)
+    t.join();
+  CHECK(failures.empty());
+  for (const auto& f : failures)
+    MESSAGE(f);
+  // The replicas ran calls together: fewer batches than calls. (Each node
+  // reports its replica processes' histograms on its metrics page, once a
+  // second: wait until they count every call.)
+  double batches = 0;
+  double calls = 0;
+  auto read_metrics = [&] {
+    batches = calls = 0;
+    for (const std::string node : {"head", "w1"}) {
+      auto page = http_get(c.cluster.admin_ports.at(node), "/-/metrics", 5);
+      if (!page || page->status != 200)
+        return false;
+      std::istringstream lines(page->body);
+      std::string line;
+      while (std::getline(lines, line)) {
+        if (line.find("application=\"xgboost\"") == std::string::npos)
+          continue;
+        if (line.rfind("troupe_deployment_batch_size_count{", 0) == 0)
+          batches += std::stod(line.substr(line.rfind(' ') + 1));
+        if (line.rfind("troupe_deployment_batch_size_sum{", 0) == 0)
+          calls += std::stod(line.substr(line.rfind(' ') + 1));
+      }
+    }
+    return calls >= double(kClients * kPerClient);
+  };
+  CHECK(wait_until(read_metrics, 20s));
+  CAPTURE(batches);
+  CAPTURE(calls);
+  CHECK(batches > 0);
+  CHECK(batches < calls);
   CHECK(c.cluster.stop_all().empty());
 }
 
