@@ -41,7 +41,9 @@ struct HaHead::Shared {
   caf::actor follower;
   // The node id of the last other candidate seen leading: when this one
   // takes over, that one lost its lease (killed, cut off, stopping), so its
-  // recovery window does not wait for it to report its replicas.
+  // recovery window does not wait for it to report its replicas. Forgotten
+  // once used, and when this head loses etcd itself (then every lease lapsed
+  // and that node may well run on: chaos ha_heads_short, etcd_quorum_loss).
   std::string last_leader;
   std::shared_ptr<Publisher> pub = std::make_shared<Publisher>();
 
@@ -177,6 +179,9 @@ void on_lead(Keeper& keeper, const std::shared_ptr<Shared>& sh, int64_t term) {
   sh->log->warn("this head leads (term {}): starting the controller over the checkpoint in etcd",
                 term);
   keeper.start();
+  // The lost leader is left out of this lead's first controller only: a
+  // restarted one, or this head's next lead, waits for its node like any.
+  sh->last_leader.clear();
 }
 
 // Not leading (any more): the controller killed at once, the follower on
@@ -227,10 +232,15 @@ caf::message_handler ha_handlers(Keeper& keeper, std::shared_ptr<Shared> sh) {
       [&keeper, sh](ha_follow_atom, const std::string& why) { on_follow(keeper, sh, why); },
       [sh](ha_seen_atom) { on_seen(sh); },
       [sh](ha_problem_atom, const std::string& problem) {
-        if (problem.empty())
+        if (problem.empty()) {
           sh->log->info("etcd answers again: campaigning");
-        else
-          sh->log->warn("no campaign for now: {}", problem);
+          return;
+        }
+        // This head cannot reach etcd either: the leader's lease may lapse
+        // with everyone's (etcd without a quorum) while its node runs on
+        // with its replicas, so the next lead waits for that node too.
+        sh->last_leader.clear();
+        sh->log->warn("no campaign for now: {}", problem);
       },
       [&keeper, sh](shutdown_atom) -> caf::result<caf::ok_atom> {
         keeper.stop();

@@ -99,14 +99,37 @@ void ControllerLogic::log_transitions(const std::vector<NodeTransition>& ts) {
 }
 
 // Keeps <state_dir>/nodes equal to the set of live nodes; not while
-// recovering, when the membership is still filling up.
+// recovering, when the membership is still filling up (finish_recovery()
+// writes it, with the nodes that registered meanwhile). A write that fails
+// (etcd without a quorum, a full disk) is tried again by tick() until one
+// succeeds: a list left stale would name fewer nodes than host replicas, and
+// the next controller would end its recovery before they reported them.
 void ControllerLogic::save_live_nodes() {
   if (recovering())
     return;
-  if (!nodes_file_.save(membership_.nodes())) {
-    log_->warn("cannot write {}: the next controller restart waits its full recovery window",
-               nodes_file_.path());
+  if (nodes_file_.save(membership_.nodes())) {
+    if (nodes_unsaved_) {
+      const auto& nodes = membership_.nodes();
+      log_->info("wrote {} again: {} live nodes", nodes_file_.path(),
+                 std::count_if(nodes.begin(), nodes.end(),
+                               [](const auto& n) { return n.second.state != NodeState::dead; }));
+    }
+    nodes_unsaved_ = false;
+    return;
   }
+  if (!nodes_unsaved_) {
+    log_->warn(
+        "cannot write {}: tried again every {:.0f} s; until it is written a restarted controller "
+        "waits for the nodes listed before",
+        nodes_file_.path(), kNodesRetryInterval_s);
+  }
+  nodes_unsaved_ = true;
+  nodes_retry_at_ = now() + kNodesRetryInterval_s;
+}
+
+void ControllerLogic::retry_live_nodes() {
+  if (nodes_unsaved_ && now() >= nodes_retry_at_)
+    save_live_nodes();
 }
 
 void ControllerLogic::push_nodes() {
@@ -802,6 +825,7 @@ bool ControllerLogic::tick() {
     release_held();
   if (!ts.empty())
     nodes_changed();
+  retry_live_nodes();
   if (!recovering() && (libraries_collected_at_ < 0 ||
                         now() - libraries_collected_at_ >= options_.library_collect_interval_s)) {
     libraries_collected_at_ = now();

@@ -305,6 +305,9 @@ class ControllerLogic {
   void drop_unreachable(const std::vector<NodeTransition>& ts);
   void release_held();
   void save_live_nodes();
+  // From tick(): the live nodes' list again, once kNodesRetryInterval_s
+  // passed since its write failed.
+  void retry_live_nodes();
   // The core learns the node table (and <state_dir>/nodes is kept).
   void push_nodes();
   // After a change of membership: the core learns of it (not while
@@ -331,6 +334,12 @@ class ControllerLogic {
   std::unique_ptr<StateManager> core_;
   std::unique_ptr<RecoveryGate> recovery_;
   NodesFile nodes_file_;  // <state_dir>/nodes, for the next restart
+  // The last write of nodes_file_ failed: tick() tries again from
+  // nodes_retry_at_ on (the controller's clock) until one succeeds. Not on
+  // every tick: a write to etcd out of reach waits for its timeout.
+  bool nodes_unsaved_ = false;
+  double nodes_retry_at_ = 0;
+  static constexpr double kNodesRetryInterval_s = 1.0;
   ProxyHealthMonitor proxies_;
   // Replicas, agents and subscribers (proxies; their health lives in
   // `proxies_` under the same key): every actor the controller monitors.

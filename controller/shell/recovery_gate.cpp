@@ -87,21 +87,21 @@ bool NodesFile::save(const std::map<std::string, NodeRecord>& nodes) {
   std::string content = render(nodes);
   if (content == written_)
     return true;
+  bool ok = false;
   if (write_) {
-    if (!write_(content))
-      return false;
-    written_ = content;
-    return true;
-  }
-  {
+    ok = write_(content);
+  } else {
     std::ofstream out(path_ + ".tmp", std::ios::trunc);
     out << content;
-    if (!out.flush())
-      return false;
+    ok = static_cast<bool>(out.flush());
+    out.close();
+    ok = ok && std::rename((path_ + ".tmp").c_str(), path_.c_str()) == 0;
   }
-  if (std::rename((path_ + ".tmp").c_str(), path_.c_str()) == 0)
+  if (ok)
     written_ = content;
-  return true;
+  else
+    written_.reset();
+  return ok;
 }
 
 }  // namespace troupe::controller

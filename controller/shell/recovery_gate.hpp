@@ -12,6 +12,7 @@
 #include <functional>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -74,7 +75,9 @@ class RecoveryGate {
 
 // <state_dir>/nodes: the ids of the live nodes, one per line, so that a
 // restarted controller knows whom to wait for. Written only when it changes,
-// replaced atomically with a rename.
+// replaced atomically with a rename. After a failed write the content is
+// unknown (etcd may still commit a write it did not confirm): the next
+// save() writes whatever it has.
 class NodesFile {
  public:
   // Empty `state_dir`: no file; load() is empty and save() does nothing.
@@ -91,8 +94,10 @@ class NodesFile {
   // recovery window then runs in full).
   std::set<std::string> load() const;
   // Writes the ids of the nodes in `nodes` that are not DEAD, unless that is
-  // what the file already holds. False when the write failed (the next
-  // restart then waits its full window).
+  // what the last successful write put there. False when the write failed:
+  // the file keeps what it had (possibly a stale list, which a restart
+  // would take as the nodes to wait for), so the caller tries again
+  // (ControllerLogic::save_live_nodes).
   bool save(const std::map<std::string, NodeRecord>& nodes);
 
   // The file's content for `nodes`.
@@ -102,7 +107,9 @@ class NodesFile {
   std::string path_;
   std::function<std::string()> read_;
   std::function<bool(const std::string&)> write_;
-  std::string written_;  // last content written
+  // Last content written; none after a failed write. Empty at first: a
+  // controller with no live node does not clear its predecessor's list.
+  std::optional<std::string> written_ = std::string();
 };
 
 }  // namespace troupe::controller

@@ -6,6 +6,9 @@
 #include "controller/shell/controller_logic.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -613,6 +616,105 @@ TEST_CASE("logic: after a restart registrations are collected until every known 
   CHECK(pushes[0].snapshot->full);
   CHECK(pushes[0].snapshot->request_timeout_s == 1.5);
   CHECK(pushes[0].snapshot->keep_alive_timeout_s == 7);
+}
+
+namespace {
+
+// The live nodes' list kept outside the state dir (a head candidate's, in
+// etcd: node/ha_head.cpp), whose writes fail while `fail` is set (etcd
+// without a quorum).
+struct StoredList {
+  std::string stored;
+  bool fail = false;
+  int writes = 0;
+
+  ControllerOptions::NodesList list() {
+    return {"etcd key /troupe/nodes", [this] { return stored; },
+            [this](const std::string& content) {
+              ++writes;
+              if (fail)
+                return false;
+              stored = content;
+              return true;
+            }};
+  }
+};
+
+TargetState one_application() {
+  TargetState saved;
+  saved.generation = 3;
+  saved.applications["a"] = make_app("a", "/a", {make_deployment("D", 1)});
+  return saved;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "logic: a nodes list write that failed is retried on the tick - the next start awaits every "
+    "live node") {
+  StoredList etcd;
+  etcd.stored = "n1\n";
+  Fixture f;
+  f.options.nodes_list = etcd.list();
+  std::static_pointer_cast<MemoryStore>(f.store)->saved = one_application();
+  CHECK(f.start());
+  CHECK(contains(f.log_text.str(), "from 1 known nodes"));
+  etcd.fail = true;
+  // n2 joins while the controller recovers: not awaited, but live.
+  CHECK_FALSE(f.register_node("n2", f.handle()).recovery_complete);
+  CHECK(f.register_node("n1", f.handle()).recovery_complete);
+  REQUIRE(f.logic->finish_recovery());
+  CHECK(etcd.stored == "n1\n");
+  CHECK(contains(f.log_text.str(), "cannot write etcd key /troupe/nodes"));
+  f.register_node("n3", f.handle());
+  CHECK(etcd.stored == "n1\n");
+  // Tried again on the tick, not on every one.
+  const std::vector<std::string> beating{"n1", "n2", "n3"};
+  int tried = etcd.writes;
+  f.ticks(0.5, beating);
+  CHECK(etcd.writes == tried);
+  f.ticks(1.0, beating);
+  CHECK(etcd.writes == tried + 1);
+  CHECK(etcd.stored == "n1\n");
+  etcd.fail = false;
+  f.ticks(1.5, beating);
+  CHECK(etcd.stored == "n1\nn2\nn3\n");
+  CHECK(contains(f.log_text.str(), "wrote etcd key /troupe/nodes again: 3 live nodes"));
+  int written = etcd.writes;
+  f.ticks(3.0, beating);
+  CHECK(etcd.writes == written);  // written once: nothing more to do
+
+  // The next controller (another head's, after a failover) waits for all
+  // three: none of their replicas is started anew while one is missing.
+  Fixture g;
+  g.store = f.store;
+  g.options.nodes_list = etcd.list();
+  CHECK(g.start());
+  CHECK(contains(g.log_text.str(), "from 3 known nodes"));
+  CHECK_FALSE(g.register_node("n1", g.handle()).recovery_complete);
+  CHECK_FALSE(g.register_node("n3", g.handle()).recovery_complete);
+  CHECK(g.logic->recovering());
+  CHECK(g.register_node("n2", g.handle()).recovery_complete);
+}
+
+TEST_CASE("logic: a nodes file that could not be written is written on a later tick") {
+  troupe::testing::TempDir dir;
+  const std::string path = dir.path() + "/nodes";
+  Fixture f;
+  f.options.state_dir = dir.path();
+  CHECK_FALSE(f.start());
+  // The file is replaced through nodes.tmp: a directory there fails the write.
+  std::filesystem::create_directory(path + ".tmp");
+  f.register_node("n1", f.handle());
+  CHECK_FALSE(std::filesystem::exists(path));
+  CHECK(contains(f.log_text.str(), "cannot write " + path));
+  std::filesystem::remove(path + ".tmp");
+  f.ticks(1.5, {"n1"});
+  REQUIRE(std::filesystem::exists(path));
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(content == "n1\n");
+  CHECK(NodesFile(dir.path()).load() == std::set<std::string>{"n1"});
 }
 
 TEST_CASE("logic: the recovery window ends the recovery when a node does not come back") {

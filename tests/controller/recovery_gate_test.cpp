@@ -2,6 +2,7 @@
 // collects, what it refuses meanwhile; and the file of live nodes it reads.
 #include "controller/shell/recovery_gate.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -206,6 +207,44 @@ TEST_CASE("nodes file: kept elsewhere (a head candidate's in etcd) - read and wr
   REQUIRE(list.save(nodes({{"a", NodeState::alive}})));
   CHECK(stored == "a\n");
   CHECK(writes == 3);
+}
+
+TEST_CASE("nodes file: after a failed write the next save writes even what it wrote last") {
+  // etcd may commit a write it did not confirm once it has a quorum again:
+  // after a failure the list holds either content.
+  std::string stored;
+  bool fail = false;
+  int writes = 0;
+  NodesFile list(
+      "etcd key /troupe/nodes", [&] { return stored; },
+      [&](const std::string& content) {
+        ++writes;
+        if (fail) {
+          stored = content;  // taken, but not confirmed
+          return false;
+        }
+        stored = content;
+        return true;
+      });
+  REQUIRE(list.save(nodes({{"a", NodeState::alive}})));
+  fail = true;
+  CHECK_FALSE(list.save(nodes({{"a", NodeState::alive}, {"b", NodeState::alive}})));
+  CHECK(stored == "a\nb\n");
+  fail = false;
+  REQUIRE(list.save(nodes({{"a", NodeState::alive}})));
+  CHECK(stored == "a\n");
+  CHECK(writes == 3);
+}
+
+TEST_CASE("nodes file: a rename that fails is a failed write") {
+  troupe::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  std::filesystem::create_directory(dir + "/nodes");  // the rename onto it fails
+  NodesFile file(dir);
+  CHECK_FALSE(file.save(nodes({{"a", NodeState::alive}})));
+  std::filesystem::remove(dir + "/nodes");
+  REQUIRE(file.save(nodes({{"a", NodeState::alive}})));
+  CHECK(read(dir + "/nodes") == "a\n");
 }
 
 TEST_CASE("nodes file: a failed write reports it") {
