@@ -1,7 +1,8 @@
-// Writes the binary seed inputs of the checkpoint, channel and gRPC fuzzers
-// from real encodings: the example configs' target states and applications,
-// data-channel frames of a request, an answer and a refusal, and HTTP/2
-// conversations of gRPC calls made with nghttp2's client side. Run from the
+// Writes the binary seed inputs of the checkpoint, channel, gRPC and Open
+// Inference Protocol fuzzers from real encodings: the example configs' target
+// states and applications, data-channel frames of a request, an answer and a
+// refusal, HTTP/2 conversations of gRPC calls made with nghttp2's client
+// side, and the protocol's messages made with protobuf's generated code. Run from the
 // fuzz build (docs/reliability.md, "Fuzzing"):
 //   build/fuzz/bin/make_fuzz_seeds tests/fuzz/corpus examples/*.yaml
 #include <sys/socket.h>
@@ -18,6 +19,7 @@
 
 #include "config/config.hpp"
 #include "controller/store/codec.hpp"
+#include "grpc_predict_v2.pb.h"
 #include "runtime/data_channel.hpp"
 #include "runtime/wire.hpp"
 
@@ -140,6 +142,45 @@ void grpc_seeds(const std::filesystem::path& dir) {
               conversation({{"/t.S/Unary", {{"grpc-timeout", "soon"}}, message("")}}));
 }
 
+// Each input of the oip fuzzer: its first byte picks what the rest is
+// (tests/fuzz/oip_fuzz.cpp).
+void oip_seeds(const std::filesystem::path& dir) {
+  auto infer = [](bool raw) {
+    inference::ModelInferRequest r;
+    r.set_model_name("fuzz");
+    r.set_id("seed");
+    auto* x = r.add_inputs();
+    x->set_name("x");
+    x->set_datatype("FP32");
+    x->add_shape(2);
+    x->add_shape(2);
+    const float values[] = {0.5f, -1.0f, 2.0f, 3.25f};
+    if (raw) {
+      r.add_raw_input_contents(std::string(reinterpret_cast<const char*>(values), sizeof values));
+    } else {
+      for (float v : values)
+        x->mutable_contents()->add_fp32_contents(v);
+    }
+    r.add_outputs()->set_name("y");
+    return r.SerializeAsString();
+  };
+  write_plain(dir / "grpc-typed", std::string(1, '\0') + infer(false));
+  write_plain(dir / "grpc-raw", std::string(1, '\0') + infer(true));
+  write_plain(dir / "rest-body",
+              "\x01"
+              R"({"id": "a", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],)"
+              R"( "data": [[1.5, 2]]}], "outputs": [{"name": "rows"}]})");
+  write_plain(dir / "rest-path", "\x02/models/fuzz/versions/1/infer");
+  write_plain(dir / "answer",
+              "\x03"
+              R"({"model_name": "m", "outputs": [{"name": "y", "datatype": "FP16", "shape":)"
+              R"( [2], "data": [1.0, -2.5]}], "parameters": {"k": 1}})");
+  inference::ModelReadyRequest ready;
+  ready.set_name("fuzz");
+  ready.set_version("1");
+  write_plain(dir / "ready", "\x04" + ready.SerializeAsString());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,6 +190,7 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path corpus = argv[1];
   grpc_seeds(corpus / "grpc");
+  oip_seeds(corpus / "oip");
   for (int i = 2; i < argc; ++i) {
     auto config = config::load_config_file(argv[i]);
     if (!config) {
