@@ -25,6 +25,7 @@ goal: gRPC >= 0.8x the HTTP/1.1 path's req/s at the same concurrency.
 Exit status: 0 when the goal is met, 1 when not, 2 when the run failed.
 """
 import argparse
+import resource
 import importlib.util
 import json
 import os
@@ -124,14 +125,22 @@ def to_ms(text):
 def measure(cluster, kind, conns, args, empty, grpc_port):
     port = cluster.http_port if kind == "http" else grpc_port
     before = grpc_counts(cluster.admin_port)
-    pids = [cluster.d_pid] + cluster.replicas()
-    t0 = bench.cpu_ticks(pids)
+    replicas = cluster.replicas()
+    t0 = (bench.cpu_ticks([cluster.d_pid]), bench.cpu_ticks(replicas))
+    g0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = h2load(kind, port, conns, args.duration, args.warmup, empty)
-    t1 = bench.cpu_ticks(pids)
+    g1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t1 = (bench.cpu_ticks([cluster.d_pid]), bench.cpu_ticks(replicas))
     # h2load reports the measured period only; the warm-up's calls count in
-    # the node's metrics too.
+    # the node's metrics too. (Its own CPU time covers the warm-up too: per
+    # request it is a little high.)
     n = r["done"]
-    r["cpu_us_per_req"] = (t1 - t0) * 1e6 / bench.CLK_TCK / n if n else None
+    per = lambda ticks: ticks * 1e6 / bench.CLK_TCK / n if n else None
+    r["cpu_us_per_req"] = per(t1[0] - t0[0] + t1[1] - t0[1])
+    r["node_us_per_req"] = per(t1[0] - t0[0])
+    r["replicas_us_per_req"] = per(t1[1] - t0[1])
+    r["h2load_us_per_req"] = ((g1.ru_utime + g1.ru_stime - g0.ru_utime - g0.ru_stime) * 1e6 / n
+                              if n else None)
     problems = []
     if r["failed"] or r["ok_2xx"] != r["succeeded"] or r["succeeded"] != n:
         problems.append(f"{n} done, {r['succeeded']} succeeded, {r['ok_2xx']} 2xx, "
@@ -232,6 +241,9 @@ def main():
                     cpu = m["cpu_us_per_req"]
                     print(f"{rnd:>5} {c:>5} {kind:<5} {m['rps']:>9.0f} "
                           f"{m['mean_ms'] or 0:>8.2f} {cpu or 0:>11.1f}  "
+                          f"node {m['node_us_per_req'] or 0:.1f}, replicas "
+                          f"{m['replicas_us_per_req'] or 0:.1f}, h2load "
+                          f"{m['h2load_us_per_req'] or 0:.1f} us/req  "
                           f"{'; '.join(m['problems'])}", flush=True)
                 row["ratio"] = row["grpc"]["rps"] / row["http"]["rps"]
                 row["ratio_mux"] = row["grpc-mux"]["rps"] / row["http"]["rps"]
