@@ -95,8 +95,14 @@ def wait_until(what, deadline_s, check, interval=0.2, alive=None):
 
 # --- wrk ---------------------------------------------------------------------------
 
-def wrk_lua(path, rows):
-    bodies = [json.dumps({"features": [row]}, separators=(",", ":")) for row in rows]
+def wrk_lua(path, rows, protocol="native"):
+    if protocol == "oip":
+        # The Open Inference Protocol's REST body of one row (docs/inference.md).
+        bodies = [json.dumps({"inputs": [{"name": "features", "datatype": "FP32",
+                                          "shape": [1, len(row)], "data": row}]},
+                             separators=(",", ":")) for row in rows]
+    else:
+        bodies = [json.dumps({"features": [row]}, separators=(",", ":")) for row in rows]
     with open(path, "w") as f:
         f.write('wrk.method = "POST"\n')
         f.write('wrk.headers["Content-Type"] = "application/json"\n')
@@ -380,6 +386,7 @@ def deploy_yaml(mode, nthread=None):
         "applications:",
         f"  - name: {APP}",
         "    route_prefix: /xgboost",
+        "    open_inference: true",
         f"    import_path: libtroupe_xgboost.so:{DEPLOYMENT}",
         "    args: {}" if nthread is None else f"    args: {{nthread: {nthread}}}",
         "    deployments:",
@@ -643,6 +650,10 @@ def main():
     ap.add_argument("--nthread", type=int, default=None,
                     help="the deployment's args.nthread (XGBoost's threads per prediction); "
                          "default: not set, XGBoost's own default (every core)")
+    ap.add_argument("--protocol", choices=("native", "oip"), default="native",
+                    help="what wrk posts: the example's own REST API (POST /xgboost "
+                         '{"features": [row]}, the default) or the Open Inference Protocol '
+                         "(POST /v2/models/xgboost/infer with one FP32 [1, 30] tensor)")
     ap.add_argument("--json", metavar="FILE", help="write every figure to FILE as JSON")
     ap.add_argument("--keep", action="store_true",
                     help="keep the work dir (node logs, wrk output) and print its path")
@@ -691,7 +702,7 @@ def main():
           f"{MAX_ONGOING}, on worker d (a head that hosts nothing, node defaults); "
           f"wrk -t1 -cC -d{duration}s --latency after a {warmup} s warm-up; "
           f"modes {' '.join(modes)}; concurrency {' '.join(map(str, concurrencies))}; "
-          f"{args.rounds} round(s); args.nthread "
+          f"{args.rounds} round(s); protocol {args.protocol}; args.nthread "
           f"{'not set (XGBoost default)' if args.nthread is None else args.nthread}", flush=True)
 
     load_start = loadavg()
@@ -702,6 +713,11 @@ def main():
     lua = os.path.join(work, "post.lua")
     bodies = wrk_lua(lua, rows)
     url = f"http://127.0.0.1:{cluster.http_port}/xgboost"
+    if args.protocol == "oip":
+        # The probes stay on the example's own API; wrk posts the protocol's.
+        lua = os.path.join(work, "post-oip.lua")
+        wrk_lua(lua, rows, "oip")
+        url = f"http://127.0.0.1:{cluster.http_port}/v2/models/{APP}/infer"
 
     results = []  # per round: {(mode, c): result}
     replica_ids = {}
