@@ -81,6 +81,11 @@ inline uint32_t reconnect_backoff_s(uint32_t failures) {
 // without a split. proxy.cpp.
 const Route& split_target(const Route& route, const Request& req);
 
+// Drops a client's own troupe-oip* headers from a request to a model's
+// application: only the node marks a call as the Open Inference Protocol's
+// (oip_path.cpp).
+void drop_oip_marks(Request& req);
+
 struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::Core> {
   caf::actor_system* sys = nullptr;
   ProxyOptions options;

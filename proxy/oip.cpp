@@ -2,8 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -137,6 +139,35 @@ uint16_t float_to_half(float f) {
   return uint16_t(half);
 }
 
+// A float element: JSON has no NaN or infinities, which go as the strings
+// "NaN", "Infinity" and "-Infinity" (include/troupe/inference.hpp).
+json float_json(double v) {
+  if (std::isfinite(v))
+    return v;
+  return std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
+}
+
+// The value of a float element of an answer: a number or one of those
+// strings.
+bool float_of(const json& e, double& out) {
+  if (e.is_number()) {
+    out = e.get<double>();
+    return true;
+  }
+  if (!e.is_string())
+    return false;
+  const auto& s = e.get_ref<const std::string&>();
+  if (s == "NaN")
+    out = std::numeric_limits<double>::quiet_NaN();
+  else if (s == "Infinity")
+    out = std::numeric_limits<double>::infinity();
+  else if (s == "-Infinity")
+    out = -std::numeric_limits<double>::infinity();
+  else
+    return false;
+  return true;
+}
+
 // The elements of raw contents as a JSON list; an error naming the input.
 Result<json> raw_elements(const std::string& name, const std::string& datatype, int64_t elements,
                           const std::string& raw) {
@@ -177,19 +208,19 @@ Result<json> raw_elements(const std::string& name, const std::string& datatype, 
     else if (datatype == "INT16")
       out.push_back(load<int16_t>(p));
     else if (datatype == "FP16")
-      out.push_back(half_to_float(load<uint16_t>(p)));
+      out.push_back(float_json(half_to_float(load<uint16_t>(p))));
     else if (datatype == "UINT32")
       out.push_back(load<uint32_t>(p));
     else if (datatype == "INT32")
       out.push_back(load<int32_t>(p));
     else if (datatype == "FP32")
-      out.push_back(load<float>(p));
+      out.push_back(float_json(load<float>(p)));
     else if (datatype == "UINT64")
       out.push_back(load<uint64_t>(p));
     else if (datatype == "INT64")
       out.push_back(load<int64_t>(p));
     else
-      out.push_back(load<double>(p));
+      out.push_back(float_json(load<double>(p)));
   }
   return out;
 }
@@ -213,10 +244,16 @@ Result<json> typed_elements(const std::string& name, const std::string& datatype
     return list(c.uint_contents());
   if (datatype == "UINT64")
     return list(c.uint64_contents());
+  auto floats = [](const auto& field) {
+    json out = json::array();
+    for (double v : field)
+      out.push_back(float_json(v));
+    return out;
+  };
   if (datatype == "FP32")
-    return list(c.fp32_contents());
+    return floats(c.fp32_contents());
   if (datatype == "FP64")
-    return list(c.fp64_contents());
+    return floats(c.fp64_contents());
   if (datatype == "BYTES")
     return list(c.bytes_contents());
   if (datatype == "FP16")
@@ -305,10 +342,12 @@ Status output_elements(const std::string& name, const std::string& datatype, con
   int size = element_size(datatype);
   if (size < 0)
     return not_an_answer("output '" + name + "' has datatype '" + datatype + "'");
+  const bool fp = datatype.rfind("FP", 0) == 0;
   for (const json* e : flat) {
+    double f = 0;
     bool ok = datatype == "BOOL"               ? e->is_boolean()
               : datatype == "BYTES"            ? e->is_string()
-              : datatype.rfind("FP", 0) == 0   ? e->is_number()
+              : fp                             ? float_of(*e, f)
               : datatype.rfind("UINT", 0) == 0 ? e->is_number_unsigned()
                                                : e->is_number_integer();
     if (!ok)
@@ -326,11 +365,11 @@ Status output_elements(const std::string& name, const std::string& datatype, con
     } else if (datatype == "FP16") {
       if (!raw)
         return Status(errc::internal, "FP16 outputs go as raw contents");
-      store<uint16_t>(*raw, float_to_half(e->get<float>()));
+      store<uint16_t>(*raw, float_to_half(float(f)));
     } else if (datatype == "FP32") {
-      raw ? store<float>(*raw, e->get<float>()) : typed->add_fp32_contents(e->get<float>());
+      raw ? store<float>(*raw, float(f)) : typed->add_fp32_contents(float(f));
     } else if (datatype == "FP64") {
-      raw ? store<double>(*raw, e->get<double>()) : typed->add_fp64_contents(e->get<double>());
+      raw ? store<double>(*raw, f) : typed->add_fp64_contents(f);
     } else if (datatype == "INT64") {
       raw ? store<int64_t>(*raw, e->get<int64_t>()) : typed->add_int64_contents(e->get<int64_t>());
     } else if (datatype == "UINT64") {

@@ -57,6 +57,11 @@ Result<GrpcCall> decode_call(Kind kind, std::string_view message);
 // what the protocol says.
 Result<std::string> encode_answer(Kind kind, std::string_view json, bool raw);
 
+// protobuf's own log lines (about messages it cannot parse) to the node's
+// log at the debug level rather than stderr: once, before calls come
+// (oip_path.cpp).
+void route_protobuf_log();
+
 std::string live_message(bool live);
 std::string ready_message(bool ready);  // ServerReady's and ModelReady's
 std::string server_metadata_message(const std::string& name, const std::string& version);

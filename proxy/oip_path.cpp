@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include <google/protobuf/stubs/logging.h>
 #include <nlohmann/json.hpp>
 #include <troupe/inference.hpp>
 
@@ -18,6 +19,7 @@
 #include "proxy/core.hpp"
 #include "proxy/grpc_fields.hpp"
 #include "proxy/oip.hpp"
+#include "runtime/log.hpp"
 
 namespace troupe::proxy {
 
@@ -218,6 +220,31 @@ struct OipCall {
                 std::move(query), *timeout_s, std::move(id));
   }
 };
+
+namespace oip {
+
+void route_protobuf_log() {
+  // protobuf writes to stderr what it finds wrong in a message it parses
+  // (a string field that is not UTF-8, ...): a client could fill the node's
+  // log with one line per call. The caller gets the error; the line goes to
+  // the debug level.
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+        static const auto log = troupe::log::get("protobuf");
+        if (level >= google::protobuf::LOGLEVEL_FATAL)
+          log->critical("{}:{}: {}", file, line, message);
+        else
+          log->debug("{}:{}: {}", file, line, message);
+      });
+}
+
+}  // namespace oip
+
+void drop_oip_marks(Request& req) {
+  req.erase(kOipHeader);
+  req.erase(kOipModelHeader);
+  req.erase(kOipVersionHeader);
+}
 
 bool Proxy::Core::on_oip_rest(ExchangePtr& exchange, IoThread* w, Clock::time_point start,
                               std::string_view path, std::string_view query, std::string& id) {

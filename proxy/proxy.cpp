@@ -140,6 +140,8 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
                             "no application serves path '" + std::string(path) + "'", id));
     return;
   }
+  if (match.route->open_inference)
+    drop_oip_marks(req);
   const Route* to = &split_target(*match.route, req);
   auto timeout_s = asked_deadline(req, false);
   if (!timeout_s) {
@@ -241,6 +243,8 @@ void Proxy::Core::on_grpc_call(ExchangePtr exchange, IoThread* w, Clock::time_po
                             id));
     return;
   }
+  if (route->open_inference)
+    drop_oip_marks(req);
   const Route* to = &split_target(*route, req);
   auto timeout_s = asked_deadline(req, true);
   if (!timeout_s) {
@@ -262,6 +266,7 @@ Result<std::unique_ptr<Proxy>> Proxy::start(caf::actor_system& sys, ProxyOptions
     core->id_prefix = buf;
     key_base = (uint64_t(rd()) << 32) ^ rd();
   }
+  oip::route_protobuf_log();
   core->server = std::make_unique<HttpServer>(core->options.server, *core);
   if (auto st = core->server->listen(); !st)
     return st;

@@ -46,8 +46,10 @@
 // endpoints and how troupe serves them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -208,6 +210,36 @@ inline constexpr const char* kOipVersionHeader = "troupe-oip-version";
 
 namespace oip {
 
+// JSON has no NaN or infinities: in a tensor's data they are the strings
+// "NaN", "Infinity" and "-Infinity" (a model may well take or give them:
+// XGBoost reads NaN as a missing value).
+inline bool non_finite(const Json& j, double& out) {
+  if (!j.is_string())
+    return false;
+  const auto& s = j.get_ref<const std::string&>();
+  if (s == "NaN")
+    out = std::numeric_limits<double>::quiet_NaN();
+  else if (s == "Infinity")
+    out = std::numeric_limits<double>::infinity();
+  else if (s == "-Infinity")
+    out = -std::numeric_limits<double>::infinity();
+  else
+    return false;
+  return true;
+}
+
+template <class T>
+Json float_data(const std::vector<T>& values) {
+  Json out = Json::array();
+  for (T v : values) {
+    if (std::isfinite(v))
+      out.push_back(v);
+    else
+      out.push_back(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+  }
+  return out;
+}
+
 inline Response error(int status, const std::string& message) {
   Response r = Response::json({{"error", message}}, status);
   r.headers.emplace_back(kOipHeader, "1");
@@ -274,16 +306,28 @@ inline std::string flatten(const Json& data, Tensor& out) {
       return "";
     }
     case DataType::fp16:
-    case DataType::fp32:
+    case DataType::fp32: {
+      double special = 0;
+      if (non_finite(data, special)) {
+        out.fp32.push_back(static_cast<float>(special));
+        return "";
+      }
       if (!data.is_number())
         return std::string("a ") + datatype_name(out.datatype) + " element is " + data.dump();
       out.fp32.push_back(data.get<float>());
       return "";
-    case DataType::fp64:
+    }
+    case DataType::fp64: {
+      double special = 0;
+      if (non_finite(data, special)) {
+        out.fp64.push_back(special);
+        return "";
+      }
       if (!data.is_number())
         return "a FP64 element is " + data.dump();
       out.fp64.push_back(data.get<double>());
       return "";
+    }
     case DataType::bytes:
       if (!data.is_string())
         return "a BYTES element is " + data.dump();
@@ -309,9 +353,9 @@ inline Json tensor_data(const Tensor& t) {
       return Json(t.uints);
     case DataType::fp16:
     case DataType::fp32:
-      return Json(t.fp32);
+      return float_data(t.fp32);
     case DataType::fp64:
-      return Json(t.fp64);
+      return float_data(t.fp64);
     case DataType::bytes:
       return Json(t.bytes);
   }

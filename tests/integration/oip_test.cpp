@@ -309,8 +309,14 @@ TEST_CASE(
   huge.insert(huge.rfind(']'), std::string(100u << 20, ' '));
   CHECK(c.curl("head", "/v2/models/xgboost/infer", huge).status == 413);
 
-  // The applications' own paths are untouched, and every node lives on.
+  // The applications' own paths are untouched (a client cannot mark its own
+  // request as the protocol's), and every node lives on.
   CHECK(c.curl("head", "/xgboost").body["n_trees"] == 200);
+  auto marked =
+      run({"/usr/bin/curl", "-sS", "-H", "troupe-oip: metadata", "-H", "troupe-oip-model: xgboost",
+           "http://127.0.0.1:" + std::to_string(c.cluster.http_ports.at("w1")) + "/xgboost"},
+          30s);
+  CHECK(json::parse(marked.out, nullptr, false)["n_trees"] == 200);
   CHECK(c.curl("w1", "/echo/").status == 200);
   CHECK(c.cluster.stop_all().empty());
 }

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "grpc_predict_v2.pb.h"
@@ -280,4 +282,36 @@ TEST_CASE("oip: the server's own messages") {
   CHECK(meta.name() == "troupe");
   CHECK(meta.version() == "0.1.0");
   CHECK(meta.extensions_size() == 0);
+}
+
+TEST_CASE("oip: NaN and infinities cross between messages and JSON as strings") {
+  inference::ModelInferRequest r;
+  r.set_model_name("m");
+  auto* x = r.add_inputs();
+  x->set_name("x");
+  x->set_datatype("FP32");
+  x->add_shape(3);
+  r.add_raw_input_contents(bytes_of<float>(
+      {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 1.5f}));
+  auto call = oip::decode_call(oip::Kind::infer, serialized(r));
+  REQUIRE(call);
+  CHECK(json::parse(call->json)["inputs"][0]["data"] == json{"NaN", "Infinity", 1.5});
+
+  auto answer = oip::encode_answer(
+      oip::Kind::infer,
+      R"({"outputs": [{"name": "p", "datatype": "FP64", "shape": [3], "data": ["-Infinity", "NaN", 2]}]})",
+      false);
+  REQUIRE(answer);
+  inference::ModelInferResponse m;
+  REQUIRE(m.ParseFromString(*answer));
+  REQUIRE(m.outputs(0).contents().fp64_contents_size() == 3);
+  CHECK(m.outputs(0).contents().fp64_contents(0) == -std::numeric_limits<double>::infinity());
+  CHECK(std::isnan(m.outputs(0).contents().fp64_contents(1)));
+  CHECK(oip::encode_answer(
+            oip::Kind::infer,
+            R"({"outputs": [{"name": "p", "datatype": "FP32", "shape": [1], "data": ["inf"]}]})",
+            false)
+            .status()
+            .message() ==
+        "the model's answer is not the protocol's: output 'p' (FP32) has the element \"inf\"");
 }

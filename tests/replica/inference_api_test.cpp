@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -238,4 +240,22 @@ TEST_CASE("inference model: a batch runs its inference calls together and answer
   CHECK(failed[0].status == 500);
   CHECK(Json::parse(failed[0].body)["error"] == "the model failed: the accelerator fell over");
   CHECK(failed[1].status == 200);
+}
+
+TEST_CASE("inference model: NaN and infinities travel as strings in JSON both ways") {
+  troupe::Tensor t("t", DataType::fp32, {3});
+  CHECK(troupe::oip::flatten(Json{"NaN", "Infinity", "-Infinity"}, t).empty());
+  REQUIRE(t.fp32.size() == 3);
+  CHECK(std::isnan(t.fp32[0]));
+  CHECK(t.fp32[1] == std::numeric_limits<float>::infinity());
+  CHECK(t.fp32[2] == -std::numeric_limits<float>::infinity());
+  troupe::Tensor d("d", DataType::fp64, {1});
+  CHECK(troupe::oip::flatten(Json{"nan"}, d) == "a FP64 element is \"nan\"");
+  CHECK(troupe::oip::tensor_data(t) == Json{"NaN", "Infinity", "-Infinity"});
+
+  // A model that doubles its input answers infinity for a huge value.
+  Adder m;
+  auto r = m.handle(oip("infer", infer_body({3e38, 3e38, "NaN", 1})));
+  REQUIRE(r.status == 200);
+  CHECK(Json::parse(r.body)["outputs"][0]["data"] == Json{"Infinity", "NaN"});
 }
