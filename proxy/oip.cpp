@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <troupe/inference.hpp>
+
 #include "grpc_predict_v2.pb.h"
 
 namespace troupe::proxy::oip {
@@ -139,32 +141,14 @@ uint16_t float_to_half(float f) {
   return uint16_t(half);
 }
 
-// A float element: JSON has no NaN or infinities, which go as the strings
-// "NaN", "Infinity" and "-Infinity" (include/troupe/inference.hpp).
-json float_json(double v) {
-  if (std::isfinite(v))
-    return v;
-  return std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
-}
+using troupe::oip::float_json;  // NaN and infinities as strings (inference.hpp)
 
-// The value of a float element of an answer: a number or one of those
-// strings.
+// The value of a float element of an answer: a number, or "NaN",
+// "Infinity" or "-Infinity".
 bool float_of(const json& e, double& out) {
-  if (e.is_number()) {
-    out = e.get<double>();
-    return true;
-  }
-  if (!e.is_string())
-    return false;
-  const auto& s = e.get_ref<const std::string&>();
-  if (s == "NaN")
-    out = std::numeric_limits<double>::quiet_NaN();
-  else if (s == "Infinity")
-    out = std::numeric_limits<double>::infinity();
-  else if (s == "-Infinity")
-    out = -std::numeric_limits<double>::infinity();
-  else
-    return false;
+  if (!e.is_number())
+    return troupe::oip::non_finite(e, out);
+  out = e.get<double>();
   return true;
 }
 

@@ -228,15 +228,18 @@ inline bool non_finite(const Json& j, double& out) {
   return true;
 }
 
+// A float element as JSON: a number, or one of those strings.
+inline Json float_json(double v) {
+  if (std::isfinite(v))
+    return v;
+  return std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
+}
+
 template <class T>
 Json float_data(const std::vector<T>& values) {
   Json out = Json::array();
-  for (T v : values) {
-    if (std::isfinite(v))
-      out.push_back(v);
-    else
-      out.push_back(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
-  }
+  for (T v : values)
+    out.push_back(float_json(v));
   return out;
 }
 
