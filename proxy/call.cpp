@@ -86,6 +86,7 @@ void finish(const CallPtr& c, Response&& r) {
     c->timer->cancel();
   if (c->queued)
     core->router.cancel(c->route->key, c->ticket);
+  c->exchange->shape_answer(r);
   int status = r.result_int();
   double elapsed = std::chrono::duration<double>(Clock::now() - c->start).count();
   core->metrics.observe(c->route->app, status, elapsed);

@@ -100,6 +100,12 @@ class Exchange {
   // ServerOptions::describe_client's verdict on this connection's client
   // certificate ("" without TLS or without it).
   virtual const std::string& client_identity() const;
+  // Turns a routed call's answer into what this exchange's client gets,
+  // before the proxy counts and logs it (proxy/call.cpp finish()): an
+  // exchange that wraps another for a protocol (proxy/oip_path.cpp) shapes
+  // its answers here, so that the metrics and the access log say what the
+  // client saw. Default: nothing.
+  virtual void shape_answer(Response& response) { (void)response; }
 
   // Streaming answers (chunked transfer encoding), instead of respond(). All
   // on io(): begin_stream once, then any number of write_chunk, then

@@ -32,8 +32,12 @@ using nlohmann::json;
 // transport and the protocol want.
 class OipExchange : public Exchange {
  public:
-  OipExchange(ExchangePtr inner, oip::Kind kind, bool raw, std::string app)
-      : inner_(std::move(inner)), kind_(kind), raw_(raw), app_(std::move(app)) {}
+  OipExchange(ExchangePtr inner, oip::Kind kind, bool raw, std::string app, std::string id)
+      : inner_(std::move(inner)),
+        kind_(kind),
+        raw_(raw),
+        app_(std::move(app)),
+        id_(std::move(id)) {}
   Request& request() override { return inner_->request(); }
   size_t thread() const override { return inner_->thread(); }
   asio::io_context& io() override { return inner_->io(); }
@@ -42,13 +46,13 @@ class OipExchange : public Exchange {
   const std::string& client_identity() const override { return inner_->client_identity(); }
   void on_client_gone(std::function<void()> f) override { inner_->on_client_gone(std::move(f)); }
   bool client_gone() const override { return inner_->client_gone(); }
-  // (A streamed answer is collected by Exchange's default and comes here.)
-  void respond(Response&& r) override {
+  // Before the answer is counted: a class that is not a model, the
+  // transport's "not ready", and over gRPC the message.
+  void shape_answer(Response& r) override {
+    shaped_ = true;
     const bool spoke = r.find(kOipHeader) != r.end();
     r.erase(kOipHeader);
     const int status = r.result_int();
-    const auto id = r.find("X-Request-Id");
-    const std::string request_id = id != r.end() ? std::string(id->value()) : std::string();
     if (!spoke && status / 100 == 2) {
       // A class that is not a troupe::InferenceModel answered the call as a
       // plain request: its answer means nothing here.
@@ -57,9 +61,9 @@ class OipExchange : public Exchange {
                                   "' declares open_inference, but its ingress deployment's class "
                                   "does not derive troupe::InferenceModel "
                                   "(include/troupe/inference.hpp)",
-                              request_id);
+                              id_);
       copy_id(r, e);
-      inner_->respond(std::move(e));
+      r = std::move(e);
       return;
     }
     if (spoke && kind_ == oip::Kind::model_ready && status == 200) {
@@ -74,13 +78,19 @@ class OipExchange : public Exchange {
       auto message = oip::encode_answer(kind_, r.body(), raw_);
       if (!message) {
         Response e =
-            json_error(http::status::internal_server_error, message.status().message(), request_id);
+            json_error(http::status::internal_server_error, message.status().message(), id_);
         copy_id(r, e);
-        inner_->respond(std::move(e));
+        r = std::move(e);
         return;
       }
       r.body() = std::move(*message);
     }
+  }
+  // (A streamed answer is collected by Exchange's default and comes here
+  // unshaped.)
+  void respond(Response&& r) override {
+    if (!shaped_)
+      shape_answer(r);
     inner_->respond(std::move(r));
   }
 
@@ -94,6 +104,8 @@ class OipExchange : public Exchange {
   oip::Kind kind_;
   bool raw_;
   std::string app_;
+  std::string id_;
+  bool shaped_ = false;
 };
 
 // Whether a route declares the protocol, and whether any route does.
@@ -215,7 +227,7 @@ struct OipCall {
       req.erase(kOipVersionHeader);
     else
       req.set(kOipVersionHeader, version);
-    auto wrapped = std::make_shared<OipExchange>(std::move(exchange), kind, raw, route->app);
+    auto wrapped = std::make_shared<OipExchange>(std::move(exchange), kind, raw, route->app, id);
     core.launch(std::move(wrapped), w, start, *route, to, std::move(table), std::move(path),
                 std::move(query), *timeout_s, std::move(id));
   }

@@ -299,6 +299,13 @@ TEST_CASE(
   CHECK(g_garbage["code"] == "INVALID_ARGUMENT");
   CHECK(g_garbage["details"] == "the request is not a ModelInferRequest message");
   CHECK(c.call("w1", {"infer", "notamodel", file})["code"] == "UNIMPLEMENTED");
+  // The metrics say what the clients saw, after the node's conversions.
+  CHECK(metric_value(
+            c.cluster.admin_ports.at("w1"),
+            R"(troupe_grpc_requests_total{application="notamodel",code="UNIMPLEMENTED"})") == 1.0);
+  CHECK(metric_value(c.cluster.admin_ports.at("w1"),
+                     R"(troupe_grpc_requests_total{application="notamodel",code="OK"})") ==
+        std::nullopt);
 
   // 100 MB in one message: refused at the node's body limit, before any
   // replica sees it.
