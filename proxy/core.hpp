@@ -186,6 +186,12 @@ struct Proxy::Core : public Handler, public std::enable_shared_from_this<Proxy::
   void launch(ExchangePtr exchange, IoThread* w, std::chrono::steady_clock::time_point start,
               const Route& route, const Route* to, std::shared_ptr<const RouteTable> table,
               std::string path, std::string query, double timeout_s, std::string id);
+  // Sends `r`, an answer the proxy gives itself (no replica asked), with the
+  // request's id, counted in the metrics (troupe_grpc_* too for a gRPC call)
+  // and the access log; on the exchange's io thread `w`.
+  void answer_local(Exchange& exchange, IoThread& w, std::chrono::steady_clock::time_point start,
+                    std::string_view method, std::string_view path, const std::string& id,
+                    Response&& r);
   // The troupe_http_* metrics and access log line of a request the proxy
   // answered itself, on io thread `w`.
   void log_local(IoThread& w, std::string_view method, std::string_view path,

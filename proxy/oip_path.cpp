@@ -146,14 +146,7 @@ struct OipCall {
   bool grpc;
 
   void answer_local(Response&& r) {
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    core.metrics.observe("", r.result_int(), seconds);
-    core.metrics.request_finished();
-    core.log_local(*w, method_text, path_text, id, r.result_int(), seconds);
-    if (grpc)
-      core.metrics.observe_grpc("", int(grpc::code_for_http(r.result_int())));
-    r.set("X-Request-Id", id);
-    exchange->respond(std::move(r));
+    core.answer_local(*exchange, *w, start, method_text, path_text, id, std::move(r));
   }
 
   void error(http::status status, const std::string& message) {

@@ -77,6 +77,19 @@ void Proxy::Core::log_local(IoThread& w, std::string_view method, std::string_vi
   options.access_log->add(e, w.access_batch);
 }
 
+void Proxy::Core::answer_local(Exchange& exchange, IoThread& w, Clock::time_point start,
+                               std::string_view method, std::string_view path,
+                               const std::string& id, Response&& r) {
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  metrics.observe("", r.result_int(), seconds);
+  metrics.request_finished();
+  log_local(w, method, path, id, r.result_int(), seconds);
+  if (exchange.grpc())
+    metrics.observe_grpc("", int(grpc::code_for_http(r.result_int())));
+  r.set("X-Request-Id", id);
+  exchange.respond(std::move(r));
+}
+
 void Proxy::Core::on_request(ExchangePtr exchange) {
   auto start = Clock::now();
   metrics.request_started();
@@ -90,13 +103,9 @@ void Proxy::Core::on_request(ExchangePtr exchange) {
   if (id.empty())
     id = w->new_request_id();
   auto answer_local = [&](Response&& r) {
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    metrics.observe("", r.result_int(), seconds);
-    metrics.request_finished();
-    log_local(*w, std::string_view(req.method_string().data(), req.method_string().size()),
-              std::string_view(path.data(), path.size()), id, r.result_int(), seconds);
-    r.set("X-Request-Id", id);
-    exchange->respond(std::move(r));
+    this->answer_local(*exchange, *w, start,
+                       std::string_view(req.method_string().data(), req.method_string().size()),
+                       std::string_view(path.data(), path.size()), id, std::move(r));
   };
   if (exchange->grpc()) {
     if (!oip::is_grpc_method(std::string_view(target.data(), target.size())) ||
@@ -207,13 +216,7 @@ void Proxy::Core::on_grpc_call(ExchangePtr exchange, IoThread* w, Clock::time_po
   auto& req = exchange->request();
   const std::string method(req.target());
   auto answer_local = [&](Response&& r) {
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    metrics.observe("", r.result_int(), seconds);
-    metrics.request_finished();
-    log_local(*w, "POST", method, id, r.result_int(), seconds);
-    metrics.observe_grpc("", int(grpc::code_for_http(r.result_int())));
-    r.set("X-Request-Id", id);
-    exchange->respond(std::move(r));
+    this->answer_local(*exchange, *w, start, "POST", method, id, std::move(r));
   };
   // The application: its `application` metadata (Ray Serve's key), else the
   // only one there is.

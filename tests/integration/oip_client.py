@@ -25,18 +25,12 @@ Usage: oip_client.py --port P --proto FILE --gen DIR [--timeout S] CALL [args]
 import argparse
 import importlib
 import json
-import os
 import struct
-import subprocess
 import sys
 
-
-def generate(proto, gen):
-    os.makedirs(gen, exist_ok=True)
-    subprocess.run(["protoc", "-I", os.path.dirname(proto), "--python_out=" + gen,
-                    "--grpc_out=" + gen, "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
-                    proto], check=True)
-    sys.path.insert(0, gen)
+# Code generation from the .proto, shared with the Greeter's client (same
+# directory, so on sys.path).
+from grpc_client import generate
 
 
 def tensors(message, raws):
