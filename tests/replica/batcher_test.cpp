@@ -257,6 +257,26 @@ TEST_CASE("batcher: the adaptive wait is none at light load and fills batches at
   CHECK(q.wait_s() == BatchQueue::kAdaptiveCap);
 }
 
+TEST_CASE("batcher: with a fixed wait requests that queued behind a running batch wait it out") {
+  BatchQueue q(fixed_wait(8, 0.005));
+  auto t = Clock::time_point{} + std::chrono::hours(1);
+  auto nothing = [](Response) {};
+  q.push(queued_request("a"), nothing, t);
+  t += milliseconds(5);
+  CHECK(q.take(t, true).batch.size() == 1);
+  t += milliseconds(1);
+  const auto b_arrived = t;
+  q.push(queued_request("b"), nothing, t);
+  t += milliseconds(1);
+  q.ran(milliseconds(2));
+  // Ray Serve's rule: a partial batch closes when its oldest has waited
+  // batch_wait_timeout_s, whatever ran before it.
+  CHECK(q.closes_at() == b_arrived + milliseconds(5));
+  CHECK(q.take(t, true).batch.empty());
+  t = b_arrived + milliseconds(5);
+  CHECK(q.take(t, true).batch.size() == 1);
+}
+
 TEST_CASE("batcher: on its own thread - requests from many threads each get their own answer") {
   std::atomic<int> largest{0};
   Batcher b(
