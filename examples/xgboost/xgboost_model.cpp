@@ -50,8 +50,11 @@
 namespace {
 
 constexpr size_t kMaxRows = 1000;
-// Bodies up to this size are parsed by a parser the thread keeps.
-constexpr size_t kKeptBodyBytes = 1 << 20;
+// Bodies up to this size are parsed by a parser the thread keeps (about 25
+// rows). simdjson's buffers are about 15 bytes per byte of the largest body
+// parsed, and a replica may run requests on as many threads as
+// max_ongoing_requests: this keeps at most about 120 KiB per thread.
+constexpr size_t kKeptBodyBytes = 8 << 10;
 
 void check(int rc, const std::string& what) {
   if (rc != 0)
@@ -224,7 +227,7 @@ class XGBoostModel : public troupe::InferenceModel {
   // a parsed document.
   std::string parse(const std::string& body, std::vector<float>& rows, size_t& n) const {
     // One parser per thread keeps its buffers between requests; a body over
-    // kKeptBodyBytes gets a parser of its own, so that one large request does
+    // kKeptBodyBytes gets a parser of its own, so that a large request does
     // not leave its memory with the thread.
     thread_local simdjson::dom::parser kept;
     std::optional<simdjson::dom::parser> own;
