@@ -233,7 +233,13 @@ class XGBoostModel : public troupe::InferenceModel {
     std::optional<simdjson::dom::parser> own;
     simdjson::dom::parser& parser = body.size() > kKeptBodyBytes ? own.emplace() : kept;
     simdjson::dom::element doc;
-    if (parser.parse(body).get(doc) != simdjson::SUCCESS)
+    const auto error = parser.parse(body).get(doc);
+    // simdjson reads every number as a 64-bit integer or a double: one
+    // beyond both (1e400, a 25-digit integer) is refused with the number
+    // syntax it cannot tell apart from.
+    if (error == simdjson::NUMBER_ERROR)
+      return "the body has a number that is not JSON or is beyond a 64-bit integer and a double";
+    if (error != simdjson::SUCCESS)
       return "the body is not JSON";
     simdjson::dom::object top;
     simdjson::dom::array features;

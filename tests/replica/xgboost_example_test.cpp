@@ -111,6 +111,14 @@ TEST_CASE("xgboost example: bad input is a 400 that names the problem") {
        "row 1 has 29 values; the model takes 30"},
       {many.substr(0, many.size() - 2) + ", 7]}",
        R"("features" has 10001 rows; at most 1000 per request)"},
+      // A number the parser cannot hold (the example reads bodies with
+      // simdjson: 64-bit integers and doubles), or one that is not JSON.
+      {R"({"features": [[1e400, )" + row30.substr(row30.find(',') + 1) + "]}",
+       "the body has a number that is not JSON or is beyond a 64-bit integer and a double"},
+      {R"({"features": [[12345678901234567890123, )" + row30.substr(row30.find(',') + 1) + "]}",
+       "the body has a number that is not JSON or is beyond a 64-bit integer and a double"},
+      {R"({"features": [[01, )" + row30.substr(row30.find(',') + 1) + "]}",
+       "the body has a number that is not JSON or is beyond a 64-bit integer and a double"},
       // A later "features" replaces an earlier one, as in a parsed document.
       {R"({"features": [)" + row29 + R"(], "features": [[true]]})",
        "row 0 has 1 values; the model takes 30"},
